@@ -1,0 +1,2 @@
+//! errand: run an AI agent once, to completion, as a Kubernetes Job or locally, and keep what it produced.
+#![forbid(unsafe_code)]

@@ -1,0 +1,4 @@
+//! The `errand` binary: wiring only.
+#![forbid(unsafe_code)]
+
+fn main() {}
