@@ -1,2 +1,6 @@
 //! errand: run an AI agent once, to completion, as a Kubernetes Job or locally, and keep what it produced.
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod cli;
+pub mod resolve;

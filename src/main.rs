@@ -1,4 +1,8 @@
 //! The `errand` binary: wiring only.
 #![forbid(unsafe_code)]
 
-fn main() {}
+use clap::Parser;
+
+fn main() {
+    std::process::exit(errand::cli::run(errand::cli::Cli::parse()));
+}

@@ -1,0 +1,130 @@
+//! The `AgentEnvironment` resource: what a workspace adds to an agent (overlay) and where it runs (compute).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The only resource names an environment may request.
+pub const ALLOWED_COMPUTE_KEYS: [&str; 3] = ["cpu", "memory", "nvidia.com/gpu"];
+
+/// Environment settings merged into an agent's config, and the compute an execution gets.
+/// Executions keep the snapshot they were admitted with, so edits here never change a
+/// submitted execution.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "errand.dev",
+    version = "v1alpha1",
+    kind = "AgentEnvironment",
+    doc = "Settings a workspace merges into agents, and the compute its executions get.",
+    namespaced,
+    status = "AgentEnvironmentStatus",
+    shortname = "agenv",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEnvironmentSpec {
+    /// Settings merged into the agent config. The environment wins; maps merge deeply and
+    /// lists are replaced.
+    #[serde(default)]
+    pub overlay: EnvironmentOverlay,
+    /// Resources and placement of the execution's pod.
+    #[serde(default)]
+    pub compute: Compute,
+}
+
+/// What an environment merges into the agent config.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentOverlay {
+    /// Plain environment variables, merged into the config's `env`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Secret bindings `ENV_NAME: secret[#key]`: the agent gets the Secret's key as the
+    /// environment variable. `key` defaults to `ENV_NAME`. Only references are stored; the
+    /// value is read by the kubelet when the pod starts.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+    /// MCP settings merged into the config's `mcp` (for example `servers.<name>.url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "mcp_schema")]
+    pub mcp: Option<Map<String, Value>>,
+    /// Default model provider, replacing the config's `provider`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// Model overrides merged into the config's `models`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "models_schema")]
+    pub models: Option<Value>,
+    /// Any other agent-config fields to merge in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "config_schema")]
+    pub config: Option<Map<String, Value>>,
+}
+
+fn mcp_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    super::common::preserved_object("MCP settings merged into the config's `mcp`.")
+}
+
+fn models_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "Model overrides merged into the config's `models`.",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+fn config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    super::common::preserved_object("Other agent-config fields merged into the config.")
+}
+
+/// Resources and placement of an execution's pod.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Compute {
+    /// Resource limits and requests; only `cpu`, `memory` and `nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ComputeResources>,
+    /// Node labels the pod must match.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints the pod tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// PriorityClass of the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// RuntimeClass of the pod (for example a GPU or sandboxed runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
+}
+
+/// Limits and requests by resource name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ComputeResources {
+    /// Upper bounds: `cpu`, `memory`, `nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    pub limits: BTreeMap<String, Quantity>,
+    /// Guaranteed amounts: `cpu`, `memory`, `nvidia.com/gpu`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    pub requests: BTreeMap<String, Quantity>,
+}
+
+/// Observed state of an AgentEnvironment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEnvironmentStatus {
+    /// Standard conditions, one per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::conditions_schema")]
+    pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+}

@@ -1,0 +1,239 @@
+//! The `AgentExecution` resource: one run of an agent, its inputs and everything it produced.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::core::Rule;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::agent::AgentSpec;
+use super::common::{Reference, ResultEntry};
+use super::environment::AgentEnvironmentSpec;
+
+/// Timeout of an execution that sets none: one hour.
+pub const DEFAULT_TIMEOUT_SECONDS: i64 = 3600;
+
+/// Spec fields that never change after creation (everything but `cancel`).
+const IMMUTABLE_SPEC_FIELDS: [&str; 11] = [
+    "agentRef",
+    "agent",
+    "input",
+    "environmentRef",
+    "environment",
+    "workdir",
+    "timeoutSeconds",
+    "startTimeoutSeconds",
+    "autoTelemetry",
+    "extension",
+    "queueName",
+];
+
+/// The CEL transition rule that keeps every spec field but `cancel` as it was created.
+/// Each field is compared with presence, so adding or removing an optional field is caught too.
+fn immutable_except_cancel() -> Rule {
+    let rule = IMMUTABLE_SPEC_FIELDS
+        .iter()
+        .map(|f| {
+            format!(
+                "(has(self.{f}) == has(oldSelf.{f}) && (!has(self.{f}) || self.{f} == oldSelf.{f}))"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ");
+    Rule::new(rule).message("spec is immutable except cancel")
+}
+
+/// One run of an agent, to completion.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "errand.dev",
+    version = "v1alpha1",
+    kind = "AgentExecution",
+    doc = "One run of an agent, to completion, and everything it produced.",
+    namespaced,
+    status = "AgentExecutionStatus",
+    shortname = "aex",
+    shortname = "exec",
+    printcolumn(name = "Agent", type_ = "string", json_path = ".status.agent"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration")
+)]
+#[x_kube(validation = Rule::new("has(self.agentRef) != has(self.agent)").message("exactly one of agentRef or agent must be set"))]
+#[x_kube(validation = Rule::new("!(has(self.environmentRef) && has(self.environment))").message("at most one of environmentRef or environment may be set"))]
+#[x_kube(validation = immutable_except_cancel())]
+#[serde(rename_all = "camelCase")]
+pub struct AgentExecutionSpec {
+    /// The Agent to run, by name in this namespace. Exactly one of `agentRef` or `agent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_ref: Option<Reference>,
+    /// An inline agent definition. Exactly one of `agentRef` or `agent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentSpec>,
+    /// The input given to the agent (`ERRAND_INPUT`, `ERRAND_INPUT_FILE`).
+    #[serde(default)]
+    pub input: String,
+    /// The AgentEnvironment to merge in, by name in this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment_ref: Option<Reference>,
+    /// An inline environment. At most one of `environmentRef` or `environment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<AgentEnvironmentSpec>,
+    /// The working directory staged into `/workspace` before the agent starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<Workdir>,
+    /// Seconds the agent may run before it is stopped (SIGTERM, grace, SIGKILL). Results are
+    /// still saved after a timeout.
+    #[serde(default = "default_timeout_seconds")]
+    #[schemars(range(min = 1))]
+    pub timeout_seconds: i64,
+    /// Seconds the pod may wait to start (scheduling, image pull) before the execution fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub start_timeout_seconds: Option<i64>,
+    /// Turn on the agent's telemetry export automatically.
+    #[serde(default)]
+    pub auto_telemetry: bool,
+    /// An optional extension that changes how the run is driven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<Extension>,
+    /// Kueue LocalQueue to submit the Job to; the Job is then created suspended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_name: Option<String>,
+    /// Set to true to stop the run; partial results are saved. Can only go from false to true.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self || !oldSelf").message("cancel can only change from false to true"))]
+    pub cancel: bool,
+}
+
+fn default_timeout_seconds() -> i64 {
+    DEFAULT_TIMEOUT_SECONDS
+}
+
+/// The working directory: a base Fileset and Filesets mounted at paths inside it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Workdir {
+    /// Base content: `fileset` or `fileset#subpath/` (only that subtree, re-rooted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// Filesets (or parts of them) placed at paths inside the workdir; they win over the base.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(a, self.filter(b, b.mountPath == a.mountPath || b.mountPath.startsWith(a.mountPath + '/')).size() == 1)").message("mount paths must not overlap"))]
+    pub artifact_mounts: Vec<ArtifactMount>,
+}
+
+/// A Fileset (or a path in it) mounted into the workdir.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactMount {
+    /// What to mount: `fileset` or `fileset#path`.
+    #[serde(rename = "ref")]
+    #[schemars(length(min = 1, max = 512))]
+    pub fileset_ref: String,
+    /// Where to mount it, relative to the workdir: no leading `/`, no `.` or `..` segments.
+    #[schemars(length(min = 1, max = 256))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/')").message("mountPath must be relative"))]
+    #[x_kube(validation = Rule::new("!self.matches('(^|/)[.][.]?(/|$)')").message("mountPath must not contain '.' or '..' segments"))]
+    #[x_kube(validation = Rule::new("!self.endsWith('/') && !self.contains('//')").message("mountPath must not end in '/' or contain '//'"))]
+    pub mount_path: String,
+}
+
+/// An extension that changes how the run is driven.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Extension {
+    /// Kind of extension; see the README for the accepted kinds.
+    pub kind: String,
+    /// Settings of the extension.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "extension_config_schema")]
+    pub config: Option<Map<String, Value>>,
+}
+
+fn extension_config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    super::common::preserved_object("Settings of the extension.")
+}
+
+/// Lifecycle phase of an execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Phase {
+    /// Accepted, not yet resolved.
+    Pending,
+    /// Resolved; the pod is being scheduled, pulled or staged.
+    Starting,
+    /// The agent is running.
+    Running,
+    /// The agent exited 0 and results are saved.
+    Succeeded,
+    /// The run failed; see the conditions' reason and the message.
+    Failed,
+    /// Stopped on request; partial results are saved.
+    Cancelled,
+}
+
+impl Phase {
+    /// Whether the execution can no longer change phase.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
+    }
+}
+
+/// Observed state of an execution.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentExecutionStatus {
+    /// Lifecycle phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// Name of the resolved agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Standard conditions: `Resolved`, `Started`, `Complete`, `Failed`, `ResultsSaved`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::common::conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The immutable snapshot everything in the run comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotRef>,
+    /// Name of the Job that runs the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// When the agent started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the run reached a terminal phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// How long the run took, for display (for example `1m20s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// Exit code of the agent process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// A short human message; on failure it ends with the tail of the agent's stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The saved results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ResultEntry>,
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Where the execution's snapshot is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotRef {
+    /// Name of the immutable ConfigMap that holds the snapshot.
+    pub config_map: String,
+    /// sha256 of the snapshot's canonical JSON, as `sha256:<hex>`.
+    pub digest: String,
+}

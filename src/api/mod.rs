@@ -1,0 +1,25 @@
+//! The `errand.dev/v1alpha1` custom resources: Agent, AgentEnvironment, Fileset and AgentExecution.
+
+mod agent;
+mod common;
+pub mod crds;
+mod environment;
+mod execution;
+mod fileset;
+
+pub use agent::{Agent, AgentConfig, AgentRuntime, AgentSpec, AgentStatus, RuntimeSecurity};
+pub use common::{Reference, ResultEntry};
+pub use environment::{
+    ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
+    ComputeResources, EnvironmentOverlay,
+};
+pub use execution::{
+    AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
+    DEFAULT_TIMEOUT_SECONDS, Extension, Phase, SnapshotRef, Workdir,
+};
+pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
+
+/// The API group of every errand resource.
+pub const GROUP: &str = "errand.dev";
+/// The API version of every errand resource.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,490 @@
+//! Pure resolution of an AgentExecution: find its agent and environment, merge, validate every admission rule, snapshot.
+//!
+//! Nothing here does I/O: lookups go through a [`Catalog`], so the controller, the webhook and
+//! the local backend share exactly the same rules.
+
+mod catalog;
+mod merge;
+mod problems;
+mod refs;
+mod rules;
+mod snapshot;
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference, Workdir};
+
+pub use catalog::{Catalog, InMemoryCatalog};
+pub use merge::{merge_environment, merge_maps, merge_values};
+pub use problems::{InvalidSpec, Problem};
+pub use refs::StringRef;
+pub use rules::{
+    ACCEPTED_CONFIG_FORMATS, KNOWN_EXTENSION_KINDS, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX,
+    SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name, relative_path,
+};
+pub use snapshot::{
+    FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,
+    WorkdirPlan,
+};
+
+use problems::Problems;
+
+/// Seconds a pod may take to start when the execution sets no `startTimeoutSeconds`.
+pub const DEFAULT_START_TIMEOUT_SECONDS: i64 = 600;
+
+/// Resolves, merges and validates `spec` submitted in `namespace`, reporting every problem at once.
+pub fn resolve_execution(
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+    catalog: &dyn Catalog,
+) -> Result<Snapshot, InvalidSpec> {
+    let mut problems = Problems::default();
+    let agent = resolve_agent(namespace, spec, catalog, &mut problems);
+    let environment = resolve_environment(namespace, spec, catalog, &mut problems);
+    let workdir = resolve_workdir(namespace, spec.workdir.as_ref(), catalog, &mut problems);
+    check_run_settings(spec, &mut problems);
+
+    let (Some((agent_name, agent)), Some((environment_name, environment))) = (agent, environment)
+    else {
+        // A missing agent or environment has always been reported as a problem.
+        return Err(problems.into_error());
+    };
+    let config = merge_environment(&agent.config.0, &environment.overlay);
+    check_merged_config(&config, &mut problems);
+    let secrets = environment_secrets(
+        namespace,
+        &environment,
+        environment_name.as_deref(),
+        catalog,
+        &mut problems,
+    );
+
+    problems.finish(Snapshot {
+        version: SNAPSHOT_VERSION.to_owned(),
+        namespace: namespace.to_owned(),
+        agent: ResolvedAgent {
+            name: agent_name,
+            runtime: agent.runtime,
+        },
+        environment: environment_name,
+        config,
+        secrets,
+        compute: environment.compute,
+        workdir,
+        input: spec.input.clone(),
+        timeout_seconds: spec.timeout_seconds,
+        start_timeout_seconds: spec
+            .start_timeout_seconds
+            .unwrap_or(DEFAULT_START_TIMEOUT_SECONDS),
+        auto_telemetry: spec.auto_telemetry,
+        extension: spec.extension.clone(),
+        queue_name: spec.queue_name.clone(),
+    })
+}
+
+/// Checks a reference's name and that it stays in `namespace`.
+fn check_reference(
+    namespace: &str,
+    reference: &Reference,
+    field: &str,
+    problems: &mut Problems,
+) -> bool {
+    let mut ok = true;
+    if let Some(other) = reference.namespace.as_deref().filter(|ns| *ns != namespace) {
+        problems.push(
+            format!("{field}.namespace"),
+            format!(
+                "{other:?} is another namespace; references must stay in namespace {namespace:?}"
+            ),
+        );
+        ok = false;
+    }
+    if let Err(message) = object_name(&reference.name) {
+        problems.push(format!("{field}.name"), message);
+        ok = false;
+    }
+    ok
+}
+
+/// The agent's name and spec, from `agentRef` or the inline `agent`.
+fn resolve_agent(
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) -> Option<(String, AgentSpec)> {
+    let (name, agent, prefix) = match (&spec.agent_ref, &spec.agent) {
+        (Some(reference), None) => {
+            if !check_reference(namespace, reference, "spec.agentRef", problems) {
+                return None;
+            }
+            let Some(agent) = catalog.agent(namespace, &reference.name) else {
+                problems.push(
+                    "spec.agentRef.name",
+                    format!(
+                        "Agent {:?} not found in namespace {namespace:?}",
+                        reference.name
+                    ),
+                );
+                return None;
+            };
+            (
+                reference.name.clone(),
+                agent,
+                format!("Agent {:?} spec", reference.name),
+            )
+        }
+        (None, Some(agent)) => {
+            let name = agent.config.name().unwrap_or("inline").to_owned();
+            (name, agent.clone(), "spec.agent".to_owned())
+        }
+        _ => {
+            problems.push("spec", "exactly one of agentRef or agent must be set");
+            return None;
+        }
+    };
+    let before = problems.len();
+    check_agent(&agent, &prefix, problems);
+    (problems.len() == before).then_some((name, agent))
+}
+
+/// Checks an agent's own fields: config format, entrypoint, plain env names.
+fn check_agent(agent: &AgentSpec, prefix: &str, problems: &mut Problems) {
+    let format_field = format!("{prefix}.config.config_format");
+    match agent.config.0.get("config_format") {
+        None => problems.push(
+            format_field,
+            format!(
+                "is required; accepted: {}",
+                rules::one_of(&ACCEPTED_CONFIG_FORMATS)
+            ),
+        ),
+        Some(Value::String(format)) if ACCEPTED_CONFIG_FORMATS.contains(&format.as_str()) => {}
+        Some(other) => problems.push(
+            format_field,
+            format!(
+                "{other} is not an accepted format; accepted: {}",
+                rules::one_of(&ACCEPTED_CONFIG_FORMATS)
+            ),
+        ),
+    }
+    if agent.runtime.image.trim().is_empty() {
+        problems.push(format!("{prefix}.runtime.image"), "must not be empty");
+    }
+    if agent.runtime.command.is_empty() {
+        problems.push(
+            format!("{prefix}.runtime.command"),
+            "must name the agent's entrypoint",
+        );
+    }
+    if let Some(policy) = agent.runtime.image_pull_policy.as_deref() {
+        if !["Always", "IfNotPresent", "Never"].contains(&policy) {
+            problems.push(
+                format!("{prefix}.runtime.imagePullPolicy"),
+                format!("{policy:?} is not one of Always, IfNotPresent, Never"),
+            );
+        }
+    }
+    if let Some(env) = agent.config.0.get("env") {
+        check_env_object(env, &format!("{prefix}.config.env"), problems);
+    }
+}
+
+fn check_env_object(env: &Value, field: &str, problems: &mut Problems) {
+    let Value::Object(env) = env else {
+        problems.push(
+            field,
+            format!("{env} must be a map of names to string values"),
+        );
+        return;
+    };
+    for (name, value) in env {
+        if let Err(message) = rules::env_name(name) {
+            problems.push(format!("{field}.{name}"), message);
+        } else if !value.is_string() {
+            problems.push(
+                format!("{field}.{name}"),
+                format!("{value} must be a string"),
+            );
+        }
+    }
+}
+
+/// The environment's name (when referenced) and spec; an execution without one gets an empty environment.
+fn resolve_environment(
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) -> Option<(Option<String>, AgentEnvironmentSpec)> {
+    let (name, environment, prefix) = match (&spec.environment_ref, &spec.environment) {
+        (Some(_), Some(_)) => {
+            problems.push(
+                "spec",
+                "at most one of environmentRef or environment may be set",
+            );
+            return None;
+        }
+        (Some(reference), None) => {
+            if !check_reference(namespace, reference, "spec.environmentRef", problems) {
+                return None;
+            }
+            let Some(environment) = catalog.environment(namespace, &reference.name) else {
+                problems.push(
+                    "spec.environmentRef.name",
+                    format!(
+                        "AgentEnvironment {:?} not found in namespace {namespace:?}",
+                        reference.name
+                    ),
+                );
+                return None;
+            };
+            (
+                Some(reference.name.clone()),
+                environment,
+                format!("AgentEnvironment {:?} spec", reference.name),
+            )
+        }
+        (None, Some(environment)) => (None, environment.clone(), "spec.environment".to_owned()),
+        (None, None) => (
+            None,
+            AgentEnvironmentSpec::default(),
+            "spec.environment".to_owned(),
+        ),
+    };
+    let before = problems.len();
+    problems.extend(rules::compute(
+        &environment.compute,
+        &format!("{prefix}.compute"),
+    ));
+    for name in environment.overlay.env.keys() {
+        if let Err(message) = rules::env_name(name) {
+            problems.push(format!("{prefix}.overlay.env.{name}"), message);
+        }
+    }
+    (problems.len() == before).then_some((name, environment))
+}
+
+/// The secret bindings of the environment, each checked for name, namespace and existence of Secret and key.
+fn environment_secrets(
+    namespace: &str,
+    environment: &AgentEnvironmentSpec,
+    environment_name: Option<&str>,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) -> Vec<SecretBinding> {
+    let prefix = match environment_name {
+        Some(name) => format!("AgentEnvironment {name:?} spec.overlay.secrets"),
+        None => "spec.environment.overlay.secrets".to_owned(),
+    };
+    let mut bindings = Vec::new();
+    for (env, target) in &environment.overlay.secrets {
+        let field = format!("{prefix}.{env}");
+        if let Err(message) = rules::env_name(env) {
+            problems.push(field, message);
+            continue;
+        }
+        let reference = StringRef::parse(target);
+        if let Some(other) = reference.namespace.as_deref().filter(|ns| *ns != namespace) {
+            problems.push(
+                field,
+                format!("{target:?} names Secret namespace {other:?}; references must stay in namespace {namespace:?}"),
+            );
+            continue;
+        }
+        let key = reference.fragment.clone().unwrap_or_else(|| env.clone());
+        if let Err(message) = object_name(&reference.name).and(rules::secret_key(&key)) {
+            problems.push(field, message);
+            continue;
+        }
+        match catalog.secret_keys(namespace, &reference.name) {
+            None => problems.push(
+                field,
+                format!(
+                    "Secret {:?} not found in namespace {namespace:?}",
+                    reference.name
+                ),
+            ),
+            Some(keys) if !keys.contains(&key) => problems.push(
+                field,
+                format!("Secret {:?} has no key {key:?}", reference.name),
+            ),
+            Some(_) => bindings.push(SecretBinding {
+                env: env.clone(),
+                secret: reference.name,
+                key,
+            }),
+        }
+    }
+    bindings
+}
+
+/// The workdir plan with each Fileset pinned to its current digest.
+fn resolve_workdir(
+    namespace: &str,
+    workdir: Option<&Workdir>,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) -> WorkdirPlan {
+    let Some(workdir) = workdir else {
+        return WorkdirPlan::default();
+    };
+    let base = workdir
+        .base
+        .as_deref()
+        .and_then(|base| resolve_fileset(namespace, base, "spec.workdir.base", catalog, problems));
+    let mount_path_list: Vec<&str> = workdir
+        .artifact_mounts
+        .iter()
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    for (index, message) in mount_paths(&mount_path_list) {
+        problems.push(
+            format!("spec.workdir.artifactMounts[{index}].mountPath"),
+            message,
+        );
+    }
+    let mounts = workdir
+        .artifact_mounts
+        .iter()
+        .enumerate()
+        .filter_map(|(index, mount)| {
+            let field = format!("spec.workdir.artifactMounts[{index}].ref");
+            let content =
+                resolve_fileset(namespace, &mount.fileset_ref, &field, catalog, problems)?;
+            Some(MountedContent {
+                content,
+                mount_path: mount.mount_path.clone(),
+            })
+        })
+        .collect();
+    WorkdirPlan { base, mounts }
+}
+
+/// Resolves `[namespace/]fileset[#path]` to the Fileset's current digest.
+fn resolve_fileset(
+    namespace: &str,
+    text: &str,
+    field: &str,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) -> Option<FilesetContent> {
+    let reference = StringRef::parse(text);
+    if let Some(other) = reference.namespace.as_deref().filter(|ns| *ns != namespace) {
+        problems.push(
+            field,
+            format!("{text:?} names Fileset namespace {other:?}; references must stay in namespace {namespace:?}"),
+        );
+        return None;
+    }
+    if let Err(message) = object_name(&reference.name) {
+        problems.push(field, message);
+        return None;
+    }
+    if let Some(path) = &reference.fragment {
+        if let Err(message) = relative_path(path) {
+            problems.push(field, format!("path in {text:?}: {message}"));
+            return None;
+        }
+    }
+    let Some(status) = catalog.fileset(namespace, &reference.name) else {
+        problems.push(
+            field,
+            format!(
+                "Fileset {:?} not found in namespace {namespace:?}",
+                reference.name
+            ),
+        );
+        return None;
+    };
+    let Some(digest) = status.digest else {
+        problems.push(
+            field,
+            format!(
+                "Fileset {:?} has no content yet; push it with `errand filesets push`",
+                reference.name
+            ),
+        );
+        return None;
+    };
+    Some(FilesetContent {
+        fileset: reference.name,
+        digest,
+        path: reference.fragment,
+    })
+}
+
+/// Timeouts and the extension kind.
+fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
+    if spec.timeout_seconds < 1 {
+        problems.push(
+            "spec.timeoutSeconds",
+            format!("{} must be at least 1", spec.timeout_seconds),
+        );
+    }
+    if let Some(seconds) = spec.start_timeout_seconds.filter(|s| *s < 1) {
+        problems.push(
+            "spec.startTimeoutSeconds",
+            format!("{seconds} must be at least 1"),
+        );
+    }
+    if let Some(extension) = &spec.extension {
+        if !KNOWN_EXTENSION_KINDS.contains(&extension.kind.as_str()) {
+            problems.push(
+                "spec.extension.kind",
+                format!(
+                    "{:?} is not a known extension kind; known: {}",
+                    extension.kind,
+                    rules::one_of(&KNOWN_EXTENSION_KINDS)
+                ),
+            );
+        }
+    }
+}
+
+/// Rules that hold only for the merged config: providers and the merged `env`.
+fn check_merged_config(config: &Map<String, Value>, problems: &mut Problems) {
+    let mut providers: BTreeMap<String, &Value> = BTreeMap::new();
+    if let Some(provider) = config.get("provider") {
+        providers.insert("config.provider".into(), provider);
+    }
+    match config.get("models") {
+        Some(Value::Object(models)) => {
+            for (alias, model) in models {
+                if let Some(provider) = model.get("provider") {
+                    providers.insert(format!("config.models.{alias}.provider"), provider);
+                }
+            }
+        }
+        Some(Value::Array(models)) => {
+            for (index, model) in models.iter().enumerate() {
+                if let Some(provider) = model.get("provider") {
+                    providers.insert(format!("config.models[{index}].provider"), provider);
+                }
+            }
+        }
+        _ => {}
+    }
+    for (field, provider) in providers {
+        let supported = provider
+            .as_str()
+            .is_some_and(|p| SUPPORTED_PROVIDERS.contains(&p));
+        if !supported {
+            problems.push(
+                format!("{field} (after merging the environment)"),
+                format!(
+                    "{provider} is not a supported provider; supported: {}",
+                    rules::one_of(&SUPPORTED_PROVIDERS)
+                ),
+            );
+        }
+    }
+    if let Some(env) = config.get("env") {
+        check_env_object(env, "config.env (after merging the environment)", problems);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,85 @@
+//! Typed rejections: every problem names the field path and the offending value, and all are reported at once.
+
+use std::fmt;
+
+/// One thing wrong with a submitted execution.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Path of the offending field, for example `spec.workdir.artifactMounts[0].mountPath`.
+    pub field: String,
+    /// What is wrong, quoting the offending value.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem at `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem found in one execution; resolution never stops at the first.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct InvalidSpec {
+    /// The problems, in the order the spec was walked.
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for InvalidSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "invalid AgentExecution ({n} problem{}): ",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects problems while a spec is walked.
+#[derive(Debug, Default)]
+pub(crate) struct Problems(Vec<Problem>);
+
+impl Problems {
+    pub(crate) fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem::new(field, message));
+    }
+
+    pub(crate) fn extend(&mut self, more: impl IntoIterator<Item = Problem>) {
+        self.0.extend(more);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The problems found so far as an error.
+    pub(crate) fn into_error(self) -> InvalidSpec {
+        InvalidSpec { problems: self.0 }
+    }
+
+    /// `Ok(value)` when nothing was found, else every problem.
+    pub(crate) fn finish<T>(self, value: T) -> Result<T, InvalidSpec> {
+        if self.0.is_empty() {
+            Ok(value)
+        } else {
+            Err(InvalidSpec { problems: self.0 })
+        }
+    }
+}
