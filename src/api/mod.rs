@@ -1,4 +1,6 @@
 //! The `errand.dev/v1alpha1` custom resources: Agent, AgentEnvironment, Fileset and AgentExecution.
+// kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
+#![allow(clippy::duplicated_attributes)]
 
 mod agent;
 mod common;

@@ -179,13 +179,13 @@ fn check_agent(agent: &AgentSpec, prefix: &str, problems: &mut Problems) {
             "must name the agent's entrypoint",
         );
     }
-    if let Some(policy) = agent.runtime.image_pull_policy.as_deref() {
-        if !["Always", "IfNotPresent", "Never"].contains(&policy) {
-            problems.push(
-                format!("{prefix}.runtime.imagePullPolicy"),
-                format!("{policy:?} is not one of Always, IfNotPresent, Never"),
-            );
-        }
+    if let Some(policy) = agent.runtime.image_pull_policy.as_deref()
+        && !["Always", "IfNotPresent", "Never"].contains(&policy)
+    {
+        problems.push(
+            format!("{prefix}.runtime.imagePullPolicy"),
+            format!("{policy:?} is not one of Always, IfNotPresent, Never"),
+        );
     }
     if let Some(env) = agent.config.0.get("env") {
         check_env_object(env, &format!("{prefix}.config.env"), problems);
@@ -383,11 +383,11 @@ fn resolve_fileset(
         problems.push(field, message);
         return None;
     }
-    if let Some(path) = &reference.fragment {
-        if let Err(message) = relative_path(path) {
-            problems.push(field, format!("path in {text:?}: {message}"));
-            return None;
-        }
+    if let Some(path) = &reference.fragment
+        && let Err(message) = relative_path(path)
+    {
+        problems.push(field, format!("path in {text:?}: {message}"));
+        return None;
     }
     let Some(status) = catalog.fileset(namespace, &reference.name) else {
         problems.push(
@@ -430,17 +430,17 @@ fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
             format!("{seconds} must be at least 1"),
         );
     }
-    if let Some(extension) = &spec.extension {
-        if !KNOWN_EXTENSION_KINDS.contains(&extension.kind.as_str()) {
-            problems.push(
-                "spec.extension.kind",
-                format!(
-                    "{:?} is not a known extension kind; known: {}",
-                    extension.kind,
-                    rules::one_of(&KNOWN_EXTENSION_KINDS)
-                ),
-            );
-        }
+    if let Some(extension) = &spec.extension
+        && !KNOWN_EXTENSION_KINDS.contains(&extension.kind.as_str())
+    {
+        problems.push(
+            "spec.extension.kind",
+            format!(
+                "{:?} is not a known extension kind; known: {}",
+                extension.kind,
+                rules::one_of(&KNOWN_EXTENSION_KINDS)
+            ),
+        );
     }
 }
 

@@ -190,16 +190,16 @@ pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
             }
         }
     }
-    if let Some(request) = resources.requests.get("nvidia.com/gpu") {
-        if resources.limits.get("nvidia.com/gpu") != Some(request) {
-            problems.push(Problem::new(
-                format!("{field}.resources.requests[nvidia.com/gpu]"),
-                format!(
-                    "{:?} must equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted)",
-                    request.0
-                ),
-            ));
-        }
+    if let Some(request) = resources.requests.get("nvidia.com/gpu")
+        && resources.limits.get("nvidia.com/gpu") != Some(request)
+    {
+        problems.push(Problem::new(
+            format!("{field}.resources.requests[nvidia.com/gpu]"),
+            format!(
+                "{:?} must equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted)",
+                request.0
+            ),
+        ));
     }
     problems
 }

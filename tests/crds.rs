@@ -1,0 +1,192 @@
+//! The committed CRDs match the generated ones, and their CEL rules hold as the API server would apply them.
+
+use errand::api::{Agent, AgentExecution, crds};
+use kube::CustomResourceExt;
+use kube::core::cel::Validator;
+use serde_json::{Value, json};
+
+#[test]
+fn committed_crds_match_generated() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    for (file, crd) in crds::all() {
+        let committed = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+        assert!(
+            committed == crds::to_yaml(&crd).unwrap(),
+            "crds/{file} is stale: regenerate with `cargo run -- crds --out-dir crds`"
+        );
+    }
+    let files = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(
+        files,
+        crds::all().len(),
+        "crds/ holds files that errand does not generate"
+    );
+}
+
+#[test]
+fn crd_yaml_carries_cel_rules_descriptions_and_columns() {
+    let yaml = crds::all_yaml().unwrap();
+    for expected in [
+        "rule: has(self.agentRef) != has(self.agent)",
+        "message: spec is immutable except cancel",
+        "rule: self || !oldSelf",
+        "message: mount paths must not overlap",
+        "rule: self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])",
+        "message: Agent spec is immutable; delete and re-create the Agent to change it",
+        "default: 3600",
+        "x-kubernetes-list-type: map",
+        "jsonPath: .status.phase",
+        "Seconds the pod may wait to start",
+        "The Agent to run, by name in this namespace.",
+    ] {
+        assert!(yaml.contains(expected), "missing {expected:?}");
+    }
+}
+
+fn schema<K: CustomResourceExt>() -> Value {
+    let crd = K::crd();
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .unwrap()
+        .open_api_v3_schema
+        .as_ref()
+        .unwrap();
+    serde_json::to_value(schema).unwrap()
+}
+
+fn execution(spec: Value) -> Value {
+    json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution", "metadata": {"name": "x", "namespace": "team-a"}, "spec": spec})
+}
+
+/// The CEL messages the API server would return for `object` (and `old`, on update).
+fn cel_messages(schema: &Value, object: &Value, old: Option<&Value>) -> Vec<String> {
+    match Validator::new().validate(schema, object, old) {
+        Ok(()) => Vec::new(),
+        Err(errors) => errors.into_vec().into_iter().map(|e| e.message).collect(),
+    }
+}
+
+fn valid_spec() -> Value {
+    json!({"agentRef": {"name": "calculator"}, "input": "What is 12 multiplied by 8?"})
+}
+
+#[test]
+fn a_valid_execution_passes_every_rule() {
+    let schema = schema::<AgentExecution>();
+    let mut spec = valid_spec();
+    spec["workdir"] = json!({"base": "repo", "artifactMounts": [{"ref": "data", "mountPath": "in/data"}, {"ref": "more", "mountPath": "in/database"}]});
+    assert_eq!(
+        cel_messages(&schema, &execution(spec), None),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn exactly_one_agent_source() {
+    let schema = schema::<AgentExecution>();
+    let neither = execution(json!({"input": "hi"}));
+    assert_eq!(
+        cel_messages(&schema, &neither, None),
+        vec!["exactly one of agentRef or agent must be set"]
+    );
+    let mut both = valid_spec();
+    both["agent"] = json!({"runtime": {"image": "i", "command": ["a"]}, "config": {"config_format": "agents-spec-v1"}});
+    assert_eq!(
+        cel_messages(&schema, &execution(both), None),
+        vec!["exactly one of agentRef or agent must be set"]
+    );
+}
+
+#[test]
+fn mount_paths_in_cel() {
+    let schema = schema::<AgentExecution>();
+    let with_mounts = |mounts: Value| {
+        let mut spec = valid_spec();
+        spec["workdir"] = json!({"artifactMounts": mounts});
+        cel_messages(&schema, &execution(spec), None)
+    };
+    assert_eq!(
+        with_mounts(json!([{"ref": "d", "mountPath": "../x"}])),
+        vec!["mountPath must not contain '.' or '..' segments"]
+    );
+    assert_eq!(
+        with_mounts(json!([{"ref": "d", "mountPath": "/etc"}])),
+        vec!["mountPath must be relative"]
+    );
+    assert_eq!(
+        with_mounts(json!([{"ref": "d", "mountPath": "a//b"}])),
+        vec!["mountPath must not end in '/' or contain '//'"]
+    );
+    assert_eq!(
+        with_mounts(json!([{"ref": "d", "mountPath": "in"}, {"ref": "e", "mountPath": "in/x"}])),
+        vec!["mount paths must not overlap"]
+    );
+    assert_eq!(
+        with_mounts(json!([{"ref": "d", "mountPath": "same"}, {"ref": "e", "mountPath": "same"}])),
+        vec!["mount paths must not overlap"]
+    );
+}
+
+#[test]
+fn compute_keys_in_cel() {
+    let schema = schema::<AgentExecution>();
+    let mut spec = valid_spec();
+    spec["environment"] =
+        json!({"compute": {"resources": {"limits": {"cpu": "1", "ephemeral-storage": "1Gi"}}}});
+    assert_eq!(
+        cel_messages(&schema, &execution(spec), None),
+        vec!["only cpu, memory and nvidia.com/gpu may be set"]
+    );
+}
+
+#[test]
+fn spec_is_immutable_except_cancel() {
+    let schema = schema::<AgentExecution>();
+    let old = execution(valid_spec());
+    let mut changed = valid_spec();
+    changed["input"] = json!("What is 7 times 6?");
+    assert_eq!(
+        cel_messages(&schema, &execution(changed), Some(&old)),
+        vec!["spec is immutable except cancel"]
+    );
+    let mut added = valid_spec();
+    added["queueName"] = json!("gpu-queue");
+    assert_eq!(
+        cel_messages(&schema, &execution(added), Some(&old)),
+        vec!["spec is immutable except cancel"]
+    );
+    let mut cancelled = valid_spec();
+    cancelled["cancel"] = json!(true);
+    assert_eq!(
+        cel_messages(&schema, &execution(cancelled.clone()), Some(&old)),
+        Vec::<String>::new()
+    );
+    let mut uncancelled = valid_spec();
+    uncancelled["cancel"] = json!(false);
+    assert_eq!(
+        cel_messages(
+            &schema,
+            &execution(uncancelled),
+            Some(&execution(cancelled))
+        ),
+        vec!["cancel can only change from false to true"]
+    );
+}
+
+#[test]
+fn agent_spec_is_immutable() {
+    let schema = schema::<Agent>();
+    let agent = |image: &str| {
+        json!({"apiVersion": "errand.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "a"},
+               "spec": {"runtime": {"image": image, "command": ["run"]}, "config": {"config_format": "agents-spec-v1"}}})
+    };
+    assert_eq!(
+        cel_messages(&schema, &agent("v1"), Some(&agent("v1"))),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cel_messages(&schema, &agent("v2"), Some(&agent("v1"))),
+        vec!["Agent spec is immutable; delete and re-create the Agent to change it"]
+    );
+}
