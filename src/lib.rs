@@ -3,4 +3,5 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod resolve;

@@ -1,0 +1,38 @@
+//! The immutable snapshot ConfigMap: the resolved execution and the merged agent config.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use super::{ExecutionIdentity, names};
+use crate::resolve::Snapshot;
+
+/// Key of the snapshot document (canonical JSON) in the ConfigMap.
+pub const SNAPSHOT_KEY: &str = "snapshot.json";
+/// Key of the merged agent config (JSON) in the ConfigMap; `AGENT_CONFIG_PATH` points at it.
+pub const AGENT_CONFIG_KEY: &str = "agent-config.json";
+
+/// The snapshot ConfigMap of an execution: immutable, owned by it, annotated with the digest.
+pub fn snapshot_config_map(execution: &ExecutionIdentity, snapshot: &Snapshot) -> ConfigMap {
+    let mut meta = execution.child_meta(
+        names::snapshot_config_map_name(&execution.name),
+        &snapshot.agent.name,
+    );
+    meta.annotations = Some(BTreeMap::from([(
+        names::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
+        snapshot.digest(),
+    )]));
+    let snapshot_json =
+        String::from_utf8(snapshot.canonical_json()).expect("canonical JSON is UTF-8");
+    let agent_config =
+        serde_json::to_string_pretty(&snapshot.config).expect("a JSON object always serializes");
+    ConfigMap {
+        metadata: meta,
+        immutable: Some(true),
+        data: Some(BTreeMap::from([
+            (SNAPSHOT_KEY.to_owned(), snapshot_json),
+            (AGENT_CONFIG_KEY.to_owned(), agent_config),
+        ])),
+        ..ConfigMap::default()
+    }
+}

@@ -1,0 +1,99 @@
+//! Pure builders of an execution's children: the snapshot ConfigMap, the grants Secret and the Job.
+//!
+//! They take the execution, its snapshot and the controller's settings and return complete
+//! objects; the reconcile shell only creates them. Nothing here talks to the API server.
+
+mod config_map;
+mod job;
+mod pod;
+mod resources;
+mod secret;
+mod security;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+
+use crate::api::AgentExecution;
+
+pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map};
+pub use job::job;
+pub use pod::{
+    AGENT_CONFIG_PATH, ERRAND_BIN_DIR, GRANTS_DIR, GRANTS_PATH, SCRATCH_DIR, SNAPSHOT_DIR,
+    SNAPSHOT_PATH, WORKSPACE_DIR,
+};
+pub use secret::{GRANTS_KEY, grants_secret};
+
+use super::names;
+
+/// Why an execution's children cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The execution lacks metadata the API server always sets (name, namespace, uid).
+    #[error("the AgentExecution has no metadata.{0}")]
+    MissingMetadata(&'static str),
+}
+
+impl BuildError {
+    /// A short, stable label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            BuildError::MissingMetadata(_) => "missing_metadata",
+        }
+    }
+}
+
+/// The identity of an execution that every child refers to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionIdentity {
+    /// The execution's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its uid.
+    pub uid: String,
+    /// The controller owner reference its children carry.
+    pub owner: OwnerReference,
+}
+
+impl ExecutionIdentity {
+    /// The identity of `execution`, which must have a name, namespace and uid.
+    pub fn of(execution: &AgentExecution) -> Result<Self, BuildError> {
+        let meta = &execution.metadata;
+        let name = meta
+            .name
+            .clone()
+            .ok_or(BuildError::MissingMetadata("name"))?;
+        let namespace = meta
+            .namespace
+            .clone()
+            .ok_or(BuildError::MissingMetadata("namespace"))?;
+        let uid = meta.uid.clone().ok_or(BuildError::MissingMetadata("uid"))?;
+        // Foreground deletion of an execution waits for its children, as it does for a Job's pods.
+        let owner = OwnerReference {
+            block_owner_deletion: Some(true),
+            ..execution
+                .controller_owner_ref(&())
+                .ok_or(BuildError::MissingMetadata("uid"))?
+        };
+        Ok(Self {
+            name,
+            namespace,
+            uid,
+            owner,
+        })
+    }
+
+    /// Metadata of a child named `name` with the common labels.
+    fn child_meta(&self, name: String, agent: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(names::child_labels(&self.name, &self.uid, agent)),
+            owner_references: Some(vec![self.owner.clone()]),
+            ..ObjectMeta::default()
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,215 @@
+//! The pod template: the `errand-stage` init container, the agent container wrapped by the runner, and their volumes.
+
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec,
+    SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+};
+
+use super::{ExecutionIdentity, names, resources, security};
+use crate::controller::config::ControllerConfig;
+use crate::resolve::Snapshot;
+
+/// Where the stage container copies the errand binary; the agent container runs it from here.
+pub const ERRAND_BIN_DIR: &str = "/errand/bin";
+/// The working directory the agent runs in.
+pub const WORKSPACE_DIR: &str = "/workspace";
+/// Where the snapshot ConfigMap is mounted (read-only).
+pub const SNAPSHOT_DIR: &str = "/errand/snapshot";
+/// The snapshot document inside the pod.
+pub const SNAPSHOT_PATH: &str = "/errand/snapshot/snapshot.json";
+/// The merged agent config inside the pod (`AGENT_CONFIG_PATH`).
+pub const AGENT_CONFIG_PATH: &str = "/errand/snapshot/agent-config.json";
+/// Where the grants Secret is mounted (read-only), only into errand's own processes' paths.
+pub const GRANTS_DIR: &str = "/errand/grants";
+/// The grants document inside the pod.
+pub const GRANTS_PATH: &str = "/errand/grants/grants.json";
+/// The runner's scratch directory: input, response, logs and artifacts, outside the workdir.
+pub const SCRATCH_DIR: &str = "/errand/scratch";
+
+/// Name of the init container that installs errand and stages the workdir.
+pub const STAGE_CONTAINER: &str = "errand-stage";
+/// Name of the container that runs the agent under errand's runner.
+pub const AGENT_CONTAINER: &str = "agent";
+
+const BIN_VOLUME: &str = "errand-bin";
+const WORKSPACE_VOLUME: &str = "workspace";
+const SNAPSHOT_VOLUME: &str = "snapshot";
+const GRANTS_VOLUME: &str = "grants";
+const SCRATCH_VOLUME: &str = "scratch";
+
+/// Read-only for everyone: the snapshot holds no secrets.
+const SNAPSHOT_MODE: i32 = 0o444;
+/// Readable by the pod's user and group only.
+const GRANTS_MODE: i32 = 0o440;
+
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+fn volumes(execution: &ExecutionIdentity) -> Vec<Volume> {
+    vec![
+        empty_dir(BIN_VOLUME),
+        empty_dir(WORKSPACE_VOLUME),
+        empty_dir(SCRATCH_VOLUME),
+        Volume {
+            name: SNAPSHOT_VOLUME.to_owned(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names::snapshot_config_map_name(&execution.name),
+                default_mode: Some(SNAPSHOT_MODE),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: GRANTS_VOLUME.to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(names::grants_secret_name(&execution.name)),
+                default_mode: Some(GRANTS_MODE),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ]
+}
+
+/// `errand stage`: copies the errand binary into the shared volume, downloads and extracts the
+/// workdir through the grants and uploads `input_workdir`.
+fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container {
+    Container {
+        name: STAGE_CONTAINER.to_owned(),
+        image: Some(config.errand_image.clone()),
+        image_pull_policy: config.errand_image_pull_policy.clone(),
+        command: Some(vec![
+            config.errand_binary.clone(),
+            "stage".to_owned(),
+            "--bin-dir".to_owned(),
+            ERRAND_BIN_DIR.to_owned(),
+            "--snapshot".to_owned(),
+            SNAPSHOT_PATH.to_owned(),
+            "--grants".to_owned(),
+            GRANTS_PATH.to_owned(),
+            "--workspace".to_owned(),
+            WORKSPACE_DIR.to_owned(),
+        ]),
+        volume_mounts: Some(vec![
+            mount(BIN_VOLUME, ERRAND_BIN_DIR, false),
+            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+            mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
+            mount(GRANTS_VOLUME, GRANTS_DIR, true),
+        ]),
+        resources: resources::stage_resources(&snapshot.compute),
+        security_context: Some(security::container_security(true)),
+        termination_message_policy: Some("File".to_owned()),
+        ..Container::default()
+    }
+}
+
+/// The agent's environment: its plain variables, `AGENT_CONFIG_PATH`, and each secret binding
+/// as a `secretKeyRef` so the value is read by the kubelet and never written anywhere.
+fn agent_env(snapshot: &Snapshot) -> Vec<EnvVar> {
+    let mut env: Vec<EnvVar> = snapshot
+        .plain_env()
+        .into_iter()
+        .map(|(name, value)| EnvVar {
+            name,
+            value: Some(value),
+            ..EnvVar::default()
+        })
+        .collect();
+    env.push(EnvVar {
+        name: crate::resolve::RESERVED_ENV_NAMES[0].to_owned(),
+        value: Some(AGENT_CONFIG_PATH.to_owned()),
+        ..EnvVar::default()
+    });
+    env.extend(snapshot.secrets.iter().map(|binding| EnvVar {
+        name: binding.env.clone(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: binding.secret.clone(),
+                key: binding.key.clone(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }));
+    env
+}
+
+/// The agent's image with its command run by errand's runner, which enforces the deadline,
+/// saves the results and writes the summary to the termination message.
+fn agent_container(snapshot: &Snapshot) -> Container {
+    let mut command = vec![
+        format!("{ERRAND_BIN_DIR}/errand"),
+        "run-agent".to_owned(),
+        "--snapshot".to_owned(),
+        SNAPSHOT_PATH.to_owned(),
+        "--grants".to_owned(),
+        GRANTS_PATH.to_owned(),
+        "--workspace".to_owned(),
+        WORKSPACE_DIR.to_owned(),
+        "--scratch".to_owned(),
+        SCRATCH_DIR.to_owned(),
+        "--".to_owned(),
+    ];
+    command.extend(snapshot.command());
+    let runtime = &snapshot.agent.runtime;
+    Container {
+        name: AGENT_CONTAINER.to_owned(),
+        image: Some(runtime.image.clone()),
+        image_pull_policy: runtime.image_pull_policy.clone(),
+        command: Some(command),
+        working_dir: Some(WORKSPACE_DIR.to_owned()),
+        env: Some(agent_env(snapshot)),
+        volume_mounts: Some(vec![
+            mount(BIN_VOLUME, ERRAND_BIN_DIR, true),
+            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+            mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
+            mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
+            mount(GRANTS_VOLUME, GRANTS_DIR, true),
+        ]),
+        resources: resources::agent_resources(&snapshot.compute),
+        security_context: Some(security::container_security(false)),
+        termination_message_policy: Some("File".to_owned()),
+        ..Container::default()
+    }
+}
+
+/// The pod spec of an execution's Job.
+pub fn pod_spec(
+    execution: &ExecutionIdentity,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> PodSpec {
+    let compute = &snapshot.compute;
+    PodSpec {
+        init_containers: Some(vec![stage_container(snapshot, config)]),
+        containers: vec![agent_container(snapshot)],
+        volumes: Some(volumes(execution)),
+        restart_policy: Some("Never".to_owned()),
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        termination_grace_period_seconds: Some(config.termination_grace_seconds),
+        security_context: Some(security::pod_security(
+            snapshot.agent.runtime.security_context.as_ref(),
+        )),
+        node_selector: (!compute.node_selector.is_empty()).then(|| compute.node_selector.clone()),
+        tolerations: (!compute.tolerations.is_empty()).then(|| compute.tolerations.clone()),
+        priority_class_name: compute.priority_class_name.clone(),
+        runtime_class_name: compute.runtime_class_name.clone(),
+        ..PodSpec::default()
+    }
+}

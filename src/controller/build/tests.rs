@@ -1,0 +1,490 @@
+//! Tests of the builders: every property DESIGN.md §4 asks of the Job, on the built objects.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ObjectMeta;
+use serde_json::json;
+
+use super::*;
+use crate::api::{
+    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentRuntime, AgentSpec,
+    ArtifactMount, Compute, ComputeResources, EnvironmentOverlay, FilesetStatus, Reference,
+    RuntimeSecurity, Workdir,
+};
+use crate::controller::config::ControllerConfig;
+use crate::controller::grants::Grants;
+use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
+
+const NS: &str = "team-a";
+const SECRET_VALUE: &str = "sk-very-secret-value";
+
+fn agent(security: Option<RuntimeSecurity>) -> AgentSpec {
+    AgentSpec {
+        runtime: AgentRuntime {
+            image: "errand.local/calculator:dev".into(),
+            command: vec!["python3".into(), "/agent/calculator.py".into()],
+            args: vec!["--verbose".into()],
+            security_context: security,
+            ..Default::default()
+        },
+        config: AgentConfig(
+            json!({"config_format": "agents-spec-v1", "name": "calculator", "provider": "openai",
+                   "env": {"PRECISION": "2"}})
+            .as_object()
+            .unwrap()
+            .clone(),
+        ),
+    }
+}
+
+fn environment() -> AgentEnvironmentSpec {
+    AgentEnvironmentSpec {
+        overlay: EnvironmentOverlay {
+            secrets: [("OPENAI_API_KEY".into(), "model-keys#openai".into())].into(),
+            ..Default::default()
+        },
+        compute: Compute {
+            resources: Some(ComputeResources {
+                limits: [
+                    ("cpu".into(), Quantity("2".into())),
+                    ("memory".into(), Quantity("4Gi".into())),
+                    ("nvidia.com/gpu".into(), Quantity("1".into())),
+                ]
+                .into(),
+                requests: [("cpu".into(), Quantity("1".into()))].into(),
+            }),
+            node_selector: [("gpu".into(), "a100".into())].into(),
+            tolerations: vec![Toleration {
+                key: Some("nvidia.com/gpu".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
+            priority_class_name: Some("batch-high".into()),
+            runtime_class_name: Some("nvidia".into()),
+        },
+    }
+}
+
+fn spec(queue: Option<&str>) -> AgentExecutionSpec {
+    AgentExecutionSpec {
+        agent_ref: Some(Reference::named("calculator")),
+        input: "What is 12 multiplied by 8?".into(),
+        environment_ref: Some(Reference::named("gpu")),
+        workdir: Some(Workdir {
+            base: Some("repo".into()),
+            artifact_mounts: vec![ArtifactMount {
+                fileset_ref: "data#tables/".into(),
+                mount_path: "data".into(),
+            }],
+        }),
+        timeout_seconds: 600,
+        start_timeout_seconds: Some(120),
+        queue_name: queue.map(str::to_owned),
+        ..Default::default()
+    }
+}
+
+fn resolve(spec: &AgentExecutionSpec, security: Option<RuntimeSecurity>) -> Snapshot {
+    let pushed = |c: char| FilesetStatus {
+        digest: Some(format!("sha256:{}", c.to_string().repeat(64))),
+        ..Default::default()
+    };
+    let catalog = InMemoryCatalog::default()
+        .with_agent(NS, "calculator", agent(security))
+        .with_environment(NS, "gpu", environment())
+        .with_secret(NS, "model-keys", &[("openai", SECRET_VALUE)])
+        .with_fileset(NS, "repo", pushed('a'))
+        .with_fileset(NS, "data", pushed('b'));
+    resolve_execution(NS, spec, &catalog).expect("the fixture resolves")
+}
+
+/// A resolved snapshot with a GPU environment, a secret binding and a two-part workdir.
+pub(crate) fn snapshot() -> Snapshot {
+    resolve(&spec(None), None)
+}
+
+fn execution(spec: AgentExecutionSpec) -> AgentExecution {
+    AgentExecution {
+        metadata: ObjectMeta {
+            name: Some("calc".into()),
+            namespace: Some(NS.into()),
+            uid: Some("0d9f6a52-1111-2222-3333-444455556666".into()),
+            generation: Some(1),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+fn identity() -> ExecutionIdentity {
+    ExecutionIdentity::of(&execution(spec(None))).unwrap()
+}
+
+fn built_job(snapshot: &Snapshot) -> Job {
+    job(
+        &identity(),
+        snapshot,
+        &ControllerConfig::new("errand.local/errand:dev"),
+    )
+}
+
+fn pod_spec(job: &Job) -> &PodSpec {
+    job.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn container<'a>(job: &'a Job, name: &str) -> &'a Container {
+    let pod = pod_spec(job);
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn mount_paths(container: &Container) -> Vec<(&str, bool)> {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (m.mount_path.as_str(), m.read_only == Some(true)))
+        .collect()
+}
+
+#[test]
+fn children_are_owned_by_the_execution_as_controller() {
+    let snapshot = snapshot();
+    let grants = Grants {
+        inputs: Default::default(),
+        results: Default::default(),
+        expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    };
+    let metas = [
+        built_job(&snapshot).metadata,
+        snapshot_config_map(&identity(), &snapshot).metadata,
+        grants_secret(&identity(), "calculator", &grants).metadata,
+    ];
+    for meta in metas {
+        let owners = meta.owner_references.unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "AgentExecution");
+        assert_eq!(owners[0].api_version, "errand.dev/v1alpha1");
+        assert_eq!(owners[0].name, "calc");
+        assert_eq!(owners[0].uid, "0d9f6a52-1111-2222-3333-444455556666");
+        assert_eq!(owners[0].controller, Some(true));
+        assert_eq!(owners[0].block_owner_deletion, Some(true));
+        assert_eq!(meta.namespace.as_deref(), Some(NS));
+        let labels = meta.labels.unwrap();
+        assert_eq!(labels["errand.dev/execution"], "calc");
+        assert_eq!(
+            labels["errand.dev/execution-uid"],
+            "0d9f6a52-1111-2222-3333-444455556666"
+        );
+        assert_eq!(labels["errand.dev/agent"], "calculator");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "errand");
+    }
+}
+
+#[test]
+fn child_names_are_deterministic() {
+    let snapshot = snapshot();
+    assert_eq!(
+        built_job(&snapshot).metadata.name.as_deref(),
+        Some("errand-calc")
+    );
+    assert_eq!(
+        snapshot_config_map(&identity(), &snapshot)
+            .metadata
+            .name
+            .as_deref(),
+        Some("errand-calc-snapshot")
+    );
+}
+
+#[test]
+fn the_snapshot_config_map_is_immutable_and_holds_snapshot_and_agent_config() {
+    let snapshot = snapshot();
+    let cm = snapshot_config_map(&identity(), &snapshot);
+    assert_eq!(cm.immutable, Some(true));
+    let data = cm.data.unwrap();
+    let parsed: Snapshot = serde_json::from_str(&data[SNAPSHOT_KEY]).unwrap();
+    assert_eq!(parsed, snapshot);
+    assert_eq!(data[SNAPSHOT_KEY].as_bytes(), snapshot.canonical_json());
+    let config: serde_json::Value = serde_json::from_str(&data[AGENT_CONFIG_KEY]).unwrap();
+    assert_eq!(config["name"], "calculator");
+    assert_eq!(
+        cm.metadata.annotations.unwrap()["errand.dev/snapshot-digest"],
+        snapshot.digest()
+    );
+}
+
+#[test]
+fn the_job_runs_once_with_a_backstop_deadline() {
+    let job = built_job(&snapshot());
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    assert_eq!(spec.pod_replacement_policy.as_deref(), Some("Failed"));
+    assert_eq!(spec.ttl_seconds_after_finished, None);
+    assert_eq!(spec.suspend, None);
+    // start timeout 120 + run timeout 600 + staging budget 900
+    assert_eq!(spec.active_deadline_seconds, Some(1620));
+    assert_eq!(pod_spec(&job).restart_policy.as_deref(), Some("Never"));
+    assert!(
+        !job.metadata
+            .labels
+            .unwrap()
+            .contains_key("kueue.x-k8s.io/queue-name")
+    );
+}
+
+#[test]
+fn a_queued_execution_is_created_suspended_with_the_kueue_label() {
+    let job = built_job(&resolve(&spec(Some("team-queue")), None));
+    assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
+    assert_eq!(
+        job.metadata.labels.as_ref().unwrap()["kueue.x-k8s.io/queue-name"],
+        "team-queue"
+    );
+}
+
+#[test]
+fn the_pod_meets_the_restricted_pod_security_standard() {
+    let job = built_job(&snapshot());
+    let pod = pod_spec(&job);
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(65532));
+    assert_eq!(
+        psc.seccomp_profile.as_ref().unwrap().type_,
+        "RuntimeDefault"
+    );
+    let containers = pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten());
+    for c in containers {
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(sc.run_as_non_root, Some(true), "{}", c.name);
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_owned()][..]),
+            "{}",
+            c.name
+        );
+        assert!(sc.capabilities.as_ref().unwrap().add.is_none());
+        assert_ne!(sc.privileged, Some(true));
+        assert_eq!(c.termination_message_policy.as_deref(), Some("File"));
+    }
+    for v in pod.volumes.iter().flatten() {
+        assert!(v.host_path.is_none(), "restricted pods use no hostPath");
+    }
+}
+
+#[test]
+fn the_agent_chooses_its_non_root_user() {
+    let security = RuntimeSecurity {
+        run_as_user: Some(1000),
+        run_as_group: Some(2000),
+        fs_group: None,
+    };
+    let job = built_job(&resolve(&spec(None), Some(security)));
+    let psc = pod_spec(&job).security_context.clone().unwrap();
+    assert_eq!(psc.run_as_user, Some(1000));
+    assert_eq!(psc.run_as_group, Some(2000));
+    assert_eq!(psc.fs_group, Some(2000));
+}
+
+#[test]
+fn compute_becomes_resources_and_placement() {
+    let job = built_job(&snapshot());
+    let pod = pod_spec(&job);
+    let agent = container(&job, "agent");
+    let resources = agent.resources.as_ref().unwrap();
+    let limits = resources.limits.as_ref().unwrap();
+    let requests = resources.requests.as_ref().unwrap();
+    assert_eq!(limits["nvidia.com/gpu"], Quantity("1".into()));
+    assert_eq!(requests["nvidia.com/gpu"], limits["nvidia.com/gpu"]);
+    assert_eq!(limits["cpu"], Quantity("2".into()));
+    assert_eq!(requests["cpu"], Quantity("1".into()));
+    let stage = container(&job, "errand-stage").resources.as_ref().unwrap();
+    assert!(
+        !stage
+            .limits
+            .as_ref()
+            .unwrap()
+            .contains_key("nvidia.com/gpu")
+    );
+    assert_eq!(
+        stage.limits.as_ref().unwrap()["memory"],
+        Quantity("4Gi".into())
+    );
+    assert_eq!(pod.node_selector.as_ref().unwrap()["gpu"], "a100");
+    assert_eq!(
+        pod.tolerations.as_ref().unwrap()[0].key.as_deref(),
+        Some("nvidia.com/gpu")
+    );
+    assert_eq!(pod.priority_class_name.as_deref(), Some("batch-high"));
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("nvidia"));
+}
+
+#[test]
+fn a_gpu_request_alone_becomes_the_limit_too() {
+    let compute = Compute {
+        resources: Some(ComputeResources {
+            requests: [("nvidia.com/gpu".into(), Quantity("2".into()))].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let resources = resources::agent_resources(&compute).unwrap();
+    assert_eq!(
+        resources.limits.unwrap()["nvidia.com/gpu"],
+        Quantity("2".into())
+    );
+    assert!(resources::agent_resources(&Compute::default()).is_none());
+}
+
+#[test]
+fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
+    let job = built_job(&snapshot());
+    let pod = pod_spec(&job);
+    assert_eq!(pod.init_containers.as_ref().unwrap().len(), 1);
+    let stage = container(&job, "errand-stage");
+    assert_eq!(stage.image.as_deref(), Some("errand.local/errand:dev"));
+    let stage_cmd = stage.command.as_ref().unwrap();
+    assert_eq!(stage_cmd[..2], ["/usr/local/bin/errand", "stage"]);
+    assert!(
+        stage_cmd
+            .windows(2)
+            .any(|w| w == ["--bin-dir", "/errand/bin"])
+    );
+
+    let agent = container(&job, "agent");
+    assert_eq!(agent.image.as_deref(), Some("errand.local/calculator:dev"));
+    let cmd = agent.command.as_ref().unwrap();
+    assert_eq!(cmd[..2], ["/errand/bin/errand", "run-agent"]);
+    let dashdash = cmd.iter().position(|a| a == "--").unwrap();
+    assert_eq!(
+        cmd[dashdash + 1..],
+        ["python3", "/agent/calculator.py", "--verbose"]
+    );
+    assert!(
+        agent.args.is_none(),
+        "the image's own args would follow ours"
+    );
+    assert_eq!(agent.working_dir.as_deref(), Some("/workspace"));
+}
+
+#[test]
+fn volumes_are_shared_and_the_grants_reach_only_errand_paths() {
+    let job = built_job(&snapshot());
+    let pod = pod_spec(&job);
+    let volumes = pod.volumes.as_ref().unwrap();
+    let by_name = |n: &str| volumes.iter().find(|v| v.name == n).unwrap();
+    assert!(by_name("errand-bin").empty_dir.is_some());
+    assert!(by_name("workspace").empty_dir.is_some());
+    assert_eq!(
+        by_name("snapshot").config_map.as_ref().unwrap().name,
+        "errand-calc-snapshot"
+    );
+    assert_eq!(
+        by_name("grants")
+            .secret
+            .as_ref()
+            .unwrap()
+            .secret_name
+            .as_deref(),
+        Some("errand-calc-grants")
+    );
+
+    let stage = mount_paths(container(&job, "errand-stage"));
+    assert!(stage.contains(&("/errand/bin", false)));
+    assert!(stage.contains(&("/workspace", false)));
+    assert!(stage.contains(&("/errand/snapshot", true)));
+    assert!(stage.contains(&("/errand/grants", true)));
+    let agent = mount_paths(container(&job, "agent"));
+    assert!(agent.contains(&("/errand/bin", true)));
+    assert!(agent.contains(&("/workspace", false)));
+    assert!(agent.contains(&("/errand/snapshot", true)));
+    for c in [container(&job, "errand-stage"), container(&job, "agent")] {
+        for m in c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.name == "grants")
+        {
+            assert!(
+                m.mount_path.starts_with("/errand/"),
+                "grants mounted at {}",
+                m.mount_path
+            );
+        }
+    }
+}
+
+#[test]
+fn secrets_are_references_and_their_values_appear_nowhere() {
+    let snapshot = snapshot();
+    let job = built_job(&snapshot);
+    let env = container(&job, "agent").env.clone().unwrap();
+    let key = env.iter().find(|e| e.name == "OPENAI_API_KEY").unwrap();
+    assert_eq!(key.value, None);
+    let selector = key
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(selector.name, "model-keys");
+    assert_eq!(selector.key, "openai");
+    let config_path = env.iter().find(|e| e.name == "AGENT_CONFIG_PATH").unwrap();
+    assert_eq!(
+        config_path.value.as_deref(),
+        Some("/errand/snapshot/agent-config.json")
+    );
+    assert_eq!(
+        env.iter()
+            .find(|e| e.name == "PRECISION")
+            .unwrap()
+            .value
+            .as_deref(),
+        Some("2")
+    );
+
+    let everything = [
+        serde_json::to_string(&job).unwrap(),
+        serde_json::to_string(&snapshot_config_map(&identity(), &snapshot)).unwrap(),
+    ];
+    for text in everything {
+        assert!(!text.contains(SECRET_VALUE));
+    }
+}
+
+#[test]
+fn pods_map_back_to_their_execution() {
+    let job = built_job(&snapshot());
+    let template = job.spec.unwrap().template.metadata.unwrap();
+    assert_eq!(
+        template.annotations.unwrap()["errand.dev/execution-name"],
+        "calc"
+    );
+    assert_eq!(
+        template.labels.unwrap()["errand.dev/execution-uid"],
+        "0d9f6a52-1111-2222-3333-444455556666"
+    );
+}
+
+#[test]
+fn an_execution_without_a_uid_cannot_have_children() {
+    let mut exec = execution(spec(None));
+    exec.metadata.uid = None;
+    assert_eq!(
+        ExecutionIdentity::of(&exec),
+        Err(BuildError::MissingMetadata("uid"))
+    );
+}

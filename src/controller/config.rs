@@ -1,0 +1,43 @@
+//! Settings of the controller that shape every execution's pod: the errand image, budgets and defaults.
+
+/// The field manager of every server-side apply the controller makes.
+pub const FIELD_MANAGER: &str = "errand-controller";
+
+/// The finalizer that keeps an execution until its results are deleted from the store.
+pub const RESULTS_FINALIZER: &str = "errand.dev/results";
+
+/// User id the pod runs as when the Agent does not choose one: non-root, as the `restricted`
+/// Pod Security Standard requires, and the conventional "nonroot" user of distroless images.
+pub const DEFAULT_RUN_AS_USER: i64 = 65532;
+
+/// Settings that every Job the controller builds depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// The errand image: its static binary is copied into each pod by the `errand-stage` init
+    /// container.
+    pub errand_image: String,
+    /// Path of the errand binary inside [`ControllerConfig::errand_image`].
+    pub errand_binary: String,
+    /// Pull policy of the errand image (`None` leaves the cluster default).
+    pub errand_image_pull_policy: Option<String>,
+    /// Seconds added to an execution's start and run timeouts for staging and uploading
+    /// results; the Job's `activeDeadlineSeconds` is only a backstop behind the runner's own
+    /// deadline.
+    pub staging_budget_seconds: i64,
+    /// Seconds a pod gets between SIGTERM and SIGKILL, long enough for the runner to stop the
+    /// agent and upload partial results when an execution is cancelled.
+    pub termination_grace_seconds: i64,
+}
+
+impl ControllerConfig {
+    /// Settings with the default budgets for the given errand image.
+    pub fn new(errand_image: impl Into<String>) -> Self {
+        Self {
+            errand_image: errand_image.into(),
+            errand_binary: "/usr/local/bin/errand".to_owned(),
+            errand_image_pull_policy: None,
+            staging_budget_seconds: 900,
+            termination_grace_seconds: 120,
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! Grants: the signed store URLs an execution's pod gets instead of store credentials.
+//!
+//! Each execution may GET exactly its input blobs and PUT exactly its result keys. The URLs are
+//! signed by a [`UrlSigner`]: the backend's presigned URLs for S3, GCS and Azure, or
+//! [`HmacSigner`] for `file://` stores, whose URLs the controller's own HTTP endpoint serves.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use ring::hmac;
+use serde::{Deserialize, Serialize};
+
+use crate::resolve::Snapshot;
+
+/// The results a run may save, by the names the runner uses as the last key segment.
+pub const RESULT_NAMES: [&str; 6] = [
+    "input_workdir",
+    "output_workdir",
+    "output_artifacts",
+    "run_result",
+    "run_error",
+    "manifest.json",
+];
+
+/// What may be done with a signed URL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Download an existing object.
+    Get,
+    /// Upload an object once.
+    Put,
+}
+
+impl Access {
+    fn as_str(self) -> &'static str {
+        match self {
+            Access::Get => "GET",
+            Access::Put => "PUT",
+        }
+    }
+}
+
+/// Why a URL could not be signed or verified.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    /// The backend refused to sign.
+    #[error("signing a URL for {key}: {message}")]
+    Sign {
+        /// The store key.
+        key: String,
+        /// The backend's reason.
+        message: String,
+    },
+    /// A signed URL's signature does not match.
+    #[error("the URL signature does not match")]
+    BadSignature,
+    /// A signed URL is past its expiry.
+    #[error("the URL expired")]
+    Expired,
+    /// A digest in the snapshot is not `sha256:<hex>`.
+    #[error("fileset digest {0:?} is not sha256:<hex>")]
+    BadDigest(String),
+}
+
+impl GrantError {
+    /// A short, stable label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            GrantError::Sign { .. } => "sign",
+            GrantError::BadSignature => "bad_signature",
+            GrantError::Expired => "expired",
+            GrantError::BadDigest(_) => "bad_digest",
+        }
+    }
+}
+
+/// Signs store URLs.
+pub trait UrlSigner: Send + Sync {
+    /// A URL that allows `access` to `key` until `expires`.
+    fn sign(&self, access: Access, key: &str, expires: Timestamp) -> Result<String, GrantError>;
+}
+
+/// The signed URLs of one execution, as mounted into its pod (`grants.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grants {
+    /// GET URLs of the input blobs, by store key.
+    pub inputs: BTreeMap<String, String>,
+    /// PUT URLs of the results, by result name.
+    pub results: BTreeMap<String, String>,
+    /// When the URLs stop working.
+    pub expires_at: Timestamp,
+}
+
+/// The execution whose grants are issued.
+#[derive(Clone, Copy, Debug)]
+pub struct GrantSubject<'a> {
+    /// Namespace of the execution.
+    pub namespace: &'a str,
+    /// Name of the execution.
+    pub name: &'a str,
+    /// Uid of the execution; results of a re-created execution never overwrite the old ones.
+    pub uid: &'a str,
+}
+
+/// Signs GET URLs for every Fileset blob of `snapshot` and PUT URLs for every result key of
+/// the execution, all valid until `expires`.
+pub fn issue_grants(
+    signer: &dyn UrlSigner,
+    subject: GrantSubject<'_>,
+    snapshot: &Snapshot,
+    expires: Timestamp,
+) -> Result<Grants, GrantError> {
+    let contents = snapshot
+        .workdir
+        .base
+        .iter()
+        .chain(snapshot.workdir.mounts.iter().map(|m| &m.content));
+    let mut inputs = BTreeMap::new();
+    for content in contents {
+        let key = fileset_key(subject.namespace, &content.digest)?;
+        let url = signer.sign(Access::Get, &key, expires)?;
+        inputs.insert(key, url);
+    }
+    let mut results = BTreeMap::new();
+    for name in RESULT_NAMES {
+        let key = format!(
+            "results/{}/{}/{}/{name}",
+            subject.namespace, subject.name, subject.uid
+        );
+        results.insert(name.to_owned(), signer.sign(Access::Put, &key, expires)?);
+    }
+    Ok(Grants {
+        inputs,
+        results,
+        expires_at: expires,
+    })
+}
+
+/// `filesets/<ns>/<hex>.tar.gz`, the store key of a Fileset's content (DESIGN.md §3).
+fn fileset_key(namespace: &str, digest: &str) -> Result<String, GrantError> {
+    let hex = digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| GrantError::BadDigest(digest.to_owned()))?;
+    Ok(format!("filesets/{namespace}/{hex}.tar.gz"))
+}
+
+/// Signs URLs of the controller's own blob endpoint with HMAC-SHA256, for `file://` stores.
+///
+/// A URL is `<base>/blobs/<key>?expires=<unix seconds>&signature=<hex>`; the signature covers
+/// the method, the key and the expiry, so a GET URL cannot be used to PUT and vice versa.
+pub struct HmacSigner {
+    base_url: String,
+    key: hmac::Key,
+}
+
+impl HmacSigner {
+    /// A signer for the endpoint at `base_url` (for example the controller's Service URL)
+    /// with the shared `secret`.
+    pub fn new(base_url: &str, secret: &[u8]) -> Self {
+        Self {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            key: hmac::Key::new(hmac::HMAC_SHA256, secret),
+        }
+    }
+
+    fn message(access: Access, key: &str, expires: i64) -> String {
+        format!("{}\n{key}\n{expires}", access.as_str())
+    }
+
+    /// Checks a request to the blob endpoint: the signature must match and `now` must be
+    /// before the expiry.
+    pub fn verify(
+        &self,
+        access: Access,
+        key: &str,
+        expires: i64,
+        signature_hex: &str,
+        now: Timestamp,
+    ) -> Result<(), GrantError> {
+        let signature = hex::decode(signature_hex).map_err(|_| GrantError::BadSignature)?;
+        hmac::verify(
+            &self.key,
+            Self::message(access, key, expires).as_bytes(),
+            &signature,
+        )
+        .map_err(|_| GrantError::BadSignature)?;
+        if now.as_second() >= expires {
+            return Err(GrantError::Expired);
+        }
+        Ok(())
+    }
+}
+
+impl UrlSigner for HmacSigner {
+    fn sign(&self, access: Access, key: &str, expires: Timestamp) -> Result<String, GrantError> {
+        let expires = expires.as_second();
+        let tag = hmac::sign(&self.key, Self::message(access, key, expires).as_bytes());
+        Ok(format!(
+            "{}/blobs/{key}?expires={expires}&signature={}",
+            self.base_url,
+            hex::encode(tag.as_ref())
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn signer() -> HmacSigner {
+        HmacSigner::new("http://errand.errand-system.svc:8080/", b"test-secret")
+    }
+
+    fn parts(url: &str) -> (String, i64, String) {
+        let rest = url
+            .strip_prefix("http://errand.errand-system.svc:8080/blobs/")
+            .unwrap();
+        let (key, query) = rest.split_once('?').unwrap();
+        let (expires, signature) = query.split_once("&signature=").unwrap();
+        let expires = expires.strip_prefix("expires=").unwrap().parse().unwrap();
+        (key.to_owned(), expires, signature.to_owned())
+    }
+
+    #[test]
+    fn a_signed_url_verifies_for_its_method_and_key_until_it_expires() {
+        let expires = Timestamp::from_second(NOW + 60).unwrap();
+        let url = signer()
+            .sign(Access::Put, "results/ns/calc/u1/run_result", expires)
+            .unwrap();
+        let (key, exp, sig) = parts(&url);
+        let now = Timestamp::from_second(NOW).unwrap();
+        assert_eq!(key, "results/ns/calc/u1/run_result");
+        assert_eq!(signer().verify(Access::Put, &key, exp, &sig, now), Ok(()));
+        assert_eq!(
+            signer().verify(Access::Get, &key, exp, &sig, now),
+            Err(GrantError::BadSignature),
+            "a PUT URL does not allow GET"
+        );
+        assert_eq!(
+            signer().verify(Access::Put, "results/ns/calc/u1/run_error", exp, &sig, now),
+            Err(GrantError::BadSignature),
+            "the URL allows exactly its key"
+        );
+        assert_eq!(
+            signer().verify(Access::Put, &key, exp + 3600, &sig, now),
+            Err(GrantError::BadSignature),
+            "the expiry cannot be extended"
+        );
+        let later = Timestamp::from_second(NOW + 60).unwrap();
+        assert_eq!(
+            signer().verify(Access::Put, &key, exp, &sig, later),
+            Err(GrantError::Expired)
+        );
+        let other = HmacSigner::new("http://x", b"other-secret");
+        assert_eq!(
+            other.verify(Access::Put, &key, exp, &sig, now),
+            Err(GrantError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn grants_cover_exactly_the_inputs_and_results_of_the_execution() {
+        let snapshot = crate::controller::build::tests::snapshot();
+        let expires = Timestamp::from_second(NOW).unwrap();
+        let grants = issue_grants(
+            &signer(),
+            GrantSubject {
+                namespace: "team-a",
+                name: "calc",
+                uid: "uid-1",
+            },
+            &snapshot,
+            expires,
+        )
+        .unwrap();
+        let keys: Vec<&str> = grants.inputs.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                format!("filesets/team-a/{}.tar.gz", "a".repeat(64)),
+                format!("filesets/team-a/{}.tar.gz", "b".repeat(64)),
+            ]
+        );
+        assert_eq!(grants.results.len(), RESULT_NAMES.len());
+        for (name, url) in &grants.results {
+            let (key, _, _) = parts(url);
+            assert_eq!(key, format!("results/team-a/calc/uid-1/{name}"));
+        }
+        assert_eq!(grants.expires_at, expires);
+    }
+
+    #[test]
+    fn a_malformed_digest_is_refused() {
+        assert_eq!(
+            fileset_key("ns", "md5:abc"),
+            Err(GrantError::BadDigest("md5:abc".into()))
+        );
+    }
+}

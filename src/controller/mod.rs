@@ -1,0 +1,6 @@
+//! The cluster backend: a controller that runs each AgentExecution once as a Job and records what happened.
+
+pub mod build;
+pub mod config;
+pub mod grants;
+pub mod names;
