@@ -4,3 +4,4 @@ pub mod build;
 pub mod config;
 pub mod grants;
 pub mod names;
+pub mod status;

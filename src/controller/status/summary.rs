@@ -1,0 +1,122 @@
+//! The short JSON summary errand's runner writes to its container's termination message, which the controller copies into the status.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::ResultEntry;
+
+/// Kubernetes keeps at most this many bytes of a container's termination message.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+
+/// How the run ended, as the runner saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SummaryState {
+    /// The agent exited 0.
+    Succeeded,
+    /// The agent exited non-zero or was killed by a signal.
+    Failed,
+    /// The run's deadline passed and the agent was stopped.
+    TimedOut,
+    /// The run was stopped on request (SIGTERM to the runner).
+    Cancelled,
+    /// The agent's command could not be started.
+    StartFailed,
+    /// The working directory could not be staged.
+    StageFailed,
+}
+
+/// The termination-message summary: plain serde, shared by the runner (writer) and the
+/// controller (reader).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TerminationSummary {
+    /// How the run ended.
+    pub state: SummaryState,
+    /// The agent's exit code (128 + signal number when killed by a signal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Whether the run's deadline passed.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// The end of the agent's stderr.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+    /// The results saved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ResultEntry>,
+    /// Why some results could not be saved, if any could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results_error: Option<String>,
+}
+
+impl TerminationSummary {
+    /// The summary in a termination message, if the message is one.
+    pub fn parse(message: &str) -> Option<Self> {
+        serde_json::from_str(message.trim()).ok()
+    }
+
+    /// The summary as JSON that fits [`TERMINATION_MESSAGE_LIMIT`]: the stderr tail is
+    /// shortened from its start, since its end says why the agent failed.
+    pub fn to_termination_message(&self) -> String {
+        let mut summary = self.clone();
+        loop {
+            let json = serde_json::to_string(&summary).expect("a summary always serializes");
+            if json.len() <= TERMINATION_MESSAGE_LIMIT || summary.stderr_tail.is_empty() {
+                return json;
+            }
+            let excess = json.len() - TERMINATION_MESSAGE_LIMIT;
+            let mut cut = excess.min(summary.stderr_tail.len());
+            while !summary.stderr_tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            summary.stderr_tail.drain(..cut);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(stderr: &str) -> TerminationSummary {
+        TerminationSummary {
+            state: SummaryState::Failed,
+            exit_code: Some(3),
+            timed_out: false,
+            stderr_tail: stderr.to_owned(),
+            results: vec![ResultEntry {
+                name: "output_artifacts".into(),
+                size: 120,
+                sha256: "c".repeat(64),
+            }],
+            results_error: None,
+        }
+    }
+
+    #[test]
+    fn the_runner_format_parses() {
+        let message = r#"{"state":"TimedOut","exit_code":143,"timed_out":true,
+            "stderr_tail":"killed","results":[{"name":"run_error","size":88,"sha256":"ab"}],
+            "response":"ignored extra field"}"#;
+        let parsed = TerminationSummary::parse(message).unwrap();
+        assert_eq!(parsed.state, SummaryState::TimedOut);
+        assert_eq!(parsed.exit_code, Some(143));
+        assert!(parsed.timed_out);
+        assert_eq!(parsed.results[0].name, "run_error");
+        assert_eq!(TerminationSummary::parse("Error: boom"), None);
+    }
+
+    #[test]
+    fn a_long_stderr_is_cut_from_its_start_to_fit_the_termination_message() {
+        let stderr = format!("{}THE END", "é".repeat(5000));
+        let message = summary(&stderr).to_termination_message();
+        assert!(
+            message.len() <= TERMINATION_MESSAGE_LIMIT,
+            "{}",
+            message.len()
+        );
+        let parsed = TerminationSummary::parse(&message).unwrap();
+        assert!(parsed.stderr_tail.ends_with("THE END"));
+        assert_eq!(parsed.results.len(), 1);
+        let short = summary("boom").to_termination_message();
+        assert_eq!(TerminationSummary::parse(&short).unwrap(), summary("boom"));
+    }
+}
