@@ -1,2 +1,5 @@
 //! errand: run an AI agent once, to completion, as a Kubernetes Job or locally, and keep what it produced.
 #![forbid(unsafe_code)]
+
+pub mod runner;
+pub mod store;
