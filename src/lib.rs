@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod local;
 pub mod resolve;
 pub mod runner;
 pub mod store;
