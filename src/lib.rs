@@ -4,4 +4,7 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod local;
 pub mod resolve;
+pub mod runner;
+pub mod store;

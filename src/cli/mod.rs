@@ -1,11 +1,29 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
+mod catalog;
+mod context;
+mod controller;
+mod execute;
+mod output;
+mod records;
+
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
+
+use crate::local::ObjectKind;
+use catalog::CatalogAction;
+use context::Target;
+use execute::ExecuteArgs;
+pub use output::{CliError, Format, OutputArgs, SCHEMA_VERSION};
 
 /// Run an AI agent once, to completion, and keep everything it produced.
 #[derive(Debug, Parser)]
 #[command(name = "errand", version, about)]
 pub struct Cli {
+    /// Where commands act.
+    #[command(flatten)]
+    pub target: Target,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -14,39 +32,270 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run an agent once, to completion; waits and prints its record unless `--no-wait`.
+    Execute(Box<ExecuteArgs>),
+    /// Follow an execution's output until it ends, then print its record.
+    Watch {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Print an execution's record.
+    Status {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Print the last lines of an execution's stdout (or stderr).
+    Tail {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        /// How many lines.
+        #[arg(short = 'n', long = "lines", default_value_t = 20)]
+        lines: usize,
+        /// Show stderr instead of stdout.
+        #[arg(long)]
+        stderr: bool,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List or download an execution's results.
+    Results {
+        #[command(subcommand)]
+        action: ResultsAction,
+    },
+    /// Stop a running execution; its partial results are saved.
+    Cancel {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Delete an execution with its record and results (stopping it first if it runs).
+    Delete {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List executions.
+    List {
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Store Agents, AgentEnvironments, Filesets and Secrets from manifest files.
+    Apply {
+        /// Manifest files (YAML or JSON, several documents each).
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List or delete Agents.
+    Agents {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List or delete AgentEnvironments.
+    Environments {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Push, list or delete Filesets.
+    Filesets {
+        #[command(subcommand)]
+        action: FilesetsAction,
+    },
     /// Print every errand CustomResourceDefinition as YAML (or write one file each).
     Crds {
         /// Write `<plural>.errand.dev.yaml` files into this directory instead of printing.
         #[arg(long, value_name = "DIR")]
-        out_dir: Option<std::path::PathBuf>,
+        out_dir: Option<PathBuf>,
     },
+    /// Run the cluster controller (in the controller's Deployment).
+    Controller(Box<controller::ControllerArgs>),
+    /// Internal: the detached supervisor of `execute --no-wait`.
+    #[command(name = "__supervise", hide = true)]
+    Supervise {
+        /// The prepared execution.
+        name: String,
+    },
+}
+
+/// `errand results ...`
+#[derive(Debug, Subcommand)]
+pub enum ResultsAction {
+    /// List the saved results with size and sha256.
+    List {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Download one result into a file.
+    Download {
+        /// `input_workdir`, `output_workdir`, `output_artifacts`, `run_result`, `run_error` or `manifest.json`.
+        result: String,
+        /// Execution name or unambiguous prefix.
+        #[arg(long)]
+        job: String,
+        /// File to write; defaults to the result's name in the current directory.
+        #[arg(short = 'o', long = "out")]
+        file: Option<PathBuf>,
+        /// Answer format.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
+}
+
+/// `errand filesets ...`
+#[derive(Debug, Subcommand)]
+pub enum FilesetsAction {
+    /// Pack a directory and store it as the Fileset's new content.
+    Push {
+        /// Fileset name.
+        name: String,
+        /// Directory to pack.
+        dir: PathBuf,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List Filesets.
+    List {
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Delete a Fileset (executions keep the content they pinned).
+    Delete {
+        /// Fileset name.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+impl Command {
+    /// The output format the command answers in, for reporting its errors the same way.
+    fn format(&self) -> Format {
+        match self {
+            Command::Execute(args) => args.output.format,
+            Command::Watch { output, .. }
+            | Command::Status { output, .. }
+            | Command::Tail { output, .. }
+            | Command::Cancel { output, .. }
+            | Command::Delete { output, .. }
+            | Command::List { output }
+            | Command::Apply { output, .. }
+            | Command::Agents { output, .. }
+            | Command::Environments { output, .. }
+            | Command::Results {
+                action: ResultsAction::List { output, .. },
+            }
+            | Command::Filesets {
+                action:
+                    FilesetsAction::Push { output, .. }
+                    | FilesetsAction::List { output }
+                    | FilesetsAction::Delete { output, .. },
+            } => output.format,
+            Command::Results {
+                action: ResultsAction::Download { format, .. },
+            } => *format,
+            Command::Crds { .. } | Command::Supervise { .. } | Command::Controller(_) => {
+                Format::Human
+            }
+        }
+    }
 }
 
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
-    match cli.command {
-        Command::Crds { out_dir } => match print_crds(out_dir.as_deref()) {
-            Ok(()) => 0,
-            Err(error) => {
-                eprintln!("error: {error}");
-                1
-            }
-        },
+    let format = cli.command.format();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return output::print_error(
+                format,
+                &CliError::new("internal", format!("cannot start the runtime: {e}")),
+            );
+        }
+    };
+    match runtime.block_on(dispatch(&cli.target, cli.command)) {
+        Ok(()) => 0,
+        Err(error) => output::print_error(format, &error),
     }
 }
 
-fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), String> {
+async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Execute(args) => execute::execute_local(target, &args).await,
+        Command::Controller(args) => controller::controller(*args).await,
+        Command::Watch { name, output } => records::watch(target, &name, output).await,
+        Command::Status { name, output } => records::status(target, &name, output),
+        Command::Tail {
+            name,
+            lines,
+            stderr,
+            output,
+        } => records::tail(target, &name, lines, stderr, output),
+        Command::Results {
+            action: ResultsAction::List { name, output },
+        } => records::results_list(target, &name, output),
+        Command::Results {
+            action:
+                ResultsAction::Download {
+                    result,
+                    job,
+                    file,
+                    format,
+                },
+        } => records::results_download(target, &result, &job, file, format).await,
+        Command::Cancel { name, output } => records::cancel(target, &name, output).await,
+        Command::Delete { name, output } => records::delete(target, &name, output).await,
+        Command::List { output } => records::list(target, output),
+        Command::Apply { files, output } => catalog::apply(target, &files, output),
+        Command::Agents { action, output } => {
+            catalog::objects(target, ObjectKind::Agent, action.as_ref(), output)
+        }
+        Command::Environments { action, output } => {
+            catalog::objects(target, ObjectKind::Environment, action.as_ref(), output)
+        }
+        Command::Filesets {
+            action: FilesetsAction::Push { name, dir, output },
+        } => catalog::push(target, &name, &dir, output).await,
+        Command::Filesets {
+            action: FilesetsAction::List { output },
+        } => catalog::list_filesets(target, output),
+        Command::Filesets {
+            action: FilesetsAction::Delete { name, output },
+        } => catalog::delete_fileset(target, &name, output),
+        Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
+        Command::Supervise { name } => records::supervise(target, &name).await,
+    }
+}
+
+fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
+    let render_error = |e: serde_saphyr::ser::Error| {
+        CliError::new("internal", format!("cannot render the CRDs: {e}"))
+    };
     let Some(dir) = out_dir else {
-        let yaml =
-            crate::api::crds::all_yaml().map_err(|e| format!("cannot render the CRDs: {e}"))?;
-        print!("{yaml}");
+        print!("{}", crate::api::crds::all_yaml().map_err(render_error)?);
         return Ok(());
     };
     for (file, crd) in crate::api::crds::all() {
-        let yaml =
-            crate::api::crds::to_yaml(&crd).map_err(|e| format!("cannot render {file}: {e}"))?;
         let path = dir.join(file);
-        std::fs::write(&path, yaml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let yaml = crate::api::crds::to_yaml(&crd).map_err(render_error)?;
+        std::fs::write(&path, yaml).map_err(|e| {
+            CliError::new("io_error", format!("cannot write {}: {e}", path.display()))
+        })?;
     }
     Ok(())
 }

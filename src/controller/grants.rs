@@ -11,16 +11,7 @@ use ring::hmac;
 use serde::{Deserialize, Serialize};
 
 use crate::resolve::Snapshot;
-
-/// The results a run may save, by the names the runner uses as the last key segment.
-pub const RESULT_NAMES: [&str; 6] = [
-    "input_workdir",
-    "output_workdir",
-    "output_artifacts",
-    "run_result",
-    "run_error",
-    "manifest.json",
-];
+use crate::store::keys::{self, ExecutionId, KeyError, ResultName};
 
 /// What may be done with a signed URL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,7 +32,7 @@ impl Access {
 }
 
 /// Why a URL could not be signed or verified.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GrantError {
     /// The backend refused to sign.
     #[error("signing a URL for {key}: {message}")]
@@ -60,6 +51,9 @@ pub enum GrantError {
     /// A digest in the snapshot is not `sha256:<hex>`.
     #[error("fileset digest {0:?} is not sha256:<hex>")]
     BadDigest(String),
+    /// The execution's ids do not form a store key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
 }
 
 impl GrantError {
@@ -70,6 +64,7 @@ impl GrantError {
             GrantError::BadSignature => "bad_signature",
             GrantError::Expired => "expired",
             GrantError::BadDigest(_) => "bad_digest",
+            GrantError::Key(_) => "bad_key",
         }
     }
 }
@@ -91,22 +86,11 @@ pub struct Grants {
     pub expires_at: Timestamp,
 }
 
-/// The execution whose grants are issued.
-#[derive(Clone, Copy, Debug)]
-pub struct GrantSubject<'a> {
-    /// Namespace of the execution.
-    pub namespace: &'a str,
-    /// Name of the execution.
-    pub name: &'a str,
-    /// Uid of the execution; results of a re-created execution never overwrite the old ones.
-    pub uid: &'a str,
-}
-
 /// Signs GET URLs for every Fileset blob of `snapshot` and PUT URLs for every result key of
 /// the execution, all valid until `expires`.
 pub fn issue_grants(
     signer: &dyn UrlSigner,
-    subject: GrantSubject<'_>,
+    execution: &ExecutionId,
     snapshot: &Snapshot,
     expires: Timestamp,
 ) -> Result<Grants, GrantError> {
@@ -117,17 +101,17 @@ pub fn issue_grants(
         .chain(snapshot.workdir.mounts.iter().map(|m| &m.content));
     let mut inputs = BTreeMap::new();
     for content in contents {
-        let key = fileset_key(subject.namespace, &content.digest)?;
+        let key = fileset_key(&execution.namespace, &content.digest)?;
         let url = signer.sign(Access::Get, &key, expires)?;
         inputs.insert(key, url);
     }
     let mut results = BTreeMap::new();
-    for name in RESULT_NAMES {
-        let key = format!(
-            "results/{}/{}/{}/{name}",
-            subject.namespace, subject.name, subject.uid
+    for name in ResultName::ALL {
+        let key = keys::result(execution, name)?;
+        results.insert(
+            name.as_str().to_owned(),
+            signer.sign(Access::Put, &key, expires)?,
         );
-        results.insert(name.to_owned(), signer.sign(Access::Put, &key, expires)?);
     }
     Ok(Grants {
         inputs,
@@ -136,13 +120,12 @@ pub fn issue_grants(
     })
 }
 
-/// `filesets/<ns>/<hex>.tar.gz`, the store key of a Fileset's content (DESIGN.md §3).
+/// The store key of a Fileset's content, from its `sha256:<hex>` digest.
 fn fileset_key(namespace: &str, digest: &str) -> Result<String, GrantError> {
     let hex = digest
         .strip_prefix("sha256:")
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
         .ok_or_else(|| GrantError::BadDigest(digest.to_owned()))?;
-    Ok(format!("filesets/{namespace}/{hex}.tar.gz"))
+    Ok(keys::fileset(namespace, hex)?)
 }
 
 /// Signs URLs of the controller's own blob endpoint with HMAC-SHA256, for `file://` stores.
@@ -267,10 +250,10 @@ mod tests {
         let expires = Timestamp::from_second(NOW).unwrap();
         let grants = issue_grants(
             &signer(),
-            GrantSubject {
-                namespace: "team-a",
-                name: "calc",
-                uid: "uid-1",
+            &ExecutionId {
+                namespace: "team-a".into(),
+                name: "calc".into(),
+                uid: "uid-1".into(),
             },
             &snapshot,
             expires,
@@ -284,7 +267,7 @@ mod tests {
                 format!("filesets/team-a/{}.tar.gz", "b".repeat(64)),
             ]
         );
-        assert_eq!(grants.results.len(), RESULT_NAMES.len());
+        assert_eq!(grants.results.len(), ResultName::ALL.len());
         for (name, url) in &grants.results {
             let (key, _, _) = parts(url);
             assert_eq!(key, format!("results/team-a/calc/uid-1/{name}"));

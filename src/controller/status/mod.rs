@@ -222,6 +222,13 @@ pub fn assess(observed: Observed<'_>) -> Assessment {
                     recheck_after: None,
                 }
             }
+            // A pod that ran is gone but the Job has not failed yet: wait for the Job
+            // controller rather than step back to Starting.
+            None if current.phase == Some(Phase::Running) => Assessment {
+                status: base_status(execution),
+                stop: None,
+                recheck_after: None,
+            },
             None => pending(execution, job, None, observed.now),
         },
     }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::api::ResultEntry;
+use crate::runner::{RunState, RunSummary};
 
 /// Kubernetes keeps at most this many bytes of a container's termination message.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
@@ -48,6 +49,34 @@ pub struct TerminationSummary {
 }
 
 impl TerminationSummary {
+    /// The summary of a finished run, as the runner writes it to the termination message.
+    pub fn from_run(run: &RunSummary) -> Self {
+        let state = match run.state {
+            RunState::Succeeded => SummaryState::Succeeded,
+            RunState::Failed => SummaryState::Failed,
+            RunState::TimedOut => SummaryState::TimedOut,
+            RunState::Cancelled => SummaryState::Cancelled,
+            RunState::StartFailed => SummaryState::StartFailed,
+            RunState::StageFailed => SummaryState::StageFailed,
+        };
+        Self {
+            state,
+            exit_code: run.exit_code,
+            timed_out: run.timed_out,
+            stderr_tail: run.stderr_tail.clone(),
+            results: run
+                .results
+                .iter()
+                .map(|r| ResultEntry {
+                    name: r.name.as_str().to_owned(),
+                    size: r.size,
+                    sha256: r.sha256.clone(),
+                })
+                .collect(),
+            results_error: run.results_error.clone(),
+        }
+    }
+
     /// The summary in a termination message, if the message is one.
     pub fn parse(message: &str) -> Option<Self> {
         serde_json::from_str(message.trim()).ok()
@@ -89,6 +118,34 @@ mod tests {
             }],
             results_error: None,
         }
+    }
+
+    #[test]
+    fn a_run_summary_becomes_a_termination_summary() {
+        let run = RunSummary {
+            state: RunState::TimedOut,
+            exit_code: Some(143),
+            timed_out: true,
+            error: Some("deadline".into()),
+            response: Some("a long response that stays out of the termination message".into()),
+            started_at: None,
+            finished_at: None,
+            duration_ms: Some(1000),
+            stderr_tail: "killed".into(),
+            results: vec![crate::runner::SavedResult {
+                name: crate::store::keys::ResultName::Manifest,
+                size: 10,
+                sha256: "e".repeat(64),
+            }],
+            results_error: None,
+        };
+        let summary = TerminationSummary::from_run(&run);
+        assert_eq!(summary.state, SummaryState::TimedOut);
+        assert!(summary.timed_out);
+        assert_eq!(summary.results[0].name, "manifest.json");
+        let message = summary.to_termination_message();
+        assert!(!message.contains("long response"));
+        assert_eq!(TerminationSummary::parse(&message), Some(summary));
     }
 
     #[test]

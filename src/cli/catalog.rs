@@ -1,0 +1,200 @@
+//! The catalog commands: `apply -f`, `agents`, `environments`, `filesets push|list|delete`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::context::{Local, Target, store_error};
+use super::output::{CliError, OutputArgs, human_size, print_ok};
+use crate::api::FilesetStatus;
+use crate::local::{ObjectKind, parse_manifests};
+
+/// What to do with Agents or AgentEnvironments.
+#[derive(Debug, clap::Subcommand)]
+pub enum CatalogAction {
+    /// List them (the default).
+    List,
+    /// Delete one by name.
+    Delete {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// `errand apply -f FILE...`: stores Agents, AgentEnvironments, Filesets and Secrets.
+pub fn apply(target: &Target, files: &[PathBuf], output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let catalog = local.catalog();
+    // Parse everything first, so a bad document leaves nothing half-applied.
+    let mut manifests = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| CliError::argument(format!("-f {}: {e}", file.display())))?;
+        manifests.extend(
+            parse_manifests(&text, &file.display().to_string())
+                .map_err(|e| CliError::new("invalid_manifest", e))?,
+        );
+    }
+    let mut applied = Vec::new();
+    for manifest in &manifests {
+        let (kind, namespace, name) = catalog
+            .apply(manifest, &local.namespace)
+            .map_err(|e| CliError::new("invalid_manifest", e))?;
+        applied.push(json!({"kind": kind.kind(), "namespace": namespace, "name": name}));
+    }
+    print_ok(output.format, "applied", &applied, || {
+        applied
+            .iter()
+            .map(|a| {
+                format!(
+                    "{}/{} applied",
+                    a["kind"].as_str().unwrap_or_default().to_lowercase(),
+                    a["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+/// `errand agents` / `errand environments`.
+pub fn objects(
+    target: &Target,
+    kind: ObjectKind,
+    action: Option<&CatalogAction>,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let catalog = local.catalog();
+    match action.unwrap_or(&CatalogAction::List) {
+        CatalogAction::List => {
+            let objects: Vec<serde_json::Value> = catalog
+                .list(&local.namespace, kind)
+                .iter()
+                .filter_map(|name| match kind {
+                    ObjectKind::Agent => catalog
+                        .agent_object(&local.namespace, name)
+                        .map(|o| serde_json::to_value(o).ok()),
+                    _ => catalog
+                        .environment_object(&local.namespace, name)
+                        .map(|o| serde_json::to_value(o).ok()),
+                })
+                .flatten()
+                .collect();
+            print_ok(output.format, kind.plural(), &objects, || {
+                objects
+                    .iter()
+                    .filter_map(|o| o["metadata"]["name"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        CatalogAction::Delete { name } => {
+            if !catalog.delete(&local.namespace, kind, name) {
+                return Err(CliError::new(
+                    "not_found",
+                    format!(
+                        "{} {name:?} not found in namespace {:?}",
+                        kind.kind(),
+                        local.namespace
+                    ),
+                ));
+            }
+            print_ok(
+                output.format,
+                "deleted",
+                &json!({"kind": kind.kind(), "name": name}),
+                || format!("{} {name} deleted", kind.kind()),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `errand filesets push NAME DIR`.
+pub async fn push(
+    target: &Target,
+    name: &str,
+    dir: &Path,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    crate::resolve::object_name(name)
+        .map_err(|e| CliError::argument(format!("fileset name: {e}")))?;
+    if !dir.is_dir() {
+        return Err(CliError::argument(format!(
+            "{}: not a directory",
+            dir.display()
+        )));
+    }
+    let pushed = local
+        .store()?
+        .push_fileset(&local.namespace, dir)
+        .await
+        .map_err(store_error)?;
+    let status = FilesetStatus {
+        digest: Some(format!("sha256:{}", pushed.digest)),
+        size: Some(pushed.size),
+        file_count: Some(pushed.file_count),
+        pushed_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::now(),
+        )),
+    };
+    local
+        .catalog()
+        .set_fileset(&local.namespace, name, &status)
+        .map_err(|e| CliError::new("io_error", e))?;
+    print_ok(
+        output.format,
+        "fileset",
+        &json!({"name": name, "status": status}),
+        || {
+            format!(
+                "fileset {name} pushed: {} files, {}, sha256:{}",
+                pushed.file_count,
+                human_size(pushed.size),
+                pushed.digest
+            )
+        },
+    );
+    Ok(())
+}
+
+/// `errand filesets list`.
+pub fn list_filesets(target: &Target, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let catalog = local.catalog();
+    let filesets: Vec<_> = catalog
+        .list(&local.namespace, ObjectKind::Fileset)
+        .iter()
+        .filter_map(|n| catalog.fileset_object(&local.namespace, n))
+        .collect();
+    print_ok(output.format, "filesets", &filesets, || {
+        let mut out = format!("{:<32} {:>7} {:>10}  DIGEST", "NAME", "FILES", "SIZE");
+        for f in &filesets {
+            let status = f.status.clone().unwrap_or_default();
+            out.push_str(&format!(
+                "\n{:<32} {:>7} {:>10}  {}",
+                f.metadata.name.as_deref().unwrap_or_default(),
+                status.file_count.unwrap_or(0),
+                human_size(status.size.unwrap_or(0)),
+                status.digest.as_deref().unwrap_or("(not pushed)")
+            ));
+        }
+        out
+    });
+    Ok(())
+}
+
+/// `errand filesets delete NAME`: the catalog entry only; stored blobs stay for executions that pinned them.
+pub fn delete_fileset(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    objects(
+        target,
+        ObjectKind::Fileset,
+        Some(&CatalogAction::Delete {
+            name: name.to_owned(),
+        }),
+        output,
+    )
+}

@@ -1,0 +1,276 @@
+//! `errand execute`: build a spec from `--spec`/`--spec-file` and flags, then run it.
+
+use std::path::{Path, PathBuf};
+
+use tokio_util::sync::CancellationToken;
+
+use super::context::{Local, Target, record_error, store_error};
+use super::output::{CliError, Format, OutputArgs, print_ok};
+use super::records::{print_record, record_outcome};
+use crate::api::{AgentExecutionSpec, FilesetStatus, Reference, Workdir};
+use crate::local::{
+    Manifest, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
+};
+
+/// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
+#[derive(Debug, clap::Args)]
+pub struct ExecuteArgs {
+    /// The agent: the name of an applied Agent, or a manifest file holding one (run inline).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The input given to the agent.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// The environment: the name of an applied AgentEnvironment, or a manifest file holding one.
+    #[arg(long)]
+    pub environment: Option<String>,
+    /// The base working directory: a Fileset (`name[#path/]`), or a local directory that is
+    /// pushed as a Fileset first.
+    #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
+    pub base_workdir: Option<String>,
+    /// Seconds the agent may run.
+    #[arg(long)]
+    pub timeout_seconds: Option<i64>,
+    /// Turn on the agent's telemetry export.
+    #[arg(long)]
+    pub auto_telemetry: bool,
+    /// The whole spec (or an AgentExecution) as JSON.
+    #[arg(long, conflicts_with = "spec_file")]
+    pub spec: Option<String>,
+    /// A file holding the spec (or an AgentExecution manifest), YAML or JSON.
+    #[arg(long)]
+    pub spec_file: Option<PathBuf>,
+    /// Name of the execution; generated from the agent's name when not given.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Return at once, leaving the run going in the background.
+    #[arg(long)]
+    pub no_wait: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The spec and name from `--spec`/`--spec-file`: either a bare spec or an AgentExecution.
+fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
+    let (text, source) = match (&args.spec, &args.spec_file) {
+        (Some(json), _) => (json.clone(), "--spec".to_owned()),
+        (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
+        (None, None) => {
+            return Ok((
+                AgentExecutionSpec {
+                    timeout_seconds: crate::api::DEFAULT_TIMEOUT_SECONDS,
+                    ..Default::default()
+                },
+                None,
+            ));
+        }
+    };
+    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+        CliError::new(
+            "invalid_manifest",
+            format!("{source}: not valid YAML or JSON: {e}"),
+        )
+    })?;
+    if value.get("kind").is_some() {
+        return match parse_manifests(&text, &source)
+            .map_err(|e| CliError::new("invalid_manifest", e))?
+            .pop()
+        {
+            Some(Manifest::Execution(execution)) => Ok((execution.spec, execution.metadata.name)),
+            _ => Err(CliError::new(
+                "invalid_manifest",
+                format!("{source}: expected an AgentExecution"),
+            )),
+        };
+    }
+    let spec = serde_json::from_value(value).map_err(|e| {
+        CliError::new(
+            "invalid_manifest",
+            format!("{source}: not an AgentExecution spec: {e}"),
+        )
+    })?;
+    Ok((spec, None))
+}
+
+fn read_text(path: &Path, flag: &str) -> Result<String, CliError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| CliError::argument(format!("{flag} {}: {e}", path.display())))
+}
+
+/// Whether a flag value names a manifest file rather than an object.
+fn is_manifest_file(value: &str) -> bool {
+    let path = Path::new(value);
+    path.is_file()
+        && matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        )
+}
+
+/// The single object of kind `want` in a manifest file.
+fn manifest_object(path: &str, flag: &str) -> Result<Manifest, CliError> {
+    let text = read_text(Path::new(path), flag)?;
+    let mut objects =
+        parse_manifests(&text, path).map_err(|e| CliError::new("invalid_manifest", e))?;
+    if objects.len() != 1 {
+        return Err(CliError::new(
+            "invalid_manifest",
+            format!(
+                "{flag} {path}: expected exactly one object, found {}",
+                objects.len()
+            ),
+        ));
+    }
+    Ok(objects.remove(0))
+}
+
+/// Applies the flags on top of the spec.
+async fn apply_flags(
+    local: &Local,
+    args: &ExecuteArgs,
+    spec: &mut AgentExecutionSpec,
+) -> Result<(), CliError> {
+    if let Some(agent) = &args.agent {
+        if is_manifest_file(agent) {
+            let Manifest::Agent(agent_object) = manifest_object(agent, "--agent")? else {
+                return Err(CliError::argument(format!(
+                    "--agent {agent}: the file does not hold an Agent"
+                )));
+            };
+            spec.agent = Some(agent_object.spec);
+            spec.agent_ref = None;
+        } else {
+            spec.agent_ref = Some(Reference::named(agent.as_str()));
+            spec.agent = None;
+        }
+    }
+    if let Some(environment) = &args.environment {
+        if is_manifest_file(environment) {
+            let Manifest::Environment(object) = manifest_object(environment, "--environment")?
+            else {
+                return Err(CliError::argument(format!(
+                    "--environment {environment}: the file does not hold an AgentEnvironment"
+                )));
+            };
+            spec.environment = Some(object.spec);
+            spec.environment_ref = None;
+        } else {
+            spec.environment_ref = Some(Reference::named(environment.as_str()));
+            spec.environment = None;
+        }
+    }
+    if let Some(base) = &args.base_workdir {
+        let base = if Path::new(base).is_dir() {
+            push_directory(local, Path::new(base)).await?
+        } else {
+            base.clone()
+        };
+        spec.workdir.get_or_insert_with(Workdir::default).base = Some(base);
+    }
+    if let Some(input) = &args.input {
+        spec.input = input.clone();
+    }
+    if let Some(seconds) = args.timeout_seconds {
+        spec.timeout_seconds = seconds;
+    }
+    if args.auto_telemetry {
+        spec.auto_telemetry = true;
+    }
+    Ok(())
+}
+
+/// Pushes a local directory as a Fileset named after its digest and returns that name.
+async fn push_directory(local: &Local, dir: &Path) -> Result<String, CliError> {
+    let pushed = local
+        .store()?
+        .push_fileset(&local.namespace, dir)
+        .await
+        .map_err(store_error)?;
+    let name = format!("workdir-{}", &pushed.digest[..12]);
+    let status = FilesetStatus {
+        digest: Some(format!("sha256:{}", pushed.digest)),
+        size: Some(pushed.size),
+        file_count: Some(pushed.file_count),
+        pushed_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::now(),
+        )),
+    };
+    local
+        .catalog()
+        .set_fileset(&local.namespace, &name, &status)
+        .map_err(|e| CliError::new("io_error", e))?;
+    Ok(name)
+}
+
+/// A supervision failure as a CLI error.
+pub fn supervise_error(error: SuperviseError) -> CliError {
+    match error {
+        SuperviseError::Invalid(invalid) => invalid.into(),
+        SuperviseError::Record(error) => record_error(error),
+        SuperviseError::Store(error) => store_error(error),
+        other => CliError::new("io_error", other.to_string()),
+    }
+}
+
+/// Runs `errand execute` on the local backend.
+pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let format = args.output.format;
+    let (mut spec, spec_name) = base_spec(args)?;
+    apply_flags(&local, args, &mut spec).await?;
+    let name = args.name.clone().or(spec_name);
+    let record = prepare(
+        &local.data,
+        &local.store_url,
+        &local.namespace,
+        name.as_deref(),
+        &spec,
+    )
+    .map_err(supervise_error)?;
+    if args.no_wait {
+        spawn_detached(&local.data, &local.namespace, &record.name).map_err(supervise_error)?;
+        let record = local
+            .records()
+            .read(&local.namespace, &record.name)
+            .map_err(record_error)?;
+        print_ok(format, "execution", &record, || {
+            format!(
+                "execution {} started in the background; follow it with `errand watch {}`",
+                record.name, record.name
+            )
+        });
+        return Ok(());
+    }
+    let cancel = cancel_on_signals();
+    // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
+    let passthrough = format == Format::Human;
+    let record = run_prepared(
+        &local.data,
+        &local.namespace,
+        &record.name,
+        passthrough,
+        cancel,
+    )
+    .await
+    .map_err(supervise_error)?;
+    record_outcome(format, &record, || print_record(&record))
+}
+
+/// A token cancelled by Ctrl-C or SIGTERM, so that a stopped run still saves its results.
+pub fn cancel_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        trigger.cancel();
+    });
+    token
+}

@@ -1,0 +1,129 @@
+//! How commands answer: human text by default, or exactly one JSON object with a stable schema (`-o json`).
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::resolve::InvalidSpec;
+
+/// Version of every JSON answer's schema.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The output format of a command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Text for people.
+    #[default]
+    Human,
+    /// Exactly one JSON object: `schema_version`, `ok`, `type`, then the payload.
+    Json,
+}
+
+/// The `-o/--output` option shared by the commands.
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct OutputArgs {
+    /// Output format: `human` or `json`.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+}
+
+/// A failed command: a stable code, a message that names what is wrong, and an exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// Stable machine-readable code, for example `invalid_spec` or `not_found`.
+    pub code: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// Extra structured detail (problems of an invalid spec, the record of a failed run).
+    pub details: Option<(&'static str, Value)>,
+}
+
+impl CliError {
+    /// A failure with `code` and `message`.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// Bad command-line input.
+    pub fn argument(message: impl Into<String>) -> Self {
+        Self::new("invalid_argument", message)
+    }
+
+    /// The process exit code of this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self.code {
+            "execution_failed" => 1,
+            "invalid_spec" | "invalid_argument" | "invalid_manifest" => 2,
+            "not_found" | "ambiguous_name" => 3,
+            _ => 4,
+        }
+    }
+}
+
+impl From<InvalidSpec> for CliError {
+    fn from(error: InvalidSpec) -> Self {
+        let problems = serde_json::to_value(&error.problems).expect("problems always serialize");
+        Self {
+            code: "invalid_spec",
+            message: error.to_string(),
+            details: Some(("problems", problems)),
+        }
+    }
+}
+
+/// Prints a successful answer: `human` for people, or `{schema_version, ok: true, type, <type>: payload}`.
+pub fn print_ok<T: Serialize>(
+    format: Format,
+    kind: &str,
+    payload: &T,
+    human: impl FnOnce() -> String,
+) {
+    match format {
+        Format::Human => {
+            let text = human();
+            if !text.is_empty() {
+                println!("{}", text.trim_end());
+            }
+        }
+        Format::Json => {
+            let mut answer = json!({"schema_version": SCHEMA_VERSION, "ok": true, "type": kind});
+            answer[kind] = serde_json::to_value(payload).expect("answers always serialize");
+            println!("{answer}");
+        }
+    }
+}
+
+/// Prints a failure (JSON on stdout, or text on stderr) and returns its exit code.
+pub fn print_error(format: Format, error: &CliError) -> i32 {
+    match format {
+        Format::Human => eprintln!("error[{}]: {}", error.code, error.message),
+        Format::Json => {
+            let mut body = json!({"code": error.code, "message": error.message});
+            if let Some((key, value)) = &error.details {
+                body[*key] = value.clone();
+            }
+            let answer = json!({"schema_version": SCHEMA_VERSION, "ok": false, "type": "error", "error": body});
+            println!("{answer}");
+        }
+    }
+    error.exit_code()
+}
+
+/// `1.2 KiB`-style sizes for people.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

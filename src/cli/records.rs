@@ -1,0 +1,370 @@
+//! The commands on existing local executions: watch, status, tail, results, cancel, delete, list.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+
+use super::context::{Local, Target, record_error, store_error};
+use super::execute::{cancel_on_signals, supervise_error};
+use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use crate::local::{ExecutionRecord, run_prepared};
+use crate::store::keys::{self, ExecutionId, ResultName};
+
+/// How often waiting commands look at a record again.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Human summary of a record.
+pub fn print_record(record: &ExecutionRecord) -> String {
+    let mut out = format!(
+        "execution {}  agent {}  {:?}",
+        record.name, record.agent, record.phase
+    );
+    if let Some(seconds) = record.duration_seconds() {
+        out.push_str(&format!("  ({seconds:.2}s)"));
+    }
+    if let Some(reason) = &record.reason {
+        out.push_str(&format!("\nreason: {reason}"));
+    }
+    if let Some(message) = &record.message {
+        out.push_str(&format!("\nmessage: {message}"));
+    }
+    if let Some(response) = &record.response {
+        out.push_str(&format!("\nresponse: {response}"));
+    }
+    if !record.results.is_empty() {
+        let names: Vec<String> = record
+            .results
+            .iter()
+            .map(|r| format!("{} ({})", r.name, human_size(r.size)))
+            .collect();
+        out.push_str(&format!("\nresults: {}", names.join(", ")));
+    }
+    out
+}
+
+/// Prints a finished record; a run that did not succeed is a failed command (exit code 1).
+pub fn record_outcome(
+    format: Format,
+    record: &ExecutionRecord,
+    human: impl FnOnce() -> String,
+) -> Result<(), CliError> {
+    if record.phase == crate::api::Phase::Succeeded {
+        print_ok(format, "execution", record, human);
+        return Ok(());
+    }
+    let message = format!(
+        "execution {} ended {:?}{}",
+        record.name,
+        record.phase,
+        record
+            .message
+            .as_deref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default()
+    );
+    if format == Format::Human {
+        println!("{}", human());
+    }
+    Err(CliError {
+        code: "execution_failed",
+        message,
+        details: Some((
+            "execution",
+            serde_json::to_value(record).expect("records serialize"),
+        )),
+    })
+}
+
+/// `errand status NAME`.
+pub fn status(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let name = local.resolve_name(name)?;
+    let record = local
+        .records()
+        .read(&local.namespace, &name)
+        .map_err(record_error)?;
+    print_ok(output.format, "execution", &record, || {
+        print_record(&record)
+    });
+    Ok(())
+}
+
+/// `errand list`.
+pub fn list(target: &Target, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let records = local.records();
+    let all: Vec<ExecutionRecord> = records
+        .names(&local.namespace)
+        .iter()
+        .filter_map(|n| records.read(&local.namespace, n).ok())
+        .collect();
+    print_ok(output.format, "executions", &all, || {
+        let mut out = format!(
+            "{:<32} {:<20} {:<10} {:>9}",
+            "NAME", "AGENT", "PHASE", "DURATION"
+        );
+        for r in &all {
+            let duration = r
+                .duration_seconds()
+                .map(|s| format!("{s:.1}s"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "\n{:<32} {:<20} {:<10} {:>9}",
+                r.name,
+                r.agent,
+                format!("{:?}", r.phase),
+                duration
+            ));
+        }
+        out
+    });
+    Ok(())
+}
+
+fn log_path(local: &Local, name: &str, stderr: bool) -> PathBuf {
+    let file = if stderr { "stderr.log" } else { "stdout.log" };
+    local
+        .records()
+        .dir(&local.namespace, name)
+        .join("scratch")
+        .join(file)
+}
+
+/// `errand tail -n N NAME`: the last lines of the agent's stdout (or stderr).
+pub fn tail(
+    target: &Target,
+    name: &str,
+    lines: usize,
+    stderr: bool,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let name = local.resolve_name(name)?;
+    let text = std::fs::read_to_string(log_path(&local, &name, stderr)).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let last: Vec<&str> = all[all.len().saturating_sub(lines)..].to_vec();
+    print_ok(
+        output.format,
+        "logs",
+        &json!({"execution": name, "stream": if stderr { "stderr" } else { "stdout" }, "lines": last}),
+        || last.join("\n"),
+    );
+    Ok(())
+}
+
+/// `errand watch NAME`: follow the agent's output until the execution ends, then print it.
+pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let name = local.resolve_name(name)?;
+    let records = local.records();
+    let mut offset = 0u64;
+    loop {
+        let record = records
+            .read(&local.namespace, &name)
+            .map_err(record_error)?;
+        if output.format == Format::Human {
+            offset = copy_new_output(&log_path(&local, &name, false), offset);
+        }
+        if record.phase.is_terminal() {
+            return record_outcome(output.format, &record, || print_record(&record));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Prints what was appended to `path` since `offset`; returns the new offset.
+fn copy_new_output(path: &std::path::Path, offset: u64) -> u64 {
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return offset;
+    };
+    let mut fresh = Vec::new();
+    if file.seek(SeekFrom::Start(offset)).is_err() || file.read_to_end(&mut fresh).is_err() {
+        return offset;
+    }
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(&fresh).and_then(|()| stdout.flush());
+    offset + fresh.len() as u64
+}
+
+/// `errand results list NAME`.
+pub fn results_list(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let name = local.resolve_name(name)?;
+    let record = local
+        .records()
+        .read(&local.namespace, &name)
+        .map_err(record_error)?;
+    print_ok(output.format, "results", &record.results, || {
+        let mut out = format!("{:<18} {:>10}  SHA256", "NAME", "SIZE");
+        for r in &record.results {
+            out.push_str(&format!(
+                "\n{:<18} {:>10}  {}",
+                r.name,
+                human_size(r.size),
+                r.sha256
+            ));
+        }
+        out
+    });
+    Ok(())
+}
+
+/// `errand results download RESULT --job NAME -o FILE`: streams one result into a file.
+pub async fn results_download(
+    target: &Target,
+    result: &str,
+    job: &str,
+    file: Option<PathBuf>,
+    format: Format,
+) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let result_name = ResultName::parse(result).ok_or_else(|| {
+        let known: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
+        CliError::argument(format!(
+            "result {result:?} does not exist; results are {}",
+            known.join(", ")
+        ))
+    })?;
+    let name = local.resolve_name(job)?;
+    let record = local
+        .records()
+        .read(&local.namespace, &name)
+        .map_err(record_error)?;
+    let execution = ExecutionId {
+        namespace: local.namespace.clone(),
+        name: name.clone(),
+        uid: record.uid.clone(),
+    };
+    let key = keys::result(&execution, result_name).map_err(|e| store_error(e.into()))?;
+    let store = crate::store::Store::open(&record.store).map_err(store_error)?;
+    let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
+    let file = file.unwrap_or_else(|| PathBuf::from(default_file_name(result_name)));
+    let io_error =
+        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
+    let mut out = std::fs::File::create(&file).map_err(io_error)?;
+    let mut size = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk =
+            chunk.map_err(|e| CliError::new("store_error", format!("reading {key}: {e}")))?;
+        out.write_all(&chunk).map_err(io_error)?;
+        size += chunk.len() as u64;
+    }
+    out.sync_all().map_err(io_error)?;
+    let answer = json!({"execution": name, "result": result, "file": file, "size": size});
+    print_ok(format, "download", &answer, || {
+        format!("wrote {} ({})", file.display(), human_size(size))
+    });
+    Ok(())
+}
+
+fn default_file_name(result: ResultName) -> String {
+    match result {
+        ResultName::InputWorkdir | ResultName::OutputWorkdir | ResultName::OutputArtifacts => {
+            format!("{}.tar.gz", result.as_str())
+        }
+        ResultName::RunResult | ResultName::RunError => format!("{}.json", result.as_str()),
+        ResultName::Manifest => result.as_str().to_owned(),
+    }
+}
+
+/// Asks the supervisor of a running execution to stop and waits until it has saved its results.
+async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
+    let records = local.records();
+    let mut record = records.read(&local.namespace, name).map_err(record_error)?;
+    if record.phase.is_terminal() {
+        return Ok(record);
+    }
+    record.cancel_requested = true;
+    records.write(&record).map_err(record_error)?;
+    let alive = records
+        .supervisor_pid(&local.namespace, name)
+        .is_some_and(|pid| {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .is_ok()
+        });
+    if !alive {
+        // Nobody is running it any more (never started, or the supervisor died): close it here.
+        record.phase = crate::api::Phase::Cancelled;
+        record.reason = Some("Cancelled".into());
+        record.message = Some("cancelled on request; no supervisor was running".into());
+        record.completed_at = Some(jiff::Timestamp::now());
+        records.write(&record).map_err(record_error)?;
+        return Ok(record);
+    }
+    loop {
+        let record = records.read(&local.namespace, name).map_err(record_error)?;
+        if record.phase.is_terminal() {
+            return Ok(record);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `errand cancel NAME`.
+pub async fn cancel(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let name = local.resolve_name(name)?;
+    let before = local
+        .records()
+        .read(&local.namespace, &name)
+        .map_err(record_error)?;
+    if before.phase.is_terminal() {
+        return Err(CliError::new(
+            "already_finished",
+            format!(
+                "execution {name} already ended {:?}; there is nothing to cancel",
+                before.phase
+            ),
+        ));
+    }
+    let record = stop(&local, &name).await?;
+    print_ok(output.format, "execution", &record, || {
+        print_record(&record)
+    });
+    Ok(())
+}
+
+/// `errand delete NAME`: stops it if running, then removes its record and results.
+pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    let name = local.resolve_name(name)?;
+    let record = stop(&local, &name).await?;
+    let execution = ExecutionId {
+        namespace: local.namespace.clone(),
+        name: name.clone(),
+        uid: record.uid.clone(),
+    };
+    let prefix = keys::results_prefix(&execution).map_err(|e| store_error(e.into()))?;
+    let store = crate::store::Store::open(&record.store).map_err(store_error)?;
+    let removed = store.delete_prefix(&prefix).await.map_err(store_error)?;
+    local
+        .records()
+        .remove(&local.namespace, &name)
+        .map_err(record_error)?;
+    let answer = json!({"execution": name, "results_removed": removed});
+    print_ok(output.format, "deleted", &answer, || {
+        format!("deleted execution {name} and {removed} stored results")
+    });
+    Ok(())
+}
+
+/// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
+pub async fn supervise(target: &Target, name: &str) -> Result<(), CliError> {
+    let local = Local::new(target)?;
+    run_prepared(
+        &local.data,
+        &local.namespace,
+        name,
+        true,
+        cancel_on_signals(),
+    )
+    .await
+    .map(|_| ())
+    .map_err(supervise_error)
+}

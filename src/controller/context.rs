@@ -1,0 +1,139 @@
+//! What every reconcile shares: the client, caches, signer, results store, recorder, metrics, and the controller's memory of its own writes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+
+use super::catalog::ClusterCatalog;
+use super::config::ControllerConfig;
+use super::grants::UrlSigner;
+use super::metrics::Metrics;
+use crate::api::AgentExecution;
+
+/// Longest wait between retries of a failing execution.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Shared state of all reconciles.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Settings of the Jobs.
+    pub config: ControllerConfig,
+    /// What executions can refer to.
+    pub catalog: ClusterCatalog,
+    /// Jobs created by errand (templates stripped).
+    pub jobs: Store<Job>,
+    /// Pods of errand's Jobs (specs stripped).
+    pub pods: Store<Pod>,
+    /// Where results are kept; the finalizer deletes from it.
+    pub results: crate::store::Store,
+    /// Signs the store URLs each pod gets.
+    pub signer: Arc<dyn UrlSigner>,
+    /// Publishes events.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// The last object each status write returned, by uid, until the cache shows it: a
+    /// reconcile triggered by a child's event must not act on a status older than the one
+    /// this controller already wrote.
+    written: Mutex<HashMap<String, Arc<AgentExecution>>>,
+    /// Consecutive failures by uid, for exponential backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// A context over the given caches.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: Client,
+        config: ControllerConfig,
+        catalog: ClusterCatalog,
+        jobs: Store<Job>,
+        pods: Store<Pod>,
+        results: crate::store::Store,
+        signer: Arc<dyn UrlSigner>,
+        recorder: Recorder,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            config,
+            catalog,
+            jobs,
+            pods,
+            results,
+            signer,
+            recorder,
+            metrics,
+            written: Mutex::default(),
+            failures: Mutex::default(),
+        }
+    }
+
+    /// `cached` with the status this controller wrote last, while the cache lags behind it.
+    pub fn latest(&self, cached: Arc<AgentExecution>) -> Arc<AgentExecution> {
+        let Some(uid) = cached.metadata.uid.clone() else {
+            return cached;
+        };
+        let mut written = self
+            .written
+            .lock()
+            .expect("no panics while holding the lock");
+        match written.get(&uid) {
+            Some(ours) if ours.status != cached.status => {
+                let mut merged = (*cached).clone();
+                merged.status = ours.status.clone();
+                Arc::new(merged)
+            }
+            Some(_) => {
+                written.remove(&uid);
+                cached
+            }
+            None => cached,
+        }
+    }
+
+    /// Remembers the object a status write returned.
+    pub fn remember(&self, updated: AgentExecution) {
+        if let Some(uid) = updated.metadata.uid.clone() {
+            self.written
+                .lock()
+                .expect("no panics while holding the lock")
+                .insert(uid, Arc::new(updated));
+        }
+    }
+
+    /// Forgets everything about an execution that is gone.
+    pub fn forget(&self, uid: &str) {
+        self.written
+            .lock()
+            .expect("no panics while holding the lock")
+            .remove(uid);
+        self.succeeded(uid);
+    }
+
+    /// Resets the backoff of an execution whose reconcile succeeded.
+    pub fn succeeded(&self, uid: &str) {
+        self.failures
+            .lock()
+            .expect("no panics while holding the lock")
+            .remove(uid);
+    }
+
+    /// How long to wait before retrying an execution that just failed: 1s, 2s, 4s, ... 5m.
+    pub fn backoff(&self, uid: &str) -> Duration {
+        let mut failures = self
+            .failures
+            .lock()
+            .expect("no panics while holding the lock");
+        let count = failures.entry(uid.to_owned()).or_insert(0);
+        *count = count.saturating_add(1);
+        Duration::from_secs(1u64 << (*count - 1).min(9)).min(MAX_BACKOFF)
+    }
+}

@@ -1,0 +1,70 @@
+//! Everything a reconcile can fail with; each error has a stable metric label.
+
+use super::build::BuildError;
+use super::grants::GrantError;
+use crate::store::StoreError;
+use crate::store::keys::KeyError;
+
+/// Why a reconcile failed. All of these are retried with backoff; an invalid spec is not an
+/// error but a terminal status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What the controller was doing.
+        action: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The execution's children could not be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The execution's store URLs could not be signed.
+    #[error(transparent)]
+    Grants(#[from] GrantError),
+    /// The execution's results could not be deleted from the store.
+    #[error("deleting results: {0}")]
+    Store(#[from] StoreError),
+    /// The execution's ids do not form a store key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A child with the deterministic name exists but belongs to another object (for example
+    /// an execution of the same name that is still being deleted).
+    #[error("{kind} {name} exists and is not owned by this execution")]
+    ForeignChild {
+        /// The child's kind.
+        kind: &'static str,
+        /// The child's name.
+        name: String,
+    },
+}
+
+impl Error {
+    /// Wraps an API error with what was being done.
+    pub fn kube(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| Error::Kube { action, source }
+    }
+
+    /// A short, stable label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube { source, .. } => match source {
+                kube::Error::Api(status) if status.code == 409 => "conflict",
+                kube::Error::Api(status) if status.code == 403 => "forbidden",
+                kube::Error::Api(_) => "api",
+                _ => "transport",
+            },
+            Error::Build(e) => e.metric_label(),
+            Error::Grants(e) => e.metric_label(),
+            Error::Store(_) => "store",
+            Error::Key(_) => "store_key",
+            Error::ForeignChild { .. } => "foreign_child",
+        }
+    }
+}
+
+/// A `Result` of a reconcile step.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

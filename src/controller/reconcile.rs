@@ -1,0 +1,396 @@
+//! The reconcile pipeline of one execution: fetch → resolve → build → apply (create-only) → status.
+//!
+//! Writes are few by construction: the finalizer once, three creates, one status write per
+//! phase, one event per outcome, and nothing at all for terminal executions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+
+use super::build::{self, ExecutionIdentity};
+use super::catalog::live_catalog;
+use super::config::{FIELD_MANAGER, RESULTS_FINALIZER};
+use super::context::Context;
+use super::error::{Error, Result};
+use super::events::outcome_event;
+use super::grants::issue_grants;
+use super::names;
+use super::status::{self, JobObservation, Observed, Stop};
+use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
+use crate::resolve::{Snapshot, resolve_execution};
+use crate::store::keys::{self, ExecutionId};
+
+/// Reconciles one execution.
+pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile_started();
+    let identity = ExecutionIdentity::of(&execution)?;
+    let api = Api::<AgentExecution>::namespaced(ctx.client.clone(), &identity.namespace);
+    let action = if execution.metadata.deletion_timestamp.is_some() {
+        clean_up(&execution, &identity, &api, &ctx).await?
+    } else {
+        let execution = ctx.latest(execution);
+        let status = execution.status.clone().unwrap_or_default();
+        if status.phase.is_some_and(Phase::is_terminal) {
+            Action::await_change()
+        } else if status.snapshot.is_none() {
+            admit(&execution, &identity, &api, &ctx).await?
+        } else {
+            progress(&execution, &identity, &api, &ctx).await?
+        }
+    };
+    ctx.succeeded(&identity.uid);
+    Ok(action)
+}
+
+/// Logs and counts a failed reconcile and retries it with exponential backoff.
+pub fn error_policy(execution: Arc<AgentExecution>, error: &Error, ctx: Arc<Context>) -> Action {
+    let label = error.metric_label();
+    ctx.metrics.reconcile_failed(label);
+    let uid = execution.metadata.uid.clone().unwrap_or_default();
+    let delay = ctx.backoff(&uid);
+    warn!(
+        execution = %execution.name_any(),
+        namespace = execution.namespace().unwrap_or_default(),
+        reason = label,
+        retry_in_seconds = delay.as_secs(),
+        "reconcile failed: {error}"
+    );
+    Action::requeue(delay)
+}
+
+/// First reconcile: resolve and snapshot the spec, create the children, record Starting.
+async fn admit(
+    execution: &AgentExecution,
+    identity: &ExecutionIdentity,
+    api: &Api<AgentExecution>,
+    ctx: &Context,
+) -> Result<Action> {
+    let namespace = identity.namespace.as_str();
+    let snapshot = match resolve_execution(namespace, &execution.spec, &ctx.catalog) {
+        Ok(snapshot) => snapshot,
+        Err(_) => {
+            let live = live_catalog(&ctx.client, namespace, &execution.spec).await?;
+            match resolve_execution(namespace, &execution.spec, &live) {
+                Ok(snapshot) => snapshot,
+                Err(invalid) => {
+                    info!(execution = %identity.name, namespace, "invalid spec: {invalid}");
+                    let status = status::invalid(execution, &invalid, Timestamp::now());
+                    write_status(execution, status, api, ctx).await?;
+                    return Ok(Action::await_change());
+                }
+            }
+        }
+    };
+    add_finalizer(execution, api).await?;
+    let (config_map, job) = create_children(identity, &snapshot, ctx).await?;
+    let digest = config_map
+        .annotations()
+        .get(names::SNAPSHOT_DIGEST_ANNOTATION)
+        .cloned()
+        .unwrap_or_else(|| snapshot.digest());
+    if let Some(created) = &execution.metadata.creation_timestamp {
+        let after = Timestamp::now().duration_since(created.0);
+        ctx.metrics.job_created(after.as_secs_f64());
+    }
+    let queued = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+    let status = status::starting(
+        execution,
+        &snapshot.agent.name,
+        SnapshotRef {
+            config_map: config_map.name_any(),
+            digest,
+        },
+        &job.name_any(),
+        queued,
+        Timestamp::now(),
+    );
+    write_status(execution, status, api, ctx).await?;
+    // No event may come while a pod waits, so look again when its start timeout passes.
+    let start_timeout = u64::try_from(snapshot.start_timeout_seconds).unwrap_or(0);
+    Ok(Action::requeue(Duration::from_secs(start_timeout + 1)))
+}
+
+/// Creates the snapshot ConfigMap, the grants Secret and the Job, concurrently and create-only.
+/// Returns the ConfigMap and the Job as they are in the cluster, which after a restart may be
+/// the ones an earlier reconcile created.
+async fn create_children(
+    identity: &ExecutionIdentity,
+    snapshot: &Snapshot,
+    ctx: &Context,
+) -> Result<(ConfigMap, Job)> {
+    let namespace = identity.namespace.as_str();
+    let valid_for = snapshot.start_timeout_seconds
+        + snapshot.timeout_seconds
+        + ctx.config.staging_budget_seconds
+        + ctx.config.termination_grace_seconds;
+    let expires = Timestamp::now()
+        .checked_add(SignedDuration::from_secs(valid_for))
+        .unwrap_or(Timestamp::MAX);
+    let execution_id = ExecutionId {
+        namespace: namespace.to_owned(),
+        name: identity.name.clone(),
+        uid: identity.uid.clone(),
+    };
+    let grants = issue_grants(ctx.signer.as_ref(), &execution_id, snapshot, expires)?;
+    let config_map = build::snapshot_config_map(identity, snapshot);
+    let secret = build::grants_secret(identity, &snapshot.agent.name, &grants);
+    let job = build::job(identity, snapshot, &ctx.config);
+    let (config_map, _, job) = futures::try_join!(
+        create_owned(&ctx.client, namespace, &identity.uid, config_map),
+        create_owned(&ctx.client, namespace, &identity.uid, secret),
+        create_owned(&ctx.client, namespace, &identity.uid, job),
+    )?;
+    Ok((config_map, job))
+}
+
+/// Creates `object`; if it already exists and this execution owns it, that is success (a
+/// restarted controller never makes a second one).
+async fn create_owned<K>(client: &kube::Client, namespace: &str, uid: &str, object: K) -> Result<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api = Api::<K>::namespaced(client.clone(), namespace);
+    let name = object.name_any();
+    let kind = K::kind(&());
+    match api.create(&PostParams::default(), &object).await {
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            let existing = api
+                .get(&name)
+                .await
+                .map_err(Error::kube(format!("reading the existing {kind} {name}")))?;
+            let ours = existing
+                .owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true));
+            if ours {
+                Ok(existing)
+            } else {
+                Err(Error::ForeignChild {
+                    kind: match kind.as_ref() {
+                        "Job" => "Job",
+                        "ConfigMap" => "ConfigMap",
+                        _ => "Secret",
+                    },
+                    name,
+                })
+            }
+        }
+        Err(e) => Err(Error::kube(format!("creating {kind} {name}"))(e)),
+    }
+}
+
+/// Later reconciles: compute the status from the Job and its pod, stop what must stop, write
+/// the status if it changed.
+async fn progress(
+    execution: &AgentExecution,
+    identity: &ExecutionIdentity,
+    api: &Api<AgentExecution>,
+    ctx: &Context,
+) -> Result<Action> {
+    let namespace = identity.namespace.as_str();
+    let job_name = execution
+        .status
+        .as_ref()
+        .and_then(|s| s.job_name.clone())
+        .unwrap_or_else(|| names::job_name(&identity.name));
+    let owned = |job: &Job| job.owner_references().iter().any(|o| o.uid == identity.uid);
+    let cached = ctx
+        .jobs
+        .get(&ObjectRef::new(&job_name).within(namespace))
+        .filter(|job| owned(job));
+    let job = match cached {
+        Some(job) => Some(job),
+        // The cache may not have caught up with a Job created moments ago: ask before
+        // concluding it is gone.
+        None => Api::<Job>::namespaced(ctx.client.clone(), namespace)
+            .get_opt(&job_name)
+            .await
+            .map_err(Error::kube(format!("reading Job {job_name}")))?
+            .filter(|job| owned(job))
+            .map(Arc::new),
+    };
+    let pods = ctx.pods.state_filter(|pod| {
+        pod.namespace().as_deref() == Some(namespace)
+            && pod.labels().get(names::EXECUTION_UID_LABEL) == Some(&identity.uid)
+    });
+    let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+    let observation = match &job {
+        Some(job) => JobObservation::Present(job),
+        None => JobObservation::Gone,
+    };
+    let assessment = status::assess(Observed {
+        execution,
+        job: observation,
+        pods: &pod_refs,
+        now: Timestamp::now(),
+    });
+    if let Some(stop) = &assessment.stop {
+        carry_out(stop, namespace, &job_name, ctx).await?;
+    }
+    let terminal = assessment.status.phase.is_some_and(Phase::is_terminal);
+    write_status(execution, assessment.status, api, ctx).await?;
+    Ok(match assessment.recheck_after {
+        Some(after) if !terminal => Action::requeue(after + Duration::from_secs(1)),
+        _ => Action::await_change(),
+    })
+}
+
+/// Deletes the pod (gracefully, so the runner saves partial results) or the whole Job.
+async fn carry_out(stop: &Stop, namespace: &str, job_name: &str, ctx: &Context) -> Result<()> {
+    let result = match stop {
+        Stop::DeletePod(pod) => {
+            let params = DeleteParams {
+                grace_period_seconds: u32::try_from(ctx.config.termination_grace_seconds).ok(),
+                ..DeleteParams::default()
+            };
+            Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+                .delete(pod, &params)
+                .await
+                .map(|_| ())
+                .map_err(|e| (format!("deleting pod {pod}"), e))
+        }
+        Stop::DeleteJob => Api::<Job>::namespaced(ctx.client.clone(), namespace)
+            .delete(job_name, &DeleteParams::background())
+            .await
+            .map(|_| ())
+            .map_err(|e| (format!("deleting Job {job_name}"), e)),
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err((_, kube::Error::Api(status))) if status.is_not_found() => Ok(()),
+        Err((action, e)) => Err(Error::kube(action)(e)),
+    }
+}
+
+/// Writes `status` with server-side apply unless it equals the current one, then publishes
+/// the outcome event and records completion metrics.
+async fn write_status(
+    execution: &AgentExecution,
+    status: AgentExecutionStatus,
+    api: &Api<AgentExecution>,
+    ctx: &Context,
+) -> Result<()> {
+    if execution.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = execution.name_any();
+    let patch = serde_json::json!({
+        "apiVersion": crate::api::GROUP.to_owned() + "/" + crate::api::VERSION,
+        "kind": "AgentExecution",
+        "status": status,
+    });
+    let updated = api
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::kube(format!("writing the status of {name}")))?;
+    ctx.remember(updated);
+    if let Some(event) = outcome_event(execution.status.as_ref(), &status) {
+        if let (Some(created), Some(done)) = (
+            &execution.metadata.creation_timestamp,
+            &status.completion_time,
+        ) {
+            ctx.metrics
+                .completed(done.0.duration_since(created.0).as_secs_f64());
+        }
+        let reference = execution.object_ref(&());
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            warn!(execution = %name, "publishing event {}: {e}", event.reason);
+        }
+    }
+    Ok(())
+}
+
+/// Adds the results finalizer before anything that can produce results exists. The JSON
+/// patch tests the current list, so a concurrent change fails and is retried.
+async fn add_finalizer(execution: &AgentExecution, api: &Api<AgentExecution>) -> Result<()> {
+    let finalizers = execution.finalizers();
+    if finalizers.iter().any(|f| f == RESULTS_FINALIZER) {
+        return Ok(());
+    }
+    let patch: json_patch::Patch = serde_json::from_value(if finalizers.is_empty() {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [RESULTS_FINALIZER]},
+        ])
+    } else {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": RESULTS_FINALIZER},
+        ])
+    })
+    .expect("a well-formed JSON patch");
+    let name = execution.name_any();
+    api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(Error::kube(format!("adding the finalizer to {name}")))?;
+    Ok(())
+}
+
+/// Deletion: remove the execution's results from the store, then release it. Owner
+/// references remove its Job, ConfigMap and Secret.
+async fn clean_up(
+    execution: &AgentExecution,
+    identity: &ExecutionIdentity,
+    api: &Api<AgentExecution>,
+    ctx: &Context,
+) -> Result<Action> {
+    let Some(index) = execution
+        .finalizers()
+        .iter()
+        .position(|f| f == RESULTS_FINALIZER)
+    else {
+        ctx.forget(&identity.uid);
+        return Ok(Action::await_change());
+    };
+    let prefix = keys::results_prefix(&ExecutionId {
+        namespace: identity.namespace.clone(),
+        name: identity.name.clone(),
+        uid: identity.uid.clone(),
+    })?;
+    let deleted = ctx.results.delete_prefix(&prefix).await?;
+    info!(execution = %identity.name, namespace = %identity.namespace, deleted, "deleted results");
+    let path = format!("/metadata/finalizers/{index}");
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": path, "value": RESULTS_FINALIZER},
+        {"op": "remove", "path": path},
+    ]))
+    .expect("a well-formed JSON patch");
+    match api
+        .patch(
+            &identity.name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_not_found() => {}
+        Err(e) => {
+            return Err(Error::kube(format!(
+                "removing the finalizer of {}",
+                identity.name
+            ))(e));
+        }
+    }
+    ctx.forget(&identity.uid);
+    Ok(Action::await_change())
+}

@@ -1,0 +1,131 @@
+//! The watches behind the controller's caches, each trimmed to what reconciling needs so memory stays small per execution.
+
+use std::fmt::Debug;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::names;
+use crate::api::AgentExecution;
+
+/// The label selector of everything the controller creates.
+pub fn managed_selector() -> String {
+    format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY)
+}
+
+/// An `Api` over one namespace, or all of them.
+pub fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// A reflector of `K` (trimmed by `trim`) and the stream that feeds it with every change.
+pub fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> (
+    Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, config)
+        .modify(move |object| {
+            object.meta_mut().managed_fields = None;
+            trim(object);
+        })
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    (store, stream)
+}
+
+/// Keeps only what the status needs of a Job: its identity, owner, suspension and status.
+pub fn trim_job(job: &mut Job) {
+    let suspend = job.spec.as_ref().and_then(|s| s.suspend);
+    job.spec = Some(JobSpec {
+        suspend,
+        ..JobSpec::default()
+    });
+    job.metadata.annotations = None;
+}
+
+/// Keeps only what the status needs of a pod: its identity, labels, annotations and status.
+pub fn trim_pod(pod: &mut Pod) {
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        status.pod_ip = None;
+        status.pod_ips = None;
+        status.host_ip = None;
+        status.host_ips = None;
+        for container in status
+            .container_statuses
+            .iter_mut()
+            .chain(status.init_container_statuses.iter_mut())
+            .flatten()
+        {
+            container.image_id = String::new();
+            container.container_id = None;
+            container.volume_mounts = None;
+            container.resources = None;
+            container.allocated_resources = None;
+        }
+    }
+}
+
+/// The execution a pod of errand belongs to.
+pub fn pod_execution(pod: Pod) -> Option<ObjectRef<AgentExecution>> {
+    let name = pod.annotations().get(names::EXECUTION_NAME_ANNOTATION)?;
+    Some(ObjectRef::new(name).within(&pod.namespace()?))
+}
+
+/// Drives a stream to its end, for caches nobody else polls.
+pub async fn drive<S: Stream>(stream: S) {
+    stream.for_each(|_| std::future::ready(())).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::PodSpec;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    #[test]
+    fn a_pod_maps_to_its_execution_by_annotation() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                namespace: Some("team-a".into()),
+                annotations: Some(BTreeMap::from([(
+                    names::EXECUTION_NAME_ANNOTATION.to_owned(),
+                    "a-very-long-execution-name".to_owned(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: None,
+        };
+        let mut trimmed = pod.clone();
+        trim_pod(&mut trimmed);
+        assert!(trimmed.spec.is_none());
+        assert_eq!(
+            pod_execution(trimmed),
+            Some(ObjectRef::new("a-very-long-execution-name").within("team-a"))
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! The local backend: runs executions on this machine with the same resolve and runner code as the cluster.
+//!
+//! A data directory holds a catalog of applied objects, one record per execution and the
+//! working files of each run; results go to the store like anywhere else.
+
+mod catalog;
+mod manifest;
+mod paths;
+mod record;
+mod supervise;
+
+pub use catalog::{LocalCatalog, ObjectKind};
+pub use manifest::{Manifest, parse_manifests};
+pub use paths::DataDir;
+pub use record::{ExecutionRecord, RecordError, Records, generate_name};
+pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

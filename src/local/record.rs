@@ -1,0 +1,277 @@
+//! Execution records of the local backend: one JSON file per execution, found by name or unambiguous prefix.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::catalog::write_atomic;
+use super::paths::DataDir;
+use crate::api::{Phase, ResultEntry};
+
+/// Version of the record document.
+pub const RECORD_SCHEMA_VERSION: u32 = 1;
+
+/// What the local backend knows about one execution; the same fields `errand status` shows for
+/// a cluster execution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// Always [`RECORD_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The execution's name.
+    pub name: String,
+    /// Its namespace (workspace).
+    pub namespace: String,
+    /// A unique id that keeps a re-used name's results apart.
+    pub uid: String,
+    /// The agent that runs.
+    pub agent: String,
+    /// Lifecycle phase.
+    pub phase: Phase,
+    /// Machine-readable reason of a failure or cancellation (`AgentFailed`, `DeadlineExceeded`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A short human message; on failure it ends with the tail of the agent's stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The agent's response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+    /// The agent's exit code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Whether the deadline passed.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// When the execution was submitted.
+    pub created_at: jiff::Timestamp,
+    /// When the agent started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<jiff::Timestamp>,
+    /// When the execution ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<jiff::Timestamp>,
+    /// The saved results.
+    #[serde(default)]
+    pub results: Vec<ResultEntry>,
+    /// Digest of the snapshot the run came from.
+    pub snapshot_digest: String,
+    /// URL of the store holding the results.
+    pub store: String,
+    /// Whether a cancel was requested.
+    #[serde(default)]
+    pub cancel_requested: bool,
+}
+
+impl ExecutionRecord {
+    /// Seconds between start and end, when both are known.
+    pub fn duration_seconds(&self) -> Option<f64> {
+        let (start, end) = (self.started_at?, self.completed_at?);
+        Some(end.duration_since(start).as_secs_f64())
+    }
+}
+
+/// Why a record could not be found or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// No execution has this name or prefix.
+    #[error("no execution named {0:?} (or starting with it) in namespace {1:?}")]
+    NotFound(String, String),
+    /// Several executions start with this prefix.
+    #[error("{prefix:?} is ambiguous in namespace {namespace:?}: it matches {matches}")]
+    Ambiguous {
+        /// The prefix given.
+        prefix: String,
+        /// The namespace searched.
+        namespace: String,
+        /// The names it matches.
+        matches: String,
+    },
+    /// The record file could not be read or written.
+    #[error("execution record {path}: {message}")]
+    Io {
+        /// The record file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The execution records in a data directory.
+#[derive(Clone, Debug)]
+pub struct Records {
+    data: DataDir,
+}
+
+impl Records {
+    /// The records in `data`.
+    pub fn new(data: DataDir) -> Self {
+        Self { data }
+    }
+
+    /// The directory of one execution.
+    pub fn dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.data.execution(namespace, name)
+    }
+
+    /// The file holding the pid of the process that supervises the run.
+    pub fn pid_file(&self, namespace: &str, name: &str) -> PathBuf {
+        self.dir(namespace, name).join("supervisor.pid")
+    }
+
+    /// The pid of the process supervising the run, if one was started.
+    pub fn supervisor_pid(&self, namespace: &str, name: &str) -> Option<i32> {
+        std::fs::read_to_string(self.pid_file(namespace, name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    fn file(&self, namespace: &str, name: &str) -> PathBuf {
+        self.dir(namespace, name).join("record.json")
+    }
+
+    /// Reads the record of the execution named exactly `name`.
+    pub fn read(&self, namespace: &str, name: &str) -> Result<ExecutionRecord, RecordError> {
+        let path = self.file(namespace, name);
+        let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                RecordError::NotFound(name.to_owned(), namespace.to_owned())
+            }
+            _ => RecordError::Io {
+                path: path.clone(),
+                message: e.to_string(),
+            },
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| RecordError::Io {
+            path,
+            message: e.to_string(),
+        })
+    }
+
+    /// Saves `record`, replacing the previous version atomically.
+    pub fn write(&self, record: &ExecutionRecord) -> Result<(), RecordError> {
+        let path = self.file(&record.namespace, &record.name);
+        let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
+        write_atomic(&path, &bytes, false).map_err(|e| RecordError::Io {
+            path,
+            message: e.to_string(),
+        })
+    }
+
+    /// Creates the record of a new execution; refuses a name that is taken.
+    pub fn create(&self, record: &ExecutionRecord) -> Result<(), RecordError> {
+        let dir = self.dir(&record.namespace, &record.name);
+        std::fs::create_dir_all(dir.parent().expect("an execution dir has a parent"))
+            .and_then(|()| std::fs::create_dir(&dir))
+            .map_err(|e| RecordError::Io {
+                path: dir,
+                message: match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => {
+                        "an execution with this name already exists".into()
+                    }
+                    _ => e.to_string(),
+                },
+            })?;
+        self.write(record)
+    }
+
+    /// Every execution name in `namespace`, sorted.
+    pub fn names(&self, namespace: &str) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.data.executions(namespace)) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| {
+                let e = e.ok()?;
+                e.path()
+                    .join("record.json")
+                    .exists()
+                    .then(|| e.file_name().to_str().map(str::to_owned))?
+            })
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The full name of the execution named `prefix`, or the only one starting with it.
+    pub fn resolve_name(&self, namespace: &str, prefix: &str) -> Result<String, RecordError> {
+        let names = self.names(namespace);
+        if names.iter().any(|n| n == prefix) {
+            return Ok(prefix.to_owned());
+        }
+        let matches: Vec<&String> = names.iter().filter(|n| n.starts_with(prefix)).collect();
+        match matches.as_slice() {
+            [] => Err(RecordError::NotFound(
+                prefix.to_owned(),
+                namespace.to_owned(),
+            )),
+            [one] => Ok((*one).clone()),
+            many => Err(RecordError::Ambiguous {
+                prefix: prefix.to_owned(),
+                namespace: namespace.to_owned(),
+                matches: many
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    /// Removes an execution's directory (record, snapshot, workspace, logs).
+    pub fn remove(&self, namespace: &str, name: &str) -> Result<(), RecordError> {
+        let dir = self.dir(namespace, name);
+        std::fs::remove_dir_all(&dir).map_err(|e| RecordError::Io {
+            path: dir,
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A fresh execution name: `<agent>-<5 random base-36 characters>`, within 63 characters.
+pub fn generate_name(agent: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(jiff::Timestamp::now().as_nanosecond().to_le_bytes());
+    hasher.update(agent.as_bytes());
+    let suffix: String = hasher.finalize()[..5]
+        .iter()
+        .map(|b| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[usize::from(*b) % 36]))
+        .collect();
+    let stem: String = agent
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(56)
+        .collect();
+    let stem = stem.trim_matches('-').to_ascii_lowercase();
+    if stem.is_empty() {
+        format!("run-{suffix}")
+    } else {
+        format!("{stem}-{suffix}")
+    }
+}
+
+/// A unique id for an execution (hex, 32 characters).
+pub fn generate_uid(name: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(name.as_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    hasher.update(jiff::Timestamp::now().as_nanosecond().to_le_bytes());
+    hex::encode(&hasher.finalize()[..16])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_names_are_valid_object_names() {
+        for agent in ["calculator", "My_Agent!", "", &"x".repeat(80)] {
+            let name = generate_name(agent);
+            assert!(crate::resolve::object_name(&name).is_ok(), "{name}");
+            assert!(name.len() <= 63, "{name}");
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Running one local execution: resolve and record it, then stage, run and collect with the runner.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::{LocalCatalog, write_atomic};
+use super::paths::DataDir;
+use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
+use crate::api::{AgentExecutionSpec, Phase, ResultEntry};
+use crate::resolve::{FilesetContent, InvalidSpec, Snapshot, resolve_execution};
+use crate::runner::{
+    self, BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StoreResults,
+};
+use crate::store::keys::{self, ExecutionId};
+use crate::store::{Store, StoreError};
+
+/// Time between SIGTERM and SIGKILL when a local run is stopped.
+pub const GRACE: Duration = Duration::from_secs(5);
+
+/// Why a local execution could not be prepared or run.
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    /// The spec breaks admission rules; nothing was created.
+    #[error(transparent)]
+    Invalid(#[from] InvalidSpec),
+    /// The record could not be created, read or written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The store could not be opened or used.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A local file could not be written.
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// A Secret vanished between admission and start.
+    #[error("Secret {0:?} (bound to {1}) no longer exists")]
+    SecretGone(String, String),
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
+    write_atomic(path, bytes, false).map_err(|e| SuperviseError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Resolves `spec` against the local catalog and records a new execution with its snapshot.
+/// An invalid spec creates nothing.
+pub fn prepare(
+    data: &DataDir,
+    store_url: &str,
+    namespace: &str,
+    name: Option<&str>,
+    spec: &AgentExecutionSpec,
+) -> Result<ExecutionRecord, SuperviseError> {
+    let snapshot = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()))?;
+    if let Some(name) = name {
+        crate::resolve::object_name(name).map_err(|message| InvalidSpec {
+            problems: vec![crate::resolve::Problem::new("metadata.name", message)],
+        })?;
+    }
+    let name = name.map_or_else(|| generate_name(&snapshot.agent.name), str::to_owned);
+    let record = ExecutionRecord {
+        schema_version: super::record::RECORD_SCHEMA_VERSION,
+        uid: generate_uid(&name),
+        name,
+        namespace: namespace.to_owned(),
+        agent: snapshot.agent.name.clone(),
+        phase: Phase::Pending,
+        reason: None,
+        message: None,
+        response: None,
+        exit_code: None,
+        timed_out: false,
+        created_at: jiff::Timestamp::now(),
+        started_at: None,
+        completed_at: None,
+        results: Vec::new(),
+        snapshot_digest: snapshot.digest(),
+        store: store_url.to_owned(),
+        cancel_requested: false,
+    };
+    let records = Records::new(data.clone());
+    records.create(&record)?;
+    let dir = records.dir(namespace, &record.name);
+    write_file(&dir.join("snapshot.json"), &snapshot.canonical_json())?;
+    let config = serde_json::to_vec_pretty(&snapshot.config).expect("a config always serializes");
+    write_file(&dir.join("agent-config.json"), &config)?;
+    Ok(record)
+}
+
+/// Runs a prepared execution in this process until it ends, updating its record as it goes.
+/// Cancelling `cancel` stops the agent (SIGTERM, grace, SIGKILL) and saves partial results.
+pub async fn run_prepared(
+    data: &DataDir,
+    namespace: &str,
+    name: &str,
+    passthrough: bool,
+    cancel: CancellationToken,
+) -> Result<ExecutionRecord, SuperviseError> {
+    let records = Records::new(data.clone());
+    let mut record = records.read(namespace, name)?;
+    let dir = records.dir(namespace, name);
+    let snapshot_path = dir.join("snapshot.json");
+    let snapshot: Snapshot = std::fs::read(&snapshot_path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        .map_err(|message| SuperviseError::File {
+            path: snapshot_path,
+            message,
+        })?;
+    let store = Store::open(&record.store)?;
+    let execution = ExecutionId {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: record.uid.clone(),
+    };
+    let sink = StoreResults::new(store.clone(), execution.clone())?;
+    let invocation = Invocation {
+        execution,
+        command: snapshot.command(),
+        input: snapshot.input.clone(),
+        agent_config_path: dir.join("agent-config.json"),
+        env: agent_env(data, &snapshot)?,
+        timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(1)),
+        grace: GRACE,
+        workdir: dir.join("workspace"),
+        scratch: ScratchDir::new(dir.join("scratch")),
+        passthrough,
+    };
+    let plan = stage_plan(&snapshot)?;
+
+    write_file(
+        &records.pid_file(namespace, name),
+        std::process::id().to_string().as_bytes(),
+    )?;
+    record.phase = Phase::Running;
+    record.started_at = Some(jiff::Timestamp::now());
+    records.write(&record)?;
+
+    let summary = runner::execute(&invocation, &plan, &store, &sink, cancel).await;
+    // Re-read: a cancel request may have been recorded while the agent ran.
+    let mut record = records.read(namespace, name).unwrap_or(record);
+    apply_summary(&mut record, &summary, snapshot.timeout_seconds);
+    records.write(&record)?;
+    Ok(record)
+}
+
+/// The agent's environment: the merged plain env, the extension, then the bound Secret values.
+fn agent_env(data: &DataDir, snapshot: &Snapshot) -> Result<Vec<(String, String)>, SuperviseError> {
+    let mut env: Vec<(String, String)> = snapshot.plain_env().into_iter().collect();
+    if let Some(extension) = &snapshot.extension {
+        let json = serde_json::to_string(extension).expect("an extension always serializes");
+        env.push(("ERRAND_EXTENSION".into(), json));
+    }
+    let catalog = LocalCatalog::new(data.clone());
+    for binding in &snapshot.secrets {
+        let value = catalog
+            .secret_values(&snapshot.namespace, &binding.secret)
+            .and_then(|mut values| values.remove(&binding.key))
+            .ok_or_else(|| {
+                SuperviseError::SecretGone(binding.secret.clone(), binding.env.clone())
+            })?;
+        env.push((binding.env.clone(), value));
+    }
+    Ok(env)
+}
+
+fn blob(namespace: &str, content: &FilesetContent) -> Result<BlobRef, SuperviseError> {
+    let digest = content
+        .digest
+        .strip_prefix("sha256:")
+        .unwrap_or(&content.digest);
+    let key = keys::fileset(namespace, digest).map_err(StoreError::from)?;
+    Ok(BlobRef {
+        key,
+        subpath: content.path.clone(),
+    })
+}
+
+/// The runner's staging plan for the snapshot's pinned Fileset digests.
+pub fn stage_plan(snapshot: &Snapshot) -> Result<StagePlan, SuperviseError> {
+    let namespace = &snapshot.namespace;
+    let base = snapshot
+        .workdir
+        .base
+        .as_ref()
+        .map(|c| blob(namespace, c))
+        .transpose()?;
+    let mounts = snapshot
+        .workdir
+        .mounts
+        .iter()
+        .map(|m| {
+            Ok(MountRef {
+                blob: blob(namespace, &m.content)?,
+                mount_path: m.mount_path.clone(),
+            })
+        })
+        .collect::<Result<_, SuperviseError>>()?;
+    Ok(StagePlan { base, mounts })
+}
+
+/// Copies how the run ended into the record.
+fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_seconds: i64) {
+    let tail = summary.stderr_tail.trim();
+    let with_tail = |message: String| {
+        if tail.is_empty() {
+            message
+        } else {
+            format!("{message}; stderr: {tail}")
+        }
+    };
+    let (phase, reason, message) = match summary.state {
+        RunState::Succeeded => (Phase::Succeeded, None, None),
+        RunState::Failed => (
+            Phase::Failed,
+            Some("AgentFailed"),
+            Some(with_tail(format!(
+                "agent exited with code {}",
+                summary.exit_code.unwrap_or(-1)
+            ))),
+        ),
+        RunState::TimedOut => (
+            Phase::Failed,
+            Some("DeadlineExceeded"),
+            Some(with_tail(format!(
+                "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
+            ))),
+        ),
+        RunState::Cancelled => (
+            Phase::Cancelled,
+            Some("Cancelled"),
+            Some("cancelled on request".to_owned()),
+        ),
+        RunState::StartFailed => (Phase::Failed, Some("AgentFailed"), summary.error.clone()),
+        RunState::StageFailed => (Phase::Failed, Some("StageFailed"), summary.error.clone()),
+    };
+    let (phase, reason, message) = match &summary.results_error {
+        Some(error) if phase == Phase::Succeeded => (
+            Phase::Failed,
+            Some("ResultsUploadFailed"),
+            Some(format!("saving results: {error}")),
+        ),
+        _ => (phase, reason, message),
+    };
+    record.phase = phase;
+    record.reason = reason.map(str::to_owned);
+    record.message = message;
+    record.response = summary.response.clone();
+    record.exit_code = summary.exit_code;
+    record.timed_out = summary.timed_out;
+    record.started_at = summary.started_at.or(record.started_at);
+    record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
+    record.results = summary
+        .results
+        .iter()
+        .map(|r| ResultEntry {
+            name: r.name.as_str().to_owned(),
+            size: r.size,
+            sha256: r.sha256.clone(),
+        })
+        .collect();
+}
+
+/// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and
+/// returns its pid. It keeps running after this process exits; its own output goes to
+/// `supervisor.log` in the execution directory.
+pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32, SuperviseError> {
+    let records = Records::new(data.clone());
+    let log_path = records.dir(namespace, name).join("supervisor.log");
+    let file_error = |e: std::io::Error| SuperviseError::File {
+        path: log_path.clone(),
+        message: e.to_string(),
+    };
+    let log = std::fs::File::create(&log_path).map_err(file_error)?;
+    let exe = std::env::current_exe().map_err(file_error)?;
+    let child = std::process::Command::new(exe)
+        .args(["__supervise", "--namespace", namespace, name])
+        .env("ERRAND_HOME", data.root())
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(file_error)?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in the submitting terminal does not reach it.
+        .process_group(0)
+        .spawn()
+        .map_err(file_error)?;
+    let pid = child.id();
+    let pid_path = records.pid_file(namespace, name);
+    write_file(&pid_path, pid.to_string().as_bytes())?;
+    Ok(pid)
+}

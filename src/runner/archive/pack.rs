@@ -1,0 +1,297 @@
+//! Packing a directory tree into a deterministic tar stream that feeds the parallel gzip
+//! pipeline, on dedicated threads, so the caller only sees a stream of compressed bytes.
+
+use std::ffi::OsString;
+use std::fs::{self, File, Metadata, OpenOptions};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::thread;
+
+use futures::StreamExt;
+use tar::{EntryType, Header};
+
+use super::ArchiveError;
+use super::gzip::{self, Chunker, Closed};
+use crate::store::ByteStream;
+
+/// One top-level entry of an archive: `name` in the archive, `path` on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackItem {
+    /// Name at the top of the archive (one path component).
+    pub name: OsString,
+    /// What to pack under that name: a file, directory or symbolic link.
+    pub path: PathBuf,
+}
+
+/// What a finished packing contained.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PackStats {
+    /// Regular files packed.
+    pub files: u64,
+    /// Directories packed.
+    pub dirs: u64,
+    /// Symbolic links packed.
+    pub symlinks: u64,
+    /// Bytes of regular file content.
+    pub bytes: u64,
+    /// Entries left out (unreadable, vanished, sockets, fifos, devices), each logged.
+    pub skipped: u64,
+}
+
+/// A packing in progress: the compressed bytes, and how it ended.
+pub struct Packing {
+    /// The `tar.gz` bytes; ends with an error item if packing fails.
+    pub stream: ByteStream,
+    /// Resolves once packing has ended.
+    pub done: PackDone,
+}
+
+/// The outcome of a [`Packing`].
+pub struct PackDone(tokio::sync::oneshot::Receiver<Result<PackStats, ArchiveError>>);
+
+impl PackDone {
+    /// Waits for the packing threads to finish and returns what they packed.
+    pub async fn wait(self) -> Result<PackStats, ArchiveError> {
+        self.0.await.unwrap_or(Err(ArchiveError::Interrupted))
+    }
+}
+
+/// The entries directly inside `dir`, as top-level archive items.
+pub fn list_dir(dir: &Path) -> Result<Vec<PackItem>, ArchiveError> {
+    let not_dir = |source| ArchiveError::ReadTree {
+        path: dir.to_owned(),
+        source,
+    };
+    if !fs::metadata(dir).map_err(not_dir)?.is_dir() {
+        return Err(ArchiveError::NotADirectory {
+            path: dir.to_owned(),
+        });
+    }
+    fs::read_dir(dir)
+        .and_then(|entries| {
+            entries
+                .map(|e| {
+                    e.map(|e| PackItem {
+                        name: e.file_name(),
+                        path: e.path(),
+                    })
+                })
+                .collect()
+        })
+        .map_err(not_dir)
+}
+
+/// Packs the contents of `dir` (not `dir` itself) as a `tar.gz` stream.
+pub fn pack_dir(dir: &Path) -> Result<Packing, ArchiveError> {
+    Ok(pack_items(list_dir(dir)?))
+}
+
+/// Packs `items` as the top level of a `tar.gz` stream.
+///
+/// Entries are written in byte order of their names, depth first, with permissions, mtimes
+/// and symbolic links as they are and owners reset to 0, so the same tree always gives the
+/// same bytes. The stream is produced by background threads with a bounded amount of data in
+/// flight; dropping the stream stops them.
+pub fn pack_items(items: Vec<PackItem>) -> Packing {
+    let workers = thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(2);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let mut chunker = gzip::pipeline(workers, tx);
+    thread::spawn(move || {
+        let packed = {
+            let mut tar = TarWriter {
+                out: &mut chunker,
+                stats: PackStats::default(),
+            };
+            tar.tree(items).and_then(|()| tar.end()).map(|()| tar.stats)
+        };
+        let result = packed
+            .and_then(|stats| chunker.finish().map(|()| stats))
+            .map_err(|Closed| ArchiveError::Interrupted);
+        // Nobody may be waiting for the outcome any more; that is fine.
+        let _ = done_tx.send(result);
+    });
+    Packing {
+        stream: futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed(),
+        done: PackDone(done_rx),
+    }
+}
+
+struct TarWriter<'a> {
+    out: &'a mut Chunker,
+    stats: PackStats,
+}
+
+impl TarWriter<'_> {
+    fn tree(&mut self, mut items: Vec<PackItem>) -> Result<(), Closed> {
+        items.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
+        let mut stack: Vec<(Vec<u8>, PathBuf)> = items
+            .into_iter()
+            .rev()
+            .map(|item| (item.name.as_bytes().to_vec(), item.path))
+            .collect();
+        while let Some((name, path)) = stack.pop() {
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    self.skip(&path, &e.to_string());
+                    continue;
+                }
+            };
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                let mut dir_name = name.clone();
+                dir_name.push(b'/');
+                self.header(&dir_name, EntryType::Directory, 0, &meta, None)?;
+                self.stats.dirs += 1;
+                match sorted_children(&path) {
+                    Ok(children) => {
+                        for child in children.into_iter().rev() {
+                            let mut child_name = dir_name.clone();
+                            child_name.extend_from_slice(child.as_bytes());
+                            stack.push((child_name, path.join(&child)));
+                        }
+                    }
+                    Err(e) => self.skip(&path, &format!("listing directory: {e}")),
+                }
+            } else if kind.is_file() {
+                self.file(&name, &path)?;
+            } else if kind.is_symlink() {
+                match fs::read_link(&path) {
+                    Ok(target) => {
+                        let target = target.as_os_str().as_bytes();
+                        self.header(&name, EntryType::Symlink, 0, &meta, Some(target))?;
+                        self.stats.symlinks += 1;
+                    }
+                    Err(e) => self.skip(&path, &e.to_string()),
+                }
+            } else {
+                self.skip(&path, "not a regular file, directory or symbolic link");
+            }
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, name: &[u8], path: &Path) -> Result<(), Closed> {
+        // O_NONBLOCK keeps a file swapped for a fifo since the lstat from blocking the open;
+        // O_NOFOLLOW keeps a file swapped for a link from being followed.
+        let opened = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|file| Ok((file.metadata()?, file)));
+        let (meta, mut file): (Metadata, File) = match opened {
+            Ok((meta, file)) if meta.is_file() => (meta, file),
+            Ok(_) => {
+                self.skip(path, "changed type while being packed");
+                return Ok(());
+            }
+            Err(e) => {
+                self.skip(path, &e.to_string());
+                return Ok(());
+            }
+        };
+        let size = meta.len();
+        self.header(name, EntryType::Regular, size, &meta, None)?;
+        let filled = self.out.fill_from(&mut file, size)?;
+        if filled.bytes < size {
+            // The header already promised `size` bytes; keep the archive well-formed.
+            let why = filled
+                .error
+                .map_or_else(|| "file shrank".to_owned(), |e| e.to_string());
+            tracing::warn!(path = %path.display(), expected = size, read = filled.bytes, "{why} while packing; rest filled with zeros");
+            self.zeros((size - filled.bytes) as usize)?;
+        }
+        self.pad(size)?;
+        self.stats.files += 1;
+        self.stats.bytes += size;
+        Ok(())
+    }
+
+    fn header(
+        &mut self,
+        name: &[u8],
+        kind: EntryType,
+        size: u64,
+        meta: &Metadata,
+        link: Option<&[u8]>,
+    ) -> Result<(), Closed> {
+        let mut header = Header::new_gnu();
+        let fields = header.as_old_mut();
+        if name.len() >= fields.name.len() {
+            self.long_name(EntryType::GNULongName, name)?;
+        }
+        copy_truncated(&mut fields.name, name);
+        if let Some(link) = link {
+            if link.len() >= fields.linkname.len() {
+                self.long_name(EntryType::GNULongLink, link)?;
+            }
+            copy_truncated(&mut fields.linkname, link);
+        }
+        header.set_mode(meta.mode() & 0o7777);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_size(size);
+        header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
+        header.set_entry_type(kind);
+        header.set_cksum();
+        self.out.write(header.as_bytes())
+    }
+
+    /// GNU long name or long link entry, as GNU tar writes it for names of 100 bytes or more.
+    fn long_name(&mut self, kind: EntryType, name: &[u8]) -> Result<(), Closed> {
+        let mut header = Header::new_gnu();
+        copy_truncated(&mut header.as_old_mut().name, b"././@LongLink");
+        header.set_mode(0o644);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        header.set_size(name.len() as u64 + 1);
+        header.set_entry_type(kind);
+        header.set_cksum();
+        self.out.write(header.as_bytes())?;
+        self.out.write(name)?;
+        self.out.write(&[0])?;
+        self.pad(name.len() as u64 + 1)
+    }
+
+    fn pad(&mut self, size: u64) -> Result<(), Closed> {
+        let rem = (size % 512) as usize;
+        if rem == 0 {
+            Ok(())
+        } else {
+            self.zeros(512 - rem)
+        }
+    }
+
+    fn zeros(&mut self, n: usize) -> Result<(), Closed> {
+        self.out.zeros(n)
+    }
+
+    /// Two zero blocks end a tar archive.
+    fn end(&mut self) -> Result<(), Closed> {
+        self.zeros(1024)
+    }
+
+    fn skip(&mut self, path: &Path, why: &str) {
+        tracing::warn!(path = %path.display(), "left out of the archive: {why}");
+        self.stats.skipped += 1;
+    }
+}
+
+fn sorted_children(dir: &Path) -> io::Result<Vec<OsString>> {
+    let mut names = fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<Vec<_>>>()?;
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
+
+fn copy_truncated(field: &mut [u8], value: &[u8]) {
+    let n = field.len().min(value.len());
+    field[..n].copy_from_slice(&value[..n]);
+}

@@ -1,0 +1,244 @@
+//! Saving a run's results: the output working directory, the artifacts with the logs, the JSON
+//! run record (`run_result` or `run_error`), and last the manifest of everything saved.
+//! Each result is attempted even when an earlier one failed.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Serialize;
+
+use super::archive::{self, ArchiveError, PackItem, Packing};
+use super::run::Outcome;
+use super::{Invocation, ResultSink, RunState, RunSummary, SavedResult, ScratchDir};
+use crate::store::keys::{ExecutionId, ResultName};
+
+/// `run_result`: the record of a run that completed, successfully or not.
+#[derive(Serialize)]
+struct RunResultRecord<'a> {
+    state: RunState,
+    exit_code: Option<i32>,
+    response: Option<&'a str>,
+    started_at: Option<jiff::Timestamp>,
+    finished_at: Option<jiff::Timestamp>,
+    duration_ms: Option<u64>,
+    execution: &'a ExecutionId,
+}
+
+/// `run_error`: the record of a run that could not start, timed out or was cancelled.
+#[derive(Serialize)]
+struct RunErrorRecord<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    message: &'a str,
+    timed_out: bool,
+    exit_code: Option<i32>,
+    started_at: Option<jiff::Timestamp>,
+    finished_at: Option<jiff::Timestamp>,
+    execution: &'a ExecutionId,
+}
+
+/// `manifest.json`
+#[derive(Serialize)]
+struct Manifest<'a> {
+    execution: &'a ExecutionId,
+    results: &'a [SavedResult],
+}
+
+/// Saves everything the finished run left and summarizes it.
+pub(super) async fn collect<K: ResultSink>(
+    inv: &Invocation,
+    outcome: Outcome,
+    staged: Vec<SavedResult>,
+    sink: &K,
+) -> RunSummary {
+    let mut saver = Saver::new(sink, staged);
+    saver
+        .archive(ResultName::OutputWorkdir, archive::pack_dir(&inv.workdir))
+        .await;
+    saver
+        .archive(
+            ResultName::OutputArtifacts,
+            artifact_items(&inv.scratch).map(archive::pack_items),
+        )
+        .await;
+
+    let summary = RunSummary {
+        state: outcome.state,
+        exit_code: outcome.exit_code,
+        timed_out: outcome.state == RunState::TimedOut,
+        error: outcome.error,
+        response: outcome.response,
+        started_at: outcome.started_at,
+        finished_at: outcome.finished_at,
+        duration_ms: outcome.duration_ms,
+        stderr_tail: outcome.stderr_tail,
+        results: Vec::new(),
+        results_error: None,
+    };
+    match (summary.state.error_type(), &summary.error) {
+        (Some(kind), error) => {
+            let record = RunErrorRecord {
+                kind,
+                message: error.as_deref().unwrap_or_default(),
+                timed_out: summary.timed_out,
+                exit_code: summary.exit_code,
+                started_at: summary.started_at,
+                finished_at: summary.finished_at,
+                execution: &inv.execution,
+            };
+            saver.json(ResultName::RunError, &record).await;
+        }
+        (None, _) => {
+            let record = RunResultRecord {
+                state: summary.state,
+                exit_code: summary.exit_code,
+                response: summary.response.as_deref(),
+                started_at: summary.started_at,
+                finished_at: summary.finished_at,
+                duration_ms: summary.duration_ms,
+                execution: &inv.execution,
+            };
+            saver.json(ResultName::RunResult, &record).await;
+        }
+    }
+    saver.finish(&inv.execution, summary).await
+}
+
+/// Records a run that ended before the agent started (staging failed, or cancelled while
+/// staging): saves `run_error` and the manifest, listing `staged`.
+pub async fn fail_before_run<K: ResultSink>(
+    execution: &ExecutionId,
+    state: RunState,
+    message: String,
+    staged: Vec<SavedResult>,
+    sink: &K,
+) -> RunSummary {
+    let mut saver = Saver::new(sink, staged);
+    let record = RunErrorRecord {
+        kind: state.error_type().unwrap_or("Failed"),
+        message: &message,
+        timed_out: state == RunState::TimedOut,
+        exit_code: None,
+        started_at: None,
+        finished_at: None,
+        execution,
+    };
+    saver.json(ResultName::RunError, &record).await;
+    let summary = RunSummary {
+        state,
+        exit_code: None,
+        timed_out: state == RunState::TimedOut,
+        error: Some(message),
+        response: None,
+        started_at: None,
+        finished_at: None,
+        duration_ms: None,
+        stderr_tail: String::new(),
+        results: Vec::new(),
+        results_error: None,
+    };
+    saver.finish(execution, summary).await
+}
+
+/// The artifacts directory's contents plus the two logs; agent files named like the logs give
+/// way to the captured logs.
+fn artifact_items(scratch: &ScratchDir) -> Result<Vec<PackItem>, ArchiveError> {
+    const LOGS: [&str; 2] = ["stdout.log", "stderr.log"];
+    let artifacts = scratch.artifacts_dir();
+    let mut items = if artifacts.is_dir() {
+        archive::list_dir(&artifacts)?
+    } else {
+        tracing::warn!(dir = %artifacts.display(), "the artifacts directory is gone; saving only the logs");
+        Vec::new()
+    };
+    items.retain(|item| {
+        let clash = LOGS.iter().any(|log| item.name == *log);
+        if clash {
+            tracing::warn!(name = ?item.name, "an artifact has the name of a captured log and is left out");
+        }
+        !clash
+    });
+    for (name, path) in LOGS
+        .into_iter()
+        .zip([scratch.stdout_log(), scratch.stderr_log()])
+    {
+        if path.exists() {
+            items.push(PackItem {
+                name: name.into(),
+                path,
+            });
+        }
+    }
+    Ok(items)
+}
+
+/// Saves results one by one, remembering what was saved and what failed.
+struct Saver<'a, K> {
+    sink: &'a K,
+    saved: Vec<SavedResult>,
+    errors: Vec<String>,
+}
+
+impl<'a, K: ResultSink> Saver<'a, K> {
+    fn new(sink: &'a K, staged: Vec<SavedResult>) -> Self {
+        Saver {
+            sink,
+            saved: staged,
+            errors: Vec::new(),
+        }
+    }
+
+    async fn archive(&mut self, name: ResultName, packing: Result<Packing, ArchiveError>) {
+        let packing = match packing {
+            Ok(packing) => packing,
+            Err(e) => return self.failed(name, &e),
+        };
+        let put = self.sink.put(name, packing.stream).await;
+        let packed = packing.done.wait().await;
+        match (put, packed) {
+            (Ok(info), Ok(_)) => self.saved.push(SavedResult {
+                name,
+                size: info.size,
+                sha256: info.sha256,
+            }),
+            (Err(e), _) => self.failed(name, &e),
+            (Ok(_), Err(e)) => self.failed(name, &e),
+        }
+    }
+
+    async fn json(&mut self, name: ResultName, value: &impl Serialize) {
+        let body = match serde_json::to_vec_pretty(value) {
+            Ok(body) => body,
+            Err(e) => return self.failed(name, &e),
+        };
+        let stream = futures::stream::once(async move { Ok(Bytes::from(body)) }).boxed();
+        match self.sink.put(name, stream).await {
+            Ok(info) => self.saved.push(SavedResult {
+                name,
+                size: info.size,
+                sha256: info.sha256,
+            }),
+            Err(e) => self.failed(name, &e),
+        }
+    }
+
+    fn failed(&mut self, name: ResultName, error: &dyn std::error::Error) {
+        tracing::warn!(result = %name, %error, "saving a result failed");
+        self.errors.push(format!("{name}: {error}"));
+    }
+
+    /// Saves the manifest and completes `summary` with what was saved.
+    async fn finish(mut self, execution: &ExecutionId, mut summary: RunSummary) -> RunSummary {
+        let listed = self.saved.clone();
+        self.json(
+            ResultName::Manifest,
+            &Manifest {
+                execution,
+                results: &listed,
+            },
+        )
+        .await;
+        summary.results = self.saved;
+        summary.results_error = (!self.errors.is_empty()).then(|| self.errors.join("; "));
+        summary
+    }
+}

@@ -1,0 +1,343 @@
+//! The runner: stage a working directory, run the agent once under a deadline, and collect its
+//! results — the same code for local runs and inside pods.
+//!
+//! Locally, [`execute`] does everything in one process. In a pod the init container calls
+//! [`stage`] (or [`fail_before_run`] when staging fails) and the main container calls
+//! [`run_and_collect`] with the [`SavedResult`] that staging produced.
+
+pub mod archive;
+
+mod collect;
+mod run;
+mod stage;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+pub use collect::fail_before_run;
+pub use stage::stage;
+
+use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::{BlobBody, ByteStream, ObjectInfo, Store, StoreError};
+
+/// Environment variable with the input text (when it fits in one environment string).
+pub const ENV_INPUT: &str = "ERRAND_INPUT";
+/// Environment variable with the path of a file holding the input text.
+pub const ENV_INPUT_FILE: &str = "ERRAND_INPUT_FILE";
+/// Environment variable with the path of the agent configuration (the snapshot).
+pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
+/// Environment variable with the directory whose contents become `output_artifacts`.
+pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
+/// Environment variable with the file the agent may write its final answer to.
+pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
+/// Every variable the runner sets; the caller's environment may not bind these.
+pub const RESERVED_ENV: [&str; 5] = [
+    ENV_INPUT,
+    ENV_INPUT_FILE,
+    ENV_AGENT_CONFIG_PATH,
+    ENV_ARTIFACTS_DIR,
+    ENV_RESPONSE_FILE,
+];
+
+/// What went wrong staging or saving results.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// A blob could not be fetched.
+    #[error("fetching {key}: {source}")]
+    Fetch {
+        /// The blob's key.
+        key: String,
+        /// The underlying error.
+        #[source]
+        source: StoreError,
+    },
+    /// Extracting or packing failed.
+    #[error(transparent)]
+    Archive(#[from] archive::ArchiveError),
+    /// A result could not be saved.
+    #[error("saving result {result}: {source}")]
+    Save {
+        /// Which result.
+        result: ResultName,
+        /// The underlying error.
+        #[source]
+        source: StoreError,
+    },
+    /// A file or directory the run needs could not be prepared.
+    #[error("preparing {path}: {source}")]
+    Prepare {
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A background task panicked or was cancelled.
+    #[error("runner task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// Where input blobs come from: the store directly, or (in pods) signed URLs.
+pub trait BlobSource: Sync {
+    /// The bytes of the blob at `key`.
+    fn open(&self, key: &str) -> impl Future<Output = Result<BlobBody, StoreError>> + Send;
+}
+
+/// Where results go: the store directly, or (in pods) signed URLs. Each result is written once.
+pub trait ResultSink: Sync {
+    /// Saves `body` as result `name` and returns its size and sha256.
+    fn put(
+        &self,
+        name: ResultName,
+        body: ByteStream,
+    ) -> impl Future<Output = Result<ObjectInfo, StoreError>> + Send;
+}
+
+impl BlobSource for Store {
+    async fn open(&self, key: &str) -> Result<BlobBody, StoreError> {
+        self.get(key).await
+    }
+}
+
+/// Results of one execution, saved under its `results/<ns>/<execution>/<uid>/` prefix.
+#[derive(Debug, Clone)]
+pub struct StoreResults {
+    store: Store,
+    execution: ExecutionId,
+}
+
+impl StoreResults {
+    /// The results of `execution` in `store`; fails if the execution's ids cannot form a key.
+    pub fn new(store: Store, execution: ExecutionId) -> Result<StoreResults, StoreError> {
+        keys::results_prefix(&execution)?;
+        Ok(StoreResults { store, execution })
+    }
+}
+
+impl ResultSink for StoreResults {
+    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
+        let key = keys::result(&self.execution, name)?;
+        self.store.put_new(&key, body).await
+    }
+}
+
+/// A blob to extract: a store key and optionally one directory (or file) inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobRef {
+    /// Store key of the `tar.gz` blob.
+    pub key: String,
+    /// Only this path inside the archive, re-rooted (`docs/` or `config/app.json`).
+    pub subpath: Option<String>,
+}
+
+/// A blob extracted at a path inside the working directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountRef {
+    /// What to extract.
+    pub blob: BlobRef,
+    /// Where, relative to the working directory.
+    pub mount_path: String,
+}
+
+/// What goes into the working directory before the agent starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagePlan {
+    /// Extracted first, at the root of the working directory.
+    pub base: Option<BlobRef>,
+    /// Extracted after the base, in order; their files replace the base's.
+    pub mounts: Vec<MountRef>,
+}
+
+/// The scratch directory of one run: input, response, logs and artifacts, kept outside the
+/// working directory so they do not end up in `output_workdir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScratchDir {
+    root: PathBuf,
+}
+
+impl ScratchDir {
+    /// The scratch directory at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> ScratchDir {
+        ScratchDir { root: root.into() }
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `ERRAND_ARTIFACTS_DIR`.
+    pub fn artifacts_dir(&self) -> PathBuf {
+        self.root.join("artifacts")
+    }
+
+    /// The agent's captured standard output.
+    pub fn stdout_log(&self) -> PathBuf {
+        self.root.join("stdout.log")
+    }
+
+    /// The agent's captured standard error.
+    pub fn stderr_log(&self) -> PathBuf {
+        self.root.join("stderr.log")
+    }
+
+    /// `ERRAND_INPUT_FILE`.
+    pub fn input_file(&self) -> PathBuf {
+        self.root.join("input.txt")
+    }
+
+    /// `ERRAND_RESPONSE_FILE`.
+    pub fn response_file(&self) -> PathBuf {
+        self.root.join("response.txt")
+    }
+}
+
+/// One agent run.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The execution the results belong to.
+    pub execution: ExecutionId,
+    /// The agent command and its arguments.
+    pub command: Vec<String>,
+    /// The input text.
+    pub input: String,
+    /// Path of the agent configuration file (`AGENT_CONFIG_PATH`).
+    pub agent_config_path: PathBuf,
+    /// Extra environment (bound secrets, configuration), on top of the runner's own
+    /// environment; the [`RESERVED_ENV`] names always carry the runner's values.
+    pub env: Vec<(String, String)>,
+    /// How long the agent may run.
+    pub timeout: Duration,
+    /// Time between SIGTERM and SIGKILL when the deadline passes or the run is cancelled.
+    pub grace: Duration,
+    /// The working directory the agent runs in.
+    pub workdir: PathBuf,
+    /// Input, response, logs and artifacts.
+    pub scratch: ScratchDir,
+    /// Copy the agent's stdout and stderr to ours as well as to the logs.
+    pub passthrough: bool,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RunState {
+    /// The agent exited with code 0.
+    Succeeded,
+    /// The agent exited with a non-zero code or was killed by a signal.
+    Failed,
+    /// The deadline passed; the agent was stopped.
+    TimedOut,
+    /// The run was cancelled; the agent was stopped (or never started).
+    Cancelled,
+    /// The agent command could not be started.
+    StartFailed,
+    /// The working directory could not be staged; the agent never started.
+    StageFailed,
+}
+
+impl RunState {
+    /// The `type` written to `run_error` for runs that did not complete.
+    pub fn error_type(self) -> Option<&'static str> {
+        match self {
+            RunState::Succeeded | RunState::Failed => None,
+            RunState::TimedOut => Some("DeadlineExceeded"),
+            RunState::Cancelled => Some("Cancelled"),
+            RunState::StartFailed => Some("StartFailed"),
+            RunState::StageFailed => Some("StageFailed"),
+        }
+    }
+}
+
+/// A saved result, as listed in `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SavedResult {
+    /// The result's name.
+    pub name: ResultName,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex sha256.
+    pub sha256: String,
+}
+
+/// Everything a caller needs about a finished run: for the execution record, the status
+/// message and the pod's termination message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// How the run ended.
+    pub state: RunState,
+    /// The agent's exit code (128 + signal number when killed by a signal).
+    pub exit_code: Option<i32>,
+    /// Whether the deadline passed.
+    pub timed_out: bool,
+    /// Why the run did not complete, as written to `run_error`.
+    pub error: Option<String>,
+    /// The agent's response: its response file, or the tail of its stdout.
+    pub response: Option<String>,
+    /// When the agent started.
+    pub started_at: Option<jiff::Timestamp>,
+    /// When the agent ended.
+    pub finished_at: Option<jiff::Timestamp>,
+    /// How long the agent ran.
+    pub duration_ms: Option<u64>,
+    /// The last ~2 KiB of the agent's stderr.
+    pub stderr_tail: String,
+    /// The results saved, in order, the manifest last.
+    pub results: Vec<SavedResult>,
+    /// Why some results could not be saved, if any could not.
+    pub results_error: Option<String>,
+}
+
+/// Stages, runs and collects one execution in this process.
+///
+/// Always returns a summary: staging failures, start failures, timeouts and cancellation are
+/// states, and results are saved for each of them.
+pub async fn execute<S: BlobSource, K: ResultSink>(
+    invocation: &Invocation,
+    plan: &StagePlan,
+    source: &S,
+    sink: &K,
+    cancel: CancellationToken,
+) -> RunSummary {
+    let staged = tokio::select! {
+        staged = stage(plan, &invocation.workdir, source, sink) => staged,
+        () = cancel.cancelled() => {
+            return fail_before_run(
+                &invocation.execution,
+                RunState::Cancelled,
+                "cancelled while staging the working directory".into(),
+                Vec::new(),
+                sink,
+            )
+            .await;
+        }
+    };
+    match staged {
+        Ok(input) => run_and_collect(invocation, vec![input], sink, cancel).await,
+        Err(e) => {
+            fail_before_run(
+                &invocation.execution,
+                RunState::StageFailed,
+                format!("staging the working directory: {e}"),
+                Vec::new(),
+                sink,
+            )
+            .await
+        }
+    }
+}
+
+/// Runs the agent in an already staged working directory and saves its results; `staged` are
+/// the results saved during staging (`input_workdir`), listed again in the manifest.
+pub async fn run_and_collect<K: ResultSink>(
+    invocation: &Invocation,
+    staged: Vec<SavedResult>,
+    sink: &K,
+    cancel: CancellationToken,
+) -> RunSummary {
+    let outcome = run::supervise(invocation, &cancel).await;
+    collect::collect(invocation, outcome, staged, sink).await
+}

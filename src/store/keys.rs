@@ -1,0 +1,253 @@
+//! The store's key layout (DESIGN.md §3), as pure functions that validate every segment.
+//!
+//! `filesets/<ns>/<sha256>.tar.gz` and `results/<ns>/<execution>/<uid>/<result>`. A segment that
+//! could change the shape of a key (a `/`, `..`, an empty string, characters outside the
+//! Kubernetes name alphabet) is refused, so a key built here always addresses what it says.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A key segment that does not fit the layout.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// The segment is empty, too long, or has characters outside the allowed alphabet.
+    #[error("invalid {what} {value:?} in a store key: {reason}")]
+    InvalidSegment {
+        /// Which part of the key (namespace, execution, uid, digest).
+        what: &'static str,
+        /// The rejected value.
+        value: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+}
+
+/// Top-level prefix of all fileset blobs.
+const FILESETS: &str = "filesets";
+/// Top-level prefix of all execution results.
+const RESULTS: &str = "results";
+/// Top-level prefix of in-flight fileset uploads, kept apart so listings of `filesets/` only
+/// ever show complete, content-addressed blobs.
+const UPLOADS: &str = "uploads";
+
+/// The results an execution saves, one object each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultName {
+    /// The working directory after staging, before the agent starts (tar.gz).
+    InputWorkdir,
+    /// The working directory as the agent left it (tar.gz).
+    OutputWorkdir,
+    /// The agent's artifacts directory plus `stdout.log` and `stderr.log` (tar.gz).
+    OutputArtifacts,
+    /// The JSON record of a completed run.
+    RunResult,
+    /// The JSON record of a run that could not start, timed out or was cancelled.
+    RunError,
+    /// Name, size and sha256 of every other result (JSON).
+    Manifest,
+}
+
+impl ResultName {
+    /// Every result name, in the order a run saves them.
+    pub const ALL: [ResultName; 6] = [
+        ResultName::InputWorkdir,
+        ResultName::OutputWorkdir,
+        ResultName::OutputArtifacts,
+        ResultName::RunResult,
+        ResultName::RunError,
+        ResultName::Manifest,
+    ];
+
+    /// The last key segment, which is also the name users pass to `results download`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultName::InputWorkdir => "input_workdir",
+            ResultName::OutputWorkdir => "output_workdir",
+            ResultName::OutputArtifacts => "output_artifacts",
+            ResultName::RunResult => "run_result",
+            ResultName::RunError => "run_error",
+            ResultName::Manifest => "manifest.json",
+        }
+    }
+
+    /// The result with this name, if there is one.
+    pub fn parse(name: &str) -> Option<ResultName> {
+        ResultName::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl fmt::Display for ResultName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which execution a set of results belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionId {
+    /// Namespace (workspace) of the execution.
+    pub namespace: String,
+    /// The execution's name.
+    pub name: String,
+    /// The execution's uid, which keeps a re-created execution of the same name apart.
+    pub uid: String,
+}
+
+/// `filesets/<ns>/<digest>.tar.gz`
+pub fn fileset(namespace: &str, digest: &str) -> Result<String, KeyError> {
+    check_name("namespace", namespace)?;
+    check_digest(digest)?;
+    Ok(format!("{FILESETS}/{namespace}/{digest}.tar.gz"))
+}
+
+/// `filesets/<ns>/`: every fileset blob of a namespace.
+pub fn filesets_prefix(namespace: &str) -> Result<String, KeyError> {
+    check_name("namespace", namespace)?;
+    Ok(format!("{FILESETS}/{namespace}/"))
+}
+
+/// `uploads/<ns>/<token>.tar.gz`: where a fileset is streamed before its digest is known.
+pub fn fileset_upload(namespace: &str, token: &str) -> Result<String, KeyError> {
+    check_name("namespace", namespace)?;
+    check_name("upload token", token)?;
+    Ok(format!("{UPLOADS}/{namespace}/{token}.tar.gz"))
+}
+
+/// `results/<ns>/<execution>/<uid>/`: every result of one execution.
+pub fn results_prefix(execution: &ExecutionId) -> Result<String, KeyError> {
+    check_name("namespace", &execution.namespace)?;
+    check_name("execution name", &execution.name)?;
+    check_uid(&execution.uid)?;
+    Ok(format!(
+        "{RESULTS}/{}/{}/{}/",
+        execution.namespace, execution.name, execution.uid
+    ))
+}
+
+/// `results/<ns>/<execution>/<uid>/<result>`
+pub fn result(execution: &ExecutionId, result: ResultName) -> Result<String, KeyError> {
+    Ok(format!("{}{}", results_prefix(execution)?, result.as_str()))
+}
+
+/// A Kubernetes object name or namespace: DNS-1123 subdomain characters, at most 253.
+fn check_name(what: &'static str, value: &str) -> Result<(), KeyError> {
+    let invalid = |reason| KeyError::InvalidSegment {
+        what,
+        value: value.to_owned(),
+        reason,
+    };
+    if value.is_empty() || value.len() > 253 {
+        return Err(invalid("must be 1 to 253 characters"));
+    }
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    {
+        return Err(invalid("only a-z, 0-9, '-' and '.' are allowed"));
+    }
+    if !value.as_bytes()[0].is_ascii_alphanumeric()
+        || !value.as_bytes()[value.len() - 1].is_ascii_alphanumeric()
+    {
+        return Err(invalid("must start and end with a letter or digit"));
+    }
+    Ok(())
+}
+
+/// A Kubernetes uid (a UUID); locally generated ids use the same alphabet.
+fn check_uid(value: &str) -> Result<(), KeyError> {
+    let invalid = |reason| KeyError::InvalidSegment {
+        what: "uid",
+        value: value.to_owned(),
+        reason,
+    };
+    if value.is_empty() || value.len() > 64 {
+        return Err(invalid("must be 1 to 64 characters"));
+    }
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(invalid("only letters, digits and '-' are allowed"));
+    }
+    Ok(())
+}
+
+/// A lowercase hex sha256.
+fn check_digest(value: &str) -> Result<(), KeyError> {
+    if value.len() != 64
+        || !value
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(KeyError::InvalidSegment {
+            what: "digest",
+            value: value.to_owned(),
+            reason: "must be 64 lowercase hex characters (sha256)",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn execution() -> ExecutionId {
+        ExecutionId {
+            namespace: "team-a".into(),
+            name: "calc-7f2k".into(),
+            uid: "0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01".into(),
+        }
+    }
+
+    #[test]
+    fn layout_matches_design() {
+        let digest = "a".repeat(64);
+        assert_eq!(
+            fileset("team-a", &digest).unwrap(),
+            format!("filesets/team-a/{digest}.tar.gz")
+        );
+        assert_eq!(
+            result(&execution(), ResultName::OutputWorkdir).unwrap(),
+            "results/team-a/calc-7f2k/0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01/output_workdir"
+        );
+        assert_eq!(
+            result(&execution(), ResultName::Manifest).unwrap(),
+            "results/team-a/calc-7f2k/0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01/manifest.json"
+        );
+        assert_eq!(filesets_prefix("team-a").unwrap(), "filesets/team-a/");
+    }
+
+    #[test]
+    fn segments_that_change_the_key_shape_are_refused() {
+        for ns in ["", "..", "a/b", "A", "-a", "a-", "a b"] {
+            let err = filesets_prefix(ns).unwrap_err();
+            assert!(
+                matches!(&err, KeyError::InvalidSegment { what: "namespace", value, .. } if value == ns),
+                "{ns:?}: {err}"
+            );
+        }
+        let mut bad = execution();
+        bad.uid = "../x".into();
+        assert!(err_names(results_prefix(&bad), "uid"));
+        bad = execution();
+        bad.name = "x/y".into();
+        assert!(err_names(results_prefix(&bad), "execution name"));
+        assert!(err_names(fileset("ns", &"A".repeat(64)), "digest"));
+        assert!(err_names(fileset("ns", "abc"), "digest"));
+    }
+
+    fn err_names(r: Result<String, KeyError>, expected: &str) -> bool {
+        matches!(r, Err(KeyError::InvalidSegment { what, .. }) if what == expected)
+    }
+
+    #[test]
+    fn result_names_round_trip() {
+        for name in ResultName::ALL {
+            assert_eq!(ResultName::parse(name.as_str()), Some(name));
+        }
+        assert_eq!(ResultName::parse("nope"), None);
+    }
+}

@@ -1,0 +1,514 @@
+//! The object store that holds fileset blobs and execution results, over the `object_store` crate.
+//!
+//! One URL picks the backend: `file://` (the embedded default), `s3://`, `gs://` or `az://`,
+//! with each cloud backend configured from its usual environment variables (`AWS_*`,
+//! `GOOGLE_*`, `AZURE_*`). Uploads are streamed and hashed on the way through; result objects
+//! are write-once.
+
+pub mod keys;
+
+mod fileset;
+
+use std::io::{self, Read as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::prefix::PrefixStore;
+use object_store::{
+    GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions,
+    PutPayload, WriteMultipart,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use url::Url;
+
+pub use fileset::PushedFileset;
+
+use crate::runner::archive::ArchiveError;
+
+/// A stream of bytes moving into or out of the store.
+pub type ByteStream = BoxStream<'static, io::Result<Bytes>>;
+
+/// Objects up to this size are written with one atomic conditional put; larger ones go up in
+/// parts of this size (S3's minimum part size), so memory stays bounded whatever the size.
+const PART_SIZE: usize = 5 * 1024 * 1024;
+/// Parts uploaded concurrently; with [`PART_SIZE`] this caps upload buffers at about 15 MiB.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// What went wrong talking to the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store URL cannot be used.
+    #[error("invalid store URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// Neither `XDG_DATA_HOME` nor `HOME` is set, so there is no default store location.
+    #[error("cannot pick a default store location: neither XDG_DATA_HOME nor HOME is set")]
+    NoDefaultLocation,
+    /// The local store directory could not be created.
+    #[error("creating the local store directory {path}: {source}")]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A key segment does not fit the layout.
+    #[error(transparent)]
+    Key(#[from] keys::KeyError),
+    /// A key is not a valid object path.
+    #[error("invalid store key {key:?}: {source}")]
+    InvalidKey {
+        /// The key.
+        key: String,
+        /// Why object_store refused it.
+        #[source]
+        source: object_store::path::Error,
+    },
+    /// A write-once object already exists.
+    #[error("store object {key} already exists and is write-once")]
+    AlreadyExists {
+        /// The key.
+        key: String,
+    },
+    /// The object does not exist.
+    #[error("store object {key} not found")]
+    NotFound {
+        /// The key.
+        key: String,
+    },
+    /// The backend refused or failed an operation.
+    #[error("store {operation} of {key}: {source}")]
+    Backend {
+        /// What was being done (put, get, list, delete, rename).
+        operation: &'static str,
+        /// The key or prefix.
+        key: String,
+        /// The backend's error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The bytes being uploaded could not be produced (e.g. packing a directory failed).
+    #[error("reading the data for {key}: {source}")]
+    Body {
+        /// The key being written.
+        key: String,
+        /// The producer's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Packing a directory for upload failed.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+/// A stored object with the size and sha256 of its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectInfo {
+    /// The object's key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex sha256 of the bytes.
+    pub sha256: String,
+}
+
+/// One object found by [`Store::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The object's key.
+    pub key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// When the object was last written.
+    pub last_modified: jiff::Timestamp,
+}
+
+/// The body of a stored object.
+pub enum BlobBody {
+    /// A local file, read directly so that large local blobs never pass through async tasks.
+    File(std::fs::File),
+    /// A remote object's bytes.
+    Stream(ByteStream),
+}
+
+impl BlobBody {
+    /// The body as a stream of bytes, whichever kind it is.
+    pub fn into_stream(self) -> ByteStream {
+        match self {
+            BlobBody::Stream(s) => s,
+            BlobBody::File(file) => file_stream(file),
+        }
+    }
+}
+
+/// Reads a file in large blocks on the blocking pool.
+fn file_stream(file: std::fs::File) -> ByteStream {
+    const BLOCK: usize = 1024 * 1024;
+    futures::stream::try_unfold(Some(file), |file| async move {
+        let Some(mut file) = file else {
+            return Ok(None);
+        };
+        let (file, block) = tokio::task::spawn_blocking(move || {
+            let mut block = Vec::with_capacity(BLOCK);
+            (&mut file)
+                .take(BLOCK as u64)
+                .read_to_end(&mut block)
+                .map(|_| (file, block))
+        })
+        .await
+        .map_err(io::Error::other)??;
+        if block.is_empty() {
+            Ok(None)
+        } else {
+            Ok(Some((Bytes::from(block), Some(file))))
+        }
+    })
+    .boxed()
+}
+
+/// Handle to one object store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    url: String,
+}
+
+impl Store {
+    /// Opens the store at `url`: `file:///abs/dir` (or a bare absolute path), `s3://bucket[/prefix]`,
+    /// `gs://bucket[/prefix]`, `az://container[/prefix]`. Cloud credentials and endpoints come from
+    /// the backend's environment variables, as `object_store`'s `from_env` builders read them.
+    pub fn open(url: &str) -> Result<Store, StoreError> {
+        let invalid = |reason: String| StoreError::InvalidUrl {
+            url: url.to_owned(),
+            reason,
+        };
+        if url.starts_with('/') {
+            return Store::open_local(Path::new(url), url);
+        }
+        let parsed = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+        let (scheme, prefix) =
+            ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
+        let backend = |e: object_store::Error| invalid(e.to_string());
+        let inner: Arc<dyn ObjectStore> = match scheme {
+            ObjectStoreScheme::Local => {
+                let dir = parsed
+                    .to_file_path()
+                    .map_err(|()| invalid("not an absolute local path".into()))?;
+                return Store::open_local(&dir, url);
+            }
+            ObjectStoreScheme::AmazonS3 => Arc::new(
+                AmazonS3Builder::from_env()
+                    .with_url(url)
+                    .build()
+                    .map_err(backend)?,
+            ),
+            ObjectStoreScheme::GoogleCloudStorage => Arc::new(
+                GoogleCloudStorageBuilder::from_env()
+                    .with_url(url)
+                    .build()
+                    .map_err(backend)?,
+            ),
+            ObjectStoreScheme::MicrosoftAzure => Arc::new(
+                MicrosoftAzureBuilder::from_env()
+                    .with_url(url)
+                    .build()
+                    .map_err(backend)?,
+            ),
+            other => {
+                return Err(invalid(format!(
+                    "{other:?} is not supported; use file://, s3://, gs:// or az://"
+                )));
+            }
+        };
+        // The builders address a bucket; a path after it scopes everything under a prefix.
+        let inner = if prefix.as_ref().is_empty() {
+            inner
+        } else {
+            Arc::new(PrefixStore::new(inner, prefix))
+        };
+        Ok(Store {
+            inner,
+            url: url.to_owned(),
+        })
+    }
+
+    fn open_local(dir: &Path, url: &str) -> Result<Store, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let fs = LocalFileSystem::new_with_prefix(dir)
+            .map_err(|e| StoreError::InvalidUrl {
+                url: url.to_owned(),
+                reason: e.to_string(),
+            })?
+            // Deleting an execution's results should not leave empty directories behind.
+            .with_automatic_cleanup(true);
+        Ok(Store {
+            inner: Arc::new(fs),
+            url: url.to_owned(),
+        })
+    }
+
+    /// `file://$XDG_DATA_HOME/errand/store`, or `file://$HOME/.local/share/errand/store`.
+    pub fn default_url() -> Result<String, StoreError> {
+        let non_empty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        let data_home = match non_empty("XDG_DATA_HOME") {
+            Some(dir) => PathBuf::from(dir),
+            None => PathBuf::from(non_empty("HOME").ok_or(StoreError::NoDefaultLocation)?)
+                .join(".local/share"),
+        };
+        let dir = data_home.join("errand/store");
+        Url::from_file_path(&dir)
+            .map(String::from)
+            .map_err(|()| StoreError::InvalidUrl {
+                url: dir.display().to_string(),
+                reason: "not an absolute local path".into(),
+            })
+    }
+
+    /// The URL this store was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Streams `body` into a new object at `key` and returns its size and sha256.
+    ///
+    /// Refuses with [`StoreError::AlreadyExists`] when the key already holds an object. Bodies
+    /// that fit in one part are written with one conditional put, which the backend makes
+    /// atomic; larger ones are checked first and then uploaded in parts, with at most
+    /// [`PARTS_IN_FLIGHT`] parts buffered.
+    pub async fn put_new(&self, key: &str, mut body: ByteStream) -> Result<ObjectInfo, StoreError> {
+        let path = object_path(key)?;
+        match self.inner.head(&path).await {
+            Ok(_) => return Err(already_exists(key)),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(source) => return Err(backend("head", key, source)),
+        }
+
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let mut first_part = Vec::new();
+        let mut first_len = 0usize;
+        while first_len < PART_SIZE {
+            match body.next().await {
+                Some(Ok(bytes)) => {
+                    hasher.update(&bytes);
+                    first_len += bytes.len();
+                    first_part.push(bytes);
+                }
+                Some(Err(source)) => return Err(body_error(key, source)),
+                None => {
+                    let opts = PutOptions {
+                        mode: PutMode::Create,
+                        ..PutOptions::default()
+                    };
+                    let payload: PutPayload = first_part.into_iter().collect();
+                    self.inner
+                        .put_opts(&path, payload, opts)
+                        .await
+                        .map_err(|e| match e {
+                            object_store::Error::AlreadyExists { .. } => already_exists(key),
+                            source => backend("put", key, source),
+                        })?;
+                    return Ok(info(key, first_len as u64, hasher));
+                }
+            }
+        }
+        size += first_len as u64;
+
+        let upload = self
+            .inner
+            .put_multipart(&path)
+            .await
+            .map_err(|source| backend("put", key, source))?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+        for bytes in first_part {
+            writer.put(bytes);
+        }
+        let streamed = async {
+            while let Some(bytes) = body.next().await {
+                let bytes = bytes.map_err(|source| body_error(key, source))?;
+                hasher.update(&bytes);
+                size += bytes.len() as u64;
+                writer
+                    .wait_for_capacity(PARTS_IN_FLIGHT)
+                    .await
+                    .map_err(|source| backend("put", key, source))?;
+                writer.put(bytes);
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = streamed {
+            // Abort so no parts linger; the original error is the one worth reporting.
+            if let Err(abort) = writer.abort().await {
+                tracing::warn!(key, error = %abort, "aborting a failed multipart upload");
+            }
+            return Err(e);
+        }
+        writer
+            .finish()
+            .await
+            .map_err(|source| backend("put", key, source))?;
+        Ok(info(key, size, hasher))
+    }
+
+    /// The object at `key`.
+    pub async fn get(&self, key: &str) -> Result<BlobBody, StoreError> {
+        let path = object_path(key)?;
+        let result = self.inner.get(&path).await.map_err(|e| match e {
+            object_store::Error::NotFound { .. } => StoreError::NotFound {
+                key: key.to_owned(),
+            },
+            source => backend("get", key, source),
+        })?;
+        Ok(match result.payload {
+            GetResultPayload::File(file, _) => BlobBody::File(file),
+            GetResultPayload::Stream(stream) => {
+                BlobBody::Stream(stream.map_err(io::Error::other).boxed())
+            }
+        })
+    }
+
+    /// Whether an object exists at `key`.
+    pub async fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        match self.inner.head(&object_path(key)?).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(source) => Err(backend("head", key, source)),
+        }
+    }
+
+    /// Every object under `prefix` (a key prefix ending in `/`, as the [`keys`] functions return),
+    /// sorted by key.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<Listed>, StoreError> {
+        let path = prefix_path(prefix)?;
+        let mut listed: Vec<Listed> = self
+            .inner
+            .list(Some(&path))
+            .map_ok(|meta| Listed {
+                key: meta.location.to_string(),
+                size: meta.size,
+                last_modified: jiff::Timestamp::new(
+                    meta.last_modified.timestamp(),
+                    meta.last_modified.timestamp_subsec_nanos() as i32,
+                )
+                .unwrap_or_default(),
+            })
+            .try_collect()
+            .await
+            .map_err(|source| backend("list", prefix, source))?;
+        listed.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(listed)
+    }
+
+    /// Deletes every object under `prefix` and returns how many were deleted.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        let path = prefix_path(prefix)?;
+        let locations = self
+            .inner
+            .list(Some(&path))
+            .map_ok(|meta| meta.location)
+            .boxed();
+        self.inner
+            .delete_stream(locations)
+            .try_fold(0usize, |n, _| async move { Ok(n + 1) })
+            .await
+            .map_err(|source| backend("delete", prefix, source))
+    }
+
+    /// Deletes the object at `key`; a missing object is not an error.
+    pub async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        match self.inner.delete(&object_path(key)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(backend("delete", key, source)),
+        }
+    }
+
+    /// Moves `from` to `to`, replacing `to` (used for content-addressed keys, where a replaced
+    /// object has the same bytes).
+    async fn rename(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        self.inner
+            .rename(&object_path(from)?, &object_path(to)?)
+            .await
+            .map_err(|source| backend("rename", from, source))
+    }
+}
+
+fn object_path(key: &str) -> Result<object_store::path::Path, StoreError> {
+    object_store::path::Path::parse(key).map_err(|source| StoreError::InvalidKey {
+        key: key.to_owned(),
+        source,
+    })
+}
+
+fn prefix_path(prefix: &str) -> Result<object_store::path::Path, StoreError> {
+    object_path(prefix.trim_end_matches('/'))
+}
+
+fn info(key: &str, size: u64, hasher: Sha256) -> ObjectInfo {
+    ObjectInfo {
+        key: key.to_owned(),
+        size,
+        sha256: hex::encode(hasher.finalize()),
+    }
+}
+
+fn already_exists(key: &str) -> StoreError {
+    StoreError::AlreadyExists {
+        key: key.to_owned(),
+    }
+}
+
+fn backend(operation: &'static str, key: &str, source: object_store::Error) -> StoreError {
+    StoreError::Backend {
+        operation,
+        key: key.to_owned(),
+        source,
+    }
+}
+
+fn body_error(key: &str, source: io::Error) -> StoreError {
+    StoreError::Body {
+        key: key.to_owned(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_urls_name_the_problem() {
+        for url in ["ftp://host/x", "not a url", "memory:///"] {
+            let err = Store::open(url).unwrap_err();
+            assert!(
+                matches!(&err, StoreError::InvalidUrl { url: u, .. } if u == url),
+                "{url}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn cloud_urls_open_without_network() {
+        // Building a client only parses configuration; no request is made.
+        let store = Store::open("s3://bucket/some/prefix").unwrap();
+        assert_eq!(store.url(), "s3://bucket/some/prefix");
+        Store::open("az://container").unwrap();
+    }
+}
