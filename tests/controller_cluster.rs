@@ -1,0 +1,585 @@
+//! Cluster tests of the controller: it runs in this process against the real API server of
+//! the test environment (`hack/testenv/up.sh`), one namespace and one controller per test.
+//!
+//! The errand image and runner are not in the cluster yet, so these tests cover what does not
+//! need a pod to run: invalid specs, children and their owners, create-only across a restart,
+//! snapshot immutability, secret hygiene, start timeout, Kueue-held cancel, and deletion.
+
+mod support;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use support::cluster::{self, TestNamespace};
+
+use errand::api::{AgentEnvironment, AgentExecution, Phase};
+use errand::controller::config::ControllerConfig;
+use errand::controller::grants::HmacSigner;
+use errand::controller::status::conditions;
+use errand::controller::{ControllerOptions, run};
+use errand::store::Store;
+
+const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
+const WAIT: Duration = Duration::from_secs(90);
+
+/// Installs (or updates) the errand CRDs and waits until they serve.
+async fn install_crds(client: &Client) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for (_, crd) in errand::api::crds::all() {
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply("errand-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+        wait_for(&format!("CRD {name} to be established"), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                let established = crd
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+/// Polls `probe` until it answers, failing the test after [`WAIT`].
+async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One test's namespace, file store and controller.
+struct Harness {
+    client: Client,
+    namespace: TestNamespace,
+    store_dir: tempfile::TempDir,
+    controller: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Harness {
+    async fn start(prefix: &str) -> Option<Self> {
+        let client = cluster::client().await?;
+        install_crds(&client).await;
+        let namespace = TestNamespace::create(&client, prefix).await;
+        let mut harness = Self {
+            client,
+            namespace,
+            store_dir: tempfile::tempdir().expect("a temporary store directory"),
+            controller: None,
+        };
+        harness.start_controller();
+        Some(harness)
+    }
+
+    fn store(&self) -> Store {
+        let url = format!("file://{}", self.store_dir.path().display());
+        Store::open(&url).expect("a file store opens")
+    }
+
+    /// Starts a controller for this test's namespace in a task.
+    fn start_controller(&mut self) {
+        let mut config = ControllerConfig::new("errand.local/errand:absent");
+        // The errand image is not in the node yet: `Never` makes the kubelet say so at once.
+        config.errand_image_pull_policy = Some("Never".into());
+        let options = ControllerOptions {
+            config,
+            namespace: Some(self.namespace.name().to_owned()),
+            results: self.store(),
+            signer: Arc::new(HmacSigner::new(
+                "http://errand-controller.errand-system.svc:8080",
+                b"test-signing-key-0123456789abcdef",
+            )),
+            listen: None,
+            leader_election: None,
+            instance: format!("test-{}", self.namespace.name()),
+        };
+        let client = self.client.clone();
+        self.controller = Some(tokio::spawn(async move {
+            run(client, options, std::future::pending())
+                .await
+                .expect("the controller runs");
+        }));
+    }
+
+    /// Kills the controller as a crash would: no graceful shutdown.
+    async fn kill_controller(&mut self) {
+        if let Some(task) = self.controller.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.namespace.api()
+    }
+
+    async fn create(&self, object: serde_json::Value) {
+        let kind = object["kind"].as_str().unwrap().to_owned();
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let resource = match kind.as_str() {
+            "Secret" => kube::discovery::ApiResource::erase::<Secret>(&()),
+            "Agent" => kube::discovery::ApiResource::erase::<errand::api::Agent>(&()),
+            "AgentEnvironment" => kube::discovery::ApiResource::erase::<AgentEnvironment>(&()),
+            "AgentExecution" => kube::discovery::ApiResource::erase::<AgentExecution>(&()),
+            other => panic!("unexpected kind {other}"),
+        };
+        let api = Api::<kube::core::DynamicObject>::namespaced_with(
+            self.client.clone(),
+            self.namespace.name(),
+            &resource,
+        );
+        let object: kube::core::DynamicObject = serde_json::from_value(object).unwrap();
+        api.create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
+    }
+
+    /// Creates a Secret, an Agent and an AgentEnvironment that binds the Secret.
+    async fn create_catalog(&self) {
+        self.create(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "model-keys"},
+            "stringData": {"openai": SECRET_VALUE},
+        }))
+        .await;
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": "calculator"},
+            "spec": {
+                "runtime": {"image": cluster::BUSYBOX_IMAGE, "command": ["sh", "-c", "echo 96"], "imagePullPolicy": "Never"},
+                "config": {"config_format": "agents-spec-v1", "name": "calculator", "provider": "openai"},
+            },
+        }))
+        .await;
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
+            "metadata": {"name": "prod"},
+            "spec": {
+                "overlay": {"env": {"PRECISION": "2"}, "secrets": {"OPENAI_API_KEY": "model-keys#openai"}},
+                "compute": {"resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}},
+            },
+        }))
+        .await;
+    }
+
+    async fn create_execution(&self, name: &str, extra: serde_json::Value) {
+        let mut spec = json!({
+            "agentRef": {"name": "calculator"},
+            "environmentRef": {"name": "prod"},
+            "input": "What is 12 multiplied by 8?",
+            "startTimeoutSeconds": 3600,
+        });
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .await;
+    }
+
+    /// Waits until the execution's status satisfies `accept`.
+    async fn wait_for_execution(
+        &self,
+        name: &str,
+        what: &str,
+        accept: impl Fn(&AgentExecution) -> bool,
+    ) -> AgentExecution {
+        let api = self.api::<AgentExecution>();
+        wait_for(&format!("execution {name} {what}"), || {
+            let api = api.clone();
+            let accept = &accept;
+            async move { api.get_opt(name).await.ok().flatten().filter(|e| accept(e)) }
+        })
+        .await
+    }
+
+    async fn managed<K>(&self) -> Vec<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.api::<K>()
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=errand"))
+            .await
+            .expect("listing")
+            .items
+    }
+
+    async fn finish(mut self) {
+        self.kill_controller().await;
+        self.namespace.delete().await;
+    }
+}
+
+fn phase(execution: &AgentExecution) -> Option<Phase> {
+    execution.status.as_ref()?.phase
+}
+
+fn reason_of(execution: &AgentExecution, type_: &str) -> Option<String> {
+    let status = execution.status.as_ref()?;
+    Some(conditions::get(&status.conditions, type_)?.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
+    let Some(harness) = Harness::start("ctl-invalid").await else {
+        return;
+    };
+    harness
+        .create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": "bad-ref"},
+            "spec": {"agentRef": {"name": "no-such-agent"}, "input": "hi"},
+        }))
+        .await;
+    let execution = harness
+        .wait_for_execution("bad-ref", "to fail", |e| phase(e) == Some(Phase::Failed))
+        .await;
+    assert_eq!(
+        reason_of(&execution, conditions::FAILED).as_deref(),
+        Some("InvalidSpec")
+    );
+    assert_eq!(
+        reason_of(&execution, conditions::RESOLVED).as_deref(),
+        Some("InvalidSpec")
+    );
+    let message = execution.status.as_ref().unwrap().message.clone().unwrap();
+    assert!(
+        message.contains("spec.agentRef.name") && message.contains("no-such-agent"),
+        "{message}"
+    );
+    assert!(
+        execution.finalizers().is_empty(),
+        "nothing to clean up, so no finalizer"
+    );
+    let events = harness
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InvalidSpec")),
+        "an InvalidSpec event is published"
+    );
+
+    // Give the controller time to misbehave before checking that it created nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(harness.managed::<Job>().await.is_empty());
+    assert!(harness.managed::<ConfigMap>().await.is_empty());
+    assert!(harness.managed::<Secret>().await.is_empty());
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
+    let Some(mut harness) = Harness::start("ctl-children").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    harness.create_execution("calc", json!({})).await;
+    let execution = harness
+        .wait_for_execution("calc", "to be Starting", |e| {
+            phase(e) == Some(Phase::Starting)
+        })
+        .await;
+    let uid = execution.uid().unwrap();
+    let status = execution.status.clone().unwrap();
+    assert_eq!(status.job_name.as_deref(), Some("errand-calc"));
+    assert_eq!(status.agent.as_deref(), Some("calculator"));
+    assert_eq!(status.observed_generation, execution.metadata.generation);
+    assert_eq!(
+        reason_of(&execution, conditions::RESOLVED).as_deref(),
+        Some("Resolved")
+    );
+    assert!(
+        execution
+            .finalizers()
+            .contains(&"errand.dev/results".to_owned())
+    );
+
+    let jobs = harness.managed::<Job>().await;
+    let config_maps = harness.managed::<ConfigMap>().await;
+    let secrets = harness.managed::<Secret>().await;
+    assert_eq!((jobs.len(), config_maps.len(), secrets.len()), (1, 1, 1));
+    for owners in [
+        jobs[0].owner_references(),
+        config_maps[0].owner_references(),
+        secrets[0].owner_references(),
+    ] {
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, uid);
+        assert_eq!(owners[0].controller, Some(true));
+    }
+    let snapshot_ref = status.snapshot.clone().unwrap();
+    assert_eq!(snapshot_ref.config_map, config_maps[0].name_any());
+    assert_eq!(config_maps[0].immutable, Some(true));
+    let snapshot_json = config_maps[0].data.as_ref().unwrap()["snapshot.json"].clone();
+    let job_uid = jobs[0].uid().unwrap();
+
+    // Crash the controller, change the environment, start a new controller.
+    harness.kill_controller().await;
+    harness
+        .api::<AgentEnvironment>()
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}})),
+        )
+        .await
+        .unwrap();
+    harness.start_controller();
+    // The new controller reconciles every execution when its caches fill; cancelling then
+    // proves it acts, and the snapshot and the Job must be the ones from before.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let jobs = harness.managed::<Job>().await;
+    assert_eq!(
+        jobs.len(),
+        1,
+        "a restarted controller never creates a second Job"
+    );
+    assert_eq!(jobs[0].uid().unwrap(), job_uid);
+    let config_map = harness
+        .api::<ConfigMap>()
+        .get(&snapshot_ref.config_map)
+        .await
+        .unwrap();
+    assert_eq!(
+        config_map.data.unwrap()["snapshot.json"],
+        snapshot_json,
+        "the snapshot never changes"
+    );
+    assert!(
+        snapshot_json.contains("\"PRECISION\":\"2\""),
+        "{snapshot_json}"
+    );
+    let after = harness.api::<AgentExecution>().get("calc").await.unwrap();
+    assert_eq!(
+        after.status.as_ref().unwrap().snapshot.as_ref(),
+        Some(&snapshot_ref)
+    );
+
+    // Secret values appear in no status, event, snapshot, Job or grants Secret.
+    let events = harness
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let texts = [
+        serde_json::to_string(&after).unwrap(),
+        serde_json::to_string(&events).unwrap(),
+        snapshot_json.clone(),
+        serde_json::to_string(&jobs[0]).unwrap(),
+        serde_json::to_string(&harness.managed::<Secret>().await).unwrap(),
+    ];
+    for text in &texts {
+        assert!(!text.contains(SECRET_VALUE));
+    }
+    let env = jobs[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let bound = env.iter().find(|e| e.name == "OPENAI_API_KEY").unwrap();
+    assert_eq!(
+        bound
+            .value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap()
+            .name,
+        "model-keys"
+    );
+
+    harness
+        .api::<AgentExecution>()
+        .patch(
+            "calc",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    let cancelled = harness
+        .wait_for_execution("calc", "to be Cancelled", |e| {
+            phase(e) == Some(Phase::Cancelled)
+        })
+        .await;
+    assert_eq!(
+        reason_of(&cancelled, conditions::FAILED).as_deref(),
+        Some("Cancelled")
+    );
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
+    let Some(harness) = Harness::start("ctl-pull").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    harness
+        .create_execution("stuck", json!({"startTimeoutSeconds": 5}))
+        .await;
+    let execution = harness
+        .wait_for_execution("stuck", "to fail", |e| phase(e) == Some(Phase::Failed))
+        .await;
+    assert_eq!(
+        reason_of(&execution, conditions::FAILED).as_deref(),
+        Some("ImagePullFailed")
+    );
+    let message = execution.status.unwrap().message.unwrap();
+    assert!(
+        message.contains("ErrImageNeverPull") && message.contains("errand-stage"),
+        "{message}"
+    );
+    wait_for("the Job to be deleted", || async {
+        harness.managed::<Job>().await.is_empty().then_some(())
+    })
+    .await;
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
+    let Some(harness) = Harness::start("ctl-queue").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    harness
+        .create_execution("queued", json!({"queueName": "team-queue"}))
+        .await;
+    let execution = harness
+        .wait_for_execution("queued", "to be queued", |e| {
+            reason_of(e, conditions::STARTED).as_deref() == Some("Queued")
+        })
+        .await;
+    assert_eq!(phase(&execution), Some(Phase::Starting));
+    let job = &harness.managed::<Job>().await[0];
+    assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
+    assert_eq!(job.labels()["kueue.x-k8s.io/queue-name"], "team-queue");
+    harness
+        .api::<AgentExecution>()
+        .patch(
+            "queued",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    let cancelled = harness
+        .wait_for_execution("queued", "to be Cancelled", |e| {
+            phase(e) == Some(Phase::Cancelled)
+        })
+        .await;
+    assert!(cancelled.status.unwrap().completion_time.is_some());
+    wait_for("the Job to be deleted", || async {
+        harness.managed::<Job>().await.is_empty().then_some(())
+    })
+    .await;
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_execution_deletes_its_results_and_children() {
+    let Some(harness) = Harness::start("ctl-delete").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    harness.create_execution("doomed", json!({})).await;
+    let execution = harness
+        .wait_for_execution("doomed", "to be Starting", |e| {
+            phase(e) == Some(Phase::Starting)
+        })
+        .await;
+    let uid = execution.uid().unwrap();
+    let prefix = format!("results/{}/doomed/{uid}/", harness.namespace.name());
+    let store = harness.store();
+    let record = bytes::Bytes::from_static(b"{\"state\":\"Succeeded\"}");
+    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
+    store
+        .put_new(&format!("{prefix}run_result"), body)
+        .await
+        .unwrap();
+    assert_eq!(store.list(&prefix).await.unwrap().len(), 1);
+
+    harness
+        .api::<AgentExecution>()
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the execution to be gone", || async {
+        harness
+            .api::<AgentExecution>()
+            .get_opt("doomed")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        store.list(&prefix).await.unwrap().is_empty(),
+        "the finalizer deleted the results"
+    );
+    wait_for("the children to be garbage-collected", || async {
+        let gone = harness.managed::<Job>().await.is_empty()
+            && harness.managed::<ConfigMap>().await.is_empty()
+            && harness.managed::<Secret>().await.is_empty();
+        gone.then_some(())
+    })
+    .await;
+    harness.finish().await;
+}
