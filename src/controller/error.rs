@@ -30,6 +30,9 @@ pub enum Error {
     /// The execution's ids do not form a store key.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A cache the status depends on stopped before it was filled.
+    #[error("the {0} cache stopped before it was filled")]
+    CacheStopped(&'static str),
     /// A child with the deterministic name exists but belongs to another object (for example
     /// an execution of the same name that is still being deleted).
     #[error("{kind} {name} exists and is not owned by this execution")]
@@ -61,6 +64,7 @@ impl Error {
             Error::Grants(e) => e.metric_label(),
             Error::Store(_) => "store",
             Error::Key(_) => "store_key",
+            Error::CacheStopped(_) => "cache_stopped",
             Error::ForeignChild { .. } => "foreign_child",
         }
     }

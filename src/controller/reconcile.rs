@@ -203,6 +203,16 @@ async fn progress(
     ctx: &Context,
 ) -> Result<Action> {
     let namespace = identity.namespace.as_str();
+    // Right after a restart the caches may still be filling; a missing pod must not read as
+    // a pod that has not started yet.
+    ctx.jobs
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheStopped("Job"))?;
+    ctx.pods
+        .wait_until_ready()
+        .await
+        .map_err(|_| Error::CacheStopped("Pod"))?;
     let job_name = execution
         .status
         .as_ref()
@@ -394,3 +404,6 @@ async fn clean_up(
     ctx.forget(&identity.uid);
     Ok(Action::await_change())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,298 @@
+//! The reconcile pipeline against a scripted API server that records every request: which
+//! writes an execution costs, and that finished or unchanged executions cost none.
+
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus, Secret,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::{Agent, AgentEnvironment, Fileset};
+use crate::controller::catalog::ClusterCatalog;
+use crate::controller::config::ControllerConfig;
+use crate::controller::grants::HmacSigner;
+use crate::controller::metrics::Metrics;
+
+const NS: &str = "team-a";
+const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
+
+type Log = Arc<Mutex<Vec<(Method, String)>>>;
+
+/// A client whose API server answers writes by echoing them and records every request.
+fn scripted_client(log: Log) -> Client {
+    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+        let log = Arc::clone(&log);
+        async move {
+            let method = request.method().clone();
+            let path = request.uri().path().to_owned();
+            log.lock().unwrap().push((method.clone(), path.clone()));
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            let (status, answer) = match method {
+                Method::POST => (StatusCode::CREATED, echo(&body, &path)),
+                Method::PATCH if path.ends_with("/status") => {
+                    (StatusCode::OK, patched_status(&body))
+                }
+                Method::PATCH => (
+                    StatusCode::OK,
+                    serde_json::to_vec(&execution(None)).unwrap(),
+                ),
+                _ => (StatusCode::NOT_FOUND, not_found()),
+            };
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(answer)))
+                    .unwrap(),
+            )
+        }
+    });
+    Client::new(service, NS)
+}
+
+fn echo(body: &[u8], path: &str) -> Vec<u8> {
+    let mut object: Value = serde_json::from_slice(body).unwrap();
+    let name = path.rsplit('/').next().unwrap();
+    object["metadata"]["uid"] = json!(format!("uid-of-{name}"));
+    serde_json::to_vec(&object).unwrap()
+}
+
+fn patched_status(body: &[u8]) -> Vec<u8> {
+    let patch: Value = serde_json::from_slice(body).unwrap();
+    let mut object = serde_json::to_value(execution(None)).unwrap();
+    object["status"] = patch["status"].clone();
+    serde_json::to_vec(&object).unwrap()
+}
+
+fn not_found() -> Vec<u8> {
+    serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})).unwrap()
+}
+
+fn execution(status: Option<AgentExecutionStatus>) -> AgentExecution {
+    let spec = serde_json::from_value(json!({
+        "agentRef": {"name": "calculator"},
+        "environmentRef": {"name": "prod"},
+        "input": "What is 12 multiplied by 8?",
+    }))
+    .unwrap();
+    let mut execution = AgentExecution::new("calc", spec);
+    execution.metadata.namespace = Some(NS.into());
+    execution.metadata.uid = Some(UID.into());
+    execution.metadata.generation = Some(1);
+    execution.metadata.finalizers = Some(vec![RESULTS_FINALIZER.into()]);
+    execution.status = status;
+    execution
+}
+
+fn filled<K>(objects: Vec<K>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
+fn namespaced<K: Resource<DynamicType = ()>>(mut object: K, name: &str) -> K {
+    object.meta_mut().name = Some(name.into());
+    object.meta_mut().namespace = Some(NS.into());
+    object
+}
+
+fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
+    let agent: Agent = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+        "metadata": {"name": "calculator", "namespace": NS},
+        "spec": {
+            "runtime": {"image": "errand.local/calculator:dev", "command": ["python3", "calc.py"]},
+            "config": {"config_format": "agents-spec-v1", "name": "calculator"},
+        },
+    }))
+    .unwrap();
+    let environment: AgentEnvironment = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
+        "metadata": {"name": "prod", "namespace": NS},
+        "spec": {"overlay": {"secrets": {"OPENAI_API_KEY": "model-keys#openai"}}},
+    }))
+    .unwrap();
+    let secret = namespaced(
+        Secret {
+            data: Some([("openai".to_owned(), k8s_openapi::ByteString(Vec::new()))].into()),
+            ..Secret::default()
+        },
+        "model-keys",
+    );
+    let catalog = ClusterCatalog {
+        agents: filled(vec![agent]),
+        environments: filled(vec![environment]),
+        filesets: filled(Vec::<Fileset>::new()),
+        secrets: filled(vec![secret]),
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "errand-controller".into(),
+            instance: None,
+        },
+    );
+    Arc::new(Context::new(
+        client,
+        ControllerConfig::new("errand.local/errand:dev"),
+        catalog,
+        filled(jobs),
+        filled(pods),
+        crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
+        Arc::new(HmacSigner::new("http://errand", b"key")),
+        recorder,
+        Arc::new(Metrics::default()),
+    ))
+}
+
+fn owned_job() -> Job {
+    let mut job = namespaced(
+        Job {
+            spec: Some(JobSpec::default()),
+            status: Some(JobStatus::default()),
+            ..Job::default()
+        },
+        "errand-calc",
+    );
+    job.metadata.owner_references = execution(None).controller_owner_ref(&()).map(|o| vec![o]);
+    job
+}
+
+fn running_pod() -> Pod {
+    let started = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    let mut pod = namespaced(
+        Pod {
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                container_statuses: Some(vec![ContainerStatus {
+                    name: "agent".into(),
+                    state: Some(ContainerState {
+                        running: Some(ContainerStateRunning {
+                            started_at: Some(started),
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Pod::default()
+        },
+        "errand-calc-x1",
+    );
+    pod.metadata.labels = Some([(names::EXECUTION_UID_LABEL.to_owned(), UID.to_owned())].into());
+    pod
+}
+
+fn requests(log: &Log) -> Vec<(Method, String)> {
+    log.lock().unwrap().clone()
+}
+
+#[tokio::test]
+async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
+    let log = Log::default();
+    let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
+    let action = reconcile(Arc::new(execution(None)), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    assert_ne!(
+        action,
+        Action::await_change(),
+        "a starting execution is looked at again"
+    );
+    let mut seen = requests(&log);
+    seen.sort();
+    let base = format!("/api/v1/namespaces/{NS}");
+    assert_eq!(
+        seen,
+        vec![
+            (
+                Method::PATCH,
+                format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
+            ),
+            (Method::POST, format!("{base}/configmaps")),
+            (Method::POST, format!("{base}/secrets")),
+            (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
+        ],
+        "the finalizer is already there, so: three creates and the Starting status"
+    );
+}
+
+#[tokio::test]
+async fn a_new_execution_gets_the_finalizer_before_its_children() {
+    let log = Log::default();
+    let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
+    let mut new = execution(None);
+    new.metadata.finalizers = None;
+    reconcile(Arc::new(new), ctx).await.unwrap();
+    let seen = requests(&log);
+    assert_eq!(
+        seen[0],
+        (
+            Method::PATCH,
+            format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc")
+        )
+    );
+    assert_eq!(seen.len(), 5);
+}
+
+#[tokio::test]
+async fn a_finished_execution_costs_no_request() {
+    let log = Log::default();
+    let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
+    let done = AgentExecutionStatus {
+        phase: Some(Phase::Succeeded),
+        ..Default::default()
+    };
+    let action = reconcile(Arc::new(execution(Some(done))), ctx)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+}
+
+#[tokio::test]
+async fn an_unchanged_running_execution_costs_no_request() {
+    let log = Log::default();
+    let ctx = context(
+        scripted_client(Arc::clone(&log)),
+        vec![owned_job()],
+        vec![running_pod()],
+    );
+    let starting = execution(None);
+    let first = status::assess(Observed {
+        execution: &starting,
+        job: JobObservation::Present(&owned_job()),
+        pods: &[&running_pod()],
+        now: Timestamp::now(),
+    })
+    .status;
+    let mut running = first;
+    running.snapshot = Some(SnapshotRef {
+        config_map: "errand-calc-snapshot".into(),
+        digest: "sha256:00".into(),
+    });
+    running.job_name = Some("errand-calc".into());
+    reconcile(Arc::new(execution(Some(running))), ctx)
+        .await
+        .unwrap();
+    assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+}
