@@ -120,6 +120,7 @@ impl Harness {
                 "http://errand-controller.errand-system.svc:8080",
                 b"test-signing-key-0123456789abcdef",
             )),
+            serve_blobs: None,
             listen: None,
             leader_election: None,
             instance: format!("test-{}", self.namespace.name()),

@@ -79,11 +79,13 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.errand_image_pull_policy = args.errand_image_pull_policy;
     config.staging_budget_seconds = args.staging_budget_seconds;
     config.termination_grace_seconds = args.termination_grace_seconds;
+    let signer = Arc::new(HmacSigner::new(&args.blob_url, signing_key.as_bytes()));
     let options = ControllerOptions {
         config,
         namespace: args.watch_namespace,
         results,
-        signer: Arc::new(HmacSigner::new(&args.blob_url, signing_key.as_bytes())),
+        signer: signer.clone(),
+        serve_blobs: Some(signer),
         listen: Some(args.listen),
         leader_election: args.leader_elect.then(|| {
             (

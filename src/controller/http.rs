@@ -4,14 +4,15 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use http_body_util::Full;
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tracing::debug;
+
+use super::blobs::{BLOBS_PATH, BlobEndpoint, ResponseBody, text};
 
 /// What the endpoints report.
 #[derive(Clone)]
@@ -20,34 +21,36 @@ pub struct Probes {
     pub ready: Arc<AtomicBool>,
     /// Renders the metrics in the Prometheus text format.
     pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
-}
-
-fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(status)
-        .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body)))
-        .expect("a response from valid parts")
+    /// The signed-URL blob endpoint, for `file://` stores.
+    pub blobs: Option<Arc<BlobEndpoint>>,
 }
 
 /// Answers one request.
-pub fn route(probes: &Probes, path: &str) -> Response<Full<Bytes>> {
+pub async fn route(probes: &Probes, request: Request<Incoming>) -> Response<ResponseBody> {
+    let path = request.uri().path();
+    if path.starts_with(BLOBS_PATH)
+        && let Some(blobs) = &probes.blobs
+    {
+        return blobs.handle(request).await;
+    }
+    probe(probes, path)
+}
+
+/// Answers the health, readiness and metrics endpoints.
+fn probe(probes: &Probes, path: &str) -> Response<ResponseBody> {
     match path {
-        "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if probes.ready.load(Ordering::Relaxed) => {
-            respond(StatusCode::OK, "text/plain", "ready\n".into())
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if probes.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/metrics" => {
+            let mut response = text(StatusCode::OK, (probes.metrics)());
+            response.headers_mut().insert(
+                "content-type",
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
         }
-        "/readyz" => respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "not ready\n".into(),
-        ),
-        "/metrics" => respond(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            (probes.metrics)(),
-        ),
-        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
 
@@ -64,8 +67,8 @@ pub async fn serve(listener: TcpListener, probes: Probes) {
         let probes = probes.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request: Request<Incoming>| {
-                let response = route(&probes, request.uri().path());
-                async move { Ok::<_, Infallible>(response) }
+                let probes = probes.clone();
+                async move { Ok::<_, Infallible>(route(&probes, request).await) }
             });
             if let Err(e) = http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -83,7 +86,7 @@ mod tests {
 
     use super::*;
 
-    async fn body(response: Response<Full<Bytes>>) -> String {
+    async fn body(response: Response<ResponseBody>) -> String {
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         String::from_utf8(bytes.to_vec()).unwrap()
     }
@@ -93,19 +96,20 @@ mod tests {
         let probes = Probes {
             ready: Arc::new(AtomicBool::new(false)),
             metrics: Arc::new(|| "errand_controller_reconciles_total 3\n".to_owned()),
+            blobs: None,
         };
-        assert_eq!(route(&probes, "/healthz").status(), StatusCode::OK);
+        assert_eq!(probe(&probes, "/healthz").status(), StatusCode::OK);
         assert_eq!(
-            route(&probes, "/readyz").status(),
+            probe(&probes, "/readyz").status(),
             StatusCode::SERVICE_UNAVAILABLE
         );
         probes.ready.store(true, Ordering::Relaxed);
-        assert_eq!(route(&probes, "/readyz").status(), StatusCode::OK);
+        assert_eq!(probe(&probes, "/readyz").status(), StatusCode::OK);
         assert!(
-            body(route(&probes, "/metrics"))
+            body(probe(&probes, "/metrics"))
                 .await
                 .contains("reconciles_total 3")
         );
-        assert_eq!(route(&probes, "/nope").status(), StatusCode::NOT_FOUND);
+        assert_eq!(probe(&probes, "/nope").status(), StatusCode::NOT_FOUND);
     }
 }

@@ -4,6 +4,7 @@
 //! ([`leader`]) and the HTTP endpoints ([`http`]). The pure parts — [`build`], [`status`],
 //! [`names`], [`grants`] — take no client.
 
+pub mod blobs;
 pub mod build;
 pub mod catalog;
 pub mod config;
@@ -53,6 +54,9 @@ pub struct ControllerOptions {
     pub results: crate::store::Store,
     /// Signs the store URLs each pod gets.
     pub signer: Arc<dyn UrlSigner>,
+    /// Serve the signed URLs of this signer at `/blobs/` (for `file://` stores, whose URLs
+    /// point at the controller itself).
+    pub serve_blobs: Option<Arc<grants::HmacSigner>>,
     /// Where to serve `/healthz`, `/readyz` and `/metrics` (not served when `None`).
     pub listen: Option<SocketAddr>,
     /// The Lease to hold before reconciling, in its namespace (no election when `None`).
@@ -154,6 +158,9 @@ pub async fn run(
         let probes = http::Probes {
             ready: Arc::clone(&ready),
             metrics: Arc::new(move || metrics.render(&store.state())),
+            blobs: options
+                .serve_blobs
+                .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
         };
         tasks.spawn(http::serve(listener, probes));
     }

@@ -1,0 +1,231 @@
+//! The blob endpoint behind HMAC-signed URLs, for `file://` stores: pods GET their input blobs and PUT their results through it, never holding store credentials.
+
+use std::io;
+
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
+use hyper::body::{Body, Bytes, Frame};
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::jiff::Timestamp;
+
+use super::grants::{Access, HmacSigner};
+use crate::store::{Store, StoreError};
+
+/// Path prefix of the endpoint.
+pub const BLOBS_PATH: &str = "/blobs/";
+
+/// The body of every response of the controller's HTTP server.
+pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;
+
+/// Serves signed GETs of Fileset blobs and signed write-once PUTs of results.
+pub struct BlobEndpoint {
+    store: Store,
+    signer: std::sync::Arc<HmacSigner>,
+}
+
+/// A small response with a text body.
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response<ResponseBody> {
+    let body = Full::new(Bytes::from(body.into())).map_err(|never| match never {});
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(UnsyncBoxBody::new(body))
+        .expect("a response from valid parts")
+}
+
+/// The `expires` and `signature` query parameters.
+fn signed_query(query: &str) -> Option<(i64, &str)> {
+    let mut expires = None;
+    let mut signature = None;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("expires", value)) => expires = value.parse().ok(),
+            Some(("signature", value)) => signature = Some(value),
+            _ => {}
+        }
+    }
+    Some((expires?, signature?))
+}
+
+impl BlobEndpoint {
+    /// The endpoint over `store`, accepting URLs signed by `signer`.
+    pub fn new(store: Store, signer: std::sync::Arc<HmacSigner>) -> Self {
+        Self { store, signer }
+    }
+
+    /// Answers one request to `/blobs/<key>?expires=..&signature=..`.
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let Some(key) = request.uri().path().strip_prefix(BLOBS_PATH) else {
+            return text(StatusCode::NOT_FOUND, "not found\n");
+        };
+        let key = key.to_owned();
+        let (access, allowed_prefix) = match *request.method() {
+            Method::GET => (Access::Get, "filesets/"),
+            Method::PUT => (Access::Put, "results/"),
+            _ => return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and PUT\n"),
+        };
+        let Some((expires, signature)) = request.uri().query().and_then(signed_query) else {
+            return text(StatusCode::FORBIDDEN, "the URL is not signed\n");
+        };
+        if let Err(e) = self
+            .signer
+            .verify(access, &key, expires, signature, Timestamp::now())
+        {
+            return text(StatusCode::FORBIDDEN, format!("{e}\n"));
+        }
+        // The signature already binds method and key; the prefixes are a second fence.
+        if !key.starts_with(allowed_prefix) {
+            return text(StatusCode::FORBIDDEN, "not a key this method may use\n");
+        }
+        match access {
+            Access::Get => self.get(&key).await,
+            Access::Put => self.put(&key, request.into_body()).await,
+        }
+    }
+
+    async fn get(&self, key: &str) -> Response<ResponseBody> {
+        match self.store.get(key).await {
+            Ok(blob) => {
+                let frames = blob.into_stream().map_ok(Frame::data);
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/octet-stream")
+                    .body(UnsyncBoxBody::new(StreamBody::new(frames)))
+                    .expect("a response from valid parts")
+            }
+            Err(StoreError::NotFound { .. }) => text(StatusCode::NOT_FOUND, "no such blob\n"),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        }
+    }
+
+    async fn put<B>(&self, key: &str, body: B) -> Response<ResponseBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let bytes = BodyStream::new(body)
+            .try_filter_map(|frame| std::future::ready(Ok(frame.into_data().ok())))
+            .map_err(io::Error::other)
+            .boxed();
+        match self.store.put_new(key, bytes).await {
+            Ok(info) => {
+                let json = serde_json::to_string(&info).expect("object info serializes");
+                let mut response = text(StatusCode::CREATED, json);
+                response.headers_mut().insert(
+                    "content-type",
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Err(StoreError::AlreadyExists { .. }) => {
+                text(StatusCode::CONFLICT, "results are write-once\n")
+            }
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+    use super::*;
+    use crate::controller::grants::UrlSigner;
+
+    fn endpoint(dir: &std::path::Path) -> (BlobEndpoint, Arc<HmacSigner>) {
+        let signer = Arc::new(HmacSigner::new("http://errand", b"blob-test-key"));
+        let store = Store::open(&format!("file://{}", dir.display())).unwrap();
+        (BlobEndpoint::new(store, Arc::clone(&signer)), signer)
+    }
+
+    fn request(method: Method, url: &str, body: &'static [u8]) -> Request<Full<Bytes>> {
+        let path = url.strip_prefix("http://errand").unwrap();
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Full::new(Bytes::from_static(body)))
+            .unwrap()
+    }
+
+    async fn body(response: Response<ResponseBody>) -> Vec<u8> {
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec()
+    }
+
+    fn soon() -> Timestamp {
+        Timestamp::now() + SignedDuration::from_mins(5)
+    }
+
+    #[tokio::test]
+    async fn a_signed_put_saves_a_result_once_and_a_signed_get_reads_a_blob() {
+        let dir = tempfile::tempdir().unwrap();
+        let (endpoint, signer) = endpoint(dir.path());
+        let key = "results/team-a/calc/uid-1/run_result";
+        let put = signer.sign(Access::Put, key, soon()).unwrap();
+        let response = endpoint
+            .handle(request(Method::PUT, &put, b"{\"answer\":96}"))
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let info: serde_json::Value = serde_json::from_slice(&body(response).await).unwrap();
+        assert_eq!(info["size"], 13);
+        let again = endpoint.handle(request(Method::PUT, &put, b"other")).await;
+        assert_eq!(again.status(), StatusCode::CONFLICT, "write-once");
+
+        let blob = format!("filesets/team-a/{}.tar.gz", "a".repeat(64));
+        let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
+        let content = futures::stream::iter([Ok(Bytes::from_static(b"tarball"))]).boxed();
+        store.put_new(&blob, content).await.unwrap();
+        let get = signer.sign(Access::Get, &blob, soon()).unwrap();
+        let response = endpoint.handle(request(Method::GET, &get, b"")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body(response).await, b"tarball");
+    }
+
+    #[tokio::test]
+    async fn unsigned_expired_or_misused_urls_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (endpoint, signer) = endpoint(dir.path());
+        let key = "results/team-a/calc/uid-1/run_result";
+        let refused = |url: String, method: Method| {
+            let endpoint = &endpoint;
+            async move { endpoint.handle(request(method, &url, b"x")).await.status() }
+        };
+        let unsigned = format!("http://errand/blobs/{key}");
+        assert_eq!(refused(unsigned, Method::PUT).await, StatusCode::FORBIDDEN);
+        let expired = signer
+            .sign(
+                Access::Put,
+                key,
+                Timestamp::now() - SignedDuration::from_secs(1),
+            )
+            .unwrap();
+        assert_eq!(refused(expired, Method::PUT).await, StatusCode::FORBIDDEN);
+        let get_url = signer.sign(Access::Get, key, soon()).unwrap();
+        assert_eq!(
+            refused(get_url.clone(), Method::PUT).await,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            refused(get_url, Method::GET).await,
+            StatusCode::FORBIDDEN,
+            "GET is only for fileset blobs"
+        );
+        let other = signer
+            .sign(Access::Put, "results/team-a/other/uid-2/run_result", soon())
+            .unwrap()
+            .replace("other/uid-2", "calc/uid-1");
+        assert_eq!(refused(other, Method::PUT).await, StatusCode::FORBIDDEN);
+    }
+}
