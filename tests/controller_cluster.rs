@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -89,9 +89,13 @@ struct Harness {
 
 impl Harness {
     async fn start(prefix: &str) -> Option<Self> {
+        Self::start_with_labels(prefix, &[]).await
+    }
+
+    async fn start_with_labels(prefix: &str, labels: &[(&str, &str)]) -> Option<Self> {
         let client = cluster::client().await?;
         install_crds(&client).await;
-        let namespace = TestNamespace::create(&client, prefix).await;
+        let namespace = TestNamespace::create_with_labels(&client, prefix, labels).await;
         let mut harness = Self {
             client,
             namespace,
@@ -582,5 +586,44 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         gone.then_some(())
     })
     .await;
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
+    let restricted = [("pod-security.kubernetes.io/enforce", "restricted")];
+    let Some(harness) = Harness::start_with_labels("ctl-pss", &restricted).await else {
+        return;
+    };
+    harness.create_catalog().await;
+    harness.create_execution("secure", json!({})).await;
+    let execution = harness
+        .wait_for_execution("secure", "to be Starting", |e| {
+            phase(e) == Some(Phase::Starting)
+        })
+        .await;
+    let selector = format!("errand.dev/execution-uid={}", execution.uid().unwrap());
+    let pod = wait_for("the Job's pod to be admitted", || {
+        let api = harness.api::<Pod>();
+        let selector = selector.clone();
+        async move {
+            api.list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert!(
+        spec.volumes
+            .unwrap()
+            .iter()
+            .all(|v| v.name != "kube-api-access" && v.projected.is_none()),
+        "no service account token volume"
+    );
     harness.finish().await;
 }
