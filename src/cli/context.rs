@@ -8,9 +8,8 @@ use super::output::CliError;
 /// Options shared by the commands that touch executions or the catalog.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Target {
-    /// Namespace (workspace) to work in.
+    /// Namespace (workspace) to work in. It has no short form: `-n` is `tail`'s line count.
     #[arg(
-        short = 'n',
         long,
         env = "ERRAND_NAMESPACE",
         default_value = "default",
