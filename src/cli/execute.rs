@@ -55,15 +55,7 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
-        (None, None) => {
-            return Ok((
-                AgentExecutionSpec {
-                    timeout_seconds: crate::api::DEFAULT_TIMEOUT_SECONDS,
-                    ..Default::default()
-                },
-                None,
-            ));
-        }
+        (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
         CliError::new(
