@@ -14,7 +14,7 @@ if ! "$cache/bin/agent-exec" --version 2>/dev/null | grep -q "$agent_exec_versio
   cargo install --quiet --locked agent-exec --version "$agent_exec_version" --root "$cache"
 fi
 cargo build --quiet --release
-errand="$PWD/${CARGO_TARGET_DIR:-target}/release/errand"
+errand="${CARGO_TARGET_DIR:-$PWD/target}/release/errand"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

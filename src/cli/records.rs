@@ -11,7 +11,7 @@ use super::context::{Local, Target, record_error, store_error};
 use super::execute::{cancel_on_signals, supervise_error};
 use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
 use crate::local::{ExecutionRecord, run_prepared};
-use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::keys::{self, ResultName};
 
 /// How often waiting commands look at a record again.
 const POLL: Duration = Duration::from_millis(100);
@@ -81,11 +81,7 @@ pub fn record_outcome(
 /// `errand status NAME`.
 pub fn status(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
-    let record = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
+    let record = local.find(name)?;
     print_ok(output.format, "execution", &record, || {
         print_record(&record)
     });
@@ -142,7 +138,7 @@ pub fn tail(
     output: OutputArgs,
 ) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
+    let name = local.find(name)?.name;
     let text = std::fs::read_to_string(log_path(&local, &name, stderr)).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     let last: Vec<&str> = all[all.len().saturating_sub(lines)..].to_vec();
@@ -158,7 +154,7 @@ pub fn tail(
 /// `errand watch NAME`: follow the agent's output until the execution ends, then print it.
 pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
+    let name = local.find(name)?.name;
     let records = local.records();
     let mut offset = 0u64;
     loop {
@@ -192,11 +188,7 @@ fn copy_new_output(path: &std::path::Path, offset: u64) -> u64 {
 /// `errand results list NAME`.
 pub fn results_list(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
-    let record = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
+    let record = local.find(name)?;
     print_ok(output.format, "results", &record.results, || {
         let mut out = format!("{:<18} {:>10}  SHA256", "NAME", "SIZE");
         for r in &record.results {
@@ -228,18 +220,10 @@ pub async fn results_download(
             known.join(", ")
         ))
     })?;
-    let name = local.resolve_name(job)?;
-    let record = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
-    let execution = ExecutionId {
-        namespace: local.namespace.clone(),
-        name: name.clone(),
-        uid: record.uid.clone(),
-    };
+    let record = local.find(job)?;
+    let name = record.name.clone();
+    let (store, execution) = Local::results_of(&record)?;
     let key = keys::result(&execution, result_name).map_err(|e| store_error(e.into()))?;
-    let store = crate::store::Store::open(&record.store).map_err(store_error)?;
     let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
     let file = file.unwrap_or_else(|| PathBuf::from(default_file_name(result_name)));
     let io_error =
@@ -309,11 +293,8 @@ async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
 /// `errand cancel NAME`.
 pub async fn cancel(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
-    let before = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
+    let before = local.find(name)?;
+    let name = before.name;
     if before.phase.is_terminal() {
         return Err(CliError::new(
             "already_finished",
@@ -333,15 +314,10 @@ pub async fn cancel(target: &Target, name: &str, output: OutputArgs) -> Result<(
 /// `errand delete NAME`: stops it if running, then removes its record and results.
 pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
+    let name = local.find(name)?.name;
     let record = stop(&local, &name).await?;
-    let execution = ExecutionId {
-        namespace: local.namespace.clone(),
-        name: name.clone(),
-        uid: record.uid.clone(),
-    };
+    let (store, execution) = Local::results_of(&record)?;
     let prefix = keys::results_prefix(&execution).map_err(|e| store_error(e.into()))?;
-    let store = crate::store::Store::open(&record.store).map_err(store_error)?;
     let removed = store.delete_prefix(&prefix).await.map_err(store_error)?;
     local
         .records()
