@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{Local, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
-use super::records::{print_record, record_outcome};
+use super::show::{print_record, record_outcome};
 use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
     Manifest, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,

@@ -5,6 +5,7 @@ mod context;
 mod execute;
 mod output;
 mod records;
+mod show;
 
 use std::path::PathBuf;
 
