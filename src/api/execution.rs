@@ -45,7 +45,7 @@ fn immutable_except_cancel() -> Rule {
 }
 
 /// One run of an agent, to completion.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "errand.dev",
     version = "v1alpha1",
@@ -113,6 +113,26 @@ pub struct AgentExecutionSpec {
 
 fn default_timeout_seconds() -> i64 {
     DEFAULT_TIMEOUT_SECONDS
+}
+
+impl Default for AgentExecutionSpec {
+    /// An empty spec with the same defaults the API server applies.
+    fn default() -> Self {
+        Self {
+            agent_ref: None,
+            agent: None,
+            input: String::new(),
+            environment_ref: None,
+            environment: None,
+            workdir: None,
+            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            start_timeout_seconds: None,
+            auto_telemetry: false,
+            extension: None,
+            queue_name: None,
+            cancel: false,
+        }
+    }
 }
 
 /// The working directory: a base Fileset and Filesets mounted at paths inside it.

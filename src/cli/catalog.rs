@@ -4,9 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use super::context::{Local, Target, store_error};
+use super::context::{Local, Target};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
-use crate::api::FilesetStatus;
 use crate::local::{ObjectKind, parse_manifests};
 
 /// What to do with Agents or AgentEnvironments.
@@ -128,33 +127,17 @@ pub async fn push(
             dir.display()
         )));
     }
-    let pushed = local
-        .store()?
-        .push_fileset(&local.namespace, dir)
-        .await
-        .map_err(store_error)?;
-    let status = FilesetStatus {
-        digest: Some(format!("sha256:{}", pushed.digest)),
-        size: Some(pushed.size),
-        file_count: Some(pushed.file_count),
-        pushed_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            jiff::Timestamp::now(),
-        )),
-    };
-    local
-        .catalog()
-        .set_fileset(&local.namespace, name, &status)
-        .map_err(|e| CliError::new("io_error", e))?;
+    let (_, status) = local.push_fileset(Some(name), dir).await?;
     print_ok(
         output.format,
         "fileset",
         &json!({"name": name, "status": status}),
         || {
             format!(
-                "fileset {name} pushed: {} files, {}, sha256:{}",
-                pushed.file_count,
-                human_size(pushed.size),
-                pushed.digest
+                "fileset {name} pushed: {} files, {}, {}",
+                status.file_count.unwrap_or(0),
+                human_size(status.size.unwrap_or(0)),
+                status.digest.as_deref().unwrap_or_default()
             )
         },
     );

@@ -1,6 +1,12 @@
 //! What every local command needs: the data directory, the store and the namespace.
 
-use crate::local::{DataDir, LocalCatalog, RecordError, Records};
+use std::path::Path;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::FilesetStatus;
+use crate::local::{DataDir, ExecutionRecord, LocalCatalog, RecordError, Records};
+use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError};
 
 use super::output::CliError;
@@ -8,9 +14,8 @@ use super::output::CliError;
 /// Options shared by the commands that touch executions or the catalog.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Target {
-    /// Namespace (workspace) to work in.
+    /// Namespace (workspace) to work in. It has no short form: `-n` is `tail`'s line count.
     #[arg(
-        short = 'n',
         long,
         env = "ERRAND_NAMESPACE",
         default_value = "default",
@@ -68,11 +73,52 @@ impl Local {
         Store::open(&self.store_url).map_err(store_error)
     }
 
-    /// The full name of the execution `name` (or the only one starting with it).
-    pub fn resolve_name(&self, name: &str) -> Result<String, CliError> {
-        self.records()
+    /// Pushes `dir` as the content of Fileset `name` (by default `workdir-<digest prefix>`) and
+    /// returns the name with its new status.
+    pub async fn push_fileset(
+        &self,
+        name: Option<&str>,
+        dir: &Path,
+    ) -> Result<(String, FilesetStatus), CliError> {
+        let pushed = self
+            .store()?
+            .push_fileset(&self.namespace, dir)
+            .await
+            .map_err(store_error)?;
+        let name = name.map_or_else(
+            || format!("workdir-{}", &pushed.digest[..12]),
+            str::to_owned,
+        );
+        let status = FilesetStatus {
+            digest: Some(format!("sha256:{}", pushed.digest)),
+            size: Some(pushed.size),
+            file_count: Some(pushed.file_count),
+            pushed_at: Some(Time(jiff::Timestamp::now())),
+        };
+        self.catalog()
+            .set_fileset(&self.namespace, &name, &status)
+            .map_err(|e| CliError::new("io_error", e))?;
+        Ok((name, status))
+    }
+
+    /// The record of the execution named `name` (or the only one starting with it).
+    pub fn find(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+        let records = self.records();
+        let name = records
             .resolve_name(&self.namespace, name)
-            .map_err(record_error)
+            .map_err(record_error)?;
+        records.read(&self.namespace, &name).map_err(record_error)
+    }
+
+    /// Where the results of `record` are stored.
+    pub fn results_of(record: &ExecutionRecord) -> Result<(Store, ExecutionId), CliError> {
+        let store = Store::open(&record.store).map_err(store_error)?;
+        let execution = ExecutionId {
+            namespace: record.namespace.clone(),
+            name: record.name.clone(),
+            uid: record.uid.clone(),
+        };
+        Ok((store, execution))
     }
 }
 

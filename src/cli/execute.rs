@@ -6,8 +6,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::context::{Local, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
-use super::records::{print_record, record_outcome};
-use crate::api::{AgentExecutionSpec, FilesetStatus, Reference, Workdir};
+use super::show::{print_record, record_outcome};
+use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
     Manifest, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
 };
@@ -55,15 +55,7 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
-        (None, None) => {
-            return Ok((
-                AgentExecutionSpec {
-                    timeout_seconds: crate::api::DEFAULT_TIMEOUT_SECONDS,
-                    ..Default::default()
-                },
-                None,
-            ));
-        }
+        (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
         CliError::new(
@@ -107,21 +99,32 @@ fn is_manifest_file(value: &str) -> bool {
         )
 }
 
-/// The single object of kind `want` in a manifest file.
-fn manifest_object(path: &str, flag: &str) -> Result<Manifest, CliError> {
-    let text = read_text(Path::new(path), flag)?;
+/// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is not a
+/// manifest file but an object name.
+fn manifest_file_object<T>(
+    value: &str,
+    flag: &str,
+    what: &str,
+    pick: impl FnOnce(Manifest) -> Option<T>,
+) -> Result<Option<T>, CliError> {
+    if !is_manifest_file(value) {
+        return Ok(None);
+    }
+    let text = read_text(Path::new(value), flag)?;
     let mut objects =
-        parse_manifests(&text, path).map_err(|e| CliError::new("invalid_manifest", e))?;
+        parse_manifests(&text, value).map_err(|e| CliError::new("invalid_manifest", e))?;
     if objects.len() != 1 {
         return Err(CliError::new(
             "invalid_manifest",
             format!(
-                "{flag} {path}: expected exactly one object, found {}",
+                "{flag} {value}: expected exactly one object, found {}",
                 objects.len()
             ),
         ));
     }
-    Ok(objects.remove(0))
+    pick(objects.remove(0))
+        .map(Some)
+        .ok_or_else(|| CliError::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
 /// Applies the flags on top of the spec.
@@ -131,37 +134,31 @@ async fn apply_flags(
     spec: &mut AgentExecutionSpec,
 ) -> Result<(), CliError> {
     if let Some(agent) = &args.agent {
-        if is_manifest_file(agent) {
-            let Manifest::Agent(agent_object) = manifest_object(agent, "--agent")? else {
-                return Err(CliError::argument(format!(
-                    "--agent {agent}: the file does not hold an Agent"
-                )));
-            };
-            spec.agent = Some(agent_object.spec);
-            spec.agent_ref = None;
-        } else {
-            spec.agent_ref = Some(Reference::named(agent.as_str()));
-            spec.agent = None;
-        }
+        let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
+            Manifest::Agent(agent) => Some(agent.spec),
+            _ => None,
+        })?;
+        spec.agent_ref = inline.is_none().then(|| Reference::named(agent.as_str()));
+        spec.agent = inline;
     }
     if let Some(environment) = &args.environment {
-        if is_manifest_file(environment) {
-            let Manifest::Environment(object) = manifest_object(environment, "--environment")?
-            else {
-                return Err(CliError::argument(format!(
-                    "--environment {environment}: the file does not hold an AgentEnvironment"
-                )));
-            };
-            spec.environment = Some(object.spec);
-            spec.environment_ref = None;
-        } else {
-            spec.environment_ref = Some(Reference::named(environment.as_str()));
-            spec.environment = None;
-        }
+        let inline = manifest_file_object(
+            environment,
+            "--environment",
+            "an AgentEnvironment",
+            |m| match m {
+                Manifest::Environment(environment) => Some(environment.spec),
+                _ => None,
+            },
+        )?;
+        spec.environment_ref = inline
+            .is_none()
+            .then(|| Reference::named(environment.as_str()));
+        spec.environment = inline;
     }
     if let Some(base) = &args.base_workdir {
         let base = if Path::new(base).is_dir() {
-            push_directory(local, Path::new(base)).await?
+            local.push_fileset(None, Path::new(base)).await?.0
         } else {
             base.clone()
         };
@@ -177,29 +174,6 @@ async fn apply_flags(
         spec.auto_telemetry = true;
     }
     Ok(())
-}
-
-/// Pushes a local directory as a Fileset named after its digest and returns that name.
-async fn push_directory(local: &Local, dir: &Path) -> Result<String, CliError> {
-    let pushed = local
-        .store()?
-        .push_fileset(&local.namespace, dir)
-        .await
-        .map_err(store_error)?;
-    let name = format!("workdir-{}", &pushed.digest[..12]);
-    let status = FilesetStatus {
-        digest: Some(format!("sha256:{}", pushed.digest)),
-        size: Some(pushed.size),
-        file_count: Some(pushed.file_count),
-        pushed_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            jiff::Timestamp::now(),
-        )),
-    };
-    local
-        .catalog()
-        .set_fileset(&local.namespace, &name, &status)
-        .map_err(|e| CliError::new("io_error", e))?;
-    Ok(name)
 }
 
 /// A supervision failure as a CLI error.

@@ -6,6 +6,7 @@ mod controller;
 mod execute;
 mod output;
 mod records;
+mod show;
 
 use std::path::PathBuf;
 
@@ -298,4 +299,14 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
 }

@@ -4,88 +4,24 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::json;
 
 use super::context::{Local, Target, record_error, store_error};
 use super::execute::{cancel_on_signals, supervise_error};
-use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use super::output::{CliError, Format, OutputArgs, print_ok};
+use super::show::{
+    download, parse_result_name, print_executions, print_record, print_results, record_outcome,
+};
 use crate::local::{ExecutionRecord, run_prepared};
-use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::keys;
 
 /// How often waiting commands look at a record again.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Human summary of a record.
-pub fn print_record(record: &ExecutionRecord) -> String {
-    let mut out = format!(
-        "execution {}  agent {}  {:?}",
-        record.name, record.agent, record.phase
-    );
-    if let Some(seconds) = record.duration_seconds() {
-        out.push_str(&format!("  ({seconds:.2}s)"));
-    }
-    if let Some(reason) = &record.reason {
-        out.push_str(&format!("\nreason: {reason}"));
-    }
-    if let Some(message) = &record.message {
-        out.push_str(&format!("\nmessage: {message}"));
-    }
-    if let Some(response) = &record.response {
-        out.push_str(&format!("\nresponse: {response}"));
-    }
-    if !record.results.is_empty() {
-        let names: Vec<String> = record
-            .results
-            .iter()
-            .map(|r| format!("{} ({})", r.name, human_size(r.size)))
-            .collect();
-        out.push_str(&format!("\nresults: {}", names.join(", ")));
-    }
-    out
-}
-
-/// Prints a finished record; a run that did not succeed is a failed command (exit code 1).
-pub fn record_outcome(
-    format: Format,
-    record: &ExecutionRecord,
-    human: impl FnOnce() -> String,
-) -> Result<(), CliError> {
-    if record.phase == crate::api::Phase::Succeeded {
-        print_ok(format, "execution", record, human);
-        return Ok(());
-    }
-    let message = format!(
-        "execution {} ended {:?}{}",
-        record.name,
-        record.phase,
-        record
-            .message
-            .as_deref()
-            .map(|m| format!(": {m}"))
-            .unwrap_or_default()
-    );
-    if format == Format::Human {
-        println!("{}", human());
-    }
-    Err(CliError {
-        code: "execution_failed",
-        message,
-        details: Some((
-            "execution",
-            serde_json::to_value(record).expect("records serialize"),
-        )),
-    })
-}
-
 /// `errand status NAME`.
 pub fn status(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
-    let record = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
+    let record = local.find(name)?;
     print_ok(output.format, "execution", &record, || {
         print_record(&record)
     });
@@ -101,26 +37,7 @@ pub fn list(target: &Target, output: OutputArgs) -> Result<(), CliError> {
         .iter()
         .filter_map(|n| records.read(&local.namespace, n).ok())
         .collect();
-    print_ok(output.format, "executions", &all, || {
-        let mut out = format!(
-            "{:<32} {:<20} {:<10} {:>9}",
-            "NAME", "AGENT", "PHASE", "DURATION"
-        );
-        for r in &all {
-            let duration = r
-                .duration_seconds()
-                .map(|s| format!("{s:.1}s"))
-                .unwrap_or_default();
-            out.push_str(&format!(
-                "\n{:<32} {:<20} {:<10} {:>9}",
-                r.name,
-                r.agent,
-                format!("{:?}", r.phase),
-                duration
-            ));
-        }
-        out
-    });
+    print_executions(output.format, &all);
     Ok(())
 }
 
@@ -142,7 +59,7 @@ pub fn tail(
     output: OutputArgs,
 ) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
+    let name = local.find(name)?.name;
     let text = std::fs::read_to_string(log_path(&local, &name, stderr)).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     let last: Vec<&str> = all[all.len().saturating_sub(lines)..].to_vec();
@@ -158,7 +75,7 @@ pub fn tail(
 /// `errand watch NAME`: follow the agent's output until the execution ends, then print it.
 pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
+    let name = local.find(name)?.name;
     let records = local.records();
     let mut offset = 0u64;
     loop {
@@ -192,23 +109,8 @@ fn copy_new_output(path: &std::path::Path, offset: u64) -> u64 {
 /// `errand results list NAME`.
 pub fn results_list(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
-    let record = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
-    print_ok(output.format, "results", &record.results, || {
-        let mut out = format!("{:<18} {:>10}  SHA256", "NAME", "SIZE");
-        for r in &record.results {
-            out.push_str(&format!(
-                "\n{:<18} {:>10}  {}",
-                r.name,
-                human_size(r.size),
-                r.sha256
-            ));
-        }
-        out
-    });
+    let record = local.find(name)?;
+    print_results(output.format, &record);
     Ok(())
 }
 
@@ -221,53 +123,10 @@ pub async fn results_download(
     format: Format,
 ) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let result_name = ResultName::parse(result).ok_or_else(|| {
-        let known: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
-        CliError::argument(format!(
-            "result {result:?} does not exist; results are {}",
-            known.join(", ")
-        ))
-    })?;
-    let name = local.resolve_name(job)?;
-    let record = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
-    let execution = ExecutionId {
-        namespace: local.namespace.clone(),
-        name: name.clone(),
-        uid: record.uid.clone(),
-    };
-    let key = keys::result(&execution, result_name).map_err(|e| store_error(e.into()))?;
-    let store = crate::store::Store::open(&record.store).map_err(store_error)?;
-    let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
-    let file = file.unwrap_or_else(|| PathBuf::from(default_file_name(result_name)));
-    let io_error =
-        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
-    let mut out = std::fs::File::create(&file).map_err(io_error)?;
-    let mut size = 0u64;
-    while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| CliError::new("store_error", format!("reading {key}: {e}")))?;
-        out.write_all(&chunk).map_err(io_error)?;
-        size += chunk.len() as u64;
-    }
-    out.sync_all().map_err(io_error)?;
-    let answer = json!({"execution": name, "result": result, "file": file, "size": size});
-    print_ok(format, "download", &answer, || {
-        format!("wrote {} ({})", file.display(), human_size(size))
-    });
-    Ok(())
-}
-
-fn default_file_name(result: ResultName) -> String {
-    match result {
-        ResultName::InputWorkdir | ResultName::OutputWorkdir | ResultName::OutputArtifacts => {
-            format!("{}.tar.gz", result.as_str())
-        }
-        ResultName::RunResult | ResultName::RunError => format!("{}.json", result.as_str()),
-        ResultName::Manifest => result.as_str().to_owned(),
-    }
+    let result_name = parse_result_name(result)?;
+    let record = local.find(job)?;
+    let (store, execution) = Local::results_of(&record)?;
+    download(&store, &execution, result_name, file, format).await
 }
 
 /// Asks the supervisor of a running execution to stop and waits until it has saved its results.
@@ -309,11 +168,8 @@ async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
 /// `errand cancel NAME`.
 pub async fn cancel(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
-    let before = local
-        .records()
-        .read(&local.namespace, &name)
-        .map_err(record_error)?;
+    let before = local.find(name)?;
+    let name = before.name;
     if before.phase.is_terminal() {
         return Err(CliError::new(
             "already_finished",
@@ -333,15 +189,10 @@ pub async fn cancel(target: &Target, name: &str, output: OutputArgs) -> Result<(
 /// `errand delete NAME`: stops it if running, then removes its record and results.
 pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
-    let name = local.resolve_name(name)?;
+    let name = local.find(name)?.name;
     let record = stop(&local, &name).await?;
-    let execution = ExecutionId {
-        namespace: local.namespace.clone(),
-        name: name.clone(),
-        uid: record.uid.clone(),
-    };
+    let (store, execution) = Local::results_of(&record)?;
     let prefix = keys::results_prefix(&execution).map_err(|e| store_error(e.into()))?;
-    let store = crate::store::Store::open(&record.store).map_err(store_error)?;
     let removed = store.delete_prefix(&prefix).await.map_err(store_error)?;
     local
         .records()

@@ -10,13 +10,13 @@ use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
 #[derive(Clone, Debug)]
 pub enum Manifest {
     /// An `errand.dev/v1alpha1` Agent.
-    Agent(Agent),
+    Agent(Box<Agent>),
     /// An `errand.dev/v1alpha1` AgentEnvironment.
-    Environment(AgentEnvironment),
+    Environment(Box<AgentEnvironment>),
     /// An `errand.dev/v1alpha1` Fileset.
-    Fileset(Fileset),
+    Fileset(Box<Fileset>),
     /// An `errand.dev/v1alpha1` AgentExecution.
-    Execution(AgentExecution),
+    Execution(Box<AgentExecution>),
     /// A `v1` Secret: name, namespace and its string values.
     Secret {
         /// Secret name.
@@ -56,16 +56,16 @@ fn parse_one(doc: serde_json::Value) -> Result<Manifest, String> {
     let typed = |e: serde_json::Error| format!("{kind}: {e}");
     match (api_version.as_str(), kind.as_str()) {
         ("errand.dev/v1alpha1", "Agent") => serde_json::from_value(doc)
-            .map(Manifest::Agent)
+            .map(|o| Manifest::Agent(Box::new(o)))
             .map_err(typed),
         ("errand.dev/v1alpha1", "AgentEnvironment") => serde_json::from_value(doc)
-            .map(Manifest::Environment)
+            .map(|o| Manifest::Environment(Box::new(o)))
             .map_err(typed),
         ("errand.dev/v1alpha1", "Fileset") => serde_json::from_value(doc)
-            .map(Manifest::Fileset)
+            .map(|o| Manifest::Fileset(Box::new(o)))
             .map_err(typed),
         ("errand.dev/v1alpha1", "AgentExecution") => serde_json::from_value(doc)
-            .map(Manifest::Execution)
+            .map(|o| Manifest::Execution(Box::new(o)))
             .map_err(typed),
         ("v1", "Secret") => parse_secret(doc),
         _ => Err(format!(

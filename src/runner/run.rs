@@ -147,16 +147,24 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> O
     // Whatever the agent left running in its group is stopped too, so that it neither holds the
     // log pipes open nor outlives the run (as it would not outlive a pod).
     signal_group(group, Signal::SIGTERM);
-    let mut tees = Box::pin(async { (stdout_tee.await, stderr_tee.await) });
-    if tokio::time::timeout(inv.grace, &mut tees).await.is_err() {
-        signal_group(group, Signal::SIGKILL);
-        // A process that left the group may still hold a pipe; stop reading then.
-        if tokio::time::timeout(inv.grace, &mut tees).await.is_err() {
-            stop_tee.cancel();
+    let tees = async { (stdout_tee.await, stderr_tee.await) };
+    tokio::pin!(tees);
+    let (stdout_tail, stderr_tail) = match tokio::time::timeout(inv.grace, &mut tees).await {
+        Ok(tails) => tails,
+        Err(_) => {
+            signal_group(group, Signal::SIGKILL);
+            match tokio::time::timeout(inv.grace, &mut tees).await {
+                Ok(tails) => tails,
+                Err(_) => {
+                    // A process that left the group may still hold a pipe; stop reading.
+                    stop_tee.cancel();
+                    tees.await
+                }
+            }
         }
-    }
+    };
+    // Also those that ignored SIGTERM but had already closed their output.
     signal_group(group, Signal::SIGKILL);
-    let (stdout_tail, stderr_tail) = tees.await;
     let stdout_tail = stdout_tail.unwrap_or_default();
     let stderr_tail = stderr_tail.unwrap_or_default();
 
@@ -355,7 +363,7 @@ mod tests {
     fn tail_text_drops_a_cut_character() {
         let text = "é and ü";
         let bytes = text.as_bytes();
-        assert_eq!(text_tail(&bytes[1..]), " and ü");
+        assert_eq!(text_tail(&bytes[1..]), "and ü");
         assert_eq!(text_tail(b"  hi \n"), "hi");
     }
 }

@@ -103,6 +103,9 @@ pub struct UnpackStats {
 /// Why one entry could not be extracted.
 enum EntryError {
     Refused(String),
+    /// Reading the archive failed (corrupt or truncated data).
+    Read(io::Error),
+    /// Writing the tree failed.
     Io(io::Error),
 }
 
@@ -227,6 +230,7 @@ impl Unpacker {
             match result {
                 Ok(()) => {}
                 Err(EntryError::Refused(reason)) => return Err(refuse(reason)),
+                Err(EntryError::Read(source)) => return Err(read_err(source)),
                 Err(EntryError::Io(source)) => {
                     return Err(ArchiveError::Write {
                         path: self.root.join(dest.iter().collect::<PathBuf>()),
@@ -365,7 +369,7 @@ impl Unpacker {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(EntryError::Read(e)),
             };
             file.write_all(&self.buf[..n])?;
             self.stats.bytes += n as u64;
