@@ -27,6 +27,7 @@ impl Home {
         command
             .args(args)
             .env("ERRAND_HOME", self.path().join("home"))
+            .env("ERRAND_BACKEND", "local")
             .env_remove("ERRAND_STORE")
             .env_remove("ERRAND_NAMESPACE")
             .current_dir(self.path());

@@ -15,18 +15,15 @@ use super::output::CliError;
 #[derive(Clone, Debug, clap::Args)]
 pub struct Target {
     /// Namespace (workspace) to work in. It has no short form: `-n` is `tail`'s line count.
-    #[arg(
-        long,
-        env = "ERRAND_NAMESPACE",
-        default_value = "default",
-        global = true
-    )]
-    pub namespace: String,
+    #[arg(long, env = "ERRAND_NAMESPACE", global = true)]
+    pub namespace: Option<String>,
     /// Object store URL for filesets and results (`file://`, `s3://`, `gs://`, `az://`);
     /// defaults to `file://$XDG_DATA_HOME/errand/store`.
     #[arg(long, env = "ERRAND_STORE", global = true)]
     pub store: Option<String>,
-    /// Use the local backend (runs on this machine, no cluster).
+    /// Use the local backend (runs on this machine, no cluster). Without it, errand uses the
+    /// cluster of the current kube context when one is configured, else the local backend;
+    /// `ERRAND_BACKEND=local|cluster` decides explicitly.
     #[arg(long, global = true)]
     pub local: bool,
 }
@@ -44,7 +41,11 @@ pub struct Local {
 impl Local {
     /// The local backend chosen by `target` and the environment.
     pub fn new(target: &Target) -> Result<Self, CliError> {
-        crate::resolve::object_name(&target.namespace)
+        let namespace = target
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        crate::resolve::object_name(&namespace)
             .map_err(|e| CliError::argument(format!("--namespace: {e}")))?;
         let data = DataDir::from_env();
         let store_url = target
@@ -54,7 +55,7 @@ impl Local {
         Ok(Self {
             data,
             store_url,
-            namespace: target.namespace.clone(),
+            namespace,
         })
     }
 
@@ -135,4 +136,23 @@ pub fn record_error(error: RecordError) -> CliError {
         RecordError::Io { .. } => "io_error",
     };
     CliError::new(code, error.to_string())
+}
+
+impl Target {
+    /// Whether commands run against the local backend rather than a cluster.
+    pub fn is_local(&self) -> bool {
+        if self.local {
+            return true;
+        }
+        match std::env::var("ERRAND_BACKEND").as_deref() {
+            Ok("local") => return true,
+            Ok("cluster") => return false,
+            _ => {}
+        }
+        let kubeconfig = std::env::var_os("KUBECONFIG").is_some()
+            || std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+            || std::env::var_os("HOME")
+                .is_some_and(|home| std::path::Path::new(&home).join(".kube/config").exists());
+        !kubeconfig
+    }
 }

@@ -127,9 +127,20 @@ fn manifest_file_object<T>(
         .ok_or_else(|| CliError::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
+/// The spec (and the name it gives, if any) from `--spec`/`--spec-file` with the flags applied.
+/// With a local backend, a directory given as the base workdir is pushed as a Fileset.
+pub async fn spec_from_args(
+    args: &ExecuteArgs,
+    local: Option<&Local>,
+) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
+    let (mut spec, name) = base_spec(args)?;
+    apply_flags(local, args, &mut spec).await?;
+    Ok((spec, name))
+}
+
 /// Applies the flags on top of the spec.
 async fn apply_flags(
-    local: &Local,
+    local: Option<&Local>,
     args: &ExecuteArgs,
     spec: &mut AgentExecutionSpec,
 ) -> Result<(), CliError> {
@@ -157,10 +168,16 @@ async fn apply_flags(
         spec.environment = inline;
     }
     if let Some(base) = &args.base_workdir {
-        let base = if Path::new(base).is_dir() {
-            local.push_fileset(None, Path::new(base)).await?.0
-        } else {
-            base.clone()
+        let base = match local {
+            Some(local) if Path::new(base).is_dir() => {
+                local.push_fileset(None, Path::new(base)).await?.0
+            }
+            None if Path::new(base).is_dir() => {
+                return Err(CliError::argument(format!(
+                    "--workdir.base-workdir {base}: a directory is pushed only with --local; against a cluster, name a Fileset"
+                )));
+            }
+            _ => base.clone(),
         };
         spec.workdir.get_or_insert_with(Workdir::default).base = Some(base);
     }
@@ -190,8 +207,7 @@ pub fn supervise_error(error: SuperviseError) -> CliError {
 pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
     let format = args.output.format;
-    let (mut spec, spec_name) = base_spec(args)?;
-    apply_flags(&local, args, &mut spec).await?;
+    let (spec, spec_name) = spec_from_args(args, Some(&local)).await?;
     let name = args.name.clone().or(spec_name);
     let record = prepare(
         &local.data,

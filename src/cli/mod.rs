@@ -1,6 +1,7 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
 mod catalog;
+mod cluster;
 mod context;
 mod controller;
 mod execute;
@@ -236,20 +237,34 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
+    let local = target.is_local();
     match command {
-        Command::Execute(args) => execute::execute_local(target, &args).await,
+        Command::Execute(args) if local => execute::execute_local(target, &args).await,
+        Command::Execute(args) => cluster::execute(target, &args).await,
         Command::Controller(args) => controller::controller(*args).await,
-        Command::Watch { name, output } => records::watch(target, &name, output).await,
-        Command::Status { name, output } => records::status(target, &name, output),
+        Command::Watch { name, output } if local => records::watch(target, &name, output).await,
+        Command::Watch { name, output } => cluster::watch(target, &name, output).await,
+        Command::Status { name, output } if local => records::status(target, &name, output),
+        Command::Status { name, output } => cluster::status(target, &name, output).await,
         Command::Tail {
             name,
             lines,
             stderr,
             output,
-        } => records::tail(target, &name, lines, stderr, output),
+        } if local => records::tail(target, &name, lines, stderr, output),
+        // A container's log interleaves its stdout and stderr.
+        Command::Tail {
+            name,
+            lines,
+            output,
+            ..
+        } => cluster::tail(target, &name, lines, output).await,
         Command::Results {
             action: ResultsAction::List { name, output },
-        } => records::results_list(target, &name, output),
+        } if local => records::results_list(target, &name, output),
+        Command::Results {
+            action: ResultsAction::List { name, output },
+        } => cluster::results_list(target, &name, output).await,
         Command::Results {
             action:
                 ResultsAction::Download {
@@ -258,10 +273,22 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
                     file,
                     format,
                 },
-        } => records::results_download(target, &result, &job, file, format).await,
-        Command::Cancel { name, output } => records::cancel(target, &name, output).await,
-        Command::Delete { name, output } => records::delete(target, &name, output).await,
-        Command::List { output } => records::list(target, output),
+        } if local => records::results_download(target, &result, &job, file, format).await,
+        Command::Results {
+            action:
+                ResultsAction::Download {
+                    result,
+                    job,
+                    file,
+                    format,
+                },
+        } => cluster::results_download(target, &result, &job, file, format).await,
+        Command::Cancel { name, output } if local => records::cancel(target, &name, output).await,
+        Command::Cancel { name, output } => cluster::cancel(target, &name, output).await,
+        Command::Delete { name, output } if local => records::delete(target, &name, output).await,
+        Command::Delete { name, output } => cluster::delete(target, &name, output).await,
+        Command::List { output } if local => records::list(target, output),
+        Command::List { output } => cluster::list(target, output).await,
         Command::Apply { files, output } => catalog::apply(target, &files, output),
         Command::Agents { action, output } => {
             catalog::objects(target, ObjectKind::Agent, action.as_ref(), output)
