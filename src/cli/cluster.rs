@@ -15,16 +15,14 @@ use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
 use crate::api::{AgentExecution, Phase, SnapshotRef};
+use crate::controller::build::AGENT_CONTAINER;
+use crate::controller::names::EXECUTION_UID_LABEL;
 use crate::local::{ExecutionRecord, generate_name};
 use crate::store::Store;
 use crate::store::keys::ExecutionId;
 
 /// How often waiting commands look at an execution again.
 const POLL: Duration = Duration::from_millis(500);
-/// The label errand puts on every child of an execution.
-const EXECUTION_LABEL: &str = "errand.dev/execution";
-/// The container that runs the agent.
-const AGENT_CONTAINER: &str = "agent";
 
 /// A connection to the cluster of the current kube context.
 pub struct Cluster {
@@ -122,10 +120,10 @@ impl Cluster {
         Store::open(url).map_err(store_error)
     }
 
-    /// The agent pod of an execution, if one exists.
-    async fn pod(&self, name: &str) -> Result<Option<Pod>, CliError> {
+    /// The agent pod of the execution with this uid, if one exists.
+    async fn pod(&self, uid: &str) -> Result<Option<Pod>, CliError> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
-        let selector = format!("{EXECUTION_LABEL}={name}");
+        let selector = format!("{EXECUTION_UID_LABEL}={uid}");
         let list = pods
             .list(&ListParams::default().labels(&selector))
             .await
@@ -269,13 +267,17 @@ pub async fn tail(
     output: OutputArgs,
 ) -> Result<(), CliError> {
     let cluster = Cluster::connect(target).await?;
-    let name = cluster.find(name).await?.metadata.name.unwrap_or_default();
-    let pod = cluster.pod(&name).await?.ok_or_else(|| {
-        CliError::new(
-            "not_found",
-            format!("execution {name} has no pod (yet, or any more)"),
-        )
-    })?;
+    let execution = cluster.find(name).await?;
+    let name = execution.metadata.name.unwrap_or_default();
+    let pod = cluster
+        .pod(&execution.metadata.uid.unwrap_or_default())
+        .await?
+        .ok_or_else(|| {
+            CliError::new(
+                "not_found",
+                format!("execution {name} has no pod (yet, or any more)"),
+            )
+        })?;
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let params = LogParams {
         container: Some(AGENT_CONTAINER.into()),
@@ -299,9 +301,10 @@ pub async fn tail(
 /// `errand watch NAME`: follows the agent's log until the execution ends.
 pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let cluster = Cluster::connect(target).await?;
-    let name = cluster.find(name).await?.metadata.name.unwrap_or_default();
+    let execution = cluster.find(name).await?;
+    let name = execution.metadata.name.unwrap_or_default();
     if output.format == Format::Human {
-        follow_log(&cluster, &name).await;
+        follow_log(&cluster, &name, &execution.metadata.uid.unwrap_or_default()).await;
     }
     let done = cluster.wait(&name).await?;
     let record = to_record(&done, cluster.store_url.as_deref());
@@ -310,7 +313,7 @@ pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<()
 
 /// Prints the agent container's log as it grows, until the container ends or the execution
 /// ends without one.
-async fn follow_log(cluster: &Cluster, name: &str) {
+async fn follow_log(cluster: &Cluster, name: &str, uid: &str) {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     loop {
         let execution = cluster.executions().get(name).await.ok();
@@ -321,7 +324,7 @@ async fn follow_log(cluster: &Cluster, name: &str) {
         {
             return;
         }
-        if let Ok(Some(pod)) = cluster.pod(name).await {
+        if let Ok(Some(pod)) = cluster.pod(uid).await {
             let params = LogParams {
                 container: Some(AGENT_CONTAINER.into()),
                 follow: true,
