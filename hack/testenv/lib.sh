@@ -38,3 +38,25 @@ ADMIN_KUBECONFIG="$TESTENV_STATE_DIR/admin.kubeconfig"
 
 log() { printf '[testenv %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# Everything listens on loopback. The node is named "localhost" and the
+# apiserver reaches the kubelet by its Hostname address, because the kubelet
+# refuses a loopback --node-ip; its InternalIP is the host end of the pod
+# bridge (see up.sh).
+APISERVER_PORT="${ERRAND_TESTENV_APISERVER_PORT:-6443}"
+ETCD_CLIENT_PORT=2379
+ETCD_PEER_PORT=2380
+NODE_NAME=localhost
+# Pods live on a bridge that exists only inside this machine, with no route
+# beyond it; the host end of the bridge is the node's address.
+POD_BRIDGE=errand0
+POD_SUBNET=10.88.0.0/24
+POD_GATEWAY=10.88.0.1
+SERVICE_CIDR=10.96.0.0/24
+CONTAINERD_SOCKET="$TESTENV_STATE_DIR/containerd/containerd.sock"
+
+# Images built locally by hack/images/test-images.sh (no registry is reachable).
+TESTENV_PAUSE_IMAGE=errand.local/pause:1
+TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
+
+kubectl_admin() { "$K8S_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
