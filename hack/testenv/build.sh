@@ -39,6 +39,7 @@ go_build() {
     nice -n 10 go build -p "$JOBS" -tags "$tags" -ldflags "$ldflags" -o "$scratch/" "$@")
   rm -rf "$bin"
   mkdir -p "$(dirname "$bin")"
+  chmod 755 "$scratch"
   mv "$scratch" "$bin"
   printf 'built %s with %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(go version)" "$(($(date +%s) - start))" >"$bin/.complete"
   log "$name: built in $(($(date +%s) - start))s into $bin"

@@ -241,7 +241,11 @@ EOF
 # here). All of its state, including network namespace mounts and runc's
 # state, lives under $S so down.sh can remove it. The CRI plugin adds the
 # loopback interface itself (CNI loopback plugin from bin_dir). AppArmor is
-# off: this kernel has no AppArmor.
+# off: this kernel has no AppArmor. restrict_oom_score_adj: the sandbox these
+# tests run in withholds CAP_SYS_RESOURCE, so runc cannot lower a container's
+# oom_score_adj below containerd's own (the kubelet asks for -998 for pod
+# sandboxes and runc fails with "can't get final child's PID from pipe");
+# containerd clamps the value instead.
 cat >"$S/containerd/config.toml" <<EOF
 version = 2
 root = "$S/containerd/root"
@@ -259,6 +263,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   disable_apparmor = true
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"

@@ -1,0 +1,365 @@
+//! Access to the real single-node test cluster that `hack/testenv/up.sh`
+//! starts, for tests that need Kubernetes.
+//!
+//! The cluster is found through its admin kubeconfig: `ERRAND_KUBECONFIG`, else
+//! `$ERRAND_TESTENV_DIR/admin.kubeconfig`, else
+//! `/var/tmp/errand-testenv/admin.kubeconfig` (where `up.sh` writes it). With
+//! `ERRAND_CLUSTER_TESTS=1` (CI and `hack/test.sh` set it) an unreachable
+//! cluster fails the test with the command that starts it; without it, the
+//! test prints a loud line and skips, so `cargo test` on a laptop without the
+//! cluster still runs everything else.
+//!
+//! ```ignore
+//! let Some(client) = cluster::client().await else { return };
+//! let ns = cluster::TestNamespace::create(&client, "mytest").await;
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
+use kube::api::{DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::await_condition;
+use kube::{Api, Client, Config};
+
+/// Environment variable naming the admin kubeconfig of the test cluster.
+pub const KUBECONFIG_ENV: &str = "ERRAND_KUBECONFIG";
+/// Environment variable that turns an unreachable cluster into a failure.
+pub const REQUIRED_ENV: &str = "ERRAND_CLUSTER_TESTS";
+/// Where `hack/testenv/up.sh` keeps its state when `ERRAND_TESTENV_DIR` is unset.
+pub const DEFAULT_TESTENV_DIR: &str = "/var/tmp/errand-testenv";
+/// The busybox image `hack/images/test-images.sh` imports into the node.
+pub const BUSYBOX_IMAGE: &str = "errand.local/busybox:test";
+/// Label put on every namespace `TestNamespace` creates.
+pub const TEST_NAMESPACE_LABEL: &str = "errand.dev/test-namespace";
+
+/// How long helpers wait for the cluster to answer or act by default. Generous:
+/// CI runs the whole cluster and the build on 2 cores.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(180);
+
+const START_HINT: &str = "start it with `bash hack/testenv/build.sh && bash hack/testenv/up.sh` \
+     (or run the whole suite with `bash hack/test.sh`)";
+
+/// The admin kubeconfig of the test cluster.
+pub fn kubeconfig_path() -> PathBuf {
+    if let Some(path) = std::env::var_os(KUBECONFIG_ENV) {
+        return PathBuf::from(path);
+    }
+    let dir = std::env::var_os("ERRAND_TESTENV_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_TESTENV_DIR));
+    dir.join("admin.kubeconfig")
+}
+
+/// Whether this run must have the cluster (`ERRAND_CLUSTER_TESTS=1`).
+pub fn cluster_required() -> bool {
+    std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1")
+}
+
+/// A client for the test cluster, or `None` (after a loud message) when the
+/// cluster is unreachable and `ERRAND_CLUSTER_TESTS=1` is not set.
+///
+/// # Panics
+/// When `ERRAND_CLUSTER_TESTS=1` and the cluster cannot be reached.
+pub async fn client() -> Option<Client> {
+    client_for(&kubeconfig_path(), cluster_required()).await
+}
+
+/// [`client`] with the kubeconfig path and the "required" switch given.
+pub async fn client_for(kubeconfig: &Path, required: bool) -> Option<Client> {
+    match connect(kubeconfig).await {
+        Ok(client) => Some(client),
+        Err(reason) if required => panic!(
+            "{REQUIRED_ENV}=1 but the test cluster is not reachable through {}: {reason}; {START_HINT}",
+            kubeconfig.display()
+        ),
+        Err(reason) => {
+            eprintln!(
+                "!!!!!!!! SKIPPING CLUSTER TEST: no test cluster through {} ({reason}); {START_HINT}. \
+                 Set {REQUIRED_ENV}=1 to make this a failure (CI does). !!!!!!!!",
+                kubeconfig.display()
+            );
+            None
+        }
+    }
+}
+
+async fn connect(path: &Path) -> Result<Client, String> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig: {e}"))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("loading kubeconfig: {e}"))?;
+    let client = Client::try_from(config).map_err(|e| format!("building client: {e}"))?;
+    match tokio::time::timeout(Duration::from_secs(15), client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(e)) => Err(format!("GET /version failed: {e}")),
+        Err(_) => Err("GET /version timed out after 15s".to_owned()),
+    }
+}
+
+/// A namespace created for one test, with a unique generated name.
+///
+/// Delete it with [`TestNamespace::delete`] at the end of the test. A test
+/// that panics leaves it behind (labelled [`TEST_NAMESPACE_LABEL`]) for a
+/// post-mortem; `hack/testenv/down.sh` removes the whole cluster anyway.
+pub struct TestNamespace {
+    client: Client,
+    name: String,
+}
+
+impl TestNamespace {
+    /// Creates `errand-<prefix>-<random>` with no Pod Security labels (the
+    /// cluster default, `privileged`).
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        Self::create_with_labels(client, prefix, &[]).await
+    }
+
+    /// Creates a namespace with extra labels, e.g.
+    /// `("pod-security.kubernetes.io/enforce", "restricted")`.
+    pub async fn create_with_labels(
+        client: &Client,
+        prefix: &str,
+        labels: &[(&str, &str)],
+    ) -> Self {
+        let mut all_labels: BTreeMap<String, String> = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        all_labels.insert(TEST_NAMESPACE_LABEL.to_owned(), "true".to_owned());
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("errand-{prefix}-")),
+                labels: Some(all_labels),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let created = Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap_or_else(|e| panic!("creating a test namespace errand-{prefix}-*: {e}"));
+        let name = created
+            .metadata
+            .name
+            .expect("the apiserver names a generateName namespace");
+        Self {
+            client: client.clone(),
+            name,
+        }
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// An `Api` for a namespaced kind in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Starts deleting the namespace (and everything in it); does not wait.
+    pub async fn delete(self) {
+        Api::<Namespace>::all(self.client)
+            .delete(&self.name, &DeleteParams::background())
+            .await
+            .unwrap_or_else(|e| panic!("deleting test namespace {}: {e}", self.name));
+    }
+}
+
+/// Creates a Job from its JSON form (handy with `serde_json::json!`).
+pub async fn create_job(client: &Client, namespace: &str, job: serde_json::Value) -> Job {
+    let job: Job =
+        serde_json::from_value(job).expect("the test's Job JSON is a valid batch/v1 Job");
+    Api::<Job>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap_or_else(|e| panic!("creating Job in {namespace}: {e}"))
+}
+
+/// The Job's condition of `type_` with status "True", if it has one.
+pub fn job_condition<'a>(
+    job: &'a Job,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Waits until the Job has condition `type_` (e.g. "Complete", "Failed") with
+/// status "True" and returns it.
+///
+/// # Panics
+/// After `timeout`, or if the Job reaches the opposite terminal condition
+/// first ("Failed" while waiting for "Complete" or the other way round); the
+/// message carries the Job's status, its pods and the namespace's events.
+pub async fn wait_for_job_condition(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    type_: &str,
+    timeout: Duration,
+) -> Job {
+    let opposite = match type_ {
+        "Complete" => Some("Failed"),
+        "Failed" => Some("Complete"),
+        _ => None,
+    };
+    let api = Api::<Job>::namespaced(client.clone(), namespace);
+    let terminal = |job: Option<&Job>| {
+        job.is_some_and(|j| {
+            job_condition(j, type_).is_some()
+                || opposite.is_some_and(|o| job_condition(j, o).is_some())
+        })
+    };
+    let failure = match tokio::time::timeout(timeout, await_condition(api, name, terminal)).await {
+        Ok(Ok(Some(job))) if job_condition(&job, type_).is_some() => return job,
+        Ok(Ok(Some(_))) => format!("reached {} instead of {type_}", opposite.unwrap_or("?")),
+        Ok(Ok(None)) => "deleted while waiting".to_owned(),
+        Ok(Err(e)) => format!("watch failed: {e}"),
+        Err(_) => format!("no {type_} condition after {}s", timeout.as_secs()),
+    };
+    let report = describe_job(client, namespace, name).await;
+    panic!("Job {namespace}/{name}: {failure}\n{report}")
+}
+
+/// The Job's pods (by the `batch.kubernetes.io/job-name` label).
+pub async fn job_pods(client: &Client, namespace: &str, job_name: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job_name}")))
+        .await
+        .unwrap_or_else(|e| panic!("listing pods of Job {namespace}/{job_name}: {e}"))
+        .items
+}
+
+/// Waits until one of the Job's pods is in `phase` ("Running", "Succeeded",
+/// ...) and returns it.
+///
+/// # Panics
+/// After `timeout`, with the Job's report.
+pub async fn wait_for_job_pod_phase(
+    client: &Client,
+    namespace: &str,
+    job_name: &str,
+    phase: &str,
+    timeout: Duration,
+) -> Pod {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let pods = job_pods(client, namespace, job_name).await;
+        if let Some(pod) = pods
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase))
+        {
+            return pod;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let report = describe_job(client, namespace, job_name).await;
+            panic!(
+                "Job {namespace}/{job_name}: no pod in phase {phase} after {}s\n{report}",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The logs of one container of a pod (`None`: the pod's only container).
+pub async fn pod_logs(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+) -> String {
+    let params = LogParams {
+        container: container.map(str::to_owned),
+        ..LogParams::default()
+    };
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .logs(pod, &params)
+        .await
+        .unwrap_or_else(|e| panic!("reading logs of pod {namespace}/{pod}: {e}"))
+}
+
+/// The logs of the Job's single pod (its only container).
+///
+/// # Panics
+/// If the Job has no pod or more than one.
+pub async fn job_logs(client: &Client, namespace: &str, job_name: &str) -> String {
+    let pods = job_pods(client, namespace, job_name).await;
+    let [pod] = pods.as_slice() else {
+        panic!(
+            "Job {namespace}/{job_name} has {} pods, expected exactly one",
+            pods.len()
+        );
+    };
+    let pod_name = pod
+        .metadata
+        .name
+        .as_deref()
+        .expect("listed pods have names");
+    pod_logs(client, namespace, pod_name, None).await
+}
+
+/// A human-readable report of a Job, its pods and the namespace's events, for
+/// failure messages.
+pub async fn describe_job(client: &Client, namespace: &str, name: &str) -> String {
+    let mut report = String::new();
+    match Api::<Job>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+    {
+        Ok(Some(job)) => report.push_str(&format!(
+            "job status: {}\n",
+            serde_json::to_string(&job.status).unwrap_or_default()
+        )),
+        Ok(None) => report.push_str("job: not found\n"),
+        Err(e) => report.push_str(&format!("job: {e}\n")),
+    }
+    match Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
+        .await
+    {
+        Ok(pods) => {
+            for pod in pods {
+                report.push_str(&format!(
+                    "pod {}: node {:?}, status {}\n",
+                    pod.metadata.name.unwrap_or_default(),
+                    pod.spec.and_then(|s| s.node_name),
+                    serde_json::to_string(&pod.status).unwrap_or_default()
+                ));
+            }
+        }
+        Err(e) => report.push_str(&format!("pods: {e}\n")),
+    }
+    match Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(events) => {
+            for event in events {
+                report.push_str(&format!(
+                    "event {} {}/{}: {} {}\n",
+                    event.type_.unwrap_or_default(),
+                    event.involved_object.kind.unwrap_or_default(),
+                    event.involved_object.name.unwrap_or_default(),
+                    event.reason.unwrap_or_default(),
+                    event.message.unwrap_or_default()
+                ));
+            }
+        }
+        Err(e) => report.push_str(&format!("events: {e}\n")),
+    }
+    report
+}
