@@ -60,10 +60,12 @@ build_kubernetes() {
   minor=${minor%%.*}
   date=$(module_time kubernetes k8s.io/kubernetes "$K8S_VERSION")
   # The same variables kubernetes' hack/lib/version.sh sets, in both packages
-  # that carry them, so /version and --version report the release.
+  # that carry them, so /version and --version report the release. The module
+  # proxy does not say which commit the tag is, so gitCommit is left empty
+  # rather than showing the "$Format:%H$" placeholder.
   for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     for key in "gitVersion=$K8S_VERSION" "gitMajor=$major" "gitMinor=$minor" \
-      "gitTreeState=clean" "buildDate=$date"; do
+      "gitCommit=" "gitTreeState=clean" "buildDate=$date"; do
       ldflags+=" -X $pkg.$key"
     done
   done

@@ -25,28 +25,37 @@ live_pid() {
   local pid
   [[ -f "$RUN/$1.pid" ]] || return 1
   pid=$(cat "$RUN/$1.pid")
-  [[ -r "/proc/$pid/cmdline" ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$1"
+  pid_alive "$pid" || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$1" || return 1
   echo "$pid"
 }
 
-stop_pid() { # PID DESCRIPTION
-  local pid=$1 i
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || return 0
+# Sends SIGTERM to every PID, waits up to 15s for all to exit, then SIGKILLs
+# the rest.
+stop_pids() {
+  local pid i alive
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for i in $(seq 1 75); do
+    alive=()
+    for pid in "$@"; do if pid_alive "$pid"; then alive+=("$pid"); fi; done
+    ((${#alive[@]})) || return 0
     sleep 0.2
   done
-  log "$2 (pid $pid) ignored SIGTERM for 10s: killing it"
-  kill -KILL "$pid" 2>/dev/null || true
+  log "still running 15s after SIGTERM, killing: ${alive[*]}"
+  kill -KILL "${alive[@]}" 2>/dev/null || true
 }
 
+# Stops the named components (started by up.sh) together.
 stop() {
-  local pid
-  if pid=$(live_pid "$1"); then
-    log "stopping $1 (pid $pid)"
-    stop_pid "$pid" "$1"
-  fi
-  rm -f "$RUN/$1.pid"
+  local name pid pids=()
+  for name in "$@"; do
+    if pid=$(live_pid "$name"); then
+      log "stopping $name (pid $pid)"
+      pids+=("$pid")
+    fi
+    rm -f "$RUN/$name.pid"
+  done
+  if ((${#pids[@]})); then stop_pids "${pids[@]}"; fi
 }
 
 # The kubelet first, so it does not restart what is killed next.
@@ -65,17 +74,32 @@ if live_pid containerd >/dev/null && [[ -S "$CONTAINERD_SOCKET" ]]; then
   for c in "${containers[@]}"; do ctr_k8s containers delete "$c" >/dev/null 2>&1 || true; done
 fi
 
-for c in containerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+stop containerd kube-scheduler kube-controller-manager kube-apiserver
+stop etcd
 
-# Anything else still running from our state directory: containerd shims
-# (their command lines name our containerd socket) and their containers.
+# Anything of ours still running: containers left in the kubelet's pod
+# cgroups (killed outright: their pod is gone) and containerd shims (their
+# command lines name our containerd socket).
+pod_processes=()
+for procs in /sys/fs/cgroup/pids/kubepods/cgroup.procs /sys/fs/cgroup/pids/kubepods/*/cgroup.procs \
+  /sys/fs/cgroup/pids/kubepods/*/*/cgroup.procs /sys/fs/cgroup/pids/kubepods/*/*/*/cgroup.procs; do
+  if [[ -f "$procs" ]]; then mapfile -t -O "${#pod_processes[@]}" pod_processes <"$procs"; fi
+done
+if ((${#pod_processes[@]})); then
+  log "killing leftover pod processes: ${pod_processes[*]}"
+  kill -KILL "${pod_processes[@]}" 2>/dev/null || true
+fi
+shims=()
 for proc in /proc/[0-9]*; do
   pid=${proc#/proc/}
-  if [[ -r "$proc/cmdline" ]] && tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -qF -- "$S/"; then
-    log "stopping leftover process $pid: $(tr '\0' ' ' <"$proc/cmdline" | cut -c1-120)"
-    stop_pid "$pid" "leftover process"
+  if pid_alive "$pid" && tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -qF -- "-address $CONTAINERD_SOCKET"; then
+    shims+=("$pid")
   fi
 done
+if ((${#shims[@]})); then
+  log "stopping leftover containerd shims: ${shims[*]}"
+  stop_pids "${shims[@]}"
+fi
 
 # Unmount the deepest mounts first: pod volumes, container root filesystems,
 # /dev/shm mounts and network namespace mounts all live under $S.

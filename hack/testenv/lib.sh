@@ -13,10 +13,11 @@ module_version() {
   awk -v m="$2" '$1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$TESTENV_TOOLS_DIR/$1/go.mod"
 }
 
-# A short digest of a tools module's go.mod and go.sum: part of the cache key,
-# so a change of pins or replace lines rebuilds even at the same version.
+# A short digest of a tools module's go.mod and go.sum and of build.sh: part
+# of the cache key, so a change of pins, replace lines or build flags
+# rebuilds even at the same version.
 module_digest() {
-  cat "$TESTENV_TOOLS_DIR/$1/go.mod" "$TESTENV_TOOLS_DIR/$1/go.sum" | sha256sum | cut -c1-12
+  cat "$TESTENV_TOOLS_DIR/$1/go.mod" "$TESTENV_TOOLS_DIR/$1/go.sum" "$TESTENV_DIR/build.sh" | sha256sum | cut -c1-12
 }
 
 K8S_VERSION=$(module_version kubernetes k8s.io/kubernetes)
@@ -60,3 +61,12 @@ TESTENV_PAUSE_IMAGE=errand.local/pause:1
 TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
 
 kubectl_admin() { "$K8S_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# Whether PID runs. A zombie does not count: the processes up.sh starts are
+# reparented to PID 1, which may reap them late, and kill -0 succeeds on a
+# zombie.
+pid_alive() {
+  local state
+  state=$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}

@@ -27,7 +27,7 @@ for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip c
 done
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge is missing (Debian package containernetworking-plugins)"
 
-is_running() { [[ -f "$RUN/$1.pid" ]] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+is_running() { [[ -f "$RUN/$1.pid" ]] && pid_alive "$(cat "$RUN/$1.pid")"; }
 
 all_healthy() {
   local c
