@@ -76,7 +76,9 @@ bash hack/testenv/up.sh >/dev/null
 phase_done up
 
 log "running cargo test --all-targets $* against the test cluster"
-if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" cargo test --all-targets "$@"; then
+# Tests may call the cluster's kubectl (v1.34) and helm from PATH.
+if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" PATH="$K8S_BIN_DIR:$HELM_BIN_DIR:$PATH" \
+  cargo test --all-targets "$@"; then
   phase_done tests
   log "tests failed; the last lines of each test cluster log follow (all in $TESTENV_STATE_DIR/logs)"
   for f in "$TESTENV_STATE_DIR"/logs/*.log; do

@@ -278,7 +278,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "/usr/lib/cni"
     conf_dir = "$S/cni/net.d"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$S/containerd/certs.d"
 EOF
+# No registry is reachable, and the test node must not send traffic anywhere
+# but loopback: the well-known registries point at a closed loopback port, so
+# a pod whose image was not imported fails at once with ErrImagePull instead
+# of trying the internet. (containerd 1.6 has no catch-all "_default" entry;
+# another registry host fails at its DNS lookup.)
+for registry in docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io nvcr.io public.ecr.aws mcr.microsoft.com; do
+  mkdir -p "$S/containerd/certs.d/$registry"
+  printf 'server = "http://127.0.0.1:9"\n[host."http://127.0.0.1:9"]\n  capabilities = ["pull", "resolve"]\n' \
+    >"$S/containerd/certs.d/$registry/hosts.toml"
+done
 start containerd containerd --config "$S/containerd/config.toml"
 wait_for "containerd" 60 containerd ctr --address "$CONTAINERD_SOCKET" version
 
@@ -348,7 +360,15 @@ node_ready() {
 wait_for "node $NODE_NAME to be Ready" 180 kubelet node_ready
 wait_for "the default ServiceAccount" 120 kube-controller-manager kubectl_admin -n default get serviceaccount default
 
+# For a shell: `source $S/env` puts kubectl (v1.34), helm and etcd on PATH
+# and points KUBECONFIG (and the Rust test support) at this cluster.
+cat >"$S/env" <<EOF
+export KUBECONFIG=$ADMIN_KUBECONFIG
+export ERRAND_KUBECONFIG=$ADMIN_KUBECONFIG
+export PATH=$K8S_BIN_DIR:$HELM_BIN_DIR:$ETCD_BIN_DIR:\$PATH
+EOF
+
 log "up in $(($(date +%s) - up_start))s"
 kubectl_admin get nodes -o wide >&2
-log "admin kubeconfig: $ADMIN_KUBECONFIG (export KUBECONFIG=$ADMIN_KUBECONFIG)"
+log "admin kubeconfig: $ADMIN_KUBECONFIG (or: source $S/env, for KUBECONFIG and kubectl/helm on PATH)"
 echo "$ADMIN_KUBECONFIG"
