@@ -40,7 +40,7 @@ if all_healthy; then
   echo "$ADMIN_KUBECONFIG"
   exit 0
 fi
-if [[ -d "$S" ]]; then
+if [[ -n "$(find "$S" -mindepth 1 -maxdepth 1 ! -name logs -print -quit 2>/dev/null)" ]]; then
   log "found a stopped or partial environment in $S: tearing it down first"
   bash "$TESTENV_DIR/down.sh"
 fi
@@ -295,7 +295,7 @@ start containerd containerd --config "$S/containerd/config.toml"
 wait_for "containerd" 60 containerd ctr --address "$CONTAINERD_SOCKET" version
 
 log "building and importing the test images"
-bash "$REPO_ROOT/hack/images/test-images.sh" "$CONTAINERD_SOCKET" "$S/images" >>"$LOGS/images.log" 2>&1 ||
+bash "$REPO_ROOT/hack/images/test-images.sh" "$CONTAINERD_SOCKET" "$S/images" >"$LOGS/images.log" 2>&1 ||
   { tail -n 30 "$LOGS/images.log" >&2; die "building the test images failed (log: $LOGS/images.log)"; }
 
 # The kubelet sets the kernel tunables a node needs (vm.overcommit_memory,
