@@ -15,7 +15,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 JOBS="${ERRAND_BUILD_JOBS:-2}"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=mod"
+export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
 
 command -v go >/dev/null || die "go is not installed (https://go.dev/doc/install); it builds the test environment"
 
@@ -43,6 +43,15 @@ go_build() {
   mv "$scratch" "$bin"
   printf 'built %s with %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(go version)" "$(($(date +%s) - start))" >"$bin/.complete"
   log "$name: built in $(($(date +%s) - start))s into $bin"
+  # Builds of the same version with an older recipe are superseded.
+  local entry stale
+  entry=$(basename "$(dirname "$bin")")
+  for stale in "$TESTENV_CACHE_DIR/${entry%-*}"-*; do
+    if [[ "$stale" != "$TESTENV_CACHE_DIR/$entry" ]]; then
+      log "$name: removing superseded $stale"
+      rm -rf "$stale"
+    fi
+  done
 }
 
 # Release metadata from the module proxy's .info (the tag's commit time), so
@@ -100,6 +109,7 @@ build_etcd
 build_helm
 log "all binaries ready in $(($(date +%s) - total_start))s"
 "$K8S_BIN_DIR/kube-apiserver" --version >&2
-"$ETCD_BIN_DIR/etcd" --version | head -1 >&2
+etcd_version=$("$ETCD_BIN_DIR/etcd" --version)
+echo "${etcd_version%%$'\n'*}" >&2
 "$HELM_BIN_DIR/helm" version --short >&2
 printf '%s\n' "$K8S_BIN_DIR" "$ETCD_BIN_DIR" "$HELM_BIN_DIR"

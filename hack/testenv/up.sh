@@ -360,12 +360,14 @@ node_ready() {
 wait_for "node $NODE_NAME to be Ready" 180 kubelet node_ready
 wait_for "the default ServiceAccount" 120 kube-controller-manager kubectl_admin -n default get serviceaccount default
 
-# For a shell: `source $S/env` puts kubectl (v1.34), helm and etcd on PATH
-# and points KUBECONFIG (and the Rust test support) at this cluster.
+# For a shell: `source $S/env` puts kubectl (v1.34), helm and etcd on PATH,
+# points KUBECONFIG (and the Rust test support) at this cluster and names the
+# containerd socket to import images into (hack/images/oci-image.py --import).
 cat >"$S/env" <<EOF
 export KUBECONFIG=$ADMIN_KUBECONFIG
 export ERRAND_KUBECONFIG=$ADMIN_KUBECONFIG
 export PATH=$K8S_BIN_DIR:$HELM_BIN_DIR:$ETCD_BIN_DIR:\$PATH
+export ERRAND_TESTENV_CONTAINERD_SOCKET=$CONTAINERD_SOCKET
 EOF
 
 log "up in $(($(date +%s) - up_start))s"
