@@ -13,6 +13,7 @@
 # namespaces.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/testenv/lib.sh
 source "$repo/hack/testenv/lib.sh"
 cd "$repo"
 

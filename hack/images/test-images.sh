@@ -6,6 +6,7 @@
 #
 # Usage: test-images.sh CONTAINERD_SOCKET OUT_DIR
 set -euo pipefail
+# shellcheck source=hack/testenv/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../testenv/lib.sh"
 
 address=$1

@@ -12,6 +12,7 @@
 #                          other builds may share them)
 #   ERRAND_TESTENV_REBUILD 1 to ignore the cache
 set -euo pipefail
+# shellcheck source=hack/testenv/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 JOBS="${ERRAND_BUILD_JOBS:-2}"

@@ -7,6 +7,7 @@
 # stay in $ERRAND_TESTENV_DIR/logs for post-mortems. Safe to run at any time,
 # also when nothing is running. The binary cache is left alone.
 set -euo pipefail
+# shellcheck source=hack/testenv/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 S="$TESTENV_STATE_DIR"
@@ -33,9 +34,9 @@ live_pid() {
 # Sends SIGTERM to every PID, waits up to 15s for all to exit, then SIGKILLs
 # the rest.
 stop_pids() {
-  local pid i alive
+  local pid alive
   for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for i in $(seq 1 75); do
+  for _ in $(seq 1 75); do
     alive=()
     for pid in "$@"; do if pid_alive "$pid"; then alive+=("$pid"); fi; done
     ((${#alive[@]})) || return 0

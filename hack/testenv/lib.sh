@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the settings are used by the scripts that source this file
 # Shared settings for the test environment scripts (build.sh, up.sh, down.sh):
 # the pinned versions (read from the Go tools modules, the single source of
 # truth), where built binaries are cached, and where a running environment

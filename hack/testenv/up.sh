@@ -9,6 +9,7 @@
 # Needs root (the kubelet and containerd manage mounts, cgroups and network
 # namespaces) and the Debian packages hack/test.sh installs.
 set -euo pipefail
+# shellcheck source=hack/testenv/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 S="$TESTENV_STATE_DIR"
