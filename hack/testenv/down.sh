@@ -27,7 +27,7 @@ live_pid() {
   [[ -f "$RUN/$1.pid" ]] || return 1
   pid=$(cat "$RUN/$1.pid")
   pid_alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$1" || return 1
+  [[ "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null)" == *"$1"* ]] || return 1
   echo "$pid"
 }
 
@@ -93,7 +93,7 @@ fi
 shims=()
 for proc in /proc/[0-9]*; do
   pid=${proc#/proc/}
-  if pid_alive "$pid" && tr '\0' ' ' <"$proc/cmdline" 2>/dev/null | grep -qF -- "-address $CONTAINERD_SOCKET"; then
+  if pid_alive "$pid" && [[ "$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null)" == *"-address $CONTAINERD_SOCKET"* ]]; then
     shims+=("$pid")
   fi
 done
