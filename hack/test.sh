@@ -1,5 +1,91 @@
 #!/usr/bin/env bash
-# The project's one test command (README and CI): every test target of the crate.
+# The project's single test command (the README and CI run it): installs the
+# Debian packages the test cluster needs (only those missing), builds or
+# reuses the cluster's binaries (hack/testenv/build.sh), starts the cluster
+# (hack/testenv/up.sh), runs every cargo test target against it with
+# ERRAND_CLUSTER_TESTS=1, and tears the cluster down on exit (also on failure
+# or Ctrl-C). Extra arguments go to `cargo test --all-targets`, e.g.
+# `bash hack/test.sh --test cluster_smoke`.
+#
+# Environment: ERRAND_TESTENV_KEEP=1 leaves the cluster running afterwards;
+# ERRAND_CACHE_DIR and ERRAND_TESTENV_DIR as in hack/testenv/lib.sh.
+# Needs root: the kubelet and containerd manage mounts, cgroups and network
+# namespaces.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-cargo test --all-targets "$@"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=hack/testenv/lib.sh
+source "$repo/hack/testenv/lib.sh"
+cd "$repo"
+
+[[ $EUID -eq 0 ]] || die "hack/test.sh needs root (the test cluster runs a kubelet): sudo -E bash hack/test.sh"
+command -v go >/dev/null || die "Go is needed to build the test cluster (https://go.dev/dl; Debian's is too old)"
+command -v cargo >/dev/null || die "cargo is needed (https://rustup.rs)"
+
+timings=()
+phase_start=$(date +%s)
+phase_done() {
+  timings+=("$1 $(($(date +%s) - phase_start))s")
+  phase_start=$(date +%s)
+}
+
+# Debian packages for the node and the scripts, by the command that needs
+# them; only what is missing is installed, after one apt-get update.
+declare -A package_of=(
+  [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
+  [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack
+  [socat]=socat [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
+  [python3]=python3 [setsid]=util-linux [umount]=mount
+)
+missing=()
+for cmd in "${!package_of[@]}"; do
+  if [[ "$cmd" == /* ]]; then [[ -x "$cmd" ]] && continue; else command -v "$cmd" >/dev/null && continue; fi
+  missing+=("${package_of[$cmd]}")
+done
+# busybox must be the static build: it becomes the test image's only binary.
+if command -v busybox >/dev/null && [[ "$(readelf -l "$(command -v busybox)" 2>/dev/null)" == *INTERP* ]]; then
+  missing+=(busybox-static)
+fi
+# gcc -static needs the C library's static archive.
+[[ -e /usr/lib/x86_64-linux-gnu/libc.a || -e /usr/lib/aarch64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
+if ((${#missing[@]})); then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+phase_done packages
+
+bash hack/testenv/build.sh >/dev/null
+phase_done build
+
+cleanup() {
+  local status=$?
+  if [[ "${ERRAND_TESTENV_KEEP:-0}" == 1 ]]; then
+    log "leaving the test cluster up (ERRAND_TESTENV_KEEP=1): export KUBECONFIG=$ADMIN_KUBECONFIG"
+  else
+    phase_start=$(date +%s)
+    bash hack/testenv/down.sh || status=1
+    phase_done down
+  fi
+  log "timings: ${timings[*]}"
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+bash hack/testenv/up.sh >/dev/null
+phase_done up
+
+log "running cargo test --all-targets $* against the test cluster"
+# Tests may call the cluster's kubectl (v1.34) and helm from PATH.
+if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" PATH="$K8S_BIN_DIR:$HELM_BIN_DIR:$PATH" \
+  cargo test --all-targets "$@"; then
+  phase_done tests
+  log "tests failed; the last lines of each test cluster log follow (all in $TESTENV_STATE_DIR/logs)"
+  for f in "$TESTENV_STATE_DIR"/logs/*.log; do
+    echo "---- $f" >&2
+    tail -n 15 "$f" >&2
+  done
+  exit 1
+fi
+phase_done tests

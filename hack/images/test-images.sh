@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the test environment's images without a registry and imports them
+# into containerd's k8s.io namespace: the pod sandbox image (a static pause
+# built from pause.c) and a busybox image from Debian's busybox-static. Run
+# by hack/testenv/up.sh once containerd is up; safe to rerun (imports retag).
+#
+# Usage: test-images.sh CONTAINERD_SOCKET OUT_DIR
+set -euo pipefail
+# shellcheck source=hack/testenv/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../testenv/lib.sh"
+
+address=$1
+out=$2
+images_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+oci_image="$images_dir/oci-image.py"
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+gcc -static -Os -Wall -Wextra -Werror -o "$work/pause" "$images_dir/pause.c"
+strip "$work/pause"
+# 65535 is the user the upstream pause image runs as.
+python3 "$oci_image" --name "$TESTENV_PAUSE_IMAGE" --add "$work/pause:/pause:0755" \
+  --entrypoint /pause --user 65535:65535 -o "$out/pause.tar"
+
+busybox=$(command -v busybox) || die "busybox not found (Debian package busybox-static)"
+if [[ "$(readelf -l "$busybox")" == *INTERP* ]]; then die "$busybox is not static (install busybox-static)"; fi
+rootfs="$work/busybox"
+mkdir -p "$rootfs/bin" "$rootfs/etc" "$rootfs/root"
+cp "$busybox" "$rootfs/bin/busybox"
+while read -r applet; do
+  [[ "$applet" == bin/busybox ]] && continue
+  mkdir -p "$rootfs/$(dirname "$applet")"
+  ln -sf /bin/busybox "$rootfs/$applet"
+done < <("$busybox" --list-full)
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$rootfs/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
+python3 "$oci_image" --name "$TESTENV_BUSYBOX_IMAGE" --rootfs "$rootfs" --mkdir /tmp \
+  --cmd sh -o "$out/busybox.tar"
+
+for archive in "$out/pause.tar" "$out/busybox.tar"; do
+  ctr --address "$address" --namespace k8s.io images import "$archive" >/dev/null
+done
+ctr --address "$address" --namespace k8s.io images ls -q | grep '^errand.local/' >&2

@@ -1,0 +1,72 @@
+# shellcheck shell=bash disable=SC2034 # the settings are used by the scripts that source this file
+# Shared settings for the test environment scripts (build.sh, up.sh, down.sh):
+# the pinned versions (read from the Go tools modules, the single source of
+# truth), where built binaries are cached, and where a running environment
+# keeps its state. Sourced, never run.
+
+TESTENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TESTENV_TOOLS_DIR="$TESTENV_DIR/tools"
+REPO_ROOT=$(cd "$TESTENV_DIR/../.." && pwd)
+
+# The version a tools module pins for MODULE, e.g. module_version kubernetes k8s.io/kubernetes.
+module_version() {
+  awk -v m="$2" '$1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$TESTENV_TOOLS_DIR/$1/go.mod"
+}
+
+# A short digest of a tools module's go.mod and go.sum and of build.sh: part
+# of the cache key, so a change of pins, replace lines or build flags
+# rebuilds even at the same version.
+module_digest() {
+  cat "$TESTENV_TOOLS_DIR/$1/go.mod" "$TESTENV_TOOLS_DIR/$1/go.sum" "$TESTENV_DIR/build.sh" | sha256sum | cut -c1-12
+}
+
+K8S_VERSION=$(module_version kubernetes k8s.io/kubernetes)
+ETCD_VERSION=$(module_version etcd go.etcd.io/etcd/server/v3)
+HELM_VERSION=$(module_version helm helm.sh/helm/v3)
+
+# Binaries live outside the repository, keyed by version, so every checkout on
+# this machine (and every CI run on it) reuses them.
+TESTENV_CACHE_DIR="${ERRAND_CACHE_DIR:-/var/cache/errand}/testenv"
+K8S_BIN_DIR="$TESTENV_CACHE_DIR/kubernetes-$K8S_VERSION-$(module_digest kubernetes)/bin"
+ETCD_BIN_DIR="$TESTENV_CACHE_DIR/etcd-$ETCD_VERSION-$(module_digest etcd)/bin"
+HELM_BIN_DIR="$TESTENV_CACHE_DIR/helm-$HELM_VERSION-$(module_digest helm)/bin"
+K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+
+# State of a running environment: certificates, kubeconfigs, etcd data,
+# kubelet and containerd roots, logs and pid files.
+TESTENV_STATE_DIR="${ERRAND_TESTENV_DIR:-/var/tmp/errand-testenv}"
+ADMIN_KUBECONFIG="$TESTENV_STATE_DIR/admin.kubeconfig"
+
+log() { printf '[testenv %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Everything listens on loopback. The node is named "localhost" and the
+# apiserver reaches the kubelet by its Hostname address, because the kubelet
+# refuses a loopback --node-ip; its InternalIP is the host end of the pod
+# bridge (see up.sh).
+APISERVER_PORT="${ERRAND_TESTENV_APISERVER_PORT:-6443}"
+ETCD_CLIENT_PORT=2379
+ETCD_PEER_PORT=2380
+NODE_NAME=localhost
+# Pods live on a bridge that exists only inside this machine, with no route
+# beyond it; the host end of the bridge is the node's address.
+POD_BRIDGE=errand0
+POD_SUBNET=10.88.0.0/24
+POD_GATEWAY=10.88.0.1
+SERVICE_CIDR=10.96.0.0/24
+CONTAINERD_SOCKET="$TESTENV_STATE_DIR/containerd/containerd.sock"
+
+# Images built locally by hack/images/test-images.sh (no registry is reachable).
+TESTENV_PAUSE_IMAGE=errand.local/pause:1
+TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
+
+kubectl_admin() { "$K8S_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# Whether PID runs. A zombie does not count: the processes up.sh starts are
+# reparented to PID 1, which may reap them late, and kill -0 succeeds on a
+# zombie.
+pid_alive() {
+  local state
+  state=$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}

@@ -1,0 +1,377 @@
+#!/usr/bin/env bash
+# Starts the single-node test cluster from the binaries hack/testenv/build.sh
+# cached: etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+# loopback, and one real node (containerd + runc + bridge CNI + kubelet). Waits
+# until the node is Ready and the default ServiceAccount exists, then prints
+# the admin kubeconfig path. Idempotent: a healthy environment is left as it
+# is; a partial one is torn down (down.sh) and started again.
+#
+# Needs root (the kubelet and containerd manage mounts, cgroups and network
+# namespaces) and the Debian packages hack/test.sh installs.
+set -euo pipefail
+# shellcheck source=hack/testenv/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+S="$TESTENV_STATE_DIR"
+PKI="$S/pki"
+RUN="$S/run"
+LOGS="$S/logs"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+
+[[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
+for b in "${K8S_BINARIES[@]}"; do
+  [[ -x "$K8S_BIN_DIR/$b" ]] || die "$K8S_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
+done
+[[ -x "$ETCD_BIN_DIR/etcd" ]] || die "$ETCD_BIN_DIR/etcd is missing: run bash hack/testenv/build.sh first"
+for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl; do
+  command -v "$tool" >/dev/null || die "$tool is missing: bash hack/test.sh installs the Debian packages"
+done
+[[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge is missing (Debian package containernetworking-plugins)"
+
+is_running() { [[ -f "$RUN/$1.pid" ]] && pid_alive "$(cat "$RUN/$1.pid")"; }
+
+all_healthy() {
+  local c
+  for c in "${COMPONENTS[@]}"; do is_running "$c" || return 1; done
+  [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" == True ]]
+}
+
+if all_healthy; then
+  log "already up; admin kubeconfig: $ADMIN_KUBECONFIG"
+  echo "$ADMIN_KUBECONFIG"
+  exit 0
+fi
+if [[ -n "$(find "$S" -mindepth 1 -maxdepth 1 ! -name logs -print -quit 2>/dev/null)" ]]; then
+  log "found a stopped or partial environment in $S: tearing it down first"
+  bash "$TESTENV_DIR/down.sh"
+fi
+
+up_start=$(date +%s)
+mkdir -p "$PKI" "$RUN" "$LOGS" "$S/etcd" "$S/containerd" "$S/cni/net.d" "$S/kubelet" "$S/pod-logs"
+chmod 700 "$S/etcd" "$PKI"
+
+# ---------------------------------------------------------------- certificates
+# One cluster CA signs every serving and client certificate; a separate
+# front-proxy CA signs the apiserver's aggregation client, as kubeadm does.
+new_ca() { # NAME CN
+  openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/$1.key" 2>/dev/null
+  openssl req -x509 -new -key "$PKI/$1.key" -subj "/CN=$2" -days 365 -sha256 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -out "$PKI/$1.crt" 2>/dev/null
+}
+new_cert() { # NAME CA SUBJECT USAGE(server|client|both) [SANS]
+  local name=$1 ca=$2 subj=$3 usage=$4 sans=${5:-} eku
+  case "$usage" in
+    server) eku=serverAuth ;;
+    client) eku=clientAuth ;;
+    both) eku=serverAuth,clientAuth ;;
+  esac
+  openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/$name.key" 2>/dev/null
+  {
+    echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$eku"
+    if [[ -n "$sans" ]]; then echo "subjectAltName=$sans"; fi
+  } >"$PKI/$name.ext"
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.crt" -CAkey "$PKI/$ca.key" -CAcreateserial \
+    -days 365 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$PKI/$name.ext"
+}
+
+log "generating certificates in $PKI"
+new_ca ca errand-testenv-ca
+new_ca front-proxy-ca errand-testenv-front-proxy-ca
+new_cert kube-apiserver ca "/CN=kube-apiserver" server \
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:${SERVICE_CIDR%.*}.1"
+new_cert apiserver-kubelet-client ca "/O=system:masters/CN=kube-apiserver-kubelet-client" client
+new_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client" client
+new_cert admin ca "/O=system:masters/CN=errand-testenv-admin" client
+new_cert kube-controller-manager ca "/CN=system:kube-controller-manager" client
+new_cert kube-scheduler ca "/CN=system:kube-scheduler" client
+new_cert kubelet-client ca "/O=system:nodes/CN=system:node:$NODE_NAME" client
+new_cert kubelet-serving ca "/CN=$NODE_NAME" server "DNS:$NODE_NAME,IP:127.0.0.1,IP:$POD_GATEWAY"
+# Service-account tokens are signed with this key pair (apiserver issues,
+# controller-manager's token controller signs legacy tokens with it too).
+openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+
+write_kubeconfig() { # FILE CERT_NAME USER
+  local b64ca b64crt b64key
+  b64ca=$(base64 -w0 "$PKI/ca.crt")
+  b64crt=$(base64 -w0 "$PKI/$2.crt")
+  b64key=$(base64 -w0 "$PKI/$2.key")
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: errand-testenv
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $b64ca
+users:
+- name: $3
+  user:
+    client-certificate-data: $b64crt
+    client-key-data: $b64key
+contexts:
+- name: $3@errand-testenv
+  context:
+    cluster: errand-testenv
+    user: $3
+    namespace: default
+current-context: $3@errand-testenv
+EOF
+  chmod 600 "$1"
+}
+write_kubeconfig "$S/controller-manager.kubeconfig" kube-controller-manager system:kube-controller-manager
+write_kubeconfig "$S/scheduler.kubeconfig" kube-scheduler system:kube-scheduler
+write_kubeconfig "$S/kubelet.kubeconfig" kubelet-client "system:node:$NODE_NAME"
+write_kubeconfig "$ADMIN_KUBECONFIG.tmp" admin errand-testenv-admin
+
+# ---------------------------------------------------------------- processes
+start() { # NAME COMMAND...
+  local name=$1
+  shift
+  log "starting $name (log: $LOGS/$name.log)"
+  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+
+wait_for() { # DESCRIPTION TIMEOUT_SECONDS COMPONENT COMMAND...
+  local what=$1 timeout=$2 component=$3 deadline
+  shift 3
+  deadline=$(($(date +%s) + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if [[ -n "$component" ]] && ! is_running "$component"; then
+      tail -n 30 "$LOGS/$component.log" >&2 || true
+      die "$component exited while waiting for $what (log: $LOGS/$component.log)"
+    fi
+    if (($(date +%s) > deadline)); then
+      if [[ -n "$component" ]]; then tail -n 30 "$LOGS/$component.log" >&2; fi
+      die "timed out after ${timeout}s waiting for $what"
+    fi
+    sleep 0.5
+  done
+}
+
+apiserver_ready() {
+  curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT/readyz"
+}
+
+# Local test data only: fsync is switched off to keep a 2-core machine fast.
+start etcd "$ETCD_BIN_DIR/etcd" --name errand-testenv --data-dir "$S/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "errand-testenv=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+
+# The admission plugins of a production cluster: the defaults (PodSecurity,
+# both webhook plugins, ValidatingAdmissionPolicy, ResourceQuota, ...) plus
+# NodeRestriction, listed explicitly so a change of defaults cannot drop them.
+# There is no route to a loopback "kubernetes" Service endpoint (endpoints may
+# not be loopback), so the endpoint reconciler is off; nothing in the cluster
+# needs in-cluster API access yet. Aggregator routing goes to endpoint IPs
+# because there is no kube-proxy.
+start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
+  --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
+  --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+  --tls-cert-file="$PKI/kube-apiserver.crt" --tls-private-key-file="$PKI/kube-apiserver.key" \
+  --client-ca-file="$PKI/ca.crt" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=Hostname \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,RuntimeClass,PodSecurity,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook,ResourceQuota \
+  --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
+  --enable-aggregator-routing=true --endpoint-reconciler-type=none \
+  --allow-privileged=true --profiling=false --v=1
+wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
+mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
+
+start kube-controller-manager "$K8S_BIN_DIR/kube-controller-manager" \
+  --kubeconfig="$S/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$S/controller-manager.kubeconfig" --authorization-kubeconfig="$S/controller-manager.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
+  --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --controllers='*' --profiling=false --v=1
+start kube-scheduler "$K8S_BIN_DIR/kube-scheduler" \
+  --kubeconfig="$S/scheduler.kubeconfig" \
+  --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1
+
+# ---------------------------------------------------------------- the node
+# The pod network: a bridge that exists only on this machine. Its host end
+# (POD_GATEWAY) is the node's InternalIP, so pods can reach the host there;
+# the CNI config gives pods no other route and no masquerading, so nothing a
+# pod sends can leave the machine.
+if ! ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
+  ip link add "$POD_BRIDGE" type bridge
+fi
+ip addr replace "$POD_GATEWAY/${POD_SUBNET#*/}" dev "$POD_BRIDGE"
+ip link set "$POD_BRIDGE" up
+cat >"$S/cni/net.d/10-errand.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "errand-testenv",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$POD_BRIDGE",
+      "isGateway": false,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$POD_GATEWAY"}]],
+        "dataDir": "$S/cni/ipam"
+      }
+    }
+  ]
+}
+EOF
+
+# containerd's CRI plugin with runc and the cgroupfs driver (no systemd runs
+# here). All of its state, including network namespace mounts and runc's
+# state, lives under $S so down.sh can remove it. The CRI plugin adds the
+# loopback interface itself (CNI loopback plugin from bin_dir). AppArmor is
+# off: this kernel has no AppArmor. restrict_oom_score_adj: the sandbox these
+# tests run in withholds CAP_SYS_RESOURCE, so runc cannot lower a container's
+# oom_score_adj below containerd's own (the kubelet asks for -998 for pod
+# sandboxes and runc fails with "can't get final child's PID from pipe");
+# containerd clamps the value instead.
+cat >"$S/containerd/config.toml" <<EOF
+version = 2
+root = "$S/containerd/root"
+state = "$S/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CONTAINERD_SOCKET"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$S/containerd/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$TESTENV_PAUSE_IMAGE"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$(command -v runc)"
+        Root = "$S/containerd/runc"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$S/cni/net.d"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$S/containerd/certs.d"
+EOF
+# No registry is reachable, and the test node must not send traffic anywhere
+# but loopback: the well-known registries point at a closed loopback port, so
+# a pod whose image was not imported fails at once with ErrImagePull instead
+# of trying the internet. (containerd 1.6 has no catch-all "_default" entry;
+# another registry host fails at its DNS lookup.)
+for registry in docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io nvcr.io public.ecr.aws mcr.microsoft.com; do
+  mkdir -p "$S/containerd/certs.d/$registry"
+  printf 'server = "http://127.0.0.1:9"\n[host."http://127.0.0.1:9"]\n  capabilities = ["pull", "resolve"]\n' \
+    >"$S/containerd/certs.d/$registry/hosts.toml"
+done
+start containerd containerd --config "$S/containerd/config.toml"
+wait_for "containerd" 60 containerd ctr --address "$CONTAINERD_SOCKET" version
+
+log "building and importing the test images"
+bash "$REPO_ROOT/hack/images/test-images.sh" "$CONTAINERD_SOCKET" "$S/images" >"$LOGS/images.log" 2>&1 ||
+  { tail -n 30 "$LOGS/images.log" >&2; die "building the test images failed (log: $LOGS/images.log)"; }
+
+# The kubelet sets the kernel tunables a node needs (vm.overcommit_memory,
+# kernel.panic, kernel.panic_on_oops); down.sh puts the previous values back.
+for key in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do
+  echo "$key $(cat "/proc/sys/$key")"
+done >"$RUN/sysctl.orig"
+
+# Why each non-default setting:
+# - failCgroupV1: false: this host has cgroup v1 only; v1.34 still supports it
+#   (in maintenance mode) but the option makes the choice explicit.
+# - cgroupDriver: cgroupfs: no systemd runs here; must match containerd.
+# - failSwapOn: false: some developer machines have swap; the test node does
+#   not need swap accounting.
+# - address 127.0.0.1 and node name "localhost": everything listens on
+#   loopback; the apiserver dials the kubelet by its Hostname address.
+# - eviction thresholds and image GC: a test machine's disk may be fuller
+#   than a node's; eviction or GC of the locally imported images (there is no
+#   registry to pull them back from) would break the tests.
+# - root dir, pod logs and volume plugins under $S, so down.sh removes them.
+cat >"$S/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $PKI/ca.crt
+authorization:
+  mode: Webhook
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCKET
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+clusterDomain: cluster.local
+podLogsDir: $S/pod-logs
+volumePluginDir: $S/kubelet/volume-plugins
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+start kubelet "$K8S_BIN_DIR/kubelet" --config="$S/kubelet/config.yaml" --kubeconfig="$S/kubelet.kubeconfig" \
+  --root-dir="$S/kubelet" --hostname-override="$NODE_NAME" --node-ip="$POD_GATEWAY" --v=1
+
+node_ready() {
+  [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+wait_for "node $NODE_NAME to be Ready" 180 kubelet node_ready
+wait_for "the default ServiceAccount" 120 kube-controller-manager kubectl_admin -n default get serviceaccount default
+
+# For a shell: `source $S/env` puts kubectl (v1.34), helm and etcd on PATH,
+# points KUBECONFIG (and the Rust test support) at this cluster and names the
+# containerd socket to import images into (hack/images/oci-image.py --import).
+cat >"$S/env" <<EOF
+export KUBECONFIG=$ADMIN_KUBECONFIG
+export ERRAND_KUBECONFIG=$ADMIN_KUBECONFIG
+export PATH=$K8S_BIN_DIR:$HELM_BIN_DIR:$ETCD_BIN_DIR:\$PATH
+export ERRAND_TESTENV_CONTAINERD_SOCKET=$CONTAINERD_SOCKET
+EOF
+
+log "up in $(($(date +%s) - up_start))s"
+kubectl_admin get nodes -o wide >&2
+log "admin kubeconfig: $ADMIN_KUBECONFIG (or: source $S/env, for KUBECONFIG and kubectl/helm on PATH)"
+echo "$ADMIN_KUBECONFIG"
