@@ -4,10 +4,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::controller::config::ControllerConfig;
-use crate::controller::grants::HmacSigner;
 use crate::controller::leader::LeaseSettings;
 use crate::controller::{ControllerOptions, run};
 use crate::store::Store;
+use crate::store::grants::HmacSigner;
 
 use super::CliError;
 
