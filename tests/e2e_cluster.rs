@@ -508,17 +508,18 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     };
     e2e.create_agent("absent", "errand.local/no-such-agent:1", "true")
         .await;
-    e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 10}))
+    e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 30}))
         .await;
     let started = tokio::time::Instant::now();
     let done = e2e.wait_for_phase("absent", Phase::Failed).await;
+    let message = message_of(&done);
     assert_eq!(
         reason_of(&done, conditions::FAILED).as_deref(),
-        Some("ImagePullFailed")
+        Some("ImagePullFailed"),
+        "{message}"
     );
-    let message = message_of(&done);
     assert!(
-        message.contains("within 10s")
+        message.contains("within 30s")
             && message.contains("container agent")
             && message.contains("ErrImageNeverPull"),
         "{message}"
