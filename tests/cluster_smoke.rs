@@ -43,11 +43,7 @@ fn busybox_job(name: &str, script: &str) -> serde_json::Value {
 
 /// The Kubernetes version `hack/testenv/tools/kubernetes/go.mod` pins.
 fn pinned_kubernetes_version() -> String {
-    let go_mod = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/hack/testenv/tools/kubernetes/go.mod"
-    ))
-    .expect("reading the Kubernetes tools module");
+    let go_mod = include_str!("../hack/testenv/tools/kubernetes/go.mod");
     go_mod
         .lines()
         .find_map(|line| {
