@@ -43,7 +43,9 @@ fn main() {
         bytes as f64 / (1024.0 * MIB as f64),
         tree.display(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
     );
 
     // (b) first, so that no other child has been waited for when RUSAGE_CHILDREN is read.
@@ -137,9 +139,33 @@ fn main() {
     let stage_ratio = secs(median(&stage_ours)) / secs(median(&stage_theirs));
     let rss_mib = child_maxrss as f64 / MIB as f64;
     let rows = [
-        Row::new("packaging wall time", fmt_s(median(&ours)), fmt_s(median(&theirs)), "tar -czf", pack_ratio, "<= 0.60", pack_ratio <= 0.6),
-        Row::new("packaged size", fmt_mib(our_size), fmt_mib(tar_size), "tar -czf", size_ratio, "<= 1.03", size_ratio <= 1.03),
-        Row::new("staging wall time", fmt_s(median(&stage_ours)), fmt_s(median(&stage_theirs)), "tar -xzf", stage_ratio, "<= 1.00", stage_ratio <= 1.0),
+        Row::new(
+            "packaging wall time",
+            fmt_s(median(&ours)),
+            fmt_s(median(&theirs)),
+            "tar -czf",
+            pack_ratio,
+            "<= 0.60",
+            pack_ratio <= 0.6,
+        ),
+        Row::new(
+            "packaged size",
+            fmt_mib(our_size),
+            fmt_mib(tar_size),
+            "tar -czf",
+            size_ratio,
+            "<= 1.03",
+            size_ratio <= 1.03,
+        ),
+        Row::new(
+            "staging wall time",
+            fmt_s(median(&stage_ours)),
+            fmt_s(median(&stage_theirs)),
+            "tar -xzf",
+            stage_ratio,
+            "<= 1.00",
+            stage_ratio <= 1.0,
+        ),
     ];
     println!();
     println!("| benchmark | runner | baseline | ratio | limit | ok |");
@@ -165,7 +191,15 @@ struct Row {
 }
 
 impl Row {
-    fn new(name: &str, ours: String, theirs: String, baseline: &str, ratio: f64, limit: &str, ok: bool) -> Row {
+    fn new(
+        name: &str,
+        ours: String,
+        theirs: String,
+        baseline: &str,
+        ratio: f64,
+        limit: &str,
+        ok: bool,
+    ) -> Row {
         Row {
             line: format!(
                 "| {name} | {ours} | {theirs} ({baseline}) | {ratio:.3} | {limit} | {} |",
@@ -263,7 +297,9 @@ fn generate(tree: &Path, total: u64) -> (u64, u64) {
     let words: Vec<String> = (0..2000)
         .map(|_| {
             let len = 2 + rng.below(9) as usize;
-            (0..len).map(|_| (b'a' + rng.below(26) as u8) as char).collect()
+            (0..len)
+                .map(|_| (b'a' + rng.below(26) as u8) as char)
+                .collect()
         })
         .collect();
     let punct = ["(", ")", " = ", ", ", ";", ".", " {", "}", ": ", " -> "];
@@ -273,7 +309,7 @@ fn generate(tree: &Path, total: u64) -> (u64, u64) {
     let mut i = 0u64;
     while written < text_budget {
         let dir = tree.join(format!("src/pkg{:03}/mod{:02}", i / 400, (i / 20) % 20));
-        if i % 20 == 0 {
+        if i.is_multiple_of(20) {
             fs::create_dir_all(&dir).expect("mkdir");
         }
         let target = 1024 + rng.below(15 * 1024);
@@ -298,13 +334,16 @@ fn generate(tree: &Path, total: u64) -> (u64, u64) {
     fs::create_dir_all(tree.join("assets")).expect("mkdir");
     fs::create_dir_all(tree.join("models")).expect("mkdir");
     for n in 0..4 {
-        write_blob(&tree.join(format!("assets/blob{n}.bin")), shard, |buf| rng.fill(buf));
+        write_blob(&tree.join(format!("assets/blob{n}.bin")), shard, |buf| {
+            rng.fill(buf)
+        });
     }
     for n in 0..2 {
         write_blob(&tree.join(format!("models/shard{n}.f32")), shard, |buf| {
             for w in buf.chunks_exact_mut(4) {
                 // Roughly normal weights with a small spread: repetitive exponents, random mantissas.
-                let x = (0..4).map(|_| rng.below(1 << 16) as f32).sum::<f32>() / (4.0 * 65536.0) - 0.5;
+                let x =
+                    (0..4).map(|_| rng.below(1 << 16) as f32).sum::<f32>() / (4.0 * 65536.0) - 0.5;
                 w.copy_from_slice(&(x * 0.08).to_le_bytes());
             }
         });
@@ -391,5 +430,8 @@ fn fmt_mib(bytes: u64) -> String {
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
