@@ -4,7 +4,8 @@
 //! download + extraction vs `tar -xzf` of the same archive).
 //!
 //! `cargo bench --bench runner`; `ERRAND_BENCH_GIB` scales the tree (default 1),
-//! `ERRAND_BENCH_RUNS` sets the timed runs per side (default 3, the median is reported),
+//! `ERRAND_BENCH_RUNS` sets the timed packaging runs per side (default 3; staging gets at least
+//! 5; medians are reported),
 //! `ERRAND_BENCH_DIR` the scratch directory (default /tmp/errand-bench). Exits non-zero when a
 //! limit is missed.
 
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use errand::runner::archive::{Selection, Unpacker, pack_dir};
 use errand::store::{BlobBody, Store};
+use nix::sys::resource::{UsageWho, getrusage};
 
 const MIB: u64 = 1024 * 1024;
 /// Bump when the generated tree changes, so a cached tree from an older version is rebuilt.
@@ -39,9 +41,10 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
 
     println!(
-        "tree: {files} files, {:.2} GiB ({}); {runs} timed runs per side, median reported; {} cores; load average {}",
+        "tree: {files} files, {:.2} GiB ({}); {runs} packaging and {} staging runs per side; {} cores; load average {}",
         bytes as f64 / (1024.0 * MIB as f64),
         tree.display(),
+        runs.max(5),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
@@ -52,71 +55,67 @@ fn main() {
     let (child_maxrss, child_hwm) = packing_rss(&tree, &dir.join("rss-store"));
 
     // Warm the page cache for both sides with one untimed runner pack.
-    let warm = rt.block_on(pack_to_store(&store, &tree, "warmup"));
-    println!("warm-up pack: {:.2}s", warm.0.as_secs_f64());
+    let warm = timed_self(|| {
+        rt.block_on(pack_to_store(&store, &tree, "warmup"));
+    });
+    println!("warm-up pack: {warm}");
 
+    // Each run times both sides back to back, alternating which goes first, and the ratio is
+    // the median of the per-run ratios: other tenants' load on this machine drifts over
+    // minutes, and pairing keeps that drift out of the comparison.
     let tar_out = dir.join("tar.tar.gz");
-    let mut ours = Vec::new();
-    let mut theirs = Vec::new();
+    let mut pack = Vec::new();
     let mut our_size = 0;
     let mut our_key = String::new();
     for run in 0..runs {
-        sync();
-        let started = Instant::now();
-        let status = Command::new("tar")
-            .arg("-czf")
-            .arg(&tar_out)
-            .arg("-C")
-            .arg(&tree)
-            .arg(".")
-            .status()
-            .expect("run tar");
-        assert!(status.success(), "tar -czf failed");
-        theirs.push(started.elapsed());
-        sync();
-        let (took, size, key) = rt.block_on(pack_to_store(&store, &tree, &format!("run{run}")));
-        ours.push(took);
-        our_size = size;
-        our_key = key;
-        println!(
-            "  pack run {run}: tar -czf {:.2}s, runner {:.2}s",
-            theirs[run].as_secs_f64(),
-            took.as_secs_f64()
-        );
+        let mut tar = || {
+            timed_child(
+                Command::new("tar")
+                    .arg("-czf")
+                    .arg(&tar_out)
+                    .arg("-C")
+                    .arg(&tree)
+                    .arg("."),
+            )
+        };
+        let mut runner = || {
+            timed_self(|| {
+                let (size, key) = rt.block_on(pack_to_store(&store, &tree, &format!("run{run}")));
+                our_size = size;
+                our_key = key;
+            })
+        };
+        let (theirs, ours) = paired(run, &mut tar, &mut runner);
+        println!("  pack run {run}: tar -czf {theirs}, runner {ours}");
+        pack.push((theirs, ours));
     }
     let tar_size = fs::metadata(&tar_out).expect("tar output").len();
 
     // (c) staging from the runner's own archive, as a pod or local run would.
     let archive_path = store_dir.join(&our_key);
-    let mut stage_ours = Vec::new();
-    let mut stage_theirs = Vec::new();
-    for run in 0..runs {
-        let dest = dir.join("extract-tar");
-        let _ = fs::remove_dir_all(&dest);
-        fs::create_dir_all(&dest).expect("extract dir");
-        sync();
-        let started = Instant::now();
-        let status = Command::new("tar")
-            .arg("-xzf")
-            .arg(&archive_path)
-            .arg("-C")
-            .arg(&dest)
-            .status()
-            .expect("run tar");
-        assert!(status.success(), "tar -xzf failed");
-        stage_theirs.push(started.elapsed());
-
-        let dest = dir.join("extract-runner");
-        let _ = fs::remove_dir_all(&dest);
-        sync();
-        let started = Instant::now();
-        rt.block_on(stage_from_store(&store, &our_key, &dest));
-        stage_ours.push(started.elapsed());
-        println!(
-            "  stage run {run}: tar -xzf {:.2}s, runner {:.2}s",
-            stage_theirs[run].as_secs_f64(),
-            stage_ours[run].as_secs_f64()
-        );
+    let tar_dest = dir.join("extract-tar");
+    let our_dest = dir.join("extract-runner");
+    let mut stage = Vec::new();
+    // Extraction is short and at the mercy of disk writeback, so it gets more runs.
+    for run in 0..runs.max(5) {
+        let mut tar = || {
+            let _ = fs::remove_dir_all(&tar_dest);
+            fs::create_dir_all(&tar_dest).expect("extract dir");
+            timed_child(
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&archive_path)
+                    .arg("-C")
+                    .arg(&tar_dest),
+            )
+        };
+        let mut runner = || {
+            let _ = fs::remove_dir_all(&our_dest);
+            timed_self(|| rt.block_on(stage_from_store(&store, &our_key, &our_dest)))
+        };
+        let (theirs, ours) = paired(run, &mut tar, &mut runner);
+        println!("  stage run {run}: tar -xzf {theirs}, runner {ours}");
+        stage.push((theirs, ours));
     }
     assert_eq!(
         Command::new("diff")
@@ -134,15 +133,15 @@ fn main() {
     }
     let _ = fs::remove_file(&tar_out);
 
-    let pack_ratio = secs(median(&ours)) / secs(median(&theirs));
+    let (pack_theirs, pack_ours, pack_ratio) = summarize(&pack);
     let size_ratio = our_size as f64 / tar_size as f64;
-    let stage_ratio = secs(median(&stage_ours)) / secs(median(&stage_theirs));
+    let (stage_theirs, stage_ours, stage_ratio) = summarize(&stage);
     let rss_mib = child_maxrss as f64 / MIB as f64;
     let rows = [
         Row::new(
             "packaging wall time",
-            fmt_s(median(&ours)),
-            fmt_s(median(&theirs)),
+            fmt_s(pack_ours),
+            fmt_s(pack_theirs),
             "tar -czf",
             pack_ratio,
             "<= 0.60",
@@ -159,8 +158,8 @@ fn main() {
         ),
         Row::new(
             "staging wall time",
-            fmt_s(median(&stage_ours)),
-            fmt_s(median(&stage_theirs)),
+            fmt_s(stage_ours),
+            fmt_s(stage_theirs),
             "tar -xzf",
             stage_ratio,
             "<= 1.00",
@@ -168,7 +167,9 @@ fn main() {
         ),
     ];
     println!();
-    println!("| benchmark | runner | baseline | ratio | limit | ok |");
+    println!(
+        "| benchmark | runner (median) | baseline (median) | ratio (median of paired runs) | limit | ok |"
+    );
     println!("|---|---|---|---|---|---|");
     for row in &rows {
         println!("{row}");
@@ -216,14 +217,13 @@ impl std::fmt::Display for Row {
     }
 }
 
-/// Packs `tree` into the store the way `collect` does; returns time, size and key.
-async fn pack_to_store(store: &Store, tree: &Path, run: &str) -> (Duration, u64, String) {
+/// Packs `tree` into the store the way `collect` does; returns size and key.
+async fn pack_to_store(store: &Store, tree: &Path, run: &str) -> (u64, String) {
     let key = format!("results/bench/pack/{run}/output_workdir");
-    let started = Instant::now();
     let packing = pack_dir(tree).expect("pack");
     let info = store.put_new(&key, packing.stream).await.expect("upload");
     packing.done.wait().await.expect("packing");
-    (started.elapsed(), info.size, key)
+    (info.size, key)
 }
 
 /// Downloads and extracts the blob the way `stage` does.
@@ -261,8 +261,7 @@ fn packing_rss(tree: &Path, store_dir: &Path) -> (u64, u64) {
         .trim()
         .parse()
         .expect("child prints VmHWM");
-    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        .expect("getrusage");
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
     // ru_maxrss is in KiB on Linux.
     (usage.max_rss() as u64 * 1024, hwm_kib * 1024)
 }
@@ -406,19 +405,89 @@ impl Rng {
     }
 }
 
+/// User plus system CPU time of this process or of its waited children.
+fn cpu_time(who: UsageWho) -> Duration {
+    let usage = getrusage(who).expect("getrusage");
+    let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
+}
+
 fn sync() {
     // Flush dirty pages from the previous run so it does not slow the next one down.
     let _ = Command::new("sync").status();
 }
 
-fn median(times: &[Duration]) -> Duration {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    sorted[sorted.len() / 2]
+/// Wall and CPU time of one timed run.
+#[derive(Clone, Copy)]
+struct Timed {
+    wall: Duration,
+    cpu: Duration,
 }
 
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
+impl std::fmt::Display for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2}s wall {:.2}s cpu",
+            self.wall.as_secs_f64(),
+            self.cpu.as_secs_f64()
+        )
+    }
+}
+
+/// Runs a child process to completion, timing it (CPU of it and its children).
+fn timed_child(command: &mut Command) -> Timed {
+    sync();
+    let (started, cpu) = (Instant::now(), cpu_time(UsageWho::RUSAGE_CHILDREN));
+    let status = command.status().expect("run baseline");
+    assert!(status.success(), "baseline failed: {command:?}");
+    Timed {
+        wall: started.elapsed(),
+        cpu: cpu_time(UsageWho::RUSAGE_CHILDREN) - cpu,
+    }
+}
+
+/// Runs `work` in this process, timing it (CPU of all of this process's threads).
+fn timed_self(work: impl FnOnce()) -> Timed {
+    sync();
+    let (started, cpu) = (Instant::now(), cpu_time(UsageWho::RUSAGE_SELF));
+    work();
+    Timed {
+        wall: started.elapsed(),
+        cpu: cpu_time(UsageWho::RUSAGE_SELF) - cpu,
+    }
+}
+
+/// Both sides of one run, the baseline first on even runs and second on odd ones.
+fn paired(
+    run: usize,
+    baseline: &mut impl FnMut() -> Timed,
+    ours: &mut impl FnMut() -> Timed,
+) -> (Timed, Timed) {
+    if run.is_multiple_of(2) {
+        let theirs = baseline();
+        (theirs, ours())
+    } else {
+        let ours = ours();
+        (baseline(), ours)
+    }
+}
+
+/// Median wall time of each side and the median of the per-run ratios.
+fn summarize(runs: &[(Timed, Timed)]) -> (Duration, Duration, f64) {
+    fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        v[v.len() / 2]
+    }
+    (
+        median(runs.iter().map(|(t, _)| t.wall).collect()),
+        median(runs.iter().map(|(_, o)| o.wall).collect()),
+        median(
+            runs.iter()
+                .map(|(t, o)| o.wall.as_secs_f64() / t.wall.as_secs_f64())
+                .collect(),
+        ),
+    )
 }
 
 fn fmt_s(d: Duration) -> String {
