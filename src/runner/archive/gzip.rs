@@ -6,9 +6,9 @@
 //! of a chunk depends only on its bytes, so the output is the same whatever the thread timing —
 //! filesets stay content-addressable.
 //!
-//! Blocks whose bytes are close to uniformly distributed (compressed media, archives, weights)
-//! gain nothing from deflate but cost as much CPU as text, so they are written as stored deflate
-//! blocks: same size as gzip's output for such data, at memcpy speed.
+//! Blocks whose bytes are close to uniformly distributed (compressed media, archives, encrypted
+//! data) gain nothing from deflate but cost as much CPU as text, so they are written as stored
+//! deflate blocks: the same size as gzip's output for such data, at memcpy speed.
 
 use std::io::{self, Read};
 use std::sync::mpsc::{self, Receiver, SyncSender};
