@@ -6,9 +6,9 @@
 //! of a chunk depends only on its bytes, so the output is the same whatever the thread timing —
 //! filesets stay content-addressable.
 //!
-//! Blocks whose bytes are close to uniformly distributed (compressed media, archives, weights)
-//! gain nothing from deflate but cost as much CPU as text, so they are written as stored deflate
-//! blocks: same size as gzip's output for such data, at memcpy speed.
+//! Blocks whose bytes are close to uniformly distributed (compressed media, archives, encrypted
+//! data) gain nothing from deflate but cost as much CPU as text, so they are written as stored
+//! deflate blocks: the same size as gzip's output for such data, at memcpy speed.
 
 use std::io::{self, Read};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -203,7 +203,9 @@ impl Compressor {
 
     /// `chunk` as gzip members: one per run of consecutive blocks of the same kind.
     fn gzip(&mut self, chunk: &[u8]) -> io::Result<Bytes> {
-        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8 + 1024);
+        // Room for the worst case (stored data plus framing) up front: growing by doubling
+        // would leave most buffers half empty while they wait for the upload.
+        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 256 + 8192);
         let mut start = 0;
         while start < chunk.len() {
             let store = incompressible(&chunk[start..(start + BLOCK).min(chunk.len())]);
@@ -238,8 +240,9 @@ impl Compressor {
         self.deflate.reset();
         let mut consumed = 0usize;
         loop {
-            let remaining = data.len() - consumed;
-            out.reserve(remaining + remaining / 8 + 64 * 1024);
+            if out.capacity() - out.len() < 1024 {
+                out.reserve_exact(64 * 1024);
+            }
             let before = self.deflate.total_in();
             let status = self
                 .deflate
