@@ -192,7 +192,10 @@ impl Chunker {
         let running = self
             .running
             .get_or_insert_with(|| start_workers(workers, out.clone()));
-        let fresh = running.recycled.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+        let fresh = running
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| vec![0; CHUNK]);
         let data = std::mem::replace(&mut self.buf, fresh);
         let len = std::mem::take(&mut self.len);
         let (reply, slot) = mpsc::sync_channel(1);
