@@ -30,10 +30,10 @@ use tokio::sync::Mutex;
 
 use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
 use errand::controller::config::ControllerConfig;
-use errand::controller::grants::HmacSigner;
 use errand::controller::names::job_name;
 use errand::controller::{ControllerOptions, run};
 use errand::store::Store;
+use errand::store::grants::HmacSigner;
 
 const SEQUENTIAL: usize = 200;
 const BURST: usize = 500;
