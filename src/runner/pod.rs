@@ -28,6 +28,8 @@ pub const TERMINATION_LOG: &str = "/dev/termination-log";
 const STAGED_FILE: &str = "staged.json";
 /// Name of the errand binary in the shared bin directory.
 const BINARY_NAME: &str = "errand";
+/// Exit code when errand's own setup failed (its mounted inputs could not be read).
+const SETUP_FAILED: i32 = 2;
 
 /// Why a pod process could not start its work.
 #[derive(Debug, thiserror::Error)]
@@ -283,9 +285,6 @@ fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
         tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
     }
 }
-
-/// Exit code when errand's own setup failed.
-const SETUP_FAILED: i32 = 2;
 
 /// The exit code that reflects a run: 0 only for a success whose results were all saved; the
 /// agent's own code when it failed; the shell's conventions for the other endings.
