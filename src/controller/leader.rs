@@ -105,14 +105,20 @@ async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, ku
     ) else {
         return Ok(false);
     };
-    let lease = Lease {
-        metadata: ObjectMeta {
+    // The Lease read keeps its metadata (and resourceVersion, so two candidates never both
+    // win): labels and annotations of a Lease the chart installed survive every renewal.
+    let metadata = match &current {
+        Some(lease) => ObjectMeta {
+            managed_fields: None,
+            ..lease.metadata.clone()
+        },
+        None => ObjectMeta {
             name: Some(settings.name.clone()),
-            resource_version: current
-                .as_ref()
-                .and_then(|l| l.metadata.resource_version.clone()),
             ..ObjectMeta::default()
         },
+    };
+    let lease = Lease {
+        metadata,
         spec: Some(spec),
     };
     let written = match current {
