@@ -23,10 +23,10 @@ use support::cluster::{self, TestNamespace};
 
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::controller::config::ControllerConfig;
-use errand::controller::grants::HmacSigner;
 use errand::controller::status::conditions;
 use errand::controller::{ControllerOptions, run};
 use errand::store::Store;
+use errand::store::grants::HmacSigner;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
 const WAIT: Duration = Duration::from_secs(90);

@@ -59,6 +59,8 @@ CONTAINERD_SOCKET="$TESTENV_STATE_DIR/containerd/containerd.sock"
 # Images built locally by hack/images/test-images.sh (no registry is reachable).
 TESTENV_PAUSE_IMAGE=errand.local/pause:1
 TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
+# The errand image the cluster tests run (hack/images/errand-image.sh).
+ERRAND_TEST_IMAGE=errand.local/errand:dev
 
 kubectl_admin() { "$K8S_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 

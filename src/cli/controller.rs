@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::controller::config::ControllerConfig;
-use crate::controller::grants::HmacSigner;
 use crate::controller::leader::LeaseSettings;
 use crate::controller::{ControllerOptions, run};
 use crate::store::Store;
+use crate::store::grants::HmacSigner;
 use crate::webhook::{Certificates, SelfSigned, WebhookOptions};
 
 use super::CliError;

@@ -6,6 +6,7 @@ mod context;
 mod controller;
 mod execute;
 mod output;
+mod pod;
 mod records;
 mod show;
 
@@ -122,6 +123,10 @@ pub enum Command {
     },
     /// Run the cluster controller (in the controller's Deployment).
     Controller(Box<controller::ControllerArgs>),
+    /// In a pod's init container: install errand, stage the workdir, save `input_workdir`.
+    Stage(Box<pod::StageArgs>),
+    /// In a pod's agent container: run the agent under errand's runner and save its results.
+    RunAgent(Box<pod::RunAgentArgs>),
     /// Internal: the detached supervisor of `execute --no-wait`.
     #[command(name = "__supervise", hide = true)]
     Supervise {
@@ -208,9 +213,11 @@ impl Command {
             Command::Results {
                 action: ResultsAction::Download { format, .. },
             } => *format,
-            Command::Crds { .. } | Command::Supervise { .. } | Command::Controller(_) => {
-                Format::Human
-            }
+            Command::Crds { .. }
+            | Command::Supervise { .. }
+            | Command::Controller(_)
+            | Command::Stage(_)
+            | Command::RunAgent(_) => Format::Human,
         }
     }
 }
@@ -230,7 +237,13 @@ pub fn run(cli: Cli) -> i32 {
             );
         }
     };
-    match runtime.block_on(dispatch(&cli.target, cli.command)) {
+    // The pod commands report through their exit code and termination message.
+    let command = match cli.command {
+        Command::Stage(args) => return runtime.block_on(pod::stage(*args)),
+        Command::RunAgent(args) => return runtime.block_on(pod::run_agent(*args)),
+        command => command,
+    };
+    match runtime.block_on(dispatch(&cli.target, command)) {
         Ok(()) => 0,
         Err(error) => output::print_error(format, &error),
     }
@@ -307,6 +320,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         } => catalog::delete_fileset(target, &name, output),
         Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
         Command::Supervise { name } => records::supervise(target, &name).await,
+        Command::Stage(_) | Command::RunAgent(_) => {
+            unreachable!("run() handles the pod commands before dispatching")
+        }
     }
 }
 

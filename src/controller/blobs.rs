@@ -9,7 +9,7 @@ use hyper::body::{Body, Bytes, Frame};
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::jiff::Timestamp;
 
-use super::grants::{Access, HmacSigner};
+use crate::store::grants::{Access, HmacSigner};
 use crate::store::{Store, StoreError};
 
 /// Path prefix of the endpoint.
@@ -137,7 +137,7 @@ mod tests {
     use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
     use super::*;
-    use crate::controller::grants::UrlSigner;
+    use crate::store::grants::UrlSigner;
 
     fn endpoint(dir: &std::path::Path) -> (BlobEndpoint, Arc<HmacSigner>) {
         let signer = Arc::new(HmacSigner::new("http://errand", b"blob-test-key"));

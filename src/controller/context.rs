@@ -12,9 +12,9 @@ use kube::runtime::reflector::Store;
 
 use super::catalog::ClusterCatalog;
 use super::config::ControllerConfig;
-use super::grants::UrlSigner;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
+use crate::store::grants::UrlSigner;
 
 /// Longest wait between retries of a failing execution.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);

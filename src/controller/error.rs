@@ -1,8 +1,8 @@
 //! Everything a reconcile can fail with; each error has a stable metric label.
 
 use super::build::BuildError;
-use super::grants::GrantError;
 use crate::store::StoreError;
+use crate::store::grants::GrantError;
 use crate::store::keys::KeyError;
 
 /// Why a reconcile failed. All of these are retried with backoff; an invalid spec is not an

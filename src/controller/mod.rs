@@ -2,7 +2,8 @@
 //!
 //! [`run`] wires the caches, the reconcile pipeline ([`reconcile`]), leader election
 //! ([`leader`]), the HTTP endpoints ([`http`]) and the admission webhook ([`crate::webhook`]).
-//! The pure parts — [`build`], [`status`], [`names`], [`grants`] — take no client.
+//! The pure parts — [`build`], [`status`], [`names`] — take no client; the signed URLs come
+//! from [`crate::store::grants`].
 
 pub mod blobs;
 pub mod build;
@@ -11,7 +12,6 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod events;
-pub mod grants;
 pub mod http;
 pub mod leader;
 pub mod metrics;
@@ -37,10 +37,10 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::store::grants::{self, UrlSigner};
 use catalog::ClusterCatalog;
 use config::{ControllerConfig, FIELD_MANAGER};
 use context::Context;
-use grants::UrlSigner;
 use leader::LeaseSettings;
 use metrics::Metrics;
 

@@ -23,11 +23,11 @@ use super::config::{FIELD_MANAGER, RESULTS_FINALIZER};
 use super::context::Context;
 use super::error::{Error, Result};
 use super::events::outcome_event;
-use super::grants::issue_grants;
 use super::names;
 use super::status::{self, JobObservation, Observed, Stop};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::Snapshot;
+use crate::store::grants::issue_grants;
 use crate::store::keys::{self, ExecutionId};
 
 /// Reconciles one execution.

@@ -10,11 +10,9 @@ use super::catalog::{LocalCatalog, write_atomic};
 use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::{AgentExecutionSpec, Phase, ResultEntry};
-use crate::resolve::{FilesetContent, InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{
-    self, BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StoreResults,
-};
-use crate::store::keys::{self, ExecutionId};
+use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
+use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StoreResults};
+use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError};
 
 /// Time between SIGTERM and SIGKILL when a local run is stopped.
@@ -136,7 +134,7 @@ pub async fn run_prepared(
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
     };
-    let plan = stage_plan(&snapshot)?;
+    let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
     write_file(
         &records.pid_file(namespace, name),
@@ -156,11 +154,7 @@ pub async fn run_prepared(
 
 /// The agent's environment: the merged plain env, the extension, then the bound Secret values.
 fn agent_env(data: &DataDir, snapshot: &Snapshot) -> Result<Vec<(String, String)>, SuperviseError> {
-    let mut env: Vec<(String, String)> = snapshot.plain_env().into_iter().collect();
-    if let Some(extension) = &snapshot.extension {
-        let json = serde_json::to_string(extension).expect("an extension always serializes");
-        env.push(("ERRAND_EXTENSION".into(), json));
-    }
+    let mut env = runner::plan::plain_agent_env(snapshot);
     let catalog = LocalCatalog::new(data.clone());
     for binding in &snapshot.secrets {
         let value = catalog
@@ -172,41 +166,6 @@ fn agent_env(data: &DataDir, snapshot: &Snapshot) -> Result<Vec<(String, String)
         env.push((binding.env.clone(), value));
     }
     Ok(env)
-}
-
-fn blob(namespace: &str, content: &FilesetContent) -> Result<BlobRef, SuperviseError> {
-    let digest = content
-        .digest
-        .strip_prefix("sha256:")
-        .unwrap_or(&content.digest);
-    let key = keys::fileset(namespace, digest).map_err(StoreError::from)?;
-    Ok(BlobRef {
-        key,
-        subpath: content.path.clone(),
-    })
-}
-
-/// The runner's staging plan for the snapshot's pinned Fileset digests.
-pub fn stage_plan(snapshot: &Snapshot) -> Result<StagePlan, SuperviseError> {
-    let namespace = &snapshot.namespace;
-    let base = snapshot
-        .workdir
-        .base
-        .as_ref()
-        .map(|c| blob(namespace, c))
-        .transpose()?;
-    let mounts = snapshot
-        .workdir
-        .mounts
-        .iter()
-        .map(|m| {
-            Ok(MountRef {
-                blob: blob(namespace, &m.content)?,
-                mount_path: m.mount_path.clone(),
-            })
-        })
-        .collect::<Result<_, SuperviseError>>()?;
-    Ok(StagePlan { base, mounts })
 }
 
 /// Copies how the run ended into the record.

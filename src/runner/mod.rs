@@ -8,8 +8,12 @@
 pub mod archive;
 
 mod collect;
+pub mod plan;
+pub mod pod;
 mod run;
+pub mod signed;
 mod stage;
+pub mod termination;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -5,6 +5,7 @@
 //! `GOOGLE_*`, `AZURE_*`). Uploads are streamed and hashed on the way through; result objects
 //! are write-once.
 
+pub mod grants;
 pub mod keys;
 
 mod fileset;
@@ -112,6 +113,30 @@ pub enum StoreError {
     /// Packing a directory for upload failed.
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    /// The grants hold no signed URL for the object.
+    #[error("no signed URL was granted for {0}")]
+    NotGranted(String),
+    /// A request through a signed URL failed (the URL itself is never shown: it is a credential).
+    #[error("{operation} of {name} through its signed URL: {reason}")]
+    Signed {
+        /// GET or PUT.
+        operation: &'static str,
+        /// The store key or result name.
+        name: String,
+        /// The HTTP status and the server's words, or the transport error.
+        reason: String,
+    },
+    /// A result could not be spooled to a local file before a sized upload.
+    #[error("spooling {name} to {path}: {source}")]
+    Spool {
+        /// The result.
+        name: String,
+        /// The spool file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// A stored object with the size and sha256 of its bytes.

@@ -86,7 +86,8 @@ fn volumes(execution: &ExecutionIdentity) -> Vec<Volume> {
 }
 
 /// `errand stage`: copies the errand binary into the shared volume, downloads and extracts the
-/// workdir through the grants and uploads `input_workdir`.
+/// workdir through the grants and uploads `input_workdir`, leaving what it saved in the scratch
+/// directory for `run-agent` (and spooling uploads there when the store needs sized bodies).
 fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container {
     Container {
         name: STAGE_CONTAINER.to_owned(),
@@ -103,10 +104,13 @@ fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
             GRANTS_PATH.to_owned(),
             "--workspace".to_owned(),
             WORKSPACE_DIR.to_owned(),
+            "--scratch".to_owned(),
+            SCRATCH_DIR.to_owned(),
         ]),
         volume_mounts: Some(vec![
             mount(BIN_VOLUME, ERRAND_BIN_DIR, false),
             mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+            mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
             mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
             mount(GRANTS_VOLUME, GRANTS_DIR, true),
         ]),
@@ -157,6 +161,8 @@ fn agent_container(snapshot: &Snapshot) -> Container {
         "run-agent".to_owned(),
         "--snapshot".to_owned(),
         SNAPSHOT_PATH.to_owned(),
+        "--agent-config".to_owned(),
+        AGENT_CONFIG_PATH.to_owned(),
         "--grants".to_owned(),
         GRANTS_PATH.to_owned(),
         "--workspace".to_owned(),

@@ -6,7 +6,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::{ExecutionIdentity, names};
-use crate::controller::grants::Grants;
+use crate::store::grants::Grants;
 
 /// Key of the grants document (JSON) in the Secret.
 pub const GRANTS_KEY: &str = "grants.json";

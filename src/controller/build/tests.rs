@@ -13,8 +13,8 @@ use crate::api::{
     RuntimeSecurity, Workdir,
 };
 use crate::controller::config::ControllerConfig;
-use crate::controller::grants::Grants;
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
+use crate::store::grants::Grants;
 
 const NS: &str = "team-a";
 const SECRET_VALUE: &str = "sk-very-secret-value";
@@ -157,6 +157,12 @@ fn mount_paths(container: &Container) -> Vec<(&str, bool)> {
 fn children_are_owned_by_the_execution_as_controller() {
     let snapshot = snapshot();
     let grants = Grants {
+        execution: crate::store::keys::ExecutionId {
+            namespace: NS.into(),
+            name: "calc".into(),
+            uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
+        },
+        uploads: Default::default(),
         inputs: Default::default(),
         results: Default::default(),
         expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
@@ -355,22 +361,47 @@ fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
     assert_eq!(pod.init_containers.as_ref().unwrap().len(), 1);
     let stage = container(&job, "errand-stage");
     assert_eq!(stage.image.as_deref(), Some("errand.local/errand:dev"));
-    let stage_cmd = stage.command.as_ref().unwrap();
-    assert_eq!(stage_cmd[..2], ["/usr/local/bin/errand", "stage"]);
-    assert!(
-        stage_cmd
-            .windows(2)
-            .any(|w| w == ["--bin-dir", "/errand/bin"])
+    // Exactly the flags `errand stage` and `errand run-agent` parse (src/cli/pod.rs).
+    assert_eq!(
+        stage.command.as_ref().unwrap(),
+        &[
+            "/usr/local/bin/errand",
+            "stage",
+            "--bin-dir",
+            "/errand/bin",
+            "--snapshot",
+            "/errand/snapshot/snapshot.json",
+            "--grants",
+            "/errand/grants/grants.json",
+            "--workspace",
+            "/workspace",
+            "--scratch",
+            "/errand/scratch",
+        ]
     );
 
     let agent = container(&job, "agent");
     assert_eq!(agent.image.as_deref(), Some("errand.local/calculator:dev"));
-    let cmd = agent.command.as_ref().unwrap();
-    assert_eq!(cmd[..2], ["/errand/bin/errand", "run-agent"]);
-    let dashdash = cmd.iter().position(|a| a == "--").unwrap();
     assert_eq!(
-        cmd[dashdash + 1..],
-        ["python3", "/agent/calculator.py", "--verbose"]
+        agent.command.as_ref().unwrap(),
+        &[
+            "/errand/bin/errand",
+            "run-agent",
+            "--snapshot",
+            "/errand/snapshot/snapshot.json",
+            "--agent-config",
+            "/errand/snapshot/agent-config.json",
+            "--grants",
+            "/errand/grants/grants.json",
+            "--workspace",
+            "/workspace",
+            "--scratch",
+            "/errand/scratch",
+            "--",
+            "python3",
+            "/agent/calculator.py",
+            "--verbose",
+        ]
     );
     assert!(
         agent.args.is_none(),
@@ -404,6 +435,7 @@ fn volumes_are_shared_and_the_grants_reach_only_errand_paths() {
     let stage = mount_paths(container(&job, "errand-stage"));
     assert!(stage.contains(&("/errand/bin", false)));
     assert!(stage.contains(&("/workspace", false)));
+    assert!(stage.contains(&("/errand/scratch", false)));
     assert!(stage.contains(&("/errand/snapshot", true)));
     assert!(stage.contains(&("/errand/grants", true)));
     let agent = mount_paths(container(&job, "agent"));

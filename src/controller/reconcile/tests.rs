@@ -21,8 +21,8 @@ use super::*;
 use crate::api::{Agent, AgentEnvironment, Fileset};
 use crate::controller::catalog::ClusterCatalog;
 use crate::controller::config::ControllerConfig;
-use crate::controller::grants::HmacSigner;
 use crate::controller::metrics::Metrics;
+use crate::store::grants::HmacSigner;
 
 const NS: &str = "team-a";
 const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";

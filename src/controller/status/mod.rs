@@ -4,7 +4,6 @@
 //! for them; everything else is recomputed from the Job and its pod on every reconcile.
 
 pub mod conditions;
-mod summary;
 
 use std::time::Duration;
 
@@ -17,8 +16,8 @@ use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::{DEFAULT_START_TIMEOUT_SECONDS, InvalidSpec};
 
 use super::build::{AGENT_CONTAINER, STAGE_CONTAINER};
+pub use crate::runner::termination::{SummaryState, TerminationSummary};
 use conditions::reason;
-pub use summary::{SummaryState, TERMINATION_MESSAGE_LIMIT, TerminationSummary};
 
 /// Longest status message; a failure's stderr tail is cut from its start to fit.
 pub const MESSAGE_LIMIT: usize = 1536;

@@ -3,6 +3,7 @@
 //! Each execution may GET exactly its input blobs and PUT exactly its result keys. The URLs are
 //! signed by a [`UrlSigner`]: the backend's presigned URLs for S3, GCS and Azure, or
 //! [`HmacSigner`] for `file://` stores, whose URLs the controller's own HTTP endpoint serves.
+//! The controller issues them; errand's own containers in the pod use them.
 
 use std::collections::BTreeMap;
 
@@ -69,19 +70,40 @@ impl GrantError {
     }
 }
 
+/// How a signed PUT URL takes its body.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UploadMode {
+    /// A chunked stream of unknown length, as the controller's blob endpoint accepts.
+    #[default]
+    Chunked,
+    /// A body with a `Content-Length`, as presigned object-store PUTs require: the uploader
+    /// spools the result to a file first.
+    Sized,
+}
+
 /// Signs store URLs.
 pub trait UrlSigner: Send + Sync {
     /// A URL that allows `access` to `key` until `expires`.
     fn sign(&self, access: Access, key: &str, expires: Timestamp) -> Result<String, GrantError>;
+
+    /// How this signer's PUT URLs take their bodies.
+    fn upload_mode(&self) -> UploadMode;
 }
 
 /// The signed URLs of one execution, as mounted into its pod (`grants.json`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Grants {
+    /// The execution the results belong to, as its run records name it.
+    pub execution: ExecutionId,
     /// GET URLs of the input blobs, by store key.
     pub inputs: BTreeMap<String, String>,
     /// PUT URLs of the results, by result name.
     pub results: BTreeMap<String, String>,
+    /// How the PUT URLs take their bodies.
+    #[serde(default)]
+    pub uploads: UploadMode,
     /// When the URLs stop working.
     pub expires_at: Timestamp,
 }
@@ -114,8 +136,10 @@ pub fn issue_grants(
         );
     }
     Ok(Grants {
+        execution: execution.clone(),
         inputs,
         results,
+        uploads: signer.upload_mode(),
         expires_at: expires,
     })
 }
@@ -184,6 +208,10 @@ impl UrlSigner for HmacSigner {
             self.base_url,
             hex::encode(tag.as_ref())
         ))
+    }
+
+    fn upload_mode(&self) -> UploadMode {
+        UploadMode::Chunked
     }
 }
 
@@ -273,6 +301,8 @@ mod tests {
             assert_eq!(key, format!("results/team-a/calc/uid-1/{name}"));
         }
         assert_eq!(grants.expires_at, expires);
+        assert_eq!(grants.execution.uid, "uid-1");
+        assert_eq!(grants.uploads, UploadMode::Chunked);
     }
 
     #[test]

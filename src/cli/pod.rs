@@ -1,0 +1,84 @@
+//! `errand stage` and `errand run-agent`: the flags errand's containers in an execution's pod are started with (see `controller::build::pod`).
+
+use std::path::PathBuf;
+
+use crate::runner::pod::{self, PodPaths};
+
+/// The mounted inputs both commands read.
+#[derive(Debug, clap::Args)]
+pub struct PodPathArgs {
+    /// The snapshot document (from the execution's snapshot ConfigMap).
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    /// The grants document: signed URLs for the execution's inputs and results.
+    #[arg(long)]
+    pub grants: PathBuf,
+    /// The working directory.
+    #[arg(long)]
+    pub workspace: PathBuf,
+    /// The scratch directory shared by errand's containers (logs, artifacts, spooled uploads).
+    #[arg(long)]
+    pub scratch: PathBuf,
+    /// Where to write the summary Kubernetes reports as the container's termination message.
+    #[arg(long, default_value = pod::TERMINATION_LOG)]
+    pub termination_log: PathBuf,
+}
+
+impl PodPathArgs {
+    fn paths(&self) -> PodPaths {
+        PodPaths {
+            snapshot: self.snapshot.clone(),
+            grants: self.grants.clone(),
+            workspace: self.workspace.clone(),
+            scratch: self.scratch.clone(),
+            termination_log: self.termination_log.clone(),
+        }
+    }
+}
+
+/// Options of `errand stage`.
+#[derive(Debug, clap::Args)]
+pub struct StageArgs {
+    /// Where to install this errand binary for the agent's container.
+    #[arg(long)]
+    pub bin_dir: PathBuf,
+    #[command(flatten)]
+    pub paths: PodPathArgs,
+}
+
+/// Options of `errand run-agent`.
+#[derive(Debug, clap::Args)]
+pub struct RunAgentArgs {
+    /// The merged agent config the agent finds through `AGENT_CONFIG_PATH`.
+    #[arg(long)]
+    pub agent_config: PathBuf,
+    #[command(flatten)]
+    pub paths: PodPathArgs,
+    /// The agent's command and arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Runs `errand stage`; returns the exit code.
+pub async fn stage(args: StageArgs) -> i32 {
+    init_logs();
+    pod::stage_in_pod(&args.paths.paths(), &args.bin_dir).await
+}
+
+/// Runs `errand run-agent`; returns the exit code.
+pub async fn run_agent(args: RunAgentArgs) -> i32 {
+    init_logs();
+    pod::run_agent_in_pod(&args.paths.paths(), &args.agent_config, args.command).await
+}
+
+/// errand's own lines go to stderr, prefixed, between the agent's output in the container log.
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ERRAND_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}

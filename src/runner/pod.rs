@@ -1,0 +1,365 @@
+//! errand's two processes in an execution's pod: `stage` (the init container) and `run-agent` (wrapping the agent's command in the agent's container).
+//!
+//! Both read the snapshot and the grants the controller mounted, reach the store only through
+//! the grants' signed URLs, and report how they ended in the container's termination message,
+//! which the controller copies into the execution's status.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::signed::SignedUrls;
+use super::termination::{SummaryState, TerminationSummary};
+use super::{
+    Invocation, RunState, RunSummary, SavedResult, ScratchDir, fail_before_run, plan,
+    run_and_collect, stage,
+};
+use crate::resolve::Snapshot;
+use crate::store::grants::Grants;
+
+/// Time between SIGTERM and SIGKILL for the agent; well inside the pod's own grace period,
+/// so that the results are uploaded before the kubelet kills errand itself.
+pub const AGENT_GRACE: Duration = Duration::from_secs(10);
+/// Where Kubernetes reads a container's termination message by default.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// The file in the scratch directory where `stage` leaves what it saved for `run-agent`.
+const STAGED_FILE: &str = "staged.json";
+/// Name of the errand binary in the shared bin directory.
+const BINARY_NAME: &str = "errand";
+
+/// Why a pod process could not start its work.
+#[derive(Debug, thiserror::Error)]
+pub enum PodError {
+    /// A mounted file could not be read or parsed.
+    #[error("reading {what} {path}: {reason}")]
+    Read {
+        /// Which file (snapshot, grants).
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The errand binary could not be installed into the shared directory.
+    #[error("installing errand into {dir}: {source}")]
+    Install {
+        /// The bin directory.
+        dir: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The snapshot's Fileset digests do not form store keys.
+    #[error("the snapshot's workdir plan: {0}")]
+    Plan(#[from] crate::store::keys::KeyError),
+    /// The signed-URL client could not be built.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// What staging saved could not be recorded for `run-agent`.
+    #[error("recording the staged results in {path}: {source}")]
+    Record {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The mounted inputs both processes read.
+#[derive(Debug, Clone)]
+pub struct PodPaths {
+    /// The snapshot document.
+    pub snapshot: PathBuf,
+    /// The grants document.
+    pub grants: PathBuf,
+    /// The working directory.
+    pub workspace: PathBuf,
+    /// The scratch directory (logs, artifacts, spooled uploads, what staging saved).
+    pub scratch: PathBuf,
+    /// Where to write the termination message.
+    pub termination_log: PathBuf,
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    path: &Path,
+) -> Result<T, PodError> {
+    let read_error = |reason: String| PodError::Read {
+        what,
+        path: path.to_owned(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| read_error(e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| read_error(e.to_string()))
+}
+
+/// Resolves when SIGTERM (the kubelet stopping the pod) or SIGINT arrives.
+fn stop_requested() -> CancellationToken {
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = async {
+                match terminate.as_mut() {
+                    Some(signal) => { signal.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+        tracing::info!("stop requested; stopping the agent and saving what it left");
+        cancel.cancel();
+    });
+    token
+}
+
+/// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants and
+/// saves `input_workdir`. Returns the process exit code.
+pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
+    let stop = stop_requested();
+    let (grants, snapshot) = match read_inputs(paths) {
+        Ok(inputs) => inputs,
+        Err(e) => return report_unsaved(paths, SummaryState::StageFailed, &e),
+    };
+    let urls = match SignedUrls::new(grants.clone(), &paths.scratch) {
+        Ok(urls) => urls,
+        Err(e) => return report_unsaved(paths, SummaryState::StageFailed, &e.into()),
+    };
+    let fail = |state: RunState, message: String| {
+        let urls = &urls;
+        let grants = &grants;
+        async move {
+            tracing::error!("{message}");
+            let summary =
+                fail_before_run(&grants.execution, state, message, Vec::new(), urls).await;
+            report(paths, &summary)
+        }
+    };
+    if let Err(e) = install_binary(bin_dir) {
+        return fail(RunState::StageFailed, e.to_string()).await;
+    }
+    let plan = match plan::stage_plan(&snapshot) {
+        Ok(plan) => plan,
+        Err(e) => return fail(RunState::StageFailed, PodError::from(e).to_string()).await,
+    };
+    let staged = tokio::select! {
+        staged = stage(&plan, &paths.workspace, &urls, &urls) => staged,
+        () = stop.cancelled() => {
+            return fail(RunState::Cancelled, "cancelled while staging the working directory".into()).await;
+        }
+    };
+    let saved = match staged {
+        Ok(saved) => saved,
+        Err(e) => {
+            return fail(
+                RunState::StageFailed,
+                format!("staging the working directory: {e}"),
+            )
+            .await;
+        }
+    };
+    let record = paths.scratch.join(STAGED_FILE);
+    let json = serde_json::to_vec(&[saved]).expect("saved results always serialize");
+    if let Err(source) = std::fs::write(&record, json) {
+        let e = PodError::Record {
+            path: record,
+            source,
+        };
+        return fail(RunState::StageFailed, e.to_string()).await;
+    }
+    0
+}
+
+/// `errand run-agent`: runs `command` in the staged workdir with the snapshot's input,
+/// environment and deadline, saves the results through the grants and writes the summary to
+/// the termination message. SIGTERM stops the agent and saves what it left. Returns the
+/// process exit code.
+pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Vec<String>) -> i32 {
+    let stop = stop_requested();
+    let (grants, snapshot) = match read_inputs(paths) {
+        Ok(inputs) => inputs,
+        Err(e) => return report_unsaved(paths, SummaryState::StartFailed, &e),
+    };
+    let urls = match SignedUrls::new(grants.clone(), &paths.scratch) {
+        Ok(urls) => urls,
+        Err(e) => return report_unsaved(paths, SummaryState::StartFailed, &e.into()),
+    };
+    let staged = read_staged(&paths.scratch.join(STAGED_FILE));
+    let invocation = invocation(&grants, &snapshot, paths, agent_config, command);
+    let summary = run_and_collect(&invocation, staged, &urls, stop).await;
+    report(paths, &summary)
+}
+
+fn read_inputs(paths: &PodPaths) -> Result<(Grants, Snapshot), PodError> {
+    Ok((
+        read_json("grants", &paths.grants)?,
+        read_json("snapshot", &paths.snapshot)?,
+    ))
+}
+
+/// What staging saved; a missing record only leaves `input_workdir` out of the manifest.
+fn read_staged(path: &Path) -> Vec<SavedResult> {
+    match read_json("staged results", path) {
+        Ok(saved) => saved,
+        Err(e) => {
+            tracing::warn!("{e}; the manifest will not list input_workdir");
+            Vec::new()
+        }
+    }
+}
+
+/// The run the snapshot describes, in the pod's directories.
+fn invocation(
+    grants: &Grants,
+    snapshot: &Snapshot,
+    paths: &PodPaths,
+    agent_config: &Path,
+    command: Vec<String>,
+) -> Invocation {
+    Invocation {
+        execution: grants.execution.clone(),
+        command,
+        input: snapshot.input.clone(),
+        agent_config_path: agent_config.to_owned(),
+        // Secrets are in the container's environment already (secretKeyRef), and the runner
+        // passes its own environment on.
+        env: plan::plain_agent_env(snapshot),
+        timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(0).max(1)),
+        grace: AGENT_GRACE,
+        workdir: paths.workspace.clone(),
+        scratch: ScratchDir::new(&paths.scratch),
+        passthrough: true,
+    }
+}
+
+/// Copies this executable into `bin_dir`, through a temporary name so that the agent's
+/// container never sees a half-written binary.
+fn install_binary(bin_dir: &Path) -> Result<(), PodError> {
+    use std::os::unix::fs::PermissionsExt;
+    let install_error = |source| PodError::Install {
+        dir: bin_dir.to_owned(),
+        source,
+    };
+    let exe = std::env::current_exe().map_err(install_error)?;
+    let partial = bin_dir.join(format!(".{BINARY_NAME}.partial"));
+    std::fs::copy(&exe, &partial).map_err(install_error)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .map_err(install_error)?;
+    std::fs::rename(&partial, bin_dir.join(BINARY_NAME)).map_err(install_error)
+}
+
+/// Writes the summary of a finished run (or staging) and returns the exit code that goes
+/// with it.
+fn report(paths: &PodPaths, summary: &RunSummary) -> i32 {
+    let code = exit_code(summary);
+    tracing::info!(state = ?summary.state, exit_code = code, results = summary.results.len(), "done");
+    write_termination(paths, &TerminationSummary::from_run(summary));
+    code
+}
+
+/// Reports a failure that happened before anything could be saved, with the error where the
+/// controller shows the agent's stderr.
+fn report_unsaved(paths: &PodPaths, state: SummaryState, error: &PodError) -> i32 {
+    tracing::error!("{error}");
+    let summary = TerminationSummary {
+        state,
+        exit_code: None,
+        timed_out: false,
+        stderr_tail: error.to_string(),
+        results: Vec::new(),
+        results_error: Some("nothing was saved: the pod's inputs could not be read".into()),
+    };
+    write_termination(paths, &summary);
+    SETUP_FAILED
+}
+
+fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
+    if let Err(e) = std::fs::write(&paths.termination_log, summary.to_termination_message()) {
+        tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
+    }
+}
+
+/// Exit code when errand's own setup failed.
+const SETUP_FAILED: i32 = 2;
+
+/// The exit code that reflects a run: 0 only for a success whose results were all saved; the
+/// agent's own code when it failed; the shell's conventions for the other endings.
+pub fn exit_code(summary: &RunSummary) -> i32 {
+    match summary.state {
+        RunState::Succeeded if summary.results_error.is_none() => 0,
+        RunState::Succeeded => 1,
+        RunState::Failed => summary
+            .exit_code
+            .filter(|code| (1..=255).contains(code))
+            .unwrap_or(1),
+        // As timeout(1) reports a deadline.
+        RunState::TimedOut => 124,
+        // 128 + SIGTERM, as a process stopped by the signal would report.
+        RunState::Cancelled => 143,
+        // As a shell reports a command it could not run.
+        RunState::StartFailed => 127,
+        RunState::StageFailed => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(state: RunState, exit: Option<i32>, results_error: Option<&str>) -> RunSummary {
+        RunSummary {
+            state,
+            exit_code: exit,
+            timed_out: state == RunState::TimedOut,
+            error: None,
+            response: None,
+            started_at: None,
+            finished_at: None,
+            duration_ms: None,
+            stderr_tail: String::new(),
+            results: Vec::new(),
+            results_error: results_error.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_exit_code_reflects_how_the_run_ended() {
+        let cases = [
+            (summary(RunState::Succeeded, Some(0), None), 0),
+            (summary(RunState::Succeeded, Some(0), Some("put failed")), 1),
+            (summary(RunState::Failed, Some(3), None), 3),
+            (summary(RunState::Failed, Some(-1), None), 1),
+            (summary(RunState::Failed, None, None), 1),
+            (summary(RunState::TimedOut, Some(143), None), 124),
+            (summary(RunState::Cancelled, Some(143), None), 143),
+            (summary(RunState::StartFailed, None, None), 127),
+            (summary(RunState::StageFailed, None, None), 1),
+        ];
+        for (run, expected) in cases {
+            assert_eq!(exit_code(&run), expected, "{:?}", run.state);
+        }
+    }
+
+    #[test]
+    fn the_staged_record_round_trips_and_its_absence_is_tolerated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STAGED_FILE);
+        assert!(read_staged(&path).is_empty());
+        let saved = SavedResult {
+            name: crate::store::keys::ResultName::InputWorkdir,
+            size: 42,
+            sha256: "a".repeat(64),
+        };
+        std::fs::write(
+            &path,
+            serde_json::to_vec(std::slice::from_ref(&saved)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(read_staged(&path), [saved]);
+    }
+}

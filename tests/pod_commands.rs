@@ -1,0 +1,580 @@
+//! `errand stage` and `errand run-agent` as the pod runs them, without a cluster: the real
+//! binary against the controller's signed-URL blob endpoint over a `file://` store on loopback,
+//! and the signed-URL client against a server that insists on sized uploads.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use errand::controller::blobs::BlobEndpoint;
+use errand::controller::http::{Probes, serve};
+use errand::resolve::Snapshot;
+use errand::runner::signed::SignedUrls;
+use errand::runner::termination::{SummaryState, TerminationSummary};
+use errand::runner::{BlobSource, ResultSink};
+use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
+use errand::store::keys::{ExecutionId, ResultName};
+use errand::store::{ByteStream, Store, StoreError};
+
+const NAMESPACE: &str = "team-a";
+
+fn execution() -> ExecutionId {
+    ExecutionId {
+        namespace: NAMESPACE.into(),
+        name: "calc".into(),
+        uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
+    }
+}
+
+/// A pod's directories, a file store, and the controller's blob endpoint serving it.
+struct Pod {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    store: Store,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Pod {
+    /// Pushes `files` as the base Fileset, writes the snapshot and the grants the controller
+    /// would mount, and serves the blob endpoint on loopback.
+    async fn new(files: &[(&str, &str)], timeout_seconds: i64) -> Pod {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        let store = Store::open(&format!("file://{}", root.join("store").display())).unwrap();
+        let base = root.join("base");
+        for (name, content) in files {
+            let path = base.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        }
+        let pushed = store.push_fileset(NAMESPACE, &base).await.unwrap();
+        for sub in ["bin", "workspace", "scratch", "mounted"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let signer = Arc::new(HmacSigner::new(&url, b"pod-commands-test-key-0123456789"));
+        let probes = Probes {
+            ready: Arc::new(AtomicBool::new(true)),
+            metrics: Arc::new(String::new),
+            blobs: Some(Arc::new(BlobEndpoint::new(
+                store.clone(),
+                Arc::clone(&signer),
+            ))),
+        };
+        let server = tokio::spawn(serve(listener, probes));
+
+        let snapshot: Snapshot = serde_json::from_value(json!({
+            "version": "errand.dev/snapshot-v1",
+            "namespace": NAMESPACE,
+            "agent": {"name": "calculator", "runtime": {"image": "busybox", "command": ["sh"]}},
+            "config": {"name": "calculator", "env": {"PRECISION": "2"}},
+            "compute": {},
+            "workdir": {"base": {"fileset": "base", "digest": format!("sha256:{}", pushed.digest)}},
+            "input": "What is 12 multiplied by 8?",
+            "timeoutSeconds": timeout_seconds,
+            "startTimeoutSeconds": 600,
+            "autoTelemetry": false,
+        }))
+        .unwrap();
+        let expires = Timestamp::now() + SignedDuration::from_mins(10);
+        let grants = issue_grants(signer.as_ref(), &execution(), &snapshot, expires).unwrap();
+        std::fs::write(
+            root.join("mounted/snapshot.json"),
+            snapshot.canonical_json(),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("mounted/agent-config.json"),
+            serde_json::to_vec(&snapshot.config).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("mounted/grants.json"),
+            serde_json::to_vec(&grants).unwrap(),
+        )
+        .unwrap();
+        Pod {
+            _dir: dir,
+            root,
+            store,
+            _server: server,
+        }
+    }
+
+    fn path(&self, sub: &str) -> String {
+        self.root.join(sub).display().to_string()
+    }
+
+    fn common_flags(&self, termination_log: &str) -> Vec<String> {
+        [
+            ("--snapshot", "mounted/snapshot.json"),
+            ("--grants", "mounted/grants.json"),
+            ("--workspace", "workspace"),
+            ("--scratch", "scratch"),
+            ("--termination-log", termination_log),
+        ]
+        .into_iter()
+        .flat_map(|(flag, sub)| [flag.to_owned(), self.path(sub)])
+        .collect()
+    }
+
+    fn stage_command(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+        command
+            .args(["stage", "--bin-dir", &self.path("bin")])
+            .args(self.common_flags("stage-termination-log"));
+        command
+    }
+
+    /// `run-agent` from the binary that `stage` installed, as the agent's container runs it.
+    fn run_agent_command(&self, agent: &str) -> Command {
+        let mut command = Command::new(self.root.join("bin/errand"));
+        command
+            .args([
+                "run-agent",
+                "--agent-config",
+                &self.path("mounted/agent-config.json"),
+            ])
+            .args(self.common_flags("termination-log"))
+            .args(["--", "sh", "-c", agent])
+            .current_dir(self.root.join("workspace"));
+        command
+    }
+
+    fn summary(&self, log: &str) -> TerminationSummary {
+        let message = std::fs::read_to_string(self.root.join(log)).unwrap();
+        TerminationSummary::parse(&message).unwrap_or_else(|| panic!("not a summary: {message}"))
+    }
+
+    async fn result(&self, name: ResultName) -> Vec<u8> {
+        let key = errand::store::keys::result(&execution(), name).unwrap();
+        let chunks: Vec<Bytes> = self
+            .store
+            .get(&key)
+            .await
+            .unwrap_or_else(|e| panic!("{name} not saved: {e}"))
+            .into_stream()
+            .try_collect()
+            .await
+            .unwrap();
+        chunks.concat()
+    }
+
+    async fn result_json(&self, name: ResultName) -> Value {
+        serde_json::from_slice(&self.result(name).await).unwrap()
+    }
+}
+
+/// Runs a command on the blocking pool so the blob endpoint keeps serving meanwhile.
+async fn run(mut command: Command) -> Output {
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn names(summary: &TerminationSummary) -> Vec<&str> {
+    summary.results.iter().map(|r| r.name.as_str()).collect()
+}
+
+/// The file names in a tar.gz result.
+fn tar_entries(bytes: &[u8]) -> BTreeMap<String, String> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut entries = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().display().to_string();
+        let mut content = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut content).unwrap_or_default();
+        entries.insert(name, content);
+    }
+    entries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_urls() {
+    let pod = Pod::new(&[("notes/question.txt", "12 x 8")], 60).await;
+    let staged = run(pod.stage_command()).await;
+    assert!(staged.status.success(), "{staged:?}");
+    let installed = std::fs::metadata(pod.root.join("bin/errand")).unwrap();
+    assert!(
+        std::os::unix::fs::PermissionsExt::mode(&installed.permissions()) & 0o111 != 0,
+        "the installed errand is executable"
+    );
+    assert_eq!(
+        std::fs::read_to_string(pod.root.join("workspace/notes/question.txt")).unwrap(),
+        "12 x 8"
+    );
+    let input = tar_entries(&pod.result(ResultName::InputWorkdir).await);
+    assert_eq!(
+        input.get("notes/question.txt").map(String::as_str),
+        Some("12 x 8")
+    );
+
+    let agent = r#"echo "precision $PRECISION"; \
+        echo 'worked: 12 * 8' > "$ERRAND_ARTIFACTS_DIR/calculation.txt"; \
+        grep -q calculator "$AGENT_CONFIG_PATH" && echo 96 > "$ERRAND_RESPONSE_FILE"; \
+        echo answer > result.txt"#;
+    let ran = run(pod.run_agent_command(agent)).await;
+    assert!(ran.status.success(), "{ran:?}");
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains("precision 2"),
+        "the agent's output reaches the container log, with the snapshot's env"
+    );
+
+    let summary = pod.summary("termination-log");
+    assert_eq!(summary.state, SummaryState::Succeeded);
+    assert_eq!(summary.exit_code, Some(0));
+    assert_eq!(summary.results_error, None);
+    assert_eq!(
+        names(&summary),
+        [
+            "input_workdir",
+            "output_workdir",
+            "output_artifacts",
+            "run_result",
+            "manifest.json"
+        ]
+    );
+    let record = pod.result_json(ResultName::RunResult).await;
+    assert_eq!(record["response"], "96");
+    assert_eq!(record["execution"]["uid"], execution().uid);
+    let artifacts = tar_entries(&pod.result(ResultName::OutputArtifacts).await);
+    assert_eq!(artifacts["calculation.txt"], "worked: 12 * 8\n");
+    assert!(artifacts["stdout.log"].contains("precision 2"));
+    let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
+    assert_eq!(output["result.txt"], "answer\n");
+    let manifest = pod.result_json(ResultName::Manifest).await;
+    let listed: Vec<&str> = manifest["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "input_workdir",
+            "output_workdir",
+            "output_artifacts",
+            "run_result"
+        ]
+    );
+    // Sizes and digests reported are those of the stored bytes.
+    for entry in &summary.results {
+        if entry.name == "manifest.json" {
+            continue;
+        }
+        let bytes = pod.result(ResultName::parse(&entry.name).unwrap()).await;
+        assert_eq!(entry.size, bytes.len() as u64, "{}", entry.name);
+        assert_eq!(
+            entry.sha256,
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_agent_exits_with_its_code_and_its_stderr_reaches_the_summary() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    assert!(run(pod.stage_command()).await.status.success());
+    let ran = run(pod.run_agent_command("echo 'calculator: division by zero' >&2; exit 3")).await;
+    assert_eq!(ran.status.code(), Some(3));
+    let summary = pod.summary("termination-log");
+    assert_eq!(summary.state, SummaryState::Failed);
+    assert_eq!(summary.exit_code, Some(3));
+    assert!(
+        summary.stderr_tail.contains("division by zero"),
+        "{summary:?}"
+    );
+    assert!(names(&summary).contains(&"output_artifacts"));
+    assert_eq!(pod.result_json(ResultName::RunResult).await["exit_code"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_stops_the_agent_and_the_results_are_saved() {
+    let pod = Pod::new(&[("a.txt", "a")], 1).await;
+    assert!(run(pod.stage_command()).await.status.success());
+    let ran = run(pod.run_agent_command("echo started; sleep 30")).await;
+    assert_eq!(ran.status.code(), Some(124));
+    let summary = pod.summary("termination-log");
+    assert_eq!(summary.state, SummaryState::TimedOut);
+    assert!(summary.timed_out);
+    let error = pod.result_json(ResultName::RunError).await;
+    assert_eq!(error["type"], "DeadlineExceeded");
+    assert_eq!(error["timed_out"], true);
+    assert!(
+        tar_entries(&pod.result(ResultName::OutputArtifacts).await)["stdout.log"]
+            .contains("started")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cancels_the_run_and_saves_partial_results() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    assert!(run(pod.stage_command()).await.status.success());
+    let mut command = pod.run_agent_command("echo partial > partial.txt; echo working; sleep 30");
+    command.stdout(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    // Wait for the agent to have started (its first line) before stopping the pod.
+    let mut stdout = child.stdout.take().unwrap();
+    let first_line = tokio::task::spawn_blocking(move || {
+        let mut buf = [0u8; 8];
+        std::io::Read::read(&mut stdout, &mut buf).unwrap();
+        stdout
+    })
+    .await
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = child.wait().unwrap();
+        drop(first_line);
+        status
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), Some(143));
+    let summary = pod.summary("termination-log");
+    assert_eq!(summary.state, SummaryState::Cancelled);
+    assert_eq!(
+        pod.result_json(ResultName::RunError).await["type"],
+        "Cancelled"
+    );
+    let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
+    assert_eq!(output["partial.txt"], "partial\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_that_cannot_be_fetched_fails_staging_with_a_summary() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    // The blob vanishes between admission and staging.
+    pod.store.delete_prefix("filesets/").await.unwrap();
+    let staged = run(pod.stage_command()).await;
+    assert_eq!(staged.status.code(), Some(1));
+    let summary = pod.summary("stage-termination-log");
+    assert_eq!(summary.state, SummaryState::StageFailed);
+    assert_eq!(names(&summary), ["run_error", "manifest.json"]);
+    let error = pod.result_json(ResultName::RunError).await;
+    assert_eq!(error["type"], "StageFailed");
+    assert!(
+        error["message"].as_str().unwrap().contains("not found"),
+        "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_grants_are_reported_in_the_termination_message() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    std::fs::write(pod.root.join("mounted/grants.json"), "not json").unwrap();
+    let staged = run(pod.stage_command()).await;
+    assert_eq!(staged.status.code(), Some(2));
+    let summary = pod.summary("stage-termination-log");
+    assert_eq!(summary.state, SummaryState::StageFailed);
+    assert!(summary.stderr_tail.contains("grants"), "{summary:?}");
+}
+
+/// What a sized-upload server saw of one PUT.
+#[derive(Debug, Clone)]
+struct SeenPut {
+    path: String,
+    content_length: Option<u64>,
+    chunked: bool,
+    body: Vec<u8>,
+}
+
+/// A server that accepts GETs of one blob and PUTs with a `Content-Length` only, as
+/// presigned object-store URLs do; it refuses its first request of each kind with 503.
+async fn sized_server(blob: &'static [u8]) -> (String, Arc<Mutex<Vec<SeenPut>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let failed_once = Arc::new(Mutex::new(BTreeMap::<String, bool>::new()));
+    let recorded = Arc::clone(&seen);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let recorded = Arc::clone(&recorded);
+            let failed_once = Arc::clone(&failed_once);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let recorded = Arc::clone(&recorded);
+                    let failed_once = Arc::clone(&failed_once);
+                    async move {
+                        let method = request.method().to_string();
+                        let first = !failed_once
+                            .lock()
+                            .unwrap()
+                            .insert(method.clone(), true)
+                            .unwrap_or(false);
+                        let reply = |status: StatusCode, body: &'static [u8]| {
+                            Ok::<_, std::convert::Infallible>(
+                                Response::builder()
+                                    .status(status)
+                                    .body(Full::new(Bytes::from_static(body)))
+                                    .unwrap(),
+                            )
+                        };
+                        if first {
+                            return reply(StatusCode::SERVICE_UNAVAILABLE, b"slow down");
+                        }
+                        if method == "GET" {
+                            return reply(StatusCode::OK, blob);
+                        }
+                        let headers = request.headers();
+                        let content_length = headers
+                            .get("content-length")
+                            .map(|v| v.to_str().unwrap().parse().unwrap());
+                        let chunked = headers.contains_key("transfer-encoding");
+                        let path = request.uri().path().to_owned();
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        recorded.lock().unwrap().push(SeenPut {
+                            path,
+                            content_length,
+                            chunked,
+                            body: body.to_vec(),
+                        });
+                        if content_length.is_none() {
+                            return reply(StatusCode::LENGTH_REQUIRED, b"length required");
+                        }
+                        reply(StatusCode::OK, b"")
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+fn stream(parts: &[&'static [u8]]) -> ByteStream {
+    futures::stream::iter(
+        parts
+            .iter()
+            .map(|p| Ok(Bytes::from_static(p)))
+            .collect::<Vec<_>>(),
+    )
+    .boxed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry() {
+    let (url, seen) = sized_server(b"blob bytes").await;
+    let spool = tempfile::tempdir().unwrap();
+    let grants = Grants {
+        execution: execution(),
+        inputs: BTreeMap::from([("filesets/k".to_owned(), format!("{url}/in?sig=1"))]),
+        results: BTreeMap::from([(
+            "run_result".to_owned(),
+            format!("{url}/out/run_result?sig=2"),
+        )]),
+        uploads: UploadMode::Sized,
+        expires_at: Timestamp::now(),
+    };
+    let urls = SignedUrls::new(grants, spool.path()).unwrap();
+
+    let info = urls
+        .put(
+            ResultName::RunResult,
+            stream(&[b"{\"response\":", b"\"96\"}"]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(info.size, 17);
+    assert_eq!(
+        info.key,
+        errand::store::keys::result(&execution(), ResultName::RunResult).unwrap()
+    );
+    let puts = seen.lock().unwrap().clone();
+    assert_eq!(puts.len(), 1, "the refused attempt sent no body: {puts:?}");
+    assert_eq!(puts[0].path, "/out/run_result");
+    assert_eq!(puts[0].content_length, Some(17));
+    assert!(!puts[0].chunked);
+    assert_eq!(puts[0].body, b"{\"response\":\"96\"}");
+    assert_eq!(
+        std::fs::read_dir(spool.path()).unwrap().count(),
+        0,
+        "the spool file is removed"
+    );
+
+    let blob = urls.open("filesets/k").await.unwrap().into_stream();
+    let bytes: Vec<Bytes> = blob.try_collect().await.unwrap();
+    assert_eq!(bytes.concat(), b"blob bytes");
+    assert!(matches!(
+        urls.open("filesets/other").await,
+        Err(StoreError::NotGranted(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
+    // Reserve a port, then start the blob endpoint on it only after the upload began.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let address = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
+    let signer = Arc::new(HmacSigner::new(
+        &format!("http://{address}"),
+        b"late-endpoint-key-0123456789abcd",
+    ));
+    let key = errand::store::keys::result(&execution(), ResultName::RunResult).unwrap();
+    let put_url = errand::store::grants::UrlSigner::sign(
+        signer.as_ref(),
+        errand::store::grants::Access::Put,
+        &key,
+        Timestamp::now() + SignedDuration::from_mins(5),
+    )
+    .unwrap();
+    let grants = Grants {
+        execution: execution(),
+        inputs: BTreeMap::new(),
+        results: BTreeMap::from([("run_result".to_owned(), put_url)]),
+        uploads: UploadMode::Chunked,
+        expires_at: Timestamp::now(),
+    };
+    let urls = SignedUrls::new(grants, dir.path()).unwrap();
+    let upload = tokio::spawn(async move {
+        urls.put(ResultName::RunResult, stream(&[b"late ", b"but saved"]))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let listener = tokio::net::TcpListener::bind(&address).await.unwrap();
+    let probes = Probes {
+        ready: Arc::new(AtomicBool::new(true)),
+        metrics: Arc::new(String::new),
+        blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer))),
+    };
+    tokio::spawn(serve(listener, probes));
+    let info = upload.await.unwrap().unwrap();
+    assert_eq!(info.size, 14);
+    let saved: Vec<Bytes> = store
+        .get(&key)
+        .await
+        .unwrap()
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(saved.concat(), b"late but saved");
+}
