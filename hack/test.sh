@@ -2,7 +2,8 @@
 # The project's single test command (the README and CI run it): installs the
 # Debian packages the test cluster needs (only those missing), builds or
 # reuses the cluster's binaries (hack/testenv/build.sh), starts the cluster
-# (hack/testenv/up.sh), runs every cargo test target against it with
+# (hack/testenv/up.sh), builds and imports the errand image
+# (hack/images/errand-image.sh), runs every cargo test target against it with
 # ERRAND_CLUSTER_TESTS=1, and tears the cluster down on exit (also on failure
 # or Ctrl-C). Extra arguments go to `cargo test --all-targets`, e.g.
 # `bash hack/test.sh --test cluster_smoke`.
@@ -34,7 +35,7 @@ declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack
   [socat]=socat [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
-  [python3]=python3 [setsid]=util-linux [umount]=mount
+  [python3]=python3 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
 )
 missing=()
 for cmd in "${!package_of[@]}"; do
@@ -75,6 +76,10 @@ trap 'exit 130' INT TERM
 
 bash hack/testenv/up.sh >/dev/null
 phase_done up
+
+# The errand image the pods run; its release build is cached across runs.
+bash hack/images/errand-image.sh
+phase_done errand-image
 
 log "running cargo test --all-targets $* against the test cluster"
 # Tests may call the cluster's kubectl (v1.34) and helm from PATH.

@@ -1,13 +1,13 @@
 //! Cluster tests of the controller: it runs in this process against the real API server of
 //! the test environment (`hack/testenv/up.sh`), one namespace and one controller per test.
 //!
-//! The errand image and runner are not in the cluster yet, so these tests cover what does not
-//! need a pod to run: invalid specs, children and their owners, create-only across a restart,
-//! snapshot immutability, secret hygiene, start timeout, Kueue-held cancel, and deletion.
+//! These tests cover what does not need a pod to run, with an errand image the node does not
+//! have: invalid specs, children and their owners, create-only across a restart, snapshot
+//! immutability, secret hygiene, start timeout, Kueue-held cancel, and deletion. Runs of real
+//! pods are in `e2e_cluster.rs`.
 
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,11 +15,11 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::cluster::{self, TestNamespace};
+use support::errand::{self as errand_support, WAIT, install_crds, wait_for};
 
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::controller::config::ControllerConfig;
@@ -29,55 +29,6 @@ use errand::store::Store;
 use errand::store::grants::HmacSigner;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
-const WAIT: Duration = Duration::from_secs(90);
-
-/// Installs (or updates) the errand CRDs and waits until they serve.
-async fn install_crds(client: &Client) {
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    for (_, crd) in errand::api::crds::all() {
-        let name = crd.name_any();
-        api.patch(
-            &name,
-            &PatchParams::apply("errand-tests").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
-        wait_for(&format!("CRD {name} to be established"), || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let crd = api.get(&name).await.ok()?;
-                let established = crd
-                    .status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                established.then_some(())
-            }
-        })
-        .await;
-    }
-}
-
-/// Polls `probe` until it answers, failing the test after [`WAIT`].
-async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// One test's namespace, file store and controller.
 struct Harness {
@@ -155,24 +106,7 @@ impl Harness {
     }
 
     async fn create(&self, object: serde_json::Value) {
-        let kind = object["kind"].as_str().unwrap().to_owned();
-        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
-        let resource = match kind.as_str() {
-            "Secret" => kube::discovery::ApiResource::erase::<Secret>(&()),
-            "Agent" => kube::discovery::ApiResource::erase::<errand::api::Agent>(&()),
-            "AgentEnvironment" => kube::discovery::ApiResource::erase::<AgentEnvironment>(&()),
-            "AgentExecution" => kube::discovery::ApiResource::erase::<AgentExecution>(&()),
-            other => panic!("unexpected kind {other}"),
-        };
-        let api = Api::<kube::core::DynamicObject>::namespaced_with(
-            self.client.clone(),
-            self.namespace.name(),
-            &resource,
-        );
-        let object: kube::core::DynamicObject = serde_json::from_value(object).unwrap();
-        api.create(&PostParams::default(), &object)
-            .await
-            .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
+        errand_support::create(&self.client, self.namespace.name(), object).await;
     }
 
     /// Creates a Secret, an Agent and an AgentEnvironment that binds the Secret.
@@ -229,7 +163,7 @@ impl Harness {
         accept: impl Fn(&AgentExecution) -> bool,
     ) -> AgentExecution {
         let api = self.api::<AgentExecution>();
-        wait_for(&format!("execution {name} {what}"), || {
+        wait_for(&format!("execution {name} {what}"), WAIT, || {
             let api = api.clone();
             let accept = &accept;
             async move { api.get_opt(name).await.ok().flatten().filter(|e| accept(e)) }
@@ -491,7 +425,7 @@ async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         message.contains("ErrImageNeverPull") && message.contains("errand-stage"),
         "{message}"
     );
-    wait_for("the Job to be deleted", || async {
+    wait_for("the Job to be deleted", WAIT, || async {
         harness.managed::<Job>().await.is_empty().then_some(())
     })
     .await;
@@ -531,7 +465,7 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
         })
         .await;
     assert!(cancelled.status.unwrap().completion_time.is_some());
-    wait_for("the Job to be deleted", || async {
+    wait_for("the Job to be deleted", WAIT, || async {
         harness.managed::<Job>().await.is_empty().then_some(())
     })
     .await;
@@ -566,7 +500,7 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         .delete("doomed", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the execution to be gone", || async {
+    wait_for("the execution to be gone", WAIT, || async {
         harness
             .api::<AgentExecution>()
             .get_opt("doomed")
@@ -580,7 +514,7 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         store.list(&prefix).await.unwrap().is_empty(),
         "the finalizer deleted the results"
     );
-    wait_for("the children to be garbage-collected", || async {
+    wait_for("the children to be garbage-collected", WAIT, || async {
         let gone = harness.managed::<Job>().await.is_empty()
             && harness.managed::<ConfigMap>().await.is_empty()
             && harness.managed::<Secret>().await.is_empty();
@@ -604,7 +538,7 @@ async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
         })
         .await;
     let selector = format!("errand.dev/execution-uid={}", execution.uid().unwrap());
-    let pod = wait_for("the Job's pod to be admitted", || {
+    let pod = wait_for("the Job's pod to be admitted", WAIT, || {
         let api = harness.api::<Pod>();
         let selector = selector.clone();
         async move {

@@ -33,6 +33,9 @@ pub const REQUIRED_ENV: &str = "ERRAND_CLUSTER_TESTS";
 pub const DEFAULT_TESTENV_DIR: &str = "/var/tmp/errand-testenv";
 /// The busybox image `hack/images/test-images.sh` imports into the node.
 pub const BUSYBOX_IMAGE: &str = "errand.local/busybox:test";
+/// The node's address on the pod bridge (`POD_GATEWAY` in hack/testenv/lib.sh): the one
+/// address of this machine that pods can reach, where tests serve what pods must fetch.
+pub const POD_GATEWAY: &str = "10.88.0.1";
 /// Label put on every namespace `TestNamespace` creates.
 pub const TEST_NAMESPACE_LABEL: &str = "errand.dev/test-namespace";
 

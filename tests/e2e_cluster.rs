@@ -1,0 +1,662 @@
+//! End-to-end runs on the real test cluster: the `errand controller` binary runs as a process
+//! against the API server, its `file://` store and signed-URL blob endpoint served on the pod
+//! bridge's host address, and every execution runs as a real pod on the node with the errand
+//! image (`hack/images/errand-image.sh`) staging the workdir and running the agent.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use support::cluster::{self, POD_GATEWAY, TestNamespace};
+use support::errand::{ERRAND_IMAGE, create, install_crds, wait_for};
+
+use errand::api::{AgentEnvironment, AgentExecution, Phase};
+use errand::controller::status::conditions;
+use errand::store::Store;
+use errand::store::keys::{ExecutionId, ResultName};
+
+const SECRET_VALUE: &str = "sk-e2e-secret-value-7a7a7a";
+const SIGNING_KEY: &str = "e2e-signing-key-0123456789abcdef0123";
+/// Long enough for a pod to be scheduled, staged and run on the 2-core CI machine.
+const RUN_WAIT: Duration = Duration::from_secs(180);
+
+/// One test's namespace, file store and controller process.
+struct E2e {
+    client: Client,
+    namespace: TestNamespace,
+    store_dir: tempfile::TempDir,
+    log: PathBuf,
+    port: u16,
+    controller: Option<ControllerProcess>,
+}
+
+impl E2e {
+    async fn start(prefix: &str) -> Option<Self> {
+        let client = cluster::client().await?;
+        install_crds(&client).await;
+        let namespace = TestNamespace::create(&client, prefix).await;
+        let store_dir = tempfile::tempdir().expect("a temporary store directory");
+        let log = store_dir.path().join("controller.log");
+        // A free port on the bridge address, kept for restarts so the pod's URLs stay valid.
+        let port = std::net::TcpListener::bind((POD_GATEWAY, 0))
+            .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut e2e = Self {
+            client,
+            namespace,
+            store_dir,
+            log,
+            port,
+            controller: None,
+        };
+        e2e.start_controller().await;
+        Some(e2e)
+    }
+
+    fn store_url(&self) -> String {
+        format!("file://{}", self.store_dir.path().join("store").display())
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.store_url()).expect("a file store opens")
+    }
+
+    /// Starts `errand controller` for this test's namespace, appending to its log, and waits
+    /// until it is ready.
+    async fn start_controller(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let address = format!("{POD_GATEWAY}:{}", self.port);
+        let child = Command::new(env!("CARGO_BIN_EXE_errand"))
+            .args(["controller", "--errand-image", ERRAND_IMAGE])
+            .args(["--errand-image-pull-policy", "Never"])
+            .args(["--store", &self.store_url()])
+            .args(["--blob-url", &format!("http://{address}")])
+            .args(["--listen", &address])
+            .args(["--watch-namespace", self.namespace.name()])
+            .args(["--leader-elect", "false"])
+            .args(["--staging-budget-seconds", "120"])
+            .args(["--termination-grace-seconds", "30"])
+            .env("KUBECONFIG", cluster::kubeconfig_path())
+            .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
+            .env("RUST_LOG", "info,errand=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("the errand binary starts");
+        self.controller = Some(ControllerProcess(child));
+        let ready = format!("http://{address}/readyz");
+        wait_for("the controller to be ready", RUN_WAIT, || {
+            let ready = ready.clone();
+            async move {
+                let response = reqwest::get(&ready).await.ok()?;
+                response.status().is_success().then_some(())
+            }
+        })
+        .await;
+    }
+
+    /// Kills the controller as a crash would.
+    fn kill_controller(&mut self) {
+        self.controller = None;
+    }
+
+    fn controller_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.namespace.api()
+    }
+
+    async fn create(&self, object: Value) {
+        create(&self.client, self.namespace.name(), object).await;
+    }
+
+    /// Creates an Agent on the busybox image running `script`.
+    async fn create_agent(&self, name: &str, image: &str, script: &str) {
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": name},
+            "spec": {
+                "runtime": {"image": image, "imagePullPolicy": "Never", "command": ["sh", "-c", script]},
+                "config": {"config_format": "agents-spec-v1", "name": name},
+            },
+        }))
+        .await;
+    }
+
+    async fn create_execution(&self, name: &str, agent: &str, extra: Value) {
+        let mut spec = json!({"agentRef": {"name": agent}, "input": "What is 12 multiplied by 8?"});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .await;
+    }
+
+    /// Waits for `phase`, failing early (with the Job's report) if another terminal phase comes.
+    async fn wait_for_phase(&self, name: &str, phase: Phase) -> AgentExecution {
+        let api = self.api::<AgentExecution>();
+        let deadline = tokio::time::Instant::now() + RUN_WAIT;
+        loop {
+            let execution = api.get(name).await.expect("the execution exists");
+            let current = phase_of(&execution);
+            if current == Some(phase) {
+                return execution;
+            }
+            let ended_otherwise = current.is_some_and(|p| p.is_terminal());
+            if ended_otherwise || tokio::time::Instant::now() >= deadline {
+                let report = cluster::describe_job(
+                    &self.client,
+                    self.namespace.name(),
+                    &format!("errand-{name}"),
+                )
+                .await;
+                panic!(
+                    "execution {name}: wanted {phase:?}, status {}\n{report}\ncontroller log tail:\n{}",
+                    serde_json::to_string_pretty(&execution.status).unwrap(),
+                    tail(&self.controller_log(), 30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    fn execution_id(&self, execution: &AgentExecution) -> ExecutionId {
+        ExecutionId {
+            namespace: self.namespace.name().to_owned(),
+            name: execution.name_any(),
+            uid: execution.uid().unwrap(),
+        }
+    }
+
+    async fn result(&self, execution: &AgentExecution, name: ResultName) -> Vec<u8> {
+        let key = errand::store::keys::result(&self.execution_id(execution), name).unwrap();
+        let chunks: Vec<Bytes> = self
+            .store()
+            .get(&key)
+            .await
+            .unwrap_or_else(|e| panic!("{name} of {} is not saved: {e}", execution.name_any()))
+            .into_stream()
+            .try_collect()
+            .await
+            .unwrap();
+        chunks.concat()
+    }
+
+    async fn result_json(&self, execution: &AgentExecution, name: ResultName) -> Value {
+        serde_json::from_slice(&self.result(execution, name).await).unwrap()
+    }
+
+    async fn result_files(
+        &self,
+        execution: &AgentExecution,
+        name: ResultName,
+    ) -> BTreeMap<String, String> {
+        tar_files(&self.result(execution, name).await)
+    }
+
+    async fn cancel(&self, name: &str) {
+        self.api::<AgentExecution>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn managed<K>(&self) -> Vec<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.api::<K>()
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=errand"))
+            .await
+            .expect("listing")
+            .items
+    }
+
+    async fn finish(mut self) {
+        self.kill_controller();
+        self.namespace.delete().await;
+    }
+}
+
+/// The controller process, killed (as a crash would) when dropped, so that a failing test
+/// leaves none behind.
+struct ControllerProcess(Child);
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn phase_of(execution: &AgentExecution) -> Option<Phase> {
+    execution.status.as_ref()?.phase
+}
+
+fn reason_of(execution: &AgentExecution, type_: &str) -> Option<String> {
+    let status = execution.status.as_ref()?;
+    Some(conditions::get(&status.conditions, type_)?.reason.clone())
+}
+
+fn message_of(execution: &AgentExecution) -> String {
+    execution
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+fn result_names(execution: &AgentExecution) -> Vec<String> {
+    execution
+        .status
+        .as_ref()
+        .map(|s| s.results.iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The regular files of a tar.gz result, by path.
+fn tar_files(bytes: &[u8]) -> BTreeMap<String, String> {
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut files = BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry.path().unwrap().display().to_string();
+        let mut content = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut content).unwrap();
+        files.insert(path, content);
+    }
+    files
+}
+
+/// A manifest file of `examples/` as JSON.
+fn example(path: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everything() {
+    let Some(e2e) = E2e::start("e2e-calc").await else {
+        return;
+    };
+    e2e.create(example("examples/calculator/agent.yaml")).await;
+    let execution = example("examples/calculator/execution.yaml");
+    let name = execution["metadata"]["name"].as_str().unwrap().to_owned();
+    e2e.create(execution).await;
+
+    let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    assert_eq!(
+        reason_of(&done, conditions::COMPLETE).as_deref(),
+        Some("Succeeded")
+    );
+    assert_eq!(
+        reason_of(&done, conditions::RESULTS_SAVED).as_deref(),
+        Some("ResultsSaved")
+    );
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.exit_code, Some(0));
+    assert!(status.start_time.is_some() && status.completion_time.is_some());
+    assert_eq!(
+        result_names(&done),
+        [
+            "input_workdir",
+            "output_workdir",
+            "output_artifacts",
+            "run_result",
+            "manifest.json"
+        ]
+    );
+    let record = e2e.result_json(&done, ResultName::RunResult).await;
+    assert_eq!(record["response"], "96", "{record}");
+    assert_eq!(record["state"], "Succeeded");
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    assert_eq!(artifacts["calculation.txt"].trim(), "12 * 8 = 96");
+    assert!(
+        artifacts["stdout.log"].contains("12 * 8 = 96"),
+        "{artifacts:?}"
+    );
+    // The sizes in the status are those of the stored objects.
+    for entry in &status.results {
+        let bytes = e2e
+            .result(&done, ResultName::parse(&entry.name).unwrap())
+            .await;
+        assert_eq!(entry.size, bytes.len() as u64, "{}", entry.name);
+    }
+
+    let prefix = errand::store::keys::results_prefix(&e2e.execution_id(&done)).unwrap();
+    e2e.api::<AgentExecution>()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the execution to be gone", RUN_WAIT, || async {
+        let gone = e2e
+            .api::<AgentExecution>()
+            .get_opt(&name)
+            .await
+            .unwrap()
+            .is_none();
+        gone.then_some(())
+    })
+    .await;
+    assert!(
+        e2e.store().list(&prefix).await.unwrap().is_empty(),
+        "the finalizer deleted the results"
+    );
+    wait_for("the children to be garbage-collected", RUN_WAIT, || async {
+        let gone = e2e.managed::<Job>().await.is_empty()
+            && e2e.managed::<ConfigMap>().await.is_empty()
+            && e2e.managed::<Secret>().await.is_empty();
+        gone.then_some(())
+    })
+    .await;
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
+    let Some(e2e) = E2e::start("e2e-fail").await else {
+        return;
+    };
+    e2e.create_agent(
+        "divider",
+        cluster::BUSYBOX_IMAGE,
+        "echo half-done > notes.txt; echo 'divider: cannot divide 12 by zero' >&2; exit 3",
+    )
+    .await;
+    e2e.create_execution("divide", "divider", json!({})).await;
+    let done = e2e.wait_for_phase("divide", Phase::Failed).await;
+    assert_eq!(
+        reason_of(&done, conditions::FAILED).as_deref(),
+        Some("AgentFailed")
+    );
+    assert_eq!(done.status.as_ref().unwrap().exit_code, Some(3));
+    let message = message_of(&done);
+    assert!(
+        message.contains("exit code 3") && message.contains("cannot divide 12 by zero"),
+        "{message}"
+    );
+    let names = result_names(&done);
+    for name in ["output_workdir", "output_artifacts", "run_result"] {
+        assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+    }
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    assert!(artifacts["stderr.log"].contains("cannot divide 12 by zero"));
+    let workdir = e2e.result_files(&done, ResultName::OutputWorkdir).await;
+    assert_eq!(workdir["notes.txt"], "half-done\n");
+    assert_eq!(
+        e2e.result_json(&done, ResultName::RunResult).await["exit_code"],
+        3
+    );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
+    let Some(e2e) = E2e::start("e2e-timeout").await else {
+        return;
+    };
+    e2e.create_agent(
+        "slow",
+        cluster::BUSYBOX_IMAGE,
+        "echo thinking; echo draft > draft.txt; sleep 600",
+    )
+    .await;
+    e2e.create_execution("slow", "slow", json!({"timeoutSeconds": 3}))
+        .await;
+    let done = e2e.wait_for_phase("slow", Phase::Failed).await;
+    assert_eq!(
+        reason_of(&done, conditions::FAILED).as_deref(),
+        Some("DeadlineExceeded")
+    );
+    assert!(
+        message_of(&done).contains("timeoutSeconds (3s)"),
+        "the runner's deadline, not the Job's backstop: {}",
+        message_of(&done)
+    );
+    let error = e2e.result_json(&done, ResultName::RunError).await;
+    assert_eq!(error["type"], "DeadlineExceeded");
+    assert_eq!(error["timed_out"], true);
+    let workdir = e2e.result_files(&done, ResultName::OutputWorkdir).await;
+    assert_eq!(workdir["draft.txt"], "draft\n");
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    assert!(artifacts["stdout.log"].contains("thinking"));
+    assert!(result_names(&done).iter().any(|n| n == "run_error"));
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_running_execution_saves_its_partial_results() {
+    let Some(e2e) = E2e::start("e2e-cancel").await else {
+        return;
+    };
+    e2e.create_agent(
+        "patient",
+        cluster::BUSYBOX_IMAGE,
+        "echo partial > partial.txt; echo working; sleep 600",
+    )
+    .await;
+    e2e.create_execution("patient", "patient", json!({})).await;
+    e2e.wait_for_phase("patient", Phase::Running).await;
+    // Running means the container started; give the agent a moment to write its file.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    e2e.cancel("patient").await;
+    let done = e2e.wait_for_phase("patient", Phase::Cancelled).await;
+    assert_eq!(
+        reason_of(&done, conditions::FAILED).as_deref(),
+        Some("Cancelled")
+    );
+    assert!(message_of(&done).contains("partial results saved"));
+    let error = e2e.result_json(&done, ResultName::RunError).await;
+    assert_eq!(error["type"], "Cancelled");
+    let workdir = e2e.result_files(&done, ResultName::OutputWorkdir).await;
+    assert_eq!(workdir["partial.txt"], "partial\n");
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    assert!(artifacts["stdout.log"].contains("working"));
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
+    let Some(e2e) = E2e::start("e2e-pull").await else {
+        return;
+    };
+    e2e.create_agent("absent", "errand.local/no-such-agent:1", "true")
+        .await;
+    e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 10}))
+        .await;
+    let started = tokio::time::Instant::now();
+    let done = e2e.wait_for_phase("absent", Phase::Failed).await;
+    assert_eq!(
+        reason_of(&done, conditions::FAILED).as_deref(),
+        Some("ImagePullFailed")
+    );
+    let message = message_of(&done);
+    assert!(
+        message.contains("within 10s")
+            && message.contains("container agent")
+            && message.contains("ErrImageNeverPull"),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "fails soon after the start timeout, no hang"
+    );
+    wait_for("the Job to be deleted", RUN_WAIT, || async {
+        e2e.managed::<Job>().await.is_empty().then_some(())
+    })
+    .await;
+    e2e.finish().await;
+}
+
+/// Records the uid of every Job that ever appears in the namespace.
+fn record_jobs(api: Api<Job>) -> (Arc<Mutex<BTreeSet<String>>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(BTreeSet::new()));
+    let record = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        let mut jobs = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(job) = jobs.next().await {
+            if let Ok(job) = job {
+                record.lock().unwrap().insert(job.uid().unwrap_or_default());
+            }
+        }
+    });
+    (seen, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_no_leaked_secret() {
+    let Some(mut e2e) = E2e::start("e2e-restart").await else {
+        return;
+    };
+    let (jobs_seen, job_watch) = record_jobs(e2e.api::<Job>());
+    e2e.create(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "model-keys"},
+        "stringData": {"openai": SECRET_VALUE},
+    }))
+    .await;
+    e2e.create_agent(
+        "steady",
+        cluster::BUSYBOX_IMAGE,
+        // Proves the secret arrived without ever printing it.
+        r#"echo "precision $PRECISION key-length ${#OPENAI_API_KEY}"; sleep 8; echo done"#,
+    )
+    .await;
+    e2e.create(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
+        "metadata": {"name": "prod"},
+        "spec": {"overlay": {
+            "env": {"PRECISION": "2"},
+            "secrets": {"OPENAI_API_KEY": "model-keys#openai"},
+        }},
+    }))
+    .await;
+    e2e.create_execution(
+        "steady",
+        "steady",
+        json!({"environmentRef": {"name": "prod"}}),
+    )
+    .await;
+    e2e.wait_for_phase("steady", Phase::Running).await;
+
+    e2e.kill_controller();
+    e2e.api::<AgentEnvironment>()
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    e2e.start_controller().await;
+
+    let done = e2e.wait_for_phase("steady", Phase::Succeeded).await;
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    assert!(
+        artifacts["stdout.log"].contains(&format!("precision 2 key-length {}", SECRET_VALUE.len())),
+        "the run kept its snapshot and got the secret: {artifacts:?}"
+    );
+    job_watch.abort();
+    assert_eq!(
+        jobs_seen.lock().unwrap().len(),
+        1,
+        "exactly one Job ever existed"
+    );
+
+    let snapshot = done.status.as_ref().unwrap().snapshot.clone().unwrap();
+    let config_map = e2e
+        .api::<ConfigMap>()
+        .get(&snapshot.config_map)
+        .await
+        .unwrap();
+    let snapshot_json = &config_map.data.as_ref().unwrap()["snapshot.json"];
+    assert!(
+        snapshot_json.contains("\"PRECISION\":\"2\""),
+        "{snapshot_json}"
+    );
+    let events = e2e
+        .api::<Event>()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    let log = e2e.controller_log();
+    assert!(
+        log.contains("reconciling AgentExecutions"),
+        "the controller log was captured: {log}"
+    );
+    let places = [
+        ("status", serde_json::to_string(&done).unwrap()),
+        ("events", serde_json::to_string(&events).unwrap()),
+        (
+            "snapshot ConfigMap",
+            serde_json::to_string(&config_map).unwrap(),
+        ),
+        (
+            "grants Secret",
+            serde_json::to_string(&e2e.managed::<Secret>().await).unwrap(),
+        ),
+        ("controller log", log),
+        (
+            "run_result",
+            String::from_utf8_lossy(&e2e.result(&done, ResultName::RunResult).await).into_owned(),
+        ),
+    ];
+    for (place, text) in &places {
+        assert!(
+            !text.contains(SECRET_VALUE),
+            "the secret value is in the {place}"
+        );
+    }
+    e2e.finish().await;
+}

@@ -1,0 +1,89 @@
+//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, and polling until something holds.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Api, Client, ResourceExt};
+
+use errand::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+
+/// The errand image `hack/images/errand-image.sh` imports into the node.
+pub const ERRAND_IMAGE: &str = "errand.local/errand:dev";
+
+/// How long [`wait_for`] polls by default.
+pub const WAIT: Duration = Duration::from_secs(90);
+
+/// Installs (or updates) the errand CRDs and waits until they serve.
+pub async fn install_crds(client: &Client) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for (_, crd) in errand::api::crds::all() {
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply("errand-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+        wait_for(&format!("CRD {name} to be established"), WAIT, || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                let established = crd
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+/// Polls `probe` until it answers, failing the test after `limit`.
+pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {}s waiting for {what}",
+            limit.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Creates a Secret or an errand object from its JSON form in `namespace`.
+pub async fn create(client: &Client, namespace: &str, object: serde_json::Value) {
+    let kind = object["kind"].as_str().expect("a kind").to_owned();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("a name")
+        .to_owned();
+    let resource = match kind.as_str() {
+        "Secret" => ApiResource::erase::<Secret>(&()),
+        "Agent" => ApiResource::erase::<Agent>(&()),
+        "AgentEnvironment" => ApiResource::erase::<AgentEnvironment>(&()),
+        "AgentExecution" => ApiResource::erase::<AgentExecution>(&()),
+        "Fileset" => ApiResource::erase::<Fileset>(&()),
+        other => panic!("unexpected kind {other}"),
+    };
+    let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
+    let object: DynamicObject = serde_json::from_value(object).expect("a well-formed object");
+    api.create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
+}
