@@ -169,6 +169,9 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             );
         }
     }
+    let (_, lease_rule) = rules_for(&objects, "leases").pop().unwrap();
+    assert_eq!(strings(&lease_rule["verbs"]), ["get", "update"]);
+    assert_eq!(strings(&lease_rule["resourceNames"]), ["errand-controller"]);
     let (_, webhook_rule) = rules_for(&objects, "validatingwebhookconfigurations")
         .pop()
         .expect("a rule to keep the CA bundle");
@@ -224,6 +227,14 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
     assert!(
         args.contains(&"--store=file:///var/lib/errand/store"),
         "{args:?}"
+    );
+    assert!(
+        args.contains(&"--create-lease=false"),
+        "the chart owns the Lease"
+    );
+    assert_eq!(
+        of_kind(&objects, "Lease")[0]["metadata"]["name"],
+        "errand-controller"
     );
     let claim = of_kind(&objects, "PersistentVolumeClaim")[0];
     assert_eq!(

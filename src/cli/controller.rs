@@ -43,6 +43,9 @@ pub struct ControllerArgs {
     /// The controller's own namespace: of the leader Lease and the webhook's Secret.
     #[arg(long, env = "POD_NAMESPACE", default_value = "errand-system")]
     pub lease_namespace: String,
+    /// Create the leader Lease when it is missing (off when an installer owns the Lease).
+    #[arg(long, env = "ERRAND_CREATE_LEASE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub create_lease: bool,
     /// This replica's identity in the Lease and in events.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -154,7 +157,10 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,
-                LeaseSettings::new("errand-controller", identity.clone()),
+                LeaseSettings {
+                    create_lease: args.create_lease,
+                    ..LeaseSettings::new("errand-controller", identity.clone())
+                },
             )
         }),
         instance: identity,

@@ -82,8 +82,10 @@ fn kube_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Provisio
     move |source| ProvisionError::Kube { action, source }
 }
 
-/// How often the certificate and the CA bundle are checked once serving.
-const RECHECK: Duration = Duration::from_secs(60);
+/// How often the certificate and the CA bundle are checked once serving. Short, because it
+/// bounds how long replicas can serve different certificates after the shared one changes
+/// (two reads of small objects per replica are cheap).
+const RECHECK: Duration = Duration::from_secs(10);
 /// How soon a failed round is retried before anything is served.
 const RETRY: Duration = Duration::from_secs(2);
 
