@@ -541,11 +541,21 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     upgrade.extend(&settings);
     succeed("helm", &upgrade);
     ca_bundle(&client, &configuration).await;
-    let output = apply(
-        team.name(),
-        &repo().join("examples/invalid/unknown-agent.yaml"),
-    );
-    assert!(!output.status.success() && text(&output).contains("spec.agentRef.name"));
+    // Deleting the configuration took the certificate's Secret with it (it is owned), so the
+    // replicas make and share a new one; each picks it up within a check period.
+    let unknown_agent = repo().join("examples/invalid/unknown-agent.yaml");
+    wait_for(
+        "the webhook to refuse again",
+        Duration::from_secs(90),
+        || {
+            let output = apply(team.name(), &unknown_agent);
+            let refused = !output.status.success()
+                && text(&output).contains("denied the request")
+                && text(&output).contains("spec.agentRef.name");
+            std::future::ready(refused.then_some(()))
+        },
+    )
+    .await;
 
     // The benchmark's executions go while the controller can still release them.
     bench.delete().await;
