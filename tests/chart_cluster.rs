@@ -153,6 +153,37 @@ impl StoreVolume {
     }
 }
 
+/// Uninstalls the release when the test ends, also when it fails midway: a fail-closed webhook
+/// left behind without its controller would refuse every execution the later tests create.
+struct Installed {
+    namespace: String,
+    configuration: String,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = tool(
+            "helm",
+            &[
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                &self.namespace,
+                "--ignore-not-found",
+            ],
+        );
+        let _ = tool(
+            "kubectl",
+            &[
+                "delete",
+                "validatingwebhookconfiguration",
+                &self.configuration,
+                "--ignore-not-found",
+            ],
+        );
+    }
+}
+
 /// The field an invalid example promises to be refused at, and what refuses it.
 fn refusal(path: &Path) -> (String, String) {
     let text = std::fs::read_to_string(path).unwrap();
@@ -301,6 +332,10 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
 
     // Install: two replicas Ready in a restricted namespace.
     let started = Instant::now();
+    let _installed = Installed {
+        namespace: ns.clone(),
+        configuration: configuration.clone(),
+    };
     let mut install = vec!["install", RELEASE, chart, "--wait", "--timeout", "240s"];
     install.extend(&settings);
     succeed("helm", &install);
