@@ -214,6 +214,7 @@ fn start_controller(
         serve_blobs: None,
         listen: None,
         leader_election: None,
+        webhook: None,
         instance: "bench".into(),
     };
     tokio::spawn(async move {

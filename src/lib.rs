@@ -8,3 +8,4 @@ pub mod local;
 pub mod resolve;
 pub mod runner;
 pub mod store;
+pub mod webhook;

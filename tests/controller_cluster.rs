@@ -77,6 +77,7 @@ impl Harness {
             )),
             serve_blobs: None,
             listen: None,
+            webhook: None,
             leader_election: None,
             instance: format!("test-{}", self.namespace.name()),
         };

@@ -141,6 +141,35 @@ fn compute_keys_in_cel() {
 }
 
 #[test]
+fn reserved_environment_variables_in_cel() {
+    let environment = schema::<errand::api::AgentEnvironment>();
+    let schema = schema::<AgentExecution>();
+    let with_overlay = |overlay: Value| {
+        let mut spec = valid_spec();
+        spec["environment"] = json!({"overlay": overlay});
+        cel_messages(&schema, &execution(spec), None)
+    };
+    let reserved = "ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner";
+    assert_eq!(
+        with_overlay(json!({"secrets": {"AGENT_CONFIG_PATH": "model-keys#openai"}})),
+        vec![reserved]
+    );
+    assert_eq!(
+        with_overlay(json!({"env": {"ERRAND_INPUT": "x"}})),
+        vec![reserved]
+    );
+    assert_eq!(
+        with_overlay(
+            json!({"secrets": {"OPENAI_API_KEY": "model-keys#openai"}, "env": {"MODE": "x"}})
+        ),
+        Vec::<String>::new()
+    );
+    let object = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "e"},
+                        "spec": {"overlay": {"secrets": {"ERRAND_TOKEN": "s#k"}}}});
+    assert_eq!(cel_messages(&environment, &object, None), vec![reserved]);
+}
+
+#[test]
 fn spec_is_immutable_except_cancel() {
     let schema = schema::<AgentExecution>();
     let old = execution(valid_spec());

@@ -16,14 +16,14 @@ S="$TESTENV_STATE_DIR"
 PKI="$S/pki"
 RUN="$S/run"
 LOGS="$S/logs"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler apiserver-relay containerd kubelet)
 
 [[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
 for b in "${K8S_BINARIES[@]}"; do
   [[ -x "$K8S_BIN_DIR/$b" ]] || die "$K8S_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
 done
 [[ -x "$ETCD_BIN_DIR/etcd" ]] || die "$ETCD_BIN_DIR/etcd is missing: run bash hack/testenv/build.sh first"
-for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl; do
+for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl socat; do
   command -v "$tool" >/dev/null || die "$tool is missing: bash hack/test.sh installs the Debian packages"
 done
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge is missing (Debian package containernetworking-plugins)"
@@ -83,7 +83,7 @@ log "generating certificates in $PKI"
 new_ca ca errand-testenv-ca
 new_ca front-proxy-ca errand-testenv-front-proxy-ca
 new_cert kube-apiserver ca "/CN=kube-apiserver" server \
-  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:${SERVICE_CIDR%.*}.1"
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:${SERVICE_CIDR%.*}.1,IP:$POD_GATEWAY"
 new_cert apiserver-kubelet-client ca "/O=system:masters/CN=kube-apiserver-kubelet-client" client
 new_cert front-proxy-client front-proxy-ca "/CN=front-proxy-client" client
 new_cert admin ca "/O=system:masters/CN=errand-testenv-admin" client
@@ -237,6 +237,13 @@ cat >"$S/cni/net.d/10-errand.conflist" <<EOF
   ]
 }
 EOF
+
+# Pods that talk to the API server (the errand controller installed by the
+# chart, helm test pods) reach it at the host end of the pod bridge: a relay
+# bound to that address only, since the apiserver itself listens on loopback
+# and there is no kube-proxy for the kubernetes Service. Such pods are given
+# KUBERNETES_SERVICE_HOST=$POD_GATEWAY and KUBERNETES_SERVICE_PORT=$APISERVER_PORT.
+start apiserver-relay bash -c "exec -a apiserver-relay socat TCP-LISTEN:$APISERVER_PORT,bind=$POD_GATEWAY,reuseaddr,fork TCP:127.0.0.1:$APISERVER_PORT"
 
 # containerd's CRI plugin with runc and the cgroupfs driver (no systemd runs
 # here). All of its state, including network namespace mounts and runc's

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,11 +47,13 @@ pub struct AgentEnvironmentSpec {
 pub struct EnvironmentOverlay {
     /// Plain environment variables, merged into the config's `env`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = reserved_env_rule())]
     pub env: BTreeMap<String, String>,
     /// Secret bindings `ENV_NAME: secret[#key]`: the agent gets the Secret's key as the
     /// environment variable. `key` defaults to `ENV_NAME`. Only references are stored; the
     /// value is read by the kubelet when the pod starts.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = reserved_env_rule())]
     pub secrets: BTreeMap<String, String>,
     /// MCP settings merged into the config's `mcp` (for example `servers.<name>.url`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +70,27 @@ pub struct EnvironmentOverlay {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "config_schema")]
     pub config: Option<Map<String, Value>>,
+}
+
+/// The CEL rule that keeps the runner's own environment variables out of an overlay, so the
+/// API server refuses them even when the webhook is not running.
+fn reserved_env_rule() -> Rule {
+    let names = crate::resolve::RESERVED_ENV_NAMES
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let prefix = crate::resolve::RESERVED_ENV_PREFIX;
+    Rule::new(format!(
+        "self.all(k, !k.startsWith('{prefix}') && !(k in [{names}]))"
+    ))
+    .message(
+        format!(
+            "{prefix}* and {} are reserved for errand's runner",
+            crate::resolve::RESERVED_ENV_NAMES.join(", ")
+        )
+        .as_str(),
+    )
 }
 
 fn mcp_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -1,13 +1,13 @@
-//! The resolution [`Catalog`] of the controller: reflector caches of Agents, AgentEnvironments, Filesets and Secret key names.
+//! The resolution [`Catalog`] of the controller and the webhook: reflector caches of Agents, AgentEnvironments and Filesets, and Secret key names read on demand.
 //!
-//! Secrets are cached without their values ([`keep_key_names_only`] runs before an object
-//! reaches the cache). A failed resolution is confirmed against the API server
-//! ([`live_catalog`]) before it becomes a terminal `InvalidSpec`, because an execution created
-//! right after the objects it names can reach the controller before they do.
+//! Secrets are never cached or listed: the controller may only `get` them, and only the key
+//! names survive the read ([`secret_key_names`] runs on arrival), so a Secret value is never
+//! kept, logged or stored. A failed resolution is confirmed against the API server
+//! ([`live_catalog`]) before it becomes a terminal `InvalidSpec` or a rejected create, because
+//! an execution created right after the objects it names can arrive before they reach a cache.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
@@ -17,9 +17,9 @@ use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Fileset,
     FilesetStatus,
 };
-use crate::resolve::{Catalog, InMemoryCatalog, StringRef};
+use crate::resolve::{Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef};
 
-/// Reflector caches of everything an execution can refer to.
+/// Reflector caches of the objects an execution can refer to, Secrets aside.
 #[derive(Clone)]
 pub struct ClusterCatalog {
     /// Agents.
@@ -28,56 +28,112 @@ pub struct ClusterCatalog {
     pub environments: Store<AgentEnvironment>,
     /// Filesets.
     pub filesets: Store<Fileset>,
-    /// Secrets, key names only.
-    pub secrets: Store<Secret>,
 }
 
-impl Catalog for ClusterCatalog {
+impl ClusterCatalog {
+    /// Waits until every cache has been filled once; `false` if one stopped first.
+    pub async fn wait_until_ready(&self) -> bool {
+        self.agents.wait_until_ready().await.is_ok()
+            && self.environments.wait_until_ready().await.is_ok()
+            && self.filesets.wait_until_ready().await.is_ok()
+    }
+}
+
+/// The caches plus the key names of the Secrets one execution binds, read for it.
+struct WithSecrets<'a> {
+    caches: &'a ClusterCatalog,
+    namespace: &'a str,
+    secrets: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Catalog for WithSecrets<'_> {
     fn agent(&self, namespace: &str, name: &str) -> Option<AgentSpec> {
         let key = ObjectRef::new(name).within(namespace);
-        self.agents.get(&key).map(|a| a.spec.clone())
+        self.caches.agents.get(&key).map(|a| a.spec.clone())
     }
 
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
         let key = ObjectRef::new(name).within(namespace);
-        self.environments.get(&key).map(|e| e.spec.clone())
+        self.caches.environments.get(&key).map(|e| e.spec.clone())
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
-        let key = ObjectRef::new(name).within(namespace);
-        self.secrets.get(&key).map(|s| secret_key_names(&s))
+        (namespace == self.namespace)
+            .then(|| self.secrets.get(name).cloned())
+            .flatten()
     }
 
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
         let key = ObjectRef::new(name).within(namespace);
-        self.filesets
+        self.caches
+            .filesets
             .get(&key)
             .map(|f| f.status.clone().unwrap_or_default())
     }
 }
 
-fn secret_key_names(secret: &Secret) -> BTreeSet<String> {
-    let data = secret.data.iter().flat_map(|d| d.keys());
-    let string_data = secret.string_data.iter().flat_map(|d| d.keys());
-    data.chain(string_data).cloned().collect()
+/// Resolves `spec` submitted in `namespace`: from the caches and live reads of the Secrets it
+/// binds, and when that fails, once more from fresh reads of everything it names. The outer
+/// error is an API failure; the inner one is the spec's own problems.
+pub async fn resolve(
+    client: &Client,
+    caches: &ClusterCatalog,
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+) -> Result<std::result::Result<Snapshot, InvalidSpec>> {
+    let cached_environment = match &spec.environment_ref {
+        Some(reference) => caches
+            .environments
+            .get(&ObjectRef::new(&reference.name).within(namespace))
+            .map(|e| e.spec.clone()),
+        None => spec.environment.clone(),
+    };
+    let mut secrets = BTreeMap::new();
+    for name in bound_secret_names(cached_environment.as_ref()) {
+        if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
+            secrets.insert(name, keys);
+        }
+    }
+    let catalog = WithSecrets {
+        caches,
+        namespace,
+        secrets,
+    };
+    if let Ok(snapshot) = crate::resolve::resolve_execution(namespace, spec, &catalog) {
+        return Ok(Ok(snapshot));
+    }
+    let live = live_catalog(client, namespace, spec).await?;
+    Ok(crate::resolve::resolve_execution(namespace, spec, &live))
 }
 
-/// Replaces every value of a Secret with an empty one and drops what resolution never needs,
-/// so the controller's cache holds key names only.
-pub fn keep_key_names_only(secret: &mut Secret) {
-    let keys = secret_key_names(secret);
-    secret.data = Some(
-        keys.into_iter()
-            .map(|k| (k, ByteString(Vec::new())))
-            .collect(),
-    );
-    secret.string_data = None;
-    secret.metadata.managed_fields = None;
-    secret.metadata.annotations = None;
+/// The names of the Secrets an environment binds.
+fn bound_secret_names(environment: Option<&AgentEnvironmentSpec>) -> BTreeSet<String> {
+    environment
+        .iter()
+        .flat_map(|e| e.overlay.secrets.values())
+        .map(|target| StringRef::parse(target).name)
+        .collect()
+}
+
+/// The key names of a Secret (its values are dropped here, as the object arrives).
+pub fn secret_key_names(secret: Secret) -> BTreeSet<String> {
+    let data = secret.data.into_iter().flat_map(BTreeMap::into_keys);
+    let string_data = secret.string_data.into_iter().flat_map(BTreeMap::into_keys);
+    data.chain(string_data).collect()
+}
+
+/// The key names of Secret `name` in `namespace`, or `None` when it does not exist.
+async fn read_secret_keys(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<BTreeSet<String>>> {
+    let secret = get(Api::<Secret>::namespaced(client.clone(), namespace), name).await?;
+    Ok(secret.map(secret_key_names))
 }
 
 /// A catalog of exactly the objects `spec` names in `namespace`, read from the API server.
-/// Secret values are dropped as they arrive.
+/// Secrets contribute their key names only.
 pub async fn live_catalog(
     client: &Client,
     namespace: &str,
@@ -105,22 +161,10 @@ pub async fn live_catalog(
         }
         None => spec.environment.clone(),
     };
-    let secret_names: BTreeSet<String> = environment
-        .iter()
-        .flat_map(|e| e.overlay.secrets.values())
-        .map(|target| StringRef::parse(target).name)
-        .collect();
-    for name in secret_names {
-        if let Some(mut secret) =
-            get(Api::<Secret>::namespaced(client.clone(), namespace), &name).await?
-        {
-            keep_key_names_only(&mut secret);
-            let keys: Vec<(String, String)> = secret_key_names(&secret)
-                .into_iter()
-                .map(|k| (k, String::new()))
-                .collect();
-            let pairs: Vec<(&str, &str)> =
-                keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for name in bound_secret_names(environment.as_ref()) {
+        if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
+            // The in-memory catalog models a whole Secret; empty values stand in for the real ones.
+            let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "")).collect();
             catalog = catalog.with_secret(namespace, &name, &pairs);
         }
     }
@@ -150,7 +194,7 @@ where
         return Ok(None);
     }
     api.get_opt(name).await.map_err(Error::kube(format!(
-        "reading {name} to confirm a failed resolution"
+        "reading {name} to resolve an execution"
     )))
 }
 
@@ -159,11 +203,12 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use k8s_openapi::ByteString;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     #[test]
-    fn a_cached_secret_keeps_key_names_and_no_values() {
-        let mut secret = Secret {
+    fn a_read_secret_yields_its_key_names_and_nothing_of_its_values() {
+        let secret = Secret {
             metadata: ObjectMeta {
                 name: Some("model-keys".into()),
                 annotations: Some(BTreeMap::from([(
@@ -179,13 +224,29 @@ mod tests {
             string_data: Some(BTreeMap::from([("anthropic".into(), "sk-ant".into())])),
             ..Default::default()
         };
-        keep_key_names_only(&mut secret);
+        let keys = secret_key_names(secret);
         assert_eq!(
-            secret_key_names(&secret),
+            keys,
             BTreeSet::from(["anthropic".to_owned(), "openai".to_owned()])
         );
-        let text = serde_json::to_string(&secret).unwrap();
+        let text = format!("{keys:?}");
         assert!(!text.contains("sk-"), "{text}");
-        assert!(!text.contains("c2stc2VjcmV0"), "{text}");
+    }
+
+    #[test]
+    fn the_secrets_an_environment_binds_are_named_once_each() {
+        let environment: AgentEnvironmentSpec = serde_json::from_value(serde_json::json!({
+            "overlay": {"secrets": {
+                "OPENAI_API_KEY": "model-keys#openai",
+                "ANTHROPIC_API_KEY": "model-keys#anthropic",
+                "GITHUB_TOKEN": "github",
+            }},
+        }))
+        .unwrap();
+        assert_eq!(
+            bound_secret_names(Some(&environment)),
+            BTreeSet::from(["github".to_owned(), "model-keys".to_owned()])
+        );
+        assert!(bound_secret_names(None).is_empty());
     }
 }

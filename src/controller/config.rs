@@ -1,5 +1,7 @@
 //! Settings of the controller that shape every execution's pod: the errand image, budgets and defaults.
 
+use crate::resolve::Snapshot;
+
 /// The field manager of every server-side apply the controller makes.
 pub const FIELD_MANAGER: &str = "errand-controller";
 
@@ -27,6 +29,8 @@ pub struct ControllerConfig {
     /// Seconds a pod gets between SIGTERM and SIGKILL, long enough for the runner to stop the
     /// agent and upload partial results when an execution is cancelled.
     pub termination_grace_seconds: i64,
+    /// Kueue LocalQueue for executions that name none (`None`: such executions bypass Kueue).
+    pub default_queue_name: Option<String>,
 }
 
 impl ControllerConfig {
@@ -38,6 +42,52 @@ impl ControllerConfig {
             errand_image_pull_policy: None,
             staging_budget_seconds: 900,
             termination_grace_seconds: 120,
+            default_queue_name: None,
         }
+    }
+
+    /// Puts an execution that names no queue into the default queue, in its snapshot, so the
+    /// snapshot stays the single record of how the execution runs.
+    pub fn apply_default_queue(&self, snapshot: &mut Snapshot) {
+        if snapshot.queue_name.is_none() {
+            snapshot.queue_name.clone_from(&self.default_queue_name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::AgentExecutionSpec;
+    use crate::resolve::{InMemoryCatalog, resolve_execution};
+
+    fn snapshot(queue: Option<&str>) -> Snapshot {
+        let agent = serde_json::from_value(serde_json::json!({
+            "runtime": {"image": "errand.local/calculator:dev", "command": ["sh"]},
+            "config": {"config_format": "agents-spec-v1", "name": "calculator"},
+        }))
+        .unwrap();
+        let spec = AgentExecutionSpec {
+            agent: Some(agent),
+            queue_name: queue.map(str::to_owned),
+            ..AgentExecutionSpec::default()
+        };
+        resolve_execution("team-a", &spec, &InMemoryCatalog::default()).unwrap()
+    }
+
+    #[test]
+    fn the_default_queue_applies_only_to_executions_that_name_none() {
+        let mut config = ControllerConfig::new("errand.local/errand:dev");
+        let mut unqueued = snapshot(None);
+        config.apply_default_queue(&mut unqueued);
+        assert_eq!(unqueued.queue_name, None, "no default configured");
+
+        config.default_queue_name = Some("team-default".into());
+        config.apply_default_queue(&mut unqueued);
+        assert_eq!(unqueued.queue_name.as_deref(), Some("team-default"));
+
+        let mut queued = snapshot(Some("gpu-queue"));
+        config.apply_default_queue(&mut queued);
+        assert_eq!(queued.queue_name.as_deref(), Some("gpu-queue"));
     }
 }

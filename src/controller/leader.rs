@@ -26,6 +26,10 @@ pub struct LeaseSettings {
     pub renew_deadline: Duration,
     /// How often candidates and the leader try.
     pub retry_period: Duration,
+    /// Create the Lease when it does not exist. Off when an installer (the Helm chart) owns
+    /// it: then a Lease deleted while uninstalling is never created again by a replica that is
+    /// about to stop, and the replica steps down instead.
+    pub create_lease: bool,
 }
 
 impl LeaseSettings {
@@ -37,6 +41,7 @@ impl LeaseSettings {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            create_lease: true,
         }
     }
 }
@@ -96,6 +101,10 @@ pub fn claim(
 /// One round: read the Lease and claim or renew it. `Ok(true)` when this replica holds it.
 async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
     let current = api.get_opt(&settings.name).await?;
+    if current.is_none() && !settings.create_lease {
+        warn!(lease = %settings.name, "the lease does not exist and is not this replica's to create");
+        return Ok(false);
+    }
     let spec = current.as_ref().and_then(|l| l.spec.as_ref());
     let Claim::Write(spec) = claim(
         spec,
@@ -105,14 +114,20 @@ async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, ku
     ) else {
         return Ok(false);
     };
-    let lease = Lease {
-        metadata: ObjectMeta {
+    // The Lease read keeps its metadata (and resourceVersion, so two candidates never both
+    // win): labels and annotations of a Lease the chart installed survive every renewal.
+    let metadata = match &current {
+        Some(lease) => ObjectMeta {
+            managed_fields: None,
+            ..lease.metadata.clone()
+        },
+        None => ObjectMeta {
             name: Some(settings.name.clone()),
-            resource_version: current
-                .as_ref()
-                .and_then(|l| l.metadata.resource_version.clone()),
             ..ObjectMeta::default()
         },
+    };
+    let lease = Lease {
+        metadata,
         spec: Some(spec),
     };
     let written = match current {

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the controller: reconciles, errors by reason, durations, executions by phase, and the two latencies users feel.
+//! Prometheus metrics of the controller: reconciles, errors by reason, durations, executions by phase, admission reviews, and the latencies users feel.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +26,13 @@ pub struct PhaseLabels {
     pub phase: String,
 }
 
+/// Label of the admission review counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// `allowed`, `invalid`, `malformed`, `unavailable` or `unreadable`.
+    pub verdict: String,
+}
+
 /// Every metric the controller exports.
 pub struct Metrics {
     registry: Registry,
@@ -35,6 +42,8 @@ pub struct Metrics {
     executions: Family<PhaseLabels, Gauge>,
     job_created_after: Histogram,
     completed_after: Histogram,
+    admissions: Family<VerdictLabels, Counter>,
+    admission_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -68,6 +77,18 @@ impl Default for Metrics {
             "Time from an AgentExecution's creation to its terminal phase",
             completed_after.clone(),
         );
+        let admissions = Family::<VerdictLabels, Counter>::default();
+        registry.register(
+            "admission_reviews",
+            "AgentExecution admission reviews answered by the webhook, by verdict",
+            admissions.clone(),
+        );
+        let admission_duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        registry.register(
+            "admission_duration_seconds",
+            "How long the webhook took to answer an admission review",
+            admission_duration.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -76,6 +97,8 @@ impl Default for Metrics {
             executions,
             job_created_after,
             completed_after,
+            admissions,
+            admission_duration,
         }
     }
 }
@@ -121,6 +144,16 @@ impl Metrics {
     /// Records the time from an execution's creation to its terminal phase.
     pub fn completed(&self, seconds: f64) {
         self.completed_after.observe(seconds.max(0.0));
+    }
+
+    /// Counts and times one admission review.
+    pub fn admission_reviewed(&self, verdict: &str, seconds: f64) {
+        self.admissions
+            .get_or_create(&VerdictLabels {
+                verdict: verdict.to_owned(),
+            })
+            .inc();
+        self.admission_duration.observe(seconds.max(0.0));
     }
 
     /// The metrics in the Prometheus text format, with the phase gauge counted from
@@ -180,6 +213,7 @@ mod tests {
         metrics.reconcile_failed("conflict");
         metrics.job_created(0.02);
         metrics.completed(42.0);
+        metrics.admission_reviewed("invalid", 0.002);
         let text = metrics.render(&[
             execution(Some(Phase::Running)),
             execution(Some(Phase::Running)),
@@ -195,6 +229,8 @@ mod tests {
         assert!(text.contains("errand_controller_executions{phase=\"None\"} 1"));
         assert!(text.contains("errand_controller_job_created_after_seconds_count 1"));
         assert!(text.contains("errand_controller_completed_after_seconds_sum 42.0"));
+        assert!(text.contains("errand_controller_admission_reviews_total{verdict=\"invalid\"} 1"));
+        assert!(text.contains("errand_controller_admission_duration_seconds_count 1"));
         let later = metrics.render(&[execution(Some(Phase::Succeeded))]);
         assert!(!later.contains("phase=\"Running\""), "{later}");
     }

@@ -1,8 +1,9 @@
 //! The cluster backend: a controller that runs each AgentExecution once as a Job and records what happened.
 //!
 //! [`run`] wires the caches, the reconcile pipeline ([`reconcile`]), leader election
-//! ([`leader`]) and the HTTP endpoints ([`http`]). The pure parts — [`build`], [`status`],
-//! [`names`] — take no client; the signed URLs come from [`crate::store::grants`].
+//! ([`leader`]), the HTTP endpoints ([`http`]) and the admission webhook ([`crate::webhook`]).
+//! The pure parts — [`build`], [`status`], [`names`] — take no client; the signed URLs come
+//! from [`crate::store::grants`].
 
 pub mod blobs;
 pub mod build;
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -58,6 +59,8 @@ pub struct ControllerOptions {
     pub serve_blobs: Option<Arc<grants::HmacSigner>>,
     /// Where to serve `/healthz`, `/readyz` and `/metrics` (not served when `None`).
     pub listen: Option<SocketAddr>,
+    /// Serve the validating admission webhook (every replica does, leader or not).
+    pub webhook: Option<crate::webhook::WebhookOptions>,
     /// The Lease to hold before reconciling, in its namespace (no election when `None`).
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
@@ -76,6 +79,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// The admission webhook could not be served.
+    #[error("starting the webhook: {0}")]
+    Webhook(#[from] crate::webhook::StartError),
     /// A cache stopped before it was filled.
     #[error("a cache stopped before it was filled")]
     CacheStopped,
@@ -89,6 +95,7 @@ impl RunError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             RunError::Listen { .. } => "listen",
+            RunError::Webhook(_) => "webhook",
             RunError::CacheStopped => "cache_stopped",
             RunError::LostLease => "lost_lease",
         }
@@ -97,6 +104,10 @@ impl RunError {
 
 /// Runs the controller until `shutdown` completes (in-flight reconciles finish first) or the
 /// Lease is lost.
+///
+/// Every replica fills the caches, serves the webhook and reports ready; only the one holding
+/// the Lease reconciles. Readiness therefore means "can answer admission reviews", which is
+/// what the webhook Service routes by.
 pub async fn run(
     client: Client,
     options: ControllerOptions,
@@ -123,17 +134,6 @@ pub async fn run(
     );
     let (filesets, fileset_stream) =
         watches::cache(watches::api::<Fileset>(&client, namespace), all(), |_| {});
-    // Users' Secrets (not the grants Secrets errand creates), values dropped on arrival.
-    let users_secrets = all().labels(&format!(
-        "{}!={}",
-        names::MANAGED_BY_LABEL,
-        names::MANAGED_BY
-    ));
-    let (secrets, secret_stream) = watches::cache(
-        watches::api::<Secret>(&client, namespace),
-        users_secrets,
-        catalog::keep_key_names_only,
-    );
     let (jobs, job_stream) = watches::cache(
         watches::api::<Job>(&client, namespace),
         all().labels(&managed),
@@ -147,7 +147,11 @@ pub async fn run(
     tasks.spawn(watches::drive(agent_stream));
     tasks.spawn(watches::drive(environment_stream));
     tasks.spawn(watches::drive(fileset_stream));
-    tasks.spawn(watches::drive(secret_stream));
+    let catalog = ClusterCatalog {
+        agents,
+        environments,
+        filesets,
+    };
 
     if let Some(address) = options.listen {
         let listener = tokio::net::TcpListener::bind(address)
@@ -163,6 +167,26 @@ pub async fn run(
         };
         tasks.spawn(http::serve(listener, probes));
     }
+    let webhook_certificate = match options.webhook {
+        Some(webhook) => Some(
+            crate::webhook::start(
+                client.clone(),
+                catalog.clone(),
+                Arc::clone(&metrics),
+                webhook,
+                &mut tasks,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    if !catalog.wait_until_ready().await {
+        return Err(RunError::CacheStopped);
+    }
+    if let Some(certificate) = &webhook_certificate {
+        certificate.wait_loaded().await;
+    }
+    ready.store(true, Ordering::Relaxed);
 
     let lease = options.leader_election.map(|(lease_namespace, settings)| {
         (
@@ -174,20 +198,6 @@ pub async fn run(
         leader::acquire(api, settings).await;
     }
 
-    let catalog = ClusterCatalog {
-        agents,
-        environments,
-        filesets,
-        secrets,
-    };
-    for ready in [
-        catalog.agents.wait_until_ready().await,
-        catalog.environments.wait_until_ready().await,
-        catalog.filesets.wait_until_ready().await,
-        catalog.secrets.wait_until_ready().await,
-    ] {
-        ready.map_err(|_| RunError::CacheStopped)?;
-    }
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -206,15 +216,11 @@ pub async fn run(
         recorder,
         Arc::clone(&metrics),
     ));
-    // Children are watched by metadata only: a change only needs to wake their owner.
+    // Snapshot ConfigMaps are watched by metadata only: a change only needs to wake their
+    // owner. The grants Secrets are not watched at all, so the controller needs no list or
+    // watch permission on Secrets; nothing about them changes an execution's status.
     let config_maps = watcher(
         watches::api::<PartialObjectMeta<ConfigMap>>(&client, namespace),
-        all().labels(&managed),
-    )
-    .default_backoff()
-    .touched_objects();
-    let grant_secrets = watcher(
-        watches::api::<PartialObjectMeta<Secret>>(&client, namespace),
         all().labels(&managed),
     )
     .default_backoff()
@@ -223,7 +229,6 @@ pub async fn run(
     let controller = Controller::for_stream(execution_stream, executions)
         .owns_stream(job_stream)
         .owns_stream(config_maps)
-        .owns_stream(grant_secrets)
         .watches_stream(pod_stream, watches::pod_execution)
         .with_config(controller::Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
@@ -234,7 +239,6 @@ pub async fn run(
             }
             std::future::ready(())
         });
-    ready.store(true, Ordering::Relaxed);
     info!(
         namespace = namespace.unwrap_or("*"),
         "reconciling AgentExecutions"

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 
 use super::build::{self, ExecutionIdentity};
-use super::catalog::live_catalog;
+use super::catalog::resolve;
 use super::config::{FIELD_MANAGER, RESULTS_FINALIZER};
 use super::context::Context;
 use super::error::{Error, Result};
@@ -26,7 +26,7 @@ use super::events::outcome_event;
 use super::names;
 use super::status::{self, JobObservation, Observed, Stop};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
-use crate::resolve::{Snapshot, resolve_execution};
+use crate::resolve::Snapshot;
 use crate::store::grants::issue_grants;
 use crate::store::keys::{self, ExecutionId};
 
@@ -76,21 +76,16 @@ async fn admit(
     ctx: &Context,
 ) -> Result<Action> {
     let namespace = identity.namespace.as_str();
-    let snapshot = match resolve_execution(namespace, &execution.spec, &ctx.catalog) {
+    let mut snapshot = match resolve(&ctx.client, &ctx.catalog, namespace, &execution.spec).await? {
         Ok(snapshot) => snapshot,
-        Err(_) => {
-            let live = live_catalog(&ctx.client, namespace, &execution.spec).await?;
-            match resolve_execution(namespace, &execution.spec, &live) {
-                Ok(snapshot) => snapshot,
-                Err(invalid) => {
-                    info!(execution = %identity.name, namespace, "invalid spec: {invalid}");
-                    let status = status::invalid(execution, &invalid, Timestamp::now());
-                    write_status(execution, status, api, ctx).await?;
-                    return Ok(Action::await_change());
-                }
-            }
+        Err(invalid) => {
+            info!(execution = %identity.name, namespace, "invalid spec: {invalid}");
+            let status = status::invalid(execution, &invalid, Timestamp::now());
+            write_status(execution, status, api, ctx).await?;
+            return Ok(Action::await_change());
         }
     };
+    ctx.config.apply_default_queue(&mut snapshot);
     add_finalizer(execution, api).await?;
     let (config_map, job) = create_children(identity, &snapshot, ctx).await?;
     let digest = config_map

@@ -46,6 +46,18 @@ pub fn resolve_execution(
     let workdir = resolve_workdir(namespace, spec.workdir.as_ref(), catalog, &mut problems);
     check_run_settings(spec, &mut problems);
 
+    // Secret bindings are checked even when the agent is unusable, so one rejection lists
+    // every problem; only the merged config needs both halves.
+    let secrets = match &environment {
+        Some((environment_name, environment)) => environment_secrets(
+            namespace,
+            environment,
+            environment_name.as_deref(),
+            catalog,
+            &mut problems,
+        ),
+        None => Vec::new(),
+    };
     let (Some((agent_name, agent)), Some((environment_name, environment))) = (agent, environment)
     else {
         // A missing agent or environment has always been reported as a problem.
@@ -53,13 +65,6 @@ pub fn resolve_execution(
     };
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
-    let secrets = environment_secrets(
-        namespace,
-        &environment,
-        environment_name.as_deref(),
-        catalog,
-        &mut problems,
-    );
 
     problems.finish(Snapshot {
         version: SNAPSHOT_VERSION.to_owned(),
@@ -212,7 +217,9 @@ fn check_env_object(env: &Value, field: &str, problems: &mut Problems) {
     }
 }
 
-/// The environment's name (when referenced) and spec; an execution without one gets an empty environment.
+/// The environment's name (when referenced) and spec; an execution without one gets an empty
+/// environment. An environment with problems of its own is still returned (its problems are
+/// recorded), so its secret bindings are checked too.
 fn resolve_environment(
     namespace: &str,
     spec: &AgentExecutionSpec,
@@ -254,7 +261,6 @@ fn resolve_environment(
             "spec.environment".to_owned(),
         ),
     };
-    let before = problems.len();
     problems.extend(rules::compute(
         &environment.compute,
         &format!("{prefix}.compute"),
@@ -264,7 +270,7 @@ fn resolve_environment(
             problems.push(format!("{prefix}.overlay.env.{name}"), message);
         }
     }
-    (problems.len() == before).then_some((name, environment))
+    Some((name, environment))
 }
 
 /// The secret bindings of the environment, each checked for name, namespace and existence of Secret and key.

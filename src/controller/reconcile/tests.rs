@@ -47,6 +47,9 @@ fn scripted_client(log: Log) -> Client {
                     StatusCode::OK,
                     serde_json::to_vec(&execution(None)).unwrap(),
                 ),
+                Method::GET if path == format!("/api/v1/namespaces/{NS}/secrets/model-keys") => {
+                    (StatusCode::OK, serde_json::to_vec(&model_keys()).unwrap())
+                }
                 _ => (StatusCode::NOT_FOUND, not_found()),
             };
             Ok::<_, std::convert::Infallible>(
@@ -114,6 +117,25 @@ fn namespaced<K: Resource<DynamicType = ()>>(mut object: K, name: &str) -> K {
     object
 }
 
+/// The Secret the environment binds, as the API server returns it.
+fn model_keys() -> Secret {
+    let mut secret = namespaced(
+        Secret {
+            data: Some(
+                [(
+                    "openai".to_owned(),
+                    k8s_openapi::ByteString(b"sk-1".to_vec()),
+                )]
+                .into(),
+            ),
+            ..Secret::default()
+        },
+        "model-keys",
+    );
+    secret.metadata.uid = Some("uid-of-model-keys".into());
+    secret
+}
+
 fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
     let agent: Agent = serde_json::from_value(json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
@@ -130,18 +152,10 @@ fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
         "spec": {"overlay": {"secrets": {"OPENAI_API_KEY": "model-keys#openai"}}},
     }))
     .unwrap();
-    let secret = namespaced(
-        Secret {
-            data: Some([("openai".to_owned(), k8s_openapi::ByteString(Vec::new()))].into()),
-            ..Secret::default()
-        },
-        "model-keys",
-    );
     let catalog = ClusterCatalog {
         agents: filled(vec![agent]),
         environments: filled(vec![environment]),
         filesets: filled(Vec::<Fileset>::new()),
-        secrets: filled(vec![secret]),
     };
     let recorder = Recorder::new(
         client.clone(),
@@ -218,11 +232,18 @@ async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
         Action::await_change(),
         "a starting execution is looked at again"
     );
-    let mut seen = requests(&log);
-    seen.sort();
+    let (reads, mut writes): (Vec<_>, Vec<_>) = requests(&log)
+        .into_iter()
+        .partition(|(method, _)| method == Method::GET);
+    writes.sort();
     let base = format!("/api/v1/namespaces/{NS}");
     assert_eq!(
-        seen,
+        reads,
+        vec![(Method::GET, format!("{base}/secrets/model-keys"))],
+        "Secrets are read when needed, not cached"
+    );
+    assert_eq!(
+        writes,
         vec![
             (
                 Method::PATCH,
@@ -244,14 +265,15 @@ async fn a_new_execution_gets_the_finalizer_before_its_children() {
     new.metadata.finalizers = None;
     reconcile(Arc::new(new), ctx).await.unwrap();
     let seen = requests(&log);
+    let writes: Vec<_> = seen.iter().filter(|(m, _)| m != Method::GET).collect();
     assert_eq!(
-        seen[0],
+        *writes[0],
         (
             Method::PATCH,
             format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc")
         )
     );
-    assert_eq!(seen.len(), 5);
+    assert_eq!(writes.len(), 5, "{seen:?}");
 }
 
 #[tokio::test]

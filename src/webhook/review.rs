@@ -1,0 +1,188 @@
+//! The admission decision for AgentExecutions as pure functions of the AdmissionReview: what to check, and the response that reports it.
+//!
+//! A create is resolved against the live objects it names (the caller does the lookups and
+//! hands the outcome to [`verdict`]); an update only needs the old and new objects, because
+//! the only change allowed after creation is `cancel` going from false to true. Cancelling is
+//! never re-resolved: an execution must stay cancellable after its Agent is gone.
+
+use kube::core::DynamicObject;
+use kube::core::admission::{
+    AdmissionRequest, AdmissionResponse, AdmissionReview, ConvertAdmissionReviewError, Operation,
+};
+use kube::core::response::{Status, StatusCause, StatusDetails};
+
+use crate::api::{AgentExecution, AgentExecutionSpec};
+use crate::resolve::{InvalidSpec, Problem, Snapshot};
+
+/// Why a request body could not be read as an AdmissionReview.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The body is not an `admission.k8s.io/v1` AdmissionReview.
+    #[error("the body is not an AdmissionReview: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// The review carries no request.
+    #[error("the AdmissionReview carries no request")]
+    NoRequest(#[source] ConvertAdmissionReviewError),
+}
+
+/// Reads the body the API server posts.
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_slice(body).map_err(ReviewError::Malformed)?;
+    review.try_into().map_err(ReviewError::NoRequest)
+}
+
+/// What to do with a request.
+#[derive(Debug, PartialEq)]
+pub enum Step {
+    /// Resolve this spec in this namespace against the live objects, then call [`verdict`].
+    Resolve {
+        /// The namespace the execution is created in.
+        namespace: String,
+        /// The submitted spec.
+        spec: Box<AgentExecutionSpec>,
+    },
+    /// Decided without any lookup.
+    Decided(Verdict),
+}
+
+/// The outcome of a review.
+#[derive(Debug, PartialEq)]
+pub enum Verdict {
+    /// Admit the request.
+    Allow,
+    /// Refuse it: the spec has these problems.
+    Invalid(InvalidSpec),
+    /// Refuse it: the object could not be read.
+    Malformed(String),
+    /// Refuse it: the objects it names could not be checked (the API server failed us).
+    Unavailable(String),
+}
+
+/// Decides what a request needs.
+pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
+    if request.sub_resource.is_some() {
+        // Only the main resource is registered; status writes are the controller's own.
+        return Step::Decided(Verdict::Allow);
+    }
+    match request.operation {
+        Operation::Create => match execution(request.object.as_ref(), "object") {
+            Ok(execution) => Step::Resolve {
+                namespace: request
+                    .namespace
+                    .clone()
+                    .or(execution.metadata.namespace)
+                    .unwrap_or_default(),
+                spec: Box::new(execution.spec),
+            },
+            Err(message) => Step::Decided(Verdict::Malformed(message)),
+        },
+        Operation::Update => {
+            let old = execution(request.old_object.as_ref(), "oldObject");
+            let new = execution(request.object.as_ref(), "object");
+            match (old, new) {
+                (Ok(old), Ok(new)) => Step::Decided(check_update(&old.spec, &new.spec)),
+                (Err(message), _) | (_, Err(message)) => Step::Decided(Verdict::Malformed(message)),
+            }
+        }
+        Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
+    }
+}
+
+fn execution(object: Option<&DynamicObject>, field: &str) -> Result<AgentExecution, String> {
+    let object = object.ok_or_else(|| format!("the request has no {field}"))?;
+    let value = serde_json::to_value(object).map_err(|e| format!("{field}: {e}"))?;
+    serde_json::from_value(value).map_err(|e| format!("{field} is not a valid AgentExecution: {e}"))
+}
+
+/// An update may only set `cancel` (from false to true); the CRD's CEL rules say the same, and
+/// this holds even where they were relaxed.
+pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdict {
+    let mut problems = Vec::new();
+    let without_cancel = |spec: &AgentExecutionSpec| AgentExecutionSpec {
+        cancel: false,
+        ..spec.clone()
+    };
+    if without_cancel(old) != without_cancel(new) {
+        problems.push(Problem::new(
+            "spec",
+            "is immutable except cancel; delete and re-create the execution to change it",
+        ));
+    }
+    if old.cancel && !new.cancel {
+        problems.push(Problem::new(
+            "spec.cancel",
+            "true cannot change back to false",
+        ));
+    }
+    if problems.is_empty() {
+        Verdict::Allow
+    } else {
+        Verdict::Invalid(InvalidSpec { problems })
+    }
+}
+
+/// The verdict on a create from its resolution.
+pub fn verdict(resolution: Result<Snapshot, InvalidSpec>) -> Verdict {
+    match resolution {
+        Ok(_) => Verdict::Allow,
+        Err(invalid) => Verdict::Invalid(invalid),
+    }
+}
+
+/// The AdmissionReview that answers `request` with `verdict`. A refusal carries one cause per
+/// problem (field path and message), the way the API server reports its own validation.
+pub fn respond(
+    request: &AdmissionRequest<DynamicObject>,
+    verdict: Verdict,
+) -> AdmissionReview<DynamicObject> {
+    let response = AdmissionResponse::from(request);
+    let (status, causes) = match verdict {
+        Verdict::Allow => return response.into_review(),
+        Verdict::Invalid(invalid) => {
+            let causes = invalid
+                .problems
+                .iter()
+                .map(|p| StatusCause {
+                    reason: "FieldValueInvalid".to_owned(),
+                    message: p.message.clone(),
+                    field: p.field.clone(),
+                })
+                .collect();
+            (
+                Status::failure(&invalid.to_string(), "Invalid").with_code(422),
+                causes,
+            )
+        }
+        Verdict::Malformed(message) => (
+            Status::failure(&message, "BadRequest").with_code(400),
+            vec![],
+        ),
+        Verdict::Unavailable(message) => (
+            Status::failure(
+                &format!("could not check the objects the execution names: {message}"),
+                "ServiceUnavailable",
+            )
+            .with_code(503),
+            vec![],
+        ),
+    };
+    let mut response = response.deny(&status.message);
+    response.result = status.with_details(StatusDetails {
+        name: request.name.clone(),
+        group: crate::api::GROUP.to_owned(),
+        kind: "AgentExecution".to_owned(),
+        uid: String::new(),
+        causes,
+        retry_after_seconds: 0,
+    });
+    response.into_review()
+}
+
+/// The answer to a body that is not an AdmissionReview at all.
+pub fn unreadable(error: &ReviewError) -> AdmissionReview<DynamicObject> {
+    AdmissionResponse::invalid(error).into_review()
+}
+
+#[cfg(test)]
+mod tests;

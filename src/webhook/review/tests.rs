@@ -1,0 +1,339 @@
+//! The AdmissionReview handling without a server: what each request needs, and the review it gets back.
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::FilesetStatus;
+use crate::resolve::{InMemoryCatalog, resolve_execution};
+
+const NS: &str = "team-a";
+
+/// An AdmissionReview as the API server posts it.
+fn review_body(operation: &str, object: Option<Value>, old: Option<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "errand.dev", "version": "v1alpha1", "kind": "AgentExecution"},
+            "resource": {"group": "errand.dev", "version": "v1alpha1", "resource": "agentexecutions"},
+            "requestKind": {"group": "errand.dev", "version": "v1alpha1", "kind": "AgentExecution"},
+            "requestResource": {"group": "errand.dev", "version": "v1alpha1", "resource": "agentexecutions"},
+            "name": "calc",
+            "namespace": NS,
+            "operation": operation,
+            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }))
+    .unwrap()
+}
+
+fn execution(spec: Value) -> Value {
+    json!({
+        "apiVersion": "errand.dev/v1alpha1",
+        "kind": "AgentExecution",
+        "metadata": {"name": "calc", "namespace": NS, "uid": "u-1", "generation": 1},
+        "spec": spec,
+    })
+}
+
+fn calculator_spec() -> Value {
+    json!({
+        "agentRef": {"name": "calculator"},
+        "environmentRef": {"name": "prod"},
+        "input": "What is 12 multiplied by 8?",
+        "timeoutSeconds": 3600,
+        "autoTelemetry": false,
+        "cancel": false,
+    })
+}
+
+/// The namespace's objects: an Agent, an environment binding `model-keys#openai`, a pushed
+/// Fileset.
+fn catalog() -> InMemoryCatalog {
+    let agent = serde_json::from_value(json!({
+        "runtime": {"image": "errand.local/busybox:test", "command": ["sh", "-c", "echo 96"]},
+        "config": {"config_format": "agents-spec-v1", "name": "calculator", "provider": "openai"},
+    }))
+    .unwrap();
+    let environment = serde_json::from_value(json!({
+        "overlay": {"secrets": {"OPENAI_API_KEY": "model-keys#openai"}},
+        "compute": {"resources": {"limits": {"cpu": "500m", "nvidia.com/gpu": "1"}}},
+    }))
+    .unwrap();
+    InMemoryCatalog::default()
+        .with_agent(NS, "calculator", agent)
+        .with_environment(NS, "prod", environment)
+        .with_secret(NS, "model-keys", &[("openai", "sk-never-seen")])
+        .with_fileset(
+            NS,
+            "repo",
+            FilesetStatus {
+                digest: Some(format!("sha256:{}", "a".repeat(64))),
+                ..FilesetStatus::default()
+            },
+        )
+}
+
+/// The response of a decided review, as JSON the API server would read.
+fn answer(body: &[u8], catalog: &InMemoryCatalog) -> Value {
+    let request = parse(body).unwrap();
+    let verdict = match step(&request) {
+        Step::Decided(verdict) => verdict,
+        Step::Resolve { namespace, spec } => verdict(resolve_execution(&namespace, &spec, catalog)),
+    };
+    let review = respond(&request, verdict);
+    let text = serde_json::to_value(&review).unwrap();
+    assert_eq!(text["apiVersion"], "admission.k8s.io/v1", "{text}");
+    assert_eq!(text["kind"], "AdmissionReview", "{text}");
+    assert_eq!(
+        text["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "the uid is echoed"
+    );
+    text["response"].clone()
+}
+
+#[test]
+fn a_create_is_resolved_in_the_request_namespace() {
+    let body = review_body("CREATE", Some(execution(calculator_spec())), None);
+    let request = parse(&body).unwrap();
+    let Step::Resolve { namespace, spec } = step(&request) else {
+        panic!("a create needs resolution");
+    };
+    assert_eq!(namespace, NS);
+    assert_eq!(spec.input, "What is 12 multiplied by 8?");
+}
+
+#[test]
+fn a_valid_create_is_allowed() {
+    let body = review_body("CREATE", Some(execution(calculator_spec())), None);
+    let response = answer(&body, &catalog());
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[test]
+fn a_create_naming_a_missing_agent_is_refused_with_the_field_and_value() {
+    let mut spec = calculator_spec();
+    spec["agentRef"]["name"] = json!("nope");
+    let response = answer(
+        &review_body("CREATE", Some(execution(spec)), None),
+        &catalog(),
+    );
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 422);
+    assert_eq!(response["status"]["reason"], "Invalid");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"spec.agentRef.name: Agent "nope" not found in namespace "team-a""#),
+        "{message}"
+    );
+    assert_eq!(
+        response["status"]["details"]["causes"][0]["field"],
+        "spec.agentRef.name"
+    );
+    assert_eq!(response["status"]["details"]["kind"], "AgentExecution");
+    assert_eq!(response["status"]["details"]["group"], "errand.dev");
+}
+
+/// Every bad input of the admission rules in one spec: all of them are reported at once, each
+/// naming its field.
+#[test]
+fn every_problem_of_a_create_is_listed_at_once() {
+    let spec = json!({
+        "agent": {
+            "runtime": {"image": "errand.local/busybox:test", "command": ["sh"]},
+            "config": {"config_format": "agents-spec-v9", "name": "inline"},
+        },
+        "environment": {
+            "overlay": {"secrets": {
+                "AGENT_CONFIG_PATH": "model-keys#openai",
+                "OPENAI_API_KEY": "missing-secret#openai",
+                "ANTHROPIC_API_KEY": "model-keys#anthropic",
+            }},
+            "compute": {"resources": {"limits": {"ephemeral-storage": "1Gi"}}},
+        },
+        "workdir": {
+            "base": "no-such-fileset",
+            "artifactMounts": [
+                {"ref": "repo", "mountPath": "data"},
+                {"ref": "repo", "mountPath": "data/inner"},
+                {"ref": "repo", "mountPath": "../x"},
+            ],
+        },
+        "timeoutSeconds": 3600,
+    });
+    let response = answer(
+        &review_body("CREATE", Some(execution(spec)), None),
+        &catalog(),
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap();
+    let fields: Vec<&str> = response["status"]["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    for (field, value) in [
+        ("spec.agent.config.config_format", "agents-spec-v9"),
+        (
+            "spec.environment.overlay.secrets.AGENT_CONFIG_PATH",
+            "AGENT_CONFIG_PATH",
+        ),
+        (
+            "spec.environment.overlay.secrets.OPENAI_API_KEY",
+            "missing-secret",
+        ),
+        (
+            "spec.environment.overlay.secrets.ANTHROPIC_API_KEY",
+            "anthropic",
+        ),
+        (
+            "spec.environment.compute.resources.limits",
+            "ephemeral-storage",
+        ),
+        ("spec.workdir.base", "no-such-fileset"),
+        ("spec.workdir.artifactMounts[1].mountPath", "data/inner"),
+        ("spec.workdir.artifactMounts[2].mountPath", "../x"),
+    ] {
+        assert!(
+            fields.iter().any(|f| f.starts_with(field)),
+            "no cause for {field} in {fields:?}"
+        );
+        assert!(message.contains(value), "{value:?} not in {message}");
+    }
+    assert!(!message.contains("sk-never-seen"), "a secret value leaked");
+}
+
+#[test]
+fn a_reference_to_another_namespace_is_refused() {
+    let mut spec = calculator_spec();
+    spec["agentRef"]["namespace"] = json!("team-b");
+    let response = answer(
+        &review_body("CREATE", Some(execution(spec)), None),
+        &catalog(),
+    );
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"spec.agentRef.namespace: "team-b" is another namespace"#),
+        "{message}"
+    );
+}
+
+#[test]
+fn cancelling_is_allowed_without_resolving_even_when_the_agent_is_gone() {
+    let old = execution(calculator_spec());
+    let mut cancelled = calculator_spec();
+    cancelled["cancel"] = json!(true);
+    let body = review_body("UPDATE", Some(execution(cancelled)), Some(old));
+    let request = parse(&body).unwrap();
+    assert_eq!(step(&request), Step::Decided(Verdict::Allow));
+    let response = answer(&body, &InMemoryCatalog::default());
+    assert_eq!(response["allowed"], true);
+}
+
+#[test]
+fn an_update_may_not_uncancel_or_change_the_spec() {
+    let mut cancelled = calculator_spec();
+    cancelled["cancel"] = json!(true);
+    let body = review_body(
+        "UPDATE",
+        Some(execution(calculator_spec())),
+        Some(execution(cancelled)),
+    );
+    let response = answer(&body, &catalog());
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.cancel: true cannot change back to false")
+    );
+
+    let mut changed = calculator_spec();
+    changed["input"] = json!("What is 7 plus 5?");
+    changed["cancel"] = json!(true);
+    let body = review_body(
+        "UPDATE",
+        Some(execution(changed)),
+        Some(execution(calculator_spec())),
+    );
+    let response = answer(&body, &catalog());
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["details"]["causes"][0]["field"], "spec");
+}
+
+#[test]
+fn an_update_of_metadata_only_is_allowed() {
+    let mut labelled = execution(calculator_spec());
+    labelled["metadata"]["labels"] = json!({"team": "a"});
+    let body = review_body("UPDATE", Some(labelled), Some(execution(calculator_spec())));
+    assert_eq!(answer(&body, &catalog())["allowed"], true);
+}
+
+#[test]
+fn an_unreadable_object_is_refused_and_says_why() {
+    let mut spec = calculator_spec();
+    spec["timeoutSeconds"] = json!("an hour");
+    let response = answer(
+        &review_body("CREATE", Some(execution(spec)), None),
+        &catalog(),
+    );
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 400);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("object is not a valid AgentExecution"),
+        "{response}"
+    );
+}
+
+#[test]
+fn a_failed_lookup_is_refused_as_unavailable() {
+    let body = review_body("CREATE", Some(execution(calculator_spec())), None);
+    let request = parse(&body).unwrap();
+    let review = respond(&request, Verdict::Unavailable("connection refused".into()));
+    let response = serde_json::to_value(&review).unwrap()["response"].clone();
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["code"], 503);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("could not check the objects the execution names: connection refused")
+    );
+}
+
+#[test]
+fn a_body_that_is_no_admission_review_gets_an_invalid_answer() {
+    let error =
+        parse(br#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#).unwrap_err();
+    assert!(matches!(error, ReviewError::NoRequest(_)), "{error}");
+    let error = parse(b"not json").unwrap_err();
+    assert!(matches!(error, ReviewError::Malformed(_)), "{error}");
+    let response = serde_json::to_value(unreadable(&error)).unwrap()["response"].clone();
+    assert_eq!(response["allowed"], false);
+    assert_eq!(response["status"]["reason"], "InvalidRequest");
+}
+
+#[test]
+fn deletes_and_status_writes_are_allowed_untouched() {
+    let body = review_body("DELETE", None, Some(execution(calculator_spec())));
+    assert_eq!(step(&parse(&body).unwrap()), Step::Decided(Verdict::Allow));
+    let mut status: Value = serde_json::from_slice(&review_body(
+        "UPDATE",
+        Some(execution(calculator_spec())),
+        Some(execution(calculator_spec())),
+    ))
+    .unwrap();
+    status["request"]["subResource"] = json!("status");
+    let request = parse(&serde_json::to_vec(&status).unwrap()).unwrap();
+    assert_eq!(step(&request), Step::Decided(Verdict::Allow));
+}

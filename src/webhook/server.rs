@@ -1,0 +1,192 @@
+//! The webhook's HTTPS endpoint: reads an AdmissionReview, resolves a create against the live objects, answers with the verdict.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use kube::Client;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info};
+
+use super::review::{self, Step, Verdict};
+use crate::api::AgentExecutionSpec;
+use crate::controller::catalog::ClusterCatalog;
+use crate::controller::metrics::Metrics;
+use crate::resolve::{InvalidSpec, Snapshot};
+
+/// The path the ValidatingWebhookConfiguration points at.
+pub const VALIDATE_PATH: &str = "/validate-agentexecution";
+
+/// Largest request body read: an AdmissionReview holds the object twice at most, and an
+/// object is at most 1.5 MiB in etcd.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long the lookups of one review may take. Below the configuration's `timeoutSeconds`
+/// (5 by default), so the user sees this webhook's own message rather than a timeout.
+const LOOKUP_BUDGET: Duration = Duration::from_secs(3);
+
+/// Resolves an execution's spec against the objects it names.
+pub trait Resolver: Send + Sync {
+    /// The spec's snapshot or its problems; `Err` when the lookups themselves failed.
+    fn resolve<'a>(
+        &'a self,
+        namespace: &'a str,
+        spec: &'a AgentExecutionSpec,
+    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>>;
+}
+
+/// Resolution against the controller's caches and the API server.
+pub struct ClusterResolver {
+    /// The API client (Secrets and cache misses are read with it).
+    pub client: Client,
+    /// The controller's caches.
+    pub catalog: ClusterCatalog,
+}
+
+impl Resolver for ClusterResolver {
+    fn resolve<'a>(
+        &'a self,
+        namespace: &'a str,
+        spec: &'a AgentExecutionSpec,
+    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>> {
+        Box::pin(async move {
+            crate::controller::catalog::resolve(&self.client, &self.catalog, namespace, spec)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// Everything a review needs.
+pub struct Admission {
+    /// Resolves creates.
+    pub resolver: Box<dyn Resolver>,
+    /// Counts and times reviews.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Admission {
+    /// Reviews one AdmissionReview body and returns the AdmissionReview to answer with.
+    pub async fn review(&self, body: &[u8]) -> Vec<u8> {
+        let started = Instant::now();
+        let (answer, label) = match review::parse(body) {
+            Err(error) => (review::unreadable(&error), "unreadable"),
+            Ok(request) => {
+                let verdict = match review::step(&request) {
+                    Step::Decided(verdict) => verdict,
+                    Step::Resolve { namespace, spec } => {
+                        let resolution = tokio::time::timeout(
+                            LOOKUP_BUDGET,
+                            self.resolver.resolve(&namespace, &spec),
+                        )
+                        .await;
+                        match resolution {
+                            Ok(Ok(resolution)) => review::verdict(resolution),
+                            Ok(Err(message)) => Verdict::Unavailable(message),
+                            Err(_) => Verdict::Unavailable(format!(
+                                "the lookups took longer than {}s",
+                                LOOKUP_BUDGET.as_secs()
+                            )),
+                        }
+                    }
+                };
+                let label = verdict_label(&verdict);
+                if !matches!(verdict, Verdict::Allow) {
+                    info!(
+                        namespace = request.namespace.as_deref().unwrap_or_default(),
+                        name = %request.name,
+                        operation = ?request.operation,
+                        verdict = label,
+                        "refused an AgentExecution"
+                    );
+                }
+                (review::respond(&request, verdict), label)
+            }
+        };
+        self.metrics
+            .admission_reviewed(label, started.elapsed().as_secs_f64());
+        serde_json::to_vec(&answer).expect("an AdmissionReview serializes")
+    }
+}
+
+fn verdict_label(verdict: &Verdict) -> &'static str {
+    match verdict {
+        Verdict::Allow => "allowed",
+        Verdict::Invalid(_) => "invalid",
+        Verdict::Malformed(_) => "malformed",
+        Verdict::Unavailable(_) => "unavailable",
+    }
+}
+
+type Body = Full<Bytes>;
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(text.as_bytes())))
+        .expect("a static response is valid")
+}
+
+/// Answers one HTTP request.
+async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
+    if request.uri().path() != VALIDATE_PATH {
+        return plain(StatusCode::NOT_FOUND, "not found\n");
+    }
+    if request.method() != Method::POST {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n");
+    }
+    let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "body too large or cut off\n"),
+    };
+    Response::builder()
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(admission.review(&body).await)))
+        .expect("a JSON response is valid")
+}
+
+/// Serves the webhook over TLS on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, admission: Arc<Admission>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                debug!("accepting a webhook connection: {e}");
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let admission = Arc::clone(&admission);
+        tokio::spawn(async move {
+            let stream = match acceptor.accept(stream).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    debug!(%peer, "TLS handshake: {e}");
+                    return;
+                }
+            };
+            let service = service_fn(move |request: Request<Incoming>| {
+                let admission = Arc::clone(&admission);
+                async move { Ok::<_, Infallible>(route(&admission, request).await) }
+            });
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                debug!(%peer, "serving a webhook connection: {e}");
+            }
+        });
+    }
+}

@@ -1,0 +1,351 @@
+//! The Helm chart without a cluster: `helm lint` is clean and `helm template` renders what an operator of a production cluster expects (least-privilege RBAC, restricted pods, a fail-closed webhook kept off errand's own namespace).
+//!
+//! Needs `helm` on PATH (`hack/test.sh` puts the one it builds there). Without it the tests
+//! skip loudly, unless `ERRAND_CLUSTER_TESTS=1`, which makes a missing helm a failure.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+use support::cluster;
+
+fn chart() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/errand")
+}
+
+/// Runs helm with `args`; `None` (after a loud message) when helm is not installed.
+fn helm(args: &[&str]) -> Option<std::process::Output> {
+    match Command::new("helm").args(args).output() {
+        Ok(output) => Some(output),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            assert!(
+                !cluster::cluster_required(),
+                "{}=1 but helm is not on PATH (hack/test.sh puts it there)",
+                cluster::REQUIRED_ENV
+            );
+            eprintln!("!!!!!!!! SKIPPING CHART TEST: helm is not on PATH !!!!!!!!");
+            None
+        }
+        Err(e) => panic!("running helm: {e}"),
+    }
+}
+
+/// The objects `helm template` renders with these `--set` values.
+fn render(sets: &[&str]) -> Option<Vec<Value>> {
+    let chart = chart();
+    let mut args = vec![
+        "template",
+        "errand",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "errand-system",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let output = helm(&args)?;
+    assert!(
+        output.status.success(),
+        "helm template {sets:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    Some(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Every rule of every Role and ClusterRole that covers `resource`.
+fn rules_for<'a>(objects: &'a [Value], resource: &str) -> Vec<(&'a str, &'a Value)> {
+    objects
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+        .flat_map(|role| {
+            let kind = role["kind"].as_str().unwrap();
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(move |rule| (kind, rule))
+        })
+        .filter(|(_, rule)| strings(&rule["resources"]).contains(&resource))
+        .collect()
+}
+
+#[test]
+fn helm_lint_is_clean() {
+    let chart = chart();
+    for sets in [
+        vec![],
+        vec![
+            "webhook.certManager.enabled=true",
+            "controller.watchNamespace=team-a",
+        ],
+        vec![
+            "store.url=s3://results/errand",
+            "store.credentialsSecret=store-credentials",
+        ],
+    ] {
+        let mut args = vec!["lint", "--strict", chart.to_str().unwrap()];
+        for set in &sets {
+            args.extend(["--set", set]);
+        }
+        let Some(output) = helm(&args) else { return };
+        let text = String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "helm lint {sets:?}:\n{text}");
+        assert!(
+            !text.contains("[WARNING]") && !text.contains("[ERROR]"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn the_values_schema_refuses_bad_values() {
+    let chart = chart();
+    for bad in [
+        "store.url=ftp://results",
+        "webhook.timeoutSeconds=60",
+        "image.pullPolicy=Sometimes",
+        "controller.unknownSetting=1",
+    ] {
+        let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
+        else {
+            return;
+        };
+        assert!(!output.status.success(), "{bad} was accepted");
+        assert!(
+            String::from_utf8_lossy(&output.stderr)
+                .contains("values don't meet the specifications of the schema"),
+            "{bad}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
+    let Some(objects) = render(&[]) else { return };
+    for role in of_kind(&objects, "ClusterRole")
+        .into_iter()
+        .chain(of_kind(&objects, "Role"))
+    {
+        for rule in role["rules"].as_array().unwrap() {
+            for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
+                assert!(
+                    !strings(&rule[field]).contains(&"*"),
+                    "{} has a wildcard in {field}: {rule}",
+                    role["metadata"]["name"]
+                );
+            }
+        }
+    }
+    for (kind, rule) in rules_for(&objects, "secrets") {
+        let verbs = strings(&rule["verbs"]);
+        assert!(
+            !verbs.contains(&"list") && !verbs.contains(&"watch"),
+            "Secrets must never be listed or watched: {rule}"
+        );
+        if kind == "ClusterRole" {
+            assert_eq!(verbs, ["get", "create"], "{rule}");
+        } else if verbs.contains(&"update") {
+            assert_eq!(
+                strings(&rule["resourceNames"]),
+                ["errand-webhook-tls"],
+                "renewals are limited to the webhook's own Secret: {rule}"
+            );
+        }
+    }
+    let (_, lease_rule) = rules_for(&objects, "leases").pop().unwrap();
+    assert_eq!(strings(&lease_rule["verbs"]), ["get", "update"]);
+    assert_eq!(strings(&lease_rule["resourceNames"]), ["errand-controller"]);
+    let (_, webhook_rule) = rules_for(&objects, "validatingwebhookconfigurations")
+        .pop()
+        .expect("a rule to keep the CA bundle");
+    assert_eq!(
+        strings(&webhook_rule["resourceNames"]),
+        ["errand-errand-system"]
+    );
+}
+
+#[test]
+fn a_watched_namespace_gets_a_role_instead_of_a_cluster_role() {
+    let Some(objects) = render(&["controller.watchNamespace=team-a"]) else {
+        return;
+    };
+    let (kind, _) = rules_for(&objects, "agentexecutions").pop().unwrap();
+    assert_eq!(kind, "Role");
+    let role = of_kind(&objects, "Role")
+        .into_iter()
+        .find(|r| strings(&r["rules"][0]["resources"]).contains(&"agentexecutions"))
+        .unwrap();
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
+    let selector = &configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"];
+    assert_eq!(selector[1]["operator"], "In");
+    assert_eq!(strings(&selector[1]["values"]), ["team-a"]);
+}
+
+#[test]
+fn the_controller_runs_restricted_with_probes_and_resources() {
+    let Some(objects) = render(&[]) else { return };
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(strings(&security["capabilities"]["drop"]), ["ALL"]);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert!(container["resources"]["requests"]["memory"].is_string());
+    assert!(container["resources"]["limits"]["memory"].is_string());
+    let args = strings(&container["args"]);
+    assert!(args.contains(&"--webhook-listen=0.0.0.0:9443"), "{args:?}");
+    assert!(
+        args.contains(&"--webhook-configuration=errand-errand-system"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--store=file:///var/lib/errand/store"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--create-lease=false"),
+        "the chart owns the Lease"
+    );
+    assert_eq!(
+        of_kind(&objects, "Lease")[0]["metadata"]["name"],
+        "errand-controller"
+    );
+    let claim = of_kind(&objects, "PersistentVolumeClaim")[0];
+    assert_eq!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "store")
+            .unwrap()["persistentVolumeClaim"]["claimName"],
+        claim["metadata"]["name"]
+    );
+    let service = of_kind(&objects, "Service")[0];
+    let ports: Vec<&str> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(ports, ["webhook", "http"]);
+}
+
+#[test]
+fn the_webhook_fails_closed_and_stays_off_errands_own_namespace() {
+    let Some(objects) = render(&["webhook.excludeNamespaces={sandbox}"]) else {
+        return;
+    };
+    let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
+    let webhook = &configuration["webhooks"][0];
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(webhook["sideEffects"], "None");
+    assert!(webhook["timeoutSeconds"].as_i64().unwrap() <= 10);
+    assert_eq!(
+        strings(&webhook["rules"][0]["operations"]),
+        ["CREATE", "UPDATE"]
+    );
+    assert_eq!(
+        strings(&webhook["rules"][0]["resources"]),
+        ["agentexecutions"]
+    );
+    let excluded = &webhook["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(excluded["operator"], "NotIn");
+    assert_eq!(
+        strings(&excluded["values"]),
+        ["errand-system", "kube-system", "sandbox"]
+    );
+    assert_eq!(
+        webhook["clientConfig"]["service"]["path"],
+        "/validate-agentexecution"
+    );
+    assert!(
+        webhook["clientConfig"].get("caBundle").is_none(),
+        "the controller owns the CA bundle"
+    );
+}
+
+#[test]
+fn cert_manager_mode_issues_the_certificate_and_injects_the_ca() {
+    let Some(objects) = render(&["webhook.certManager.enabled=true"]) else {
+        return;
+    };
+    let certificate = of_kind(&objects, "Certificate")[0];
+    assert_eq!(
+        strings(&certificate["spec"]["dnsNames"])[0],
+        "errand.errand-system.svc"
+    );
+    assert_eq!(of_kind(&objects, "Issuer").len(), 1);
+    let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
+    assert_eq!(
+        configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "errand-system/errand-webhook"
+    );
+    let args = strings(
+        &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+    );
+    assert!(
+        args.contains(&"--webhook-cert-dir=/etc/errand/webhook-tls"),
+        "{args:?}"
+    );
+    assert!(rules_for(&objects, "validatingwebhookconfigurations").is_empty());
+}
+
+#[test]
+fn an_object_store_needs_no_volume_and_gets_its_credentials() {
+    let Some(objects) = render(&[
+        "store.url=s3://results/errand",
+        "store.credentialsSecret=store-credentials",
+        "kueue.defaultQueueName=team-queue",
+    ]) else {
+        return;
+    };
+    assert!(of_kind(&objects, "PersistentVolumeClaim").is_empty());
+    let container =
+        &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["envFrom"][0]["secretRef"]["name"],
+        "store-credentials"
+    );
+    let args = strings(&container["args"]);
+    assert!(args.contains(&"--store=s3://results/errand"));
+    assert!(args.contains(&"--default-queue-name=team-queue"));
+}
+
+#[test]
+fn the_test_hook_runs_the_calculator_and_checks_the_answer() {
+    let Some(objects) = render(&[]) else { return };
+    let pod = of_kind(&objects, "Pod")[0];
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let run = &pod["spec"]["initContainers"][0];
+    assert!(strings(&run["args"]).contains(&"--input=What is 12 multiplied by 8?"));
+    let config_map = of_kind(&objects, "ConfigMap")[0];
+    let agent = config_map["data"]["agent.yaml"].as_str().unwrap();
+    assert!(agent.contains(r#"[ "$answer" = 96 ]"#), "{agent}");
+    assert_eq!(pod["spec"]["containers"][0]["args"][0], "delete");
+}

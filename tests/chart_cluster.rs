@@ -1,0 +1,739 @@
+//! The Helm chart on the real test cluster, start to finish: `helm install` with the locally built images brings two controller replicas Ready in a namespace that enforces the `restricted` Pod Security Standard; `kubectl apply` of each bad input is refused naming its field and creates nothing; a valid execution runs there and its result is in the store; `helm test` passes; the webhook's cost on a create is measured; with the controller scaled to zero CEL still refuses what it can and the webhook fails closed; `helm upgrade` puts a removed webhook back; `helm uninstall` leaves nothing behind but the CRDs.
+//!
+//! One test, because every step needs the installed release and the steps run in this order.
+//! Needs `helm` and `kubectl` on PATH and the errand image in the node (`hack/test.sh` does
+//! both).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
+    ServiceAccount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
+use support::errand::{ERRAND_IMAGE, wait_for};
+
+use errand::api::{AgentExecution, Phase};
+use errand::store::Store;
+use errand::store::keys::{ExecutionId, ResultName};
+
+const RELEASE: &str = "errand";
+const RESTRICTED: (&str, &str) = ("pod-security.kubernetes.io/enforce", "restricted");
+/// Creates per benchmark phase, after a few unmeasured ones.
+const BENCH_CREATES: usize = 200;
+const BENCH_WARMUP: usize = 10;
+/// Room for image-less pod starts, staging and uploads on the 2-core CI machine.
+const RUN_WAIT: Duration = Duration::from_secs(240);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a command-line tool against the test cluster.
+fn tool(program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", cluster::kubeconfig_path())
+        .output()
+        .unwrap_or_else(|e| panic!("running {program} (hack/test.sh puts it on PATH): {e}"))
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// Runs `program args` and fails the test unless it succeeds; returns its output.
+fn succeed(program: &str, args: &[&str]) -> String {
+    let output = tool(program, args);
+    assert!(
+        output.status.success(),
+        "{program} {}:\n{}",
+        args.join(" "),
+        text(&output)
+    );
+    text(&output)
+}
+
+/// The install's settings for this cluster: locally built images that are never pulled, the
+/// API server where pods reach it, blob URLs by pod IP (no Service DNS or kube-proxy here),
+/// and a store volume bound to a directory of this machine.
+fn install_args<'a>(namespace: &'a str, storage_class: &'a str, port: &'a str) -> Vec<String> {
+    let (repository, tag) = ERRAND_IMAGE.rsplit_once(':').unwrap();
+    [
+        "--namespace",
+        namespace,
+        "--set",
+        &format!("image.repository={repository}"),
+        "--set",
+        &format!("image.tag={tag}"),
+        "--set",
+        "image.pullPolicy=Never",
+        "--set",
+        "controller.replicas=2",
+        "--set",
+        "controller.blobUrl=http://$(POD_IP):8080",
+        "--set",
+        "controller.extraEnv[0].name=KUBERNETES_SERVICE_HOST",
+        "--set",
+        &format!("controller.extraEnv[0].value={POD_GATEWAY}"),
+        "--set",
+        "controller.extraEnv[1].name=KUBERNETES_SERVICE_PORT",
+        "--set-string",
+        &format!("controller.extraEnv[1].value={port}"),
+        "--set",
+        &format!("store.persistence.storageClassName={storage_class}"),
+        "--set",
+        "store.persistence.size=1Gi",
+        "--set",
+        &format!("tests.agentImage={BUSYBOX_IMAGE}"),
+        "--set",
+        "tests.agentImagePullPolicy=Never",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// A directory of this machine as the release's store volume (there is no provisioner here).
+struct StoreVolume {
+    client: Client,
+    name: String,
+    dir: tempfile::TempDir,
+}
+
+impl StoreVolume {
+    async fn create(client: &Client, name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        // The controller runs as 65532 and a hostPath volume gets no fsGroup.
+        std::os::unix::fs::chown(dir.path(), Some(65532), Some(65532)).unwrap();
+        let volume: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {cluster::TEST_NAMESPACE_LABEL: "true"}},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": name,
+                "hostPath": {"path": dir.path(), "type": "Directory"},
+            },
+        }))
+        .unwrap();
+        Api::<PersistentVolume>::all(client.clone())
+            .create(&PostParams::default(), &volume)
+            .await
+            .unwrap();
+        Self {
+            client: client.clone(),
+            name: name.to_owned(),
+            dir,
+        }
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&format!("file://{}", self.dir.path().display())).unwrap()
+    }
+
+    async fn delete(self) {
+        Api::<PersistentVolume>::all(self.client)
+            .delete(&self.name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// Uninstalls the release when the test ends, also when it fails midway: a fail-closed webhook
+/// left behind without its controller would refuse every execution the later tests create.
+struct Installed {
+    namespace: String,
+    configuration: String,
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let _ = tool(
+            "helm",
+            &[
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                &self.namespace,
+                "--ignore-not-found",
+            ],
+        );
+        let _ = tool(
+            "kubectl",
+            &[
+                "delete",
+                "validatingwebhookconfiguration",
+                &self.configuration,
+                "--ignore-not-found",
+            ],
+        );
+    }
+}
+
+/// The field an invalid example promises to be refused at, and what refuses it.
+fn refusal(path: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let header = text
+        .lines()
+        .next()
+        .unwrap()
+        .strip_prefix("# refused: ")
+        .unwrap();
+    let (field, by) = header.split_once(' ').unwrap();
+    (field.to_owned(), by.trim_matches(['(', ')']).to_owned())
+}
+
+fn invalid_examples() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("examples/invalid"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+fn apply(namespace: &str, file: &Path) -> Output {
+    tool(
+        "kubectl",
+        &[
+            "apply",
+            "--namespace",
+            namespace,
+            "-f",
+            file.to_str().unwrap(),
+        ],
+    )
+}
+
+async fn executions(client: &Client, namespace: &str) -> Vec<AgentExecution> {
+    Api::<AgentExecution>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// Checks that the node has the errand image; `hack/images/errand-image.sh` imports it.
+async fn assert_errand_image_on_node(client: &Client) {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let present = nodes.items.iter().any(|node| {
+        node.status
+            .iter()
+            .flat_map(|s| s.images.iter().flatten())
+            .flat_map(|image| image.names.iter().flatten())
+            .any(|name| name.ends_with(ERRAND_IMAGE))
+    });
+    assert!(
+        present,
+        "{ERRAND_IMAGE} is not on the node: run `bash hack/images/errand-image.sh` (hack/test.sh does)"
+    );
+}
+
+/// Median client-side latency of `count` creates of a valid execution, after a warm-up.
+async fn median_create(client: &Client, namespace: &str, phase: &str) -> Duration {
+    let api = Api::<AgentExecution>::namespaced(client.clone(), namespace);
+    let mut samples = Vec::with_capacity(BENCH_CREATES);
+    for i in 0..BENCH_WARMUP + BENCH_CREATES {
+        // Held by a Kueue queue nobody serves: the Job stays suspended, so the runs cost the
+        // node nothing while the controller reconciles them as usual in both phases.
+        let execution: AgentExecution = serde_json::from_value(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": format!("bench-{phase}-{i}")},
+            "spec": {
+                "agentRef": {"name": "calculator"},
+                "environmentRef": {"name": "gpu"},
+                "input": "What is 12 multiplied by 8?",
+                "queueName": "errand-bench",
+            },
+        }))
+        .unwrap();
+        let started = Instant::now();
+        api.create(&PostParams::default(), &execution)
+            .await
+            .unwrap_or_else(|e| panic!("benchmark create {i} ({phase}): {e}"));
+        if i >= BENCH_WARMUP {
+            samples.push(started.elapsed());
+        }
+    }
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+async fn deployment_ready(client: &Client, namespace: &str, replicas: i32) {
+    let api = Api::<Deployment>::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("{replicas} ready controller replicas"),
+        RUN_WAIT,
+        || {
+            let api = api.clone();
+            async move {
+                let status = api.get(RELEASE).await.ok()?.status?;
+                (status.ready_replicas.unwrap_or(0) == replicas
+                    && status.replicas.unwrap_or(0) == replicas)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// The CA bundle the configuration trusts, once the controller has put it there.
+async fn ca_bundle(client: &Client, configuration: &str) -> Vec<u8> {
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    wait_for(
+        "the controller to put its CA into the webhook configuration",
+        Duration::from_secs(120),
+        || {
+            let api = api.clone();
+            async move {
+                let bundle = api.get(configuration).await.ok()?.webhooks?[0]
+                    .client_config
+                    .ca_bundle
+                    .clone()?;
+                (!bundle.0.is_empty()).then_some(bundle.0)
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    assert_errand_image_on_node(&client).await;
+    let release = TestNamespace::create_with_labels(&client, "chart", &[RESTRICTED]).await;
+    let ns = release.name().to_owned();
+    let configuration = format!("{RELEASE}-{ns}");
+    let volume = StoreVolume::create(&client, &format!("errand-store-{ns}")).await;
+    let port = cluster::apiserver_port_for_pods().to_string();
+    let chart = repo().join("charts/errand");
+    let chart = chart.to_str().unwrap();
+    let settings = install_args(&ns, &volume.name, &port);
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+
+    // Install: two replicas Ready in a restricted namespace.
+    let started = Instant::now();
+    let _installed = Installed {
+        namespace: ns.clone(),
+        configuration: configuration.clone(),
+    };
+    let mut install = vec!["install", RELEASE, chart, "--wait", "--timeout", "240s"];
+    install.extend(&settings);
+    succeed("helm", &install);
+    eprintln!(
+        "helm install: 2 controller replicas Ready after {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    deployment_ready(&client, &ns, 2).await;
+    let bundle = ca_bundle(&client, &configuration).await;
+    let tls = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get(&format!("{RELEASE}-webhook-tls"))
+        .await
+        .expect("the controller keeps its certificate in a Secret");
+    assert_eq!(tls.data.as_ref().unwrap()["ca.crt"].0, bundle);
+    assert_eq!(
+        tls.owner_references()[0].kind,
+        "ValidatingWebhookConfiguration",
+        "the certificate goes when the configuration does"
+    );
+
+    // A tenant namespace, restricted too, with the examples' objects.
+    let team = TestNamespace::create_with_labels(&client, "team", &[RESTRICTED]).await;
+    for file in [
+        "calculator/agent.yaml",
+        "environment/secret.yaml",
+        "environment/environment.yaml",
+    ] {
+        let output = apply(team.name(), &repo().join("examples").join(file));
+        assert!(output.status.success(), "{file}: {}", text(&output));
+    }
+
+    // Each bad input is refused at `kubectl apply`, naming its field; nothing is created.
+    for file in invalid_examples() {
+        let (field, by) = refusal(&file);
+        let started = Instant::now();
+        let output = apply(team.name(), &file);
+        let message = text(&output);
+        assert!(!output.status.success(), "{} was admitted", file.display());
+        assert!(
+            message.contains(&field),
+            "{}: the refusal does not name {field}: {message}",
+            file.display()
+        );
+        if by == "webhook" {
+            assert!(
+                message.contains(
+                    "admission webhook \"agentexecutions.errand.dev\" denied the request"
+                ),
+                "{message}"
+            );
+        }
+        eprintln!(
+            "refused in {:>4}ms by {by:7} {}",
+            started.elapsed().as_millis(),
+            message.trim()
+        );
+    }
+    assert!(
+        executions(&client, team.name()).await.is_empty(),
+        "a refused execution was created"
+    );
+
+    // A valid execution is admitted and runs in the restricted namespace; its answer is saved.
+    let output = apply(
+        team.name(),
+        &repo().join("examples/calculator/execution.yaml"),
+    );
+    assert!(output.status.success(), "{}", text(&output));
+    let api = Api::<AgentExecution>::namespaced(client.clone(), team.name());
+    let done = wait_for("the calculator to finish", RUN_WAIT, || {
+        let api = api.clone();
+        async move {
+            let execution = api.get("calculator-12x8").await.ok()?;
+            let phase = execution.status.as_ref()?.phase?;
+            phase.is_terminal().then_some(execution)
+        }
+    })
+    .await;
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Succeeded), "{status:?}");
+    let key = errand::store::keys::result(
+        &ExecutionId {
+            namespace: team.name().to_owned(),
+            name: done.name_any(),
+            uid: done.uid().unwrap(),
+        },
+        ResultName::RunResult,
+    )
+    .unwrap();
+    let chunks: Vec<Bytes> = volume
+        .store()
+        .get(&key)
+        .await
+        .expect("run_result is in the chart's store volume")
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&chunks.concat()).unwrap();
+    assert_eq!(
+        record["response"].as_str().map(str::trim),
+        Some("96"),
+        "{record}"
+    );
+
+    // helm test: the calculator again, from a hook pod, checked by its answer.
+    let started = Instant::now();
+    let output = tool(
+        "helm",
+        &[
+            "test",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--logs",
+            "--timeout",
+            "300s",
+        ],
+    );
+    assert!(output.status.success(), "helm test:\n{}", text(&output));
+    eprintln!(
+        "helm test passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // The webhook's cost on a valid create.
+    let bench = TestNamespace::create(&client, "bench").await;
+    for file in [
+        "calculator/agent.yaml",
+        "environment/secret.yaml",
+        "environment/environment.yaml",
+    ] {
+        assert!(
+            apply(bench.name(), &repo().join("examples").join(file))
+                .status
+                .success()
+        );
+    }
+    let with_webhook = median_create(&client, bench.name(), "webhook").await;
+
+    // The controller scaled to zero: CEL still refuses what it can, the rest fails closed.
+    succeed(
+        "kubectl",
+        &[
+            "scale",
+            "deployment",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--replicas=0",
+        ],
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    wait_for("the controller pods to go", RUN_WAIT, || {
+        let pods = pods.clone();
+        async move {
+            let listed = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+                .await
+                .ok()?;
+            listed.items.is_empty().then_some(())
+        }
+    })
+    .await;
+    for file in invalid_examples() {
+        let (field, by) = refusal(&file);
+        let output = apply(team.name(), &file);
+        let message = text(&output);
+        assert!(!output.status.success(), "{} was admitted", file.display());
+        if by == "webhook" {
+            assert!(
+                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
+                "{}: not a clear fail-closed message: {message}",
+                file.display()
+            );
+        } else {
+            assert!(message.contains(&field), "{}: {message}", file.display());
+        }
+    }
+    let output = tool(
+        "kubectl",
+        &[
+            "create",
+            "--namespace",
+            team.name(),
+            "-f",
+            repo()
+                .join("examples/inline-agent/execution.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert!(
+        !output.status.success(),
+        "a create passed without the webhook"
+    );
+    eprintln!(
+        "without the controller, creates fail closed: {}",
+        text(&output).trim()
+    );
+    assert_eq!(
+        executions(&client, team.name()).await.len(),
+        1,
+        "only the valid run exists"
+    );
+    succeed(
+        "kubectl",
+        &[
+            "scale",
+            "deployment",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--replicas=2",
+        ],
+    );
+    deployment_ready(&client, &ns, 2).await;
+
+    // The same creates with the webhook removed, the controller running as before.
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete(&configuration, &DeleteParams::default())
+        .await
+        .unwrap();
+    let without_webhook = median_create(&client, bench.name(), "plain").await;
+    let ratio = with_webhook.as_secs_f64() / without_webhook.as_secs_f64();
+    eprintln!(
+        "webhook admission benchmark ({BENCH_CREATES} creates each): median create {:.2}ms with the webhook, {:.2}ms without, ratio {ratio:.2} (target <= 1.5)",
+        with_webhook.as_secs_f64() * 1000.0,
+        without_webhook.as_secs_f64() * 1000.0,
+    );
+    assert!(
+        ratio <= 1.5,
+        "the webhook makes a create {ratio:.2}x slower"
+    );
+
+    // helm upgrade puts the configuration back and the controller trusts it again.
+    let mut upgrade = vec!["upgrade", RELEASE, chart, "--wait", "--timeout", "240s"];
+    upgrade.extend(&settings);
+    succeed("helm", &upgrade);
+    ca_bundle(&client, &configuration).await;
+    // Deleting the configuration took the certificate's Secret with it (it is owned), so the
+    // replicas make and share a new one; each picks it up within a check period.
+    let unknown_agent = repo().join("examples/invalid/unknown-agent.yaml");
+    wait_for(
+        "the webhook to refuse again",
+        Duration::from_secs(90),
+        || {
+            let output = apply(team.name(), &unknown_agent);
+            let refused = !output.status.success()
+                && text(&output).contains("denied the request")
+                && text(&output).contains("spec.agentRef.name");
+            std::future::ready(refused.then_some(()))
+        },
+    )
+    .await;
+
+    // The benchmark's executions go while the controller can still release them.
+    bench.delete().await;
+    team.delete().await;
+    let namespaces = Api::<Namespace>::all(client.clone());
+    wait_for("the tenant namespaces to go", RUN_WAIT, || {
+        let namespaces = namespaces.clone();
+        async move {
+            let listed = namespaces
+                .list(&ListParams::default().labels(cluster::TEST_NAMESPACE_LABEL))
+                .await
+                .ok()?;
+            let left = listed.items.iter().any(|n| {
+                let name = n.name_any();
+                name.starts_with("errand-bench-") || name.starts_with("errand-team-")
+            });
+            (!left).then_some(())
+        }
+    })
+    .await;
+
+    // helm uninstall leaves the CRDs and nothing else.
+    succeed(
+        "helm",
+        &[
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--wait",
+            "--timeout",
+            "120s",
+        ],
+    );
+    let instance = format!("app.kubernetes.io/instance={RELEASE}");
+    wait_for(
+        "everything of the release to go",
+        Duration::from_secs(120),
+        || {
+            let client = client.clone();
+            let ns = ns.clone();
+            let instance = instance.clone();
+            async move {
+                let by_label = ListParams::default().labels(&instance);
+                let all = ListParams::default();
+                let left = [
+                    Api::<Pod>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<Service>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<Deployment>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<Secret>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<Lease>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<Role>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<RoleBinding>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<AgentExecution>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .iter()
+                        .filter(|c| c.name_any() != "kube-root-ca.crt")
+                        .count(),
+                    Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+                        .list(&all)
+                        .await
+                        .ok()?
+                        .items
+                        .iter()
+                        .filter(|a| a.name_any() != "default")
+                        .count(),
+                    Api::<ClusterRole>::all(client.clone())
+                        .list(&by_label)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<ClusterRoleBinding>::all(client.clone())
+                        .list(&by_label)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                        .list(&by_label)
+                        .await
+                        .ok()?
+                        .items
+                        .len(),
+                ];
+                left.iter().all(|n| *n == 0).then_some(())
+            }
+        },
+    )
+    .await;
+    let crds = tool("kubectl", &["get", "crd", "agentexecutions.errand.dev"]);
+    assert!(crds.status.success(), "the CRDs stay: {}", text(&crds));
+
+    release.delete().await;
+    volume.delete().await;
+}

@@ -1,0 +1,164 @@
+//! The operator examples and the chart's copies stay true: valid examples resolve, each invalid one is refused naming the field its header promises, and the chart ships the same CRDs and calculator as the repository.
+
+use std::path::{Path, PathBuf};
+
+use errand::api::FilesetStatus;
+use errand::local::{Manifest, parse_manifests};
+use errand::resolve::{InMemoryCatalog, resolve_execution};
+
+const NS: &str = "team-a";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn manifests(path: &Path) -> Vec<Manifest> {
+    let text = std::fs::read_to_string(path).unwrap();
+    parse_manifests(&text, &path.display().to_string()).unwrap()
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A namespace holding every object the valid examples define, and both Filesets pushed.
+fn example_catalog() -> InMemoryCatalog {
+    let mut catalog = InMemoryCatalog::default();
+    for file in [
+        "calculator/agent.yaml",
+        "environment/secret.yaml",
+        "environment/environment.yaml",
+    ] {
+        for manifest in manifests(&repo().join("examples").join(file)) {
+            catalog = match manifest {
+                Manifest::Agent(agent) => {
+                    let name = agent.metadata.name.clone().unwrap();
+                    catalog.with_agent(NS, &name, agent.spec)
+                }
+                Manifest::Environment(environment) => {
+                    let name = environment.metadata.name.clone().unwrap();
+                    catalog.with_environment(NS, &name, environment.spec)
+                }
+                Manifest::Secret { name, data, .. } => {
+                    let pairs: Vec<(&str, &str)> =
+                        data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    catalog.with_secret(NS, &name, &pairs)
+                }
+                other => panic!("{file}: unexpected {other:?}"),
+            };
+        }
+    }
+    let pushed = |digit: char| FilesetStatus {
+        digest: Some(format!("sha256:{}", digit.to_string().repeat(64))),
+        ..FilesetStatus::default()
+    };
+    catalog
+        .with_fileset(NS, "repo", pushed('a'))
+        .with_fileset(NS, "datasets", pushed('b'))
+}
+
+fn execution_in(path: &Path) -> errand::api::AgentExecution {
+    match manifests(path).pop() {
+        Some(Manifest::Execution(execution)) => *execution,
+        other => panic!(
+            "{}: expected an AgentExecution, got {other:?}",
+            path.display()
+        ),
+    }
+}
+
+#[test]
+fn every_valid_example_execution_resolves() {
+    let catalog = example_catalog();
+    let examples = repo().join("examples");
+    let valid = [
+        "calculator/execution.yaml",
+        "environment/execution.yaml",
+        "inline-agent/execution.yaml",
+        "workdir/execution.yaml",
+    ];
+    for file in valid {
+        let execution = execution_in(&examples.join(file));
+        if let Err(e) = resolve_execution(NS, &execution.spec, &catalog) {
+            panic!("examples/{file}: {e}");
+        }
+    }
+    let gpu = execution_in(&examples.join("environment/execution.yaml"));
+    let snapshot = resolve_execution(NS, &gpu.spec, &catalog).unwrap();
+    let limits = &snapshot.compute.resources.unwrap().limits;
+    assert_eq!(limits["nvidia.com/gpu"].0, "1");
+    assert_eq!(snapshot.secrets[0].env, "OPENAI_API_KEY");
+}
+
+/// The header line `# refused: FIELD (by)` of an invalid example.
+fn refused_field(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let header = text.lines().next().unwrap_or_default();
+    let field = header
+        .strip_prefix("# refused: ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{}: no `# refused: FIELD` header", path.display()));
+    field.to_owned()
+}
+
+#[test]
+fn every_invalid_example_is_refused_naming_its_field() {
+    let catalog = example_catalog();
+    let files = yaml_files(&repo().join("examples/invalid"));
+    assert_eq!(files.len(), 10, "the ten bad inputs of the admission rules");
+    for path in files {
+        let field = refused_field(&path);
+        let execution = execution_in(&path);
+        let error = resolve_execution(NS, &execution.spec, &catalog)
+            .map(|_| ())
+            .expect_err(&format!("{} must be refused", path.display()));
+        assert!(
+            error.problems.iter().any(|p| p.field.starts_with(&field)),
+            "{}: expected a problem at {field}, got: {error}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn the_chart_ships_the_committed_crds() {
+    let committed = yaml_files(&repo().join("crds"));
+    let shipped = yaml_files(&repo().join("charts/errand/crds"));
+    let names = |files: &[PathBuf]| -> Vec<String> {
+        files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    };
+    assert_eq!(names(&shipped), names(&committed));
+    for (ours, theirs) in committed.iter().zip(&shipped) {
+        assert!(
+            std::fs::read(ours).unwrap() == std::fs::read(theirs).unwrap(),
+            "{} differs from {}: copy crds/ into charts/errand/crds/",
+            theirs.display(),
+            ours.display()
+        );
+    }
+}
+
+#[test]
+fn the_chart_test_runs_the_example_calculator() {
+    let Some(Manifest::Agent(agent)) =
+        manifests(&repo().join("examples/calculator/agent.yaml")).pop()
+    else {
+        panic!("the calculator example is an Agent");
+    };
+    let script = &agent.spec.runtime.command[2];
+    let shipped =
+        std::fs::read_to_string(repo().join("charts/errand/files/calculator.sh")).unwrap();
+    assert_eq!(
+        &shipped, script,
+        "charts/errand/files/calculator.sh differs from the calculator example's script"
+    );
+}
