@@ -43,11 +43,7 @@ fn busybox_job(name: &str, script: &str) -> serde_json::Value {
 
 /// The Kubernetes version `hack/testenv/tools/kubernetes/go.mod` pins.
 fn pinned_kubernetes_version() -> String {
-    let go_mod = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/hack/testenv/tools/kubernetes/go.mod"
-    ))
-    .expect("reading the Kubernetes tools module");
+    let go_mod = include_str!("../hack/testenv/tools/kubernetes/go.mod");
     go_mod
         .lines()
         .find_map(|line| {
@@ -224,10 +220,4 @@ async fn container_limits_reach_its_cgroup() {
 async fn required_but_unreachable_cluster_fails_with_how_to_start_it() {
     let missing = std::env::temp_dir().join("errand-no-such-dir/admin.kubeconfig");
     cluster::client_for(&missing, true).await;
-}
-
-#[tokio::test]
-async fn optional_unreachable_cluster_is_skipped() {
-    let missing = std::env::temp_dir().join("errand-no-such-dir/admin.kubeconfig");
-    assert!(cluster::client_for(&missing, false).await.is_none());
 }

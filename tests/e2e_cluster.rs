@@ -398,6 +398,82 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
+/// Pushes `dir` into the controller's store and records it as Fileset `name`, as
+/// `errand filesets push` does.
+async fn push_fileset(e2e: &E2e, name: &str, dir: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let pushed = e2e
+        .store()
+        .push_fileset(e2e.namespace.name(), &dir)
+        .await
+        .unwrap();
+    e2e.create(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+        "metadata": {"name": name},
+        "spec": {},
+    }))
+    .await;
+    e2e.api::<errand::api::Fileset>()
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "digest": format!("sha256:{}", pushed.digest),
+                "size": pushed.size,
+                "fileCount": pushed.file_count,
+            }})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workdir_is_staged_from_filesets_in_the_pod() {
+    let Some(e2e) = E2e::start("e2e-workdir").await else {
+        return;
+    };
+    push_fileset(&e2e, "repo", "examples/workdir/repo").await;
+    push_fileset(&e2e, "datasets", "examples/workdir/datasets").await;
+    let mut execution = example("examples/workdir/execution.yaml");
+    // The example names a public image; the node has only the local busybox.
+    execution["spec"]["agent"]["runtime"]["image"] = json!(cluster::BUSYBOX_IMAGE);
+    execution["spec"]["agent"]["runtime"]["imagePullPolicy"] = json!("Never");
+    let name = execution["metadata"]["name"].as_str().unwrap().to_owned();
+    e2e.create(execution).await;
+
+    let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    let staged = e2e.result_files(&done, ResultName::InputWorkdir).await;
+    let paths: Vec<&str> = staged.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            "README.md",
+            "data/eval/questions.csv",
+            "src/calc.py",
+            "vendor/datasets/eval/questions.csv",
+            "vendor/datasets/train.txt",
+        ]
+    );
+    assert_eq!(
+        staged["src/calc.py"],
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("examples/workdir/repo/src/calc.py")
+        )
+        .unwrap()
+    );
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    assert!(
+        artifacts["files.txt"].contains("./data/eval/questions.csv"),
+        "the agent saw the staged tree: {artifacts:?}"
+    );
+    assert_eq!(
+        e2e.result_json(&done, ResultName::RunResult).await["response"],
+        "5"
+    );
+    e2e.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
     let Some(e2e) = E2e::start("e2e-fail").await else {
@@ -508,17 +584,18 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     };
     e2e.create_agent("absent", "errand.local/no-such-agent:1", "true")
         .await;
-    e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 10}))
+    e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 30}))
         .await;
     let started = tokio::time::Instant::now();
     let done = e2e.wait_for_phase("absent", Phase::Failed).await;
+    let message = message_of(&done);
     assert_eq!(
         reason_of(&done, conditions::FAILED).as_deref(),
-        Some("ImagePullFailed")
+        Some("ImagePullFailed"),
+        "{message}"
     );
-    let message = message_of(&done);
     assert!(
-        message.contains("within 10s")
+        message.contains("within 30s")
             && message.contains("container agent")
             && message.contains("ErrImageNeverPull"),
         "{message}"

@@ -213,6 +213,14 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
         std::os::unix::fs::PermissionsExt::mode(&installed.permissions()) & 0o111 != 0,
         "the installed errand is executable"
     );
+    // The errand image's CA roots go along, for agent images that have none.
+    let roots = std::path::Path::new("/etc/ssl/certs/ca-certificates.crt");
+    if roots.is_file() {
+        assert_eq!(
+            std::fs::read(pod.root.join("bin/ca-certificates.crt")).unwrap(),
+            std::fs::read(roots).unwrap()
+        );
+    }
     assert_eq!(
         std::fs::read_to_string(pod.root.join("workspace/notes/question.txt")).unwrap(),
         "12 x 8"
@@ -399,10 +407,15 @@ struct SeenPut {
 }
 
 /// A server that accepts GETs of one blob and PUTs with a `Content-Length` only, as
-/// presigned object-store URLs do; it refuses its first request of each kind with 503.
-async fn sized_server(blob: &'static [u8]) -> (String, Arc<Mutex<Vec<SeenPut>>>) {
+/// presigned object-store URLs do; it refuses its first request of each kind with 503. With
+/// `tls` it speaks HTTPS.
+async fn sized_server(
+    blob: &'static [u8],
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> (String, Arc<Mutex<Vec<SeenPut>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let failed_once = Arc::new(Mutex::new(BTreeMap::<String, bool>::new()));
     let recorded = Arc::clone(&seen);
@@ -411,6 +424,7 @@ async fn sized_server(blob: &'static [u8]) -> (String, Arc<Mutex<Vec<SeenPut>>>)
             let (stream, _) = listener.accept().await.unwrap();
             let recorded = Arc::clone(&recorded);
             let failed_once = Arc::clone(&failed_once);
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
                     let recorded = Arc::clone(&recorded);
@@ -455,9 +469,22 @@ async fn sized_server(blob: &'static [u8]) -> (String, Arc<Mutex<Vec<SeenPut>>>)
                         reply(StatusCode::OK, b"")
                     }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    None => {
+                        let _ = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    }
+                    // A client that does not trust the CA ends the handshake.
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream).await {
+                            let _ = http
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await;
+                        }
+                    }
+                }
             });
         }
     });
@@ -476,7 +503,7 @@ fn stream(parts: &[&'static [u8]]) -> ByteStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry() {
-    let (url, seen) = sized_server(b"blob bytes").await;
+    let (url, seen) = sized_server(b"blob bytes", None).await;
     let spool = tempfile::tempdir().unwrap();
     let grants = Grants {
         execution: execution(),
@@ -488,7 +515,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
         uploads: UploadMode::Sized,
         expires_at: Timestamp::now(),
     };
-    let urls = SignedUrls::new(grants, spool.path()).unwrap();
+    let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
 
     let info = urls
         .put(
@@ -553,7 +580,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         uploads: UploadMode::Chunked,
         expires_at: Timestamp::now(),
     };
-    let urls = SignedUrls::new(grants, dir.path()).unwrap();
+    let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let upload = tokio::spawn(async move {
         urls.put(ResultName::RunResult, stream(&[b"late ", b"but saved"]))
             .await
@@ -577,4 +604,78 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         .await
         .unwrap();
     assert_eq!(saved.concat(), b"late but saved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
+    let material =
+        errand::webhook::certs::generate(&["127.0.0.1".to_owned()], Timestamp::now()).unwrap();
+    let certificate = Arc::new(errand::webhook::tls::ServingCertificate::default());
+    certificate
+        .load_pem(&material.cert_pem, &material.key_pem)
+        .unwrap();
+    let acceptor = errand::webhook::tls::acceptor(certificate).unwrap();
+    let (url, seen) = sized_server(b"over tls", Some(acceptor)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("ca.crt");
+    std::fs::write(&bundle, &material.ca_pem).unwrap();
+    let grants = Grants {
+        execution: execution(),
+        inputs: BTreeMap::from([("filesets/k".to_owned(), format!("{url}/in?sig=1"))]),
+        results: BTreeMap::from([(
+            "manifest.json".to_owned(),
+            format!("{url}/out/manifest.json?sig=2"),
+        )]),
+        uploads: UploadMode::Sized,
+        expires_at: Timestamp::now(),
+    };
+
+    let untrusting = SignedUrls::new(grants.clone(), dir.path(), None).unwrap();
+    let started = std::time::Instant::now();
+    let refused = untrusting.open("filesets/k").await.err().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "a refused certificate is not retried"
+    );
+    assert!(
+        refused.to_string().to_lowercase().contains("certificate"),
+        "{refused}"
+    );
+    assert!(
+        !refused.to_string().contains("sig=1"),
+        "the signature stays out of errors"
+    );
+
+    let trusting = SignedUrls::new(grants, dir.path(), Some(&bundle)).unwrap();
+    let blob: Vec<Bytes> = trusting
+        .open("filesets/k")
+        .await
+        .unwrap()
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(blob.concat(), b"over tls");
+    let info = trusting
+        .put(ResultName::Manifest, stream(&[b"{}"]))
+        .await
+        .unwrap();
+    assert_eq!(info.size, 2);
+    assert_eq!(seen.lock().unwrap().last().unwrap().body, b"{}");
+
+    std::fs::write(&bundle, "not a certificate").unwrap();
+    let error = SignedUrls::new(grants_without_urls(), dir.path(), Some(&bundle))
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("ca.crt"), "{error}");
+}
+
+fn grants_without_urls() -> Grants {
+    Grants {
+        execution: execution(),
+        inputs: BTreeMap::new(),
+        results: BTreeMap::new(),
+        uploads: UploadMode::Chunked,
+        expires_at: Timestamp::now(),
+    }
 }

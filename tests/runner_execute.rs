@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use errand::runner::archive::{Selection, Unpacker};
 use errand::runner::{
-    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StoreResults,
-    execute,
+    BlobRef, BlobSource, Invocation, MountRef, ResultSink, RunState, RunSummary, ScratchDir,
+    StagePlan, StoreResults, execute,
 };
-use errand::store::Store;
 use errand::store::keys::{self, ExecutionId, ResultName};
+use errand::store::{BlobBody, ByteStream, ObjectInfo, Store, StoreError};
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -582,4 +582,89 @@ async fn leftover_background_processes_do_not_hold_the_run() {
         "took {:?}",
         started.elapsed()
     );
+}
+
+/// A source that hands out byte streams, as remote stores and signed URLs do.
+struct Streaming(Store);
+
+impl BlobSource for Streaming {
+    async fn open(&self, key: &str) -> Result<BlobBody, StoreError> {
+        Ok(BlobBody::Stream(self.0.get(key).await?.into_stream()))
+    }
+}
+
+#[tokio::test]
+async fn staging_from_a_streaming_source() {
+    let env = Env::new();
+    let big: String = (0..200_000).map(|i| format!("line {i}\n")).collect();
+    let base = env
+        .fileset("base", &[("big.txt", big.as_str()), ("small.txt", "s")])
+        .await;
+    let plan = StagePlan {
+        base: Some(BlobRef {
+            key: base,
+            subpath: None,
+        }),
+        mounts: vec![],
+    };
+    let inv = env.invocation(
+        "00000000-0000-0000-0000-000000000010",
+        "wc -l < big.txt",
+        Duration::from_secs(30),
+    );
+    let sink = StoreResults::new(env.store.clone(), inv.execution.clone()).unwrap();
+    let summary = execute(
+        &inv,
+        &plan,
+        &Streaming(env.store.clone()),
+        &sink,
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(summary.state, RunState::Succeeded, "{summary:?}");
+    assert_eq!(summary.response.as_deref(), Some("200000"));
+}
+
+/// A sink that refuses one result, as a full disk or a revoked URL would.
+struct Refusing {
+    inner: StoreResults,
+    refuse: ResultName,
+}
+
+impl ResultSink for Refusing {
+    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
+        if name == self.refuse {
+            return Err(StoreError::AlreadyExists {
+                key: format!("refused/{name}"),
+            });
+        }
+        self.inner.put(name, body).await
+    }
+}
+
+#[tokio::test]
+async fn a_failed_upload_does_not_stop_the_other_results() {
+    let env = Env::new();
+    let inv = env.invocation(
+        "00000000-0000-0000-0000-000000000011",
+        "echo 96",
+        Duration::from_secs(30),
+    );
+    let sink = Refusing {
+        inner: StoreResults::new(env.store.clone(), inv.execution.clone()).unwrap(),
+        refuse: ResultName::OutputWorkdir,
+    };
+    let summary = execute(
+        &inv,
+        &StagePlan::default(),
+        &env.store,
+        &sink,
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(summary.state, RunState::Succeeded);
+    let error = summary.results_error.clone().unwrap();
+    assert!(error.starts_with("output_workdir: "), "{error}");
+    let names = env.assert_manifest_matches(&inv, &summary).await;
+    assert_eq!(names, ["input_workdir", "output_artifacts", "run_result"]);
 }

@@ -38,9 +38,14 @@ trap 'rm -rf "$work"' EXIT
 if [[ "$(readelf -l "$work/errand")" == *INTERP* ]]; then die "the errand binary is not static"; fi
 strip "$work/errand"
 
+# CA roots for HTTPS object stores, as in the Dockerfile: `errand stage` also hands them to
+# `run-agent`, whose agent image may have none.
+roots=()
+ca=/etc/ssl/certs/ca-certificates.crt
+[[ -f "$ca" ]] && roots=(--add "$ca:$ca:0644")
 # 65532: the conventional "nonroot" user, also the pods' default (controller::config).
 python3 "$images_dir/oci-image.py" --name "$image" --add "$work/errand:/usr/local/bin/errand:0755" \
-  --mkdir /tmp --entrypoint /usr/local/bin/errand --user 65532:65532 -o "$out"
+  "${roots[@]}" --mkdir /tmp --entrypoint /usr/local/bin/errand --user 65532:65532 -o "$out"
 if [[ "${ERRAND_IMAGE_NO_IMPORT:-0}" == 1 ]]; then
   echo "$out"
   exit 0

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -238,12 +238,20 @@ async fn progress(
         Some(job) => JobObservation::Present(job),
         None => JobObservation::Gone,
     };
-    let assessment = status::assess(Observed {
+    let mut observed = Observed {
         execution,
         job: observation,
         pods: &pod_refs,
+        pod_warnings: &[],
         now: Timestamp::now(),
-    });
+    };
+    let mut assessment = status::assess(observed);
+    let warnings;
+    if status::needs_pod_warnings(&observed, &assessment) {
+        warnings = pod_warnings(&pod_refs, namespace, ctx).await?;
+        observed.pod_warnings = &warnings;
+        assessment = status::assess(observed);
+    }
     if let Some(stop) = &assessment.stop {
         carry_out(stop, namespace, &job_name, ctx).await?;
     }
@@ -253,6 +261,28 @@ async fn progress(
         Some(after) if !terminal => Action::requeue(after + Duration::from_secs(1)),
         _ => Action::await_change(),
     })
+}
+
+/// The Warning events about `pods`, oldest first: read only when a start timed out.
+async fn pod_warnings(
+    pods: &[&Pod],
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Vec<status::PodWarning>> {
+    let api = Api::<k8s_openapi::api::core::v1::Event>::namespaced(ctx.client.clone(), namespace);
+    let mut warnings = Vec::new();
+    for uid in pods.iter().filter_map(|p| p.metadata.uid.as_deref()) {
+        let params =
+            ListParams::default().fields(&format!("involvedObject.uid={uid},type=Warning"));
+        let mut events = api
+            .list(&params)
+            .await
+            .map_err(Error::kube(format!("reading the events of pod {uid}")))?
+            .items;
+        events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+        warnings.extend(events.iter().filter_map(status::PodWarning::from_event));
+    }
+    Ok(warnings)
 }
 
 /// Deletes the pod (gracefully, so the runner saves partial results) or the whole Job.

@@ -28,6 +28,12 @@ pub const TERMINATION_LOG: &str = "/dev/termination-log";
 const STAGED_FILE: &str = "staged.json";
 /// Name of the errand binary in the shared bin directory.
 const BINARY_NAME: &str = "errand";
+/// The CA roots of the errand image, which `stage` installs beside the binary for `run-agent`.
+const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Name of the installed CA bundle in the shared bin directory.
+const CA_BUNDLE_NAME: &str = "ca-certificates.crt";
+/// Exit code when errand's own setup failed (its mounted inputs could not be read).
+const SETUP_FAILED: i32 = 2;
 
 /// Why a pod process could not start its work.
 #[derive(Debug, thiserror::Error)]
@@ -126,7 +132,8 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
         Ok(inputs) => inputs,
         Err(e) => return report_unsaved(paths, SummaryState::StageFailed, &e),
     };
-    let urls = match SignedUrls::new(grants.clone(), &paths.scratch) {
+    // The errand image's own roots serve staging.
+    let urls = match SignedUrls::new(grants.clone(), &paths.scratch, None) {
         Ok(urls) => urls,
         Err(e) => return report_unsaved(paths, SummaryState::StageFailed, &e.into()),
     };
@@ -185,7 +192,11 @@ pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Ve
         Ok(inputs) => inputs,
         Err(e) => return report_unsaved(paths, SummaryState::StartFailed, &e),
     };
-    let urls = match SignedUrls::new(grants.clone(), &paths.scratch) {
+    let urls = match SignedUrls::new(
+        grants.clone(),
+        &paths.scratch,
+        installed_ca_bundle().as_deref(),
+    ) {
         Ok(urls) => urls,
         Err(e) => return report_unsaved(paths, SummaryState::StartFailed, &e.into()),
     };
@@ -237,20 +248,40 @@ fn invocation(
     }
 }
 
-/// Copies this executable into `bin_dir`, through a temporary name so that the agent's
-/// container never sees a half-written binary.
+/// Copies this executable into `bin_dir`, with the errand image's CA roots when it has them
+/// (the agent's image may have none), each through a temporary name so that the agent's
+/// container never sees a half-written file.
 fn install_binary(bin_dir: &Path) -> Result<(), PodError> {
+    let exe = std::env::current_exe().map_err(|source| PodError::Install {
+        dir: bin_dir.to_owned(),
+        source,
+    })?;
+    install_file(&exe, bin_dir, BINARY_NAME, 0o755)?;
+    let roots = Path::new(IMAGE_CA_BUNDLE);
+    if roots.is_file() {
+        install_file(roots, bin_dir, CA_BUNDLE_NAME, 0o444)?;
+    }
+    Ok(())
+}
+
+fn install_file(from: &Path, bin_dir: &Path, name: &str, mode: u32) -> Result<(), PodError> {
     use std::os::unix::fs::PermissionsExt;
     let install_error = |source| PodError::Install {
         dir: bin_dir.to_owned(),
         source,
     };
-    let exe = std::env::current_exe().map_err(install_error)?;
-    let partial = bin_dir.join(format!(".{BINARY_NAME}.partial"));
-    std::fs::copy(&exe, &partial).map_err(install_error)?;
-    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+    let partial = bin_dir.join(format!(".{name}.partial"));
+    std::fs::copy(from, &partial).map_err(install_error)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(mode))
         .map_err(install_error)?;
-    std::fs::rename(&partial, bin_dir.join(BINARY_NAME)).map_err(install_error)
+    std::fs::rename(&partial, bin_dir.join(name)).map_err(install_error)
+}
+
+/// The CA bundle `stage` installed beside this executable, if it did.
+fn installed_ca_bundle() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bundle = exe.parent()?.join(CA_BUNDLE_NAME);
+    bundle.is_file().then_some(bundle)
 }
 
 /// Writes the summary of a finished run (or staging) and returns the exit code that goes
@@ -283,9 +314,6 @@ fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
         tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
     }
 }
-
-/// Exit code when errand's own setup failed.
-const SETUP_FAILED: i32 = 2;
 
 /// The exit code that reflects a run: 0 only for a success whose results were all saved; the
 /// agent's own code when it failed; the shell's conventions for the other endings.

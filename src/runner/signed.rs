@@ -41,17 +41,37 @@ pub struct SignedUrls {
 }
 
 impl SignedUrls {
-    /// A client for `grants`; sized uploads are spooled in `spool_dir`.
-    pub fn new(grants: Grants, spool_dir: impl Into<PathBuf>) -> Result<SignedUrls, StoreError> {
-        let client = reqwest::Client::builder()
+    /// A client for `grants`; sized uploads are spooled in `spool_dir`. HTTPS URLs are checked
+    /// against the system's CA roots and those in the PEM bundle `ca_bundle`, if given: the
+    /// agent's image may have no roots of its own.
+    pub fn new(
+        grants: Grants,
+        spool_dir: impl Into<PathBuf>,
+        ca_bundle: Option<&Path>,
+    ) -> Result<SignedUrls, StoreError> {
+        let setup_error = |what: &str, reason: String| StoreError::Signed {
+            operation: "setup",
+            name: what.to_owned(),
+            reason,
+        };
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(STALL_TIMEOUT)
+            .read_timeout(STALL_TIMEOUT);
+        if let Some(path) = ca_bundle {
+            let what = format!("the CA bundle {}", path.display());
+            let pem = std::fs::read(path).map_err(|e| setup_error(&what, e.to_string()))?;
+            let roots = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| setup_error(&what, e.to_string()))?;
+            if roots.is_empty() {
+                return Err(setup_error(&what, "it holds no certificate".into()));
+            }
+            for root in roots {
+                builder = builder.add_root_certificate(root);
+            }
+        }
+        let client = builder
             .build()
-            .map_err(|e| StoreError::Signed {
-                operation: "setup",
-                name: "the HTTP client".into(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| setup_error("the HTTP client", e.to_string()))?;
         Ok(SignedUrls {
             client,
             grants,
@@ -222,9 +242,30 @@ impl ResultSink for SignedUrls {
     }
 }
 
-/// Errors worth another attempt: the server could not be reached or did not answer in time.
+/// Errors worth another attempt: the server could not be reached (yet) or did not answer in
+/// time. A refused certificate or a bad URL fails at once.
 fn retryable(error: &reqwest::Error) -> bool {
-    error.is_connect() || error.is_timeout()
+    use std::error::Error as _;
+    if error.is_timeout() {
+        return true;
+    }
+    let mut source = error.source();
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return matches!(
+                io.kind(),
+                io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::NotConnected
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::HostUnreachable
+                    | io::ErrorKind::NetworkUnreachable
+            );
+        }
+        source = cause.source();
+    }
+    false
 }
 
 fn transport(operation: &'static str, name: &str, error: &reqwest::Error) -> StoreError {

@@ -2,6 +2,7 @@
 //! directory, which is then saved as `input_workdir`.
 
 use std::io::{self, Read};
+use std::path::Path;
 
 use bytes::{Buf, Bytes};
 use futures::StreamExt;
@@ -10,7 +11,6 @@ use super::archive::{self, Selection, Unpacker};
 use super::{BlobRef, BlobSource, ResultSink, RunnerError, SavedResult, StagePlan};
 use crate::store::keys::ResultName;
 use crate::store::{BlobBody, ByteStream};
-use std::path::Path;
 
 /// Extracts `plan` into `workdir` (created if missing) and saves the result as `input_workdir`.
 pub async fn stage<S: BlobSource, K: ResultSink>(
@@ -40,7 +40,13 @@ pub async fn stage<S: BlobSource, K: ResultSink>(
         })
         .await??;
     }
-    tokio::task::spawn_blocking(move || unpacker.finish()).await??;
+    let staged = tokio::task::spawn_blocking(move || unpacker.finish()).await??;
+    tracing::info!(
+        workdir = %workdir.display(),
+        files = staged.files,
+        bytes = staged.bytes,
+        "staged the working directory"
+    );
 
     let packing = archive::pack_dir(workdir)?;
     let put = sink.put(ResultName::InputWorkdir, packing.stream).await;

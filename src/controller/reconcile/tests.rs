@@ -304,6 +304,7 @@ async fn an_unchanged_running_execution_costs_no_request() {
         execution: &starting,
         job: JobObservation::Present(&owned_job()),
         pods: &[&running_pod()],
+        pod_warnings: &[],
         now: Timestamp::now(),
     })
     .status;

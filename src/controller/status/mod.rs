@@ -48,8 +48,64 @@ pub struct Observed<'a> {
     pub job: JobObservation<'a>,
     /// The pods of its Job (at most one is expected).
     pub pods: &'a [&'a Pod],
+    /// Warning events about the pod, read only once its start timed out (see
+    /// [`needs_pod_warnings`]).
+    pub pod_warnings: &'a [PodWarning],
     /// The current time.
     pub now: Timestamp,
+}
+
+/// A Warning event the kubelet or the scheduler published about a pod. The kubelet's container
+/// status can drop back to `PodInitializing` between two pull attempts, so the event is what
+/// still names the cause when the start timeout passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodWarning {
+    /// The container the event is about, if it names one.
+    pub container: Option<String>,
+    /// The event's reason, e.g. `ErrImageNeverPull` or `Failed`.
+    pub reason: String,
+    /// The event's message.
+    pub message: String,
+}
+
+impl PodWarning {
+    /// The warning an event carries, if it is a Warning.
+    pub fn from_event(event: &k8s_openapi::api::core::v1::Event) -> Option<Self> {
+        if event.type_.as_deref() != Some("Warning") {
+            return None;
+        }
+        // `spec.containers{agent}` or `spec.initContainers{errand-stage}`.
+        let container = event
+            .involved_object
+            .field_path
+            .as_deref()
+            .and_then(|path| path.split_once('{'))
+            .map(|(_, rest)| rest.trim_end_matches('}').to_owned());
+        Some(Self {
+            container,
+            reason: event.reason.clone().unwrap_or_default(),
+            message: event.message.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Whether the event says an image cannot be pulled.
+    fn is_image_pull(&self) -> bool {
+        IMAGE_PULL_REASONS.contains(&self.reason.as_str())
+            || (self.reason == "Failed"
+                && IMAGE_PULL_REASONS.iter().any(|r| self.message.contains(r)))
+    }
+}
+
+/// Whether `assessment` failed the start for no reason the pod's status gave, so that the
+/// pod's Warning events should be read and the execution assessed again with them.
+pub fn needs_pod_warnings(observed: &Observed<'_>, assessment: &Assessment) -> bool {
+    observed.pod_warnings.is_empty()
+        && !observed.pods.is_empty()
+        && assessment
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == conditions::FAILED && c.reason == reason::START_TIMEOUT)
 }
 
 /// What must be stopped to carry out the status.
@@ -199,7 +255,13 @@ pub fn assess(observed: Observed<'_>) -> Assessment {
             }
         }
         Some(pod) if agent_started(pod).is_some() => running(execution, pod, observed.now),
-        Some(pod) => pending(execution, job, Some(pod), observed.now),
+        Some(pod) => pending(
+            execution,
+            job,
+            Some(pod),
+            observed.pod_warnings,
+            observed.now,
+        ),
         None => match job_failure(job) {
             Some(job_reason) => {
                 let outcome = if execution.spec.cancel {
@@ -228,7 +290,7 @@ pub fn assess(observed: Observed<'_>) -> Assessment {
                 stop: None,
                 recheck_after: None,
             },
-            None => pending(execution, job, None, observed.now),
+            None => pending(execution, job, None, &[], observed.now),
         },
     }
 }
@@ -261,7 +323,13 @@ fn running(execution: &AgentExecution, pod: &Pod, now: Timestamp) -> Assessment 
 }
 
 /// Nothing runs yet: Starting, until the start timeout or a cancel ends it.
-fn pending(execution: &AgentExecution, job: &Job, pod: Option<&Pod>, now: Timestamp) -> Assessment {
+fn pending(
+    execution: &AgentExecution,
+    job: &Job,
+    pod: Option<&Pod>,
+    warnings: &[PodWarning],
+    now: Timestamp,
+) -> Assessment {
     let queued = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
     if execution.spec.cancel {
         let outcome = Outcome::cancelled("cancelled before the agent started".into());
@@ -314,7 +382,7 @@ fn pending(execution: &AgentExecution, job: &Job, pod: Option<&Pod>, now: Timest
             recheck_after: Some(Duration::from_secs(remaining)),
         };
     }
-    let outcome = start_timeout_outcome(pod, limit);
+    let outcome = start_timeout_outcome(pod, warnings, limit);
     Assessment {
         status: outcome.apply(execution, now, pod),
         stop: Some(Stop::DeleteJob),
@@ -322,8 +390,9 @@ fn pending(execution: &AgentExecution, job: &Job, pod: Option<&Pod>, now: Timest
     }
 }
 
-/// Why the pod has not started after `limit` seconds, in the scheduler's or kubelet's words.
-fn start_timeout_outcome(pod: Option<&Pod>, limit: i64) -> Outcome {
+/// Why the pod has not started after `limit` seconds, in the scheduler's or kubelet's words:
+/// from its status first, then from its Warning events.
+fn start_timeout_outcome(pod: Option<&Pod>, warnings: &[PodWarning], limit: i64) -> Outcome {
     let after = format!("the pod did not start within {limit}s");
     let Some(pod) = pod else {
         return Outcome::failed(
@@ -351,6 +420,16 @@ fn start_timeout_outcome(pod: Option<&Pod>, limit: i64) -> Outcome {
             other = Some(format!("{after}: container {container}: {why}: {message}"));
         }
     }
+    if let Some(warning) = warnings.iter().find(|w| w.is_image_pull()) {
+        let container = warning.container.as_deref().unwrap_or("?");
+        return Outcome::failed(
+            reason::IMAGE_PULL_FAILED,
+            format!(
+                "{after}: container {container}: {}: {}",
+                warning.reason, warning.message
+            ),
+        );
+    }
     let unscheduled = pod
         .status
         .as_ref()
@@ -369,7 +448,14 @@ fn start_timeout_outcome(pod: Option<&Pod>, limit: i64) -> Outcome {
             ),
         );
     }
-    Outcome::failed(reason::START_TIMEOUT, other.unwrap_or(after))
+    let warned = warnings.last().map(|w| {
+        let container = w.container.as_deref().unwrap_or("?");
+        format!(
+            "{after}: container {container}: {}: {}",
+            w.reason, w.message
+        )
+    });
+    Outcome::failed(reason::START_TIMEOUT, other.or(warned).unwrap_or(after))
 }
 
 /// How a finished pod ended, most specific cause first.

@@ -204,6 +204,7 @@ fn assess_at(execution: &AgentExecution, job: &Job, pods: &[Pod], offset: i64) -
         execution,
         job: JobObservation::Present(job),
         pods: &pods,
+        pod_warnings: &[],
         now: now(offset),
     })
 }
@@ -668,6 +669,7 @@ fn a_deleted_job_fails_the_execution_and_is_not_replaced() {
         execution: &e,
         job: JobObservation::Gone,
         pods: &[],
+        pod_warnings: &[],
         now: now(50),
     });
     assert_eq!(assessment.status.phase, Some(Phase::Failed));
@@ -721,4 +723,88 @@ fn durations_read_like_kubectl() {
     assert_eq!(format_duration(125), "2m5s");
     assert_eq!(format_duration(3723), "1h2m3s");
     assert_eq!(format_duration(-3), "0s");
+}
+
+#[test]
+fn a_start_timeout_without_a_reason_in_the_status_takes_it_from_the_pods_warnings() {
+    let e = execution();
+    // Between two pull attempts the kubelet reports the agent as PodInitializing again.
+    let pods = [pod(
+        "Pending",
+        vec![staged()],
+        vec![waiting("agent", "PodInitializing", "")],
+    )];
+    let pod_refs: Vec<&Pod> = pods.iter().collect();
+    let job = job();
+    let mut observed = Observed {
+        execution: &e,
+        job: JobObservation::Present(&job),
+        pods: &pod_refs,
+        pod_warnings: &[],
+        now: now(123),
+    };
+    let first = assess(observed);
+    assert_eq!(
+        condition(&first.status, conditions::FAILED).unwrap().reason,
+        reason::START_TIMEOUT
+    );
+    assert!(needs_pod_warnings(&observed, &first));
+
+    let event = k8s_openapi::api::core::v1::Event {
+        type_: Some("Warning".into()),
+        reason: Some("ErrImageNeverPull".into()),
+        message: Some("Container image \"nope:1\" is not present with pull policy of Never".into()),
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            field_path: Some("spec.containers{agent}".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let normal = k8s_openapi::api::core::v1::Event {
+        type_: Some("Normal".into()),
+        ..event.clone()
+    };
+    assert_eq!(PodWarning::from_event(&normal), None);
+    let warnings = [PodWarning::from_event(&event).unwrap()];
+    assert_eq!(warnings[0].container.as_deref(), Some("agent"));
+    observed.pod_warnings = &warnings;
+    let second = assess(observed);
+    let failed = condition(&second.status, conditions::FAILED).unwrap();
+    assert_eq!(failed.reason, reason::IMAGE_PULL_FAILED);
+    assert!(
+        failed
+            .message
+            .contains("container agent: ErrImageNeverPull"),
+        "{}",
+        failed.message
+    );
+    assert_eq!(second.stop, Some(Stop::DeleteJob));
+    assert!(!needs_pod_warnings(&observed, &second), "read once");
+}
+
+#[test]
+fn other_warnings_explain_a_start_timeout_too() {
+    let e = execution();
+    let pods = [pod("Pending", vec![], vec![])];
+    let pod_refs: Vec<&Pod> = pods.iter().collect();
+    let job = job();
+    let warnings = [PodWarning {
+        container: None,
+        reason: "FailedMount".into(),
+        message: "secret \"model-keys\" not found".into(),
+    }];
+    let assessment = assess(Observed {
+        execution: &e,
+        job: JobObservation::Present(&job),
+        pods: &pod_refs,
+        pod_warnings: &warnings,
+        now: now(123),
+    });
+    let failed = condition(&assessment.status, conditions::FAILED).unwrap();
+    assert_eq!(failed.reason, reason::START_TIMEOUT);
+    assert!(
+        failed
+            .message
+            .contains("FailedMount: secret \"model-keys\" not found")
+    );
 }

@@ -6,9 +6,9 @@
 //! of a chunk depends only on its bytes, so the output is the same whatever the thread timing —
 //! filesets stay content-addressable.
 //!
-//! Blocks whose bytes are close to uniformly distributed (compressed media, archives, weights)
-//! gain nothing from deflate but cost as much CPU as text, so they are written as stored deflate
-//! blocks: same size as gzip's output for such data, at memcpy speed.
+//! Blocks whose bytes are close to uniformly distributed (compressed media, archives, encrypted
+//! data) gain nothing from deflate but cost as much CPU as text, so they are written as stored
+//! deflate blocks: the same size as gzip's output for such data, at memcpy speed.
 
 use std::io::{self, Read};
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -36,9 +36,18 @@ const MAX_STORED: usize = 65_535;
 const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
 
 /// The writing end of the pipeline: callers fill chunks, which are compressed in parallel.
+/// The worker threads start with the first full chunk, so a stream that fits in one chunk
+/// (most run records and small workdirs) is compressed on the caller's thread instead.
 pub(super) struct Chunker {
     buf: Vec<u8>,
     len: usize,
+    workers: usize,
+    out: tokio::sync::mpsc::Sender<io::Result<Bytes>>,
+    running: Option<Workers>,
+}
+
+/// The channels to the worker threads, once they run.
+struct Workers {
     jobs: SyncSender<Job>,
     order: SyncSender<Receiver<io::Result<Bytes>>>,
     recycled: Receiver<Vec<u8>>,
@@ -50,13 +59,24 @@ struct Job {
     reply: SyncSender<io::Result<Bytes>>,
 }
 
-/// Starts `workers` compression threads and one thread that hands their output, in order, to
-/// `out`. Memory in flight is bounded by the channel capacities: about `4 * workers + 2` chunks.
+/// A pipeline that hands compressed output, in order, to `out`, with up to `workers`
+/// compression threads. Memory in flight is bounded by the channel capacities: about
+/// `4 * workers + 2` chunks.
 pub(super) fn pipeline(
     workers: usize,
     out: tokio::sync::mpsc::Sender<io::Result<Bytes>>,
 ) -> Chunker {
-    let workers = workers.max(1);
+    Chunker {
+        buf: vec![0; CHUNK],
+        len: 0,
+        workers: workers.max(1),
+        out,
+        running: None,
+    }
+}
+
+/// Starts the compression threads and the thread that emits their output in chunk order.
+fn start_workers(workers: usize, out: tokio::sync::mpsc::Sender<io::Result<Bytes>>) -> Workers {
     let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(workers);
     let (order_tx, order_rx) = mpsc::sync_channel::<Receiver<io::Result<Bytes>>>(2 * workers);
     let (recycle_tx, recycle_rx) = mpsc::channel::<Vec<u8>>();
@@ -77,9 +97,7 @@ pub(super) fn pipeline(
             }
         }
     });
-    Chunker {
-        buf: vec![0; CHUNK],
-        len: 0,
+    Workers {
         jobs: jobs_tx,
         order: order_tx,
         recycled: recycle_rx,
@@ -170,18 +188,31 @@ impl Chunker {
     }
 
     fn send_chunk(&mut self) -> Result<(), Closed> {
-        let fresh = self.recycled.try_recv().unwrap_or_else(|_| vec![0; CHUNK]);
+        let (workers, out) = (self.workers, &self.out);
+        let running = self
+            .running
+            .get_or_insert_with(|| start_workers(workers, out.clone()));
+        let fresh = running
+            .recycled
+            .try_recv()
+            .unwrap_or_else(|_| vec![0; CHUNK]);
         let data = std::mem::replace(&mut self.buf, fresh);
         let len = std::mem::take(&mut self.len);
         let (reply, slot) = mpsc::sync_channel(1);
-        self.jobs
+        running
+            .jobs
             .send(Job { data, len, reply })
             .map_err(|_| Closed)?;
-        self.order.send(slot).map_err(|_| Closed)
+        running.order.send(slot).map_err(|_| Closed)
     }
 
     /// Sends the last partial chunk; the output stream ends once it is compressed.
     pub(super) fn finish(mut self) -> Result<(), Closed> {
+        if self.running.is_none() {
+            // Everything fit in one chunk: compress it here, the same bytes a worker would make.
+            let member = Compressor::new().gzip(&self.buf[..self.len]);
+            return self.out.blocking_send(member).map_err(|_| Closed);
+        }
         if self.len > 0 {
             self.send_chunk()?;
         }
@@ -203,7 +234,9 @@ impl Compressor {
 
     /// `chunk` as gzip members: one per run of consecutive blocks of the same kind.
     fn gzip(&mut self, chunk: &[u8]) -> io::Result<Bytes> {
-        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8 + 1024);
+        // Room for the worst case (stored data plus framing) up front: growing by doubling
+        // would leave most buffers half empty while they wait for the upload.
+        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 256 + 8192);
         let mut start = 0;
         while start < chunk.len() {
             let store = incompressible(&chunk[start..(start + BLOCK).min(chunk.len())]);
@@ -238,8 +271,9 @@ impl Compressor {
         self.deflate.reset();
         let mut consumed = 0usize;
         loop {
-            let remaining = data.len() - consumed;
-            out.reserve(remaining + remaining / 8 + 64 * 1024);
+            if out.capacity() - out.len() < 1024 {
+                out.reserve_exact(64 * 1024);
+            }
             let before = self.deflate.total_in();
             let status = self
                 .deflate

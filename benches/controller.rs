@@ -1,0 +1,370 @@
+//! Benchmark: the controller's overhead against creating Jobs directly, on the real test cluster.
+//!
+//! Runs only under `cargo bench --bench controller` with the test cluster up. Every Job is
+//! suspended (executions carry a Kueue `queueName`, direct Jobs set `suspend: true`), so the
+//! numbers measure the API path, not pods. It prints, in one run:
+//! - the median and p99 of AgentExecution create → Job seen, over the same measure for a direct
+//!   Job create, over 200 interleaved submissions each;
+//! - the time until 500 executions created at once all have Jobs, over 500 direct Jobs at the
+//!   same client concurrency;
+//! - the controller's API writes per execution up to its Job, and its writes after a restart
+//!   with the finished executions present;
+//! - the controller's memory growth per execution with 2,000 executions present.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
+use errand::controller::config::ControllerConfig;
+use errand::controller::names::job_name;
+use errand::controller::{ControllerOptions, run};
+use errand::store::Store;
+use errand::store::grants::HmacSigner;
+
+const SEQUENTIAL: usize = 200;
+const BURST: usize = 500;
+const PRESENT: usize = 2000;
+const CONCURRENCY: usize = 10;
+
+/// When each Job name was first seen by a watch.
+type Seen = Arc<Mutex<HashMap<String, Instant>>>;
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("controller benchmark: skipped outside `cargo bench --bench controller`");
+        return;
+    }
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    let client = support::cluster::client_for(&support::cluster::kubeconfig_path(), true)
+        .await
+        .expect("the test cluster is reachable");
+    install_crds(&client).await;
+    let namespace = support::cluster::TestNamespace::create(&client, "bench").await;
+    let ns = namespace.name().to_owned();
+    create_agent(&client, &ns).await;
+
+    let writes = Arc::new(AtomicUsize::new(0));
+    let store_dir = tempfile::tempdir().expect("a store directory");
+    let controller = start_controller(&ns, counting_client(writes.clone()).await, store_dir.path());
+    let seen = watch_jobs(&client, &ns);
+
+    // 1. Interleaved single submissions.
+    let (mut via_errand, mut direct) = (Vec::new(), Vec::new());
+    for i in 0..SEQUENTIAL {
+        via_errand.push(time_execution(&client, &ns, &format!("seq-{i}"), &seen).await);
+        direct.push(time_direct_job(&client, &ns, &format!("direct-seq-{i}"), &seen).await);
+    }
+    let writes_per_execution = writes.load(Ordering::SeqCst) as f64 / SEQUENTIAL as f64;
+
+    // 2. Bursts at the same client concurrency.
+    let burst_errand = burst(&client, &ns, "burst", true, &seen).await;
+    let burst_direct = burst(&client, &ns, "direct-burst", false, &seen).await;
+
+    // 3. Finished executions and a restart: cancelling a suspended run finishes it.
+    let names: Vec<String> = (0..BURST).map(|i| format!("burst-{i}")).collect();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(CONCURRENCY, |name| {
+            let api = Api::<AgentExecution>::namespaced(client.clone(), &ns);
+            async move {
+                let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
+                api.patch(name, &PatchParams::default(), &patch)
+                    .await
+                    .expect("cancel");
+            }
+        })
+        .await;
+    wait_terminal(&client, &ns, BURST).await;
+    controller.abort();
+    let restart_writes = Arc::new(AtomicUsize::new(0));
+    let restarted = start_controller(
+        &ns,
+        counting_client(restart_writes.clone()).await,
+        store_dir.path(),
+    );
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let writes_after_restart = restart_writes.load(Ordering::SeqCst);
+
+    // 4. Memory with PRESENT executions in the caches (this process runs the controller).
+    let rss_before = rss_kib();
+    let extra = PRESENT - SEQUENTIAL - BURST;
+    futures::stream::iter(0..extra)
+        .for_each_concurrent(CONCURRENCY, |i| {
+            let client = client.clone();
+            let ns = ns.clone();
+            async move { create_execution(&client, &ns, &format!("present-{i}")).await }
+        })
+        .await;
+    wait_jobs(&seen, (0..extra).map(|i| job_name(&format!("present-{i}")))).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_after = rss_kib();
+    restarted.abort();
+
+    let ratio = |a: f64, b: f64| a / b;
+    let (me, md) = (percentile(&via_errand, 50.0), percentile(&direct, 50.0));
+    let (pe, pd) = (percentile(&via_errand, 99.0), percentile(&direct, 99.0));
+    println!("| measure | errand | direct Job | ratio | target |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| create → Job, median of {SEQUENTIAL} | {me:.1} ms | {md:.1} ms | {:.3} | <= 1.15 |",
+        ratio(me, md)
+    );
+    println!(
+        "| create → Job, p99 | {pe:.1} ms | {pd:.1} ms | {:.3} | <= 1.5 |",
+        ratio(pe, pd)
+    );
+    println!(
+        "| {BURST} at once (concurrency {CONCURRENCY}) until all Jobs exist | {:.2} s | {:.2} s | {:.3} | <= 1.5 |",
+        burst_errand.as_secs_f64(),
+        burst_direct.as_secs_f64(),
+        ratio(burst_errand.as_secs_f64(), burst_direct.as_secs_f64())
+    );
+    println!(
+        "| controller API writes per execution, create to Job | {writes_per_execution:.2} | | | |"
+    );
+    println!(
+        "| controller API writes in 15 s after a restart with {BURST} finished executions | {writes_after_restart} | | | 0 |"
+    );
+    println!(
+        "| process RSS growth per execution, {extra} more executions ({PRESENT} present) | {:.2} KiB | | | <= 8 KiB |",
+        (rss_after.saturating_sub(rss_before)) as f64 / extra as f64
+    );
+    namespace.delete().await;
+}
+
+async fn install_crds(client: &Client) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    for (_, crd) in errand::api::crds::all() {
+        api.patch(
+            &crd.name_any(),
+            &PatchParams::apply("errand-bench").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("the CRD applies");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+async fn create_agent(client: &Client, ns: &str) {
+    let agent: errand::api::Agent = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent", "metadata": {"name": "trivial"},
+        "spec": {"runtime": {"image": support::cluster::BUSYBOX_IMAGE, "command": ["true"]},
+                 "config": {"config_format": "agents-spec-v1", "name": "trivial"}}
+    }))
+    .expect("an Agent");
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &agent)
+        .await
+        .expect("the Agent is created");
+}
+
+/// A client whose non-GET requests are counted.
+async fn counting_client(writes: Arc<AtomicUsize>) -> Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(support::cluster::kubeconfig_path())
+            .expect("the kubeconfig reads"),
+        &Default::default(),
+    )
+    .await
+    .expect("a client config");
+    let count =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            if request.method() != http::Method::GET {
+                writes.fetch_add(1, Ordering::SeqCst);
+            }
+            request
+        });
+    kube::client::ClientBuilder::try_from(config)
+        .expect("a client")
+        .with_layer(&count)
+        .build()
+}
+
+fn start_controller(
+    ns: &str,
+    client: Client,
+    store: &std::path::Path,
+) -> tokio::task::JoinHandle<()> {
+    let options = ControllerOptions {
+        config: ControllerConfig::new("errand.local/errand:bench"),
+        namespace: Some(ns.to_owned()),
+        results: Store::open(&format!("file://{}", store.display())).expect("a file store"),
+        signer: Arc::new(HmacSigner::new(
+            "http://127.0.0.1:1",
+            b"bench-signing-key-0123456789abcdef",
+        )),
+        serve_blobs: None,
+        listen: None,
+        leader_election: None,
+        webhook: None,
+        instance: "bench".into(),
+    };
+    tokio::spawn(async move {
+        run(client, options, std::future::pending())
+            .await
+            .expect("the controller runs")
+    })
+}
+
+fn watch_jobs(client: &Client, ns: &str) -> Seen {
+    let seen: Seen = Arc::default();
+    let jobs = Api::<Job>::namespaced(client.clone(), ns);
+    let record = seen.clone();
+    tokio::spawn(async move {
+        let mut events = watcher(jobs, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(job)) = events.try_next().await {
+            record
+                .lock()
+                .await
+                .entry(job.name_any())
+                .or_insert_with(Instant::now);
+        }
+    });
+    seen
+}
+
+async fn wait_jobs(seen: &Seen, names: impl IntoIterator<Item = String>) -> Instant {
+    let names: Vec<String> = names.into_iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        {
+            let seen = seen.lock().await;
+            if let Some(last) = names
+                .iter()
+                .map(|n| seen.get(n).copied())
+                .collect::<Option<Vec<_>>>()
+            {
+                return last.into_iter().max().expect("at least one name");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Jobs did not appear within 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn create_execution(client: &Client, ns: &str, name: &str) {
+    let spec = AgentExecutionSpec {
+        agent_ref: Some(Reference::named("trivial")),
+        input: "x".into(),
+        queue_name: Some("bench".into()),
+        ..Default::default()
+    };
+    Api::<AgentExecution>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &AgentExecution::new(name, spec))
+        .await
+        .expect("the execution is created");
+}
+
+async fn create_direct_job(client: &Client, ns: &str, name: &str) {
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"suspend": true, "backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "agent", "image": support::cluster::BUSYBOX_IMAGE, "command": ["true"]}]}}}
+    }))
+    .expect("a Job");
+    Api::<Job>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &job)
+        .await
+        .expect("the Job is created");
+}
+
+async fn time_execution(client: &Client, ns: &str, name: &str, seen: &Seen) -> f64 {
+    let start = Instant::now();
+    create_execution(client, ns, name).await;
+    (wait_jobs(seen, [job_name(name)]).await - start).as_secs_f64() * 1000.0
+}
+
+async fn time_direct_job(client: &Client, ns: &str, name: &str, seen: &Seen) -> f64 {
+    let start = Instant::now();
+    create_direct_job(client, ns, name).await;
+    (wait_jobs(seen, [name.to_owned()]).await - start).as_secs_f64() * 1000.0
+}
+
+async fn burst(client: &Client, ns: &str, prefix: &str, via_errand: bool, seen: &Seen) -> Duration {
+    let names: Vec<String> = (0..BURST).map(|i| format!("{prefix}-{i}")).collect();
+    let start = Instant::now();
+    futures::stream::iter(names.iter())
+        .for_each_concurrent(CONCURRENCY, |name| async move {
+            if via_errand {
+                create_execution(client, ns, name).await;
+            } else {
+                create_direct_job(client, ns, name).await;
+            }
+        })
+        .await;
+    let jobs = names
+        .iter()
+        .map(|n| if via_errand { job_name(n) } else { n.clone() });
+    wait_jobs(seen, jobs).await - start
+}
+
+async fn wait_terminal(client: &Client, ns: &str, count: usize) {
+    let api = Api::<AgentExecution>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let list = api
+            .list(&Default::default())
+            .await
+            .expect("executions list");
+        let done = list
+            .items
+            .iter()
+            .filter(|e| {
+                e.status
+                    .as_ref()
+                    .and_then(|s| s.phase)
+                    .is_some_and(|p| p.is_terminal())
+            })
+            .count();
+        if done >= count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {done} of {count} executions finished"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let index = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[index]
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,512 @@
+//! Runner benchmarks against the obvious alternative, in one run, with ratios:
+//! packaging a mixed 1 GiB working directory (runner vs `tar -czf`, wall time and size), peak
+//! RSS while packaging (measured on a child process that only packs), and staging (store
+//! download + extraction vs `tar -xzf` of the same archive).
+//!
+//! `cargo bench --bench runner`; `ERRAND_BENCH_GIB` scales the tree (default 1),
+//! `ERRAND_BENCH_RUNS` sets the timed packaging runs per side (default 3; staging gets at least
+//! 5; medians are reported),
+//! `ERRAND_BENCH_DIR` the scratch directory (default /tmp/errand-bench). Exits non-zero when a
+//! limit is missed.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use errand::runner::archive::{Selection, Unpacker, pack_dir};
+use errand::store::{BlobBody, Store};
+use nix::sys::resource::{UsageWho, getrusage};
+
+const MIB: u64 = 1024 * 1024;
+/// Bump when the generated tree changes, so a cached tree from an older version is rebuilt.
+const TREE_VERSION: &str = "mixed-v1";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--pack-only") {
+        pack_only(Path::new(&args[i + 1]), &args[i + 2]);
+        return;
+    }
+    // `cargo test --all-targets` also builds and runs bench targets; only `cargo bench`
+    // (which passes `--bench`) runs the 1 GiB measurement.
+    if !args.iter().any(|a| a == "--bench") {
+        println!("runner benchmark: skipped outside `cargo bench --bench runner`");
+        return;
+    }
+    let gib: f64 = env_or("ERRAND_BENCH_GIB", 1.0);
+    let runs: usize = env_or("ERRAND_BENCH_RUNS", 3);
+    let dir = PathBuf::from(env_or("ERRAND_BENCH_DIR", "/tmp/errand-bench".to_owned()));
+    let tree = dir.join("tree");
+    let total = (gib * 1024.0 * MIB as f64) as u64;
+    let (files, bytes) = generate(&tree, total);
+    let store_dir = dir.join("store");
+    let _ = fs::remove_dir_all(&store_dir);
+    let store = Store::open(store_dir.to_str().expect("utf-8 path")).expect("open store");
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+
+    println!(
+        "tree: {files} files, {:.2} GiB ({}); {runs} packaging and {} staging runs per side; {} cores; load average {}",
+        bytes as f64 / (1024.0 * MIB as f64),
+        tree.display(),
+        runs.max(5),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
+    );
+
+    // (b) first, so that no other child has been waited for when RUSAGE_CHILDREN is read.
+    let (child_maxrss, child_hwm) = packing_rss(&tree, &dir.join("rss-store"));
+
+    // Warm the page cache for both sides with one untimed runner pack.
+    let warm = timed_self(|| {
+        rt.block_on(pack_to_store(&store, &tree, "warmup"));
+    });
+    println!("warm-up pack: {warm}");
+
+    // Each run times both sides back to back, alternating which goes first, and the ratio is
+    // the median of the per-run ratios: other tenants' load on this machine drifts over
+    // minutes, and pairing keeps that drift out of the comparison.
+    let tar_out = dir.join("tar.tar.gz");
+    let mut pack = Vec::new();
+    let mut our_size = 0;
+    let mut our_key = String::new();
+    for run in 0..runs {
+        let mut tar = || {
+            timed_child(
+                Command::new("tar")
+                    .arg("-czf")
+                    .arg(&tar_out)
+                    .arg("-C")
+                    .arg(&tree)
+                    .arg("."),
+            )
+        };
+        let mut runner = || {
+            timed_self(|| {
+                let (size, key) = rt.block_on(pack_to_store(&store, &tree, &format!("run{run}")));
+                our_size = size;
+                our_key = key;
+            })
+        };
+        let (theirs, ours) = paired(run, &mut tar, &mut runner);
+        println!("  pack run {run}: tar -czf {theirs}, runner {ours}");
+        pack.push((theirs, ours));
+    }
+    let tar_size = fs::metadata(&tar_out).expect("tar output").len();
+
+    // (c) staging from the runner's own archive, as a pod or local run would.
+    let archive_path = store_dir.join(&our_key);
+    let tar_dest = dir.join("extract-tar");
+    let our_dest = dir.join("extract-runner");
+    let mut stage = Vec::new();
+    // Extraction is short and at the mercy of disk writeback, so it gets more runs.
+    for run in 0..runs.max(5) {
+        let mut tar = || {
+            let _ = fs::remove_dir_all(&tar_dest);
+            fs::create_dir_all(&tar_dest).expect("extract dir");
+            timed_child(
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&archive_path)
+                    .arg("-C")
+                    .arg(&tar_dest),
+            )
+        };
+        let mut runner = || {
+            let _ = fs::remove_dir_all(&our_dest);
+            timed_self(|| rt.block_on(stage_from_store(&store, &our_key, &our_dest)))
+        };
+        let (theirs, ours) = paired(run, &mut tar, &mut runner);
+        println!("  stage run {run}: tar -xzf {theirs}, runner {ours}");
+        stage.push((theirs, ours));
+    }
+    assert_eq!(
+        Command::new("diff")
+            .arg("-r")
+            .arg(&tree)
+            .arg(dir.join("extract-runner"))
+            .status()
+            .expect("run diff")
+            .code(),
+        Some(0),
+        "the extracted tree differs from the original"
+    );
+    for d in ["extract-tar", "extract-runner", "store", "rss-store"] {
+        let _ = fs::remove_dir_all(dir.join(d));
+    }
+    let _ = fs::remove_file(&tar_out);
+
+    let (pack_theirs, pack_ours, pack_ratio) = summarize(&pack);
+    let size_ratio = our_size as f64 / tar_size as f64;
+    let (stage_theirs, stage_ours, stage_ratio) = summarize(&stage);
+    let rss_mib = child_maxrss as f64 / MIB as f64;
+    let rows = [
+        Row::new(
+            "packaging wall time",
+            fmt_s(pack_ours),
+            fmt_s(pack_theirs),
+            "tar -czf",
+            pack_ratio,
+            "<= 0.60",
+            pack_ratio <= 0.6,
+        ),
+        Row::new(
+            "packaged size",
+            fmt_mib(our_size),
+            fmt_mib(tar_size),
+            "tar -czf",
+            size_ratio,
+            "<= 1.03",
+            size_ratio <= 1.03,
+        ),
+        Row::new(
+            "staging wall time",
+            fmt_s(stage_ours),
+            fmt_s(stage_theirs),
+            "tar -xzf",
+            stage_ratio,
+            "<= 1.00",
+            stage_ratio <= 1.0,
+        ),
+    ];
+    println!();
+    println!(
+        "| benchmark | runner (median) | baseline (median) | ratio (median of paired runs) | limit | ok |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    let rss_ok = rss_mib < 64.0;
+    println!(
+        "| peak RSS packing {:.2} GiB | {rss_mib:.1} MiB (child getrusage; VmHWM {:.1} MiB) | - | - | < 64 MiB | {} |",
+        bytes as f64 / (1024.0 * MIB as f64),
+        child_hwm as f64 / MIB as f64,
+        if rss_ok { "yes" } else { "NO" }
+    );
+    if !(rows.iter().all(|r| r.ok) && rss_ok) {
+        std::process::exit(1);
+    }
+}
+
+struct Row {
+    line: String,
+    ok: bool,
+}
+
+impl Row {
+    fn new(
+        name: &str,
+        ours: String,
+        theirs: String,
+        baseline: &str,
+        ratio: f64,
+        limit: &str,
+        ok: bool,
+    ) -> Row {
+        Row {
+            line: format!(
+                "| {name} | {ours} | {theirs} ({baseline}) | {ratio:.3} | {limit} | {} |",
+                if ok { "yes" } else { "NO" }
+            ),
+            ok,
+        }
+    }
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.line)
+    }
+}
+
+/// Packs `tree` into the store the way `collect` does; returns size and key.
+async fn pack_to_store(store: &Store, tree: &Path, run: &str) -> (u64, String) {
+    let key = format!("results/bench/pack/{run}/output_workdir");
+    let packing = pack_dir(tree).expect("pack");
+    let info = store.put_new(&key, packing.stream).await.expect("upload");
+    packing.done.wait().await.expect("packing");
+    (info.size, key)
+}
+
+/// Downloads and extracts the blob the way `stage` does.
+async fn stage_from_store(store: &Store, key: &str, dest: &Path) {
+    let body = store.get(key).await.expect("get");
+    let reader: Box<dyn std::io::Read + Send> = match body {
+        BlobBody::File(file) => Box::new(file),
+        BlobBody::Stream(_) => unreachable!("a file:// store returns files"),
+    };
+    let dest = dest.to_owned();
+    let key = key.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut unpacker = Unpacker::new(&dest).expect("unpacker");
+        unpacker
+            .unpack_tar_gz(reader, &Selection::default(), &key)
+            .expect("extract");
+        unpacker.finish().expect("finish");
+    })
+    .await
+    .expect("join");
+}
+
+/// Runs this binary as a child that only packs `tree`, and returns the child's peak RSS in
+/// bytes as the kernel accounted it (getrusage of waited children) and as it reported it.
+fn packing_rss(tree: &Path, store_dir: &Path) -> (u64, u64) {
+    let _ = fs::remove_dir_all(store_dir);
+    let output = Command::new(std::env::current_exe().expect("current exe"))
+        .arg("--pack-only")
+        .arg(tree)
+        .arg(store_dir)
+        .output()
+        .expect("run packing child");
+    assert!(output.status.success(), "packing child failed: {output:?}");
+    let hwm_kib: u64 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("child prints VmHWM");
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
+    // ru_maxrss is in KiB on Linux.
+    (usage.max_rss() as u64 * 1024, hwm_kib * 1024)
+}
+
+/// The child side of [`packing_rss`]: packs into a fresh store, prints its own VmHWM in KiB.
+fn pack_only(tree: &Path, store_dir: &str) {
+    let store = Store::open(store_dir).expect("open store");
+    tokio::runtime::Runtime::new()
+        .expect("tokio runtime")
+        .block_on(pack_to_store(&store, tree, "rss"));
+    let status = fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM");
+    println!("{hwm}");
+}
+
+/// Generates (or reuses) a deterministic mixed tree of about `total` bytes: a quarter small
+/// text files (source-like lines, 1-16 KiB, in nested directories), half incompressible
+/// binaries (like media, archives, compressed shards) and a quarter float32 weight shards,
+/// which deflate shrinks only a little at full cost.
+fn generate(tree: &Path, total: u64) -> (u64, u64) {
+    let marker = tree.join(".generated");
+    let stamp = format!("{TREE_VERSION} {total}");
+    if fs::read_to_string(&marker).ok().as_deref() == Some(stamp.as_str()) {
+        return count(tree);
+    }
+    let _ = fs::remove_dir_all(tree);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let words: Vec<String> = (0..2000)
+        .map(|_| {
+            let len = 2 + rng.below(9) as usize;
+            (0..len)
+                .map(|_| (b'a' + rng.below(26) as u8) as char)
+                .collect()
+        })
+        .collect();
+    let punct = ["(", ")", " = ", ", ", ";", ".", " {", "}", ": ", " -> "];
+
+    let text_budget = total / 4;
+    let mut written = 0u64;
+    let mut i = 0u64;
+    while written < text_budget {
+        let dir = tree.join(format!("src/pkg{:03}/mod{:02}", i / 400, (i / 20) % 20));
+        if i.is_multiple_of(20) {
+            fs::create_dir_all(&dir).expect("mkdir");
+        }
+        let target = 1024 + rng.below(15 * 1024);
+        let mut text = String::with_capacity(target as usize + 256);
+        while (text.len() as u64) < target {
+            let indent = rng.below(4) as usize * 4;
+            text.extend(std::iter::repeat_n(' ', indent));
+            for _ in 0..3 + rng.below(10) {
+                // The smaller of two draws skews towards common words, as in real text.
+                let w = rng.below(2000).min(rng.below(2000)) as usize;
+                text.push_str(&words[w]);
+                text.push_str(punct[rng.below(punct.len() as u64) as usize]);
+            }
+            text.push('\n');
+        }
+        fs::write(dir.join(format!("file{i:06}.txt")), &text).expect("write text");
+        written += text.len() as u64;
+        i += 1;
+    }
+
+    let shard = (total / 8).max(MIB);
+    fs::create_dir_all(tree.join("assets")).expect("mkdir");
+    fs::create_dir_all(tree.join("models")).expect("mkdir");
+    for n in 0..4 {
+        write_blob(&tree.join(format!("assets/blob{n}.bin")), shard, |buf| {
+            rng.fill(buf)
+        });
+    }
+    for n in 0..2 {
+        write_blob(&tree.join(format!("models/shard{n}.f32")), shard, |buf| {
+            for w in buf.chunks_exact_mut(4) {
+                // Roughly normal weights with a small spread: repetitive exponents, random mantissas.
+                let x =
+                    (0..4).map(|_| rng.below(1 << 16) as f32).sum::<f32>() / (4.0 * 65536.0) - 0.5;
+                w.copy_from_slice(&(x * 0.08).to_le_bytes());
+            }
+        });
+    }
+    fs::write(&marker, stamp).expect("marker");
+    count(tree)
+}
+
+fn write_blob(path: &Path, size: u64, mut fill: impl FnMut(&mut [u8])) {
+    let mut out = BufWriter::new(fs::File::create(path).expect("create blob"));
+    let mut buf = vec![0u8; MIB as usize];
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(MIB) as usize;
+        fill(&mut buf[..n]);
+        out.write_all(&buf[..n]).expect("write blob");
+        left -= n as u64;
+    }
+    out.flush().expect("flush blob");
+}
+
+fn count(tree: &Path) -> (u64, u64) {
+    let (mut files, mut bytes) = (0, 0);
+    let mut stack = vec![tree.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).expect("read dir") {
+            let entry = entry.expect("entry");
+            let meta = entry.metadata().expect("metadata");
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                files += 1;
+                bytes += meta.len();
+            }
+        }
+    }
+    (files, bytes)
+}
+
+/// xorshift64*: fast, deterministic, good enough for test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// User plus system CPU time of this process or of its waited children.
+fn cpu_time(who: UsageWho) -> Duration {
+    let usage = getrusage(who).expect("getrusage");
+    let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
+}
+
+fn sync() {
+    // Flush dirty pages from the previous run so it does not slow the next one down.
+    let _ = Command::new("sync").status();
+}
+
+/// Wall and CPU time of one timed run.
+#[derive(Clone, Copy)]
+struct Timed {
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl std::fmt::Display for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2}s wall {:.2}s cpu",
+            self.wall.as_secs_f64(),
+            self.cpu.as_secs_f64()
+        )
+    }
+}
+
+/// Runs a child process to completion, timing it (CPU of it and its children).
+fn timed_child(command: &mut Command) -> Timed {
+    sync();
+    let (started, cpu) = (Instant::now(), cpu_time(UsageWho::RUSAGE_CHILDREN));
+    let status = command.status().expect("run baseline");
+    assert!(status.success(), "baseline failed: {command:?}");
+    Timed {
+        wall: started.elapsed(),
+        cpu: cpu_time(UsageWho::RUSAGE_CHILDREN) - cpu,
+    }
+}
+
+/// Runs `work` in this process, timing it (CPU of all of this process's threads).
+fn timed_self(work: impl FnOnce()) -> Timed {
+    sync();
+    let (started, cpu) = (Instant::now(), cpu_time(UsageWho::RUSAGE_SELF));
+    work();
+    Timed {
+        wall: started.elapsed(),
+        cpu: cpu_time(UsageWho::RUSAGE_SELF) - cpu,
+    }
+}
+
+/// Both sides of one run, the baseline first on even runs and second on odd ones.
+fn paired(
+    run: usize,
+    baseline: &mut impl FnMut() -> Timed,
+    ours: &mut impl FnMut() -> Timed,
+) -> (Timed, Timed) {
+    if run.is_multiple_of(2) {
+        let theirs = baseline();
+        (theirs, ours())
+    } else {
+        let ours = ours();
+        (baseline(), ours)
+    }
+}
+
+/// Median wall time of each side and the median of the per-run ratios.
+fn summarize(runs: &[(Timed, Timed)]) -> (Duration, Duration, f64) {
+    fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        v[v.len() / 2]
+    }
+    (
+        median(runs.iter().map(|(t, _)| t.wall).collect()),
+        median(runs.iter().map(|(_, o)| o.wall).collect()),
+        median(
+            runs.iter()
+                .map(|(t, o)| o.wall.as_secs_f64() / t.wall.as_secs_f64())
+                .collect(),
+        ),
+    )
+}
+
+fn fmt_s(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+fn fmt_mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / MIB as f64)
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
