@@ -482,84 +482,6 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     }
     let with_webhook = median_create(&client, bench.name(), "webhook").await;
 
-    // The controller scaled to zero: CEL still refuses what it can, the rest fails closed.
-    succeed(
-        "kubectl",
-        &[
-            "scale",
-            "deployment",
-            RELEASE,
-            "--namespace",
-            &ns,
-            "--replicas=0",
-        ],
-    );
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    wait_for("the controller pods to go", RUN_WAIT, || {
-        let pods = pods.clone();
-        async move {
-            let listed = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
-                .await
-                .ok()?;
-            listed.items.is_empty().then_some(())
-        }
-    })
-    .await;
-    for file in invalid_examples() {
-        let (field, by) = refusal(&file);
-        let output = apply(team.name(), &file);
-        let message = text(&output);
-        assert!(!output.status.success(), "{} was admitted", file.display());
-        if by == "webhook" {
-            assert!(
-                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
-                "{}: not a clear fail-closed message: {message}",
-                file.display()
-            );
-        } else {
-            assert!(message.contains(&field), "{}: {message}", file.display());
-        }
-    }
-    let output = tool(
-        "kubectl",
-        &[
-            "create",
-            "--namespace",
-            team.name(),
-            "-f",
-            repo()
-                .join("examples/inline-agent/execution.yaml")
-                .to_str()
-                .unwrap(),
-        ],
-    );
-    assert!(
-        !output.status.success(),
-        "a create passed without the webhook"
-    );
-    eprintln!(
-        "without the controller, creates fail closed: {}",
-        text(&output).trim()
-    );
-    assert_eq!(
-        executions(&client, team.name()).await.len(),
-        1,
-        "only the valid run exists"
-    );
-    succeed(
-        "kubectl",
-        &[
-            "scale",
-            "deployment",
-            RELEASE,
-            "--namespace",
-            &ns,
-            "--replicas=2",
-        ],
-    );
-    deployment_ready(&client, &ns, 2).await;
-
     // The same creates with the webhook removed, the controller running as before.
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
         .delete(&configuration, &DeleteParams::default())
@@ -598,25 +520,111 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     )
     .await;
 
-    // The benchmark's executions go while the controller can still release them.
+    // The tenants' executions go while the controller can still release them (before the
+    // controller restarts below).
     bench.delete().await;
     team.delete().await;
     let namespaces = Api::<Namespace>::all(client.clone());
-    wait_for("the tenant namespaces to go", RUN_WAIT, || {
-        let namespaces = namespaces.clone();
+    // Generous: the controller releases 400-odd benchmark executions while the namespace
+    // controller and the garbage collector delete their Jobs, ConfigMaps and Secrets.
+    wait_for(
+        "the tenant namespaces to go",
+        Duration::from_secs(480),
+        || {
+            let namespaces = namespaces.clone();
+            async move {
+                let listed = namespaces
+                    .list(&ListParams::default().labels(cluster::TEST_NAMESPACE_LABEL))
+                    .await
+                    .ok()?;
+                let left = listed.items.iter().any(|n| {
+                    let name = n.name_any();
+                    name.starts_with("errand-bench-") || name.starts_with("errand-team-")
+                });
+                (!left).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // The controller scaled to zero: CEL still refuses what it can, the rest fails closed.
+    let closed = TestNamespace::create_with_labels(&client, "closed", &[RESTRICTED]).await;
+    succeed(
+        "kubectl",
+        &[
+            "scale",
+            "deployment",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--replicas=0",
+        ],
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    wait_for("the controller pods to go", RUN_WAIT, || {
+        let pods = pods.clone();
         async move {
-            let listed = namespaces
-                .list(&ListParams::default().labels(cluster::TEST_NAMESPACE_LABEL))
+            let listed = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
                 .await
                 .ok()?;
-            let left = listed.items.iter().any(|n| {
-                let name = n.name_any();
-                name.starts_with("errand-bench-") || name.starts_with("errand-team-")
-            });
-            (!left).then_some(())
+            listed.items.is_empty().then_some(())
         }
     })
     .await;
+    for file in invalid_examples() {
+        let (field, by) = refusal(&file);
+        let output = apply(closed.name(), &file);
+        let message = text(&output);
+        assert!(!output.status.success(), "{} was admitted", file.display());
+        if by == "webhook" {
+            assert!(
+                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
+                "{}: not a clear fail-closed message: {message}",
+                file.display()
+            );
+        } else {
+            assert!(message.contains(&field), "{}: {message}", file.display());
+        }
+    }
+    let output = tool(
+        "kubectl",
+        &[
+            "create",
+            "--namespace",
+            closed.name(),
+            "-f",
+            repo()
+                .join("examples/inline-agent/execution.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert!(
+        !output.status.success(),
+        "a create passed without the webhook"
+    );
+    eprintln!(
+        "without the controller, creates fail closed: {}",
+        text(&output).trim()
+    );
+    assert!(
+        executions(&client, closed.name()).await.is_empty(),
+        "nothing was created"
+    );
+    succeed(
+        "kubectl",
+        &[
+            "scale",
+            "deployment",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--replicas=2",
+        ],
+    );
+    deployment_ready(&client, &ns, 2).await;
+    closed.delete().await;
 
     // helm uninstall leaves the CRDs and nothing else.
     succeed(
