@@ -35,6 +35,7 @@ const RESTRICTED: (&str, &str) = ("pod-security.kubernetes.io/enforce", "restric
 /// Creates per benchmark phase, after a few unmeasured ones.
 const BENCH_CREATES: usize = 200;
 const BENCH_WARMUP: usize = 10;
+const BENCH_PAUSE: Duration = Duration::from_millis(100);
 /// Room for image-less pod starts, staging and uploads on the 2-core CI machine.
 const RUN_WAIT: Duration = Duration::from_secs(240);
 
@@ -227,26 +228,32 @@ async fn executions(client: &Client, namespace: &str) -> Vec<AgentExecution> {
         .items
 }
 
-/// Checks that the node has the errand image; `hack/images/errand-image.sh` imports it.
+/// Waits until the node reports the errand image (`hack/images/errand-image.sh` imports it; the
+/// kubelet lists it in the node's status within a status update).
 async fn assert_errand_image_on_node(client: &Client) {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap();
-    let present = nodes.items.iter().any(|node| {
-        node.status
-            .iter()
-            .flat_map(|s| s.images.iter().flatten())
-            .flat_map(|image| image.names.iter().flatten())
-            .any(|name| name.ends_with(ERRAND_IMAGE))
-    });
-    assert!(
-        present,
-        "{ERRAND_IMAGE} is not on the node: run `bash hack/images/errand-image.sh` (hack/test.sh does)"
+    let nodes = Api::<Node>::all(client.clone());
+    let what = format!(
+        "{ERRAND_IMAGE} on the node (`bash hack/images/errand-image.sh` imports it; hack/test.sh runs it)"
     );
+    wait_for(&what, Duration::from_secs(90), || {
+        let nodes = nodes.clone();
+        async move {
+            let listed = nodes.list(&ListParams::default()).await.ok()?;
+            let present = listed.items.iter().any(|node| {
+                node.status
+                    .iter()
+                    .flat_map(|s| s.images.iter().flatten())
+                    .flat_map(|image| image.names.iter().flatten())
+                    .any(|name| name.ends_with(ERRAND_IMAGE))
+            });
+            present.then_some(())
+        }
+    })
+    .await;
 }
 
-/// Median client-side latency of `count` creates of a valid execution, after a warm-up.
+/// Median client-side latency of [`BENCH_CREATES`] creates of the calculator example, after a
+/// warm-up.
 async fn median_create(client: &Client, namespace: &str, phase: &str) -> Duration {
     let api = Api::<AgentExecution>::namespaced(client.clone(), namespace);
     let mut samples = Vec::with_capacity(BENCH_CREATES);
@@ -258,7 +265,6 @@ async fn median_create(client: &Client, namespace: &str, phase: &str) -> Duratio
             "metadata": {"name": format!("bench-{phase}-{i}")},
             "spec": {
                 "agentRef": {"name": "calculator"},
-                "environmentRef": {"name": "gpu"},
                 "input": "What is 12 multiplied by 8?",
                 "queueName": "errand-bench",
             },
@@ -271,6 +277,9 @@ async fn median_create(client: &Client, namespace: &str, phase: &str) -> Duratio
         if i >= BENCH_WARMUP {
             samples.push(started.elapsed());
         }
+        // Creates are measured one at a time, as a user submits them, not against the
+        // controller still reconciling the previous one (in both phases alike).
+        tokio::time::sleep(BENCH_PAUSE).await;
     }
     samples.sort();
     samples[samples.len() / 2]
@@ -380,14 +389,6 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
             "{}: the refusal does not name {field}: {message}",
             file.display()
         );
-        if by == "webhook" {
-            assert!(
-                message.contains(
-                    "admission webhook \"agentexecutions.errand.dev\" denied the request"
-                ),
-                "{message}"
-            );
-        }
         eprintln!(
             "refused in {:>4}ms by {by:7} {}",
             started.elapsed().as_millis(),
@@ -446,17 +447,22 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     let started = Instant::now();
     let output = tool(
         "helm",
-        &[
-            "test",
-            RELEASE,
-            "--namespace",
-            &ns,
-            "--logs",
-            "--timeout",
-            "300s",
-        ],
+        &["test", RELEASE, "--namespace", &ns, "--timeout", "300s"],
     );
-    assert!(output.status.success(), "helm test:\n{}", text(&output));
+    if !output.status.success() {
+        // A failed test pod stays (its delete policy is hook-succeeded): show what it said.
+        let logs = tool(
+            "kubectl",
+            &[
+                "logs",
+                "--namespace",
+                &ns,
+                "errand-test-calculator",
+                "--all-containers",
+            ],
+        );
+        panic!("helm test:\n{}\npod logs:\n{}", text(&output), text(&logs));
+    }
     eprintln!(
         "helm test passed in {:.1}s",
         started.elapsed().as_secs_f64()
@@ -476,84 +482,6 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         );
     }
     let with_webhook = median_create(&client, bench.name(), "webhook").await;
-
-    // The controller scaled to zero: CEL still refuses what it can, the rest fails closed.
-    succeed(
-        "kubectl",
-        &[
-            "scale",
-            "deployment",
-            RELEASE,
-            "--namespace",
-            &ns,
-            "--replicas=0",
-        ],
-    );
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-    wait_for("the controller pods to go", RUN_WAIT, || {
-        let pods = pods.clone();
-        async move {
-            let listed = pods
-                .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
-                .await
-                .ok()?;
-            listed.items.is_empty().then_some(())
-        }
-    })
-    .await;
-    for file in invalid_examples() {
-        let (field, by) = refusal(&file);
-        let output = apply(team.name(), &file);
-        let message = text(&output);
-        assert!(!output.status.success(), "{} was admitted", file.display());
-        if by == "webhook" {
-            assert!(
-                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
-                "{}: not a clear fail-closed message: {message}",
-                file.display()
-            );
-        } else {
-            assert!(message.contains(&field), "{}: {message}", file.display());
-        }
-    }
-    let output = tool(
-        "kubectl",
-        &[
-            "create",
-            "--namespace",
-            team.name(),
-            "-f",
-            repo()
-                .join("examples/inline-agent/execution.yaml")
-                .to_str()
-                .unwrap(),
-        ],
-    );
-    assert!(
-        !output.status.success(),
-        "a create passed without the webhook"
-    );
-    eprintln!(
-        "without the controller, creates fail closed: {}",
-        text(&output).trim()
-    );
-    assert_eq!(
-        executions(&client, team.name()).await.len(),
-        1,
-        "only the valid run exists"
-    );
-    succeed(
-        "kubectl",
-        &[
-            "scale",
-            "deployment",
-            RELEASE,
-            "--namespace",
-            &ns,
-            "--replicas=2",
-        ],
-    );
-    deployment_ready(&client, &ns, 2).await;
 
     // The same creates with the webhook removed, the controller running as before.
     Api::<ValidatingWebhookConfiguration>::all(client.clone())
@@ -586,32 +514,118 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         || {
             let output = apply(team.name(), &unknown_agent);
             let refused = !output.status.success()
-                && text(&output).contains("denied the request")
+                && text(&output).contains("is invalid")
                 && text(&output).contains("spec.agentRef.name");
             std::future::ready(refused.then_some(()))
         },
     )
     .await;
 
-    // The benchmark's executions go while the controller can still release them.
+    // The tenants' executions go while the controller can still release them (before the
+    // controller restarts below).
     bench.delete().await;
     team.delete().await;
     let namespaces = Api::<Namespace>::all(client.clone());
-    wait_for("the tenant namespaces to go", RUN_WAIT, || {
-        let namespaces = namespaces.clone();
+    // Generous: the controller releases 400-odd benchmark executions while the namespace
+    // controller and the garbage collector delete their Jobs, ConfigMaps and Secrets.
+    wait_for(
+        "the tenant namespaces to go",
+        Duration::from_secs(480),
+        || {
+            let namespaces = namespaces.clone();
+            async move {
+                let listed = namespaces
+                    .list(&ListParams::default().labels(cluster::TEST_NAMESPACE_LABEL))
+                    .await
+                    .ok()?;
+                let left = listed.items.iter().any(|n| {
+                    let name = n.name_any();
+                    name.starts_with("errand-bench-") || name.starts_with("errand-team-")
+                });
+                (!left).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // The controller scaled to zero: CEL still refuses what it can, the rest fails closed.
+    let closed = TestNamespace::create_with_labels(&client, "closed", &[RESTRICTED]).await;
+    succeed(
+        "kubectl",
+        &[
+            "scale",
+            "deployment",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--replicas=0",
+        ],
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    wait_for("the controller pods to go", RUN_WAIT, || {
+        let pods = pods.clone();
         async move {
-            let listed = namespaces
-                .list(&ListParams::default().labels(cluster::TEST_NAMESPACE_LABEL))
+            let listed = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
                 .await
                 .ok()?;
-            let left = listed.items.iter().any(|n| {
-                let name = n.name_any();
-                name.starts_with("errand-bench-") || name.starts_with("errand-team-")
-            });
-            (!left).then_some(())
+            listed.items.is_empty().then_some(())
         }
     })
     .await;
+    for file in invalid_examples() {
+        let (field, by) = refusal(&file);
+        let output = apply(closed.name(), &file);
+        let message = text(&output);
+        assert!(!output.status.success(), "{} was admitted", file.display());
+        if by == "webhook" {
+            assert!(
+                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
+                "{}: not a clear fail-closed message: {message}",
+                file.display()
+            );
+        } else {
+            assert!(message.contains(&field), "{}: {message}", file.display());
+        }
+    }
+    let output = tool(
+        "kubectl",
+        &[
+            "create",
+            "--namespace",
+            closed.name(),
+            "-f",
+            repo()
+                .join("examples/inline-agent/execution.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+    );
+    assert!(
+        !output.status.success(),
+        "a create passed without the webhook"
+    );
+    eprintln!(
+        "without the controller, creates fail closed: {}",
+        text(&output).trim()
+    );
+    assert!(
+        executions(&client, closed.name()).await.is_empty(),
+        "nothing was created"
+    );
+    succeed(
+        "kubectl",
+        &[
+            "scale",
+            "deployment",
+            RELEASE,
+            "--namespace",
+            &ns,
+            "--replicas=2",
+        ],
+    );
+    deployment_ready(&client, &ns, 2).await;
+    closed.delete().await;
 
     // helm uninstall leaves the CRDs and nothing else.
     succeed(
