@@ -7,8 +7,9 @@
 //!   Job create, over 200 interleaved submissions each;
 //! - the time until 500 executions created at once all have Jobs, over 500 direct Jobs at the
 //!   same client concurrency;
-//! - the controller's API writes per execution up to its Job, and its writes after a restart
-//!   with the finished executions present;
+//! - the controller's API writes per execution over a whole life (create → pod runs →
+//!   Succeeded → deleted, with real pods of the errand image), up to the Job, and after a
+//!   restart with the finished executions present;
 //! - the controller's memory growth per execution with 2,000 executions present.
 
 #[path = "../tests/support/mod.rs"]
@@ -39,6 +40,8 @@ const SEQUENTIAL: usize = 200;
 const BURST: usize = 500;
 const PRESENT: usize = 2000;
 const CONCURRENCY: usize = 10;
+/// Executions run to completion (real pods) for the whole-life write count.
+const LIVES: usize = 10;
 
 /// When each Job name was first seen by a watch.
 type Seen = Arc<Mutex<HashMap<String, Instant>>>;
@@ -63,10 +66,25 @@ async fn bench() {
 
     let writes = Arc::new(AtomicUsize::new(0));
     let store_dir = tempfile::tempdir().expect("a store directory");
-    let controller = start_controller(&ns, counting_client(writes.clone()).await, store_dir.path());
+    let blobs = std::net::TcpListener::bind((support::cluster::POD_GATEWAY, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a port on the pod gateway (is the test cluster up?)");
+    let controller = start_controller(
+        &ns,
+        counting_client(writes.clone()).await,
+        store_dir.path(),
+        Some(blobs),
+    );
     let seen = watch_jobs(&client, &ns);
 
+    // 0. Whole lives: real pods run to Succeeded, then the executions are deleted (kubectl's
+    // default, background) and their results and children go.
+    let lives = whole_lives(&client, &ns, &writes).await;
+    let writes_per_life = lives.writes_until_done as f64 / LIVES as f64;
+    let writes_per_deletion = lives.writes_for_deletion as f64 / LIVES as f64;
+
     // 1. Interleaved single submissions.
+    writes.store(0, Ordering::SeqCst);
     let (mut via_errand, mut direct) = (Vec::new(), Vec::new());
     for i in 0..SEQUENTIAL {
         via_errand.push(time_execution(&client, &ns, &format!("seq-{i}"), &seen).await);
@@ -98,6 +116,7 @@ async fn bench() {
         &ns,
         counting_client(restart_writes.clone()).await,
         store_dir.path(),
+        None,
     );
     tokio::time::sleep(Duration::from_secs(15)).await;
     let writes_after_restart = restart_writes.load(Ordering::SeqCst);
@@ -137,7 +156,13 @@ async fn bench() {
         ratio(burst_errand.as_secs_f64(), burst_direct.as_secs_f64())
     );
     println!(
-        "| controller API writes per execution, create to Job | {writes_per_execution:.2} | | | |"
+        "| controller API writes per execution, whole life: create → Succeeded ({LIVES} real pods) | {writes_per_life:.2} | | | <= 6 |"
+    );
+    println!(
+        "| controller API writes per execution, deletion (results and finalizer) | {writes_per_deletion:.2} | | | |"
+    );
+    println!(
+        "| controller API writes per execution, create to Job (suspended) | {writes_per_execution:.2} | | | |"
     );
     println!(
         "| controller API writes in 15 s after a restart with {BURST} finished executions | {writes_after_restart} | | | 0 |"
@@ -198,21 +223,31 @@ async fn counting_client(writes: Arc<AtomicUsize>) -> Client {
         .build()
 }
 
+/// Runs the controller in this process; with `blobs`, it serves the pods' signed URLs there
+/// and its Jobs use the errand image the test cluster imported.
 fn start_controller(
     ns: &str,
     client: Client,
     store: &std::path::Path,
+    blobs: Option<std::net::SocketAddr>,
 ) -> tokio::task::JoinHandle<()> {
+    let base_url = blobs.map_or_else(
+        || "http://127.0.0.1:1".to_owned(),
+        |a| format!("http://{a}"),
+    );
+    let signer = Arc::new(HmacSigner::new(
+        &base_url,
+        b"bench-signing-key-0123456789abcdef",
+    ));
+    let mut config = ControllerConfig::new(support::errand::ERRAND_IMAGE);
+    config.errand_image_pull_policy = Some("Never".into());
     let options = ControllerOptions {
-        config: ControllerConfig::new("errand.local/errand:bench"),
+        config,
         namespace: Some(ns.to_owned()),
         results: Store::open(&format!("file://{}", store.display())).expect("a file store"),
-        signer: Arc::new(HmacSigner::new(
-            "http://127.0.0.1:1",
-            b"bench-signing-key-0123456789abcdef",
-        )),
-        serve_blobs: None,
-        listen: None,
+        signer: signer.clone(),
+        serve_blobs: blobs.map(|_| signer),
+        listen: blobs,
         leader_election: None,
         webhook: None,
         instance: "bench".into(),
@@ -222,6 +257,71 @@ fn start_controller(
             .await
             .expect("the controller runs")
     })
+}
+
+/// The controller's writes over [`LIVES`] whole executions.
+struct Lives {
+    writes_until_done: usize,
+    writes_for_deletion: usize,
+}
+
+/// Runs [`LIVES`] executions with real pods to `Succeeded`, then deletes them and waits
+/// until their snapshot ConfigMaps (which hold the results finalizer) are gone.
+async fn whole_lives(client: &Client, ns: &str, writes: &AtomicUsize) -> Lives {
+    let names: Vec<String> = (0..LIVES).map(|i| format!("life-{i}")).collect();
+    for name in &names {
+        create_execution_with(client, ns, name, None).await;
+    }
+    let api = Api::<AgentExecution>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let phases: Vec<_> = futures::future::join_all(names.iter().map(|n| api.get(n)))
+            .await
+            .into_iter()
+            .map(|e| {
+                e.expect("the execution exists")
+                    .status
+                    .and_then(|s| s.phase)
+            })
+            .collect();
+        if phases.iter().all(|p| p.is_some_and(|p| p.is_terminal())) {
+            assert!(
+                phases
+                    .iter()
+                    .all(|p| *p == Some(errand::api::Phase::Succeeded)),
+                "every run succeeds: {phases:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "runs did not finish: {phases:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Writes settle: nothing more should come for finished executions.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes_until_done = writes.swap(0, Ordering::SeqCst);
+    for name in &names {
+        api.delete(name, &Default::default())
+            .await
+            .expect("the execution is deleted");
+    }
+    let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for name in &names {
+        let config_map = errand::controller::names::snapshot_config_map_name(name);
+        while config_maps
+            .get_opt(&config_map)
+            .await
+            .expect("reading a ConfigMap")
+            .is_some()
+        {
+            assert!(Instant::now() < deadline, "{config_map} was not released");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Lives {
+        writes_until_done,
+        writes_for_deletion: writes.swap(0, Ordering::SeqCst),
+    }
 }
 
 fn watch_jobs(client: &Client, ns: &str) -> Seen {
@@ -265,11 +365,16 @@ async fn wait_jobs(seen: &Seen, names: impl IntoIterator<Item = String>) -> Inst
     }
 }
 
+/// Creates a queued execution: its Job is created suspended, so no pod runs.
 async fn create_execution(client: &Client, ns: &str, name: &str) {
+    create_execution_with(client, ns, name, Some("bench")).await;
+}
+
+async fn create_execution_with(client: &Client, ns: &str, name: &str, queue: Option<&str>) {
     let spec = AgentExecutionSpec {
         agent_ref: Some(Reference::named("trivial")),
         input: "x".into(),
-        queue_name: Some("bench".into()),
+        queue_name: queue.map(str::to_owned),
         ..Default::default()
     };
     Api::<AgentExecution>::namespaced(client.clone(), ns)

@@ -275,9 +275,8 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         Some("Resolved")
     );
     assert!(
-        execution
-            .finalizers()
-            .contains(&"errand.dev/results".to_owned())
+        execution.finalizers().is_empty(),
+        "the controller never writes to the execution's metadata"
     );
 
     let jobs = harness.managed::<Job>().await;
@@ -296,6 +295,11 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     let snapshot_ref = status.snapshot.clone().unwrap();
     assert_eq!(snapshot_ref.config_map, config_maps[0].name_any());
     assert_eq!(config_maps[0].immutable, Some(true));
+    assert_eq!(
+        config_maps[0].finalizers(),
+        ["errand.dev/results".to_owned()],
+        "the snapshot holds the results finalizer from its creation"
+    );
     let snapshot_json = config_maps[0].data.as_ref().unwrap()["snapshot.json"].clone();
     let job_uid = jobs[0].uid().unwrap();
 
@@ -495,9 +499,11 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         .unwrap();
     assert_eq!(store.list(&prefix).await.unwrap().len(), 1);
 
+    // Foreground, as `errand delete` does: the snapshot ConfigMap blocks its owner's deletion
+    // until its finalizer has deleted the results, so they are gone when the execution is.
     harness
         .api::<AgentExecution>()
-        .delete("doomed", &DeleteParams::default())
+        .delete("doomed", &DeleteParams::foreground())
         .await
         .unwrap();
     wait_for("the execution to be gone", WAIT, || async {

@@ -384,10 +384,17 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
         gone.then_some(())
     })
     .await;
-    assert!(
-        e2e.store().list(&prefix).await.unwrap().is_empty(),
-        "the finalizer deleted the results"
-    );
+    // A background delete (kubectl's default) returns at once; the snapshot ConfigMap's
+    // finalizer deletes the results right after.
+    wait_for("the finalizer to delete the results", RUN_WAIT, || async {
+        e2e.store()
+            .list(&prefix)
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
     wait_for("the children to be garbage-collected", RUN_WAIT, || async {
         let gone = e2e.managed::<Job>().await.is_empty()
             && e2e.managed::<ConfigMap>().await.is_empty()

@@ -5,7 +5,8 @@ use crate::resolve::Snapshot;
 /// The field manager of every server-side apply the controller makes.
 pub const FIELD_MANAGER: &str = "errand-controller";
 
-/// The finalizer that keeps an execution until its results are deleted from the store.
+/// The finalizer on an execution's snapshot ConfigMap that keeps it until the execution's
+/// results are deleted from the store.
 pub const RESULTS_FINALIZER: &str = "errand.dev/results";
 
 /// User id the pod runs as when the Agent does not choose one: non-root, as the `restricted`

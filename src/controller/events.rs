@@ -1,4 +1,4 @@
-//! The events the controller publishes: one per outcome, with the condition's PascalCase reason.
+//! The events the controller publishes: one Warning per failed execution, with the condition's PascalCase reason.
 
 use kube::runtime::events::{Event, EventType};
 
@@ -8,22 +8,17 @@ use crate::api::{AgentExecutionStatus, Phase};
 /// Longest event note the API server accepts.
 const NOTE_LIMIT: usize = 1024;
 
-/// The event for a status that just became terminal, if it did. Progress in between is in
-/// the status; events are kept to outcomes so an execution costs few API writes.
+/// The Warning event for a status that just became `Failed`, if it did. Progress, success and
+/// cancellation (which the user asked for) are in the status only: an execution that goes as
+/// planned costs no event write.
 pub fn outcome_event(
     before: Option<&AgentExecutionStatus>,
     after: &AgentExecutionStatus,
 ) -> Option<Event> {
-    let phase = after.phase.filter(|p| p.is_terminal())?;
-    if before.and_then(|s| s.phase) == Some(phase) {
+    if after.phase != Some(Phase::Failed) || before.and_then(|s| s.phase) == Some(Phase::Failed) {
         return None;
     }
-    let (type_, condition) = match phase {
-        Phase::Succeeded => (EventType::Normal, conditions::COMPLETE),
-        Phase::Cancelled => (EventType::Normal, conditions::FAILED),
-        _ => (EventType::Warning, conditions::FAILED),
-    };
-    let reason = conditions::get(&after.conditions, condition)?
+    let reason = conditions::get(&after.conditions, conditions::FAILED)?
         .reason
         .clone();
     let action = if reason == conditions::reason::INVALID_SPEC {
@@ -40,7 +35,7 @@ pub fn outcome_event(
         note.truncate(cut);
     }
     Some(Event {
-        type_,
+        type_: EventType::Warning,
         reason,
         note: Some(note),
         action: action.to_owned(),
@@ -71,5 +66,17 @@ mod tests {
         assert!(event.note.unwrap().len() <= NOTE_LIMIT);
         assert!(outcome_event(Some(&failed), &failed).is_none());
         assert!(outcome_event(None, &AgentExecutionStatus::default()).is_none());
+        let mut succeeded = failed.clone();
+        succeeded.phase = Some(Phase::Succeeded);
+        assert!(
+            outcome_event(None, &succeeded).is_none(),
+            "success is in the status only"
+        );
+        let mut cancelled = failed;
+        cancelled.phase = Some(Phase::Cancelled);
+        assert!(
+            outcome_event(None, &cancelled).is_none(),
+            "the user asked for it"
+        );
     }
 }

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod metrics;
 pub mod names;
 pub mod reconcile;
+pub mod results_cleanup;
 pub mod status;
 pub mod watches;
 
@@ -25,14 +26,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -216,44 +217,58 @@ pub async fn run(
         recorder,
         Arc::clone(&metrics),
     ));
-    // Snapshot ConfigMaps are watched by metadata only: a change only needs to wake their
-    // owner. The grants Secrets are not watched at all, so the controller needs no list or
-    // watch permission on Secrets; nothing about them changes an execution's status.
-    let config_maps = watcher(
+    // Snapshot ConfigMaps are watched by metadata only, and only for their deletion: their
+    // finalizer keeps the results until both they and their execution are going. The grants
+    // Secrets are not watched at all, so the controller needs no list or watch permission on
+    // Secrets; nothing about them changes an execution's status.
+    let (config_maps, config_map_stream) = watches::cache(
         watches::api::<PartialObjectMeta<ConfigMap>>(&client, namespace),
         all().labels(&managed),
-    )
-    .default_backoff()
-    .touched_objects();
-
+        watches::trim_config_map,
+    );
+    let shutdown = shutdown.shared();
+    let cleanup = Controller::for_stream(config_map_stream, config_maps)
+        .with_config(controller::Config::default().concurrency(8))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            results_cleanup::reconcile,
+            results_cleanup::error_policy,
+            Arc::clone(&ctx),
+        )
+        .for_each(log_failure);
     let controller = Controller::for_stream(execution_stream, executions)
         .owns_stream(job_stream)
-        .owns_stream(config_maps)
         .watches_stream(pod_stream, watches::pod_execution)
         .with_config(controller::Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| {
-            if let Err(e) = result {
-                warn!("controller: {e}");
-            }
-            std::future::ready(())
-        });
+        .for_each(log_failure);
+    let controllers = async {
+        futures::join!(controller, cleanup);
+    };
     info!(
         namespace = namespace.unwrap_or("*"),
         "reconciling AgentExecutions"
     );
     let outcome = match &lease {
         Some((api, settings)) => tokio::select! {
-            () = controller => Ok(()),
+            () = controllers => Ok(()),
             () = leader::keep(api, settings) => Err(RunError::LostLease),
         },
         None => {
-            controller.await;
+            controllers.await;
             Ok(())
         }
     };
     ready.store(false, Ordering::Relaxed);
     tasks.abort_all();
     outcome
+}
+
+/// Logs a reconcile the controller could not schedule or run.
+fn log_failure<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Ready<()> {
+    if let Err(e) = result {
+        warn!("controller: {e}");
+    }
+    std::future::ready(())
 }

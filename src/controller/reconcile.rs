@@ -1,7 +1,8 @@
 //! The reconcile pipeline of one execution: fetch → resolve → build → apply (create-only) → status.
 //!
-//! Writes are few by construction: the finalizer once, three creates, one status write per
-//! phase, one event per outcome, and nothing at all for terminal executions.
+//! Writes are few by construction: three creates (the snapshot ConfigMap carries the results
+//! finalizer from birth), one status write per phase, one Warning event per failure, and
+//! nothing at all for terminal executions.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +20,7 @@ use tracing::{info, warn};
 
 use super::build::{self, ExecutionIdentity};
 use super::catalog::resolve;
-use super::config::{FIELD_MANAGER, RESULTS_FINALIZER};
+use super::config::FIELD_MANAGER;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::events::outcome_event;
@@ -28,25 +29,27 @@ use super::status::{self, JobObservation, Observed, Stop};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::Snapshot;
 use crate::store::grants::issue_grants;
-use crate::store::keys::{self, ExecutionId};
+use crate::store::keys::ExecutionId;
 
 /// Reconciles one execution.
 pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
     let identity = ExecutionIdentity::of(&execution)?;
     let api = Api::<AgentExecution>::namespaced(ctx.client.clone(), &identity.namespace);
-    let action = if execution.metadata.deletion_timestamp.is_some() {
-        clean_up(&execution, &identity, &api, &ctx).await?
+    if execution.metadata.deletion_timestamp.is_some() {
+        // Owner references remove the children; the snapshot ConfigMap's finalizer removes
+        // the results (`results_cleanup`).
+        ctx.forget(&identity.uid);
+        return Ok(Action::await_change());
+    }
+    let execution = ctx.latest(execution);
+    let status = execution.status.clone().unwrap_or_default();
+    let action = if status.phase.is_some_and(Phase::is_terminal) {
+        Action::await_change()
+    } else if status.snapshot.is_none() {
+        admit(&execution, &identity, &api, &ctx).await?
     } else {
-        let execution = ctx.latest(execution);
-        let status = execution.status.clone().unwrap_or_default();
-        if status.phase.is_some_and(Phase::is_terminal) {
-            Action::await_change()
-        } else if status.snapshot.is_none() {
-            admit(&execution, &identity, &api, &ctx).await?
-        } else {
-            progress(&execution, &identity, &api, &ctx).await?
-        }
+        progress(&execution, &identity, &api, &ctx).await?
     };
     ctx.succeeded(&identity.uid);
     Ok(action)
@@ -86,7 +89,6 @@ async fn admit(
         }
     };
     ctx.config.apply_default_queue(&mut snapshot);
-    add_finalizer(execution, api).await?;
     let (config_map, job) = create_children(identity, &snapshot, ctx).await?;
     let digest = config_map
         .annotations()
@@ -312,8 +314,8 @@ async fn carry_out(stop: &Stop, namespace: &str, job_name: &str, ctx: &Context) 
     }
 }
 
-/// Writes `status` with server-side apply unless it equals the current one, then publishes
-/// the outcome event and records completion metrics.
+/// Writes `status` with server-side apply unless it equals the current one, then records
+/// completion metrics and publishes the failure event.
 async fn write_status(
     execution: &AgentExecution,
     status: AgentExecutionStatus,
@@ -338,96 +340,26 @@ async fn write_status(
         .await
         .map_err(Error::kube(format!("writing the status of {name}")))?;
     ctx.remember(updated);
+    let was_terminal = execution
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(Phase::is_terminal);
+    if let (false, Some(created), Some(done)) = (
+        was_terminal,
+        &execution.metadata.creation_timestamp,
+        &status.completion_time,
+    ) {
+        ctx.metrics
+            .completed(done.0.duration_since(created.0).as_secs_f64());
+    }
     if let Some(event) = outcome_event(execution.status.as_ref(), &status) {
-        if let (Some(created), Some(done)) = (
-            &execution.metadata.creation_timestamp,
-            &status.completion_time,
-        ) {
-            ctx.metrics
-                .completed(done.0.duration_since(created.0).as_secs_f64());
-        }
         let reference = execution.object_ref(&());
         if let Err(e) = ctx.recorder.publish(&event, &reference).await {
             warn!(execution = %name, "publishing event {}: {e}", event.reason);
         }
     }
     Ok(())
-}
-
-/// Adds the results finalizer before anything that can produce results exists. The JSON
-/// patch tests the current list, so a concurrent change fails and is retried.
-async fn add_finalizer(execution: &AgentExecution, api: &Api<AgentExecution>) -> Result<()> {
-    let finalizers = execution.finalizers();
-    if finalizers.iter().any(|f| f == RESULTS_FINALIZER) {
-        return Ok(());
-    }
-    let patch: json_patch::Patch = serde_json::from_value(if finalizers.is_empty() {
-        serde_json::json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [RESULTS_FINALIZER]},
-        ])
-    } else {
-        serde_json::json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": RESULTS_FINALIZER},
-        ])
-    })
-    .expect("a well-formed JSON patch");
-    let name = execution.name_any();
-    api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .map_err(Error::kube(format!("adding the finalizer to {name}")))?;
-    Ok(())
-}
-
-/// Deletion: remove the execution's results from the store, then release it. Owner
-/// references remove its Job, ConfigMap and Secret.
-async fn clean_up(
-    execution: &AgentExecution,
-    identity: &ExecutionIdentity,
-    api: &Api<AgentExecution>,
-    ctx: &Context,
-) -> Result<Action> {
-    let Some(index) = execution
-        .finalizers()
-        .iter()
-        .position(|f| f == RESULTS_FINALIZER)
-    else {
-        ctx.forget(&identity.uid);
-        return Ok(Action::await_change());
-    };
-    let prefix = keys::results_prefix(&ExecutionId {
-        namespace: identity.namespace.clone(),
-        name: identity.name.clone(),
-        uid: identity.uid.clone(),
-    })?;
-    let deleted = ctx.results.delete_prefix(&prefix).await?;
-    info!(execution = %identity.name, namespace = %identity.namespace, deleted, "deleted results");
-    let path = format!("/metadata/finalizers/{index}");
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": path, "value": RESULTS_FINALIZER},
-        {"op": "remove", "path": path},
-    ]))
-    .expect("a well-formed JSON patch");
-    match api
-        .patch(
-            &identity.name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(patch),
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.is_not_found() => {}
-        Err(e) => {
-            return Err(Error::kube(format!(
-                "removing the finalizer of {}",
-                identity.name
-            ))(e));
-        }
-    }
-    ctx.forget(&identity.uid);
-    Ok(Action::await_change())
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@ use std::fmt::Debug;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -61,6 +62,16 @@ pub fn trim_job(job: &mut Job) {
         ..JobSpec::default()
     });
     job.metadata.annotations = None;
+}
+
+/// Keeps only what the results cleanup needs of a snapshot ConfigMap's metadata: identity,
+/// labels, the execution's name, finalizers and deletion.
+pub fn trim_config_map(config_map: &mut PartialObjectMeta<ConfigMap>) {
+    let meta = &mut config_map.metadata;
+    meta.owner_references = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|key, _| key == names::EXECUTION_NAME_ANNOTATION);
+    }
 }
 
 /// Keeps only what the status needs of a pod: its identity, labels, annotations and status.

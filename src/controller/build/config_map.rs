@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::{ExecutionIdentity, names};
+use crate::controller::config::RESULTS_FINALIZER;
 use crate::resolve::Snapshot;
 
 /// Key of the snapshot document (canonical JSON) in the ConfigMap.
@@ -12,16 +13,26 @@ pub const SNAPSHOT_KEY: &str = "snapshot.json";
 /// Key of the merged agent config (JSON) in the ConfigMap; `AGENT_CONFIG_PATH` points at it.
 pub const AGENT_CONFIG_KEY: &str = "agent-config.json";
 
-/// The snapshot ConfigMap of an execution: immutable, owned by it, annotated with the digest.
+/// The snapshot ConfigMap of an execution: immutable, owned by it, annotated with the digest,
+/// holding the results finalizer.
 pub fn snapshot_config_map(execution: &ExecutionIdentity, snapshot: &Snapshot) -> ConfigMap {
     let mut meta = execution.child_meta(
         names::snapshot_config_map_name(&execution.name),
         &snapshot.agent.name,
     );
-    meta.annotations = Some(BTreeMap::from([(
-        names::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
-        snapshot.digest(),
-    )]));
+    meta.annotations = Some(BTreeMap::from([
+        (
+            names::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
+            snapshot.digest(),
+        ),
+        (
+            names::EXECUTION_NAME_ANNOTATION.to_owned(),
+            execution.name.clone(),
+        ),
+    ]));
+    // Created with the results finalizer, so the results are deleted with the execution
+    // without a write of its own (see `controller::results_cleanup`).
+    meta.finalizers = Some(vec![RESULTS_FINALIZER.to_owned()]);
     let snapshot_json =
         String::from_utf8(snapshot.canonical_json()).expect("canonical JSON is UTF-8");
     let agent_config =

@@ -210,7 +210,7 @@ fn child_names_are_deterministic() {
 }
 
 #[test]
-fn the_snapshot_config_map_is_immutable_and_holds_snapshot_and_agent_config() {
+fn the_snapshot_config_map_is_immutable_holds_snapshot_and_agent_config_and_the_finalizer() {
     let snapshot = snapshot();
     let cm = snapshot_config_map(&identity(), &snapshot);
     assert_eq!(cm.immutable, Some(true));
@@ -220,9 +220,13 @@ fn the_snapshot_config_map_is_immutable_and_holds_snapshot_and_agent_config() {
     assert_eq!(data[SNAPSHOT_KEY].as_bytes(), snapshot.canonical_json());
     let config: serde_json::Value = serde_json::from_str(&data[AGENT_CONFIG_KEY]).unwrap();
     assert_eq!(config["name"], "calculator");
+    let annotations = cm.metadata.annotations.unwrap();
+    assert_eq!(annotations["errand.dev/snapshot-digest"], snapshot.digest());
+    assert_eq!(annotations["errand.dev/execution-name"], identity().name);
     assert_eq!(
-        cm.metadata.annotations.unwrap()["errand.dev/snapshot-digest"],
-        snapshot.digest()
+        cm.metadata.finalizers,
+        Some(vec!["errand.dev/results".to_owned()]),
+        "created holding the results finalizer"
     );
 }
 

@@ -93,7 +93,6 @@ fn execution(status: Option<AgentExecutionStatus>) -> AgentExecution {
     execution.metadata.namespace = Some(NS.into());
     execution.metadata.uid = Some(UID.into());
     execution.metadata.generation = Some(1);
-    execution.metadata.finalizers = Some(vec![RESULTS_FINALIZER.into()]);
     execution.status = status;
     execution
 }
@@ -253,27 +252,8 @@ async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
             (Method::POST, format!("{base}/secrets")),
             (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
         ],
-        "the finalizer is already there, so: three creates and the Starting status"
+        "three creates and the Starting status: no finalizer write"
     );
-}
-
-#[tokio::test]
-async fn a_new_execution_gets_the_finalizer_before_its_children() {
-    let log = Log::default();
-    let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
-    let mut new = execution(None);
-    new.metadata.finalizers = None;
-    reconcile(Arc::new(new), ctx).await.unwrap();
-    let seen = requests(&log);
-    let writes: Vec<_> = seen.iter().filter(|(m, _)| m != Method::GET).collect();
-    assert_eq!(
-        *writes[0],
-        (
-            Method::PATCH,
-            format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc")
-        )
-    );
-    assert_eq!(writes.len(), 5, "{seen:?}");
 }
 
 #[tokio::test]

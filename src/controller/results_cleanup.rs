@@ -1,0 +1,270 @@
+//! Deleting an execution's results from the store when the execution is deleted.
+//!
+//! The results finalizer sits on the execution's snapshot ConfigMap from the moment it is
+//! created, so it costs no API write of its own. Deleting the execution garbage-collects the
+//! ConfigMap; its finalizer holds it until the results are gone. With foreground deletion
+//! (`errand delete`) the execution itself waits for that too, because the ConfigMap blocks
+//! its owner's deletion. A snapshot ConfigMap deleted on its own while its execution lives
+//! is released without touching the results.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use tracing::{info, warn};
+
+use super::config::RESULTS_FINALIZER;
+use super::context::Context;
+use super::error::{Error, Result};
+use super::names;
+use crate::api::AgentExecution;
+use crate::store::keys::{self, ExecutionId};
+
+/// How often to look again while the execution's pod is still stopping.
+const POD_STOPPING_RECHECK: Duration = Duration::from_secs(2);
+
+/// What to do about one snapshot ConfigMap.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Not being deleted, or not holding the finalizer: nothing.
+    Nothing,
+    /// The execution's pod may still upload results: look again later.
+    WaitForPod,
+    /// The execution is gone or going: delete its results, then release the ConfigMap.
+    DeleteResults(ExecutionId),
+    /// The ConfigMap was deleted while its execution lives: release it, keep the results.
+    KeepResults,
+}
+
+/// Decides what `config_map` needs, given its execution as the API server has it now and
+/// whether any pod of that execution is still running.
+pub fn step(
+    config_map: &PartialObjectMeta<ConfigMap>,
+    execution: Option<&AgentExecution>,
+    pod_running: bool,
+) -> Step {
+    if config_map.metadata.deletion_timestamp.is_none()
+        || !config_map
+            .finalizers()
+            .iter()
+            .any(|f| f == RESULTS_FINALIZER)
+    {
+        return Step::Nothing;
+    }
+    let Some(id) = execution_of(config_map) else {
+        // Not one of ours after all (labels edited): nothing to find in the store.
+        return Step::KeepResults;
+    };
+    let same = execution.filter(|e| e.metadata.uid.as_deref() == Some(id.uid.as_str()));
+    match same {
+        Some(e) if e.metadata.deletion_timestamp.is_none() => Step::KeepResults,
+        _ if pod_running => Step::WaitForPod,
+        _ => Step::DeleteResults(id),
+    }
+}
+
+/// The execution a snapshot ConfigMap belongs to, from its labels and annotation.
+fn execution_of(config_map: &PartialObjectMeta<ConfigMap>) -> Option<ExecutionId> {
+    Some(ExecutionId {
+        namespace: config_map.namespace()?,
+        name: config_map
+            .annotations()
+            .get(names::EXECUTION_NAME_ANNOTATION)?
+            .clone(),
+        uid: config_map.labels().get(names::EXECUTION_UID_LABEL)?.clone(),
+    })
+}
+
+/// Reconciles one snapshot ConfigMap: deletes its execution's results when both are going.
+pub async fn reconcile(
+    config_map: Arc<PartialObjectMeta<ConfigMap>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    if config_map.metadata.deletion_timestamp.is_none() {
+        return Ok(Action::await_change());
+    }
+    let namespace = config_map.namespace().unwrap_or_default();
+    let execution = match execution_of(&config_map) {
+        Some(id) => Api::<AgentExecution>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(&id.name)
+            .await
+            .map_err(Error::kube(format!("reading execution {}", id.name)))?,
+        None => None,
+    };
+    let uid = config_map.labels().get(names::EXECUTION_UID_LABEL);
+    let pod_running = uid.is_some_and(|uid| pod_running(&ctx, &namespace, uid));
+    match step(&config_map, execution.as_ref(), pod_running) {
+        Step::Nothing => return Ok(Action::await_change()),
+        Step::WaitForPod => return Ok(Action::requeue(POD_STOPPING_RECHECK)),
+        Step::KeepResults => warn!(
+            config_map = %config_map.name_any(),
+            namespace,
+            "snapshot ConfigMap deleted while its execution exists; its results are kept"
+        ),
+        Step::DeleteResults(id) => {
+            let deleted = ctx
+                .results
+                .delete_prefix(&keys::results_prefix(&id)?)
+                .await?;
+            info!(execution = %id.name, namespace, deleted, "deleted results");
+            ctx.forget(&id.uid);
+        }
+    }
+    release(&config_map, &ctx).await?;
+    Ok(Action::await_change())
+}
+
+/// Whether a pod of execution `uid` has not finished (it may still upload results).
+fn pod_running(ctx: &Context, namespace: &str, uid: &str) -> bool {
+    ctx.pods.state().iter().any(|pod: &Arc<Pod>| {
+        pod.namespace().as_deref() == Some(namespace)
+            && pod
+                .labels()
+                .get(names::EXECUTION_UID_LABEL)
+                .map(String::as_str)
+                == Some(uid)
+            && !matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+    })
+}
+
+/// Removes the finalizer; the JSON patch tests its position first, so a concurrent change to
+/// the list fails and is retried.
+async fn release(config_map: &PartialObjectMeta<ConfigMap>, ctx: &Context) -> Result<()> {
+    let name = config_map.name_any();
+    let Some(index) = config_map
+        .finalizers()
+        .iter()
+        .position(|f| f == RESULTS_FINALIZER)
+    else {
+        return Ok(());
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": path, "value": RESULTS_FINALIZER},
+        {"op": "remove", "path": path},
+    ]))
+    .expect("a well-formed JSON patch");
+    let api = Api::<ConfigMap>::namespaced(
+        ctx.client.clone(),
+        &config_map.namespace().unwrap_or_default(),
+    );
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube(format!(
+            "removing the finalizer of ConfigMap {name}"
+        ))(e)),
+    }
+}
+
+/// Logs and counts a failed cleanup and retries it with exponential backoff.
+pub fn error_policy(
+    config_map: Arc<PartialObjectMeta<ConfigMap>>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let label = error.metric_label();
+    ctx.metrics.reconcile_failed(label);
+    let delay = ctx.backoff(&config_map.uid().unwrap_or_default());
+    warn!(
+        config_map = %config_map.name_any(),
+        namespace = config_map.namespace().unwrap_or_default(),
+        reason = label,
+        retry_in_seconds = delay.as_secs(),
+        "results cleanup failed: {error}"
+    );
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
+
+    fn config_map(deleting: bool, finalizer: bool) -> PartialObjectMeta<ConfigMap> {
+        PartialObjectMeta {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("errand-calc-snapshot".into()),
+                namespace: Some("team-a".into()),
+                labels: Some(BTreeMap::from([(
+                    names::EXECUTION_UID_LABEL.to_owned(),
+                    UID.to_owned(),
+                )])),
+                annotations: Some(BTreeMap::from([(
+                    names::EXECUTION_NAME_ANNOTATION.to_owned(),
+                    "calc".to_owned(),
+                )])),
+                finalizers: finalizer.then(|| vec![RESULTS_FINALIZER.to_owned()]),
+                deletion_timestamp: deleting.then(|| Time(Timestamp::UNIX_EPOCH)),
+                ..ObjectMeta::default()
+            },
+            _phantom: Default::default(),
+        }
+    }
+
+    fn execution(uid: &str, deleting: bool) -> AgentExecution {
+        let mut execution = AgentExecution::new("calc", Default::default());
+        execution.metadata.uid = Some(uid.into());
+        execution.metadata.deletion_timestamp = deleting.then(|| Time(Timestamp::UNIX_EPOCH));
+        execution
+    }
+
+    fn id() -> ExecutionId {
+        ExecutionId {
+            namespace: "team-a".into(),
+            name: "calc".into(),
+            uid: UID.into(),
+        }
+    }
+
+    #[test]
+    fn a_live_or_released_config_map_needs_nothing() {
+        assert_eq!(step(&config_map(false, true), None, false), Step::Nothing);
+        assert_eq!(step(&config_map(true, false), None, false), Step::Nothing);
+    }
+
+    #[test]
+    fn results_go_once_the_execution_is_gone_or_going_and_its_pod_stopped() {
+        let deleting = config_map(true, true);
+        assert_eq!(step(&deleting, None, false), Step::DeleteResults(id()));
+        let going = execution(UID, true);
+        assert_eq!(
+            step(&deleting, Some(&going), false),
+            Step::DeleteResults(id())
+        );
+        let successor = execution("another-uid", false);
+        assert_eq!(
+            step(&deleting, Some(&successor), false),
+            Step::DeleteResults(id()),
+            "a new execution of the same name does not keep the old one's results"
+        );
+        assert_eq!(step(&deleting, None, true), Step::WaitForPod);
+    }
+
+    #[test]
+    fn a_config_map_deleted_under_a_live_execution_keeps_the_results() {
+        let live = execution(UID, false);
+        assert_eq!(
+            step(&config_map(true, true), Some(&live), false),
+            Step::KeepResults
+        );
+    }
+}
