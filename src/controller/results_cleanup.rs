@@ -213,7 +213,7 @@ mod tests {
                     "calc".to_owned(),
                 )])),
                 finalizers: finalizer.then(|| vec![RESULTS_FINALIZER.to_owned()]),
-                deletion_timestamp: deleting.then(|| Time(Timestamp::UNIX_EPOCH)),
+                deletion_timestamp: deleting.then_some(Time(Timestamp::UNIX_EPOCH)),
                 ..ObjectMeta::default()
             },
             _phantom: Default::default(),
@@ -223,7 +223,7 @@ mod tests {
     fn execution(uid: &str, deleting: bool) -> AgentExecution {
         let mut execution = AgentExecution::new("calc", Default::default());
         execution.metadata.uid = Some(uid.into());
-        execution.metadata.deletion_timestamp = deleting.then(|| Time(Timestamp::UNIX_EPOCH));
+        execution.metadata.deletion_timestamp = deleting.then_some(Time(Timestamp::UNIX_EPOCH));
         execution
     }
 
