@@ -115,6 +115,7 @@ pub async fn reconcile(
         }
     }
     release(&config_map, &ctx).await?;
+    ctx.succeeded(&config_map.uid().unwrap_or_default());
     Ok(Action::await_change())
 }
 
