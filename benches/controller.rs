@@ -51,6 +51,11 @@ fn main() {
         println!("controller benchmark: skipped outside `cargo bench --bench controller`");
         return;
     }
+    // The controller runs in this process: its warnings (failed reconciles) go to stderr.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(std::io::stderr)
+        .init();
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(bench());
 }

@@ -30,6 +30,9 @@ pub enum Error {
     /// The execution's ids do not form a store key.
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// A reconcile did not finish in time (an API or store call hung); it is retried.
+    #[error("the reconcile did not finish within {0:?}")]
+    TimedOut(std::time::Duration),
     /// A cache the status depends on stopped before it was filled.
     #[error("the {0} cache stopped before it was filled")]
     CacheStopped(&'static str),
@@ -64,6 +67,7 @@ impl Error {
             Error::Grants(e) => e.metric_label(),
             Error::Store(_) => "store",
             Error::Key(_) => "store_key",
+            Error::TimedOut(_) => "timeout",
             Error::CacheStopped(_) => "cache_stopped",
             Error::ForeignChild { .. } => "foreign_child",
         }

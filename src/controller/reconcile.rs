@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::build::{self, ExecutionIdentity};
 use super::catalog::resolve;
@@ -31,8 +31,19 @@ use crate::resolve::Snapshot;
 use crate::store::grants::issue_grants;
 use crate::store::keys::ExecutionId;
 
-/// Reconciles one execution.
+/// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
+/// response) would otherwise hold the execution, and every later event for it, until the
+/// client's read timeout of nearly five minutes.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reconciles one execution, failing (and so retrying with backoff) if it hangs.
 pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
+    tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_once(execution, ctx))
+        .await
+        .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)))
+}
+
+async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
     let identity = ExecutionIdentity::of(&execution)?;
     let api = Api::<AgentExecution>::namespaced(ctx.client.clone(), &identity.namespace);
@@ -258,6 +269,15 @@ async fn progress(
         carry_out(stop, namespace, &job_name, ctx).await?;
     }
     let terminal = assessment.status.phase.is_some_and(Phase::is_terminal);
+    debug!(
+        execution = %identity.name,
+        namespace,
+        was = ?execution.status.as_ref().and_then(|s| s.phase),
+        now = ?assessment.status.phase,
+        job = job.is_some(),
+        pods = ?pod_refs.iter().map(|p| p.status.as_ref().and_then(|s| s.phase.clone())).collect::<Vec<_>>(),
+        "assessed"
+    );
     write_status(execution, assessment.status, api, ctx).await?;
     Ok(match assessment.recheck_after {
         Some(after) if !terminal => Action::requeue(after + Duration::from_secs(1)),

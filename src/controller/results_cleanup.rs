@@ -79,8 +79,21 @@ fn execution_of(config_map: &PartialObjectMeta<ConfigMap>) -> Option<ExecutionId
     })
 }
 
+/// How long one cleanup may take: deleting a large execution's results is many store calls.
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Reconciles one snapshot ConfigMap: deletes its execution's results when both are going.
+/// A cleanup that hangs fails and is retried.
 pub async fn reconcile(
+    config_map: Arc<PartialObjectMeta<ConfigMap>>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    tokio::time::timeout(CLEANUP_TIMEOUT, clean_up(config_map, ctx))
+        .await
+        .unwrap_or(Err(Error::TimedOut(CLEANUP_TIMEOUT)))
+}
+
+async fn clean_up(
     config_map: Arc<PartialObjectMeta<ConfigMap>>,
     ctx: Arc<Context>,
 ) -> Result<Action> {

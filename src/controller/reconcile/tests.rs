@@ -64,6 +64,14 @@ fn scripted_client(log: Log) -> Client {
     Client::new(service, NS)
 }
 
+/// A client whose API server never answers.
+fn hanging_client() -> Client {
+    let service = tower::service_fn(|_: Request<kube::client::Body>| async {
+        std::future::pending::<Result<Response<Full<Bytes>>, std::convert::Infallible>>().await
+    });
+    Client::new(service, NS)
+}
+
 fn echo(body: &[u8], path: &str) -> Vec<u8> {
     let mut object: Value = serde_json::from_slice(body).unwrap();
     let name = path.rsplit('/').next().unwrap();
@@ -298,4 +306,19 @@ async fn an_unchanged_running_execution_costs_no_request() {
         .await
         .unwrap();
     assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconcile_that_hangs_fails_and_is_retried() {
+    let ctx = context(hanging_client(), vec![], vec![]);
+    let started = tokio::time::Instant::now();
+    let error = reconcile(Arc::new(execution(None)), Arc::clone(&ctx))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::TimedOut(_)), "{error}");
+    assert_eq!(started.elapsed(), RECONCILE_TIMEOUT);
+    assert_eq!(
+        error_policy(Arc::new(execution(None)), &error, ctx),
+        Action::requeue(Duration::from_secs(1))
+    );
 }
