@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 use errand::controller::blobs::BlobEndpoint;
 use errand::controller::http::{Probes, serve};
 use errand::resolve::Snapshot;
+use errand::runner::RunState;
 use errand::runner::signed::SignedUrls;
-use errand::runner::termination::{SummaryState, TerminationSummary};
+use errand::runner::termination::TerminationSummary;
 use errand::runner::{BlobSource, ResultSink};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::{ExecutionId, ResultName};
@@ -243,7 +244,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     );
 
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::Succeeded);
+    assert_eq!(summary.state, RunState::Succeeded);
     assert_eq!(summary.exit_code, Some(0));
     assert_eq!(summary.results_error, None);
     assert_eq!(
@@ -301,7 +302,7 @@ async fn a_failing_agent_exits_with_its_code_and_its_stderr_reaches_the_summary(
     let ran = run(pod.run_agent_command("echo 'calculator: division by zero' >&2; exit 3")).await;
     assert_eq!(ran.status.code(), Some(3));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::Failed);
+    assert_eq!(summary.state, RunState::Failed);
     assert_eq!(summary.exit_code, Some(3));
     assert!(
         summary.stderr_tail.contains("division by zero"),
@@ -318,7 +319,7 @@ async fn the_deadline_stops_the_agent_and_the_results_are_saved() {
     let ran = run(pod.run_agent_command("echo started; sleep 30")).await;
     assert_eq!(ran.status.code(), Some(124));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::TimedOut);
+    assert_eq!(summary.state, RunState::TimedOut);
     assert!(summary.timed_out);
     let error = pod.result_json(ResultName::RunError).await;
     assert_eq!(error["type"], "DeadlineExceeded");
@@ -359,7 +360,7 @@ async fn sigterm_cancels_the_run_and_saves_partial_results() {
     .unwrap();
     assert_eq!(status.code(), Some(143));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::Cancelled);
+    assert_eq!(summary.state, RunState::Cancelled);
     assert_eq!(
         pod.result_json(ResultName::RunError).await["type"],
         "Cancelled"
@@ -376,7 +377,7 @@ async fn a_blob_that_cannot_be_fetched_fails_staging_with_a_summary() {
     let staged = run(pod.stage_command()).await;
     assert_eq!(staged.status.code(), Some(1));
     let summary = pod.summary("stage-termination-log");
-    assert_eq!(summary.state, SummaryState::StageFailed);
+    assert_eq!(summary.state, RunState::StageFailed);
     assert_eq!(names(&summary), ["run_error", "manifest.json"]);
     let error = pod.result_json(ResultName::RunError).await;
     assert_eq!(error["type"], "StageFailed");
@@ -393,7 +394,7 @@ async fn unreadable_grants_are_reported_in_the_termination_message() {
     let staged = run(pod.stage_command()).await;
     assert_eq!(staged.status.code(), Some(2));
     let summary = pod.summary("stage-termination-log");
-    assert_eq!(summary.state, SummaryState::StageFailed);
+    assert_eq!(summary.state, RunState::StageFailed);
     assert!(summary.stderr_tail.contains("grants"), "{summary:?}");
 }
 
