@@ -237,7 +237,7 @@ impl Store {
         let (scheme, prefix) =
             ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
         let backend = |e: object_store::Error| invalid(e.to_string());
-        let option = |(key, _): &(&str, &str)| invalid(format!("unknown store option {key:?}"));
+        let option = |key: &str| invalid(format!("unknown store option {key:?}"));
         // One client serves both the store and its signer.
         let (inner, signer): (Arc<dyn ObjectStore>, Arc<dyn object_store::signer::Signer>) =
             match scheme {
@@ -248,29 +248,31 @@ impl Store {
                     return Store::open_local(&dir, url);
                 }
                 ObjectStoreScheme::AmazonS3 => {
-                    let mut builder = AmazonS3Builder::from_env().with_url(url);
-                    for pair in options {
-                        let key: AmazonS3ConfigKey = pair.0.parse().map_err(|_| option(pair))?;
-                        builder = builder.with_config(key, pair.1);
-                    }
+                    let builder = config_keys::<AmazonS3ConfigKey>(options, option)?
+                        .into_iter()
+                        .fold(AmazonS3Builder::from_env().with_url(url), |b, (k, v)| {
+                            b.with_config(k, v)
+                        });
                     let s3 = Arc::new(builder.build().map_err(backend)?);
                     (s3.clone(), s3)
                 }
                 ObjectStoreScheme::GoogleCloudStorage => {
-                    let mut builder = GoogleCloudStorageBuilder::from_env().with_url(url);
-                    for pair in options {
-                        let key: GoogleConfigKey = pair.0.parse().map_err(|_| option(pair))?;
-                        builder = builder.with_config(key, pair.1);
-                    }
+                    let builder = config_keys::<GoogleConfigKey>(options, option)?
+                        .into_iter()
+                        .fold(
+                            GoogleCloudStorageBuilder::from_env().with_url(url),
+                            |b, (k, v)| b.with_config(k, v),
+                        );
                     let gcs = Arc::new(builder.build().map_err(backend)?);
                     (gcs.clone(), gcs)
                 }
                 ObjectStoreScheme::MicrosoftAzure => {
-                    let mut builder = MicrosoftAzureBuilder::from_env().with_url(url);
-                    for pair in options {
-                        let key: AzureConfigKey = pair.0.parse().map_err(|_| option(pair))?;
-                        builder = builder.with_config(key, pair.1);
-                    }
+                    let builder = config_keys::<AzureConfigKey>(options, option)?
+                        .into_iter()
+                        .fold(
+                            MicrosoftAzureBuilder::from_env().with_url(url),
+                            |b, (k, v)| b.with_config(k, v),
+                        );
                     let azure = Arc::new(builder.build().map_err(backend)?);
                     (azure.clone(), azure)
                 }
@@ -503,6 +505,18 @@ impl Store {
             .await
             .map_err(|source| backend("rename", from, source))
     }
+}
+
+/// `options` with their keys parsed as a backend's configuration keys; only the unknown key
+/// goes into the error, never a value (which may be a credential).
+fn config_keys<'a, K: std::str::FromStr>(
+    options: &[(&str, &'a str)],
+    unknown: impl Fn(&str) -> StoreError,
+) -> Result<Vec<(K, &'a str)>, StoreError> {
+    options
+        .iter()
+        .map(|&(key, value)| Ok((key.parse().map_err(|_| unknown(key))?, value)))
+        .collect()
 }
 
 fn object_path(key: &str) -> Result<object_store::path::Path, StoreError> {
