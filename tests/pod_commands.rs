@@ -91,7 +91,9 @@ impl Pod {
         }))
         .unwrap();
         let expires = Timestamp::now() + SignedDuration::from_mins(10);
-        let grants = issue_grants(signer.as_ref(), &execution(), &snapshot, expires).unwrap();
+        let grants = issue_grants(signer.as_ref(), &execution(), &snapshot, expires)
+            .await
+            .unwrap();
         std::fs::write(
             root.join("mounted/snapshot.json"),
             snapshot.canonical_json(),
@@ -514,6 +516,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
             format!("{url}/out/run_result?sig=2"),
         )]),
         uploads: UploadMode::Sized,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     };
     let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
@@ -573,12 +576,14 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         &key,
         Timestamp::now() + SignedDuration::from_mins(5),
     )
+    .await
     .unwrap();
     let grants = Grants {
         execution: execution(),
         inputs: BTreeMap::new(),
         results: BTreeMap::from([("run_result".to_owned(), put_url)]),
         uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
@@ -628,6 +633,7 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
             format!("{url}/out/manifest.json?sig=2"),
         )]),
         uploads: UploadMode::Sized,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     };
 
@@ -677,6 +683,7 @@ fn grants_without_urls() -> Grants {
         inputs: BTreeMap::new(),
         results: BTreeMap::new(),
         uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     }
 }
