@@ -35,7 +35,7 @@ declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack
   [socat]=socat [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
-  [python3]=python3 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
+  [python3]=python3 [pip3]=python3-pip [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
 )
 missing=()
 for cmd in "${!package_of[@]}"; do
@@ -53,6 +53,12 @@ if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# moto's S3 server, for the presigned-URL test (tests/store_s3.rs), from PyPI.
+if ! command -v moto_server >/dev/null; then
+  log "installing moto_server (pip3 install 'moto[server]')"
+  # --break-system-packages: Debian's own pip refuses installs outside a venv (PEP 668).
+  pip3 install --quiet --root-user-action=ignore --break-system-packages 'moto[server]' >/dev/null
 fi
 phase_done packages
 

@@ -20,8 +20,9 @@ use serde_json::{Value, json};
 use errand::controller::blobs::BlobEndpoint;
 use errand::controller::http::{Probes, serve};
 use errand::resolve::Snapshot;
+use errand::runner::RunState;
 use errand::runner::signed::SignedUrls;
-use errand::runner::termination::{SummaryState, TerminationSummary};
+use errand::runner::termination::TerminationSummary;
 use errand::runner::{BlobSource, ResultSink};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::{ExecutionId, ResultName};
@@ -90,7 +91,9 @@ impl Pod {
         }))
         .unwrap();
         let expires = Timestamp::now() + SignedDuration::from_mins(10);
-        let grants = issue_grants(signer.as_ref(), &execution(), &snapshot, expires).unwrap();
+        let grants = issue_grants(signer.as_ref(), &execution(), &snapshot, expires)
+            .await
+            .unwrap();
         std::fs::write(
             root.join("mounted/snapshot.json"),
             snapshot.canonical_json(),
@@ -243,7 +246,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     );
 
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::Succeeded);
+    assert_eq!(summary.state, RunState::Succeeded);
     assert_eq!(summary.exit_code, Some(0));
     assert_eq!(summary.results_error, None);
     assert_eq!(
@@ -301,7 +304,7 @@ async fn a_failing_agent_exits_with_its_code_and_its_stderr_reaches_the_summary(
     let ran = run(pod.run_agent_command("echo 'calculator: division by zero' >&2; exit 3")).await;
     assert_eq!(ran.status.code(), Some(3));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::Failed);
+    assert_eq!(summary.state, RunState::Failed);
     assert_eq!(summary.exit_code, Some(3));
     assert!(
         summary.stderr_tail.contains("division by zero"),
@@ -318,7 +321,7 @@ async fn the_deadline_stops_the_agent_and_the_results_are_saved() {
     let ran = run(pod.run_agent_command("echo started; sleep 30")).await;
     assert_eq!(ran.status.code(), Some(124));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::TimedOut);
+    assert_eq!(summary.state, RunState::TimedOut);
     assert!(summary.timed_out);
     let error = pod.result_json(ResultName::RunError).await;
     assert_eq!(error["type"], "DeadlineExceeded");
@@ -359,7 +362,7 @@ async fn sigterm_cancels_the_run_and_saves_partial_results() {
     .unwrap();
     assert_eq!(status.code(), Some(143));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, SummaryState::Cancelled);
+    assert_eq!(summary.state, RunState::Cancelled);
     assert_eq!(
         pod.result_json(ResultName::RunError).await["type"],
         "Cancelled"
@@ -376,7 +379,7 @@ async fn a_blob_that_cannot_be_fetched_fails_staging_with_a_summary() {
     let staged = run(pod.stage_command()).await;
     assert_eq!(staged.status.code(), Some(1));
     let summary = pod.summary("stage-termination-log");
-    assert_eq!(summary.state, SummaryState::StageFailed);
+    assert_eq!(summary.state, RunState::StageFailed);
     assert_eq!(names(&summary), ["run_error", "manifest.json"]);
     let error = pod.result_json(ResultName::RunError).await;
     assert_eq!(error["type"], "StageFailed");
@@ -393,7 +396,7 @@ async fn unreadable_grants_are_reported_in_the_termination_message() {
     let staged = run(pod.stage_command()).await;
     assert_eq!(staged.status.code(), Some(2));
     let summary = pod.summary("stage-termination-log");
-    assert_eq!(summary.state, SummaryState::StageFailed);
+    assert_eq!(summary.state, RunState::StageFailed);
     assert!(summary.stderr_tail.contains("grants"), "{summary:?}");
 }
 
@@ -513,6 +516,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
             format!("{url}/out/run_result?sig=2"),
         )]),
         uploads: UploadMode::Sized,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     };
     let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
@@ -572,12 +576,14 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         &key,
         Timestamp::now() + SignedDuration::from_mins(5),
     )
+    .await
     .unwrap();
     let grants = Grants {
         execution: execution(),
         inputs: BTreeMap::new(),
         results: BTreeMap::from([("run_result".to_owned(), put_url)]),
         uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
@@ -627,6 +633,7 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
             format!("{url}/out/manifest.json?sig=2"),
         )]),
         uploads: UploadMode::Sized,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     };
 
@@ -676,6 +683,7 @@ fn grants_without_urls() -> Grants {
         inputs: BTreeMap::new(),
         results: BTreeMap::new(),
         uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
         expires_at: Timestamp::now(),
     }
 }

@@ -27,6 +27,12 @@ for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip c
   command -v "$tool" >/dev/null || die "$tool is missing: bash hack/test.sh installs the Debian packages"
 done
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge is missing (Debian package containernetworking-plugins)"
+# The kubelet taints a node whose disk is nearly full, after which no pod schedules and
+# every test times out far from the cause: say so up front.
+mkdir -p "$S"
+free_kib=$(df -Pk "$S" | awk 'NR == 2 {print $4}')
+((free_kib >= 3 * 1024 * 1024)) ||
+  die "only $((free_kib / 1024)) MiB free on the filesystem of $S; the test node needs at least 3 GiB (old cargo target dirs are the usual cause)"
 
 is_running() { [[ -f "$RUN/$1.pid" ]] && pid_alive "$(cat "$RUN/$1.pid")"; }
 

@@ -8,7 +8,7 @@ use crate::controller::config::ControllerConfig;
 use crate::controller::leader::LeaseSettings;
 use crate::controller::{ControllerOptions, run};
 use crate::store::Store;
-use crate::store::grants::HmacSigner;
+use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::{Certificates, SelfSigned, WebhookOptions};
 
 use super::CliError;
@@ -28,9 +28,10 @@ pub struct ControllerArgs {
     /// Store URL (`file://`, `s3://`, `gs://`, `az://`) where results are kept.
     #[arg(long, env = "ERRAND_STORE")]
     pub store: String,
-    /// Base URL of this controller's blob endpoint as pods reach it (for example its Service).
+    /// Base URL of this controller's blob endpoint as pods reach it (for example its Service);
+    /// needed for a `file://` store, whose signed URLs the controller serves itself.
     #[arg(long, env = "ERRAND_BLOB_URL")]
-    pub blob_url: String,
+    pub blob_url: Option<String>,
     /// Reconcile only this namespace (all namespaces when unset).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
@@ -119,18 +120,14 @@ impl ControllerArgs {
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     init_json_logs();
-    let signing_key = std::env::var("ERRAND_SIGNING_KEY")
-        .ok()
-        .filter(|k| k.len() >= 32)
-        .ok_or_else(|| {
-            CliError::new(
-                "invalid_config",
-                "ERRAND_SIGNING_KEY must hold at least 32 characters (mount it from a Secret)",
-            )
-        })?;
     let webhook = args.webhook()?;
     let results = Store::open(&args.store)
         .map_err(|e| CliError::new("invalid_config", format!("opening the store: {e}")))?;
+    let signing = url_signing(
+        &results,
+        args.blob_url.as_deref(),
+        std::env::var("ERRAND_SIGNING_KEY").ok().as_deref(),
+    )?;
     let client = kube::Client::try_default()
         .await
         .map_err(|e| CliError::new("cluster_unreachable", format!("connecting: {e}")))?;
@@ -145,13 +142,17 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.staging_budget_seconds = args.staging_budget_seconds;
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
-    let signer = Arc::new(HmacSigner::new(&args.blob_url, signing_key.as_bytes()));
+    tracing::info!(
+        store = results.url(),
+        presigned = signing.serve_blobs.is_none(),
+        "signing the pods' store URLs"
+    );
     let options = ControllerOptions {
         config,
         namespace: args.watch_namespace,
         results,
-        signer: signer.clone(),
-        serve_blobs: Some(signer),
+        signer: signing.signer,
+        serve_blobs: signing.serve_blobs,
         listen: Some(args.listen),
         webhook,
         leader_election: args.leader_elect.then(|| {
@@ -168,6 +169,44 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     run(client, options, shutdown_signal())
         .await
         .map_err(|e| CliError::new("controller_stopped", e.to_string()))
+}
+
+/// How the pods' store URLs are signed, and whether the controller serves them itself.
+struct UrlSigning {
+    signer: Arc<dyn UrlSigner>,
+    serve_blobs: Option<Arc<HmacSigner>>,
+}
+
+/// Cloud stores sign their own URLs; a `file://` store's URLs are HMAC-signed with
+/// `signing_key` and served by this controller at `blob_url`, so only it needs both.
+fn url_signing(
+    store: &Store,
+    blob_url: Option<&str>,
+    signing_key: Option<&str>,
+) -> Result<UrlSigning, CliError> {
+    if let Some(presigned) = store.presigned_signer() {
+        return Ok(UrlSigning {
+            signer: Arc::new(presigned),
+            serve_blobs: None,
+        });
+    }
+    let invalid = |message: &str| {
+        CliError::new(
+            "invalid_config",
+            format!("the file:// store {} needs {message}", store.url()),
+        )
+    };
+    let blob_url = blob_url.ok_or_else(|| {
+        invalid("--blob-url (ERRAND_BLOB_URL): the controller's blob endpoint as pods reach it")
+    })?;
+    let signing_key = signing_key.filter(|k| k.len() >= 32).ok_or_else(|| {
+        invalid("ERRAND_SIGNING_KEY of at least 32 characters (mount it from a Secret)")
+    })?;
+    let hmac = Arc::new(HmacSigner::new(blob_url, signing_key.as_bytes()));
+    Ok(UrlSigning {
+        signer: hmac.clone(),
+        serve_blobs: Some(hmac),
+    })
 }
 
 fn init_json_logs() {
@@ -192,5 +231,47 @@ async fn shutdown_signal() {
                 None => std::future::pending::<()>().await,
             }
         } => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_cloud_store_signs_its_own_urls_and_needs_no_blob_endpoint() {
+        let store =
+            Store::open_with_options("s3://bucket/prefix", &[("aws_region", "us-east-1")]).unwrap();
+        let signing = url_signing(&store, None, None).unwrap();
+        assert!(signing.serve_blobs.is_none());
+        assert_eq!(
+            signing.signer.upload_mode(),
+            crate::store::grants::UploadMode::Sized
+        );
+    }
+
+    #[test]
+    fn a_file_store_is_served_here_and_needs_the_blob_url_and_the_signing_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
+        let signing = url_signing(&store, Some("http://errand:8080"), Some(KEY)).unwrap();
+        assert!(signing.serve_blobs.is_some());
+
+        let missing_url = url_signing(&store, None, Some(KEY)).err().unwrap();
+        assert!(
+            missing_url.message.contains("--blob-url"),
+            "{}",
+            missing_url.message
+        );
+        let short_key = url_signing(&store, Some("http://errand:8080"), Some("short"))
+            .err()
+            .unwrap();
+        assert!(
+            short_key.message.contains("ERRAND_SIGNING_KEY"),
+            "{}",
+            short_key.message
+        );
     }
 }

@@ -173,7 +173,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (endpoint, signer) = endpoint(dir.path());
         let key = "results/team-a/calc/uid-1/run_result";
-        let put = signer.sign(Access::Put, key, soon()).unwrap();
+        let put = signer.sign(Access::Put, key, soon()).await.unwrap();
         let response = endpoint
             .handle(request(Method::PUT, &put, b"{\"answer\":96}"))
             .await;
@@ -187,7 +187,7 @@ mod tests {
         let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
         let content = futures::stream::iter([Ok(Bytes::from_static(b"tarball"))]).boxed();
         store.put_new(&blob, content).await.unwrap();
-        let get = signer.sign(Access::Get, &blob, soon()).unwrap();
+        let get = signer.sign(Access::Get, &blob, soon()).await.unwrap();
         let response = endpoint.handle(request(Method::GET, &get, b"")).await;
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(body(response).await, b"tarball");
@@ -210,9 +210,10 @@ mod tests {
                 key,
                 Timestamp::now() - SignedDuration::from_secs(1),
             )
+            .await
             .unwrap();
         assert_eq!(refused(expired, Method::PUT).await, StatusCode::FORBIDDEN);
-        let get_url = signer.sign(Access::Get, key, soon()).unwrap();
+        let get_url = signer.sign(Access::Get, key, soon()).await.unwrap();
         assert_eq!(
             refused(get_url.clone(), Method::PUT).await,
             StatusCode::FORBIDDEN
@@ -224,6 +225,7 @@ mod tests {
         );
         let other = signer
             .sign(Access::Put, "results/team-a/other/uid-2/run_result", soon())
+            .await
             .unwrap()
             .replace("other/uid-2", "calc/uid-1");
         assert_eq!(refused(other, Method::PUT).await, StatusCode::FORBIDDEN);

@@ -149,7 +149,7 @@ async fn create_children(
         name: identity.name.clone(),
         uid: identity.uid.clone(),
     };
-    let grants = issue_grants(ctx.signer.as_ref(), &execution_id, snapshot, expires)?;
+    let grants = issue_grants(ctx.signer.as_ref(), &execution_id, snapshot, expires).await?;
     let config_map = build::snapshot_config_map(identity, snapshot);
     let secret = build::grants_secret(identity, &snapshot.agent.name, &grants);
     let job = build::job(identity, snapshot, &ctx.config);

@@ -219,15 +219,7 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.timed_out = summary.timed_out;
     record.started_at = summary.started_at.or(record.started_at);
     record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
-    record.results = summary
-        .results
-        .iter()
-        .map(|r| ResultEntry {
-            name: r.name.as_str().to_owned(),
-            size: r.size,
-            sha256: r.sha256.clone(),
-        })
-        .collect();
+    record.results = summary.results.iter().map(ResultEntry::from).collect();
 }
 
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and

@@ -267,6 +267,16 @@ pub struct SavedResult {
     pub sha256: String,
 }
 
+impl From<&SavedResult> for crate::api::ResultEntry {
+    fn from(saved: &SavedResult) -> Self {
+        Self {
+            name: saved.name.as_str().to_owned(),
+            size: saved.size,
+            sha256: saved.sha256.clone(),
+        }
+    }
+}
+
 /// Everything a caller needs about a finished run: for the execution record, the status
 /// message and the pod's termination message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

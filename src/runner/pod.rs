@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::signed::SignedUrls;
-use super::termination::{SummaryState, TerminationSummary};
+use super::termination::TerminationSummary;
 use super::{
     Invocation, RunState, RunSummary, SavedResult, ScratchDir, fail_before_run, plan,
     run_and_collect, stage,
@@ -130,12 +130,12 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
     let stop = stop_requested();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
-        Err(e) => return report_unsaved(paths, SummaryState::StageFailed, &e),
+        Err(e) => return report_unsaved(paths, RunState::StageFailed, &e),
     };
     // The errand image's own roots serve staging.
     let urls = match SignedUrls::new(grants.clone(), &paths.scratch, None) {
         Ok(urls) => urls,
-        Err(e) => return report_unsaved(paths, SummaryState::StageFailed, &e.into()),
+        Err(e) => return report_unsaved(paths, RunState::StageFailed, &e.into()),
     };
     let fail = |state: RunState, message: String| {
         let urls = &urls;
@@ -190,7 +190,7 @@ pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Ve
     let stop = stop_requested();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
-        Err(e) => return report_unsaved(paths, SummaryState::StartFailed, &e),
+        Err(e) => return report_unsaved(paths, RunState::StartFailed, &e),
     };
     let urls = match SignedUrls::new(
         grants.clone(),
@@ -198,7 +198,7 @@ pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Ve
         installed_ca_bundle().as_deref(),
     ) {
         Ok(urls) => urls,
-        Err(e) => return report_unsaved(paths, SummaryState::StartFailed, &e.into()),
+        Err(e) => return report_unsaved(paths, RunState::StartFailed, &e.into()),
     };
     let staged = read_staged(&paths.scratch.join(STAGED_FILE));
     let invocation = invocation(&grants, &snapshot, paths, agent_config, command);
@@ -295,7 +295,7 @@ fn report(paths: &PodPaths, summary: &RunSummary) -> i32 {
 
 /// Reports a failure that happened before anything could be saved, with the error where the
 /// controller shows the agent's stderr.
-fn report_unsaved(paths: &PodPaths, state: SummaryState, error: &PodError) -> i32 {
+fn report_unsaved(paths: &PodPaths, state: RunState, error: &PodError) -> i32 {
     tracing::error!("{error}");
     let summary = TerminationSummary {
         state,

@@ -79,6 +79,16 @@ impl SignedUrls {
         })
     }
 
+    /// A PUT to `url` with the headers the grants ask for (a write-once condition, say).
+    fn put_request(&self, url: &str) -> reqwest::RequestBuilder {
+        self.grants
+            .put_headers
+            .iter()
+            .fold(self.client.put(url), |request, (name, value)| {
+                request.header(name, value)
+            })
+    }
+
     async fn put_chunked(
         &self,
         name: ResultName,
@@ -89,8 +99,7 @@ impl SignedUrls {
         let mut wait = FIRST_RETRY_WAIT;
         for attempt in 1..=ATTEMPTS {
             let sent = self
-                .client
-                .put(url)
+                .put_request(url)
                 .body(reqwest::Body::wrap_stream(SharedBody(Arc::clone(&shared))))
                 .send()
                 .await
@@ -143,8 +152,7 @@ impl SignedUrls {
                                 source,
                             })?;
                     Ok(self
-                        .client
-                        .put(url)
+                        .put_request(url)
                         .header(reqwest::header::CONTENT_LENGTH, size)
                         .body(reqwest::Body::from(file)))
                 })

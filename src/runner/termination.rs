@@ -8,29 +8,12 @@ use crate::runner::{RunState, RunSummary};
 /// Kubernetes keeps at most this many bytes of a container's termination message.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
 
-/// How the run ended, as the runner saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SummaryState {
-    /// The agent exited 0.
-    Succeeded,
-    /// The agent exited non-zero or was killed by a signal.
-    Failed,
-    /// The run's deadline passed and the agent was stopped.
-    TimedOut,
-    /// The run was stopped on request (SIGTERM to the runner).
-    Cancelled,
-    /// The agent's command could not be started.
-    StartFailed,
-    /// The working directory could not be staged.
-    StageFailed,
-}
-
 /// The termination-message summary: plain serde, shared by the runner (writer) and the
 /// controller (reader).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TerminationSummary {
     /// How the run ended.
-    pub state: SummaryState,
+    pub state: RunState,
     /// The agent's exit code (128 + signal number when killed by a signal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
@@ -51,28 +34,12 @@ pub struct TerminationSummary {
 impl TerminationSummary {
     /// The summary of a finished run, as the runner writes it to the termination message.
     pub fn from_run(run: &RunSummary) -> Self {
-        let state = match run.state {
-            RunState::Succeeded => SummaryState::Succeeded,
-            RunState::Failed => SummaryState::Failed,
-            RunState::TimedOut => SummaryState::TimedOut,
-            RunState::Cancelled => SummaryState::Cancelled,
-            RunState::StartFailed => SummaryState::StartFailed,
-            RunState::StageFailed => SummaryState::StageFailed,
-        };
         Self {
-            state,
+            state: run.state,
             exit_code: run.exit_code,
             timed_out: run.timed_out,
             stderr_tail: run.stderr_tail.clone(),
-            results: run
-                .results
-                .iter()
-                .map(|r| ResultEntry {
-                    name: r.name.as_str().to_owned(),
-                    size: r.size,
-                    sha256: r.sha256.clone(),
-                })
-                .collect(),
+            results: run.results.iter().map(ResultEntry::from).collect(),
             results_error: run.results_error.clone(),
         }
     }
@@ -107,7 +74,7 @@ mod tests {
 
     fn summary(stderr: &str) -> TerminationSummary {
         TerminationSummary {
-            state: SummaryState::Failed,
+            state: RunState::Failed,
             exit_code: Some(3),
             timed_out: false,
             stderr_tail: stderr.to_owned(),
@@ -140,7 +107,7 @@ mod tests {
             results_error: None,
         };
         let summary = TerminationSummary::from_run(&run);
-        assert_eq!(summary.state, SummaryState::TimedOut);
+        assert_eq!(summary.state, RunState::TimedOut);
         assert!(summary.timed_out);
         assert_eq!(summary.results[0].name, "manifest.json");
         let message = summary.to_termination_message();
@@ -154,7 +121,7 @@ mod tests {
             "stderr_tail":"killed","results":[{"name":"run_error","size":88,"sha256":"ab"}],
             "response":"ignored extra field"}"#;
         let parsed = TerminationSummary::parse(message).unwrap();
-        assert_eq!(parsed.state, SummaryState::TimedOut);
+        assert_eq!(parsed.state, RunState::TimedOut);
         assert_eq!(parsed.exit_code, Some(143));
         assert!(parsed.timed_out);
         assert_eq!(parsed.results[0].name, "run_error");

@@ -49,6 +49,17 @@ pub enum GrantError {
     /// A signed URL is past its expiry.
     #[error("the URL expired")]
     Expired,
+    /// The URLs would have to outlive what the backend's signatures allow.
+    #[error(
+        "signed URLs of this store last 1 to {max} seconds, but the grants must last {needed} \
+         seconds (start timeout + timeout + staging budget + termination grace)"
+    )]
+    Lifetime {
+        /// Seconds from now until the grants expire.
+        needed: i64,
+        /// The longest the backend allows.
+        max: i64,
+    },
     /// A digest in the snapshot is not `sha256:<hex>`.
     #[error("fileset digest {0:?} is not sha256:<hex>")]
     BadDigest(String),
@@ -64,6 +75,7 @@ impl GrantError {
             GrantError::Sign { .. } => "sign",
             GrantError::BadSignature => "bad_signature",
             GrantError::Expired => "expired",
+            GrantError::Lifetime { .. } => "lifetime",
             GrantError::BadDigest(_) => "bad_digest",
             GrantError::Key(_) => "bad_key",
         }
@@ -82,13 +94,24 @@ pub enum UploadMode {
     Sized,
 }
 
-/// Signs store URLs.
+/// Signs store URLs. Async because a backend may have to fetch its credentials first.
+#[async_trait::async_trait]
 pub trait UrlSigner: Send + Sync {
     /// A URL that allows `access` to `key` until `expires`.
-    fn sign(&self, access: Access, key: &str, expires: Timestamp) -> Result<String, GrantError>;
+    async fn sign(
+        &self,
+        access: Access,
+        key: &str,
+        expires: Timestamp,
+    ) -> Result<String, GrantError>;
 
     /// How this signer's PUT URLs take their bodies.
     fn upload_mode(&self) -> UploadMode;
+
+    /// Headers every PUT through this signer's URLs must carry (none by default).
+    fn put_headers(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }
 
 /// The signed URLs of one execution, as mounted into its pod (`grants.json`).
@@ -104,13 +127,16 @@ pub struct Grants {
     /// How the PUT URLs take their bodies.
     #[serde(default)]
     pub uploads: UploadMode,
+    /// Headers to send with every PUT (a presigned backend's write-once condition, for example).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub put_headers: BTreeMap<String, String>,
     /// When the URLs stop working.
     pub expires_at: Timestamp,
 }
 
 /// Signs GET URLs for every Fileset blob of `snapshot` and PUT URLs for every result key of
 /// the execution, all valid until `expires`.
-pub fn issue_grants(
+pub async fn issue_grants(
     signer: &dyn UrlSigner,
     execution: &ExecutionId,
     snapshot: &Snapshot,
@@ -124,7 +150,7 @@ pub fn issue_grants(
     let mut inputs = BTreeMap::new();
     for content in contents {
         let key = fileset_key(&execution.namespace, &content.digest)?;
-        let url = signer.sign(Access::Get, &key, expires)?;
+        let url = signer.sign(Access::Get, &key, expires).await?;
         inputs.insert(key, url);
     }
     let mut results = BTreeMap::new();
@@ -132,7 +158,7 @@ pub fn issue_grants(
         let key = keys::result(execution, name)?;
         results.insert(
             name.as_str().to_owned(),
-            signer.sign(Access::Put, &key, expires)?,
+            signer.sign(Access::Put, &key, expires).await?,
         );
     }
     Ok(Grants {
@@ -140,6 +166,7 @@ pub fn issue_grants(
         inputs,
         results,
         uploads: signer.upload_mode(),
+        put_headers: signer.put_headers(),
         expires_at: expires,
     })
 }
@@ -199,8 +226,14 @@ impl HmacSigner {
     }
 }
 
+#[async_trait::async_trait]
 impl UrlSigner for HmacSigner {
-    fn sign(&self, access: Access, key: &str, expires: Timestamp) -> Result<String, GrantError> {
+    async fn sign(
+        &self,
+        access: Access,
+        key: &str,
+        expires: Timestamp,
+    ) -> Result<String, GrantError> {
         let expires = expires.as_second();
         let tag = hmac::sign(&self.key, Self::message(access, key, expires).as_bytes());
         Ok(format!(
@@ -235,11 +268,12 @@ mod tests {
         (key.to_owned(), expires, signature.to_owned())
     }
 
-    #[test]
-    fn a_signed_url_verifies_for_its_method_and_key_until_it_expires() {
+    #[tokio::test]
+    async fn a_signed_url_verifies_for_its_method_and_key_until_it_expires() {
         let expires = Timestamp::from_second(NOW + 60).unwrap();
         let url = signer()
             .sign(Access::Put, "results/ns/calc/u1/run_result", expires)
+            .await
             .unwrap();
         let (key, exp, sig) = parts(&url);
         let now = Timestamp::from_second(NOW).unwrap();
@@ -272,8 +306,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn grants_cover_exactly_the_inputs_and_results_of_the_execution() {
+    #[tokio::test]
+    async fn grants_cover_exactly_the_inputs_and_results_of_the_execution() {
         let snapshot = crate::controller::build::tests::snapshot();
         let expires = Timestamp::from_second(NOW).unwrap();
         let grants = issue_grants(
@@ -286,6 +320,7 @@ mod tests {
             &snapshot,
             expires,
         )
+        .await
         .unwrap();
         let keys: Vec<&str> = grants.inputs.keys().map(String::as_str).collect();
         assert_eq!(
@@ -303,6 +338,7 @@ mod tests {
         assert_eq!(grants.expires_at, expires);
         assert_eq!(grants.execution.uid, "uid-1");
         assert_eq!(grants.uploads, UploadMode::Chunked);
+        assert!(grants.put_headers.is_empty());
     }
 
     #[test]

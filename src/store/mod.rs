@@ -7,6 +7,7 @@
 
 pub mod grants;
 pub mod keys;
+pub mod presign;
 
 mod fileset;
 
@@ -17,9 +18,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
-use object_store::azure::MicrosoftAzureBuilder;
-use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{
@@ -31,6 +32,7 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 pub use fileset::PushedFileset;
+pub use presign::PresignedSigner;
 
 use crate::runner::archive::ArchiveError;
 
@@ -209,6 +211,7 @@ fn file_stream(file: std::fs::File) -> ByteStream {
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     url: String,
+    presigner: Option<PresignedSigner>,
 }
 
 impl Store {
@@ -216,6 +219,13 @@ impl Store {
     /// `gs://bucket[/prefix]`, `az://container[/prefix]`. Cloud credentials and endpoints come from
     /// the backend's environment variables, as `object_store`'s `from_env` builders read them.
     pub fn open(url: &str) -> Result<Store, StoreError> {
+        Store::open_with_options(url, &[])
+    }
+
+    /// [`Store::open`], with `options` (object_store configuration keys such as `aws_endpoint`
+    /// or `azure_storage_account_name`, and their values) taking precedence over the
+    /// environment. Options are for cloud stores; a `file://` store takes none.
+    pub fn open_with_options(url: &str, options: &[(&str, &str)]) -> Result<Store, StoreError> {
         let invalid = |reason: String| StoreError::InvalidUrl {
             url: url.to_owned(),
             reason,
@@ -227,37 +237,52 @@ impl Store {
         let (scheme, prefix) =
             ObjectStoreScheme::parse(&parsed).map_err(|e| invalid(e.to_string()))?;
         let backend = |e: object_store::Error| invalid(e.to_string());
-        let inner: Arc<dyn ObjectStore> = match scheme {
-            ObjectStoreScheme::Local => {
-                let dir = parsed
-                    .to_file_path()
-                    .map_err(|()| invalid("not an absolute local path".into()))?;
-                return Store::open_local(&dir, url);
-            }
-            ObjectStoreScheme::AmazonS3 => Arc::new(
-                AmazonS3Builder::from_env()
-                    .with_url(url)
-                    .build()
-                    .map_err(backend)?,
-            ),
-            ObjectStoreScheme::GoogleCloudStorage => Arc::new(
-                GoogleCloudStorageBuilder::from_env()
-                    .with_url(url)
-                    .build()
-                    .map_err(backend)?,
-            ),
-            ObjectStoreScheme::MicrosoftAzure => Arc::new(
-                MicrosoftAzureBuilder::from_env()
-                    .with_url(url)
-                    .build()
-                    .map_err(backend)?,
-            ),
-            other => {
-                return Err(invalid(format!(
-                    "{other:?} is not supported; use file://, s3://, gs:// or az://"
-                )));
-            }
-        };
+        let option = |key: &str| invalid(format!("unknown store option {key:?}"));
+        // One client serves both the store and its signer.
+        let (inner, signer): (Arc<dyn ObjectStore>, Arc<dyn object_store::signer::Signer>) =
+            match scheme {
+                ObjectStoreScheme::Local => {
+                    let dir = parsed
+                        .to_file_path()
+                        .map_err(|()| invalid("not an absolute local path".into()))?;
+                    return Store::open_local(&dir, url);
+                }
+                ObjectStoreScheme::AmazonS3 => {
+                    let builder = config_keys::<AmazonS3ConfigKey>(options, option)?
+                        .into_iter()
+                        .fold(AmazonS3Builder::from_env().with_url(url), |b, (k, v)| {
+                            b.with_config(k, v)
+                        });
+                    let s3 = Arc::new(builder.build().map_err(backend)?);
+                    (s3.clone(), s3)
+                }
+                ObjectStoreScheme::GoogleCloudStorage => {
+                    let builder = config_keys::<GoogleConfigKey>(options, option)?
+                        .into_iter()
+                        .fold(
+                            GoogleCloudStorageBuilder::from_env().with_url(url),
+                            |b, (k, v)| b.with_config(k, v),
+                        );
+                    let gcs = Arc::new(builder.build().map_err(backend)?);
+                    (gcs.clone(), gcs)
+                }
+                ObjectStoreScheme::MicrosoftAzure => {
+                    let builder = config_keys::<AzureConfigKey>(options, option)?
+                        .into_iter()
+                        .fold(
+                            MicrosoftAzureBuilder::from_env().with_url(url),
+                            |b, (k, v)| b.with_config(k, v),
+                        );
+                    let azure = Arc::new(builder.build().map_err(backend)?);
+                    (azure.clone(), azure)
+                }
+                other => {
+                    return Err(invalid(format!(
+                        "{other:?} is not supported; use file://, s3://, gs:// or az://"
+                    )));
+                }
+            };
+        let presigner = PresignedSigner::new(signer, scheme, prefix.clone());
         // The builders address a bucket; a path after it scopes everything under a prefix.
         let inner = if prefix.as_ref().is_empty() {
             inner
@@ -267,7 +292,14 @@ impl Store {
         Ok(Store {
             inner,
             url: url.to_owned(),
+            presigner: Some(presigner),
         })
+    }
+
+    /// The signer of this store's own presigned URLs; `None` for a `file://` store, whose
+    /// URLs the controller signs and serves itself.
+    pub fn presigned_signer(&self) -> Option<PresignedSigner> {
+        self.presigner.clone()
     }
 
     fn open_local(dir: &Path, url: &str) -> Result<Store, StoreError> {
@@ -285,6 +317,7 @@ impl Store {
         Ok(Store {
             inner: Arc::new(fs),
             url: url.to_owned(),
+            presigner: None,
         })
     }
 
@@ -474,6 +507,18 @@ impl Store {
     }
 }
 
+/// `options` with their keys parsed as a backend's configuration keys; only the unknown key
+/// goes into the error, never a value (which may be a credential).
+fn config_keys<'a, K: std::str::FromStr>(
+    options: &[(&str, &'a str)],
+    unknown: impl Fn(&str) -> StoreError,
+) -> Result<Vec<(K, &'a str)>, StoreError> {
+    options
+        .iter()
+        .map(|&(key, value)| Ok((key.parse().map_err(|_| unknown(key))?, value)))
+        .collect()
+}
+
 fn object_path(key: &str) -> Result<object_store::path::Path, StoreError> {
     object_store::path::Path::parse(key).map_err(|source| StoreError::InvalidKey {
         key: key.to_owned(),
@@ -535,5 +580,17 @@ mod tests {
         let store = Store::open("s3://bucket/some/prefix").unwrap();
         assert_eq!(store.url(), "s3://bucket/some/prefix");
         Store::open("gs://bucket").unwrap();
+    }
+
+    #[test]
+    fn cloud_stores_sign_their_own_urls_and_file_stores_do_not() {
+        let s3 = Store::open_with_options("s3://bucket", &[("aws_region", "eu-west-1")]).unwrap();
+        assert!(s3.presigned_signer().is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let local = Store::open(&format!("file://{}", dir.path().display())).unwrap();
+        assert!(local.presigned_signer().is_none());
+        let err =
+            Store::open_with_options("s3://bucket", &[("aws_no_such_option", "x")]).unwrap_err();
+        assert!(err.to_string().contains("aws_no_such_option"), "{err}");
     }
 }

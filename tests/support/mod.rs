@@ -6,3 +6,4 @@
 
 pub mod cluster;
 pub mod errand;
+pub mod s3;

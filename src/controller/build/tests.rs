@@ -163,6 +163,7 @@ fn children_are_owned_by_the_execution_as_controller() {
             uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
         },
         uploads: Default::default(),
+        put_headers: Default::default(),
         inputs: Default::default(),
         results: Default::default(),
         expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,

@@ -16,7 +16,8 @@ use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::{DEFAULT_START_TIMEOUT_SECONDS, InvalidSpec};
 
 use super::build::{AGENT_CONTAINER, STAGE_CONTAINER};
-pub use crate::runner::termination::{SummaryState, TerminationSummary};
+pub use crate::runner::RunState;
+pub use crate::runner::termination::TerminationSummary;
 use conditions::reason;
 
 /// Longest status message; a failure's stderr tail is cut from its start to fit.
@@ -467,9 +468,9 @@ fn finished_outcome(execution: &AgentExecution, job: &Job, pod: &Pod) -> Outcome
         .or_else(|| termination_message(stage))
         .and_then(TerminationSummary::parse);
     let exit_code = summary.as_ref().and_then(|s| s.exit_code).or(agent_exit);
-    let succeeded = summary.as_ref().map_or(agent_exit == Some(0), |s| {
-        s.state == SummaryState::Succeeded
-    });
+    let succeeded = summary
+        .as_ref()
+        .map_or(agent_exit == Some(0), |s| s.state == RunState::Succeeded);
     let stderr = summary
         .as_ref()
         .map(|s| s.stderr_tail.as_str())
@@ -492,7 +493,7 @@ fn finished_outcome(execution: &AgentExecution, job: &Job, pod: &Pod) -> Outcome
         )
     } else if summary
         .as_ref()
-        .is_some_and(|s| s.timed_out || s.state == SummaryState::TimedOut)
+        .is_some_and(|s| s.timed_out || s.state == RunState::TimedOut)
     {
         Outcome::failed(
             reason::DEADLINE_EXCEEDED,
@@ -524,7 +525,7 @@ fn finished_outcome(execution: &AgentExecution, job: &Job, pod: &Pod) -> Outcome
     } else if terminated(stage).is_some_and(|t| t.exit_code != 0)
         || summary
             .as_ref()
-            .is_some_and(|s| s.state == SummaryState::StageFailed)
+            .is_some_and(|s| s.state == RunState::StageFailed)
     {
         Outcome::failed(
             reason::STAGE_FAILED,
@@ -532,7 +533,7 @@ fn finished_outcome(execution: &AgentExecution, job: &Job, pod: &Pod) -> Outcome
         )
     } else if summary
         .as_ref()
-        .is_some_and(|s| s.state == SummaryState::StartFailed)
+        .is_some_and(|s| s.state == RunState::StartFailed)
     {
         Outcome::failed(
             reason::AGENT_FAILED,

@@ -176,12 +176,12 @@ fn results() -> Vec<ResultEntry> {
     .collect()
 }
 
-fn summary(state: SummaryState, exit_code: i32, stderr: &str) -> Option<String> {
+fn summary(state: RunState, exit_code: i32, stderr: &str) -> Option<String> {
     Some(
         TerminationSummary {
             state,
             exit_code: Some(exit_code),
-            timed_out: state == SummaryState::TimedOut,
+            timed_out: state == RunState::TimedOut,
             stderr_tail: stderr.into(),
             results: results(),
             results_error: None,
@@ -244,7 +244,7 @@ fn phases_and_reasons() {
     let mut gpu_refused = pod("Failed", vec![], vec![]);
     gpu_refused.status.as_mut().unwrap().reason = Some("OutOfnvidia.com/gpu".into());
     let mut stage_failed_summary = TerminationSummary::parse(
-        &summary(SummaryState::StageFailed, 1, "tar: path escapes the root").unwrap(),
+        &summary(RunState::StageFailed, 1, "tar: path escapes the root").unwrap(),
     )
     .unwrap();
     stage_failed_summary.exit_code = None;
@@ -310,7 +310,7 @@ fn phases_and_reasons() {
             pods: vec![finished_pod(
                 "Succeeded",
                 0,
-                summary(SummaryState::Succeeded, 0, ""),
+                summary(RunState::Succeeded, 0, ""),
             )],
             at: 95,
             phase: Phase::Succeeded,
@@ -325,11 +325,7 @@ fn phases_and_reasons() {
             pods: vec![finished_pod(
                 "Failed",
                 3,
-                summary(
-                    SummaryState::Failed,
-                    3,
-                    "Traceback...\nValueError: no numbers",
-                ),
+                summary(RunState::Failed, 3, "Traceback...\nValueError: no numbers"),
             )],
             at: 95,
             phase: Phase::Failed,
@@ -355,7 +351,7 @@ fn phases_and_reasons() {
             pods: vec![finished_pod(
                 "Failed",
                 124,
-                summary(SummaryState::TimedOut, 143, ""),
+                summary(RunState::TimedOut, 143, ""),
             )],
             at: 700,
             phase: Phase::Failed,
@@ -370,7 +366,7 @@ fn phases_and_reasons() {
             pods: vec![finished_pod(
                 "Failed",
                 143,
-                summary(SummaryState::Cancelled, 143, ""),
+                summary(RunState::Cancelled, 143, ""),
             )],
             at: 2000,
             phase: Phase::Failed,
@@ -508,7 +504,7 @@ fn phases_and_reasons() {
             pods: vec![finished_pod(
                 "Failed",
                 143,
-                summary(SummaryState::Cancelled, 143, ""),
+                summary(RunState::Cancelled, 143, ""),
             )],
             at: 60,
             phase: Phase::Cancelled,
@@ -534,7 +530,7 @@ fn phases_and_reasons() {
             pods: vec![finished_pod(
                 "Succeeded",
                 0,
-                summary(SummaryState::Succeeded, 0, ""),
+                summary(RunState::Succeeded, 0, ""),
             )],
             at: 95,
             phase: Phase::Succeeded,
@@ -579,7 +575,7 @@ fn a_finished_run_records_times_exit_code_and_results() {
         &[finished_pod(
             "Succeeded",
             0,
-            summary(SummaryState::Succeeded, 0, ""),
+            summary(RunState::Succeeded, 0, ""),
         )],
         95,
     )
@@ -601,7 +597,7 @@ fn a_finished_run_records_times_exit_code_and_results() {
 #[test]
 fn results_that_could_not_be_saved_fail_a_successful_run() {
     let mut summary =
-        TerminationSummary::parse(&summary(SummaryState::Succeeded, 0, "").unwrap()).unwrap();
+        TerminationSummary::parse(&summary(RunState::Succeeded, 0, "").unwrap()).unwrap();
     summary.results_error = Some("PUT output_workdir: 403 Forbidden".into());
     let pod = finished_pod("Succeeded", 0, Some(summary.to_termination_message()));
     let status = assess_at(&execution(), &job(), &[pod], 95).status;
@@ -635,7 +631,7 @@ fn a_terminal_status_is_never_recomputed() {
                 &[finished_pod(
                     "Succeeded",
                     0,
-                    summary(SummaryState::Succeeded, 0, ""),
+                    summary(RunState::Succeeded, 0, ""),
                 )],
                 95,
             )
