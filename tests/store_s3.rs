@@ -21,8 +21,9 @@ use serde_json::json;
 
 use errand::resolve::Snapshot;
 use errand::runner::ResultSink;
+use errand::runner::RunState;
 use errand::runner::signed::SignedUrls;
-use errand::runner::termination::{SummaryState, TerminationSummary};
+use errand::runner::termination::TerminationSummary;
 use errand::store::grants::{Grants, UploadMode, issue_grants};
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{Store, StoreError};
@@ -166,7 +167,7 @@ async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_se
     assert!(ran.status.success(), "{ran:?}");
     let summary = std::fs::read_to_string(root.join("run-agent.log")).unwrap();
     let summary = TerminationSummary::parse(&summary).unwrap();
-    assert_eq!(summary.state, SummaryState::Succeeded);
+    assert_eq!(summary.state, RunState::Succeeded);
     assert_eq!(summary.results_error, None);
 
     // Every result the pod reported is in the store, byte for byte as reported.
