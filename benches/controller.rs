@@ -7,6 +7,10 @@
 //!   Job create, over 200 interleaved submissions each;
 //! - the time until 500 executions created at once all have Jobs, over 500 direct Jobs at the
 //!   same client concurrency;
+//! - both also against the floor of this design: the client itself creating the execution and
+//!   then the children the controller would (snapshot ConfigMap, grants Secret, Job) and the
+//!   status, in a namespace no controller watches: what a controller that reacted in no time
+//!   would cost;
 //! - the controller's API writes per execution over a whole life (create → pod runs →
 //!   Succeeded → deleted, with real pods of the errand image), up to the Job, and after a
 //!   restart with the finished executions present;
@@ -22,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -88,18 +93,45 @@ async fn bench() {
     let writes_per_life = lives.writes_until_done as f64 / LIVES as f64;
     let writes_per_deletion = lives.writes_for_deletion as f64 / LIVES as f64;
 
+    // The floor: a namespace no controller watches, where the client does the controller's work.
+    let floor_namespace = support::cluster::TestNamespace::create(&client, "bench-floor").await;
+    let floor_ns = floor_namespace.name().to_owned();
+    let floor_seen = watch_jobs(&client, &floor_ns);
+
     // 1. Interleaved single submissions.
     writes.store(0, Ordering::SeqCst);
-    let (mut via_errand, mut direct) = (Vec::new(), Vec::new());
-    for i in 0..SEQUENTIAL {
-        via_errand.push(time_execution(&client, &ns, &format!("seq-{i}"), &seen).await);
+    let (mut via_errand, mut direct, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    via_errand.push(time_execution(&client, &ns, "seq-0", &seen).await);
+    let children = Children::of(&client, &ns, "seq-0").await;
+    for i in 1..=SEQUENTIAL {
+        if i < SEQUENTIAL {
+            via_errand.push(time_execution(&client, &ns, &format!("seq-{i}"), &seen).await);
+        }
         direct.push(time_direct_job(&client, &ns, &format!("direct-seq-{i}"), &seen).await);
+        floor.push(
+            time_floor(
+                &client,
+                &floor_ns,
+                &format!("floor-seq-{i}"),
+                &children,
+                &floor_seen,
+            )
+            .await,
+        );
     }
     let writes_per_execution = writes.load(Ordering::SeqCst) as f64 / SEQUENTIAL as f64;
 
     // 2. Bursts at the same client concurrency.
-    let burst_errand = burst(&client, &ns, "burst", true, &seen).await;
-    let burst_direct = burst(&client, &ns, "direct-burst", false, &seen).await;
+    let burst_errand = burst(&client, &ns, "burst", Submit::Errand, &seen).await;
+    let burst_direct = burst(&client, &ns, "direct-burst", Submit::Direct, &seen).await;
+    let burst_floor = burst(
+        &client,
+        &floor_ns,
+        "floor-burst",
+        Submit::Floor(&children),
+        &floor_seen,
+    )
+    .await;
 
     // 3. Finished executions and a restart: cancelling a suspended run finishes it.
     let names: Vec<String> = (0..BURST).map(|i| format!("burst-{i}")).collect();
@@ -141,24 +173,39 @@ async fn bench() {
     let rss_after = rss_kib();
     restarted.abort();
 
-    let ratio = |a: f64, b: f64| a / b;
-    let (me, md) = (percentile(&via_errand, 50.0), percentile(&direct, 50.0));
-    let (pe, pd) = (percentile(&via_errand, 99.0), percentile(&direct, 99.0));
-    println!("| measure | errand | direct Job | ratio | target |");
-    println!("|---|---|---|---|---|");
-    println!(
-        "| create → Job, median of {SEQUENTIAL} | {me:.1} ms | {md:.1} ms | {:.3} | <= 1.15 |",
-        ratio(me, md)
+    let (me, md, mf) = (
+        percentile(&via_errand, 50.0),
+        percentile(&direct, 50.0),
+        percentile(&floor, 50.0),
     );
-    println!(
-        "| create → Job, p99 | {pe:.1} ms | {pd:.1} ms | {:.3} | <= 1.5 |",
-        ratio(pe, pd)
+    let (pe, pd, pf) = (
+        percentile(&via_errand, 99.0),
+        percentile(&direct, 99.0),
+        percentile(&floor, 99.0),
     );
-    println!(
-        "| {BURST} at once (concurrency {CONCURRENCY}) until all Jobs exist | {:.2} s | {:.2} s | {:.3} | <= 1.5 |",
+    let (be, bd, bf) = (
         burst_errand.as_secs_f64(),
         burst_direct.as_secs_f64(),
-        ratio(burst_errand.as_secs_f64(), burst_direct.as_secs_f64())
+        burst_floor.as_secs_f64(),
+    );
+    println!(
+        "| measure | errand | direct Job | errand / direct | target | floor (client does the controller's work) | errand / floor |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| create → Job, median of {SEQUENTIAL} | {me:.1} ms | {md:.1} ms | {:.3} | <= 1.15 | {mf:.1} ms | {:.3} |",
+        me / md,
+        me / mf
+    );
+    println!(
+        "| create → Job, p99 | {pe:.1} ms | {pd:.1} ms | {:.3} | <= 1.5 | {pf:.1} ms | {:.3} |",
+        pe / pd,
+        pe / pf
+    );
+    println!(
+        "| {BURST} at once (concurrency {CONCURRENCY}) until all Jobs exist | {be:.2} s | {bd:.2} s | {:.3} | <= 1.5 | {bf:.2} s | {:.3} |",
+        be / bd,
+        be / bf
     );
     println!(
         "| controller API writes per execution, whole life: create → Succeeded ({LIVES} real pods) | {writes_per_life:.2} | | | <= 6 |"
@@ -177,6 +224,7 @@ async fn bench() {
         (rss_after.saturating_sub(rss_before)) as f64 / extra as f64
     );
     namespace.delete().await;
+    floor_namespace.delete().await;
 }
 
 async fn install_crds(client: &Client) {
@@ -309,7 +357,7 @@ async fn whole_lives(client: &Client, ns: &str, writes: &AtomicUsize) -> Lives {
             .await
             .expect("the execution is deleted");
     }
-    let config_maps = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns);
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(120);
     for name in &names {
         let config_map = errand::controller::names::snapshot_config_map_name(name);
@@ -414,22 +462,160 @@ async fn time_direct_job(client: &Client, ns: &str, name: &str, seen: &Seen) -> 
     (wait_jobs(seen, [name.to_owned()]).await - start).as_secs_f64() * 1000.0
 }
 
-async fn burst(client: &Client, ns: &str, prefix: &str, via_errand: bool, seen: &Seen) -> Duration {
+/// How a burst submits its work.
+#[derive(Clone, Copy)]
+enum Submit<'a> {
+    /// An AgentExecution; the controller does the rest.
+    Errand,
+    /// A bare Job.
+    Direct,
+    /// The execution and the controller's writes, by the client.
+    Floor(&'a Children),
+}
+
+async fn burst(client: &Client, ns: &str, prefix: &str, how: Submit<'_>, seen: &Seen) -> Duration {
     let names: Vec<String> = (0..BURST).map(|i| format!("{prefix}-{i}")).collect();
     let start = Instant::now();
     futures::stream::iter(names.iter())
         .for_each_concurrent(CONCURRENCY, |name| async move {
-            if via_errand {
-                create_execution(client, ns, name).await;
-            } else {
-                create_direct_job(client, ns, name).await;
+            match how {
+                Submit::Errand => create_execution(client, ns, name).await,
+                Submit::Direct => create_direct_job(client, ns, name).await,
+                Submit::Floor(children) => submit_floor(client, ns, name, children).await,
             }
         })
         .await;
-    let jobs = names
-        .iter()
-        .map(|n| if via_errand { job_name(n) } else { n.clone() });
+    let jobs = names.iter().map(|n| match how {
+        Submit::Direct => n.clone(),
+        _ => job_name(n),
+    });
     wait_jobs(seen, jobs).await - start
+}
+
+/// The snapshot ConfigMap, grants Secret and Job the controller created for one execution,
+/// as templates for the floor measurement (same sizes, same admission work).
+struct Children {
+    config_map: ConfigMap,
+    secret: Secret,
+    job: Job,
+}
+
+impl Children {
+    async fn of(client: &Client, ns: &str, execution: &str) -> Self {
+        Self {
+            config_map: child(
+                client,
+                ns,
+                errand::controller::names::snapshot_config_map_name(execution),
+            )
+            .await,
+            secret: child(
+                client,
+                ns,
+                errand::controller::names::grants_secret_name(execution),
+            )
+            .await,
+            job: child(client, ns, job_name(execution)).await,
+        }
+    }
+}
+
+/// One child the controller created.
+async fn child<K>(client: &Client, ns: &str, name: String) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("reading the controller's {name}: {e}"))
+}
+
+/// `template` as a new object named `name`: what the server filled in is cleared, and so is
+/// the owner (the floor's executions are never reconciled) and the results finalizer.
+fn fresh<K: kube::Resource + Clone>(template: &K, name: String) -> K {
+    let mut object = template.clone();
+    let meta = object.meta_mut();
+    *meta = kube::api::ObjectMeta {
+        name: Some(name),
+        labels: meta.labels.clone(),
+        annotations: meta.annotations.clone(),
+        ..Default::default()
+    };
+    object
+}
+
+/// The Job template without what the Job controller added (selector and its labels).
+fn fresh_job(template: &Job, name: String) -> Job {
+    let mut job = fresh(template, name);
+    let spec = job.spec.as_mut().expect("a Job spec");
+    spec.selector = None;
+    if let Some(labels) = spec
+        .template
+        .metadata
+        .as_mut()
+        .and_then(|m| m.labels.as_mut())
+    {
+        labels.retain(|k, _| !k.contains("controller-uid") && !k.contains("job-name"));
+    }
+    job
+}
+
+/// The client does what errand's controller does for one execution: creates the execution,
+/// then its three children at once, then writes its status.
+async fn submit_floor(client: &Client, ns: &str, name: &str, children: &Children) {
+    create_execution(client, ns, name).await;
+    let post = PostParams::default();
+    let (config_maps, secrets, jobs) = (
+        Api::<ConfigMap>::namespaced(client.clone(), ns),
+        Api::<Secret>::namespaced(client.clone(), ns),
+        Api::<Job>::namespaced(client.clone(), ns),
+    );
+    let config_map = fresh(
+        &children.config_map,
+        errand::controller::names::snapshot_config_map_name(name),
+    );
+    let secret = fresh(
+        &children.secret,
+        errand::controller::names::grants_secret_name(name),
+    );
+    let job = fresh_job(&children.job, job_name(name));
+    let (c, s, j) = futures::join!(
+        config_maps.create(&post, &config_map),
+        secrets.create(&post, &secret),
+        jobs.create(&post, &job),
+    );
+    c.expect("the floor's ConfigMap");
+    s.expect("the floor's Secret");
+    j.expect("the floor's Job");
+    let status = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+        "status": {"phase": "Starting", "jobName": job_name(name), "agent": "trivial",
+                   "snapshot": {"configMap": errand::controller::names::snapshot_config_map_name(name), "digest": "sha256:0"}}
+    });
+    Api::<AgentExecution>::namespaced(client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::apply("errand-bench-floor").force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .expect("the floor's status write");
+}
+
+async fn time_floor(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    children: &Children,
+    seen: &Seen,
+) -> f64 {
+    let start = Instant::now();
+    submit_floor(client, ns, name, children).await;
+    (wait_jobs(seen, [job_name(name)]).await - start).as_secs_f64() * 1000.0
 }
 
 async fn wait_terminal(client: &Client, ns: &str, count: usize) {

@@ -35,7 +35,7 @@ use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
 use crate::store::grants::{self, UrlSigner};
@@ -265,10 +265,20 @@ pub async fn run(
     outcome
 }
 
-/// Logs a reconcile the controller could not schedule or run.
-fn log_failure<T, E: std::fmt::Display>(result: Result<T, E>) -> std::future::Ready<()> {
-    if let Err(e) = result {
-        warn!("controller: {e}");
+/// Logs what the controller could not schedule. Failed reconciles were already logged by their
+/// error policy; an object deleted before its turn came is routine (its children's deletion
+/// events still name it).
+fn log_failure<T, E1, E2>(result: Result<T, controller::Error<E1, E2>>) -> std::future::Ready<()>
+where
+    E1: std::error::Error + 'static,
+    E2: std::error::Error + 'static,
+{
+    match result {
+        Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+        Err(controller::Error::ObjectNotFound(object)) => {
+            debug!(%object, "deleted before its reconcile");
+        }
+        Err(e) => warn!("controller: {e}"),
     }
     std::future::ready(())
 }

@@ -118,7 +118,7 @@ impl SignedUrls {
             match sent {
                 // The body was never polled, so the whole upload can start again.
                 Err(e) if !polled && attempt < ATTEMPTS && retryable(&e) => {
-                    tracing::warn!(result = %name, attempt, error = %e, "upload failed before sending; retrying");
+                    tracing::warn!(result = %name, attempt, error = error_chain(&e), "upload failed before sending; retrying");
                     tokio::time::sleep(wait).await;
                     wait *= 2;
                 }
