@@ -35,7 +35,7 @@ declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack
   [socat]=socat [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
-  [python3]=python3 [pip3]=python3-pip [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
+  [python3]=python3 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
 )
 missing=()
 for cmd in "${!package_of[@]}"; do
@@ -54,11 +54,14 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# moto's S3 server, for the presigned-URL test (tests/store_s3.rs), from PyPI.
-if ! command -v moto_server >/dev/null; then
-  log "installing moto_server (pip3 install 'moto[server]')"
-  # --break-system-packages: Debian's own pip refuses installs outside a venv (PEP 668).
-  pip3 install --quiet --root-user-action=ignore --break-system-packages 'moto[server]' >/dev/null
+# s3s-fs, an S3 server that checks SigV4 signatures, for the presigned-URL
+# test (tests/store_s3.rs), from crates.io; only when missing (cargo keeps it
+# in ~/.cargo/bin, so later runs on the same machine skip this). 0.14.1: later
+# releases need rustc 1.96.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if ! command -v s3s-fs >/dev/null; then
+  log "installing s3s-fs (cargo install s3s-fs --version 0.14.1 --locked --features binary, about 4 min)"
+  cargo install --quiet s3s-fs --version 0.14.1 --locked --features binary
 fi
 phase_done packages
 

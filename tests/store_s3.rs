@@ -1,12 +1,10 @@
-//! Presigned grants against a real S3 protocol server on loopback (moto): the controller's
-//! [`PresignedSigner`](errand::store::PresignedSigner) signs, the real `errand stage` and
-//! `errand run-agent` binaries (the pod side) download and upload through the URLs, and
-//! [`Store`] reads what they wrote.
-//!
-//! Not proved here: that the server refuses a URL for another key, with a tampered signature
-//! or past its expiry. moto does not check presigned URLs (`support::s3`), so such a test
-//! would pass whatever the URLs were; that the signature covers method, path and expiry rests
-//! on object_store's SigV4 signer.
+//! Presigned grants against a real S3 protocol server on loopback (s3s-fs, which checks SigV4
+//! signatures): the controller's [`PresignedSigner`](errand::store::PresignedSigner) signs, the
+//! real `errand stage` and `errand run-agent` binaries (the pod side) download and upload
+//! through the URLs, and [`Store`] reads what they wrote. The server refuses a URL whose
+//! signature was tampered with, whose path was changed to another key, that is used with
+//! another method, or that has expired. That is s3s's SigV4 check, not AWS's own; that S3
+//! refuses the same rests on both following the SigV4 specification.
 
 mod support;
 
@@ -20,11 +18,10 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use errand::resolve::Snapshot;
-use errand::runner::ResultSink;
-use errand::runner::RunState;
 use errand::runner::signed::SignedUrls;
 use errand::runner::termination::TerminationSummary;
-use errand::store::grants::{Grants, UploadMode, issue_grants};
+use errand::runner::{ResultSink, RunState};
+use errand::store::grants::{Access, Grants, UploadMode, UrlSigner, issue_grants};
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{Store, StoreError};
 use support::s3::{self, BUCKET, S3Server};
@@ -107,7 +104,7 @@ async fn errand(binary: PathBuf, root: &Path, args: &[&str]) -> std::process::Ou
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_server() {
-    let Some(server) = s3::moto().await else {
+    let Some(server) = s3::server().await else {
         return;
     };
     let store = open_store(&server, &format!("s3://{BUCKET}/{PREFIX}"));
@@ -222,4 +219,117 @@ async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_se
         .unwrap();
     assert_eq!(plain.status(), StatusCode::OK);
     assert_eq!(read(&store, &run_result).await, b"replaced");
+}
+
+/// `url` with the last hex digit of its signature changed.
+fn tampered(url: &str) -> String {
+    let (head, last) = url.split_at(url.len() - 1);
+    assert!(head.contains("X-Amz-Signature="), "{url}");
+    format!("{head}{}", if last == "0" { "1" } else { "0" })
+}
+
+/// The status and S3 error code of a refused request.
+async fn refusal(response: reqwest::Response) -> (StatusCode, String) {
+    let status = response.status();
+    let body = response.text().await.unwrap();
+    let code = body
+        .split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map_or(body.clone(), |(code, _)| code.to_owned());
+    (status, code)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_refuses_tampered_moved_misused_and_expired_presigned_urls() {
+    let Some(server) = s3::server().await else {
+        return;
+    };
+    let store = open_store(&server, &format!("s3://{BUCKET}/{PREFIX}"));
+    let signer = store.presigned_signer().unwrap();
+    let client = reqwest::Client::new();
+    let put = |url: &str, body: &'static str| client.put(url).body(body).send();
+    let (mine, other, unwritten) = ("results/mine.txt", "results/other.txt", "results/new.txt");
+    store
+        .put_new(
+            other,
+            futures::stream::iter([Ok(Bytes::from_static(b"other"))]).boxed(),
+        )
+        .await
+        .unwrap();
+
+    let put_url = signer.sign(Access::Put, mine, soon()).await.unwrap();
+    let get_url = signer.sign(Access::Get, mine, soon()).await.unwrap();
+    let mine_path = format!("/{BUCKET}/{PREFIX}/{mine}?");
+    assert!(put_url.contains(&mine_path), "{put_url}");
+    let forged = (StatusCode::FORBIDDEN, "SignatureDoesNotMatch".to_owned());
+
+    // A tampered signature: refused for PUT and GET, and nothing is written.
+    assert_eq!(
+        refusal(put(&tampered(&put_url), "forged").await.unwrap()).await,
+        forged
+    );
+    assert!(!store.exists(mine).await.unwrap());
+
+    // The untouched URLs work.
+    assert_eq!(
+        put(&put_url, "mine").await.unwrap().status(),
+        StatusCode::OK
+    );
+    let got = client.get(&get_url).send().await.unwrap();
+    assert_eq!(got.status(), StatusCode::OK);
+    assert_eq!(got.text().await.unwrap(), "mine");
+    assert_eq!(
+        refusal(client.get(tampered(&get_url)).send().await.unwrap()).await,
+        forged
+    );
+
+    // The same query on another key's path: neither reads an existing object nor writes
+    // over it or a new one.
+    let moved =
+        |url: &str, key: &str| url.replace(&mine_path, &format!("/{BUCKET}/{PREFIX}/{key}?"));
+    assert_eq!(
+        refusal(client.get(moved(&get_url, other)).send().await.unwrap()).await,
+        forged
+    );
+    for key in [other, unwritten] {
+        assert_eq!(
+            refusal(put(&moved(&put_url, key), "forged").await.unwrap()).await,
+            forged,
+            "{key}"
+        );
+    }
+    assert_eq!(read(&store, other).await, b"other");
+    assert!(!store.exists(unwritten).await.unwrap());
+
+    // The method is signed: a PUT URL does not read, a GET URL does not write.
+    assert_eq!(
+        refusal(client.get(&put_url).send().await.unwrap()).await,
+        forged
+    );
+    assert_eq!(
+        refusal(put(&get_url, "forged").await.unwrap()).await,
+        forged
+    );
+    assert_eq!(read(&store, mine).await, b"mine");
+
+    // Expiry: URLs signed to last until two seconds from now (`X-Amz-Expires` of 1 or 2,
+    // from a whole-second `X-Amz-Date`) work at once and are refused three seconds later.
+    let until = Timestamp::now() + SignedDuration::from_secs(2);
+    let short_get = signer.sign(Access::Get, mine, until).await.unwrap();
+    let short_put = signer.sign(Access::Put, unwritten, until).await.unwrap();
+    assert_eq!(
+        client.get(&short_get).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let expired = (StatusCode::FORBIDDEN, "AccessDenied".to_owned());
+    assert_eq!(
+        refusal(client.get(&short_get).send().await.unwrap()).await,
+        expired
+    );
+    assert_eq!(
+        refusal(put(&short_put, "late").await.unwrap()).await,
+        expired
+    );
+    assert!(!store.exists(unwritten).await.unwrap());
 }

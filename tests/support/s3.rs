@@ -1,10 +1,10 @@
-//! A real S3 protocol server on loopback for the presigned-URL tests: moto (`moto_server`,
-//! from PyPI, which `hack/test.sh` installs), started on a free port and stopped when dropped.
+//! A real S3 protocol server on loopback for the presigned-URL tests: `s3s-fs` (from
+//! crates.io, which `hack/test.sh` installs with [`INSTALL`]), an S3 server over a local
+//! directory, started on a free port with credentials and stopped when dropped.
 //!
-//! moto speaks S3 (path-style addressing, `If-None-Match: *` on PUT) but does not check
-//! presigned URLs at all: a tampered signature, another key's path or an expired URL all
-//! pass (moto 5.2.1). So tests here prove what a URL reaches and carries, not that the server
-//! refuses a forged one. A missing `moto_server` skips the test loudly, unless `CI` or
+//! s3s-fs checks every request's SigV4 signature, presigned URLs included (their expiry, and
+//! the method, path, query and host they were signed for), and honours `If-None-Match: *` on
+//! PUT with 412. A missing `s3s-fs` skips the test loudly, unless `CI` or
 //! `ERRAND_CLUSTER_TESTS` is set, which makes it a failure.
 
 use std::io::Write;
@@ -15,9 +15,14 @@ use std::time::{Duration, Instant};
 pub const BUCKET: &str = "errand-test";
 /// The region the clients sign for.
 pub const REGION: &str = "us-east-1";
+const ACCESS_KEY: &str = "errand-test";
+const SECRET_KEY: &str = "errand-test-secret";
 
-/// How long the server may take to answer after it was started (moto imports a lot of Python).
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How to install the server. Later s3s-fs releases need a newer rustc than 1.95.
+pub const INSTALL: &str = "cargo install s3s-fs --version 0.14.1 --locked --features binary";
+
+/// How long the server may take to answer after it was started.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running S3 server with [`BUCKET`] in it.
 pub struct S3Server {
@@ -34,8 +39,8 @@ impl S3Server {
             ("aws_endpoint", self.endpoint.clone()),
             ("aws_allow_http", "true".to_owned()),
             ("aws_region", REGION.to_owned()),
-            ("aws_access_key_id", "errand-test".to_owned()),
-            ("aws_secret_access_key", "errand-test-secret".to_owned()),
+            ("aws_access_key_id", ACCESS_KEY.to_owned()),
+            ("aws_secret_access_key", SECRET_KEY.to_owned()),
             ("aws_virtual_hosted_style_request", "false".to_owned()),
         ]
     }
@@ -55,28 +60,20 @@ fn required() -> bool {
         .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
 }
 
-/// moto's S3, with [`BUCKET`] created; `None` (after a loud line) when `moto_server` is not
-/// installed and no run requires it.
-pub async fn moto() -> Option<S3Server> {
+/// s3s-fs with [`BUCKET`] in it; `None` (after a loud line) when `s3s-fs` is not installed and
+/// no run requires it.
+pub async fn server() -> Option<S3Server> {
     let data = tempfile::tempdir().unwrap();
+    // s3s-fs keeps each bucket as a directory of its root.
+    std::fs::create_dir(data.path().join(BUCKET)).unwrap();
     let port = free_port();
-    let command = {
-        let mut c = Command::new("moto_server");
-        c.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
-        c
-    };
-    let server = start(command, port, data)?;
-    wait_until_up(&server).await;
-    // moto takes an unsigned CreateBucket.
-    let created = reqwest::Client::new()
-        .put(format!("{}/{BUCKET}", server.endpoint))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        created.status().is_success(),
-        "creating the bucket: {created:?}"
-    );
+    let mut command = Command::new("s3s-fs");
+    command
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+        .arg(data.path());
+    let mut server = start(command, port, data)?;
+    wait_until_up(&mut server).await;
     Some(server)
 }
 
@@ -89,7 +86,6 @@ fn free_port() -> u16 {
 }
 
 fn start(mut command: Command, port: u16, data: tempfile::TempDir) -> Option<S3Server> {
-    let install = "pip3 install 'moto[server]'";
     match command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -105,27 +101,31 @@ fn start(mut command: Command, port: u16, data: tempfile::TempDir) -> Option<S3S
             // Straight to stderr: the harness captures the macros' output of passing tests.
             let _ = writeln!(
                 std::io::stderr(),
-                "!!!!!!!! SKIPPING S3 TEST: moto_server is not on PATH (install it with `{install}`; \
+                "!!!!!!!! SKIPPING S3 TEST: s3s-fs is not on PATH (install it with `{INSTALL}`; \
                  hack/test.sh does). Set CI or ERRAND_CLUSTER_TESTS to make this a failure. !!!!!!!!"
             );
             None
         }
-        Err(e) => panic!("starting moto_server (install it with `{install}`): {e}"),
+        Err(e) => panic!("starting s3s-fs (install it with `{INSTALL}`): {e}"),
     }
 }
 
-async fn wait_until_up(server: &S3Server) {
+/// Waits for any HTTP answer (an unsigned request gets 403).
+async fn wait_until_up(server: &mut S3Server) {
     let started = Instant::now();
     let client = reqwest::Client::new();
     loop {
         if client.get(&server.endpoint).send().await.is_ok() {
             return;
         }
+        if let Some(status) = server.child.try_wait().unwrap() {
+            panic!("s3s-fs exited before answering: {status}");
+        }
         assert!(
             started.elapsed() < START_TIMEOUT,
             "the S3 server at {} did not answer within {START_TIMEOUT:?}",
             server.endpoint
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
