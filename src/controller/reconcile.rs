@@ -27,8 +27,8 @@ use super::events::outcome_event;
 use super::names;
 use super::status::{self, JobObservation, Observed, Stop};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
-use crate::resolve::Snapshot;
-use crate::store::grants::issue_grants;
+use crate::resolve::{InvalidSpec, Problem, Snapshot};
+use crate::store::grants::{GrantError, issue_grants};
 use crate::store::keys::ExecutionId;
 
 /// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
@@ -92,15 +92,28 @@ async fn admit(
     let namespace = identity.namespace.as_str();
     let mut snapshot = match resolve(&ctx.client, &ctx.catalog, namespace, &execution.spec).await? {
         Ok(snapshot) => snapshot,
-        Err(invalid) => {
-            info!(execution = %identity.name, namespace, "invalid spec: {invalid}");
-            let status = status::invalid(execution, &invalid, Timestamp::now());
-            write_status(execution, status, api, ctx).await?;
-            return Ok(Action::await_change());
-        }
+        Err(invalid) => return refuse(execution, identity, &invalid, api, ctx).await,
     };
     ctx.config.apply_default_queue(&mut snapshot);
-    let (config_map, job) = create_children(identity, &snapshot, ctx).await?;
+    // Grants are signed before anything is created, so a run longer than the store's signed
+    // URLs can last is refused with nothing left behind.
+    let (config_map, job) = match create_children(identity, &snapshot, ctx).await {
+        Err(Error::Grants(GrantError::Lifetime { needed, max })) => {
+            let problem = Problem::new(
+                "spec.timeoutSeconds",
+                format!(
+                    "{}: with the start timeout and the staging and upload budget the run needs \
+                     signed store URLs valid for {needed}s, and this store's last at most {max}s",
+                    snapshot.timeout_seconds
+                ),
+            );
+            let invalid = InvalidSpec {
+                problems: vec![problem],
+            };
+            return refuse(execution, identity, &invalid, api, ctx).await;
+        }
+        created => created?,
+    };
     let digest = config_map
         .annotations()
         .get(names::SNAPSHOT_DIGEST_ANNOTATION)
@@ -126,6 +139,21 @@ async fn admit(
     // No event may come while a pod waits, so look again when its start timeout passes.
     let start_timeout = u64::try_from(snapshot.start_timeout_seconds).unwrap_or(0);
     Ok(Action::requeue(Duration::from_secs(start_timeout + 1)))
+}
+
+/// Records an execution that cannot run as `Failed` with reason `InvalidSpec`; it waits for a
+/// change (its spec is immutable, so in practice for its deletion).
+async fn refuse(
+    execution: &AgentExecution,
+    identity: &ExecutionIdentity,
+    invalid: &InvalidSpec,
+    api: &Api<AgentExecution>,
+    ctx: &Context,
+) -> Result<Action> {
+    info!(execution = %identity.name, namespace = %identity.namespace, "invalid spec: {invalid}");
+    let status = status::invalid(execution, invalid, Timestamp::now());
+    write_status(execution, status, api, ctx).await?;
+    Ok(Action::await_change())
 }
 
 /// Creates the snapshot ConfigMap, the grants Secret and the Job, concurrently and create-only.

@@ -22,7 +22,7 @@ use crate::api::{Agent, AgentEnvironment, Fileset};
 use crate::controller::catalog::ClusterCatalog;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
-use crate::store::grants::HmacSigner;
+use crate::store::grants::{Access, HmacSigner, UploadMode, UrlSigner};
 
 const NS: &str = "team-a";
 const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
@@ -144,6 +144,20 @@ fn model_keys() -> Secret {
 }
 
 fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
+    context_signing_with(
+        client,
+        jobs,
+        pods,
+        Arc::new(HmacSigner::new("http://errand", b"key")),
+    )
+}
+
+fn context_signing_with(
+    client: Client,
+    jobs: Vec<Job>,
+    pods: Vec<Pod>,
+    signer: Arc<dyn UrlSigner>,
+) -> Arc<Context> {
     let agent: Agent = serde_json::from_value(json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
         "metadata": {"name": "calculator", "namespace": NS},
@@ -178,7 +192,7 @@ fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
         filled(jobs),
         filled(pods),
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
-        Arc::new(HmacSigner::new("http://errand", b"key")),
+        signer,
         recorder,
         Arc::new(Metrics::default()),
     ))
@@ -320,5 +334,66 @@ async fn a_reconcile_that_hangs_fails_and_is_retried() {
     assert_eq!(
         error_policy(Arc::new(execution(None)), &error, ctx),
         Action::requeue(Duration::from_secs(1))
+    );
+}
+
+/// A signer whose URLs cannot last as long as any run needs.
+struct ShortLivedUrls;
+
+#[async_trait::async_trait]
+impl UrlSigner for ShortLivedUrls {
+    async fn sign(&self, _: Access, _: &str, _: Timestamp) -> Result<String, GrantError> {
+        Err(GrantError::Lifetime {
+            needed: 4620,
+            max: 600,
+        })
+    }
+
+    fn upload_mode(&self) -> UploadMode {
+        UploadMode::Sized
+    }
+}
+
+#[tokio::test]
+async fn a_run_longer_than_the_stores_urls_last_is_refused_with_nothing_created() {
+    let log = Log::default();
+    let ctx = context_signing_with(
+        scripted_client(Arc::clone(&log)),
+        vec![],
+        vec![],
+        Arc::new(ShortLivedUrls),
+    );
+    let action = reconcile(Arc::new(execution(None)), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    assert_eq!(action, Action::await_change(), "not retried");
+    let status = ctx
+        .latest(Arc::new(execution(None)))
+        .status
+        .clone()
+        .unwrap();
+    assert_eq!(status.phase, Some(Phase::Failed));
+    let message = status.message.unwrap();
+    assert!(
+        message.contains("spec.timeoutSeconds: 3600:") && message.contains("at most 600s"),
+        "{message}"
+    );
+    let writes: Vec<_> = requests(&log)
+        .into_iter()
+        .filter(|(method, _)| method != Method::GET)
+        .collect();
+    assert_eq!(
+        writes,
+        vec![
+            (
+                Method::PATCH,
+                format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
+            ),
+            (
+                Method::POST,
+                format!("/apis/events.k8s.io/v1/namespaces/{NS}/events")
+            ),
+        ],
+        "the Failed status and its Warning event, no children"
     );
 }
