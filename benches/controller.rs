@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -69,7 +68,10 @@ async fn bench() {
     let client = support::cluster::client_for(&support::cluster::kubeconfig_path(), true)
         .await
         .expect("the test cluster is reachable");
-    install_crds(&client).await;
+    support::errand::install_crds(&client).await;
+    // The API server rebuilds a CRD's storage after every change to it; requests in flight
+    // meanwhile can stall, which is not what this measures.
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let namespace = support::cluster::TestNamespace::create(&client, "bench").await;
     let ns = namespace.name().to_owned();
     create_agent(&client, &ns).await;
@@ -239,20 +241,6 @@ async fn bench() {
     );
     namespace.delete().await;
     floor_namespace.delete().await;
-}
-
-async fn install_crds(client: &Client) {
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    for (_, crd) in errand::api::crds::all() {
-        api.patch(
-            &crd.name_any(),
-            &PatchParams::apply("errand-bench").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .expect("the CRD applies");
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
 async fn create_agent(client: &Client, ns: &str) {

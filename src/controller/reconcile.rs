@@ -47,6 +47,7 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
     let _timer = ctx.metrics.reconcile_started();
     let identity = ExecutionIdentity::of(&execution)?;
     let api = Api::<AgentExecution>::namespaced(ctx.client.clone(), &identity.namespace);
+    debug!(execution = %identity.name, namespace = %identity.namespace, "reconciling");
     if execution.metadata.deletion_timestamp.is_some() {
         // Owner references remove the children; the snapshot ConfigMap's finalizer removes
         // the results (`results_cleanup`).
@@ -114,6 +115,7 @@ async fn admit(
         }
         created => created?,
     };
+    debug!(execution = %identity.name, namespace, "children created");
     let digest = config_map
         .annotations()
         .get(names::SNAPSHOT_DIGEST_ANNOTATION)
@@ -379,6 +381,7 @@ async fn write_status(
         "kind": "AgentExecution",
         "status": status,
     });
+    debug!(execution = %name, phase = ?status.phase, "writing status");
     let updated = api
         .patch_status(
             &name,
@@ -387,6 +390,7 @@ async fn write_status(
         )
         .await
         .map_err(Error::kube(format!("writing the status of {name}")))?;
+    debug!(execution = %name, "status written");
     ctx.remember(updated);
     let was_terminal = execution
         .status
