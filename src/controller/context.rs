@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
+use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use tracing::warn;
 
 use super::catalog::ClusterCatalog;
 use super::config::ControllerConfig;
+use super::error::Error;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
 use crate::store::grants::UrlSigner;
@@ -126,7 +129,23 @@ impl Context {
             .remove(uid);
     }
 
-    /// How long to wait before retrying an execution that just failed: 1s, 2s, 4s, ... 5m.
+    /// Counts and logs a failed reconcile of `object` (`what` names the loop) and retries it
+    /// with exponential backoff.
+    pub fn retry_failed<K: ResourceExt>(&self, what: &str, object: &K, error: &Error) -> Action {
+        let label = error.metric_label();
+        self.metrics.reconcile_failed(label);
+        let delay = self.backoff(&object.uid().unwrap_or_default());
+        warn!(
+            object = %object.name_any(),
+            namespace = object.namespace().unwrap_or_default(),
+            reason = label,
+            retry_in_seconds = delay.as_secs(),
+            "{what} failed: {error}"
+        );
+        Action::requeue(delay)
+    }
+
+    /// How long to wait before retrying an object that just failed: 1s, 2s, 4s, ... 5m.
     pub fn backoff(&self, uid: &str) -> Duration {
         let mut failures = self
             .failures

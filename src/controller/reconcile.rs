@@ -69,18 +69,7 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
 
 /// Logs and counts a failed reconcile and retries it with exponential backoff.
 pub fn error_policy(execution: Arc<AgentExecution>, error: &Error, ctx: Arc<Context>) -> Action {
-    let label = error.metric_label();
-    ctx.metrics.reconcile_failed(label);
-    let uid = execution.metadata.uid.clone().unwrap_or_default();
-    let delay = ctx.backoff(&uid);
-    warn!(
-        execution = %execution.name_any(),
-        namespace = execution.namespace().unwrap_or_default(),
-        reason = label,
-        retry_in_seconds = delay.as_secs(),
-        "reconcile failed: {error}"
-    );
-    Action::requeue(delay)
+    ctx.retry_failed("reconcile", execution.as_ref(), error)
 }
 
 /// First reconcile: resolve and snapshot the spec, create the children, record Starting.

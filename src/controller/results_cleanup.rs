@@ -187,17 +187,7 @@ pub fn error_policy(
     error: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let label = error.metric_label();
-    ctx.metrics.reconcile_failed(label);
-    let delay = ctx.backoff(&config_map.uid().unwrap_or_default());
-    warn!(
-        config_map = %config_map.name_any(),
-        namespace = config_map.namespace().unwrap_or_default(),
-        reason = label,
-        retry_in_seconds = delay.as_secs(),
-        "results cleanup failed: {error}"
-    );
-    Action::requeue(delay)
+    ctx.retry_failed("results cleanup", config_map.as_ref(), error)
 }
 
 #[cfg(test)]
