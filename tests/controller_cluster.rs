@@ -171,20 +171,6 @@ impl Harness {
         .await
     }
 
-    async fn managed<K>(&self) -> Vec<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        self.api::<K>()
-            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=errand"))
-            .await
-            .expect("listing")
-            .items
-    }
-
     async fn finish(mut self) {
         self.kill_controller().await;
         self.namespace.delete().await;
@@ -247,9 +233,9 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
 
     // Give the controller time to misbehave before checking that it created nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(harness.managed::<Job>().await.is_empty());
-    assert!(harness.managed::<ConfigMap>().await.is_empty());
-    assert!(harness.managed::<Secret>().await.is_empty());
+    assert!(harness.namespace.managed::<Job>().await.is_empty());
+    assert!(harness.namespace.managed::<ConfigMap>().await.is_empty());
+    assert!(harness.namespace.managed::<Secret>().await.is_empty());
     harness.finish().await;
 }
 
@@ -279,9 +265,9 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         "the controller never writes to the execution's metadata"
     );
 
-    let jobs = harness.managed::<Job>().await;
-    let config_maps = harness.managed::<ConfigMap>().await;
-    let secrets = harness.managed::<Secret>().await;
+    let jobs = harness.namespace.managed::<Job>().await;
+    let config_maps = harness.namespace.managed::<ConfigMap>().await;
+    let secrets = harness.namespace.managed::<Secret>().await;
     assert_eq!((jobs.len(), config_maps.len(), secrets.len()), (1, 1, 1));
     for owners in [
         jobs[0].owner_references(),
@@ -318,7 +304,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     // The new controller reconciles every execution when its caches fill; cancelling then
     // proves it acts, and the snapshot and the Job must be the ones from before.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let jobs = harness.managed::<Job>().await;
+    let jobs = harness.namespace.managed::<Job>().await;
     assert_eq!(
         jobs.len(),
         1,
@@ -357,7 +343,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         serde_json::to_string(&events).unwrap(),
         snapshot_json.clone(),
         serde_json::to_string(&jobs[0]).unwrap(),
-        serde_json::to_string(&harness.managed::<Secret>().await).unwrap(),
+        serde_json::to_string(&harness.namespace.managed::<Secret>().await).unwrap(),
     ];
     for text in &texts {
         assert!(!text.contains(SECRET_VALUE));
@@ -430,7 +416,12 @@ async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         "{message}"
     );
     wait_for("the Job to be deleted", WAIT, || async {
-        harness.managed::<Job>().await.is_empty().then_some(())
+        harness
+            .namespace
+            .managed::<Job>()
+            .await
+            .is_empty()
+            .then_some(())
     })
     .await;
     harness.finish().await;
@@ -451,7 +442,7 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
         })
         .await;
     assert_eq!(phase(&execution), Some(Phase::Starting));
-    let job = &harness.managed::<Job>().await[0];
+    let job = &harness.namespace.managed::<Job>().await[0];
     assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
     assert_eq!(job.labels()["kueue.x-k8s.io/queue-name"], "team-queue");
     harness
@@ -470,7 +461,12 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
         .await;
     assert!(cancelled.status.unwrap().completion_time.is_some());
     wait_for("the Job to be deleted", WAIT, || async {
-        harness.managed::<Job>().await.is_empty().then_some(())
+        harness
+            .namespace
+            .managed::<Job>()
+            .await
+            .is_empty()
+            .then_some(())
     })
     .await;
     harness.finish().await;
@@ -521,9 +517,9 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         "the finalizer deleted the results"
     );
     wait_for("the children to be garbage-collected", WAIT, || async {
-        let gone = harness.managed::<Job>().await.is_empty()
-            && harness.managed::<ConfigMap>().await.is_empty()
-            && harness.managed::<Secret>().await.is_empty();
+        let gone = harness.namespace.managed::<Job>().await.is_empty()
+            && harness.namespace.managed::<ConfigMap>().await.is_empty()
+            && harness.namespace.managed::<Secret>().await.is_empty();
         gone.then_some(())
     })
     .await;

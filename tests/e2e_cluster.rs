@@ -235,20 +235,6 @@ impl E2e {
             .unwrap();
     }
 
-    async fn managed<K>(&self) -> Vec<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        self.api::<K>()
-            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=errand"))
-            .await
-            .expect("listing")
-            .items
-    }
-
     async fn finish(mut self) {
         self.kill_controller();
         self.namespace.delete().await;
@@ -396,9 +382,9 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     })
     .await;
     wait_for("the children to be garbage-collected", RUN_WAIT, || async {
-        let gone = e2e.managed::<Job>().await.is_empty()
-            && e2e.managed::<ConfigMap>().await.is_empty()
-            && e2e.managed::<Secret>().await.is_empty();
+        let gone = e2e.namespace.managed::<Job>().await.is_empty()
+            && e2e.namespace.managed::<ConfigMap>().await.is_empty()
+            && e2e.namespace.managed::<Secret>().await.is_empty();
         gone.then_some(())
     })
     .await;
@@ -612,7 +598,11 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         "fails soon after the start timeout, no hang"
     );
     wait_for("the Job to be deleted", RUN_WAIT, || async {
-        e2e.managed::<Job>().await.is_empty().then_some(())
+        e2e.namespace
+            .managed::<Job>()
+            .await
+            .is_empty()
+            .then_some(())
     })
     .await;
     e2e.finish().await;
@@ -728,7 +718,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
         ),
         (
             "grants Secret",
-            serde_json::to_string(&e2e.managed::<Secret>().await).unwrap(),
+            serde_json::to_string(&e2e.namespace.managed::<Secret>().await).unwrap(),
         ),
         ("controller log", log),
         (

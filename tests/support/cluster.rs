@@ -180,6 +180,21 @@ impl TestNamespace {
         Api::namespaced(self.client.clone(), &self.name)
     }
 
+    /// The objects of kind `K` errand created in this namespace.
+    pub async fn managed<K>(&self) -> Vec<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.api::<K>()
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=errand"))
+            .await
+            .expect("listing")
+            .items
+    }
+
     /// Starts deleting the namespace (and everything in it); does not wait.
     pub async fn delete(self) {
         Api::<Namespace>::all(self.client)

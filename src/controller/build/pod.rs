@@ -93,32 +93,50 @@ fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         name: STAGE_CONTAINER.to_owned(),
         image: Some(config.errand_image.clone()),
         image_pull_policy: config.errand_image_pull_policy.clone(),
-        command: Some(vec![
-            config.errand_binary.clone(),
-            "stage".to_owned(),
-            "--bin-dir".to_owned(),
-            ERRAND_BIN_DIR.to_owned(),
-            "--snapshot".to_owned(),
-            SNAPSHOT_PATH.to_owned(),
-            "--grants".to_owned(),
-            GRANTS_PATH.to_owned(),
-            "--workspace".to_owned(),
-            WORKSPACE_DIR.to_owned(),
-            "--scratch".to_owned(),
-            SCRATCH_DIR.to_owned(),
-        ]),
-        volume_mounts: Some(vec![
-            mount(BIN_VOLUME, ERRAND_BIN_DIR, false),
-            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
-            mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
-            mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
-            mount(GRANTS_VOLUME, GRANTS_DIR, true),
-        ]),
+        command: Some(
+            vec![
+                config.errand_binary.clone(),
+                "stage".to_owned(),
+                "--bin-dir".to_owned(),
+                ERRAND_BIN_DIR.to_owned(),
+                "--snapshot".to_owned(),
+                SNAPSHOT_PATH.to_owned(),
+            ]
+            .into_iter()
+            .chain(pod_paths_args())
+            .collect(),
+        ),
+        volume_mounts: Some(errand_mounts(false)),
         resources: resources::stage_resources(&snapshot.compute),
         security_context: Some(security::container_security(true)),
         termination_message_policy: Some("File".to_owned()),
         ..Container::default()
     }
+}
+
+/// The arguments both errand commands in the pod take: where the grants, the workspace and
+/// the scratch directory are.
+fn pod_paths_args() -> [String; 6] {
+    [
+        "--grants".to_owned(),
+        GRANTS_PATH.to_owned(),
+        "--workspace".to_owned(),
+        WORKSPACE_DIR.to_owned(),
+        "--scratch".to_owned(),
+        SCRATCH_DIR.to_owned(),
+    ]
+}
+
+/// The volumes both errand containers mount; the bin directory read-only where errand only
+/// runs from it.
+fn errand_mounts(bin_read_only: bool) -> Vec<VolumeMount> {
+    vec![
+        mount(BIN_VOLUME, ERRAND_BIN_DIR, bin_read_only),
+        mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+        mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
+        mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
+        mount(GRANTS_VOLUME, GRANTS_DIR, true),
+    ]
 }
 
 /// The agent's environment: its plain variables, `AGENT_CONFIG_PATH`, and each secret binding
@@ -163,14 +181,9 @@ fn agent_container(snapshot: &Snapshot) -> Container {
         SNAPSHOT_PATH.to_owned(),
         "--agent-config".to_owned(),
         AGENT_CONFIG_PATH.to_owned(),
-        "--grants".to_owned(),
-        GRANTS_PATH.to_owned(),
-        "--workspace".to_owned(),
-        WORKSPACE_DIR.to_owned(),
-        "--scratch".to_owned(),
-        SCRATCH_DIR.to_owned(),
-        "--".to_owned(),
     ];
+    command.extend(pod_paths_args());
+    command.push("--".to_owned());
     command.extend(snapshot.command());
     let runtime = &snapshot.agent.runtime;
     Container {
@@ -180,13 +193,7 @@ fn agent_container(snapshot: &Snapshot) -> Container {
         command: Some(command),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
         env: Some(agent_env(snapshot)),
-        volume_mounts: Some(vec![
-            mount(BIN_VOLUME, ERRAND_BIN_DIR, true),
-            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
-            mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
-            mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
-            mount(GRANTS_VOLUME, GRANTS_DIR, true),
-        ]),
+        volume_mounts: Some(errand_mounts(true)),
         resources: resources::agent_resources(&snapshot.compute),
         security_context: Some(security::container_security(false)),
         termination_message_policy: Some("File".to_owned()),

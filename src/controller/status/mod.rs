@@ -195,6 +195,21 @@ pub fn starting(
         generation,
         &now,
     );
+    mark_waiting(&mut status, queued, generation, &now);
+    status.agent = Some(agent.to_owned());
+    status.snapshot = Some(snapshot);
+    status.job_name = Some(job_name.to_owned());
+    status
+}
+
+/// Phase Starting with condition Started false: `Queued` while Kueue holds the Job,
+/// `PodStarting` otherwise.
+fn mark_waiting(
+    status: &mut AgentExecutionStatus,
+    queued: bool,
+    generation: Option<i64>,
+    now: &Time,
+) {
     let waiting = if queued {
         reason::QUEUED
     } else {
@@ -207,13 +222,9 @@ pub fn starting(
         waiting,
         "",
         generation,
-        &now,
+        now,
     );
     status.phase = Some(Phase::Starting);
-    status.agent = Some(agent.to_owned());
-    status.snapshot = Some(snapshot);
-    status.job_name = Some(job_name.to_owned());
-    status
 }
 
 /// The status of a resolved execution from its Job and pod, and what to stop.
@@ -342,21 +353,7 @@ fn pending(
     }
     let mut status = base_status(execution);
     let generation = execution.metadata.generation;
-    let waiting = if queued && pod.is_none() {
-        reason::QUEUED
-    } else {
-        reason::POD_STARTING
-    };
-    conditions::set(
-        &mut status.conditions,
-        conditions::STARTED,
-        false,
-        waiting,
-        "",
-        generation,
-        &time(now),
-    );
-    status.phase = Some(Phase::Starting);
+    mark_waiting(&mut status, queued && pod.is_none(), generation, &time(now));
     if queued && pod.is_none() {
         // Waiting for quota in Kueue is not a start failure.
         return Assessment {
