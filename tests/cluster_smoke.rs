@@ -41,9 +41,9 @@ fn busybox_job(name: &str, script: &str) -> serde_json::Value {
     })
 }
 
-/// The Kubernetes version `hack/testenv/tools/kubernetes/go.mod` pins.
+/// The Kubernetes version `hack/testenv/tools/cluster/go.mod` pins.
 fn pinned_kubernetes_version() -> String {
-    let go_mod = include_str!("../hack/testenv/tools/kubernetes/go.mod");
+    let go_mod = include_str!("../hack/testenv/tools/cluster/go.mod");
     go_mod
         .lines()
         .find_map(|line| {

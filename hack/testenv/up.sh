@@ -19,8 +19,8 @@ LOGS="$S/logs"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler apiserver-relay containerd kubelet)
 
 [[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
-for b in "${K8S_BINARIES[@]}"; do
-  [[ -x "$K8S_BIN_DIR/$b" ]] || die "$K8S_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
+for b in "${TOOLS_BINARIES[@]}"; do
+  [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
 done
 [[ -x "$ETCD_BIN_DIR/etcd" ]] || die "$ETCD_BIN_DIR/etcd is missing: run bash hack/testenv/build.sh first"
 for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl socat; do
@@ -180,7 +180,7 @@ wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/hea
 # not be loopback), so the endpoint reconciler is off; nothing in the cluster
 # needs in-cluster API access yet. Aggregator routing goes to endpoint IPs
 # because there is no kube-proxy.
-start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
+start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
   --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
   --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
   --tls-cert-file="$PKI/kube-apiserver.crt" --tls-private-key-file="$PKI/kube-apiserver.key" \
@@ -201,14 +201,14 @@ start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
 wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
 mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
 
-start kube-controller-manager "$K8S_BIN_DIR/kube-controller-manager" \
+start kube-controller-manager "$TOOLS_BIN_DIR/kube-controller-manager" \
   --kubeconfig="$S/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$S/controller-manager.kubeconfig" --authorization-kubeconfig="$S/controller-manager.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
   --controllers='*' --profiling=false --v=1
-start kube-scheduler "$K8S_BIN_DIR/kube-scheduler" \
+start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
   --kubeconfig="$S/scheduler.kubeconfig" \
   --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1
@@ -366,7 +366,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
-start kubelet "$K8S_BIN_DIR/kubelet" --config="$S/kubelet/config.yaml" --kubeconfig="$S/kubelet.kubeconfig" \
+start kubelet "$TOOLS_BIN_DIR/kubelet" --config="$S/kubelet/config.yaml" --kubeconfig="$S/kubelet.kubeconfig" \
   --root-dir="$S/kubelet" --hostname-override="$NODE_NAME" --node-ip="$POD_GATEWAY" --v=1
 
 node_ready() {
@@ -381,7 +381,7 @@ wait_for "the default ServiceAccount" 120 kube-controller-manager kubectl_admin 
 cat >"$S/env" <<EOF
 export KUBECONFIG=$ADMIN_KUBECONFIG
 export ERRAND_KUBECONFIG=$ADMIN_KUBECONFIG
-export PATH=$K8S_BIN_DIR:$HELM_BIN_DIR:$ETCD_BIN_DIR:\$PATH
+export PATH=$TOOLS_BIN_DIR:$ETCD_BIN_DIR:\$PATH
 export ERRAND_TESTENV_CONTAINERD_SOCKET=$CONTAINERD_SOCKET
 EOF
 
