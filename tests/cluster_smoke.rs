@@ -1,19 +1,37 @@
 //! Smoke tests of the test cluster itself (`hack/testenv/up.sh`): the
 //! control plane reports the pinned Kubernetes release, the node is Ready,
 //! and real Jobs run on it: one completes and its logs are read back, one is
-//! stopped by `activeDeadlineSeconds`, and container limits reach the cgroup.
+//! stopped by `activeDeadlineSeconds`, and container limits reach the cgroup;
+//! a pod keeps reaching the host while other pods come and go.
 //! If these fail, every other cluster test would fail for the same reason.
 
 mod support;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::ListParams;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, TestNamespace};
+use support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, POD_GATEWAY, TestNamespace};
+
+/// The spec of a one-container busybox pod that runs `script` once.
+fn busybox_pod_spec(script: &str) -> serde_json::Value {
+    json!({
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": false,
+        // busybox as PID 1 ignores SIGTERM: do not wait 30s for it.
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{
+            "name": "main",
+            "image": BUSYBOX_IMAGE,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script],
+        }],
+    })
+}
 
 /// A one-container busybox Job that runs `script` once and is never retried.
 fn busybox_job(name: &str, script: &str) -> serde_json::Value {
@@ -23,22 +41,40 @@ fn busybox_job(name: &str, script: &str) -> serde_json::Value {
         "metadata": { "name": name },
         "spec": {
             "backoffLimit": 0,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": false,
-                    // busybox as PID 1 ignores SIGTERM: do not wait 30s for it.
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [{
-                        "name": "main",
-                        "image": BUSYBOX_IMAGE,
-                        "imagePullPolicy": "Never",
-                        "command": ["sh", "-c", script],
-                    }],
-                }
-            }
+            "template": { "spec": busybox_pod_spec(script) },
         }
     })
+}
+
+/// A one-container busybox Pod that runs `script` and is never restarted.
+fn busybox_pod(name: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name },
+        "spec": busybox_pod_spec(script),
+    }))
+    .expect("a valid Pod")
+}
+
+/// Waits until every named pod of `api` is Running.
+async fn wait_running(api: &Api<Pod>, names: &[String]) {
+    let deadline = Instant::now() + DEFAULT_TIMEOUT;
+    for name in names {
+        loop {
+            let pod = api.get(name).await.expect("reading a pod");
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if phase == Some("Running") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline && phase != Some("Failed"),
+                "pod {name} is not Running: {:?}",
+                pod.status
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
 }
 
 /// The Kubernetes version `hack/testenv/tools/cluster/go.mod` pins.
@@ -212,6 +248,113 @@ async fn container_limits_reach_its_cgroup() {
     assert_eq!(value("memory"), (64 * 1024 * 1024).to_string());
     // 250m of a 100ms period is a 25ms quota.
     assert_eq!(value("cpu"), "25000 100000");
+    ns.delete().await;
+}
+
+/// Issue 12 §6. Pods reach the host at the pod bridge's address. A Linux bridge
+/// whose MAC is not set by hand takes the lowest MAC among its ports, so it
+/// changed as pods (their veths) came and went, and a pod that had resolved
+/// the host to a departed pod's MAC lost it for 30-45 s. Each round starts
+/// other pods, then a talker that connects to a listener of this test every
+/// 100 ms, then deletes the other pods; the host must keep accepting the
+/// talker's connections without a gap. (Without the pinned MAC in up.sh the
+/// bridge had taken one of the other pods' MACs in most rounds.)
+#[tokio::test]
+async fn pod_keeps_reaching_the_host_while_other_pods_come_and_go() {
+    const OTHERS: usize = 8;
+    const MAX_GAP: Duration = Duration::from_secs(3);
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&client, "smoke").await;
+    let pods = ns.api::<Pod>();
+    let listener = std::net::TcpListener::bind((POD_GATEWAY, 0))
+        .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"));
+    let port = listener.local_addr().expect("listener address").port();
+    let accepted = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let log = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for connection in listener.incoming().flatten() {
+            log.lock().expect("accept log").push(Instant::now());
+            drop(connection);
+        }
+    });
+    let connections_since = |since: Instant| {
+        accepted
+            .lock()
+            .expect("accept log")
+            .iter()
+            .filter(|t| **t >= since)
+            .count()
+    };
+
+    for round in 0..2 {
+        let others: Vec<String> = (0..OTHERS).map(|i| format!("other-{round}-{i}")).collect();
+        for name in &others {
+            pods.create(&PostParams::default(), &busybox_pod(name, "sleep 600"))
+                .await
+                .expect("creating a pod");
+        }
+        wait_running(&pods, &others).await;
+
+        let talker = format!("talker-{round}");
+        let script = format!(
+            "while true; do nc -w 1 {POD_GATEWAY} {port} </dev/null >/dev/null 2>&1; sleep 0.1; done"
+        );
+        let started = Instant::now();
+        pods.create(&PostParams::default(), &busybox_pod(&talker, &script))
+            .await
+            .expect("creating the talker");
+        while connections_since(started) < 5 {
+            assert!(
+                started.elapsed() < DEFAULT_TIMEOUT,
+                "the talker pod never reached {POD_GATEWAY}:{port}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // Not forced: a pod object goes away only once the kubelet has stopped
+        // its sandbox, and with it removed the veth from the bridge.
+        let churn_start = Instant::now();
+        for name in &others {
+            pods.delete(name, &DeleteParams::default())
+                .await
+                .expect("deleting a pod");
+        }
+        for name in &others {
+            while pods.get_opt(name).await.expect("reading a pod").is_some() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        // A lost neighbour entry would show as a silence of 30 s or more.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let churn_end = Instant::now();
+
+        let mut times: Vec<Instant> = accepted
+            .lock()
+            .expect("accept log")
+            .iter()
+            .copied()
+            .filter(|t| *t >= churn_start)
+            .collect();
+        times.insert(0, churn_start);
+        times.push(churn_end);
+        let gap = times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .expect("two instants at least");
+        assert!(
+            gap < MAX_GAP,
+            "round {round}: the talker pod could not reach the host for {gap:?} while {OTHERS} other pods \
+             were deleted ({} connections in {:?})",
+            times.len() - 2,
+            churn_end - churn_start
+        );
+        pods.delete(&talker, &DeleteParams::default().grace_period(0))
+            .await
+            .expect("deleting the talker");
+    }
     ns.delete().await;
 }
 

@@ -61,6 +61,8 @@ NODE_NAME=localhost
 # Pods live on a bridge that exists only inside this machine, with no route
 # beyond it; the host end of the bridge is the node's address.
 POD_BRIDGE=errand0
+# Locally administered (02:...), ending in 10.88.0.1; why it is pinned: up.sh.
+POD_BRIDGE_MAC=02:00:0a:58:00:01
 POD_SUBNET=10.88.0.0/24
 POD_GATEWAY=10.88.0.1
 SERVICE_CIDR=10.96.0.0/24

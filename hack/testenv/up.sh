@@ -218,9 +218,16 @@ start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
 # (POD_GATEWAY) is the node's InternalIP, so pods can reach the host there;
 # the CNI config gives pods no other route and no masquerading, so nothing a
 # pod sends can leave the machine.
+# The bridge's MAC is pinned (POD_BRIDGE_MAC). A bridge without an address set
+# by hand takes the lowest MAC among its ports, so it changes whenever a pod's
+# veth with a lower MAC joins or the owner of the current one leaves. Running
+# pods keep the old MAC in their neighbour entry for $POD_GATEWAY, send the
+# host's traffic to an address nobody answers any more, and lose the host for
+# 30-45 s until that entry expires; in a chaos run this killed an upload.
 if ! ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
-  ip link add "$POD_BRIDGE" type bridge
+  ip link add "$POD_BRIDGE" address "$POD_BRIDGE_MAC" type bridge
 fi
+ip link set "$POD_BRIDGE" address "$POD_BRIDGE_MAC"
 ip addr replace "$POD_GATEWAY/${POD_SUBNET#*/}" dev "$POD_BRIDGE"
 ip link set "$POD_BRIDGE" up
 cat >"$S/cni/net.d/10-errand.conflist" <<EOF
