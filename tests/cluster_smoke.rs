@@ -2,7 +2,9 @@
 //! control plane reports the pinned Kubernetes release, the node is Ready,
 //! and real Jobs run on it: one completes and its logs are read back, one is
 //! stopped by `activeDeadlineSeconds`, and container limits reach the cgroup;
-//! a pod keeps reaching the host while other pods come and go.
+//! a pod keeps reaching the host while other pods come and go; pods reach
+//! Services by DNS name (kube-proxy, CoreDNS) and a claim binds to a
+//! dynamically provisioned volume.
 //! If these fail, every other cluster test would fail for the same reason.
 
 mod support;
@@ -10,7 +12,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
@@ -355,6 +357,160 @@ async fn pod_keeps_reaching_the_host_while_other_pods_come_and_go() {
             .await
             .expect("deleting the talker");
     }
+    ns.delete().await;
+}
+
+/// Cluster DNS and kube-proxy: a pod resolves `kubernetes.default.svc`, reads
+/// the API server's `/version` through it (the `kubernetes` Service, ClusterIP
+/// 10.96.0.1) and fetches a page from another pod through a Service it names
+/// by its short name.
+#[tokio::test]
+async fn pods_reach_services_by_dns_name() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&client, "smoke").await;
+    let mut server = busybox_pod(
+        "web",
+        "mkdir -p /tmp/www && echo hello-through-a-service >/tmp/www/index.html && \
+         exec httpd -f -p 8080 -h /tmp/www",
+    );
+    server.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    ns.api::<Pod>()
+        .create(&PostParams::default(), &server)
+        .await
+        .expect("creating the web pod");
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": "web" },
+        "spec": {
+            "selector": { "app": "web" },
+            "ports": [{ "port": 80, "targetPort": 8080 }],
+        }
+    }))
+    .expect("a valid Service");
+    ns.api::<Service>()
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("creating the web Service");
+    wait_running(&ns.api::<Pod>(), &["web".to_owned()]).await;
+
+    let script = r#"
+        echo "lookup: $(nslookup kubernetes.default.svc.cluster.local | tr '\n' ' ')"
+        token=$(cat /var/run/secrets/kubernetes.io/serviceaccount/token)
+        echo "version: $(wget -q -O - --no-check-certificate --header "Authorization: Bearer $token" \
+          https://kubernetes.default.svc/version | tr -d ' \n')"
+        # busybox's wget crashes on plain HTTP; nc speaks it well enough.
+        for i in $(seq 1 30); do
+          page=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 2 web 80 | tail -n 1)
+          [ -n "$page" ] && break
+          sleep 1
+        done
+        echo "page: $page""#;
+    let mut job = busybox_job("client", script);
+    job["spec"]["template"]["spec"]["automountServiceAccountToken"] = json!(true);
+    cluster::create_job(&client, ns.name(), job).await;
+    cluster::wait_for_job_condition(&client, ns.name(), "client", "Complete", DEFAULT_TIMEOUT)
+        .await;
+
+    let logs = cluster::job_logs(&client, ns.name(), "client").await;
+    let line = |key: &str| {
+        logs.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+            .unwrap_or_else(|| panic!("no {key}: line in {logs:?}"))
+            .to_owned()
+    };
+    assert!(
+        line("lookup").contains("Address: 10.96.0.1"),
+        "kubernetes.default.svc did not resolve to the Service's ClusterIP: {logs}"
+    );
+    assert!(
+        line("version").contains(&format!(
+            "\"gitVersion\":\"{}\"",
+            pinned_kubernetes_version()
+        )),
+        "no /version through kubernetes.default.svc: {logs}"
+    );
+    assert_eq!(line("page"), "hello-through-a-service", "{logs}");
+    ns.delete().await;
+}
+
+/// The default StorageClass (local-path-provisioner): a claim that names no
+/// class gets one, binds to a volume provisioned for it when a pod uses it,
+/// and what one pod writes there the next one reads.
+#[tokio::test]
+async fn claim_binds_dynamically_and_keeps_what_a_pod_wrote() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&client, "smoke").await;
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": { "name": "data" },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": { "requests": { "storage": "16Mi" } },
+        }
+    }))
+    .expect("a valid PersistentVolumeClaim");
+    ns.api::<PersistentVolumeClaim>()
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("creating the claim");
+    let with_claim = |name: &str, script: &str| {
+        let mut job = busybox_job(name, script);
+        let spec = &mut job["spec"]["template"]["spec"];
+        spec["volumes"] =
+            json!([{ "name": "data", "persistentVolumeClaim": { "claimName": "data" } }]);
+        spec["containers"][0]["volumeMounts"] = json!([{ "name": "data", "mountPath": "/data" }]);
+        job
+    };
+    cluster::create_job(
+        &client,
+        ns.name(),
+        with_claim("writer", "echo kept > /data/file"),
+    )
+    .await;
+    cluster::wait_for_job_condition(&client, ns.name(), "writer", "Complete", DEFAULT_TIMEOUT)
+        .await;
+    cluster::create_job(&client, ns.name(), with_claim("reader", "cat /data/file")).await;
+    cluster::wait_for_job_condition(&client, ns.name(), "reader", "Complete", DEFAULT_TIMEOUT)
+        .await;
+    assert_eq!(
+        cluster::job_logs(&client, ns.name(), "reader").await.trim(),
+        "kept"
+    );
+
+    let claim = ns
+        .api::<PersistentVolumeClaim>()
+        .get("data")
+        .await
+        .expect("reading the claim");
+    let spec = claim.spec.as_ref().expect("claim spec");
+    assert_eq!(spec.storage_class_name.as_deref(), Some("local-path"));
+    assert_eq!(
+        claim.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Bound")
+    );
+    let volume = Api::<PersistentVolume>::all(client.clone())
+        .get(
+            spec.volume_name
+                .as_deref()
+                .expect("a bound claim names its volume"),
+        )
+        .await
+        .expect("reading the volume");
+    let provisioned_by = volume
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("pv.kubernetes.io/provisioned-by"));
+    assert_eq!(
+        provisioned_by.map(String::as_str),
+        Some("rancher.io/local-path")
+    );
     ns.delete().await;
 }
 

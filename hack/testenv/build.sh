@@ -53,11 +53,14 @@ go_build() {
   mv "$scratch" "$bin"
   printf 'built %s with %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(go version)" "$(($(date +%s) - start))" >"$bin/.complete"
   log "$name: built in $(($(date +%s) - start))s into $bin"
-  # Builds of the same version with an older recipe are superseded.
+  # Builds of the same version with another recipe are superseded, but
+  # another checkout on this machine (a branch with other pins) may still run
+  # them: only those no up.sh started from for a day (bin/.last-used) go.
   local entry stale
   entry=$(basename "$(dirname "$bin")")
   for stale in "$TESTENV_CACHE_DIR/${entry%-*}"-*; do
-    if [[ "$stale" != "$TESTENV_CACHE_DIR/$entry" ]]; then
+    if [[ "$stale" != "$TESTENV_CACHE_DIR/$entry" ]] &&
+      [[ -z "$(find "$stale/bin" -maxdepth 1 -name '.*' -mmin -1440 2>/dev/null)" ]]; then
       log "$name: removing superseded $stale"
       rm -rf "$stale"
     fi

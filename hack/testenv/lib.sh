@@ -73,6 +73,37 @@ TESTENV_PAUSE_IMAGE=errand.local/pause:1
 TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
 # The errand image the cluster tests run (hack/images/errand-image.sh).
 ERRAND_TEST_IMAGE=errand.local/errand:dev
+# Images of the cluster add-ons, each the one binary build.sh made.
+COREDNS_IMAGE=errand.local/coredns:$COREDNS_VERSION
+LOCAL_PATH_IMAGE=errand.local/local-path-provisioner:$LOCAL_PATH_VERSION
+KUEUE_IMAGE=errand.local/kueue:$KUEUE_VERSION
+# Cluster DNS: the kube-dns Service's conventional address (the tenth of the
+# Service range) and the cluster domain.
+CLUSTER_DNS=${SERVICE_CIDR%.*}.10
+CLUSTER_DOMAIN=cluster.local
+
+# binary_image IMAGE BINARY [oci-image.py options...]: an image archive that
+# holds the one static BINARY at /NAME (its file name), built by
+# hack/images/oci-image.py and cached in $TESTENV_CACHE_DIR/images by the
+# digest of the binary, the script and the options, so a warm start only
+# imports it. Prints the archive's path.
+binary_image() {
+  local image=$1 binary=$2 key archive stale
+  shift 2
+  key=$({
+    sha256sum <"$binary"
+    sha256sum <"$REPO_ROOT/hack/images/oci-image.py"
+    echo "$image $*"
+  } | sha256sum | cut -c1-16)
+  archive="$TESTENV_CACHE_DIR/images/$(basename "$binary")-$key.tar"
+  if [[ ! -f "$archive" ]]; then
+    mkdir -p "$TESTENV_CACHE_DIR/images"
+    for stale in "$TESTENV_CACHE_DIR/images/$(basename "$binary")"-*.tar; do rm -f "$stale"; done
+    python3 "$REPO_ROOT/hack/images/oci-image.py" --name "$image" \
+      --add "$binary:/$(basename "$binary"):0755" --entrypoint "/$(basename "$binary")" "$@" -o "$archive" >&2
+  fi
+  echo "$archive"
+}
 
 kubectl_admin() { "$TOOLS_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
