@@ -3,7 +3,8 @@
 # proxy, from two pinned tools modules (see lib.sh):
 # - tools/cluster: kube-apiserver, kube-controller-manager, kube-scheduler,
 #   kube-proxy, kubelet and kubectl, helm, CoreDNS (trimmed main),
-#   local-path-provisioner, the Kueue manager and the fake GPU device plugin,
+#   local-path-provisioner, the Kueue manager, the fake GPU device plugin and
+#   the witness node,
 #   in one `go build`, so the dependencies they share compile once;
 # - tools/etcd: etcd.
 # Binaries are cached outside the repository, keyed by version and by the
@@ -104,7 +105,7 @@ build_cluster_tools() {
   ldflags+=" -X main.VERSION=$LOCAL_PATH_VERSION"
   local pkgs=()
   for b in "${K8S_BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-  pkgs+=(helm.sh/helm/v3/cmd/helm sigs.k8s.io/kueue/cmd/kueue ./cmd/coredns ./cmd/fake-gpu-plugin)
+  pkgs+=(helm.sh/helm/v3/cmd/helm sigs.k8s.io/kueue/cmd/kueue ./cmd/coredns ./cmd/fake-gpu-plugin ./cmd/witness-node)
   # Tags as in kubernetes' own release build (hack/lib/golang.sh); the other
   # tools build the same with them. local-path-provisioner gets a go build of
   # its own: it imports logrus as github.com/Sirupsen/logrus, and one go

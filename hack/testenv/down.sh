@@ -76,7 +76,7 @@ if live_pid containerd >/dev/null && [[ -S "$CONTAINERD_SOCKET" ]]; then
   for c in "${containers[@]}"; do ctr_k8s containers delete "$c" >/dev/null 2>&1 || true; done
 fi
 
-stop containerd kube-scheduler kube-controller-manager kube-apiserver
+stop containerd witness-node kube-scheduler kube-controller-manager kube-apiserver
 stop etcd
 
 # Anything of ours still running: containers left in the kubelet's pod

@@ -24,7 +24,7 @@ module_digest() {
 # Two Go modules pin everything the test cluster runs. tools/cluster: the
 # Kubernetes binaries (kube-proxy included), helm, CoreDNS (a trimmed main in
 # tools/cluster/cmd/coredns), local-path-provisioner, Kueue and the fake GPU
-# device plugin (tools/cluster/cmd/fake-gpu-plugin), which share client-go and
+# device plugin and the witness node (tools/cluster/cmd/), which share client-go and
 # its dependencies, so those compile once. tools/etcd: etcd, whose release
 # needs newer gRPC and OpenTelemetry than Kubernetes v1.34 is built with.
 K8S_VERSION=$(module_version cluster k8s.io/kubernetes)
@@ -40,7 +40,7 @@ TESTENV_CACHE_DIR="${ERRAND_CACHE_DIR:-/var/cache/errand}/testenv"
 TOOLS_BIN_DIR="$TESTENV_CACHE_DIR/cluster-$K8S_VERSION-$(module_digest cluster)/bin"
 ETCD_BIN_DIR="$TESTENV_CACHE_DIR/etcd-$ETCD_VERSION-$(module_digest etcd)/bin"
 K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
-TOOLS_BINARIES=("${K8S_BINARIES[@]}" helm coredns local-path-provisioner kueue fake-gpu-plugin)
+TOOLS_BINARIES=("${K8S_BINARIES[@]}" helm coredns local-path-provisioner kueue fake-gpu-plugin witness-node)
 
 # State of a running environment: certificates, kubeconfigs, etcd data,
 # kubelet and containerd roots, logs and pid files.

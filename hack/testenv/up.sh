@@ -19,7 +19,7 @@ S="$TESTENV_STATE_DIR"
 PKI="$S/pki"
 RUN="$S/run"
 LOGS="$S/logs"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler witness-node containerd kubelet kube-proxy)
 
 [[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
 for b in "${TOOLS_BINARIES[@]}"; do
@@ -258,6 +258,8 @@ wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/hea
 # so that it is there on the bridge, and a firewall rule (below) keeps its
 # port to loopback and the bridge. Webhooks and aggregated APIs are reached
 # through their Services' ClusterIPs (kube-proxy), as on any cluster.
+# Node loss: DefaultTolerationSeconds gives pods 20 s (instead of 300 s) on a
+# NotReady or unreachable node; see the controller-manager below.
 start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
   --bind-address=0.0.0.0 --secure-port="$APISERVER_PORT" --advertise-address="$POD_GATEWAY" \
   --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
@@ -274,21 +276,35 @@ start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
   --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
   --requestheader-extra-headers-prefix=X-Remote-Extra- \
   --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
+  --default-not-ready-toleration-seconds=20 --default-unreachable-toleration-seconds=20 \
   --allow-privileged=true --profiling=false --v=1
 wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
 mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
 
+# Node loss (tests that stop the kubelet for good): the node is marked
+# NotReady/unreachable 20 s after its last heartbeat (default 50 s), so with
+# the 20 s default tolerations above its pods are evicted within a minute.
+# The kubelet renews its lease every 2 s (nodeLeaseDurationSeconds below), so
+# a loaded 2-core machine has ten chances before the grace period runs out.
 start kube-controller-manager "$TOOLS_BIN_DIR/kube-controller-manager" \
   --kubeconfig="$S/controller-manager.kubeconfig" \
   --authentication-kubeconfig="$S/controller-manager.kubeconfig" --authorization-kubeconfig="$S/controller-manager.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --node-monitor-grace-period=20s --node-monitor-period=2s \
   --controllers='*' --profiling=false --v=1
 start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
   --kubeconfig="$S/scheduler.kubeconfig" \
   --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \
   --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1
+
+# Node loss needs a second node: the node lifecycle controller evicts nothing
+# while every node is NotReady at once (it takes that for a control-plane
+# outage), so without it losing the one real node would evict no pod. The
+# witness (tools/cluster/cmd/witness-node) is a Node that stays Ready, with no
+# room and a NoSchedule taint: no pod ever runs there.
+start witness-node "$TOOLS_BIN_DIR/witness-node" --kubeconfig="$ADMIN_KUBECONFIG" --name=witness
 
 # The cluster add-ons (addons/*.yaml): their pods start once the node is up.
 log "applying the cluster add-ons (CoreDNS, local-path-provisioner)"
@@ -383,6 +399,10 @@ done >>"$RUN/sysctl.orig"
 #   registry to pull them back from) would break the tests.
 # - root dir, pod logs and volume plugins under $S, so down.sh removes them.
 # - clusterDNS: the kube-dns Service (addons/coredns.yaml), as kubeadm sets it.
+# - nodeLeaseDurationSeconds 8 (lease renewed every 2 s) and
+#   nodeStatusUpdateFrequency 5s: the controller-manager declares the node
+#   lost after 20 s without a heartbeat (see there), so the heartbeat comes
+#   often enough that a loaded machine never misses the grace period.
 cat >"$S/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -408,6 +428,8 @@ failCgroupV1: false
 failSwapOn: false
 clusterDNS: [$CLUSTER_DNS]
 clusterDomain: $CLUSTER_DOMAIN
+nodeLeaseDurationSeconds: 8
+nodeStatusUpdateFrequency: 5s
 podLogsDir: $S/pod-logs
 volumePluginDir: $S/kubelet/volume-plugins
 evictionHard:
