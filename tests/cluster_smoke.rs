@@ -3,8 +3,8 @@
 //! and real Jobs run on it: one completes and its logs are read back, one is
 //! stopped by `activeDeadlineSeconds`, and container limits reach the cgroup;
 //! a pod keeps reaching the host while other pods come and go; pods reach
-//! Services by DNS name (kube-proxy, CoreDNS) and a claim binds to a
-//! dynamically provisioned volume.
+//! Services by DNS name (kube-proxy, CoreDNS); a claim binds to a dynamically
+//! provisioned volume; Kueue (installed on demand) admits a queued Job.
 //! If these fail, every other cluster test would fail for the same reason.
 
 mod support;
@@ -12,9 +12,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
 use serde_json::json;
 
 use support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, POD_GATEWAY, TestNamespace};
@@ -514,6 +518,160 @@ async fn claim_binds_dynamically_and_keeps_what_a_pod_wrote() {
         Some("rancher.io/local-path")
     );
     ns.delete().await;
+}
+
+/// Kueue (`hack/testenv/kueue.sh`): with a ClusterQueue that has quota and a
+/// LocalQueue in the namespace, a Job created suspended with the queue label
+/// (as errand creates them) is admitted, unsuspended and completes; Kueue's
+/// mutating webhook suspends a queued Job created running.
+#[tokio::test]
+async fn kueue_admits_a_queued_job() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    cluster::ensure_kueue().await;
+    let ns = TestNamespace::create(&client, "smoke").await;
+    let kueue = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind))
+    };
+    let object = |kind: &str, value: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("a valid {kind}: {e}"))
+    };
+    // Cluster-scoped objects are named after the test's namespace.
+    let flavor = format!("{}-flavor", ns.name());
+    let cluster_queue = format!("{}-cq", ns.name());
+    let flavors = Api::<DynamicObject>::all_with(client.clone(), &kueue("ResourceFlavor"));
+    let cluster_queues = Api::<DynamicObject>::all_with(client.clone(), &kueue("ClusterQueue"));
+    flavors
+        .create(
+            &PostParams::default(),
+            &object(
+                "ResourceFlavor",
+                json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "ResourceFlavor",
+                    "metadata": { "name": flavor },
+                }),
+            ),
+        )
+        .await
+        .expect("creating the ResourceFlavor");
+    cluster_queues
+        .create(
+            &PostParams::default(),
+            &object(
+                "ClusterQueue",
+                json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "ClusterQueue",
+                    "metadata": { "name": cluster_queue },
+                    "spec": {
+                        "namespaceSelector": {},
+                        "resourceGroups": [{
+                            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                            "flavors": [{
+                                "name": flavor,
+                                "resources": [
+                                    { "name": "cpu", "nominalQuota": "1" },
+                                    { "name": "memory", "nominalQuota": "1Gi" },
+                                    { "name": "nvidia.com/gpu", "nominalQuota": "2" },
+                                ],
+                            }],
+                        }],
+                    },
+                }),
+            ),
+        )
+        .await
+        .expect("creating the ClusterQueue");
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), &kueue("LocalQueue"))
+        .create(
+            &PostParams::default(),
+            &object(
+                "LocalQueue",
+                json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta1",
+                    "kind": "LocalQueue",
+                    "metadata": { "name": "queue" },
+                    "spec": { "clusterQueue": cluster_queue },
+                }),
+            ),
+        )
+        .await
+        .expect("creating the LocalQueue");
+
+    let queued_job = |name: &str, suspend: bool| {
+        let mut job = busybox_job(name, "echo ran");
+        job["metadata"]["labels"] = json!({ "kueue.x-k8s.io/queue-name": "queue" });
+        job["spec"]["suspend"] = json!(suspend);
+        job["spec"]["template"]["spec"]["containers"][0]["resources"] =
+            json!({ "requests": { "cpu": "100m", "memory": "32Mi" } });
+        job
+    };
+    cluster::create_job(&client, ns.name(), queued_job("suspended", true)).await;
+    let running = cluster::create_job(&client, ns.name(), queued_job("running", false)).await;
+    assert_eq!(
+        running.spec.as_ref().and_then(|s| s.suspend),
+        Some(true),
+        "Kueue's webhook did not suspend a queued Job"
+    );
+
+    for name in ["suspended", "running"] {
+        cluster::wait_for_job_condition(&client, ns.name(), name, "Complete", DEFAULT_TIMEOUT)
+            .await;
+    }
+    // Kueue records each admission as an Event on the Workload (once a Job
+    // finished, its Workload's admission is cleared).
+    let workloads =
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), &kueue("Workload"))
+            .list(&ListParams::default())
+            .await
+            .expect("listing Workloads");
+    assert_eq!(
+        workloads.items.len(),
+        2,
+        "one Workload per Job: {workloads:?}"
+    );
+    let events = ns
+        .api::<Event>()
+        .list(&ListParams::default().fields("involvedObject.kind=Workload,reason=Admitted"))
+        .await
+        .expect("listing the Workloads' events");
+    for workload in &workloads.items {
+        let name = workload.metadata.name.as_deref().expect("a named Workload");
+        assert!(
+            events.items.iter().any(|e| {
+                e.involved_object.name.as_deref() == Some(name)
+                    && e.message.as_deref().is_some_and(|m| {
+                        m.starts_with(&format!("Admitted by ClusterQueue {cluster_queue}"))
+                    })
+            }),
+            "Workload {name} was not admitted by {cluster_queue}: {:?}",
+            workload.data["status"]
+        );
+        let finished = workload.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c["type"] == "Finished" && c["status"] == "True" && c["reason"] == "Succeeded"
+                })
+            });
+        assert!(
+            finished,
+            "Workload {name} did not finish: {:?}",
+            workload.data["status"]
+        );
+    }
+
+    ns.delete().await;
+    cluster_queues
+        .delete(&cluster_queue, &DeleteParams::default())
+        .await
+        .expect("deleting the ClusterQueue");
+    flavors
+        .delete(&flavor, &DeleteParams::default())
+        .await
+        .expect("deleting the ResourceFlavor");
 }
 
 #[tokio::test]

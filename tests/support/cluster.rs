@@ -393,3 +393,25 @@ pub async fn describe_job(client: &Client, namespace: &str, name: &str) -> Strin
     }
     report
 }
+
+/// Installs Kueue into the test cluster and waits until it admits work
+/// (`hack/testenv/kueue.sh`: idempotent, serialized across test processes,
+/// about 20 s the first time). Tests that need Kueue call this first; the
+/// cluster does not run it otherwise.
+///
+/// # Panics
+/// When the script fails; its output is in the test's output.
+pub async fn ensure_kueue() {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/testenv/kueue.sh");
+            let status = tokio::process::Command::new("bash")
+                .arg(&script)
+                .status()
+                .await
+                .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+            assert!(status.success(), "{} failed: {status}", script.display());
+        })
+        .await;
+}
