@@ -4,7 +4,9 @@
 //! stopped by `activeDeadlineSeconds`, and container limits reach the cgroup;
 //! a pod keeps reaching the host while other pods come and go; pods reach
 //! Services by DNS name (kube-proxy, CoreDNS); a claim binds to a dynamically
-//! provisioned volume; Kueue (installed on demand) admits a queued Job.
+//! provisioned volume; Kueue (installed on demand) admits a queued Job; a pod
+//! gets one of the node's fake GPUs, and asking for more than it has is
+//! refused by the scheduler.
 //! If these fail, every other cluster test would fail for the same reason.
 
 mod support;
@@ -13,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
-    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, ResourceRequirements, Service,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Api;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
@@ -672,6 +675,83 @@ async fn kueue_admits_a_queued_job() {
         .delete(&flavor, &DeleteParams::default())
         .await
         .expect("deleting the ResourceFlavor");
+}
+
+/// The fake GPU device plugin (`tools/cluster/cmd/fake-gpu-plugin`): a pod
+/// that asks for one `nvidia.com/gpu` is scheduled onto one of the node's
+/// four and, as with NVIDIA's plugin, sees its ID in `NVIDIA_VISIBLE_DEVICES`.
+#[tokio::test]
+async fn pod_asking_for_a_gpu_gets_one() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&client, "smoke").await;
+    let mut job = busybox_job("gpu", "echo \"devices=$NVIDIA_VISIBLE_DEVICES\"");
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({ "limits": { "nvidia.com/gpu": 1 } });
+    cluster::create_job(&client, ns.name(), job).await;
+    cluster::wait_for_job_condition(&client, ns.name(), "gpu", "Complete", DEFAULT_TIMEOUT).await;
+
+    let logs = cluster::job_logs(&client, ns.name(), "gpu").await;
+    let devices = logs
+        .lines()
+        .find_map(|l| l.strip_prefix("devices="))
+        .unwrap_or_else(|| panic!("no devices= line in {logs:?}"));
+    assert!(
+        ["fake-gpu-0", "fake-gpu-1", "fake-gpu-2", "fake-gpu-3"].contains(&devices),
+        "NVIDIA_VISIBLE_DEVICES is {devices:?}, not one device of the node"
+    );
+    ns.delete().await;
+}
+
+/// A pod asking for more GPUs than the node has stays Pending, and the
+/// scheduler says why.
+#[tokio::test]
+async fn pod_asking_for_more_gpus_than_exist_is_unschedulable() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let ns = TestNamespace::create(&client, "smoke").await;
+    let mut pod = busybox_pod("greedy", "true");
+    let mut limits = std::collections::BTreeMap::new();
+    limits.insert("nvidia.com/gpu".to_owned(), Quantity("5".to_owned()));
+    pod.spec.as_mut().expect("pod spec").containers[0].resources = Some(ResourceRequirements {
+        limits: Some(limits),
+        ..ResourceRequirements::default()
+    });
+    let pods = ns.api::<Pod>();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("creating the pod");
+
+    let deadline = Instant::now() + DEFAULT_TIMEOUT;
+    let condition = loop {
+        let pod = pods.get("greedy").await.expect("reading the pod");
+        let scheduled = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled").cloned());
+        if let Some(c) = scheduled.filter(|c| c.status == "False") {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "never refused: {:?}", pod.status);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(condition.reason.as_deref(), Some("Unschedulable"));
+    let message = condition.message.unwrap_or_default();
+    assert!(
+        message.contains("Insufficient nvidia.com/gpu"),
+        "the scheduler's message does not name the GPUs: {message:?}"
+    );
+    let phase = pods
+        .get("greedy")
+        .await
+        .expect("reading the pod")
+        .status
+        .and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Pending"));
+    ns.delete().await;
 }
 
 #[tokio::test]

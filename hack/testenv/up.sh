@@ -2,7 +2,7 @@
 # Starts the single-node test cluster from the binaries hack/testenv/build.sh
 # cached: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, and
 # one real node (containerd + runc + bridge CNI + kubelet + kube-proxy in
-# iptables mode), then the cluster add-ons
+# iptables mode + a fake GPU device plugin), then the cluster add-ons
 # (addons/): CoreDNS behind the kube-dns Service and local-path-provisioner as
 # the default StorageClass. Waits until the node is Ready, DNS answers, the
 # provisioner runs and the default ServiceAccount exists, then prints the
@@ -19,7 +19,7 @@ S="$TESTENV_STATE_DIR"
 PKI="$S/pki"
 RUN="$S/run"
 LOGS="$S/logs"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler witness-node containerd kubelet kube-proxy)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler witness-node containerd kubelet kube-proxy fake-gpu-plugin)
 
 [[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
 for b in "${TOOLS_BINARIES[@]}"; do
@@ -468,8 +468,16 @@ conntrack:
 EOF
 start kube-proxy "$TOOLS_BIN_DIR/kube-proxy" --config="$S/kube-proxy.yaml" --v=1
 
+# Four fake nvidia.com/gpu devices (tools/cluster/cmd/fake-gpu-plugin). The
+# kubelet's device-plugin socket is always /var/lib/kubelet/device-plugins,
+# whatever its root dir.
+start fake-gpu-plugin "$TOOLS_BIN_DIR/fake-gpu-plugin" -plugin-dir /var/lib/kubelet/device-plugins -count 4
+
 node_ready() {
   [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+node_has_gpus() {
+  [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.allocatable.nvidia\.com/gpu}')" == 4 ]]
 }
 deployment_available() { # NAMESPACE NAME
   [[ "$(kubectl_admin -n "$1" get deployment "$2" -o 'jsonpath={.status.availableReplicas}')" == 1 ]]
@@ -479,6 +487,7 @@ kube_proxy_synced() {
 }
 wait_for "node $NODE_NAME to be Ready" 180 kubelet node_ready
 wait_for "kube-proxy to program the Services" 60 kube-proxy kube_proxy_synced
+wait_for "the fake GPUs on node $NODE_NAME" 60 fake-gpu-plugin node_has_gpus
 wait_for "CoreDNS" 120 kubelet deployment_available kube-system coredns
 wait_for "local-path-provisioner" 120 kubelet deployment_available local-path-storage local-path-provisioner
 wait_for "the default ServiceAccount" 120 kube-controller-manager kubectl_admin -n default get serviceaccount default
