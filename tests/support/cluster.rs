@@ -37,8 +37,9 @@ pub const BUSYBOX_IMAGE: &str = "errand.local/busybox:test";
 /// The node's address on the pod bridge (`POD_GATEWAY` in hack/testenv/lib.sh): the one
 /// address of this machine that pods can reach, where tests serve what pods must fetch.
 pub const POD_GATEWAY: &str = "10.88.0.1";
-/// The API server's port as pods reach it on [`POD_GATEWAY`] (`hack/testenv/up.sh` relays it
-/// there): `ERRAND_TESTENV_APISERVER_PORT`, else 6443, as in hack/testenv/lib.sh.
+/// The API server's port on [`POD_GATEWAY`], its address in the `kubernetes` Service's
+/// endpoints (pods reach it there or at `kubernetes.default.svc:443`):
+/// `ERRAND_TESTENV_APISERVER_PORT`, else 6443, as in hack/testenv/lib.sh.
 pub fn apiserver_port_for_pods() -> u16 {
     std::env::var("ERRAND_TESTENV_APISERVER_PORT")
         .ok()
