@@ -66,6 +66,16 @@ fn busybox_pod(name: &str, script: &str) -> Pod {
     .expect("a valid Pod")
 }
 
+/// The rest of the first line of `logs` that starts with `prefix`.
+///
+/// # Panics
+/// If there is no such line.
+fn logged<'a>(logs: &'a str, prefix: &str) -> &'a str {
+    logs.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no line starting with {prefix:?} in {logs:?}"))
+}
+
 /// Waits until every named pod of `api` is Running.
 async fn wait_running(api: &Api<Pod>, names: &[String]) {
     let deadline = Instant::now() + DEFAULT_TIMEOUT;
@@ -250,12 +260,7 @@ async fn container_limits_reach_its_cgroup() {
         .await;
 
     let logs = cluster::job_logs(&client, ns.name(), "limited").await;
-    let value = |key: &str| {
-        logs.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .unwrap_or_else(|| panic!("no {key}= line in {logs:?}"))
-            .to_owned()
-    };
+    let value = |key: &str| logged(&logs, &format!("{key}="));
     assert_eq!(value("memory"), (64 * 1024 * 1024).to_string());
     // 250m of a 100ms period is a 25ms quota.
     assert_eq!(value("cpu"), "25000 100000");
@@ -424,12 +429,7 @@ async fn pods_reach_services_by_dns_name() {
         .await;
 
     let logs = cluster::job_logs(&client, ns.name(), "client").await;
-    let line = |key: &str| {
-        logs.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}: ")))
-            .unwrap_or_else(|| panic!("no {key}: line in {logs:?}"))
-            .to_owned()
-    };
+    let line = |key: &str| logged(&logs, &format!("{key}: "));
     assert!(
         line("lookup").contains("Address: 10.96.0.1"),
         "kubernetes.default.svc did not resolve to the Service's ClusterIP: {logs}"
@@ -693,10 +693,7 @@ async fn pod_asking_for_a_gpu_gets_one() {
     cluster::wait_for_job_condition(&client, ns.name(), "gpu", "Complete", DEFAULT_TIMEOUT).await;
 
     let logs = cluster::job_logs(&client, ns.name(), "gpu").await;
-    let devices = logs
-        .lines()
-        .find_map(|l| l.strip_prefix("devices="))
-        .unwrap_or_else(|| panic!("no devices= line in {logs:?}"));
+    let devices = logged(&logs, "devices=");
     assert!(
         ["fake-gpu-0", "fake-gpu-1", "fake-gpu-2", "fake-gpu-3"].contains(&devices),
         "NVIDIA_VISIBLE_DEVICES is {devices:?}, not one device of the node"
