@@ -13,8 +13,8 @@
 # that needs no Kueue should not pay for it. Tests that need it call this
 # script (tests/support/cluster.rs: cluster::ensure_kueue); it is idempotent,
 # serialized with a lock, and returns at once when Kueue already serves.
-# Installing takes about 20 s (of which most is the certificate reaching the
-# pod through its Secret volume).
+# Installing took 27 s here, 10 s of them building the image (cached for the
+# next cluster).
 set -euo pipefail
 # shellcheck source=hack/testenv/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
