@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod archive;
 pub mod cli;
 pub mod controller;
 pub mod local;

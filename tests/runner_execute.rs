@@ -8,13 +8,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use errand::runner::archive::{Selection, Unpacker};
+use errand::archive::ByteStream;
+use errand::archive::{Selection, Unpacker};
 use errand::runner::{
-    BlobRef, BlobSource, Invocation, MountRef, ResultSink, RunState, RunSummary, ScratchDir,
-    StagePlan, StoreResults, execute,
+    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
-use errand::store::{BlobBody, ByteStream, ObjectInfo, Store, StoreError};
+use errand::store::{
+    BlobBody, BlobSource, ObjectInfo, ResultSink, Store, StoreError, StoreResults,
+};
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;

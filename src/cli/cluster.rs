@@ -14,9 +14,8 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
+use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
 use crate::api::{AgentExecution, Phase, SnapshotRef};
-use crate::controller::build::AGENT_CONTAINER;
-use crate::controller::names::EXECUTION_UID_LABEL;
 use crate::local::{ExecutionRecord, generate_name};
 use crate::store::Store;
 use crate::store::keys::ExecutionId;

@@ -26,7 +26,7 @@ use super::error::{Error, Result};
 use super::events::outcome_event;
 use super::names;
 use super::status::{self, JobObservation, Observed, Stop};
-use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
+use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef, contract};
 use crate::resolve::{InvalidSpec, Problem, Snapshot};
 use crate::store::grants::{GrantError, issue_grants};
 use crate::store::keys::ExecutionId;
@@ -107,7 +107,7 @@ async fn admit(
     debug!(execution = %identity.name, namespace, "children created");
     let digest = config_map
         .annotations()
-        .get(names::SNAPSHOT_DIGEST_ANNOTATION)
+        .get(contract::SNAPSHOT_DIGEST_ANNOTATION)
         .cloned()
         .unwrap_or_else(|| snapshot.digest());
     if let Some(created) = &execution.metadata.creation_timestamp {
@@ -263,7 +263,7 @@ async fn progress(
     };
     let pods = ctx.pods.state_filter(|pod| {
         pod.namespace().as_deref() == Some(namespace)
-            && pod.labels().get(names::EXECUTION_UID_LABEL) == Some(&identity.uid)
+            && pod.labels().get(contract::EXECUTION_UID_LABEL) == Some(&identity.uid)
     });
     let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let observation = match &job {

@@ -11,9 +11,9 @@ use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::{AgentExecutionSpec, Phase, ResultEntry};
 use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StoreResults};
+use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
 use crate::store::keys::ExecutionId;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreResults};
 
 /// Time between SIGTERM and SIGKILL when a local run is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);

@@ -6,9 +6,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 
-use super::archive::{self, ArchiveError, PackItem, Packing};
 use super::run::Outcome;
-use super::{Invocation, ResultSink, RunState, RunSummary, SavedResult, ScratchDir};
+use super::{Invocation, RunState, RunSummary, SavedResult, ScratchDir};
+use crate::archive::{self, ArchiveError, PackItem, Packing};
+use crate::store::ResultSink;
 use crate::store::keys::{ExecutionId, ResultName};
 
 /// `run_result`: the record of a run that completed, successfully or not.

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::signed::SignedUrls;
 use super::termination::TerminationSummary;
 use super::{
     Invocation, RunState, RunSummary, SavedResult, ScratchDir, fail_before_run, plan,
@@ -18,6 +17,7 @@ use super::{
 };
 use crate::resolve::Snapshot;
 use crate::store::grants::Grants;
+use crate::store::signed::SignedUrls;
 
 /// Time between SIGTERM and SIGKILL for the agent; well inside the pod's own grace period,
 /// so that the results are uploaded before the kubelet kills errand itself.

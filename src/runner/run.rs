@@ -14,9 +14,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use super::{Invocation, RunState};
+use crate::api::contract::{
     ENV_AGENT_CONFIG_PATH, ENV_ARTIFACTS_DIR, ENV_INPUT, ENV_INPUT_FILE, ENV_RESPONSE_FILE,
-    Invocation, RunState,
 };
 
 /// How much of stdout is kept to serve as the response when no response file is written.

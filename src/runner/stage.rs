@@ -7,10 +7,11 @@ use std::path::Path;
 use bytes::{Buf, Bytes};
 use futures::StreamExt;
 
-use super::archive::{self, Selection, Unpacker};
-use super::{BlobRef, BlobSource, ResultSink, RunnerError, SavedResult, StagePlan};
+use super::{BlobRef, RunnerError, SavedResult, StagePlan};
+use crate::archive::ByteStream;
+use crate::archive::{self, Selection, Unpacker};
 use crate::store::keys::ResultName;
-use crate::store::{BlobBody, ByteStream};
+use crate::store::{BlobBody, BlobSource, ResultSink};
 
 /// Extracts `plan` into `workdir` (created if missing) and saves the result as `input_workdir`.
 pub async fn stage<S: BlobSource, K: ResultSink>(

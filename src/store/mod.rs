@@ -8,15 +8,16 @@
 pub mod grants;
 pub mod keys;
 pub mod presign;
+pub mod signed;
 
 mod fileset;
+mod transfer;
 
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
@@ -33,11 +34,9 @@ use url::Url;
 
 pub use fileset::PushedFileset;
 pub use presign::PresignedSigner;
+pub use transfer::{BlobSource, ResultSink, StoreResults};
 
-use crate::runner::archive::ArchiveError;
-
-/// A stream of bytes moving into or out of the store.
-pub type ByteStream = BoxStream<'static, io::Result<Bytes>>;
+use crate::archive::{ArchiveError, ByteStream};
 
 /// Objects up to this size are written with one atomic conditional put; larger ones go up in
 /// parts of this size (S3's minimum part size), so memory stays bounded whatever the size.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::{ExecutionIdentity, names};
+use crate::api::contract;
 use crate::controller::config::RESULTS_FINALIZER;
 use crate::resolve::Snapshot;
 
@@ -22,11 +23,11 @@ pub fn snapshot_config_map(execution: &ExecutionIdentity, snapshot: &Snapshot) -
     );
     meta.annotations = Some(BTreeMap::from([
         (
-            names::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
+            contract::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
             snapshot.digest(),
         ),
         (
-            names::EXECUTION_NAME_ANNOTATION.to_owned(),
+            contract::EXECUTION_NAME_ANNOTATION.to_owned(),
             execution.name.clone(),
         ),
     ]));

@@ -18,7 +18,7 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::{Agent, AgentEnvironment, Fileset};
+use crate::api::{Agent, AgentEnvironment, Fileset, contract};
 use crate::controller::catalog::ClusterCatalog;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
@@ -233,7 +233,7 @@ fn running_pod() -> Pod {
         },
         "errand-calc-x1",
     );
-    pod.metadata.labels = Some([(names::EXECUTION_UID_LABEL.to_owned(), UID.to_owned())].into());
+    pod.metadata.labels = Some([(contract::EXECUTION_UID_LABEL.to_owned(), UID.to_owned())].into());
     pod
 }
 

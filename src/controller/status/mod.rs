@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::{DEFAULT_START_TIMEOUT_SECONDS, InvalidSpec};
 
-use super::build::{AGENT_CONTAINER, STAGE_CONTAINER};
+use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
 pub use crate::runner::RunState;
 pub use crate::runner::termination::TerminationSummary;
 use conditions::reason;

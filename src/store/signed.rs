@@ -18,10 +18,10 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::{BlobSource, ResultSink};
-use crate::store::grants::{Grants, UploadMode};
-use crate::store::keys::{self, ResultName};
-use crate::store::{BlobBody, ByteStream, ObjectInfo, StoreError};
+use super::grants::{Grants, UploadMode};
+use super::keys::{self, ResultName};
+use super::{BlobBody, BlobSource, ObjectInfo, ResultSink, StoreError};
+use crate::archive::ByteStream;
 
 /// Attempts per request; the waits between them double from [`FIRST_RETRY_WAIT`], so the
 /// last attempt comes about a minute after the first, long enough for a controller restart.
