@@ -18,11 +18,11 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
 use errand::archive::ByteStream;
-use errand::controller::blobs::BlobEndpoint;
-use errand::controller::http::{Probes, serve};
 use errand::resolve::Snapshot;
 use errand::runner::RunState;
 use errand::runner::termination::TerminationSummary;
+use errand::serve::blobs::BlobEndpoint;
+use errand::serve::http::{Probes, serve};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::{ExecutionId, ResultName};
 use errand::store::signed::SignedUrls;

@@ -2,8 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use tokio_util::sync::CancellationToken;
-
 use super::context::{Local, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
@@ -11,6 +9,7 @@ use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
     Manifest, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
 };
+use crate::runner::signals::cancel_on_stop_signal;
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
 #[derive(Debug, clap::Args)]
@@ -231,7 +230,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         });
         return Ok(());
     }
-    let cancel = cancel_on_signals();
+    let cancel = cancel_on_stop_signal();
     // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
     let passthrough = format == Format::Human;
     let record = run_prepared(
@@ -244,23 +243,4 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
     .await
     .map_err(supervise_error)?;
     record_outcome(format, &record, || print_record(&record))
-}
-
-/// A token cancelled by Ctrl-C or SIGTERM, so that a stopped run still saves its results.
-pub fn cancel_on_signals() -> CancellationToken {
-    let token = CancellationToken::new();
-    let trigger = token.clone();
-    tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        trigger.cancel();
-    });
-    token
 }

@@ -7,12 +7,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::context::{Local, Target, record_error, store_error};
-use super::execute::{cancel_on_signals, supervise_error};
+use super::execute::supervise_error;
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
 use crate::local::{ExecutionRecord, run_prepared};
+use crate::runner::signals::cancel_on_stop_signal;
 use crate::store::keys;
 
 /// How often waiting commands look at a record again.
@@ -213,7 +214,7 @@ pub async fn supervise(target: &Target, name: &str) -> Result<(), CliError> {
         &local.namespace,
         name,
         true,
-        cancel_on_signals(),
+        cancel_on_stop_signal(),
     )
     .await
     .map(|_| ())

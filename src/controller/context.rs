@@ -12,11 +12,11 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
-use super::catalog::ClusterCatalog;
 use super::config::ControllerConfig;
 use super::error::Error;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
+use crate::cluster::catalog::ClusterCatalog;
 use crate::store::grants::UrlSigner;
 
 /// Longest wait between retries of a failing execution.

@@ -19,7 +19,6 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use super::build::{self, ExecutionIdentity};
-use super::catalog::resolve;
 use super::config::FIELD_MANAGER;
 use super::context::Context;
 use super::error::{Error, Result};
@@ -27,6 +26,7 @@ use super::events::outcome_event;
 use super::names;
 use super::status::{self, JobObservation, Observed, Stop};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef, contract};
+use crate::cluster::catalog::resolve;
 use crate::resolve::{InvalidSpec, Problem, Snapshot};
 use crate::store::grants::{GrantError, issue_grants};
 use crate::store::keys::ExecutionId;

@@ -9,6 +9,7 @@ mod collect;
 pub mod plan;
 pub mod pod;
 mod run;
+pub mod signals;
 mod stage;
 pub mod termination;
 

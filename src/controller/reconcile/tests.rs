@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{Agent, AgentEnvironment, Fileset, contract};
-use crate::controller::catalog::ClusterCatalog;
+use crate::cluster::catalog::ClusterCatalog;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, HmacSigner, UploadMode, UrlSigner};

@@ -1,4 +1,4 @@
-//! The watches behind the controller's caches, each trimmed to what reconciling needs so memory stays small per execution.
+//! The watches behind the cluster components' caches, each trimmed to what its readers need so memory stays small per execution.
 
 use std::fmt::Debug;
 
