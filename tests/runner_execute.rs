@@ -15,7 +15,7 @@ use errand::runner::{
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
-    BlobBody, BlobSource, ObjectInfo, ResultSink, Store, StoreError, StoreResults,
+    BlobBody, BlobSource, ResultSink, Store, StoreError, StoreResults, StoredObject,
 };
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
@@ -634,7 +634,7 @@ struct Refusing {
 }
 
 impl ResultSink for Refusing {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
+    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
         if name == self.refuse {
             return Err(StoreError::AlreadyExists {
                 key: format!("refused/{name}"),

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use jiff::{SignedDuration, Timestamp};
 use reqwest::StatusCode;
 use serde_json::json;
 

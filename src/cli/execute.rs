@@ -7,7 +7,7 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
 use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
-    Manifest, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
+    ManifestObject, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
 };
 use crate::runner::signals::cancel_on_stop_signal;
 
@@ -67,7 +67,9 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
             .map_err(|e| CliError::new("invalid_manifest", e))?
             .pop()
         {
-            Some(Manifest::Execution(execution)) => Ok((execution.spec, execution.metadata.name)),
+            Some(ManifestObject::Execution(execution)) => {
+                Ok((execution.spec, execution.metadata.name))
+            }
             _ => Err(CliError::new(
                 "invalid_manifest",
                 format!("{source}: expected an AgentExecution"),
@@ -104,7 +106,7 @@ fn manifest_file_object<T>(
     value: &str,
     flag: &str,
     what: &str,
-    pick: impl FnOnce(Manifest) -> Option<T>,
+    pick: impl FnOnce(ManifestObject) -> Option<T>,
 ) -> Result<Option<T>, CliError> {
     if !is_manifest_file(value) {
         return Ok(None);
@@ -145,7 +147,7 @@ async fn apply_flags(
 ) -> Result<(), CliError> {
     if let Some(agent) = &args.agent {
         let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
-            Manifest::Agent(agent) => Some(agent.spec),
+            ManifestObject::Agent(agent) => Some(agent.spec),
             _ => None,
         })?;
         spec.agent_ref = inline.is_none().then(|| Reference::named(agent.as_str()));
@@ -157,7 +159,7 @@ async fn apply_flags(
             "--environment",
             "an AgentEnvironment",
             |m| match m {
-                Manifest::Environment(environment) => Some(environment.spec),
+                ManifestObject::Environment(environment) => Some(environment.spec),
                 _ => None,
             },
         )?;

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use super::build::{self, ExecutionIdentity};
+use super::build::{self, ExecutionOwner};
 use super::config::FIELD_MANAGER;
 use super::context::Context;
 use super::error::{Error, Result};
@@ -45,7 +45,7 @@ pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Res
 
 async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
-    let identity = ExecutionIdentity::of(&execution)?;
+    let identity = ExecutionOwner::of(&execution)?;
     let api = Api::<AgentExecution>::namespaced(ctx.client.clone(), &identity.namespace);
     debug!(execution = %identity.name, namespace = %identity.namespace, "reconciling");
     if execution.metadata.deletion_timestamp.is_some() {
@@ -63,7 +63,7 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
     } else {
         progress(&execution, &identity, &api, &ctx).await?
     };
-    ctx.succeeded(&identity.uid);
+    ctx.reset_backoff(&identity.uid);
     Ok(action)
 }
 
@@ -75,7 +75,7 @@ pub fn error_policy(execution: Arc<AgentExecution>, error: &Error, ctx: Arc<Cont
 /// First reconcile: resolve and snapshot the spec, create the children, record Starting.
 async fn admit(
     execution: &AgentExecution,
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     api: &Api<AgentExecution>,
     ctx: &Context,
 ) -> Result<Action> {
@@ -136,7 +136,7 @@ async fn admit(
 /// change (its spec is immutable, so in practice for its deletion).
 async fn refuse(
     execution: &AgentExecution,
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     invalid: &InvalidSpec,
     api: &Api<AgentExecution>,
     ctx: &Context,
@@ -151,7 +151,7 @@ async fn refuse(
 /// Returns the ConfigMap and the Job as they are in the cluster, which after a restart may be
 /// the ones an earlier reconcile created.
 async fn create_children(
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     snapshot: &Snapshot,
     ctx: &Context,
 ) -> Result<(ConfigMap, Job)> {
@@ -225,7 +225,7 @@ where
 /// the status if it changed.
 async fn progress(
     execution: &AgentExecution,
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     api: &Api<AgentExecution>,
     ctx: &Context,
 ) -> Result<Action> {

@@ -130,7 +130,7 @@ async fn clean_up(
         }
     }
     release(&config_map, &ctx).await?;
-    ctx.succeeded(&config_map.uid().unwrap_or_default());
+    ctx.reset_backoff(&config_map.uid().unwrap_or_default());
     Ok(Action::await_change())
 }
 
@@ -196,8 +196,8 @@ pub fn error_policy(
 mod tests {
     use std::collections::BTreeMap;
 
+    use jiff::Timestamp;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
 
     use super::*;

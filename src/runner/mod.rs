@@ -3,7 +3,7 @@
 //!
 //! Locally, [`execute`] does everything in one process. In a pod the init container calls
 //! [`stage`] (or [`fail_before_run`] when staging fails) and the main container calls
-//! [`run_and_collect`] with the [`SavedResult`] that staging produced.
+//! [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
 pub mod plan;
@@ -22,8 +22,9 @@ use tokio_util::sync::CancellationToken;
 pub use collect::fail_before_run;
 pub use stage::stage;
 
+use crate::api::ResultEntry;
 use crate::store::keys::{ExecutionId, ResultName};
-use crate::store::{BlobSource, ResultSink, StoreError};
+use crate::store::{BlobSource, ResultSink, StoreError, StoredObject};
 
 /// What went wrong staging or saving results.
 #[derive(Debug, thiserror::Error)]
@@ -191,24 +192,13 @@ impl RunState {
     }
 }
 
-/// A saved result, as listed in `manifest.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SavedResult {
-    /// The result's name.
-    pub name: ResultName,
-    /// Size in bytes.
-    pub size: u64,
-    /// Lowercase hex sha256.
-    pub sha256: String,
-}
-
-impl From<&SavedResult> for crate::api::ResultEntry {
-    fn from(saved: &SavedResult) -> Self {
-        Self {
-            name: saved.name.as_str().to_owned(),
-            size: saved.size,
-            sha256: saved.sha256.clone(),
-        }
+/// The entry of result `name` once it is `stored`, as the manifest, the summary and the status
+/// list it.
+fn result_entry(name: ResultName, stored: StoredObject) -> ResultEntry {
+    ResultEntry {
+        name: name.as_str().to_owned(),
+        size: stored.size,
+        sha256: stored.sha256,
     }
 }
 
@@ -235,7 +225,7 @@ pub struct RunSummary {
     /// The last ~2 KiB of the agent's stderr.
     pub stderr_tail: String,
     /// The results saved, in order, the manifest last.
-    pub results: Vec<SavedResult>,
+    pub results: Vec<ResultEntry>,
     /// Why some results could not be saved, if any could not.
     pub results_error: Option<String>,
 }
@@ -283,10 +273,10 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
 /// the results saved during staging (`input_workdir`), listed again in the manifest.
 pub async fn run_and_collect<K: ResultSink>(
     invocation: &Invocation,
-    staged: Vec<SavedResult>,
+    staged: Vec<ResultEntry>,
     sink: &K,
     cancel: CancellationToken,
 ) -> RunSummary {
-    let outcome = run::supervise(invocation, &cancel).await;
-    collect::collect(invocation, outcome, staged, sink).await
+    let run = run::supervise(invocation, &cancel).await;
+    collect::collect(invocation, run, staged, sink).await
 }

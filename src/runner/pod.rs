@@ -11,9 +11,9 @@ use std::time::Duration;
 use super::signals::cancel_on_stop_signal;
 use super::termination::TerminationSummary;
 use super::{
-    Invocation, RunState, RunSummary, SavedResult, ScratchDir, fail_before_run, plan,
-    run_and_collect, stage,
+    Invocation, RunState, RunSummary, ScratchDir, fail_before_run, plan, run_and_collect, stage,
 };
+use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
 use crate::store::grants::Grants;
 use crate::store::signed::SignedUrls;
@@ -191,7 +191,7 @@ fn read_inputs(paths: &PodPaths) -> Result<(Grants, Snapshot), PodError> {
 }
 
 /// What staging saved; a missing record only leaves `input_workdir` out of the manifest.
-fn read_staged(path: &Path) -> Vec<SavedResult> {
+fn read_staged(path: &Path) -> Vec<ResultEntry> {
     match read_json("staged results", path) {
         Ok(saved) => saved,
         Err(e) => {
@@ -355,8 +355,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STAGED_FILE);
         assert!(read_staged(&path).is_empty());
-        let saved = SavedResult {
-            name: crate::store::keys::ResultName::InputWorkdir,
+        let saved = ResultEntry {
+            name: "input_workdir".into(),
             size: 42,
             sha256: "a".repeat(64),
         };

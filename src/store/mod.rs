@@ -142,7 +142,7 @@ pub enum StoreError {
 
 /// A stored object with the size and sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectInfo {
+pub struct StoredObject {
     /// The object's key.
     pub key: String,
     /// Size in bytes.
@@ -348,7 +348,11 @@ impl Store {
     /// that fit in one part are written with one conditional put, which the backend makes
     /// atomic; larger ones are checked first and then uploaded in parts, with at most
     /// [`PARTS_IN_FLIGHT`] parts buffered.
-    pub async fn put_new(&self, key: &str, mut body: ByteStream) -> Result<ObjectInfo, StoreError> {
+    pub async fn put_new(
+        &self,
+        key: &str,
+        mut body: ByteStream,
+    ) -> Result<StoredObject, StoreError> {
         let path = object_path(key)?;
         match self.inner.head(&path).await {
             Ok(_) => return Err(already_exists(key)),
@@ -529,8 +533,8 @@ fn prefix_path(prefix: &str) -> Result<object_store::path::Path, StoreError> {
     object_path(prefix.trim_end_matches('/'))
 }
 
-fn info(key: &str, size: u64, hasher: Sha256) -> ObjectInfo {
-    ObjectInfo {
+fn info(key: &str, size: u64, hasher: Sha256) -> StoredObject {
+    StoredObject {
         key: key.to_owned(),
         size,
         sha256: hex::encode(hasher.finalize()),

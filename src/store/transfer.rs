@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use super::keys::{self, ExecutionId, ResultName};
-use super::{BlobBody, ObjectInfo, Store, StoreError};
+use super::{BlobBody, Store, StoreError, StoredObject};
 use crate::archive::ByteStream;
 
 /// Where input blobs come from: the store directly, or (in pods) signed URLs.
@@ -19,7 +19,7 @@ pub trait ResultSink: Sync {
         &self,
         name: ResultName,
         body: ByteStream,
-    ) -> impl Future<Output = Result<ObjectInfo, StoreError>> + Send;
+    ) -> impl Future<Output = Result<StoredObject, StoreError>> + Send;
 }
 
 impl BlobSource for Store {
@@ -44,7 +44,7 @@ impl StoreResults {
 }
 
 impl ResultSink for StoreResults {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
+    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
         let key = keys::result(&self.execution, name)?;
         self.store.put_new(&key, body).await
     }

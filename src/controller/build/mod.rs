@@ -42,9 +42,11 @@ impl BuildError {
     }
 }
 
-/// The identity of an execution that every child refers to.
+/// The execution as the owner of its children: the name, namespace and uid they are named
+/// and labelled after, and the owner reference they carry. (Its store-key counterpart is
+/// [`crate::store::keys::ExecutionId`].)
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExecutionIdentity {
+pub struct ExecutionOwner {
     /// The execution's name.
     pub name: String,
     /// Its namespace.
@@ -55,8 +57,8 @@ pub struct ExecutionIdentity {
     pub owner: OwnerReference,
 }
 
-impl ExecutionIdentity {
-    /// The identity of `execution`, which must have a name, namespace and uid.
+impl ExecutionOwner {
+    /// `execution` as an owner; it must have a name, namespace and uid.
     pub fn of(execution: &AgentExecution) -> Result<Self, BuildError> {
         let meta = &execution.metadata;
         let name = meta

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{
     SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
 
-use super::{ExecutionIdentity, names, resources, security};
+use super::{ExecutionOwner, names, resources, security};
 use crate::api::contract::{
     AGENT_CONTAINER, BIN_VOLUME, ENV_AGENT_CONFIG_PATH, GRANTS_VOLUME, SCRATCH_VOLUME,
     SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
@@ -52,7 +52,7 @@ fn empty_dir(name: &str) -> Volume {
     }
 }
 
-fn volumes(execution: &ExecutionIdentity) -> Vec<Volume> {
+fn volumes(execution: &ExecutionOwner) -> Vec<Volume> {
     vec![
         empty_dir(BIN_VOLUME),
         empty_dir(WORKSPACE_VOLUME),
@@ -196,7 +196,7 @@ fn agent_container(snapshot: &Snapshot) -> Container {
 
 /// The pod spec of an execution's Job.
 pub fn pod_spec(
-    execution: &ExecutionIdentity,
+    execution: &ExecutionOwner,
     snapshot: &Snapshot,
     config: &ControllerConfig,
 ) -> PodSpec {

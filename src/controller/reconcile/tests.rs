@@ -212,7 +212,7 @@ fn owned_job() -> Job {
 }
 
 fn running_pod() -> Pod {
-    let started = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    let started = Time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
     let mut pod = namespaced(
         Pod {
             status: Some(PodStatus {

@@ -1,4 +1,4 @@
-//! The commands on existing local executions: watch, status, tail, results, cancel, delete, list.
+//! The commands against the local backend on executions that exist: watch, status, tail, results, cancel, delete, list, and the detached supervisor.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -115,17 +115,17 @@ pub fn results_list(target: &Target, name: &str, output: OutputArgs) -> Result<(
     Ok(())
 }
 
-/// `errand results download RESULT --job NAME -o FILE`: streams one result into a file.
+/// `errand results download RESULT --execution NAME -o FILE`: streams one result into a file.
 pub async fn results_download(
     target: &Target,
     result: &str,
-    job: &str,
+    name: &str,
     file: Option<PathBuf>,
     format: Format,
 ) -> Result<(), CliError> {
     let local = Local::new(target)?;
     let result_name = parse_result_name(result)?;
-    let record = local.find(job)?;
+    let record = local.find(name)?;
     let (store, execution) = Local::results_of(&record)?;
     download(&store, &execution, result_name, file, format).await
 }
