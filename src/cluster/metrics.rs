@@ -5,7 +5,7 @@ use prometheus_client::registry::{Metric, Registry};
 /// The prefix of every metric name the process exports.
 const PREFIX: &str = "errand_controller";
 
-/// The registry every component's metrics are registered on, each under [`PREFIX`].
+/// The registry every component's metrics are registered on, each named `errand_controller_*`.
 pub struct MetricsRegistry {
     registry: Registry,
 }
