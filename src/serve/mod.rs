@@ -3,7 +3,8 @@
 //! Its parts know nothing of each other: [`crate::controller`] and [`crate::webhook`] are
 //! peers over [`crate::cluster`], and this module, above them all, hands each the caches and
 //! the metrics registry it shares. The HTTP endpoints ([`http`]) and the signed-URL blob
-//! endpoint ([`blobs`]) are served here; [`leader`] decides which replica reconciles.
+//! endpoint ([`blobs`]) are served here; [`leader`] decides which replica reconciles. The
+//! cluster components still to come (the data API server, the gateway) are wired here too.
 
 pub mod blobs;
 pub mod http;
