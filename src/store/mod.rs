@@ -4,6 +4,11 @@
 //! with each cloud backend configured from its usual environment variables (`AWS_*`,
 //! `GOOGLE_*`, `AZURE_*`). Uploads are streamed and hashed on the way through; result objects
 //! are write-once.
+//!
+//! Pods never hold the store's credentials: [`grants`] and [`presign`] sign URLs for exactly
+//! an execution's blobs and results, and [`signed`] is the client errand's containers use
+//! them with. A run reads through a [`BlobSource`] and writes through a [`ResultSink`]: the
+//! store itself locally, the signed URLs in a pod.
 
 pub mod grants;
 pub mod keys;
