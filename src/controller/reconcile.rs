@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -18,15 +18,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
-use super::build::{self, ExecutionIdentity};
-use super::catalog::resolve;
+use super::build::{self, ExecutionOwner};
 use super::config::FIELD_MANAGER;
 use super::context::Context;
 use super::error::{Error, Result};
 use super::events::outcome_event;
 use super::names;
 use super::status::{self, JobObservation, Observed, Stop};
-use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
+use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef, contract};
+use crate::cluster::catalog::resolve;
 use crate::resolve::{InvalidSpec, Problem, Snapshot};
 use crate::store::grants::{GrantError, issue_grants};
 use crate::store::keys::ExecutionId;
@@ -45,7 +45,7 @@ pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Res
 
 async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
-    let identity = ExecutionIdentity::of(&execution)?;
+    let identity = ExecutionOwner::of(&execution)?;
     let api = Api::<AgentExecution>::namespaced(ctx.client.clone(), &identity.namespace);
     debug!(execution = %identity.name, namespace = %identity.namespace, "reconciling");
     if execution.metadata.deletion_timestamp.is_some() {
@@ -63,7 +63,7 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
     } else {
         progress(&execution, &identity, &api, &ctx).await?
     };
-    ctx.succeeded(&identity.uid);
+    ctx.reset_backoff(&identity.uid);
     Ok(action)
 }
 
@@ -75,7 +75,7 @@ pub fn error_policy(execution: Arc<AgentExecution>, error: &Error, ctx: Arc<Cont
 /// First reconcile: resolve and snapshot the spec, create the children, record Starting.
 async fn admit(
     execution: &AgentExecution,
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     api: &Api<AgentExecution>,
     ctx: &Context,
 ) -> Result<Action> {
@@ -107,7 +107,7 @@ async fn admit(
     debug!(execution = %identity.name, namespace, "children created");
     let digest = config_map
         .annotations()
-        .get(names::SNAPSHOT_DIGEST_ANNOTATION)
+        .get(contract::SNAPSHOT_DIGEST_ANNOTATION)
         .cloned()
         .unwrap_or_else(|| snapshot.digest());
     if let Some(created) = &execution.metadata.creation_timestamp {
@@ -136,7 +136,7 @@ async fn admit(
 /// change (its spec is immutable, so in practice for its deletion).
 async fn refuse(
     execution: &AgentExecution,
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     invalid: &InvalidSpec,
     api: &Api<AgentExecution>,
     ctx: &Context,
@@ -151,7 +151,7 @@ async fn refuse(
 /// Returns the ConfigMap and the Job as they are in the cluster, which after a restart may be
 /// the ones an earlier reconcile created.
 async fn create_children(
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     snapshot: &Snapshot,
     ctx: &Context,
 ) -> Result<(ConfigMap, Job)> {
@@ -225,7 +225,7 @@ where
 /// the status if it changed.
 async fn progress(
     execution: &AgentExecution,
-    identity: &ExecutionIdentity,
+    identity: &ExecutionOwner,
     api: &Api<AgentExecution>,
     ctx: &Context,
 ) -> Result<Action> {
@@ -263,7 +263,7 @@ async fn progress(
     };
     let pods = ctx.pods.state_filter(|pod| {
         pod.namespace().as_deref() == Some(namespace)
-            && pod.labels().get(names::EXECUTION_UID_LABEL) == Some(&identity.uid)
+            && pod.labels().get(contract::EXECUTION_UID_LABEL) == Some(&identity.uid)
     });
     let pod_refs: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
     let observation = match &job {

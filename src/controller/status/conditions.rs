@@ -88,7 +88,7 @@ pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::jiff::Timestamp;
+    use jiff::Timestamp;
 
     use super::*;
 

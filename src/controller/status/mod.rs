@@ -7,15 +7,15 @@ pub mod conditions;
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::{DEFAULT_START_TIMEOUT_SECONDS, InvalidSpec};
 
-use super::build::{AGENT_CONTAINER, STAGE_CONTAINER};
+use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
 pub use crate::runner::RunState;
 pub use crate::runner::termination::TerminationSummary;
 use conditions::reason;

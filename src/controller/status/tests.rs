@@ -1,12 +1,12 @@
 //! Table-driven tests of the status computation, one row per way a run can go.
 
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     ContainerStatus, Pod, PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::api::{AgentExecution, AgentExecutionSpec, Phase, ResultEntry, SnapshotRef};
