@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use errand::archive::{Selection, Unpacker, pack_dir};
+use errand::archive::{PackOptions, Selection, Unpacker, pack_dir};
 use errand::store::{BlobBody, Store};
 use nix::sys::resource::{UsageWho, getrusage};
 
@@ -226,7 +226,7 @@ impl std::fmt::Display for Row {
 /// Packs `tree` into the store the way `collect` does; returns size and key.
 async fn pack_to_store(store: &Store, tree: &Path, run: &str) -> (u64, String) {
     let key = format!("results/bench/pack/{run}/output_workdir");
-    let packing = pack_dir(tree).expect("pack");
+    let packing = pack_dir(tree, PackOptions::default()).expect("pack");
     let info = store.put_new(&key, packing.stream).await.expect("upload");
     packing.done.wait().await.expect("packing");
     (info.size, key)

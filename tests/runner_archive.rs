@@ -9,7 +9,9 @@ use std::process::Command;
 
 use std::time::{Duration, Instant};
 
-use errand::archive::{ArchiveError, ExtractLimits, Limit, Selection, Unpacker, pack_dir};
+use errand::archive::{
+    ArchiveError, ExtractLimits, Limit, PackOptions, Selection, Unpacker, pack_dir,
+};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use futures::TryStreamExt;
@@ -18,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Packs `dir` into memory.
 async fn pack(dir: &Path) -> Vec<u8> {
-    let packing = pack_dir(dir).unwrap();
+    let packing = pack_dir(dir, PackOptions::default()).unwrap();
     let chunks: Vec<bytes::Bytes> = packing.stream.try_collect().await.unwrap();
     packing.done.wait().await.unwrap();
     chunks.concat()
@@ -796,8 +798,17 @@ fn cancelling_stops_extraction_within_a_chunk() {
     let mut unpacker = Unpacker::new(&sandbox.root)
         .unwrap()
         .with_cancel(cancel.clone());
+    let growing = sandbox.root.join("huge.bin");
     let stopper = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        // Cancel once the file is being written.
+        let waited = Instant::now();
+        while fs::metadata(&growing).map_or(true, |m| m.len() < 1 << 20) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "extraction never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         cancel.cancel();
         Instant::now()
     });

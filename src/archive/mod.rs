@@ -2,6 +2,7 @@
 //! never writes outside its root.
 
 mod gzip;
+mod index;
 mod links;
 mod pack;
 mod readahead;
@@ -14,7 +15,11 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
-pub use pack::{PackDone, PackItem, PackStats, Packing, list_dir, pack_dir, pack_items};
+pub use index::PathIndex;
+pub use pack::{
+    PackDone, PackItem, PackOptions, PackStats, Packing, SkippedEntry, list_dir, pack_dir,
+    pack_items,
+};
 pub use rules::{ExtractLimits, Limit, entry_type_name};
 pub use unpack::{Selection, UnpackStats, Unpacker};
 
@@ -43,6 +48,17 @@ pub enum ArchiveError {
     /// Packing stopped because the consumer of the stream went away.
     #[error("packing stopped before the end: the upload ended early")]
     Interrupted,
+    /// Packing stopped because it was cancelled.
+    #[error("packing was cancelled")]
+    PackingCancelled,
+    /// A file would be refused when the archive is staged, so it is refused now.
+    #[error("{path}: {reason}; staging would refuse it")]
+    Unstageable {
+        /// The file, relative to the directory packed.
+        path: String,
+        /// What staging would refuse.
+        reason: String,
+    },
     /// An archive entry would be unsafe to extract.
     #[error("{archive}: entry {entry:?} is refused: {reason}")]
     UnsafeEntry {

@@ -314,7 +314,7 @@ impl Unpacker {
 
     /// Checks every extracted link against the finished tree and applies directory metadata.
     pub fn finish(mut self) -> Result<UnpackStats, ArchiveError> {
-        let mut links = LinkCheck::new(RootView(&self.root));
+        let mut links = LinkCheck::new(DirView(&self.root));
         for (link, archive) in &self.symlinks {
             if let Err(reason) = links.check(link) {
                 return Err(ArchiveError::UnsafeEntry {
@@ -547,10 +547,10 @@ impl Unpacker {
     }
 }
 
-/// The extracted tree as the link check reads it, through the root's capability.
-struct RootView<'a>(&'a Dir);
+/// A tree as the link check reads it, through the capability of its root.
+pub(super) struct DirView<'a>(pub(super) &'a Dir);
 
-impl TreeView for RootView<'_> {
+impl TreeView for DirView<'_> {
     fn kind(&mut self, path: &Path) -> io::Result<Kind> {
         match self.0.symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_symlink() => Ok(Kind::Link(

@@ -88,6 +88,14 @@ impl Local {
             .push_fileset(&self.namespace, dir)
             .await
             .map_err(store_error)?;
+        for skipped in &pushed.skipped {
+            eprintln!(
+                "warning: {} left out of the Fileset: {}: {}",
+                dir.display(),
+                skipped.path,
+                skipped.reason
+            );
+        }
         let name = name.map_or_else(
             || format!("workdir-{}", &pushed.digest[..12]),
             str::to_owned,

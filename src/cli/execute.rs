@@ -46,6 +46,8 @@ pub struct ExecuteArgs {
     #[arg(long)]
     pub no_wait: bool,
     #[command(flatten)]
+    pub staging: super::staging::StagingArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -219,7 +221,13 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
     )
     .map_err(supervise_error)?;
     if args.no_wait {
-        spawn_detached(&local.data, &local.namespace, &record.name).map_err(supervise_error)?;
+        spawn_detached(
+            &local.data,
+            &local.namespace,
+            &record.name,
+            &args.staging.settings(),
+        )
+        .map_err(supervise_error)?;
         let record = local
             .records()
             .read(&local.namespace, &record.name)
@@ -240,6 +248,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         &local.namespace,
         &record.name,
         passthrough,
+        &args.staging.settings(),
         cancel,
     )
     .await

@@ -13,6 +13,7 @@ use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
 use crate::local::{ExecutionRecord, run_prepared};
+use crate::runner::StageSettings;
 use crate::runner::signals::cancel_on_stop_signal;
 use crate::store::keys;
 
@@ -207,13 +208,18 @@ pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(
 }
 
 /// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
-pub async fn supervise(target: &Target, name: &str) -> Result<(), CliError> {
+pub async fn supervise(
+    target: &Target,
+    name: &str,
+    settings: StageSettings,
+) -> Result<(), CliError> {
     let local = Local::new(target)?;
     run_prepared(
         &local.data,
         &local.namespace,
         name,
         true,
+        &settings,
         cancel_on_stop_signal(),
     )
     .await

@@ -11,7 +11,7 @@ use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
+use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StageSettings};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
 
@@ -102,6 +102,7 @@ pub async fn run_prepared(
     namespace: &str,
     name: &str,
     passthrough: bool,
+    settings: &StageSettings,
     cancel: CancellationToken,
 ) -> Result<ExecutionRecord, SuperviseError> {
     let records = Records::new(data.clone());
@@ -144,7 +145,13 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let summary = runner::execute(&invocation, &plan, &store, &sink, cancel).await;
+    let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    for skipped in &summary.skipped {
+        eprintln!(
+            "warning: {} left out {}: {}",
+            skipped.result, skipped.entry.path, skipped.entry.reason
+        );
+    }
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
@@ -222,10 +229,27 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.results = summary.results.clone();
 }
 
+/// The flags that hand `settings` to a supervisor process.
+fn staging_args(settings: &StageSettings) -> [String; 6] {
+    [
+        "--max-extract-bytes".to_owned(),
+        settings.limits.max_bytes.to_string(),
+        "--max-extract-entries".to_owned(),
+        settings.limits.max_entries.to_string(),
+        "--staging-budget-seconds".to_owned(),
+        settings.budget.as_secs().to_string(),
+    ]
+}
+
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and
 /// returns its pid. It keeps running after this process exits; its own output goes to
 /// `supervisor.log` in the execution directory.
-pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32, SuperviseError> {
+pub fn spawn_detached(
+    data: &DataDir,
+    namespace: &str,
+    name: &str,
+    settings: &StageSettings,
+) -> Result<u32, SuperviseError> {
     let records = Records::new(data.clone());
     let log_path = records.dir(namespace, name).join("supervisor.log");
     let file_error = |e: std::io::Error| SuperviseError::File {
@@ -236,6 +260,7 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
     let exe = std::env::current_exe().map_err(file_error)?;
     let child = std::process::Command::new(exe)
         .args(["__supervise", "--namespace", namespace, name])
+        .args(staging_args(settings))
         .env("ERRAND_HOME", data.root())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(file_error)?)

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::run::AgentRun;
 use super::{Invocation, RunState, RunSummary, ScratchDir, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{self, ArchiveError, PackItem, Packing};
+use crate::archive::{self, ArchiveError, PackItem, PackOptions, Packing, SkippedEntry};
 use crate::store::ResultSink;
 use crate::store::keys::{ExecutionId, ResultName};
 
@@ -38,11 +38,24 @@ struct RunErrorRecord<'a> {
     execution: &'a ExecutionId,
 }
 
-/// `manifest.json`: every result saved before it, with size and sha256.
+/// `manifest.json`: every result saved before it, with size and sha256, and the entries the
+/// archives left out (fifos, sockets, unreadable files).
 #[derive(Serialize)]
 struct ResultsManifest<'a> {
     execution: &'a ExecutionId,
     results: &'a [ResultEntry],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    skipped: &'a [SkippedResultEntry],
+}
+
+/// An entry a result's archive left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SkippedResultEntry {
+    /// The result (`output_workdir`, ...).
+    pub result: ResultName,
+    /// The entry and why it was left out.
+    #[serde(flatten)]
+    pub entry: SkippedEntry,
 }
 
 /// Saves everything the finished run left and summarizes it.
@@ -54,12 +67,16 @@ pub(super) async fn collect<K: ResultSink>(
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
     saver
-        .archive(ResultName::OutputWorkdir, archive::pack_dir(&inv.workdir))
+        .archive(
+            ResultName::OutputWorkdir,
+            archive::pack_dir(&inv.workdir, PackOptions::default()),
+        )
         .await;
     saver
         .archive(
             ResultName::OutputArtifacts,
-            artifact_items(&inv.scratch).map(archive::pack_items),
+            artifact_items(&inv.scratch)
+                .map(|items| archive::pack_items(items, PackOptions::default())),
         )
         .await;
 
@@ -75,6 +92,7 @@ pub(super) async fn collect<K: ResultSink>(
         stderr_tail: run.stderr_tail,
         results: Vec::new(),
         results_error: None,
+        skipped: Vec::new(),
     };
     match (summary.state.error_type(), &summary.error) {
         (Some(kind), error) => {
@@ -137,6 +155,7 @@ pub async fn fail_before_run<K: ResultSink>(
         stderr_tail: String::new(),
         results: Vec::new(),
         results_error: None,
+        skipped: Vec::new(),
     };
     saver.finish(execution, summary).await
 }
@@ -177,6 +196,7 @@ fn artifact_items(scratch: &ScratchDir) -> Result<Vec<PackItem>, ArchiveError> {
 struct Saver<'a, K> {
     sink: &'a K,
     saved: Vec<ResultEntry>,
+    skipped: Vec<SkippedResultEntry>,
     errors: Vec<String>,
 }
 
@@ -185,6 +205,7 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         Saver {
             sink,
             saved: staged,
+            skipped: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -196,6 +217,15 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         };
         let put = self.sink.put(name, packing.stream).await;
         let packed = packing.done.wait().await;
+        if let Ok(stats) = &packed {
+            for entry in &stats.skipped_entries {
+                tracing::warn!(result = %name, path = entry.path, "left out: {}", entry.reason);
+                self.skipped.push(SkippedResultEntry {
+                    result: name,
+                    entry: entry.clone(),
+                });
+            }
+        }
         match (put, packed) {
             (Ok(stored), Ok(_)) => self.saved.push(result_entry(name, stored)),
             (Err(e), _) => self.failed(name, &e),
@@ -228,10 +258,12 @@ impl<'a, K: ResultSink> Saver<'a, K> {
             &ResultsManifest {
                 execution,
                 results: &listed,
+                skipped: &self.skipped.clone(),
             },
         )
         .await;
         summary.results = self.saved;
+        summary.skipped = self.skipped;
         summary.results_error = (!self.errors.is_empty()).then(|| self.errors.join("; "));
         summary
     }

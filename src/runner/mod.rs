@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use collect::fail_before_run;
-pub use stage::stage;
+pub use collect::{SkippedResultEntry, fail_before_run};
+pub use stage::{DEFAULT_STAGING_BUDGET, StageSettings, stage};
 
 use crate::api::ResultEntry;
 use crate::store::keys::{ExecutionId, ResultName};
@@ -30,8 +30,10 @@ use crate::store::{BlobSource, ResultSink, StoreError, StoredObject};
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
     /// A blob could not be fetched.
-    #[error("fetching {key}: {source}")]
+    #[error("fetching Fileset {fileset:?} ({key}): {source}")]
     Fetch {
+        /// The Fileset.
+        fileset: String,
         /// The blob's key.
         key: String,
         /// The underlying error.
@@ -59,6 +61,33 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
+    /// A blob's bytes do not hash to the digest its Fileset was pinned at.
+    #[error(
+        "Fileset {fileset:?}: the stored content has sha256:{actual}, not the pinned sha256:{expected}; it was changed after it was pushed"
+    )]
+    DigestMismatch {
+        /// The Fileset.
+        fileset: String,
+        /// The pinned digest (hex).
+        expected: String,
+        /// The digest of the bytes read (hex).
+        actual: String,
+    },
+    /// Staging was cancelled.
+    #[error("cancelled while staging the working directory")]
+    Cancelled,
+    /// Staging ran out of its budget.
+    #[error("staging did not finish within its budget of {seconds}s ({detail})")]
+    StagingBudget {
+        /// The budget.
+        seconds: u64,
+        /// How far it got.
+        detail: String,
+    },
+    /// Staging was stopped by its token (reported as [`RunnerError::Cancelled`] or
+    /// [`RunnerError::StagingBudget`]).
+    #[error("staging was stopped")]
+    Stopped,
     /// A background task panicked or was cancelled.
     #[error("runner task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -67,10 +96,21 @@ pub enum RunnerError {
 /// A blob to extract: a store key and optionally one directory (or file) inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobRef {
+    /// The Fileset the blob holds, for messages.
+    pub fileset: String,
     /// Store key of the `tar.gz` blob.
     pub key: String,
+    /// The pinned sha256 of the blob (hex), checked as it streams.
+    pub sha256: String,
     /// Only this path inside the archive, re-rooted (`docs/` or `config/app.json`).
     pub subpath: Option<String>,
+}
+
+impl BlobRef {
+    /// How errors name the blob: by its Fileset, not its store key.
+    pub fn label(&self) -> String {
+        format!("Fileset {:?}", self.fileset)
+    }
 }
 
 /// A blob extracted at a path inside the working directory.
@@ -228,6 +268,9 @@ pub struct RunSummary {
     pub results: Vec<ResultEntry>,
     /// Why some results could not be saved, if any could not.
     pub results_error: Option<String>,
+    /// Entries the results' archives left out (fifos, sockets, unreadable files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedResultEntry>,
 }
 
 /// Stages, runs and collects one execution in this process.
@@ -239,34 +282,29 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
     plan: &StagePlan,
     source: &S,
     sink: &K,
+    settings: &StageSettings,
     cancel: CancellationToken,
 ) -> RunSummary {
-    let staged = tokio::select! {
-        staged = stage(plan, &invocation.workdir, source, sink) => staged,
-        () = cancel.cancelled() => {
-            return fail_before_run(
-                &invocation.execution,
-                RunState::Cancelled,
-                "cancelled while staging the working directory".into(),
-                Vec::new(),
-                sink,
-            )
-            .await;
-        }
-    };
-    match staged {
+    match stage(plan, &invocation.workdir, source, sink, settings, &cancel).await {
         Ok(input) => run_and_collect(invocation, vec![input], sink, cancel).await,
-        Err(e) => {
-            fail_before_run(
-                &invocation.execution,
-                RunState::StageFailed,
-                format!("staging the working directory: {e}"),
-                Vec::new(),
-                sink,
-            )
-            .await
-        }
+        Err(e) => stage_failed(&invocation.execution, e, sink).await,
     }
+}
+
+/// Records a staging that did not finish: cancelled, or failed (its budget included).
+pub async fn stage_failed<K: ResultSink>(
+    execution: &ExecutionId,
+    error: RunnerError,
+    sink: &K,
+) -> RunSummary {
+    let (state, message) = match error {
+        RunnerError::Cancelled => (RunState::Cancelled, error.to_string()),
+        other => (
+            RunState::StageFailed,
+            format!("staging the working directory: {other}"),
+        ),
+    };
+    fail_before_run(execution, state, message, Vec::new(), sink).await
 }
 
 /// Runs the agent in an already staged working directory and saves its results; `staged` are

@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::signals::cancel_on_stop_signal;
 use super::termination::TerminationSummary;
 use super::{
-    Invocation, RunState, RunSummary, ScratchDir, fail_before_run, plan, run_and_collect, stage,
+    Invocation, RunState, RunSummary, ScratchDir, StageSettings, fail_before_run, plan,
+    run_and_collect, stage, stage_failed,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -101,9 +102,10 @@ fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| read_error(e.to_string()))
 }
 
-/// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants and
-/// saves `input_workdir`. Returns the process exit code.
-pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
+/// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants within
+/// `settings` and saves `input_workdir`. SIGTERM stops staging within a chunk. Returns the
+/// process exit code.
+pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path, settings: &StageSettings) -> i32 {
     let stop = cancel_on_stop_signal();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
@@ -131,20 +133,12 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
         Ok(plan) => plan,
         Err(e) => return fail(RunState::StageFailed, PodError::from(e).to_string()).await,
     };
-    let staged = tokio::select! {
-        staged = stage(&plan, &paths.workspace, &urls, &urls) => staged,
-        () = stop.cancelled() => {
-            return fail(RunState::Cancelled, "cancelled while staging the working directory".into()).await;
-        }
-    };
-    let saved = match staged {
+    let saved = match stage(&plan, &paths.workspace, &urls, &urls, settings, &stop).await {
         Ok(saved) => saved,
         Err(e) => {
-            return fail(
-                RunState::StageFailed,
-                format!("staging the working directory: {e}"),
-            )
-            .await;
+            tracing::error!("{e}");
+            let summary = stage_failed(&grants.execution, e, &urls).await;
+            return report(paths, &summary);
         }
     };
     let record = paths.scratch.join(STAGED_FILE);
@@ -329,6 +323,7 @@ mod tests {
             stderr_tail: String::new(),
             results: Vec::new(),
             results_error: results_error.map(str::to_owned),
+            skipped: Vec::new(),
         }
     }
 

@@ -105,6 +105,7 @@ mod tests {
                 sha256: "e".repeat(64),
             }],
             results_error: None,
+            skipped: Vec::new(),
         };
         let summary = TerminationSummary::from_run(&run);
         assert_eq!(summary.state, RunState::TimedOut);

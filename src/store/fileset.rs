@@ -1,13 +1,19 @@
-//! Pushing a directory as a fileset: a content-addressed `tar.gz` blob.
+//! Pushing a directory as a fileset: a content-addressed `tar.gz` blob and its path index beside it, refusing what staging would refuse.
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, keys};
-use crate::archive;
+use crate::archive::{self, PackOptions, PathIndex, SkippedEntry};
+
+/// The largest path index read back (compressed, a few hundred bytes per thousand paths).
+const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A fileset blob in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,38 +26,137 @@ pub struct PushedFileset {
     pub size: u64,
     /// Regular files in the tree.
     pub file_count: u64,
+    /// Entries left out (fifos, sockets, unreadable files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedEntry>,
 }
 
 impl Store {
     /// Packs `dir` and stores it at `filesets/<namespace>/<sha256>.tar.gz`.
     ///
     /// The digest is only known once the last byte is packed, so the blob streams to a
-    /// temporary key first and is moved into place after; pushing an unchanged tree again
-    /// yields the same key, because packing is deterministic.
+    /// temporary key first and is moved into place after its path index is written; pushing an
+    /// unchanged tree again yields the same key, because packing is deterministic. An entry
+    /// staging would refuse (an absolute link, a link leading out) fails the push, naming the
+    /// file, and nothing is left in the store.
     pub async fn push_fileset(
         &self,
         namespace: &str,
         dir: &Path,
     ) -> Result<PushedFileset, StoreError> {
         let upload_key = keys::fileset_upload(namespace, &upload_token())?;
-        let packing = archive::pack_dir(dir)?;
+        let options = PackOptions {
+            stageable: true,
+            index: true,
+            ..PackOptions::default()
+        };
+        let packing = archive::pack_dir(dir, options)?;
         let uploaded = self.put_new(&upload_key, packing.stream).await;
         // A packing failure surfaces in the upload as a broken body; report the cause.
-        let stats = packing.done.wait().await?;
-        let info = uploaded?;
+        let packed = packing.done.wait().await;
+        let (stats, info) = match (packed, uploaded) {
+            (Ok(stats), Ok(info)) => (stats, info),
+            (packed, uploaded) => {
+                if uploaded.is_ok() {
+                    self.delete(&upload_key).await?;
+                }
+                packed?;
+                return Err(uploaded.expect_err("one of the two failed"));
+            }
+        };
 
         let key = keys::fileset(namespace, &info.sha256)?;
-        if self.exists(&key).await? {
-            self.delete(&upload_key).await?;
-        } else {
-            self.rename(&upload_key, &key).await?;
+        let placed = async {
+            self.put_paths(namespace, &info.sha256, PathIndex::new(stats.paths))
+                .await?;
+            if self.exists(&key).await? {
+                self.delete(&upload_key).await
+            } else {
+                self.rename(&upload_key, &key).await
+            }
+        }
+        .await;
+        if let Err(e) = placed {
+            // Nothing of a failed push stays behind.
+            if let Err(cleanup) = self.delete(&upload_key).await {
+                tracing::warn!(key = upload_key, error = %cleanup, "removing a failed push");
+            }
+            return Err(e);
         }
         Ok(PushedFileset {
             key,
             digest: info.sha256,
             size: info.size,
             file_count: stats.files,
+            skipped: stats.skipped_entries,
         })
+    }
+
+    /// Writes the path index of the blob `digest` beside it, unless one is there already
+    /// (the same blob always has the same paths).
+    async fn put_paths(
+        &self,
+        namespace: &str,
+        digest: &str,
+        index: PathIndex,
+    ) -> Result<(), StoreError> {
+        let key = keys::fileset_paths(namespace, digest)?;
+        if self.exists(&key).await? {
+            return Ok(());
+        }
+        let json = serde_json::to_vec(&index).expect("a path index always serializes");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&json).expect("writing to memory");
+        let body = Bytes::from(gz.finish().expect("writing to memory"));
+        match self
+            .put_new(&key, futures::stream::once(async { Ok(body) }).boxed())
+            .await
+        {
+            Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The path index pushed beside the blob `digest` of a namespace; `None` for a blob pushed
+    /// before errand wrote indexes.
+    pub async fn fileset_paths(
+        &self,
+        namespace: &str,
+        digest: &str,
+    ) -> Result<Option<PathIndex>, StoreError> {
+        let key = keys::fileset_paths(namespace, digest)?;
+        let body = match self.get(&key).await {
+            Ok(body) => body,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut compressed = Vec::new();
+        let mut stream = body.into_stream();
+        while let Some(bytes) = stream.next().await {
+            let bytes = bytes.map_err(|source| StoreError::Body {
+                key: key.clone(),
+                source,
+            })?;
+            compressed.extend_from_slice(&bytes);
+            if compressed.len() as u64 > MAX_INDEX_BYTES {
+                return Err(corrupt_index(&key, "it is larger than 64 MiB"));
+            }
+        }
+        let mut json = Vec::new();
+        flate2::read::GzDecoder::new(compressed.as_slice())
+            .take(16 * MAX_INDEX_BYTES)
+            .read_to_end(&mut json)
+            .map_err(|e| corrupt_index(&key, &e.to_string()))?;
+        serde_json::from_slice(&json)
+            .map(Some)
+            .map_err(|e| corrupt_index(&key, &e.to_string()))
+    }
+}
+
+fn corrupt_index(key: &str, why: &str) -> StoreError {
+    StoreError::Body {
+        key: key.to_owned(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned()),
     }
 }
 

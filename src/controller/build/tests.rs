@@ -382,6 +382,12 @@ fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
             "/workspace",
             "--scratch",
             "/errand/scratch",
+            "--staging-budget-seconds",
+            "900",
+            "--max-extract-bytes",
+            "17179869184",
+            "--max-extract-entries",
+            "1000000",
         ]
     );
 
