@@ -219,6 +219,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         name.as_deref(),
         &spec,
     )
+    .await
     .map_err(supervise_error)?;
     if args.no_wait {
         spawn_detached(

@@ -6,7 +6,9 @@
 //! ([`live_catalog`]) before it becomes a terminal `InvalidSpec` or a rejected create, because
 //! an execution created right after the objects it names can arrive before they reach a cache.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -17,7 +19,16 @@ use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Fileset,
     FilesetStatus,
 };
-use crate::resolve::{Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef};
+use crate::archive::PathIndex;
+use crate::resolve::{
+    Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef, WithFilesetPaths, subpath_digests,
+};
+
+/// Path indexes kept in memory; the cache starts over when it is full.
+const PATH_INDEXES_CACHED: usize = 256;
+/// How long reading one resolution's path indexes may take; past it subpaths are checked at
+/// staging only, so that admission answers within its budget.
+const PATH_INDEX_BUDGET: Duration = Duration::from_secs(1);
 
 /// Reflector caches of the objects an execution can refer to, Secrets aside.
 #[derive(Clone)]
@@ -28,6 +39,70 @@ pub struct ClusterCatalog {
     pub environments: Store<AgentEnvironment>,
     /// Filesets.
     pub filesets: Store<Fileset>,
+    /// The path indexes pushed beside Fileset blobs.
+    pub fileset_paths: FilesetPaths,
+}
+
+/// The path indexes of Fileset contents, read from the store and kept by digest (a content
+/// never changes, nor do its paths).
+#[derive(Clone, Default)]
+pub struct FilesetPaths {
+    store: Option<crate::store::Store>,
+    cache: Arc<Mutex<HashMap<(String, String), Arc<PathIndex>>>>,
+}
+
+impl FilesetPaths {
+    /// Indexes read from `store`.
+    pub fn from_store(store: crate::store::Store) -> Self {
+        FilesetPaths {
+            store: Some(store),
+            cache: Arc::default(),
+        }
+    }
+
+    /// The indexes of `digests` in `namespace`, from the cache or the store, within
+    /// [`PATH_INDEX_BUDGET`].
+    async fn load(
+        &self,
+        namespace: &str,
+        digests: BTreeSet<String>,
+    ) -> Vec<(String, String, Arc<PathIndex>)> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            for digest in digests {
+                match cache.get(&(namespace.to_owned(), digest.clone())) {
+                    Some(index) => found.push((namespace.to_owned(), digest, Arc::clone(index))),
+                    None => missing.push(digest),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return found;
+        }
+        let read = store.fileset_path_indexes(namespace, missing);
+        match tokio::time::timeout(PATH_INDEX_BUDGET, read).await {
+            Ok(read) => {
+                let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+                if cache.len() + read.len() > PATH_INDEXES_CACHED {
+                    cache.clear();
+                }
+                for (namespace, digest, index) in &read {
+                    cache.insert((namespace.clone(), digest.clone()), Arc::clone(index));
+                }
+                found.extend(read);
+            }
+            Err(_) => tracing::warn!(
+                namespace,
+                "reading Fileset path indexes took longer than {PATH_INDEX_BUDGET:?}; subpaths are checked at staging"
+            ),
+        }
+        found
+    }
 }
 
 impl ClusterCatalog {
@@ -99,10 +174,23 @@ pub async fn resolve(
         namespace,
         secrets,
     };
-    if let Ok(snapshot) = crate::resolve::resolve_execution(namespace, spec, &catalog) {
+    let paths = caches
+        .fileset_paths
+        .load(namespace, subpath_digests(namespace, spec, &catalog))
+        .await;
+    let cached = {
+        let catalog = WithFilesetPaths::new(&catalog, paths);
+        crate::resolve::resolve_execution(namespace, spec, &catalog)
+    };
+    if let Ok(snapshot) = cached {
         return Ok(Ok(snapshot));
     }
     let live = live_catalog(client, namespace, spec).await?;
+    let paths = caches
+        .fileset_paths
+        .load(namespace, subpath_digests(namespace, spec, &live))
+        .await;
+    let live = WithFilesetPaths::new(&live, paths);
     Ok(crate::resolve::resolve_execution(namespace, spec, &live))
 }
 

@@ -10,7 +10,7 @@ use super::catalog::{LocalCatalog, write_atomic};
 use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::{AgentExecutionSpec, Phase};
-use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
+use crate::resolve::{InvalidSpec, Snapshot, WithFilesetPaths, resolve_execution, subpath_digests};
 use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StageSettings};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -52,14 +52,24 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
 
 /// Resolves `spec` against the local catalog and records a new execution with its snapshot.
 /// An invalid spec creates nothing.
-pub fn prepare(
+pub async fn prepare(
     data: &DataDir,
     store_url: &str,
     namespace: &str,
     name: Option<&str>,
     spec: &AgentExecutionSpec,
 ) -> Result<ExecutionRecord, SuperviseError> {
-    let snapshot = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()))?;
+    let catalog = LocalCatalog::new(data.clone());
+    // The paths of the Filesets a subpath is taken from, as the webhook reads them.
+    let digests = subpath_digests(namespace, spec, &catalog);
+    let paths = if digests.is_empty() {
+        Vec::new()
+    } else {
+        Store::open(store_url)?
+            .fileset_path_indexes(namespace, digests)
+            .await
+    };
+    let snapshot = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths))?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
             problems: vec![crate::resolve::Problem::new("metadata.name", message)],

@@ -1,8 +1,10 @@
 //! What resolution may look up about other objects, and an in-memory catalog for tests and the local backend.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::api::{AgentEnvironmentSpec, AgentSpec, FilesetStatus};
+use crate::archive::PathIndex;
 
 /// Read-only lookups of the objects an execution refers to. Implementations answer from
 /// caches or memory: resolution itself does no I/O. Secrets are looked up by key *names* only;
@@ -16,6 +18,57 @@ pub trait Catalog {
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>>;
     /// The status of Fileset `name` in `namespace` (its digest once pushed).
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus>;
+    /// The paths of the Fileset content at `digest` (`sha256:<hex>`) in `namespace`, from the
+    /// index pushed beside it; `None` when unknown, and then a subpath is checked at staging.
+    fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
+        let _ = (namespace, digest);
+        None
+    }
+}
+
+/// A catalog with the path indexes of some Fileset contents, read for one resolution.
+pub struct WithFilesetPaths<'a> {
+    inner: &'a dyn Catalog,
+    paths: BTreeMap<Key, Arc<PathIndex>>,
+}
+
+impl<'a> WithFilesetPaths<'a> {
+    /// `inner`, answering [`Catalog::fileset_paths`] from `paths` (namespace, digest, index).
+    pub fn new(
+        inner: &'a dyn Catalog,
+        paths: impl IntoIterator<Item = (String, String, Arc<PathIndex>)>,
+    ) -> Self {
+        let paths = paths
+            .into_iter()
+            .map(|(namespace, digest, index)| ((namespace, digest), index))
+            .collect();
+        WithFilesetPaths { inner, paths }
+    }
+}
+
+impl Catalog for WithFilesetPaths<'_> {
+    fn agent(&self, namespace: &str, name: &str) -> Option<AgentSpec> {
+        self.inner.agent(namespace, name)
+    }
+
+    fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
+        self.inner.environment(namespace, name)
+    }
+
+    fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
+        self.inner.secret_keys(namespace, name)
+    }
+
+    fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
+        self.inner.fileset(namespace, name)
+    }
+
+    fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
+        self.paths
+            .get(&key(namespace, digest))
+            .cloned()
+            .or_else(|| self.inner.fileset_paths(namespace, digest))
+    }
 }
 
 type Key = (String, String);
@@ -31,6 +84,7 @@ pub struct InMemoryCatalog {
     environments: BTreeMap<Key, AgentEnvironmentSpec>,
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
+    fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
 }
 
 impl InMemoryCatalog {
@@ -67,6 +121,13 @@ impl InMemoryCatalog {
         self.filesets.insert(key(namespace, name), status);
         self
     }
+
+    /// Adds the path index of the Fileset content at `digest` (`sha256:<hex>`).
+    pub fn with_fileset_paths(mut self, namespace: &str, digest: &str, paths: PathIndex) -> Self {
+        self.fileset_paths
+            .insert(key(namespace, digest), Arc::new(paths));
+        self
+    }
 }
 
 impl Catalog for InMemoryCatalog {
@@ -86,5 +147,9 @@ impl Catalog for InMemoryCatalog {
 
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
         self.filesets.get(&key(namespace, name)).cloned()
+    }
+
+    fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
+        self.fileset_paths.get(&key(namespace, digest)).cloned()
     }
 }

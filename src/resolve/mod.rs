@@ -10,14 +10,14 @@ mod refs;
 mod rules;
 mod snapshot;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference, Workdir};
 
-pub use catalog::{Catalog, InMemoryCatalog};
+pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
 pub use refs::StringRef;
@@ -416,11 +416,43 @@ fn resolve_fileset(
         );
         return None;
     };
+    if let Some(path) = &reference.fragment
+        && let Some(index) = catalog.fileset_paths(namespace, &digest)
+        && !index.contains(path)
+    {
+        problems.push(
+            field,
+            format!(
+                "Fileset {:?} has no path {path:?} (its content {digest} holds {} paths)",
+                reference.name,
+                index.len()
+            ),
+        );
+        return None;
+    }
     Some(FilesetContent {
         fileset: reference.name,
         digest,
         path: reference.fragment,
     })
+}
+
+/// The digests (`sha256:<hex>`) of the Fileset contents `spec` selects a subpath of, as
+/// `catalog` pins them: the path indexes a resolution of `spec` needs.
+pub fn subpath_digests(
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+    catalog: &dyn Catalog,
+) -> BTreeSet<String> {
+    let refs = spec.workdir.iter().flat_map(|w| {
+        w.base
+            .iter()
+            .chain(w.artifact_mounts.iter().map(|m| &m.fileset_ref))
+    });
+    refs.map(|text| StringRef::parse(text))
+        .filter(|r| r.fragment.is_some())
+        .filter_map(|r| catalog.fileset(namespace, &r.name)?.digest)
+        .collect()
 }
 
 /// Timeouts and the extension kind.

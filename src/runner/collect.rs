@@ -1,17 +1,22 @@
 //! Saving a run's results: the output working directory, the artifacts with the logs, the JSON
 //! run record (`run_result` or `run_error`), and last the manifest of everything saved.
-//! Each result is attempted even when an earlier one failed.
+//! Each result is attempted even when an earlier one failed. A stop that arrives while the
+//! results are saved abandons the archives within a chunk; the run record and the manifest,
+//! small JSON, are still written.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use super::run::AgentRun;
-use super::{Invocation, RunState, RunSummary, ScratchDir, result_entry};
+use super::{Invocation, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{self, ArchiveError, PackItem, PackOptions, Packing, SkippedEntry};
-use crate::store::ResultSink;
+use crate::archive::{self, ArchiveError, PackItem, PackOptions, PackStats, Packing, SkippedEntry};
 use crate::store::keys::{ExecutionId, ResultName};
+use crate::store::{ResultSink, StoredObject};
 
 /// `run_result`: the record of a run that completed, successfully or not.
 #[derive(Serialize)]
@@ -64,27 +69,44 @@ pub(super) async fn collect<K: ResultSink>(
     run: AgentRun,
     staged: Vec<ResultEntry>,
     sink: &K,
+    stop: &CancellationToken,
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
+    let options = PackOptions {
+        cancel: stop.clone(),
+        ..PackOptions::default()
+    };
     saver
         .archive(
             ResultName::OutputWorkdir,
-            archive::pack_dir(&inv.workdir, PackOptions::default()),
+            archive::pack_dir(&inv.workdir, options.clone()),
+            stop,
         )
         .await;
     saver
         .archive(
             ResultName::OutputArtifacts,
-            artifact_items(&inv.scratch)
-                .map(|items| archive::pack_items(items, PackOptions::default())),
+            artifact_items(&inv.scratch).map(|items| archive::pack_items(items, options)),
+            stop,
         )
         .await;
+    let (state, error) = if stop.is_cancelled() {
+        (
+            RunState::Cancelled,
+            Some(
+                "stopped while the results were saved; the archives not yet saved were abandoned"
+                    .to_owned(),
+            ),
+        )
+    } else {
+        (run.state, run.error)
+    };
 
     let summary = RunSummary {
-        state: run.state,
+        state,
         exit_code: run.exit_code,
-        timed_out: run.state == RunState::TimedOut,
-        error: run.error,
+        timed_out: state == RunState::TimedOut,
+        error,
         response: run.response,
         started_at: run.started_at,
         finished_at: run.finished_at,
@@ -192,6 +214,36 @@ fn artifact_items(scratch: &ScratchDir) -> Result<Vec<PackItem>, ArchiveError> {
     Ok(items)
 }
 
+/// Uploads `packing` as result `name`. Once `stop` fires, the packing ends its stream with an
+/// error within a chunk, which fails the upload; an upload stuck on the network is dropped a
+/// second later.
+pub(super) async fn put_archive<K: ResultSink>(
+    sink: &K,
+    name: ResultName,
+    packing: Packing,
+    stop: &CancellationToken,
+) -> Result<(StoredObject, PackStats), RunnerError> {
+    let put = tokio::select! {
+        put = sink.put(name, packing.stream) => Some(put),
+        () = async {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => None,
+    };
+    let packed = packing.done.wait().await;
+    if stop.is_cancelled() && (put.is_none() || packed.is_err()) {
+        return Err(RunnerError::Stopped);
+    }
+    let stats = packed?;
+    let stored = put
+        .ok_or(RunnerError::Stopped)?
+        .map_err(|source| RunnerError::Save {
+            result: name,
+            source,
+        })?;
+    Ok((stored, stats))
+}
+
 /// Saves results one by one, remembering what was saved and what failed.
 struct Saver<'a, K> {
     sink: &'a K,
@@ -210,26 +262,28 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         }
     }
 
-    async fn archive(&mut self, name: ResultName, packing: Result<Packing, ArchiveError>) {
+    async fn archive(
+        &mut self,
+        name: ResultName,
+        packing: Result<Packing, ArchiveError>,
+        stop: &CancellationToken,
+    ) {
         let packing = match packing {
             Ok(packing) => packing,
             Err(e) => return self.failed(name, &e),
         };
-        let put = self.sink.put(name, packing.stream).await;
-        let packed = packing.done.wait().await;
-        if let Ok(stats) = &packed {
-            for entry in &stats.skipped_entries {
-                tracing::warn!(result = %name, path = entry.path, "left out: {}", entry.reason);
-                self.skipped.push(SkippedResultEntry {
-                    result: name,
-                    entry: entry.clone(),
-                });
+        match put_archive(self.sink, name, packing, stop).await {
+            Ok((stored, stats)) => {
+                for entry in stats.skipped_entries {
+                    tracing::warn!(result = %name, path = entry.path, "left out: {}", entry.reason);
+                    self.skipped.push(SkippedResultEntry {
+                        result: name,
+                        entry,
+                    });
+                }
+                self.saved.push(result_entry(name, stored));
             }
-        }
-        match (put, packed) {
-            (Ok(stored), Ok(_)) => self.saved.push(result_entry(name, stored)),
-            (Err(e), _) => self.failed(name, &e),
-            (Ok(_), Err(e)) => self.failed(name, &e),
+            Err(e) => self.failed(name, &e),
         }
     }
 

@@ -316,5 +316,12 @@ pub async fn run_and_collect<K: ResultSink>(
     cancel: CancellationToken,
 ) -> RunSummary {
     let run = run::supervise(invocation, &cancel).await;
-    collect::collect(invocation, run, staged, sink).await
+    // The stop that ended the agent leaves its partial results to be saved; a stop that
+    // arrives while they are saved abandons the archives.
+    let abandon = if cancel.is_cancelled() {
+        CancellationToken::new()
+    } else {
+        cancel
+    };
+    collect::collect(invocation, run, staged, sink, &abandon).await
 }

@@ -15,6 +15,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::collect::put_archive;
 use super::{BlobRef, RunnerError, StagePlan, result_entry};
 use crate::api::ResultEntry;
 use crate::archive::{
@@ -130,16 +131,7 @@ async fn stage_until<S: BlobSource, K: ResultSink>(
         ..PackOptions::default()
     };
     let packing = archive::pack_dir(workdir, options)?;
-    // The packing stream ends with an error once the token fires, which fails the upload; an
-    // upload stuck on the network is dropped a second later.
-    let put = tokio::select! {
-        put = sink.put(ResultName::InputWorkdir, packing.stream) => put,
-        () = async {
-            stop.cancelled().await;
-            tokio::time::sleep(Duration::from_secs(1)).await;
-        } => return Err(RunnerError::Stopped),
-    };
-    let packed = packing.done.wait().await?;
+    let (stored, packed) = put_archive(sink, ResultName::InputWorkdir, packing, stop).await?;
     for skipped in &packed.skipped_entries {
         tracing::warn!(
             path = skipped.path,
@@ -147,10 +139,6 @@ async fn stage_until<S: BlobSource, K: ResultSink>(
             skipped.reason
         );
     }
-    let stored = put.map_err(|source| RunnerError::Save {
-        result: ResultName::InputWorkdir,
-        source,
-    })?;
     Ok(result_entry(ResultName::InputWorkdir, stored))
 }
 

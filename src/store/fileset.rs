@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -115,6 +116,28 @@ impl Store {
             Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// The path indexes of the Fileset contents `digests` (`sha256:<hex>`) in `namespace`, as
+    /// `(namespace, digest, index)`. A content pushed without an index, or whose index cannot
+    /// be read (logged), is left out: its subpath is then checked at staging.
+    pub async fn fileset_path_indexes(
+        &self,
+        namespace: &str,
+        digests: impl IntoIterator<Item = String>,
+    ) -> Vec<(String, String, Arc<PathIndex>)> {
+        let mut indexes = Vec::new();
+        for digest in digests {
+            let hex = digest.strip_prefix("sha256:").unwrap_or(&digest);
+            match self.fileset_paths(namespace, hex).await {
+                Ok(Some(index)) => indexes.push((namespace.to_owned(), digest, Arc::new(index))),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(namespace, digest, error = %e, "reading a Fileset's path index")
+                }
+            }
+        }
+        indexes
     }
 
     /// The path index pushed beside the blob `digest` of a namespace; `None` for a blob pushed

@@ -177,6 +177,7 @@ fn context_signing_with(
         agents: filled(vec![agent]),
         environments: filled(vec![environment]),
         filesets: filled(Vec::<Fileset>::new()),
+        fileset_paths: Default::default(),
     };
     let recorder = Recorder::new(
         client.clone(),
