@@ -10,6 +10,10 @@ use errand::store::{Store, keys};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+mod support;
+
+use support::archives::zeros_archive;
+
 /// The longest a stop may take, from the signal or command to the process being gone.
 const STOP_WITHIN: Duration = Duration::from_secs(2);
 
@@ -94,7 +98,7 @@ impl Home {
     /// Fileset `name`: one file `big.bin` of `gib` GiB of zeros, a few MiB gzipped, which
     /// takes many seconds to stage.
     async fn slow_fileset(&self, name: &str, gib: u64) {
-        self.fileset_blob(name, zeros_archive("big.bin", gib << 30))
+        self.fileset_blob(name, zeros_archive(&[], "big.bin", gib << 30))
             .await;
     }
 
@@ -136,28 +140,6 @@ impl Home {
         std::thread::sleep(Duration::from_millis(700));
         assert_eq!(self.disk_bytes(), before, "something still writes");
     }
-}
-
-/// A `tar.gz` of one file of `size` zero bytes: the same gzip member of 1 MiB of zeros,
-/// repeated, after a member holding the tar header.
-fn zeros_archive(name: &str, size: u64) -> Vec<u8> {
-    let gzip = |data: &[u8]| {
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        std::io::Write::write_all(&mut gz, data).unwrap();
-        gz.finish().unwrap()
-    };
-    let mut header = tar::Header::new_gnu();
-    header.set_path(name).unwrap();
-    header.set_mode(0o644);
-    header.set_size(size);
-    header.set_cksum();
-    let mut archive = gzip(header.as_bytes());
-    let mib = gzip(&vec![0; 1 << 20]);
-    for _ in 0..size >> 20 {
-        archive.extend_from_slice(&mib);
-    }
-    archive.extend_from_slice(&gzip(&[0; 1024]));
-    archive
 }
 
 fn wait_for<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use errand::archive::ByteStream;
 use errand::resolve::Snapshot;
@@ -27,6 +28,10 @@ use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::{ExecutionId, ResultName};
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultSink, Store, StoreError};
+
+mod support;
+
+use support::archives::{gzip, zeros_archive};
 
 const NAMESPACE: &str = "team-a";
 
@@ -369,6 +374,91 @@ async fn sigterm_cancels_the_run_and_saves_partial_results() {
     );
     let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["partial.txt"], "partial\n");
+}
+
+/// Replaces the stored bytes of the Pod's pinned base blob.
+fn overwrite_base_blob(pod: &Pod, blob: &[u8]) {
+    let dir = pod.root.join("store/filesets").join(NAMESPACE);
+    let pinned = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path());
+    let pinned: Vec<_> = pinned
+        .filter(|p| p.to_string_lossy().ends_with(".tar.gz"))
+        .collect();
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+    std::fs::write(&pinned[0], blob).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_staging_within_two_seconds_and_nothing_grows() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    overwrite_base_blob(&pod, &zeros_archive(&[], "big.bin", 4 << 30));
+    let mut child = pod.stage_command().spawn().unwrap();
+    let big = pod.root.join("workspace/big.bin");
+    let waited = Instant::now();
+    while std::fs::metadata(&big).map_or(true, |m| m.len() < 64 << 20) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "staging never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let signalled = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let latency = signalled.elapsed();
+    println!("SIGTERM during `errand stage`: exited {latency:?} after the signal");
+    assert!(latency <= Duration::from_secs(2), "{latency:?}");
+    assert_eq!(status.code(), Some(143));
+    assert_eq!(
+        pod.summary("stage-termination-log").state,
+        RunState::Cancelled
+    );
+    let size = std::fs::metadata(&big).unwrap().len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        std::fs::metadata(&big).unwrap().len(),
+        size,
+        "nothing grows"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_changed_after_its_push_fails_staging_naming_both_digests() {
+    let pod = Pod::new(&[("a.txt", "original")], 60).await;
+    let swapped = gzip_tar_of("a.txt", b"swapped in");
+    overwrite_base_blob(&pod, &swapped);
+    let staged = run(pod.stage_command()).await;
+    assert_eq!(staged.status.code(), Some(1));
+    assert_eq!(
+        pod.summary("stage-termination-log").state,
+        RunState::StageFailed
+    );
+    let message = pod.result_json(ResultName::RunError).await["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let actual = hex::encode(Sha256::digest(&swapped));
+    assert!(
+        message.contains("Fileset \"base\"")
+            && message.contains(&format!("sha256:{actual}"))
+            && message.contains("not the pinned sha256:"),
+        "{message}"
+    );
+}
+
+/// A `tar.gz` of one file.
+fn gzip_tar_of(name: &str, data: &[u8]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(data.len() as u64);
+    builder.append_data(&mut header, name, data).unwrap();
+    gzip(&builder.into_inner().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
