@@ -3,6 +3,10 @@
 //! RSS while packaging (measured on a child process that only packs), and staging (store
 //! download + extraction vs `tar -xzf` of the same archive).
 //!
+//! Also staging the adversarial symlink chain of `tests/support/archives.rs` (1,039 links, 40
+//! deep, ~3.9 KB targets) against `tar -xzf` of the same archive; `ERRAND_BENCH_ONLY=symlinks`
+//! runs only that part.
+//!
 //! `cargo bench --bench runner`; `ERRAND_BENCH_GIB` scales the tree (default 1),
 //! `ERRAND_BENCH_RUNS` sets the timed packaging runs per side (default 3; staging gets at least
 //! 5; medians are reported),
@@ -18,6 +22,10 @@ use std::time::{Duration, Instant};
 use errand::archive::{PackOptions, Selection, Unpacker, pack_dir};
 use errand::store::{BlobBody, Store};
 use nix::sys::resource::{UsageWho, getrusage};
+
+#[path = "../tests/support/archives.rs"]
+#[allow(dead_code)]
+mod archives;
 
 const MIB: u64 = 1024 * 1024;
 /// Bump when the generated tree changes, so a cached tree from an older version is rebuilt.
@@ -38,6 +46,18 @@ fn main() {
     let gib: f64 = env_or("ERRAND_BENCH_GIB", 1.0);
     let runs: usize = env_or("ERRAND_BENCH_RUNS", 3);
     let dir = PathBuf::from(env_or("ERRAND_BENCH_DIR", "/tmp/errand-bench".to_owned()));
+    fs::create_dir_all(&dir).expect("bench dir");
+    let chain = symlink_chain(&dir, runs.max(5));
+    if env_or("ERRAND_BENCH_ONLY", String::new()) == "symlinks" {
+        let row = chain_row(&chain);
+        println!(
+            "\n| benchmark | runner (median) | baseline (median) | ratio (median of paired runs) | limit | ok |\n|---|---|---|---|---|---|\n{row}"
+        );
+        if !row.ok {
+            std::process::exit(1);
+        }
+        return;
+    }
     let tree = dir.join("tree");
     let total = (gib * 1024.0 * MIB as f64) as u64;
     let (files, bytes) = generate(&tree, total);
@@ -171,6 +191,7 @@ fn main() {
             "<= 1.00",
             stage_ratio <= 1.0,
         ),
+        chain_row(&chain),
     ];
     println!();
     println!(
@@ -190,6 +211,59 @@ fn main() {
     if !(rows.iter().all(|r| r.ok) && rss_ok) {
         std::process::exit(1);
     }
+}
+
+/// Staging the adversarial symlink chain against `tar -xzf` of the same archive, `runs` times.
+fn symlink_chain(dir: &Path, runs: usize) -> Vec<(Timed, Timed)> {
+    let archive = dir.join("symlink-chain.tar.gz");
+    fs::write(&archive, archives::adversarial_symlink_archive()).expect("write the archive");
+    let (tar_dest, our_dest) = (dir.join("chain-tar"), dir.join("chain-runner"));
+    let mut timings = Vec::new();
+    for run in 0..runs {
+        let mut tar = || {
+            let _ = fs::remove_dir_all(&tar_dest);
+            fs::create_dir_all(&tar_dest).expect("extract dir");
+            timed_child(
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&archive)
+                    .arg("-C")
+                    .arg(&tar_dest),
+            )
+        };
+        let mut runner = || {
+            let _ = fs::remove_dir_all(&our_dest);
+            timed_self(|| {
+                let file = fs::File::open(&archive).expect("open the archive");
+                let mut unpacker = Unpacker::new(&our_dest).expect("unpacker");
+                unpacker
+                    .unpack_tar_gz(file, &Selection::default(), "symlink chain")
+                    .expect("extract the chain");
+                unpacker.finish().expect("check the links");
+            })
+        };
+        let (theirs, ours) = paired(run, &mut tar, &mut runner);
+        println!("  symlink chain run {run}: tar -xzf {theirs}, runner {ours}");
+        timings.push((theirs, ours));
+    }
+    for d in [&tar_dest, &our_dest] {
+        let _ = fs::remove_dir_all(d);
+    }
+    let _ = fs::remove_file(&archive);
+    timings
+}
+
+fn chain_row(chain: &[(Timed, Timed)]) -> Row {
+    let (theirs, ours, ratio) = summarize(chain);
+    Row::new(
+        "staging the adversarial symlink chain",
+        fmt_s(ours),
+        fmt_s(theirs),
+        "tar -xzf",
+        ratio,
+        "<= 2.00",
+        ratio <= 2.0,
+    )
 }
 
 struct Row {

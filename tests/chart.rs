@@ -121,6 +121,8 @@ fn the_values_schema_refuses_bad_values() {
         "webhook.timeoutSeconds=60",
         "image.pullPolicy=Sometimes",
         "controller.unknownSetting=1",
+        "controller.extraction.maxBytes=0",
+        "controller.extraction.maxEntries=lots",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -232,6 +234,14 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         args.contains(&"--create-lease=false"),
         "the chart owns the Lease"
     );
+    // Large integers render whole, not as floats.
+    for arg in [
+        "--staging-budget-seconds=900",
+        "--max-extract-bytes=17179869184",
+        "--max-extract-entries=1000000",
+    ] {
+        assert!(args.contains(&arg), "{arg} not in {args:?}");
+    }
     assert_eq!(
         of_kind(&objects, "Lease")[0]["metadata"]["name"],
         "errand-controller"

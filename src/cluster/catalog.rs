@@ -43,12 +43,15 @@ pub struct ClusterCatalog {
     pub fileset_paths: FilesetPaths,
 }
 
+/// Path indexes by namespace and digest.
+type PathIndexCache = HashMap<(String, String), Arc<PathIndex>>;
+
 /// The path indexes of Fileset contents, read from the store and kept by digest (a content
 /// never changes, nor do its paths).
 #[derive(Clone, Default)]
 pub struct FilesetPaths {
     store: Option<crate::store::Store>,
-    cache: Arc<Mutex<HashMap<(String, String), Arc<PathIndex>>>>,
+    cache: Arc<Mutex<PathIndexCache>>,
 }
 
 impl FilesetPaths {

@@ -7,4 +7,5 @@
 pub mod archives;
 pub mod cluster;
 pub mod errand;
+pub mod hostile;
 pub mod s3;
