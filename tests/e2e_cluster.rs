@@ -465,6 +465,25 @@ async fn the_workdir_is_staged_from_filesets_in_the_pod() {
         e2e.result_json(&done, ResultName::RunResult).await["response"],
         "5"
     );
+
+    // A subpath the Fileset does not hold is refused from the path index pushed beside its
+    // blob, naming the field, before any pod runs.
+    let mut missing = example("examples/workdir/execution.yaml");
+    missing["metadata"]["name"] = json!("missing-subpath");
+    missing["spec"]["workdir"]["artifactMounts"][0]["ref"] = json!("datasets#no-such-dir/");
+    e2e.create(missing).await;
+    let refused = e2e.wait_for_phase("missing-subpath", Phase::Failed).await;
+    let message = message_of(&refused);
+    assert!(
+        message.contains(
+            "spec.workdir.artifactMounts[0].ref: Fileset \"datasets\" has no path \"no-such-dir/\""
+        ),
+        "{message}"
+    );
+    assert!(
+        refused.status.as_ref().unwrap().job_name.is_none(),
+        "no Job"
+    );
     e2e.finish().await;
 }
 

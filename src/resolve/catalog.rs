@@ -153,3 +153,51 @@ impl Catalog for InMemoryCatalog {
         self.fileset_paths.get(&key(namespace, digest)).cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::AgentExecutionSpec;
+    use crate::resolve::resolve_execution;
+
+    #[test]
+    fn a_subpath_missing_from_the_path_index_names_its_field() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let status = FilesetStatus {
+            digest: Some(digest.clone()),
+            ..FilesetStatus::default()
+        };
+        let paths = PathIndex::new(vec!["docs/".into(), "docs/a.md".into()]);
+        let catalog = InMemoryCatalog::default().with_fileset("team-a", "data", status);
+        let spec: AgentExecutionSpec = serde_json::from_value(json!({
+            "agent": {"runtime": {"image": "busybox", "command": ["sh"]},
+                      "config": {"config_format": "agents-spec-v1", "name": "lister"}},
+            "workdir": {"base": "data#nope/", "artifactMounts": [
+                {"ref": "data#docs/", "mountPath": "docs"},
+                {"ref": "data#no-such-dir/", "mountPath": "more"},
+            ]},
+        }))
+        .unwrap();
+        // Without an index the subpaths are left to staging.
+        assert!(resolve_execution("team-a", &spec, &catalog).is_ok());
+        let indexed =
+            WithFilesetPaths::new(&catalog, [("team-a".to_owned(), digest, Arc::new(paths))]);
+        let problems = resolve_execution("team-a", &spec, &indexed)
+            .unwrap_err()
+            .problems;
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["spec.workdir.base", "spec.workdir.artifactMounts[1].ref"]
+        );
+        assert!(
+            problems[1]
+                .message
+                .contains("Fileset \"data\" has no path \"no-such-dir/\""),
+            "{}",
+            problems[1].message
+        );
+    }
+}
