@@ -9,9 +9,9 @@ use support::archives::gzip;
 use support::hostile::extract_and_check;
 
 /// Raw bytes gzipped and not: mostly refused at once, never a panic.
-const BYTE_CASES: u32 = 1500;
+const BYTE_CASES: u32 = 1000;
 /// Tar streams of arbitrary headers.
-const HEADER_CASES: u32 = 2500;
+const HEADER_CASES: u32 = 2000;
 
 /// Path components a hostile archive likes.
 fn component() -> impl Strategy<Value = Vec<u8>> {

@@ -123,6 +123,7 @@ pub fn list_dir(dir: &Path) -> Result<Vec<PackItem>, ArchiveError> {
 
 /// Packs the contents of `dir` (not `dir` itself) as a `tar.gz` stream.
 pub fn pack_dir(dir: &Path, options: PackOptions) -> Result<Packing, ArchiveError> {
+    let items = list_dir(dir)?;
     let links = if options.stageable {
         let root = Dir::open_ambient_dir(dir, ambient_authority()).map_err(|source| {
             ArchiveError::ReadTree {
@@ -134,7 +135,7 @@ pub fn pack_dir(dir: &Path, options: PackOptions) -> Result<Packing, ArchiveErro
     } else {
         None
     };
-    Ok(pack(list_dir(dir)?, options, links))
+    Ok(pack(items, options, links))
 }
 
 /// Packs `items` as the top level of a `tar.gz` stream.

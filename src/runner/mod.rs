@@ -2,8 +2,8 @@
 //! results — the same code for local runs and inside pods.
 //!
 //! Locally, [`execute`] does everything in one process. In a pod the init container calls
-//! [`stage`] (or [`fail_before_run`] when staging fails) and the main container calls
-//! [`run_and_collect`] with the [`ResultEntry`] that staging produced.
+//! [`stage`] (or [`stage_failed`] when staging fails or is stopped) and the main container
+//! calls [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
 pub mod plan;
