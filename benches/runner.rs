@@ -121,28 +121,14 @@ fn main() {
     let archive_path = store_dir.join(&our_key);
     let tar_dest = dir.join("extract-tar");
     let our_dest = dir.join("extract-runner");
-    let mut stage = Vec::new();
     // Extraction is short and at the mercy of disk writeback, so it gets more runs.
-    for run in 0..runs.max(5) {
-        let mut tar = || {
-            let _ = fs::remove_dir_all(&tar_dest);
-            fs::create_dir_all(&tar_dest).expect("extract dir");
-            timed_child(
-                Command::new("tar")
-                    .arg("-xzf")
-                    .arg(&archive_path)
-                    .arg("-C")
-                    .arg(&tar_dest),
-            )
-        };
-        let mut runner = || {
-            let _ = fs::remove_dir_all(&our_dest);
-            timed_self(|| rt.block_on(stage_from_store(&store, &our_key, &our_dest)))
-        };
-        let (theirs, ours) = paired(run, &mut tar, &mut runner);
-        println!("  stage run {run}: tar -xzf {theirs}, runner {ours}");
-        stage.push((theirs, ours));
-    }
+    let stage = extract_pairs(
+        runs.max(5),
+        "stage",
+        &archive_path,
+        (&tar_dest, &our_dest),
+        || rt.block_on(stage_from_store(&store, &our_key, &our_dest)),
+    );
     assert_eq!(
         Command::new("diff")
             .arg("-r")
@@ -218,38 +204,57 @@ fn symlink_chain(dir: &Path, runs: usize) -> Vec<(Timed, Timed)> {
     let archive = dir.join("symlink-chain.tar.gz");
     fs::write(&archive, archives::adversarial_symlink_archive()).expect("write the archive");
     let (tar_dest, our_dest) = (dir.join("chain-tar"), dir.join("chain-runner"));
-    let mut timings = Vec::new();
-    for run in 0..runs {
-        let mut tar = || {
-            let _ = fs::remove_dir_all(&tar_dest);
-            fs::create_dir_all(&tar_dest).expect("extract dir");
-            timed_child(
-                Command::new("tar")
-                    .arg("-xzf")
-                    .arg(&archive)
-                    .arg("-C")
-                    .arg(&tar_dest),
-            )
-        };
-        let mut runner = || {
-            let _ = fs::remove_dir_all(&our_dest);
-            timed_self(|| {
-                let file = fs::File::open(&archive).expect("open the archive");
-                let mut unpacker = Unpacker::new(&our_dest).expect("unpacker");
-                unpacker
-                    .unpack_tar_gz(file, &Selection::default(), "symlink chain")
-                    .expect("extract the chain");
-                unpacker.finish().expect("check the links");
-            })
-        };
-        let (theirs, ours) = paired(run, &mut tar, &mut runner);
-        println!("  symlink chain run {run}: tar -xzf {theirs}, runner {ours}");
-        timings.push((theirs, ours));
-    }
+    let timings = extract_pairs(
+        runs,
+        "symlink chain",
+        &archive,
+        (&tar_dest, &our_dest),
+        || {
+            let file = fs::File::open(&archive).expect("open the archive");
+            let mut unpacker = Unpacker::new(&our_dest).expect("unpacker");
+            unpacker
+                .unpack_tar_gz(file, &Selection::default(), "symlink chain")
+                .expect("extract the chain");
+            unpacker.finish().expect("check the links");
+        },
+    );
     for d in [&tar_dest, &our_dest] {
         let _ = fs::remove_dir_all(d);
     }
     let _ = fs::remove_file(&archive);
+    timings
+}
+
+/// `runs` paired timings of `tar -xzf archive` into the first destination and of `extract`
+/// into the second, each into an emptied directory.
+fn extract_pairs(
+    runs: usize,
+    what: &str,
+    archive: &Path,
+    (tar_dest, our_dest): (&Path, &Path),
+    mut extract: impl FnMut(),
+) -> Vec<(Timed, Timed)> {
+    let mut timings = Vec::new();
+    for run in 0..runs {
+        let mut tar = || {
+            let _ = fs::remove_dir_all(tar_dest);
+            fs::create_dir_all(tar_dest).expect("extract dir");
+            timed_child(
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(archive)
+                    .arg("-C")
+                    .arg(tar_dest),
+            )
+        };
+        let mut runner = || {
+            let _ = fs::remove_dir_all(our_dest);
+            timed_self(&mut extract)
+        };
+        let (theirs, ours) = paired(run, &mut tar, &mut runner);
+        println!("  {what} run {run}: tar -xzf {theirs}, runner {ours}");
+        timings.push((theirs, ours));
+    }
     timings
 }
 

@@ -162,9 +162,9 @@ fn alive(pid: i32) -> bool {
     })
 }
 
-/// Waits (up to a minute) until `pid` is gone; returns when.
-fn gone(pid: i32) -> Instant {
-    wait_for("the process to exit", || (!alive(pid)).then(Instant::now))
+/// Waits (up to a minute) until `pid` is gone.
+fn gone(pid: i32) {
+    wait_for("the process to exit", || (!alive(pid)).then_some(()));
 }
 
 fn sigterm(pid: u32) {
@@ -292,90 +292,93 @@ fn refs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sigterm_stops_a_foreground_run_at_every_moment() {
+/// How a run is stopped.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// SIGTERM to a foreground `execute`.
+    Sigterm,
+    /// `errand cancel` of a background run.
+    Cancel,
+    /// `errand delete` of a background run.
+    Delete,
+}
+
+/// Starts a run, stops it `how` at each moment, and checks that the process is gone within
+/// [`STOP_WITHIN`] (while staging or uploading; a running agent gets its grace), that the run
+/// is Cancelled (or gone, after delete), and that nothing is left running or growing.
+async fn stop_at_every_moment(how: Stop) {
     for moment in [Moment::Staging, Moment::Running, Moment::Uploading] {
         let (home, args) = prepared(moment).await;
-        let child = start_foreground(&home, &refs(&args));
-        let pid = child.id();
-        reach(&home, moment);
-        let signalled = Instant::now();
-        sigterm(pid);
-        let output = child.wait_with_output().unwrap();
-        let latency = signalled.elapsed();
-        println!("SIGTERM during {moment:?}: the process exited {latency:?} after the signal");
-        let answer: Value = serde_json::from_slice(&output.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
-        assert_eq!(
-            execution(&answer)["phase"],
-            "Cancelled",
-            "{moment:?}: {answer}"
+        let (latency, answer) = match how {
+            Stop::Sigterm => {
+                let child = start_foreground(&home, &refs(&args));
+                let pid = child.id();
+                reach(&home, moment);
+                let signalled = Instant::now();
+                sigterm(pid);
+                let output = child.wait_with_output().unwrap();
+                let latency = signalled.elapsed();
+                let answer: Value = serde_json::from_slice(&output.stdout)
+                    .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
+                (latency, answer)
+            }
+            Stop::Cancel | Stop::Delete => {
+                let (name, supervisor) = start_detached(&home, &refs(&args));
+                reach(&home, moment);
+                let command = if let Stop::Cancel = how {
+                    "cancel"
+                } else {
+                    "delete"
+                };
+                let asked = Instant::now();
+                let (code, answer, stderr) = home.json(&[command, &name]);
+                let answered = Instant::now();
+                assert_eq!(code, 0, "{answer} {stderr}");
+                assert!(
+                    !alive(supervisor),
+                    "{how:?} {moment:?}: the supervisor outlived {command}"
+                );
+                (answered - asked, answer)
+            }
+        };
+        println!(
+            "{how:?} during {moment:?}: the process was gone {latency:?} after the stop was asked for"
         );
         if let Moment::Staging | Moment::Uploading = moment {
-            assert!(latency <= STOP_WITHIN, "{moment:?}: {latency:?}");
+            assert!(latency <= STOP_WITHIN, "{how:?} {moment:?}: {latency:?}");
+        }
+        if let Stop::Delete = how {
+            assert!(
+                home.execution_dir().is_none(),
+                "{moment:?}: the record stays"
+            );
+            let left = walkdir(&home.home().join("store/results"));
+            assert!(left.is_empty(), "{moment:?}: left in the store: {left:?}");
+        } else {
+            assert_eq!(
+                execution(&answer)["phase"],
+                "Cancelled",
+                "{how:?} {moment:?}: {answer}"
+            );
         }
         assert_agent_gone(&home);
         home.assert_nothing_grows();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_a_foreground_run_at_every_moment() {
+    stop_at_every_moment(Stop::Sigterm).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_stops_a_background_run_at_every_moment() {
-    for moment in [Moment::Staging, Moment::Running, Moment::Uploading] {
-        let (home, args) = prepared(moment).await;
-        let (name, supervisor) = start_detached(&home, &refs(&args));
-        reach(&home, moment);
-        let asked = Instant::now();
-        let (code, answer, stderr) = home.json(&["cancel", &name]);
-        let latency = gone(supervisor).max(Instant::now()) - asked;
-        println!(
-            "cancel during {moment:?}: answered and the supervisor gone {latency:?} after the command started"
-        );
-        assert_eq!(code, 0, "{answer} {stderr}");
-        assert_eq!(
-            execution(&answer)["phase"],
-            "Cancelled",
-            "{moment:?}: {answer}"
-        );
-        if let Moment::Staging | Moment::Uploading = moment {
-            assert!(latency <= STOP_WITHIN, "{moment:?}: {latency:?}");
-        }
-        assert_agent_gone(&home);
-        home.assert_nothing_grows();
-    }
+    stop_at_every_moment(Stop::Cancel).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delete_stops_a_background_run_at_every_moment_and_leaves_nothing() {
-    for moment in [Moment::Staging, Moment::Running, Moment::Uploading] {
-        let (home, args) = prepared(moment).await;
-        let (name, supervisor) = start_detached(&home, &refs(&args));
-        reach(&home, moment);
-        let asked = Instant::now();
-        let (code, answer, stderr) = home.json(&["delete", &name]);
-        let answered = Instant::now();
-        assert_eq!(code, 0, "{answer} {stderr}");
-        assert!(
-            !alive(supervisor),
-            "{moment:?}: the supervisor outlived delete"
-        );
-        let latency = answered - asked;
-        println!(
-            "delete during {moment:?}: answered, supervisor gone, {latency:?} after the command started"
-        );
-        if let Moment::Staging | Moment::Uploading = moment {
-            assert!(latency <= STOP_WITHIN, "{moment:?}: {latency:?}");
-        }
-        assert!(
-            home.execution_dir().is_none(),
-            "{moment:?}: the record stays"
-        );
-        let results = home.home().join("store/results");
-        let left: Vec<_> = walkdir(&results);
-        assert!(left.is_empty(), "{moment:?}: left in the store: {left:?}");
-        assert_agent_gone(&home);
-        home.assert_nothing_grows();
-    }
+    stop_at_every_moment(Stop::Delete).await;
 }
 
 /// Every file under `dir`.
