@@ -12,7 +12,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
 use errand::api::AgentExecutionSpec;
 use errand::controller::metrics::Metrics;
-use errand::resolve::{InMemoryCatalog, InvalidSpec, Snapshot, resolve_execution};
+use errand::resolve::{InMemoryCatalog, InvalidSpec, RunLimits, Snapshot, resolve_execution};
 use errand::webhook::server::{self, Admission, Resolver, VALIDATE_PATH};
 use errand::webhook::{certs, tls};
 
@@ -54,6 +54,7 @@ async fn start() -> (std::net::SocketAddr, String, Arc<Metrics>) {
             agent,
         ))),
         metrics: Arc::clone(&metrics),
+        limits: RunLimits::default(),
     });
     tokio::spawn(server::serve(listener, acceptor, admission));
     (address, material.ca_pem, metrics)

@@ -174,6 +174,7 @@ pub async fn run(
                 client.clone(),
                 catalog.clone(),
                 Arc::clone(&metrics),
+                options.config.run_limits(options.signer.as_ref()),
                 webhook,
                 &mut tasks,
             )
