@@ -11,10 +11,8 @@ mod render;
 
 pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide};
 pub use message::MESSAGE_LIMIT;
-pub use observe::{
-    Cause, Facts, JobFacts, PodFacts, PodWarning, Waiting, facts, job_facts, pod_facts,
-};
-pub use render::{format_duration, invalid, render, starting};
+pub use observe::{Cause, Facts, JobFacts, PodFacts, PodWarning, Waiting, facts};
+pub use render::{invalid, render, starting};
 
 #[cfg(test)]
 mod tests;

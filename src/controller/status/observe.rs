@@ -160,7 +160,7 @@ pub fn facts(job: Option<&Job>, pods: &[&Pod], now: Timestamp) -> Facts {
 }
 
 /// What `job` says.
-pub fn job_facts(job: &Job) -> JobFacts {
+fn job_facts(job: &Job) -> JobFacts {
     let status = job.status.as_ref();
     JobFacts {
         suspended: job.spec.as_ref().and_then(|s| s.suspend) == Some(true),

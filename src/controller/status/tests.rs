@@ -11,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use k8s_openapi::jiff::Timestamp;
 
 use super::message::with_tail;
+use super::observe::pod_facts;
+use super::render::format_duration;
 use super::*;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{
