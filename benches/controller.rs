@@ -36,7 +36,7 @@ use tokio::sync::Mutex;
 use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
-use errand::controller::{ControllerOptions, run};
+use errand::serve::{ServeOptions, run};
 use errand::store::Store;
 use errand::store::grants::HmacSigner;
 
@@ -296,7 +296,7 @@ fn start_controller(
     ));
     let mut config = ControllerConfig::new(support::errand::ERRAND_IMAGE);
     config.errand_image_pull_policy = Some("Never".into());
-    let options = ControllerOptions {
+    let options = ServeOptions {
         config,
         namespace: Some(ns.to_owned()),
         results: Store::open(&format!("file://{}", store.display())).expect("a file store"),

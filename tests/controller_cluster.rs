@@ -25,7 +25,7 @@ use errand::api::contract::ConditionType;
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::status::conditions;
-use errand::controller::{ControllerOptions, run};
+use errand::serve::{ServeOptions, run};
 use errand::store::Store;
 use errand::store::grants::HmacSigner;
 
@@ -68,7 +68,7 @@ impl Harness {
         let mut config = ControllerConfig::new("errand.local/errand:absent");
         // The errand image is not in the node yet: `Never` makes the kubelet say so at once.
         config.errand_image_pull_policy = Some("Never".into());
-        let options = ControllerOptions {
+        let options = ServeOptions {
             config,
             namespace: Some(self.namespace.name().to_owned()),
             results: self.store(),

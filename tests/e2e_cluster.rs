@@ -392,8 +392,9 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
-/// Pushes `dir` into the controller's store and records it as Fileset `name`, as
-/// `errand filesets push` does.
+/// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
+/// creates Fileset `name` with that digest in its status by hand (`errand filesets push`
+/// records Filesets only in the local backend's catalog).
 async fn push_fileset(e2e: &E2e, name: &str, dir: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let pushed = e2e

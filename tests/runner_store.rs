@@ -4,8 +4,9 @@
 use std::fs;
 
 use bytes::Bytes;
+use errand::archive::ByteStream;
 use errand::store::keys::{self, ExecutionId, ResultName};
-use errand::store::{BlobBody, ByteStream, Store, StoreError};
+use errand::store::{BlobBody, Store, StoreError};
 use futures::{StreamExt, TryStreamExt};
 use sha2::{Digest, Sha256};
 

@@ -14,10 +14,8 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
-use crate::api::contract::{ConditionType, Reason};
+use crate::api::contract::{AGENT_CONTAINER, ConditionType, EXECUTION_UID_LABEL, Reason};
 use crate::api::{AgentExecution, Phase, SnapshotRef};
-use crate::controller::build::AGENT_CONTAINER;
-use crate::controller::names::EXECUTION_UID_LABEL;
 use crate::local::{ExecutionRecord, generate_name};
 use crate::store::Store;
 use crate::store::keys::ExecutionId;
@@ -354,17 +352,17 @@ pub async fn results_list(target: &Target, name: &str, output: OutputArgs) -> Re
     Ok(())
 }
 
-/// `errand results download RESULT --job NAME -o FILE`, read from the operator's store.
+/// `errand results download RESULT --execution NAME -o FILE`, read from the operator's store.
 pub async fn results_download(
     target: &Target,
     result: &str,
-    job: &str,
+    name: &str,
     file: Option<std::path::PathBuf>,
     format: Format,
 ) -> Result<(), CliError> {
     let cluster = Cluster::connect(target).await?;
     let result_name = parse_result_name(result)?;
-    let execution = cluster.find(job).await?;
+    let execution = cluster.find(name).await?;
     let id = ExecutionId {
         namespace: cluster.namespace.clone(),
         name: execution.metadata.name.clone().unwrap_or_default(),

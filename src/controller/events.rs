@@ -46,7 +46,7 @@ pub fn outcome_event(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::jiff::Timestamp;
+    use jiff::Timestamp;
 
     use super::*;
     use crate::api::AgentExecution;

@@ -10,11 +10,11 @@ use super::catalog::{LocalCatalog, write_atomic};
 use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::contract::Reason;
-use crate::api::{AgentExecutionSpec, Phase, ResultEntry};
+use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StoreResults};
+use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
 use crate::store::keys::ExecutionId;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreResults};
 
 /// Time between SIGTERM and SIGKILL when a local run is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);
@@ -228,7 +228,7 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.timed_out = summary.timed_out;
     record.started_at = summary.started_at.or(record.started_at);
     record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
-    record.results = summary.results.iter().map(ResultEntry::from).collect();
+    record.results = summary.results.clone();
 }
 
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and

@@ -6,7 +6,7 @@
 //! stopped runner still uploads partial results. The arithmetic saturates, so no timeout a
 //! spec can hold makes it overflow.
 
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use jiff::{SignedDuration, Timestamp};
 
 use super::{InvalidSpec, Problem, Snapshot};
 

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference, Workdir};
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
@@ -23,8 +24,8 @@ pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
 pub use refs::StringRef;
 pub use rules::{
-    ACCEPTED_CONFIG_FORMATS, KNOWN_EXTENSION_KINDS, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX,
-    SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name, relative_path,
+    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
+    relative_path,
 };
 pub use snapshot::{
     FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use object_store::ObjectStoreScheme;
 use object_store::path::Path;
 use object_store::signer::Signer;

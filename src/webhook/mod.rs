@@ -7,6 +7,7 @@
 //! [`provision`] get a serving certificate in place without manual steps.
 
 pub mod certs;
+pub mod metrics;
 pub mod provision;
 pub mod review;
 pub mod server;
@@ -18,9 +19,9 @@ use std::sync::Arc;
 use kube::Client;
 use tokio::task::JoinSet;
 
-use crate::controller::catalog::ClusterCatalog;
-use crate::controller::metrics::Metrics;
+use crate::cluster::catalog::ClusterCatalog;
 use crate::resolve::RunLimits;
+use metrics::AdmissionMetrics;
 pub use provision::{Certificates, SelfSigned};
 use server::{Admission, ClusterResolver};
 use tls::{ServingCertificate, TlsError};
@@ -58,7 +59,7 @@ pub enum StartError {
 pub async fn start(
     client: Client,
     catalog: ClusterCatalog,
-    metrics: Arc<Metrics>,
+    metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
     options: WebhookOptions,
     tasks: &mut JoinSet<()>,

@@ -16,10 +16,10 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info};
 
+use super::metrics::AdmissionMetrics;
 use super::review::{self, Step, Verdict};
 use crate::api::AgentExecutionSpec;
-use crate::controller::catalog::ClusterCatalog;
-use crate::controller::metrics::Metrics;
+use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
 /// The path the ValidatingWebhookConfiguration points at.
@@ -58,7 +58,7 @@ impl Resolver for ClusterResolver {
         spec: &'a AgentExecutionSpec,
     ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>> {
         Box::pin(async move {
-            crate::controller::catalog::resolve(&self.client, &self.catalog, namespace, spec)
+            catalog::resolve(&self.client, &self.catalog, namespace, spec)
                 .await
                 .map_err(|e| e.to_string())
         })
@@ -70,7 +70,7 @@ pub struct Admission {
     /// Resolves creates.
     pub resolver: Box<dyn Resolver>,
     /// Counts and times reviews.
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<AdmissionMetrics>,
     /// What the cluster allows a run: a run its store's signed URLs cannot serve is refused.
     pub limits: RunLimits,
 }
@@ -114,7 +114,7 @@ impl Admission {
             }
         };
         self.metrics
-            .admission_reviewed(label, started.elapsed().as_secs_f64());
+            .reviewed(label, started.elapsed().as_secs_f64());
         serde_json::to_vec(&answer).expect("an AdmissionReview serializes")
     }
 }

@@ -6,7 +6,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{ExecutionIdentity, names, pod};
+use super::{ExecutionOwner, names, pod};
+use crate::api::contract;
 use crate::controller::config::ControllerConfig;
 use crate::resolve::{RunBudget, Snapshot};
 
@@ -17,15 +18,15 @@ use crate::resolve::{RunBudget, Snapshot};
 /// the Job's start, which includes scheduling and image pulls, so it is the run's whole
 /// [`RunBudget`] but the termination grace: the runner's in-pod deadline always fires first and
 /// saves results.
-pub fn job(execution: &ExecutionIdentity, snapshot: &Snapshot, config: &ControllerConfig) -> Job {
+pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerConfig) -> Job {
     let mut meta = execution.child_meta(names::job_name(&execution.name), &snapshot.agent.name);
     let annotations = BTreeMap::from([
         (
-            names::EXECUTION_NAME_ANNOTATION.to_owned(),
+            contract::EXECUTION_NAME_ANNOTATION.to_owned(),
             execution.name.clone(),
         ),
         (
-            names::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
+            contract::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
             snapshot.digest(),
         ),
     ]);
@@ -33,7 +34,7 @@ pub fn job(execution: &ExecutionIdentity, snapshot: &Snapshot, config: &Controll
     if let Some(queue) = &snapshot.queue_name {
         meta.labels
             .get_or_insert_with(BTreeMap::new)
-            .insert(names::KUEUE_QUEUE_LABEL.to_owned(), queue.clone());
+            .insert(contract::KUEUE_QUEUE_LABEL.to_owned(), queue.clone());
     }
     meta.annotations = Some(annotations.clone());
     let deadline = RunBudget::of(snapshot, config.allowance()).job_deadline_seconds();

@@ -19,8 +19,8 @@ impl Reconciler<'_> {
     pub(super) async fn create(&self, children: Children) -> Result<(ConfigMap, Job)> {
         let (client, namespace, uid) = (
             &self.ctx.client,
-            self.identity.namespace.as_str(),
-            self.identity.uid.as_str(),
+            self.owner.namespace.as_str(),
+            self.owner.uid.as_str(),
         );
         let (config_map, _, job) = futures::try_join!(
             create_owned(client, namespace, uid, children.config_map),
@@ -32,7 +32,7 @@ impl Reconciler<'_> {
 
     /// Deletes the pod (gracefully, so the runner saves partial results) or the whole Job.
     pub(super) async fn stop(&self, stop: &Stop, job_name: &str) -> Result<()> {
-        let (client, namespace) = (self.ctx.client.clone(), self.identity.namespace.as_str());
+        let (client, namespace) = (self.ctx.client.clone(), self.owner.namespace.as_str());
         let result = match stop {
             Stop::DeletePod(pod) => {
                 let params = DeleteParams {

@@ -2,11 +2,11 @@
 //!
 //! No client: the signer is the only call out (a backend's signer may fetch its credentials).
 
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::jiff::Timestamp;
 
-use crate::controller::build::{self, ExecutionIdentity};
+use crate::controller::build::{self, ExecutionOwner};
 use crate::controller::config::ControllerConfig;
 use crate::resolve::{RunBudget, Snapshot};
 use crate::store::grants::{GrantError, UrlSigner, issue_grants};
@@ -22,10 +22,10 @@ pub(super) struct Children {
     pub job: Job,
 }
 
-/// The children of the execution `identity` runs as `snapshot`, with grants signed at `now`
-/// by `signer`, valid as long as the run's budget.
+/// The children of the execution `owner` stands for, run as `snapshot`, with grants signed at
+/// `now` by `signer`, valid as long as the run's budget.
 pub(super) async fn children(
-    identity: &ExecutionIdentity,
+    owner: &ExecutionOwner,
     snapshot: &Snapshot,
     config: &ControllerConfig,
     signer: &dyn UrlSigner,
@@ -33,14 +33,14 @@ pub(super) async fn children(
 ) -> Result<Children, GrantError> {
     let expires = RunBudget::of(snapshot, config.allowance()).urls_expire_at(now);
     let execution_id = ExecutionId {
-        namespace: identity.namespace.clone(),
-        name: identity.name.clone(),
-        uid: identity.uid.clone(),
+        namespace: owner.namespace.clone(),
+        name: owner.name.clone(),
+        uid: owner.uid.clone(),
     };
     let grants = issue_grants(signer, &execution_id, snapshot, expires).await?;
     Ok(Children {
-        config_map: build::snapshot_config_map(identity, snapshot),
-        secret: build::grants_secret(identity, &snapshot.agent.name, &grants),
-        job: build::job(identity, snapshot, config),
+        config_map: build::snapshot_config_map(owner, snapshot),
+        secret: build::grants_secret(owner, &snapshot.agent.name, &grants),
+        job: build::job(owner, snapshot, config),
     })
 }

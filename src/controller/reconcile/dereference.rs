@@ -9,7 +9,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use super::Reconciler;
-use crate::controller::catalog;
+use crate::api::contract;
+use crate::cluster::catalog;
 use crate::controller::error::{Error, Result};
 use crate::controller::names;
 use crate::controller::status::PodWarning;
@@ -37,18 +38,19 @@ impl Reconciler<'_> {
     /// The execution's spec resolved against the objects it names. The outer error is an API
     /// failure; the inner one is the spec's own problems.
     pub(super) async fn resolve(&self) -> Result<Result<Snapshot, InvalidSpec>> {
-        catalog::resolve(
+        let resolution = catalog::resolve(
             &self.ctx.client,
             &self.ctx.catalog,
-            &self.identity.namespace,
+            &self.owner.namespace,
             &self.execution.spec,
         )
-        .await
+        .await?;
+        Ok(resolution)
     }
 
     /// The execution's Job and pods.
     pub(super) async fn observe(&self) -> Result<Observed> {
-        let namespace = self.identity.namespace.as_str();
+        let namespace = self.owner.namespace.as_str();
         let ctx = self.ctx;
         // Right after a restart the caches may still be filling; a missing pod must not read
         // as a pod that has not started yet.
@@ -65,8 +67,8 @@ impl Reconciler<'_> {
             .status
             .as_ref()
             .and_then(|s| s.job_name.clone())
-            .unwrap_or_else(|| names::job_name(&self.identity.name));
-        let uid = &self.identity.uid;
+            .unwrap_or_else(|| names::job_name(&self.owner.name));
+        let uid = &self.owner.uid;
         let owned = |job: &Job| job.owner_references().iter().any(|o| &o.uid == uid);
         let cached = ctx
             .jobs
@@ -85,7 +87,7 @@ impl Reconciler<'_> {
         };
         let pods = ctx.pods.state_filter(|pod| {
             pod.namespace().as_deref() == Some(namespace)
-                && pod.labels().get(names::EXECUTION_UID_LABEL) == Some(uid)
+                && pod.labels().get(contract::EXECUTION_UID_LABEL) == Some(uid)
         });
         Ok(Observed {
             job_name,
@@ -96,7 +98,7 @@ impl Reconciler<'_> {
 
     /// The Warning events about `pods`, oldest first: read only when a start timed out.
     pub(super) async fn pod_warnings(&self, pods: &[&Pod]) -> Result<Vec<PodWarning>> {
-        let api = Api::<Event>::namespaced(self.ctx.client.clone(), &self.identity.namespace);
+        let api = Api::<Event>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
         let mut warnings = Vec::new();
         for uid in pods.iter().filter_map(|p| p.metadata.uid.as_deref()) {
             let params =

@@ -19,17 +19,16 @@ mod validate;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
 use super::context::Context;
 use super::error::{Error, Result};
-use super::names;
 use super::status;
-use crate::api::{AgentExecution, Phase, SnapshotRef};
-use crate::controller::build::ExecutionIdentity;
+use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
+use crate::controller::build::ExecutionOwner;
 
 /// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
 /// response) would otherwise hold the execution, and every later event for it, until the
@@ -45,20 +44,20 @@ pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Res
 
 async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
-    let identity = ExecutionIdentity::of(&execution)?;
-    debug!(execution = %identity.name, namespace = %identity.namespace, "reconciling");
+    let owner = ExecutionOwner::of(&execution)?;
+    debug!(execution = %owner.name, namespace = %owner.namespace, "reconciling");
     if execution.metadata.deletion_timestamp.is_some() {
         // Owner references remove the children; the snapshot ConfigMap's finalizer removes
         // the results (`results_cleanup`).
-        ctx.forget(&identity.uid);
+        ctx.forget(&owner.uid);
         return Ok(Action::await_change());
     }
     let execution = ctx.latest(execution);
     let status = execution.status.clone().unwrap_or_default();
     let reconciler = Reconciler {
-        api: Api::namespaced(ctx.client.clone(), &identity.namespace),
+        api: Api::namespaced(ctx.client.clone(), &owner.namespace),
         execution: &execution,
-        identity,
+        owner,
         ctx: &ctx,
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
@@ -68,7 +67,7 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
     } else {
         reconciler.progress().await?
     };
-    ctx.succeeded(&reconciler.identity.uid);
+    ctx.reset_backoff(&reconciler.owner.uid);
     Ok(action)
 }
 
@@ -82,7 +81,7 @@ struct Reconciler<'a> {
     /// The execution, with the status this controller wrote last.
     execution: &'a AgentExecution,
     /// Its name, namespace, uid and owner reference.
-    identity: ExecutionIdentity,
+    owner: ExecutionOwner,
     /// AgentExecutions in its namespace.
     api: Api<AgentExecution>,
     /// What every reconcile shares.
@@ -92,7 +91,7 @@ struct Reconciler<'a> {
 impl Reconciler<'_> {
     /// First reconcile: resolve and snapshot the spec, create the children, record Starting.
     async fn admit(&self) -> Result<Action> {
-        let namespace = self.identity.namespace.as_str();
+        let namespace = self.owner.namespace.as_str();
         let resolved = self.resolve().await?;
         let limits = self.ctx.config.run_limits(self.ctx.signer.as_ref());
         let snapshot = match resolved.and_then(|s| validate::validate(s, &self.ctx.config, &limits))
@@ -101,7 +100,7 @@ impl Reconciler<'_> {
             Err(invalid) => return self.refuse(&invalid).await,
         };
         let children = build::children(
-            &self.identity,
+            &self.owner,
             &snapshot,
             &self.ctx.config,
             self.ctx.signer.as_ref(),
@@ -109,10 +108,10 @@ impl Reconciler<'_> {
         )
         .await?;
         let (config_map, job) = self.create(children).await?;
-        debug!(execution = %self.identity.name, namespace, "children created");
+        debug!(execution = %self.owner.name, namespace, "children created");
         let digest = config_map
             .annotations()
-            .get(names::SNAPSHOT_DIGEST_ANNOTATION)
+            .get(contract::SNAPSHOT_DIGEST_ANNOTATION)
             .cloned()
             .unwrap_or_else(|| snapshot.digest());
         if let Some(created) = &self.execution.metadata.creation_timestamp {
@@ -154,8 +153,8 @@ impl Reconciler<'_> {
         let status = status::render(self.execution, &decision.standing, facts.now);
         let terminal = status.phase.is_some_and(Phase::is_terminal);
         debug!(
-            execution = %self.identity.name,
-            namespace = %self.identity.namespace,
+            execution = %self.owner.name,
+            namespace = %self.owner.namespace,
             was = ?self.execution.status.as_ref().and_then(|s| s.phase),
             now = ?status.phase,
             job = observed.job.is_some(),

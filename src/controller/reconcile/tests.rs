@@ -18,8 +18,8 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset};
-use crate::controller::catalog::ClusterCatalog;
+use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset, contract};
+use crate::cluster::catalog::ClusterCatalog;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
@@ -212,7 +212,7 @@ fn owned_job() -> Job {
 }
 
 fn running_pod() -> Pod {
-    let started = Time(k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap());
+    let started = Time(jiff::Timestamp::from_second(1_800_000_000).unwrap());
     let mut pod = namespaced(
         Pod {
             status: Some(PodStatus {
@@ -233,7 +233,7 @@ fn running_pod() -> Pod {
         },
         "errand-calc-x1",
     );
-    pod.metadata.labels = Some([(names::EXECUTION_UID_LABEL.to_owned(), UID.to_owned())].into());
+    pod.metadata.labels = Some([(contract::EXECUTION_UID_LABEL.to_owned(), UID.to_owned())].into());
     pod
 }
 

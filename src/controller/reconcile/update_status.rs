@@ -1,6 +1,6 @@
 //! Update status: write the status with server-side apply when it changed, then count the completion and publish the failure event.
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -18,7 +18,7 @@ impl Reconciler<'_> {
     /// Records an execution that cannot run as `Failed` with reason `InvalidSpec`; it waits
     /// for a change (its spec is immutable, so in practice for its deletion).
     pub(super) async fn refuse(&self, invalid: &InvalidSpec) -> Result<Action> {
-        info!(execution = %self.identity.name, namespace = %self.identity.namespace, "invalid spec: {invalid}");
+        info!(execution = %self.owner.name, namespace = %self.owner.namespace, "invalid spec: {invalid}");
         let status = status::invalid(self.execution, invalid, Timestamp::now());
         self.write_status(status).await?;
         Ok(Action::await_change())

@@ -54,7 +54,7 @@ pub fn get(conditions: &[Condition], type_: ConditionType) -> Option<&Condition>
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::jiff::Timestamp;
+    use jiff::Timestamp;
 
     use super::*;
 

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
 use super::message::with_tail;
 use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, PodWarning};

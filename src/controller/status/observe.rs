@@ -1,11 +1,11 @@
 //! Observation: the execution's Job, its pods and their Warning events reduced to the plain facts its status is decided from.
 
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
-use crate::controller::build::{AGENT_CONTAINER, STAGE_CONTAINER};
+use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
 use crate::runner::termination::TerminationSummary;
 
 /// Waiting reasons of a container whose image cannot be pulled.

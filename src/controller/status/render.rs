@@ -1,7 +1,7 @@
 //! Rendering: where a run stands, as the status and conditions the execution shows.
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use k8s_openapi::jiff::Timestamp;
 
 use super::conditions::ConditionWriter;
 use super::decide::{Ending, Standing, results_not_saved};

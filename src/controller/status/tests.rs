@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     ContainerStatus, Event, ObjectReference, Pod, PodCondition, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
 
 use super::message::with_tail;
 use super::observe::pod_facts;
