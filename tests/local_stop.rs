@@ -64,6 +64,11 @@ impl Home {
         (output.status.code().unwrap(), value, stderr)
     }
 
+    /// `filesets push NAME DIR -o json`.
+    fn push(&self, name: &str, dir: &Path) -> (i32, Value, String) {
+        self.json(&["filesets", "push", name, dir.to_str().unwrap()])
+    }
+
     /// An Agent manifest file whose command is `sh -c SCRIPT`.
     fn agent(&self, name: &str, script: &str) -> String {
         let manifest = json!({
@@ -463,6 +468,20 @@ async fn extraction_limits_are_flags_and_refusals_name_the_fileset() {
         "{message}"
     );
     assert_eq!(execution(&answer)["reason"], "StageFailed");
+
+    // A limit or budget of zero is refused before anything starts, naming the flag.
+    for flag in [
+        "--max-extract-bytes",
+        "--max-extract-entries",
+        "--staging-budget-seconds",
+    ] {
+        let output = home.run(&[
+            "execute", "--local", "--input", "x", "--agent", &agent, flag, "0",
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(flag), "{stderr}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -472,7 +491,7 @@ async fn a_blob_changed_after_its_push_fails_staging_naming_both_digests() {
         let dir = home.path().join(format!("tree-{name}"));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("file.txt"), text).unwrap();
-        let (code, answer, _) = home.json(&["filesets", "push", name, dir.to_str().unwrap()]);
+        let (code, answer, _) = home.push(name, &dir);
         assert_eq!(code, 0, "{answer}");
     }
     let digest = |name: &str| {
@@ -521,7 +540,7 @@ fn push_refuses_what_staging_would_refuse_and_uploads_nothing() {
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     std::fs::write(dir.join("bin/activate"), "# venv\n").unwrap();
     std::os::unix::fs::symlink("/usr/bin/python3", dir.join("bin/python")).unwrap();
-    let (code, answer, _) = home.json(&["filesets", "push", "venv", dir.to_str().unwrap()]);
+    let (code, answer, _) = home.push("venv", &dir);
     assert_ne!(code, 0, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(
@@ -538,7 +557,7 @@ fn push_refuses_what_staging_would_refuse_and_uploads_nothing() {
     std::fs::create_dir_all(dir.join("a")).unwrap();
     std::os::unix::fs::symlink("..", dir.join("a/up")).unwrap();
     std::os::unix::fs::symlink("up/..", dir.join("a/out")).unwrap();
-    let (code, answer, _) = home.json(&["filesets", "push", "chain", dir.to_str().unwrap()]);
+    let (code, answer, _) = home.push("chain", &dir);
     assert_ne!(code, 0, "{answer}");
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(
@@ -609,7 +628,7 @@ fn a_subpath_missing_from_its_fileset_is_refused_at_admission() {
     let dir = home.path().join("data");
     std::fs::create_dir_all(dir.join("docs")).unwrap();
     std::fs::write(dir.join("docs/a.md"), "a\n").unwrap();
-    let (code, answer, _) = home.json(&["filesets", "push", "data", dir.to_str().unwrap()]);
+    let (code, answer, _) = home.push("data", &dir);
     assert_eq!(code, 0, "{answer}");
     let agent = home.agent("reader", "ls -R");
     let spec = json!({"workdir": {

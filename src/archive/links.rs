@@ -1,10 +1,13 @@
 //! Where the symbolic links of a tree lead: each link is resolved once, over a memoized view of the tree, so checking every link of a tree costs time linear in the total length of their targets (a walk per link, as the kernel does, costs the length of the whole chain behind each link).
 
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+
+/// Names come from the archive: a randomly seeded hash, many times faster than SipHash on the
+/// short names a path is made of; no hash value is ever shown to the archive's author.
+type HashMap<K, V> = foldhash::HashMap<K, V>;
 
 /// Symbolic links followed in one resolution, as Linux's own limit (`MAXSYMLINKS`).
 const MAX_LINK_HOPS: u32 = 40;
@@ -54,6 +57,8 @@ enum Resolution {
 pub struct LinkCheck<V> {
     view: V,
     nodes: Vec<Node>,
+    /// The node [`LinkCheck::child`] found last: targets like `d/../d/..` ask for it again.
+    last: usize,
 }
 
 impl<V: TreeView> LinkCheck<V> {
@@ -64,10 +69,11 @@ impl<V: TreeView> LinkCheck<V> {
             nodes: vec![Node {
                 parent: ROOT,
                 name: OsString::new(),
-                children: HashMap::new(),
+                children: HashMap::default(),
                 kind: Some(Kind::Dir),
                 resolution: Resolution::Unknown,
             }],
+            last: ROOT,
         }
     }
 
@@ -85,7 +91,12 @@ impl<V: TreeView> LinkCheck<V> {
     }
 
     fn child(&mut self, parent: usize, name: &OsStr) -> usize {
+        let last = &self.nodes[self.last];
+        if self.last != ROOT && last.parent == parent && last.name == name {
+            return self.last;
+        }
         if let Some(&child) = self.nodes[parent].children.get(name) {
+            self.last = child;
             return child;
         }
         // Below anything but a directory nothing can exist.
@@ -98,11 +109,12 @@ impl<V: TreeView> LinkCheck<V> {
         self.nodes.push(Node {
             parent,
             name: name.to_owned(),
-            children: HashMap::new(),
+            children: HashMap::default(),
             kind: inherited,
             resolution: Resolution::Unknown,
         });
         self.nodes[parent].children.insert(name.to_owned(), id);
+        self.last = id;
         id
     }
 
@@ -168,13 +180,27 @@ impl<V: TreeView> LinkCheck<V> {
                 b".." => here = self.nodes[here].parent,
                 name => {
                     let child = self.child(here, OsStr::from_bytes(name));
-                    here = match self.kind(child).map_err(|e| e.to_string())? {
-                        Kind::Link(inner) => {
-                            let (to, inner_hops) = self.resolve(child, &inner, nesting + 1)?;
+                    // What is known already is not looked up again.
+                    here = match (&self.nodes[child].kind, self.nodes[child].resolution) {
+                        (Some(Kind::Dir), _) => child,
+                        (
+                            _,
+                            Resolution::Leads {
+                                to,
+                                hops: inner_hops,
+                            },
+                        ) => {
                             hops += inner_hops;
                             to
                         }
-                        _ => child,
+                        _ => match self.kind(child).map_err(|e| e.to_string())? {
+                            Kind::Link(inner) => {
+                                let (to, inner_hops) = self.resolve(child, &inner, nesting + 1)?;
+                                hops += inner_hops;
+                                to
+                            }
+                            _ => child,
+                        },
                     };
                     if hops > MAX_LINK_HOPS {
                         return Err(format!(

@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::Permissions;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -197,7 +197,7 @@ impl Unpacker {
 
     fn unpack_tar(
         &mut self,
-        tar: impl Read,
+        tar: impl Read + Seek,
         selection: &Selection,
         archive: &str,
     ) -> Result<(), ArchiveError> {
@@ -207,7 +207,7 @@ impl Unpacker {
         };
         let mut tar = tar::Archive::new(tar);
         let mut matched = false;
-        for entry in tar.entries().map_err(read_err)? {
+        for entry in tar.entries_with_seek().map_err(read_err)? {
             if self.cancel.is_cancelled() {
                 return Err(self.cancelled(archive));
             }

@@ -53,7 +53,8 @@ pub struct ControllerArgs {
     pub identity: Option<String>,
     /// Seconds staging may take in a pod (`errand stage` fails past it); also added to each
     /// Job's deadline, with the time to upload results.
-    #[arg(long, default_value_t = crate::runner::DEFAULT_STAGING_BUDGET.as_secs() as i64)]
+    #[arg(long, default_value_t = crate::runner::DEFAULT_STAGING_BUDGET.as_secs() as i64,
+          value_parser = clap::value_parser!(i64).range(1..))]
     pub staging_budget_seconds: i64,
     /// What staging may extract in each pod.
     #[command(flatten)]

@@ -10,10 +10,12 @@ use crate::runner::{DEFAULT_STAGING_BUDGET, StageSettings};
 pub struct ExtractArgs {
     /// Bytes of file content staging may extract, all Filesets together (sparse files count at
     /// their logical size).
-    #[arg(long, env = "ERRAND_MAX_EXTRACT_BYTES", default_value_t = ExtractLimits::DEFAULT.max_bytes)]
+    #[arg(long, env = "ERRAND_MAX_EXTRACT_BYTES", default_value_t = ExtractLimits::DEFAULT.max_bytes,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_extract_bytes: u64,
     /// Files, directories and links staging may create, all Filesets together.
-    #[arg(long, env = "ERRAND_MAX_EXTRACT_ENTRIES", default_value_t = ExtractLimits::DEFAULT.max_entries)]
+    #[arg(long, env = "ERRAND_MAX_EXTRACT_ENTRIES", default_value_t = ExtractLimits::DEFAULT.max_entries,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_extract_entries: u64,
 }
 
@@ -34,7 +36,8 @@ pub struct StagingArgs {
     pub extract: ExtractArgs,
     /// Seconds staging (download, extraction, the upload of `input_workdir`) may take before
     /// the run fails with StageFailed; the agent's own timeout starts after it.
-    #[arg(long, env = "ERRAND_STAGING_BUDGET_SECONDS", default_value_t = DEFAULT_STAGING_BUDGET.as_secs())]
+    #[arg(long, env = "ERRAND_STAGING_BUDGET_SECONDS", default_value_t = DEFAULT_STAGING_BUDGET.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub staging_budget_seconds: u64,
 }
 
