@@ -162,7 +162,7 @@ mod tests {
         let mut ahead = ReadAhead::spawn(io::Cursor::new(data.clone()));
         let mut byte = [0; 1];
         ahead.read_exact(&mut byte).unwrap();
-        assert_eq!(ahead.seek(SeekFrom::Current(0)).unwrap(), 1);
+        assert_eq!(ahead.stream_position().unwrap(), 1);
         let to = 2 * BLOCK as u64 + 5;
         assert_eq!(ahead.seek(SeekFrom::Current(to as i64 - 1)).unwrap(), to);
         ahead.read_exact(&mut byte).unwrap();
