@@ -18,7 +18,10 @@ pub const BLOBS_PATH: &str = "/blobs/";
 /// The body of every response of the controller's HTTP server.
 pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;
 
-/// Serves signed GETs of Fileset blobs and signed write-once PUTs of results.
+/// Serves signed GETs of Fileset blobs and signed write-once PUTs of results. A PUT is
+/// written to a partial file first and becomes the result only once its body is complete
+/// ([`Store::put_new`]), so an upload cut off at any byte can be sent again; a PUT of the
+/// bytes a result already holds is accepted (the retry of an upload whose answer was lost).
 pub struct BlobEndpoint {
     store: Store,
     signer: std::sync::Arc<HmacSigner>,
@@ -182,6 +185,10 @@ mod tests {
         assert_eq!(info["size"], 13);
         let again = endpoint.handle(request(Method::PUT, &put, b"other")).await;
         assert_eq!(again.status(), StatusCode::CONFLICT, "write-once");
+        let retried = endpoint
+            .handle(request(Method::PUT, &put, b"{\"answer\":96}"))
+            .await;
+        assert_eq!(retried.status(), StatusCode::CREATED, "the same bytes again");
 
         let blob = format!("filesets/team-a/{}.tar.gz", "a".repeat(64));
         let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
