@@ -818,7 +818,11 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         .await
         .unwrap();
 
-    assert_eq!(*connections.lock().unwrap(), 5, "four cut-off attempts, then one whole");
+    assert_eq!(
+        *connections.lock().unwrap(),
+        5,
+        "four cut-off attempts, then one whole"
+    );
     let stored: Vec<Bytes> = store
         .get(&key)
         .await

@@ -8,8 +8,8 @@ use super::run::AgentRun;
 use super::{Invocation, RunState, RunSummary, ScratchDir, result_entry};
 use crate::api::ResultEntry;
 use crate::archive::{self, ArchiveError, PackItem};
-use crate::store::{ResultBody, ResultSink};
 use crate::store::keys::{ExecutionId, ResultName};
+use crate::store::{ResultBody, ResultSink};
 
 /// `run_result`: the record of a run that completed, successfully or not.
 #[derive(Serialize)]

@@ -188,7 +188,11 @@ mod tests {
         let retried = endpoint
             .handle(request(Method::PUT, &put, b"{\"answer\":96}"))
             .await;
-        assert_eq!(retried.status(), StatusCode::CREATED, "the same bytes again");
+        assert_eq!(
+            retried.status(),
+            StatusCode::CREATED,
+            "the same bytes again"
+        );
 
         let blob = format!("filesets/team-a/{}.tar.gz", "a".repeat(64));
         let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();

@@ -423,7 +423,9 @@ impl Store {
                     let sent = info(key, first_len as u64, hasher);
                     return match self.inner.put_opts(&path, payload, opts).await {
                         Ok(_) => Ok(Written::Created(sent)),
-                        Err(object_store::Error::AlreadyExists { .. }) => Ok(Written::Existed(sent)),
+                        Err(object_store::Error::AlreadyExists { .. }) => {
+                            Ok(Written::Existed(sent))
+                        }
                         Err(source) => Err(backend("put", key, source)),
                     };
                 }

@@ -518,3 +518,26 @@ impl Stream for SharedBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_longer_each_time_up_to_a_limit_and_stop_when_the_urls_expire() {
+        let start = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut backoff = Backoff::until(start + SignedDuration::from_secs(30));
+        let mut now = start;
+        let mut waits = Vec::new();
+        while let Some(wait) = backoff.next(now) {
+            waits.push(wait.as_millis());
+            now += SignedDuration::try_from(wait).unwrap();
+        }
+        assert_eq!(
+            waits,
+            [500, 1000, 2000, 4000, 5000, 5000, 5000, 5000],
+            "the next 5 s wait would end after the expiry"
+        );
+        assert_eq!(Backoff::until(start).next(start), None);
+    }
+}

@@ -232,9 +232,16 @@ mod tests {
         let failed = store.put_new(KEY, cut_off(b"half of it")).await;
         assert!(matches!(failed, Err(StoreError::Body { .. })), "{failed:?}");
         assert!(!store.exists(KEY).await.unwrap());
-        assert_eq!(files(dir.path()), Vec::<String>::new(), "no partial file is left");
+        assert_eq!(
+            files(dir.path()),
+            Vec::<String>::new(),
+            "no partial file is left"
+        );
 
-        let stored = store.put_new(KEY, body(&[b"all ", b"of it"])).await.unwrap();
+        let stored = store
+            .put_new(KEY, body(&[b"all ", b"of it"]))
+            .await
+            .unwrap();
         assert_eq!(stored.size, 9);
         assert_eq!(files(dir.path()), vec![KEY.to_owned()]);
         assert!(
@@ -262,7 +269,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = store(dir.path());
         let first = store.put_new(KEY, body(&[b"the result"])).await.unwrap();
-        let again = store.put_new(KEY, body(&[b"the ", b"result"])).await.unwrap();
+        let again = store
+            .put_new(KEY, body(&[b"the ", b"result"]))
+            .await
+            .unwrap();
         assert_eq!(again, first, "a retry whose answer was lost succeeds");
         let other = store.put_new(KEY, body(&[b"another result"])).await;
         assert!(

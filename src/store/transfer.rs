@@ -46,8 +46,9 @@ impl ResultBody {
     pub fn packed(items: Vec<PackItem>) -> ResultBody {
         ResultBody(Box::new(move || {
             let Packing { stream, done } = archive::pack_items(items.clone());
-            let failure = futures::stream::once(done.wait())
-                .filter_map(|packed| std::future::ready(packed.err().map(io::Error::other).map(Err)));
+            let failure = futures::stream::once(done.wait()).filter_map(|packed| {
+                std::future::ready(packed.err().map(io::Error::other).map(Err))
+            });
             stream.chain(failure).boxed()
         }))
     }

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset, contract};
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{Cache, CachesReady};
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
@@ -185,12 +186,17 @@ fn context_signing_with(
             instance: None,
         },
     );
+    let (jobs, pods) = (filled(jobs), filled(pods));
+    let (caches_ready, report_ready) =
+        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
+    tokio::spawn(report_ready);
     Arc::new(Context::new(
         client,
         ControllerConfig::new("errand.local/errand:dev"),
         catalog,
-        filled(jobs),
-        filled(pods),
+        jobs,
+        pods,
+        caches_ready,
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
         signer,
         recorder,
