@@ -690,12 +690,50 @@ enum Cut {
     CloseAfter(usize),
     /// Passes the whole request on and closes the connection instead of answering.
     LoseTheAnswer,
+    /// Passes the whole request on and resets the connection after this many bytes of the
+    /// answer.
+    ResetAnswerAfter(usize),
+}
+
+impl Cut {
+    /// The most bytes passed on of the request and of the answer, and whether the connection
+    /// is reset (else closed) once one is reached.
+    fn limits(self) -> (Option<usize>, Option<usize>, bool) {
+        match self {
+            Cut::ResetAfter(n) => (Some(n), None, true),
+            Cut::CloseAfter(n) => (Some(n), None, false),
+            Cut::LoseTheAnswer => (None, Some(0), false),
+            Cut::ResetAnswerAfter(n) => (None, Some(n), true),
+        }
+    }
+}
+
+/// Copies `from` to `to` until `from` ends or `limit` bytes were passed on (the byte read
+/// past the limit is dropped).
+async fn pipe(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    limit: Option<usize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut passed = 0;
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(read) = from.read(&mut buffer).await else {
+            return;
+        };
+        let n = read.min(limit - passed);
+        if read == 0 || (n > 0 && to.write_all(&buffer[..n]).await.is_err()) || n < read {
+            return;
+        }
+        passed += n;
+    }
 }
 
 /// A proxy to `upstream` that treats its first connections as `cuts` says and passes the
 /// later ones through; returns its address and the number of connections it took.
 async fn cutting_proxy(upstream: String, cuts: Vec<Cut>) -> (String, Arc<Mutex<usize>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let connections = Arc::new(Mutex::new(0usize));
@@ -710,41 +748,19 @@ async fn cutting_proxy(upstream: String, cuts: Vec<Cut>) -> (String, Arc<Mutex<u
             };
             let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
             tokio::spawn(async move {
+                let (request_limit, answer_limit, reset) =
+                    cut.map_or((None, None, false), Cut::limits);
                 let (mut client_read, mut client_write) = client.into_split();
                 let (mut server_read, mut server_write) = server.into_split();
-                let Some(cut) = cut else {
-                    let up = tokio::io::copy(&mut client_read, &mut server_write);
-                    let down = tokio::io::copy(&mut server_read, &mut client_write);
-                    let _ = futures::join!(up, down);
-                    return;
-                };
-                let limit = match cut {
-                    Cut::ResetAfter(n) | Cut::CloseAfter(n) => n,
-                    Cut::LoseTheAnswer => usize::MAX,
-                };
-                let mut passed = 0;
-                let mut buffer = vec![0u8; 16 * 1024];
-                let mut answer = [0u8; 1];
-                loop {
-                    tokio::select! {
-                        read = client_read.read(&mut buffer) => {
-                            let Ok(n) = read else { break };
-                            let n = n.min(limit - passed);
-                            if n == 0 || server_write.write_all(&buffer[..n]).await.is_err() {
-                                break;
-                            }
-                            passed += n;
-                        }
-                        // The endpoint answered: the whole request got there.
-                        _ = server_read.read(&mut answer) => break,
-                    }
+                tokio::select! {
+                    () = pipe(&mut client_read, &mut server_write, request_limit) => {}
+                    () = pipe(&mut server_read, &mut client_write, answer_limit) => {}
                 }
                 let client = client_read.reunite(client_write).unwrap();
-                if let Cut::ResetAfter(_) = cut {
+                if reset {
                     #[allow(deprecated)]
                     client.set_linger(Some(Duration::ZERO)).unwrap();
                 }
-                drop(client);
             });
         }
     });
@@ -848,4 +864,70 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         .map(|l| l.key)
         .collect();
     assert_eq!(listed, vec![key], "no partial object is left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("file://{}", dir.path().join("store").display())).unwrap();
+    let blob = noise(3 << 20, 11);
+    let key = format!("filesets/{NAMESPACE}/{}.tar.gz", "b".repeat(64));
+    let bytes = futures::stream::iter([Ok(Bytes::from(blob.clone()))]);
+    store
+        .put_new(&key, futures::StreamExt::boxed(bytes))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap().to_string();
+    let (url, connections) = cutting_proxy(
+        upstream,
+        vec![
+            Cut::ResetAnswerAfter(1 << 20),
+            Cut::ResetAnswerAfter(100),
+            Cut::ResetAfter(10),
+            Cut::LoseTheAnswer,
+        ],
+    )
+    .await;
+    let signer = Arc::new(HmacSigner::new(&url, b"cut-off-download-key-0123456789a"));
+    let probes = Probes {
+        ready: Arc::new(AtomicBool::new(true)),
+        metrics: Arc::new(String::new),
+        blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
+    };
+    tokio::spawn(serve(listener, probes));
+    let expires = Timestamp::now() + SignedDuration::from_mins(5);
+    let get_url = errand::store::grants::UrlSigner::sign(
+        signer.as_ref(),
+        errand::store::grants::Access::Get,
+        &key,
+        expires,
+    )
+    .await
+    .unwrap();
+    let grants = Grants {
+        execution: execution(),
+        inputs: BTreeMap::from([(key.clone(), get_url)]),
+        results: BTreeMap::new(),
+        uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
+        expires_at: expires,
+    };
+    let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
+
+    let got: Vec<Bytes> = urls
+        .open(&key)
+        .await
+        .unwrap()
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+
+    assert!(got.concat() == blob, "every byte arrived once, in order");
+    assert_eq!(
+        *connections.lock().unwrap(),
+        5,
+        "cut twice mid-way, then twice before"
+    );
 }

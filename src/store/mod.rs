@@ -33,8 +33,8 @@ use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions,
-    PutPayload, WriteMultipart,
+    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme,
+    PutMode, PutOptions, PutPayload, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -485,6 +485,41 @@ impl Store {
                 BlobBody::Stream(stream.map_err(io::Error::other).boxed())
             }
         })
+    }
+
+    /// The bytes of the object at `key` from byte `offset` on, and the object's whole size;
+    /// `None` when `offset` is at or past its end.
+    pub async fn get_from(
+        &self,
+        key: &str,
+        offset: u64,
+    ) -> Result<Option<(ByteStream, u64)>, StoreError> {
+        let path = object_path(key)?;
+        let size = match self.inner.head(&path).await {
+            Ok(meta) => meta.size,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(StoreError::NotFound {
+                    key: key.to_owned(),
+                });
+            }
+            Err(source) => return Err(backend("head", key, source)),
+        };
+        if offset >= size {
+            return Ok(None);
+        }
+        let options = GetOptions {
+            range: Some(GetRange::Offset(offset)),
+            ..GetOptions::default()
+        };
+        let result = self
+            .inner
+            .get_opts(&path, options)
+            .await
+            .map_err(|source| backend("get", key, source))?;
+        Ok(Some((
+            result.into_stream().map_err(io::Error::other).boxed(),
+            size,
+        )))
     }
 
     /// Whether an object exists at `key`.

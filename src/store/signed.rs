@@ -1,6 +1,6 @@
 //! Input blobs and results through an execution's signed URLs: how errand's containers in a pod reach the store without holding its credentials.
 //!
-//! GETs stream the blob. PUTs stream a chunked body to the controller's blob endpoint, or,
+//! GETs stream the blob, and ask for the rest when a connection breaks mid-way. PUTs stream a chunked body to the controller's blob endpoint, or,
 //! for presigned object-store URLs that need a `Content-Length`, spool the result to a file
 //! first. Either way memory does not grow with the size of a result. A request that fails on
 //! the way (the controller restarting, a connection cut at any byte, a server error) is sent
@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use jiff::{SignedDuration, Timestamp};
 use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
@@ -66,6 +66,39 @@ impl Backoff {
         self.next_wait = (wait * 2).min(LONGEST_RETRY_WAIT);
         Some(wait)
     }
+}
+
+/// Sends `attempt` until it is done, fails for good, or `until` (the grants' expiry) comes.
+async fn retrying<T, F, Fut>(
+    until: Timestamp,
+    operation: &'static str,
+    name: &str,
+    mut attempt: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Attempt<T>>,
+{
+    let mut backoff = Backoff::until(until);
+    for number in 1u32.. {
+        let error = match attempt().await {
+            Attempt::Done(value) => return Ok(value),
+            Attempt::Fail(error) => return Err(error),
+            Attempt::Retry(error) => error,
+        };
+        let Some(wait) = backoff.next(Timestamp::now()) else {
+            return Err(error);
+        };
+        tracing::warn!(
+            name,
+            attempt = number,
+            retry_in_ms = wait.as_millis() as u64,
+            %error,
+            "{operation} failed; retrying"
+        );
+        tokio::time::sleep(wait).await;
+    }
+    unreachable!("the attempts end")
 }
 
 /// What one attempt of a request came to.
@@ -134,39 +167,6 @@ impl SignedUrls {
             })
     }
 
-    /// Sends `attempt` until it is done, fails for good, or the grants expire.
-    async fn with_retries<T, F, Fut>(
-        &self,
-        operation: &'static str,
-        name: &str,
-        mut attempt: F,
-    ) -> Result<T, StoreError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Attempt<T>>,
-    {
-        let mut backoff = Backoff::until(self.grants.expires_at);
-        for number in 1u32.. {
-            let error = match attempt().await {
-                Attempt::Done(value) => return Ok(value),
-                Attempt::Fail(error) => return Err(error),
-                Attempt::Retry(error) => error,
-            };
-            let Some(wait) = backoff.next(Timestamp::now()) else {
-                return Err(error);
-            };
-            tracing::warn!(
-                name,
-                attempt = number,
-                retry_in_ms = wait.as_millis() as u64,
-                %error,
-                "{operation} failed; retrying"
-            );
-            tokio::time::sleep(wait).await;
-        }
-        unreachable!("the attempts end")
-    }
-
     /// A chunked PUT of `body`, opened again from its first byte for each attempt.
     async fn put_chunked(
         &self,
@@ -174,7 +174,7 @@ impl SignedUrls {
         url: &str,
         body: &ResultBody,
     ) -> Result<(u64, String), StoreError> {
-        self.with_retries("PUT", name.as_str(), || async {
+        retrying(self.grants.expires_at, "PUT", name.as_str(), || async {
             let tally = Arc::new(Mutex::new(Tally::new(body.open())));
             let sent = self
                 .put_request(url)
@@ -215,7 +215,7 @@ impl SignedUrls {
         let result = match spooled {
             Ok((size, sha256)) => {
                 let mut sent_before = false;
-                self.with_retries("PUT", name.as_str(), || {
+                retrying(self.grants.expires_at, "PUT", name.as_str(), || {
                     let earlier = std::mem::replace(&mut sent_before, true);
                     let path = &path;
                     async move {
@@ -268,33 +268,119 @@ impl BlobSource for SignedUrls {
             .inputs
             .get(key)
             .ok_or_else(|| StoreError::NotGranted(key.to_owned()))?;
-        let response = self
-            .with_retries("GET", key, || async {
-                let sent = self
-                    .client
-                    .get(url)
-                    .send()
-                    .await
-                    .map_err(reqwest::Error::without_url);
-                match sent {
-                    Ok(response) if response.status() == StatusCode::OK => Attempt::Done(response),
-                    Ok(response) if response.status() == StatusCode::NOT_FOUND => {
-                        Attempt::Fail(StoreError::NotFound {
-                            key: key.to_owned(),
-                        })
-                    }
-                    Ok(response) => refused_attempt("GET", key, response).await,
-                    Err(e) => transport_attempt("GET", key, &e),
-                }
-            })
-            .await?;
-        Ok(BlobBody::Stream(
-            response
-                .bytes_stream()
-                .map_err(|e| io::Error::other(e.without_url()))
-                .boxed(),
-        ))
+        let download = Download {
+            client: self.client.clone(),
+            key: key.to_owned(),
+            url: url.clone(),
+            until: self.grants.expires_at,
+            received: 0,
+        };
+        let response = download.get().await?;
+        Ok(BlobBody::Stream(download.resuming(response)))
     }
+}
+
+/// A GET through a signed URL that, when its connection breaks after some bytes, asks for
+/// the rest (`Range: bytes=N-`) until it has every byte or the grants expire.
+struct Download {
+    client: reqwest::Client,
+    key: String,
+    url: String,
+    until: Timestamp,
+    /// Bytes passed on so far.
+    received: u64,
+}
+
+impl Download {
+    /// The blob from the first byte not received yet.
+    async fn get(&self) -> Result<reqwest::Response, StoreError> {
+        let key = self.key.as_str();
+        let from = self.received;
+        retrying(self.until, "GET", key, || async move {
+            let mut request = self.client.get(&self.url);
+            if from > 0 {
+                request = request.header(reqwest::header::RANGE, format!("bytes={from}-"));
+            }
+            let sent = request.send().await.map_err(reqwest::Error::without_url);
+            match sent {
+                Ok(response) if from == 0 && response.status() == StatusCode::OK => {
+                    Attempt::Done(response)
+                }
+                Ok(response)
+                    if from > 0
+                        && response.status() == StatusCode::PARTIAL_CONTENT
+                        && range_start(&response) == Some(from) =>
+                {
+                    Attempt::Done(response)
+                }
+                Ok(response) if response.status() == StatusCode::NOT_FOUND => {
+                    Attempt::Fail(StoreError::NotFound {
+                        key: key.to_owned(),
+                    })
+                }
+                Ok(response) if response.status().is_success() => {
+                    Attempt::Fail(StoreError::Signed {
+                        operation: "GET",
+                        name: key.to_owned(),
+                        reason: format!(
+                            "asked for the rest from byte {from}, the server answered {}",
+                            response.status()
+                        ),
+                    })
+                }
+                Ok(response) => refused_attempt("GET", key, response).await,
+                Err(e) => transport_attempt("GET", key, &e),
+            }
+        })
+        .await
+    }
+
+    /// The bytes of `response`, and of the requests for the rest when it breaks.
+    fn resuming(self, response: reqwest::Response) -> ByteStream {
+        let body = response.bytes_stream().boxed();
+        futures::stream::try_unfold((self, body), |(mut download, mut body)| async move {
+            loop {
+                match body.next().await {
+                    None => return Ok(None),
+                    Some(Ok(bytes)) => {
+                        download.received += bytes.len() as u64;
+                        return Ok(Some((bytes, (download, body))));
+                    }
+                    Some(Err(e)) if retryable(&e) => {
+                        tracing::warn!(
+                            key = download.key,
+                            received = download.received,
+                            error = error_chain(&e.without_url()),
+                            "the download broke; asking for the rest"
+                        );
+                        body = download
+                            .get()
+                            .await
+                            .map_err(io::Error::other)?
+                            .bytes_stream()
+                            .boxed();
+                    }
+                    Some(Err(e)) => return Err(io::Error::other(e.without_url())),
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+/// The first byte of a partial response, from its `Content-Range: bytes N-M/SIZE`.
+fn range_start(response: &reqwest::Response) -> Option<u64> {
+    let range = response
+        .headers()
+        .get(reqwest::header::CONTENT_RANGE)?
+        .to_str()
+        .ok()?;
+    range
+        .strip_prefix("bytes ")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
 }
 
 impl ResultSink for SignedUrls {
