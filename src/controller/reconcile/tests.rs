@@ -363,7 +363,10 @@ async fn reconciles_waiting_for_the_caches_after_a_start_all_go_on_once_they_are
     pod_writer.apply_watcher_event(&watcher::Event::InitDone);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let done = reconciles.iter().filter(|r| r.is_finished()).count();
-    assert_eq!(done, 16, "every reconcile went on once the caches were filled");
+    assert_eq!(
+        done, 16,
+        "every reconcile went on once the caches were filled"
+    );
     for reconcile in reconciles {
         reconcile.await.unwrap().unwrap();
     }
