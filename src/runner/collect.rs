@@ -6,17 +6,15 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::StreamExt;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::run::AgentRun;
 use super::{Invocation, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{self, ArchiveError, PackItem, PackOptions, PackStats, Packing, SkippedEntry};
+use crate::archive::{self, ArchiveError, PackItem, PackOptions, PackStats, SkippedEntry};
 use crate::store::keys::{ExecutionId, ResultName};
-use crate::store::{ResultSink, StoredObject};
+use crate::store::{ResultBody, ResultSink, StoredObject};
 
 /// `run_result`: the record of a run that completed, successfully or not.
 #[derive(Serialize)]
@@ -72,21 +70,17 @@ pub(super) async fn collect<K: ResultSink>(
     stop: &CancellationToken,
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
-    let options = PackOptions {
-        cancel: stop.clone(),
-        ..PackOptions::default()
-    };
     saver
         .archive(
             ResultName::OutputWorkdir,
-            archive::pack_dir(&inv.workdir, options.clone()),
+            archive::list_dir(&inv.workdir),
             stop,
         )
         .await;
     saver
         .archive(
             ResultName::OutputArtifacts,
-            artifact_items(&inv.scratch).map(|items| archive::pack_items(items, options)),
+            artifact_items(&inv.scratch),
             stop,
         )
         .await;
@@ -214,34 +208,40 @@ fn artifact_items(scratch: &ScratchDir) -> Result<Vec<PackItem>, ArchiveError> {
     Ok(items)
 }
 
-/// Uploads `packing` as result `name`. Once `stop` fires, the packing ends its stream with an
-/// error within a chunk, which fails the upload; an upload stuck on the network is dropped a
-/// second later.
+/// Uploads `items` packed as result `name`; returns what was stored and what packing left
+/// out. Once `stop` fires, packing ends its stream with an error within a chunk, which fails
+/// the upload; an upload stuck on the network is dropped a second later.
 pub(super) async fn put_archive<K: ResultSink>(
     sink: &K,
     name: ResultName,
-    packing: Packing,
+    items: Vec<PackItem>,
     stop: &CancellationToken,
 ) -> Result<(StoredObject, PackStats), RunnerError> {
+    let options = PackOptions {
+        cancel: stop.clone(),
+        ..PackOptions::default()
+    };
+    let (body, report) = ResultBody::packed(items, options);
     let put = tokio::select! {
-        put = sink.put(name, packing.stream) => Some(put),
+        put = sink.put(name, body) => Some(put),
         () = async {
             stop.cancelled().await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         } => None,
     };
-    let packed = packing.done.wait().await;
-    if stop.is_cancelled() && (put.is_none() || packed.is_err()) {
-        return Err(RunnerError::Stopped);
-    }
-    let stats = packed?;
-    let stored = put
-        .ok_or(RunnerError::Stopped)?
-        .map_err(|source| RunnerError::Save {
-            result: name,
-            source,
-        })?;
-    Ok((stored, stats))
+    let stored = match put {
+        Some(Ok(stored)) => stored,
+        _ if stop.is_cancelled() => return Err(RunnerError::Stopped),
+        None => return Err(RunnerError::Stopped),
+        Some(Err(source)) => {
+            return Err(RunnerError::Save {
+                result: name,
+                source,
+            });
+        }
+    };
+    // A stored body was read to its end, so its packing reported.
+    Ok((stored, report.take().unwrap_or_default()))
 }
 
 /// Saves results one by one, remembering what was saved and what failed.
@@ -262,17 +262,18 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         }
     }
 
+    /// Saves `items` packed as result `name`, and what packing left out.
     async fn archive(
         &mut self,
         name: ResultName,
-        packing: Result<Packing, ArchiveError>,
+        items: Result<Vec<PackItem>, ArchiveError>,
         stop: &CancellationToken,
     ) {
-        let packing = match packing {
-            Ok(packing) => packing,
+        let items = match items {
+            Ok(items) => items,
             Err(e) => return self.failed(name, &e),
         };
-        match put_archive(self.sink, name, packing, stop).await {
+        match put_archive(self.sink, name, items, stop).await {
             Ok((stored, stats)) => {
                 for entry in stats.skipped_entries {
                     tracing::warn!(result = %name, path = entry.path, "left out: {}", entry.reason);
@@ -288,12 +289,14 @@ impl<'a, K: ResultSink> Saver<'a, K> {
     }
 
     async fn json(&mut self, name: ResultName, value: &impl Serialize) {
-        let body = match serde_json::to_vec_pretty(value) {
-            Ok(body) => body,
-            Err(e) => return self.failed(name, &e),
-        };
-        let stream = futures::stream::once(async move { Ok(Bytes::from(body)) }).boxed();
-        match self.sink.put(name, stream).await {
+        match serde_json::to_vec_pretty(value) {
+            Ok(body) => self.put(name, ResultBody::bytes(body)).await,
+            Err(e) => self.failed(name, &e),
+        }
+    }
+
+    async fn put(&mut self, name: ResultName, body: ResultBody) {
+        match self.sink.put(name, body).await {
             Ok(stored) => self.saved.push(result_entry(name, stored)),
             Err(e) => self.failed(name, &e),
         }

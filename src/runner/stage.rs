@@ -18,9 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::collect::put_archive;
 use super::{BlobRef, RunnerError, StagePlan, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{
-    self, ArchiveError, ByteStream, ExtractLimits, PackOptions, Selection, Unpacker,
-};
+use crate::archive::{self, ArchiveError, ByteStream, ExtractLimits, Selection, Unpacker};
 use crate::store::keys::ResultName;
 use crate::store::{BlobBody, BlobSource, ResultSink};
 
@@ -126,12 +124,8 @@ async fn stage_until<S: BlobSource, K: ResultSink>(
         "staged the working directory"
     );
 
-    let options = PackOptions {
-        cancel: stop.clone(),
-        ..PackOptions::default()
-    };
-    let packing = archive::pack_dir(workdir, options)?;
-    let (stored, packed) = put_archive(sink, ResultName::InputWorkdir, packing, stop).await?;
+    let items = archive::list_dir(workdir)?;
+    let (stored, packed) = put_archive(sink, ResultName::InputWorkdir, items, stop).await?;
     for skipped in &packed.skipped_entries {
         tracing::warn!(
             path = skipped.path,

@@ -3,14 +3,12 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, keys};
+use super::{Store, StoreError, keys, upload_token};
 use crate::archive::{self, PackOptions, PathIndex, SkippedEntry};
 
 /// The largest path index read back (compressed, a few hundred bytes per thousand paths).
@@ -181,18 +179,4 @@ fn corrupt_index(key: &str, why: &str) -> StoreError {
         key: key.to_owned(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_owned()),
     }
-}
-
-/// A name for a temporary upload that no concurrent push in this or another process shares.
-fn upload_token() -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{}-{nanos}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
 }
