@@ -8,4 +8,6 @@ pub mod local;
 pub mod resolve;
 pub mod runner;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod webhook;

@@ -96,4 +96,4 @@ impl ExecutionIdentity {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;
