@@ -13,7 +13,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
-use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
@@ -97,12 +96,7 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
         execution.finalizers().is_empty(),
         "nothing to clean up, so no finalizer"
     );
-    let events = harness
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = harness.events().await;
     assert!(
         events
             .iter()
@@ -112,9 +106,10 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
 
     // Give the controller time to misbehave before checking that it created nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(harness.namespace.managed::<Job>().await.is_empty());
-    assert!(harness.namespace.managed::<ConfigMap>().await.is_empty());
-    assert!(harness.namespace.managed::<Secret>().await.is_empty());
+    assert!(
+        harness.has_no_children().await,
+        "no Job, ConfigMap or Secret"
+    );
     harness.finish().await;
 }
 
@@ -207,12 +202,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     );
 
     // Secret values appear in no status, event, snapshot, Job or grants Secret.
-    let events = harness
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = harness.events().await;
     let texts = [
         serde_json::to_string(&after).unwrap(),
         serde_json::to_string(&events).unwrap(),
@@ -274,15 +264,7 @@ async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         message.contains("ErrImageNeverPull") && message.contains("errand-stage"),
         "{message}"
     );
-    wait_for("the Job to be deleted", WAIT, || async {
-        harness
-            .namespace
-            .managed::<Job>()
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    harness.wait_for_no_jobs().await;
     harness.finish().await;
 }
 
@@ -305,15 +287,7 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
     harness.cancel("queued").await;
     let cancelled = harness.wait_for_phase("queued", Phase::Cancelled).await;
     assert!(cancelled.status.unwrap().completion_time.is_some());
-    wait_for("the Job to be deleted", WAIT, || async {
-        harness
-            .namespace
-            .managed::<Job>()
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    harness.wait_for_no_jobs().await;
     harness.finish().await;
 }
 
@@ -343,27 +317,12 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         .delete("doomed", &DeleteParams::foreground())
         .await
         .unwrap();
-    wait_for("the execution to be gone", WAIT, || async {
-        harness
-            .api::<AgentExecution>()
-            .get_opt("doomed")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness.wait_until_gone("doomed").await;
     assert!(
         store.list(&prefix).await.unwrap().is_empty(),
         "the finalizer deleted the results"
     );
-    wait_for("the children to be garbage-collected", WAIT, || async {
-        let gone = harness.namespace.managed::<Job>().await.is_empty()
-            && harness.namespace.managed::<ConfigMap>().await.is_empty()
-            && harness.namespace.managed::<Secret>().await.is_empty();
-        gone.then_some(())
-    })
-    .await;
+    harness.wait_for_no_children().await;
     harness.finish().await;
 }
 

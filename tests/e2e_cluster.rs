@@ -12,8 +12,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
@@ -88,16 +87,7 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the execution to be gone", RUN_WAIT, || async {
-        let gone = e2e
-            .api::<AgentExecution>()
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none();
-        gone.then_some(())
-    })
-    .await;
+    e2e.wait_until_gone(&name).await;
     // A background delete (kubectl's default) returns at once; the snapshot ConfigMap's
     // finalizer deletes the results right after.
     wait_for("the finalizer to delete the results", RUN_WAIT, || async {
@@ -109,13 +99,7 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
             .then_some(())
     })
     .await;
-    wait_for("the children to be garbage-collected", RUN_WAIT, || async {
-        let gone = e2e.namespace.managed::<Job>().await.is_empty()
-            && e2e.namespace.managed::<ConfigMap>().await.is_empty()
-            && e2e.namespace.managed::<Secret>().await.is_empty();
-        gone.then_some(())
-    })
-    .await;
+    e2e.wait_for_no_children().await;
     e2e.finish().await;
 }
 
@@ -325,14 +309,7 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         started.elapsed() < Duration::from_secs(90),
         "fails soon after the start timeout, no hang"
     );
-    wait_for("the Job to be deleted", RUN_WAIT, || async {
-        e2e.namespace
-            .managed::<Job>()
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    e2e.wait_for_no_jobs().await;
     e2e.finish().await;
 }
 
@@ -426,12 +403,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
         snapshot_json.contains("\"PRECISION\":\"2\""),
         "{snapshot_json}"
     );
-    let events = e2e
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = e2e.events().await;
     let log = e2e.controller_log();
     assert!(
         log.contains("reconciling AgentExecutions"),

@@ -20,6 +20,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -251,8 +255,8 @@ impl Harness {
         self.api::<AgentExecution>()
             .patch(
                 name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(json!({"spec": {"cancel": true}})),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
             )
             .await
             .unwrap_or_else(|e| panic!("cancelling {name}: {e}"));
@@ -329,6 +333,58 @@ impl Harness {
         }
     }
 
+    /// The Events in this test's namespace.
+    pub async fn events(&self) -> Vec<Event> {
+        self.api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .expect("listing events")
+            .items
+    }
+
+    /// Whether none of errand's children (Jobs, ConfigMaps, Secrets) is in the namespace.
+    pub async fn has_no_children(&self) -> bool {
+        self.namespace.managed::<Job>().await.is_empty()
+            && self.namespace.managed::<ConfigMap>().await.is_empty()
+            && self.namespace.managed::<Secret>().await.is_empty()
+    }
+
+    /// Waits until the garbage collector has removed all of errand's children.
+    pub async fn wait_for_no_children(&self) {
+        wait_for(
+            "the children to be garbage-collected",
+            self.wait_limit(),
+            || async { self.has_no_children().await.then_some(()) },
+        )
+        .await;
+    }
+
+    /// Waits until no Job of errand's is left in the namespace.
+    pub async fn wait_for_no_jobs(&self) {
+        wait_for("the Job to be deleted", self.wait_limit(), || async {
+            self.namespace
+                .managed::<Job>()
+                .await
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until the execution is gone, its deletion finished.
+    pub async fn wait_until_gone(&self, name: &str) {
+        let api = self.api::<AgentExecution>();
+        wait_for("the execution to be gone", self.wait_limit(), || async {
+            let gone = api
+                .get_opt(name)
+                .await
+                .expect("reading the execution")
+                .is_none();
+            gone.then_some(())
+        })
+        .await;
+    }
+
     /// Where the execution's results are kept.
     pub fn execution_id(&self, execution: &AgentExecution) -> ExecutionId {
         execution_id(self.namespace.name(), execution)
@@ -374,6 +430,7 @@ pub fn spawn_controller(
     let base_url = blobs.map_or_else(|| UNSERVED_BLOB_URL.to_owned(), |a| format!("http://{a}"));
     let signer = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
     let mut config = ControllerConfig::new(image);
+    // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
     config.errand_image_pull_policy = Some("Never".into());
     let options = ControllerOptions {
         config,
