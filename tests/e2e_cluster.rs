@@ -44,12 +44,9 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.create(execution).await;
 
     let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    assert_eq!(reason_of(&done, conditions::COMPLETE), Some("Succeeded"));
     assert_eq!(
-        reason_of(&done, conditions::COMPLETE).as_deref(),
-        Some("Succeeded")
-    );
-    assert_eq!(
-        reason_of(&done, conditions::RESULTS_SAVED).as_deref(),
+        reason_of(&done, conditions::RESULTS_SAVED),
         Some("ResultsSaved")
     );
     let status = done.status.clone().unwrap();
@@ -191,11 +188,9 @@ async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
     )
     .await;
     e2e.create_execution("divide", "divider", json!({})).await;
-    let done = e2e.wait_for_phase("divide", Phase::Failed).await;
-    assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
-        Some("AgentFailed")
-    );
+    let done = e2e
+        .wait_for_failure("divide", Phase::Failed, "AgentFailed")
+        .await;
     assert_eq!(done.status.as_ref().unwrap().exit_code, Some(3));
     let message = message_of(&done);
     assert!(
@@ -230,11 +225,9 @@ async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
     .await;
     e2e.create_execution("slow", "slow", json!({"timeoutSeconds": 3}))
         .await;
-    let done = e2e.wait_for_phase("slow", Phase::Failed).await;
-    assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
-        Some("DeadlineExceeded")
-    );
+    let done = e2e
+        .wait_for_failure("slow", Phase::Failed, "DeadlineExceeded")
+        .await;
     assert!(
         message_of(&done).contains("timeoutSeconds (3s)"),
         "the runner's deadline, not the Job's backstop: {}",
@@ -267,11 +260,9 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     // Running means the container started; give the agent a moment to write its file.
     tokio::time::sleep(Duration::from_secs(2)).await;
     e2e.cancel("patient").await;
-    let done = e2e.wait_for_phase("patient", Phase::Cancelled).await;
-    assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
-        Some("Cancelled")
-    );
+    let done = e2e
+        .wait_for_failure("patient", Phase::Cancelled, "Cancelled")
+        .await;
     assert!(message_of(&done).contains("partial results saved"));
     let error = e2e.result_json(&done, ResultName::RunError).await;
     assert_eq!(error["type"], "Cancelled");
@@ -292,13 +283,10 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 30}))
         .await;
     let started = tokio::time::Instant::now();
-    let done = e2e.wait_for_phase("absent", Phase::Failed).await;
+    let done = e2e
+        .wait_for_failure("absent", Phase::Failed, "ImagePullFailed")
+        .await;
     let message = message_of(&done);
-    assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
-        Some("ImagePullFailed"),
-        "{message}"
-    );
     assert!(
         message.contains("within 30s")
             && message.contains("container agent")
@@ -368,14 +356,11 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
     e2e.wait_for_phase("steady", Phase::Running).await;
 
     e2e.kill_controller().await;
-    e2e.api::<AgentEnvironment>()
-        .patch(
-            "prod",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}})),
-        )
-        .await
-        .unwrap();
+    e2e.merge_patch::<AgentEnvironment>(
+        "prod",
+        json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     e2e.start_controller().await;
 

@@ -250,16 +250,25 @@ impl Harness {
         .await;
     }
 
+    /// Applies a JSON merge patch to object `name` of kind `K`.
+    pub async fn merge_patch<K>(&self, name: &str, patch: Value)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.api::<K>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap_or_else(|e| panic!("patching {name}: {e}"));
+    }
+
     /// Asks for the execution to be cancelled, as `errand cancel` does.
     pub async fn cancel(&self, name: &str) {
-        self.api::<AgentExecution>()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"cancel": true}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("cancelling {name}: {e}"));
+        self.merge_patch::<AgentExecution>(name, json!({"spec": {"cancel": true}}))
+            .await;
     }
 
     /// How long a wait for an execution lasts in this mode.
@@ -284,6 +293,19 @@ impl Harness {
             ended,
         )
         .await
+    }
+
+    /// Waits until the execution ended in `phase` (`Failed` or `Cancelled`) and checks that
+    /// its `Failed` condition gives `reason`.
+    pub async fn wait_for_failure(&self, name: &str, phase: Phase, reason: &str) -> AgentExecution {
+        let execution = self.wait_for_phase(name, phase).await;
+        assert_eq!(
+            reason_of(&execution, conditions::FAILED),
+            Some(reason),
+            "execution {name}: {}",
+            message_of(&execution)
+        );
+        execution
     }
 
     /// Waits until the execution satisfies `accept`; `what` says what that is, for the report.
@@ -465,9 +487,9 @@ pub fn phase_of(execution: &AgentExecution) -> Option<Phase> {
 }
 
 /// The reason of the execution's condition `type_`.
-pub fn reason_of(execution: &AgentExecution, type_: &str) -> Option<String> {
+pub fn reason_of<'a>(execution: &'a AgentExecution, type_: &str) -> Option<&'a str> {
     let status = execution.status.as_ref()?;
-    Some(conditions::get(&status.conditions, type_)?.reason.clone())
+    Some(conditions::get(&status.conditions, type_)?.reason.as_str())
 }
 
 /// The execution's status message, empty when there is none.
