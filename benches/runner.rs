@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use errand::runner::archive::{Selection, Unpacker, pack_dir};
+use errand::archive::{Selection, Unpacker, pack_dir};
 use errand::store::{BlobBody, Store};
 use nix::sys::resource::{UsageWho, getrusage};
 

@@ -34,7 +34,7 @@ phase_done() {
 declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack
-  [socat]=socat [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
+  [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
   [python3]=python3 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
 )
 missing=()
@@ -92,7 +92,7 @@ phase_done errand-image
 
 log "running cargo test --all-targets $* against the test cluster"
 # Tests may call the cluster's kubectl (v1.34) and helm from PATH.
-if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" PATH="$K8S_BIN_DIR:$HELM_BIN_DIR:$PATH" \
+if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" PATH="$TOOLS_BIN_DIR:$PATH" \
   cargo test --all-targets "$@"; then
   phase_done tests
   log "tests failed; the last lines of each test cluster log follow (all in $TESTENV_STATE_DIR/logs)"

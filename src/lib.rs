@@ -2,11 +2,14 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod archive;
 pub mod cli;
+pub mod cluster;
 pub mod controller;
 pub mod local;
 pub mod resolve;
 pub mod runner;
+pub mod serve;
 pub mod store;
 #[cfg(test)]
 mod testing;

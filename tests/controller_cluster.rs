@@ -20,8 +20,8 @@ use support::cluster;
 use support::errand::{WAIT, wait_for};
 use support::harness::{Harness, Mode, phase_of, reason_of};
 
+use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
-use errand::controller::status::conditions;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
 
@@ -79,10 +79,10 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
         }))
         .await;
     let execution = harness
-        .wait_for_failure("bad-ref", Phase::Failed, "InvalidSpec")
+        .wait_for_failure("bad-ref", Phase::Failed, Reason::InvalidSpec)
         .await;
     assert_eq!(
-        reason_of(&execution, conditions::RESOLVED),
+        reason_of(&execution, ConditionType::Resolved),
         Some("InvalidSpec")
     );
     let message = execution.status.as_ref().unwrap().message.clone().unwrap();
@@ -125,7 +125,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     assert_eq!(status.agent.as_deref(), Some("calculator"));
     assert_eq!(status.observed_generation, execution.metadata.generation);
     assert_eq!(
-        reason_of(&execution, conditions::RESOLVED),
+        reason_of(&execution, ConditionType::Resolved),
         Some("Resolved")
     );
     assert!(
@@ -235,7 +235,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
 
     harness.cancel("calc").await;
     harness
-        .wait_for_failure("calc", Phase::Cancelled, "Cancelled")
+        .wait_for_failure("calc", Phase::Cancelled, Reason::Cancelled)
         .await;
     harness.finish().await;
 }
@@ -248,7 +248,7 @@ async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     create_catalog(&harness).await;
     create_calculation(&harness, "stuck", json!({"startTimeoutSeconds": 5})).await;
     let execution = harness
-        .wait_for_failure("stuck", Phase::Failed, "ImagePullFailed")
+        .wait_for_failure("stuck", Phase::Failed, Reason::ImagePullFailed)
         .await;
     let message = execution.status.unwrap().message.unwrap();
     assert!(
@@ -268,7 +268,7 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
     create_calculation(&harness, "queued", json!({"queueName": "team-queue"})).await;
     let execution = harness
         .wait_for_execution("queued", "to be queued", |e| {
-            reason_of(e, conditions::STARTED) == Some("Queued")
+            reason_of(e, ConditionType::Started) == Some("Queued")
         })
         .await;
     assert_eq!(phase_of(&execution), Some(Phase::Starting));

@@ -20,8 +20,8 @@ use support::cluster;
 use support::errand::wait_for;
 use support::harness::{Harness, Mode, RUN_WAIT, message_of, reason_of, result_names};
 
+use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
-use errand::controller::status::conditions;
 use errand::store::keys::ResultName;
 
 const SECRET_VALUE: &str = "sk-e2e-secret-value-7a7a7a";
@@ -44,9 +44,9 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.create(execution).await;
 
     let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
-    assert_eq!(reason_of(&done, conditions::COMPLETE), Some("Succeeded"));
+    assert_eq!(reason_of(&done, ConditionType::Complete), Some("Succeeded"));
     assert_eq!(
-        reason_of(&done, conditions::RESULTS_SAVED),
+        reason_of(&done, ConditionType::ResultsSaved),
         Some("ResultsSaved")
     );
     let status = done.status.clone().unwrap();
@@ -100,8 +100,9 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
-/// Pushes `dir` into the controller's store and records it as Fileset `name` with the
-/// content's digest, size and file count in its status.
+/// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
+/// creates Fileset `name` with the content's digest, size and file count in its status by hand
+/// (`errand filesets push` records Filesets only in the local backend's catalog).
 async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let pushed = e2e
@@ -189,7 +190,7 @@ async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
     .await;
     e2e.create_execution("divide", "divider", json!({})).await;
     let done = e2e
-        .wait_for_failure("divide", Phase::Failed, "AgentFailed")
+        .wait_for_failure("divide", Phase::Failed, Reason::AgentFailed)
         .await;
     assert_eq!(done.status.as_ref().unwrap().exit_code, Some(3));
     let message = message_of(&done);
@@ -226,7 +227,7 @@ async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
     e2e.create_execution("slow", "slow", json!({"timeoutSeconds": 3}))
         .await;
     let done = e2e
-        .wait_for_failure("slow", Phase::Failed, "DeadlineExceeded")
+        .wait_for_failure("slow", Phase::Failed, Reason::DeadlineExceeded)
         .await;
     assert!(
         message_of(&done).contains("timeoutSeconds (3s)"),
@@ -261,7 +262,7 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     e2e.cancel("patient").await;
     let done = e2e
-        .wait_for_failure("patient", Phase::Cancelled, "Cancelled")
+        .wait_for_failure("patient", Phase::Cancelled, Reason::Cancelled)
         .await;
     assert!(message_of(&done).contains("partial results saved"));
     let error = e2e.result_json(&done, ResultName::RunError).await;
@@ -284,7 +285,7 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         .await;
     let started = tokio::time::Instant::now();
     let done = e2e
-        .wait_for_failure("absent", Phase::Failed, "ImagePullFailed")
+        .wait_for_failure("absent", Phase::Failed, Reason::ImagePullFailed)
         .await;
     let message = message_of(&done);
     assert!(

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use errand::api::FilesetStatus;
-use errand::local::{Manifest, parse_manifests};
+use errand::local::{ManifestObject, parse_manifests};
 use errand::resolve::{InMemoryCatalog, resolve_execution};
 
 const NS: &str = "team-a";
@@ -12,7 +12,7 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn manifests(path: &Path) -> Vec<Manifest> {
+fn manifests(path: &Path) -> Vec<ManifestObject> {
     let text = std::fs::read_to_string(path).unwrap();
     parse_manifests(&text, &path.display().to_string()).unwrap()
 }
@@ -37,15 +37,15 @@ fn example_catalog() -> InMemoryCatalog {
     ] {
         for manifest in manifests(&repo().join("examples").join(file)) {
             catalog = match manifest {
-                Manifest::Agent(agent) => {
+                ManifestObject::Agent(agent) => {
                     let name = agent.metadata.name.clone().unwrap();
                     catalog.with_agent(NS, &name, agent.spec)
                 }
-                Manifest::Environment(environment) => {
+                ManifestObject::Environment(environment) => {
                     let name = environment.metadata.name.clone().unwrap();
                     catalog.with_environment(NS, &name, environment.spec)
                 }
-                Manifest::Secret { name, data, .. } => {
+                ManifestObject::Secret { name, data, .. } => {
                     let pairs: Vec<(&str, &str)> =
                         data.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                     catalog.with_secret(NS, &name, &pairs)
@@ -65,7 +65,7 @@ fn example_catalog() -> InMemoryCatalog {
 
 fn execution_in(path: &Path) -> errand::api::AgentExecution {
     match manifests(path).pop() {
-        Some(Manifest::Execution(execution)) => *execution,
+        Some(ManifestObject::Execution(execution)) => *execution,
         other => panic!(
             "{}: expected an AgentExecution, got {other:?}",
             path.display()
@@ -149,7 +149,7 @@ fn the_chart_ships_the_committed_crds() {
 
 #[test]
 fn the_chart_test_runs_the_example_calculator() {
-    let Some(Manifest::Agent(agent)) =
+    let Some(ManifestObject::Agent(agent)) =
         manifests(&repo().join("examples/calculator/agent.yaml")).pop()
     else {
         panic!("the calculator example is an Agent");

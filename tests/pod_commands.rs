@@ -16,19 +16,19 @@ use futures::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
-use errand::controller::blobs::BlobEndpoint;
-use errand::controller::http::{Probes, serve};
+use errand::archive::ByteStream;
 use errand::resolve::Snapshot;
 use errand::runner::RunState;
-use errand::runner::signed::SignedUrls;
 use errand::runner::termination::TerminationSummary;
-use errand::runner::{BlobSource, ResultSink};
+use errand::serve::blobs::BlobEndpoint;
+use errand::serve::http::{Probes, serve};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::ResultName;
-use errand::store::{ByteStream, Store, StoreError};
+use errand::store::signed::SignedUrls;
+use errand::store::{BlobSource, ResultSink, Store, StoreError};
 use support::store::{NAMESPACE, collect, execution, read_all};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.

@@ -7,7 +7,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use errand::runner::archive::{ArchiveError, Selection, Unpacker, pack_dir};
+use errand::archive::{ArchiveError, Selection, Unpacker, pack_dir};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use futures::TryStreamExt;

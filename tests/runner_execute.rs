@@ -10,13 +10,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use errand::runner::archive::{Selection, Unpacker};
+use errand::archive::ByteStream;
+use errand::archive::{Selection, Unpacker};
 use errand::runner::{
-    BlobRef, BlobSource, Invocation, MountRef, ResultSink, RunState, RunSummary, ScratchDir,
-    StagePlan, StoreResults, execute,
+    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
-use errand::store::{BlobBody, ByteStream, ObjectInfo, Store, StoreError};
+use errand::store::{
+    BlobBody, BlobSource, ResultSink, Store, StoreError, StoreResults, StoredObject,
+};
 use sha2::{Digest, Sha256};
 use support::store::{execution, read_all};
 use tokio_util::sync::CancellationToken;
@@ -624,7 +626,7 @@ struct Refusing {
 }
 
 impl ResultSink for Refusing {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
+    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
         if name == self.refuse {
             return Err(StoreError::AlreadyExists {
                 key: format!("refused/{name}"),

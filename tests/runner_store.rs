@@ -6,8 +6,9 @@ mod support;
 use std::fs;
 
 use bytes::Bytes;
+use errand::archive::ByteStream;
 use errand::store::keys::{self, ResultName};
-use errand::store::{BlobBody, ByteStream, Store, StoreError};
+use errand::store::{BlobBody, Store, StoreError};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use support::store::{execution, read_all};

@@ -13,17 +13,17 @@ use std::process::Command;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use jiff::{SignedDuration, Timestamp};
 use reqwest::StatusCode;
 use serde_json::json;
 
 use errand::resolve::Snapshot;
-use errand::runner::signed::SignedUrls;
+use errand::runner::RunState;
 use errand::runner::termination::TerminationSummary;
-use errand::runner::{ResultSink, RunState};
 use errand::store::grants::{Access, Grants, UploadMode, UrlSigner, issue_grants};
 use errand::store::keys::{self, ResultName};
-use errand::store::{Store, StoreError};
+use errand::store::signed::SignedUrls;
+use errand::store::{ResultSink, Store, StoreError};
 use support::s3::{self, BUCKET, S3Server};
 use support::store::{NAMESPACE, execution, read_all};
 

@@ -11,8 +11,9 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
 use errand::api::AgentExecutionSpec;
-use errand::controller::metrics::Metrics;
-use errand::resolve::{InMemoryCatalog, InvalidSpec, Snapshot, resolve_execution};
+use errand::cluster::metrics::MetricsRegistry;
+use errand::resolve::{InMemoryCatalog, InvalidSpec, RunLimits, Snapshot, resolve_execution};
+use errand::webhook::metrics::AdmissionMetrics;
 use errand::webhook::server::{self, Admission, Resolver, VALIDATE_PATH};
 use errand::webhook::{certs, tls};
 
@@ -30,8 +31,9 @@ impl Resolver for InMemory {
     }
 }
 
-/// Starts the webhook on a loopback port; returns its address, the CA to trust and the metrics.
-async fn start() -> (std::net::SocketAddr, String, Arc<Metrics>) {
+/// Starts the webhook on a loopback port; returns its address, the CA to trust and the
+/// registry its metrics are on.
+async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
     let names = certs::service_dns_names("errand-webhook", "errand-system");
     let material = certs::generate(&names, jiff::Timestamp::now()).unwrap();
     let certificate = Arc::new(tls::ServingCertificate::default());
@@ -46,17 +48,20 @@ async fn start() -> (std::net::SocketAddr, String, Arc<Metrics>) {
         "config": {"config_format": "agents-spec-v1", "name": "calculator"},
     }))
     .unwrap();
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(AdmissionMetrics::default());
+    let mut registry = MetricsRegistry::default();
+    metrics.register(&mut registry);
     let admission = Arc::new(Admission {
         resolver: Box::new(InMemory(InMemoryCatalog::default().with_agent(
             "team-a",
             "calculator",
             agent,
         ))),
-        metrics: Arc::clone(&metrics),
+        metrics,
+        limits: RunLimits::default(),
     });
     tokio::spawn(server::serve(listener, acceptor, admission));
-    (address, material.ca_pem, metrics)
+    (address, material.ca_pem, registry)
 }
 
 /// One HTTPS request with a client that trusts only `ca_pem`; returns the status line and body.
@@ -120,7 +125,7 @@ fn create_review(agent: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn the_webhook_answers_admission_reviews_over_verified_tls() {
-    let (address, ca, metrics) = start().await;
+    let (address, ca, registry) = start().await;
 
     let (status, body) = post(address, &ca, VALIDATE_PATH, &create_review("calculator")).await;
     assert_eq!(status, "HTTP/1.1 200 OK");
@@ -143,7 +148,7 @@ async fn the_webhook_answers_admission_reviews_over_verified_tls() {
     let (status, _) = post(address, &ca, "/elsewhere", b"{}").await;
     assert_eq!(status, "HTTP/1.1 404 Not Found");
 
-    let text = metrics.render(&[]);
+    let text = registry.render();
     assert!(
         text.contains("errand_controller_admission_reviews_total{verdict=\"allowed\"} 1"),
         "{text}"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test environment's images without a registry and imports them
 # into containerd's k8s.io namespace: the pod sandbox image (a static pause
-# built from pause.c) and a busybox image from Debian's busybox-static. Run
+# built from pause.c), a busybox image from Debian's busybox-static, and the
+# cluster add-ons' images (CoreDNS, local-path-provisioner), each the one
+# binary hack/testenv/build.sh made (cached: see binary_image in lib.sh). Run
 # by hack/testenv/up.sh once containerd is up; safe to rerun (imports retag).
 #
 # Usage: test-images.sh CONTAINERD_SOCKET OUT_DIR
@@ -38,7 +40,10 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 python3 "$oci_image" --name "$TESTENV_BUSYBOX_IMAGE" --rootfs "$rootfs" --mkdir /tmp \
   --cmd sh -o "$out/busybox.tar"
 
-for archive in "$out/pause.tar" "$out/busybox.tar"; do
+archives=("$out/pause.tar" "$out/busybox.tar")
+archives+=("$(binary_image "$COREDNS_IMAGE" "$TOOLS_BIN_DIR/coredns")")
+archives+=("$(binary_image "$LOCAL_PATH_IMAGE" "$TOOLS_BIN_DIR/local-path-provisioner")")
+for archive in "${archives[@]}"; do
   ctr --address "$address" --namespace k8s.io images import "$archive" >/dev/null
 done
 ctr --address "$address" --namespace k8s.io images ls -q | grep '^errand.local/' >&2

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Builds the test environment's binaries from source through the Go module
-# proxy: kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
-# kubectl (hack/testenv/tools/kubernetes), etcd (tools/etcd) and helm
-# (tools/helm). Binaries are cached outside the repository, keyed by version
-# and by the tools modules' digest (see lib.sh), so a warm run only checks the
-# cache. Prints the bin directories when done.
+# proxy, from two pinned tools modules (see lib.sh):
+# - tools/cluster: kube-apiserver, kube-controller-manager, kube-scheduler,
+#   kube-proxy, kubelet and kubectl, helm, CoreDNS (trimmed main),
+#   local-path-provisioner, the Kueue manager, the fake GPU device plugin and
+#   the witness node,
+#   in one `go build`, so the dependencies they share compile once;
+# - tools/etcd: etcd.
+# Binaries are cached outside the repository, keyed by version and by the
+# modules' digest (see lib.sh), so a warm run only checks the cache. Prints
+# the bin directories when done.
 #
 # Environment:
 #   ERRAND_CACHE_DIR       cache root (default /var/cache/errand)
@@ -24,7 +29,9 @@ command -v go >/dev/null || die "go is not installed (https://go.dev/doc/install
 # only after every binary was built into a scratch directory and moved in.
 is_built() { [[ "${ERRAND_TESTENV_REBUILD:-0}" != 1 && -f "$1/.complete" ]]; }
 
-# go_build NAME MODULE_DIR BIN_DIR LDFLAGS TAGS PACKAGE...
+# go_build NAME MODULE_DIR BIN_DIR LDFLAGS TAGS PACKAGES...: builds every
+# PACKAGES group (a space-separated list of packages, one `go build` each) into
+# a scratch directory and moves it to BIN_DIR when all succeeded.
 go_build() {
   local name=$1 module=$2 bin=$3 ldflags=$4 tags=$5
   shift 5
@@ -32,23 +39,29 @@ go_build() {
     log "$name: cached in $bin"
     return
   fi
-  local scratch start
+  local scratch start group
   scratch=$(mktemp -d "$TESTENV_CACHE_DIR/.build-$name.XXXXXX")
   start=$(date +%s)
-  log "$name: building $* (go build -p $JOBS)"
-  (cd "$TESTENV_TOOLS_DIR/$module" &&
-    nice -n 10 go build -p "$JOBS" -tags "$tags" -ldflags "$ldflags" -o "$scratch/" "$@")
+  for group in "$@"; do
+    log "$name: building $group (go build -p $JOBS)"
+    # shellcheck disable=SC2086 # a group is a list of packages
+    (cd "$TESTENV_TOOLS_DIR/$module" &&
+      nice -n 10 go build -p "$JOBS" -tags "$tags" -ldflags "$ldflags" -o "$scratch/" $group)
+  done
   rm -rf "$bin"
   mkdir -p "$(dirname "$bin")"
   chmod 755 "$scratch"
   mv "$scratch" "$bin"
   printf 'built %s with %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(go version)" "$(($(date +%s) - start))" >"$bin/.complete"
   log "$name: built in $(($(date +%s) - start))s into $bin"
-  # Builds of the same version with an older recipe are superseded.
+  # Builds of the same version with another recipe are superseded, but
+  # another checkout on this machine (a branch with other pins) may still run
+  # them: only those no up.sh started from for a day (bin/.last-used) go.
   local entry stale
   entry=$(basename "$(dirname "$bin")")
   for stale in "$TESTENV_CACHE_DIR/${entry%-*}"-*; do
-    if [[ "$stale" != "$TESTENV_CACHE_DIR/$entry" ]]; then
+    if [[ "$stale" != "$TESTENV_CACHE_DIR/$entry" ]] &&
+      [[ -z "$(find "$stale/bin" -maxdepth 1 -name '.*' -mmin -1440 2>/dev/null)" ]]; then
       log "$name: removing superseded $stale"
       rm -rf "$stale"
     fi
@@ -62,13 +75,13 @@ module_time() {
     sed -n 's/.*"Info": "\(.*\)".*/\1/p' | xargs cat | sed -n 's/.*"Time":"\([^"]*\)".*/\1/p')
 }
 
-build_kubernetes() {
-  is_built "$K8S_BIN_DIR" && { log "kubernetes: cached in $K8S_BIN_DIR"; return; }
-  local v=${K8S_VERSION#v} major minor date ldflags="-s -w" pkg key
+build_cluster_tools() {
+  is_built "$TOOLS_BIN_DIR" && { log "cluster tools: cached in $TOOLS_BIN_DIR"; return; }
+  local v=${K8S_VERSION#v} major minor date ldflags="-s -w" pkg key kueue_date
   major=${v%%.*}
   minor=${v#*.}
   minor=${minor%%.*}
-  date=$(module_time kubernetes k8s.io/kubernetes "$K8S_VERSION")
+  date=$(module_time cluster k8s.io/kubernetes "$K8S_VERSION")
   # The same variables kubernetes' hack/lib/version.sh sets, in both packages
   # that carry them, so /version and --version report the release. The module
   # proxy does not say which commit the tag is, so gitCommit is left empty
@@ -79,10 +92,26 @@ build_kubernetes() {
       ldflags+=" -X $pkg.$key"
     done
   done
+  # helm reports its version and, as the default for charts'
+  # .Capabilities.KubeVersion, the Kubernetes version of its client libraries.
+  ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  ldflags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=$major -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor"
+  ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=$major -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor"
+  # Kueue's Makefile sets these; local-path-provisioner's reports main.VERSION.
+  kueue_date=$(module_time cluster sigs.k8s.io/kueue "$KUEUE_VERSION")
+  ldflags+=" -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.GitCommit="
+  ldflags+=" -X sigs.k8s.io/kueue/pkg/version.BuildDate=$kueue_date"
+  ldflags+=" -X main.VERSION=$LOCAL_PATH_VERSION"
   local pkgs=()
   for b in "${K8S_BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-  # Tags as in kubernetes' own release build (hack/lib/golang.sh).
-  go_build kubernetes kubernetes "$K8S_BIN_DIR" "$ldflags" selinux,notest,grpcnotrace "${pkgs[@]}"
+  pkgs+=(helm.sh/helm/v3/cmd/helm sigs.k8s.io/kueue/cmd/kueue ./cmd/coredns ./cmd/fake-gpu-plugin ./cmd/witness-node)
+  # Tags as in kubernetes' own release build (hack/lib/golang.sh); the other
+  # tools build the same with them. local-path-provisioner gets a go build of
+  # its own: it imports logrus as github.com/Sirupsen/logrus, and one go
+  # build refuses two import paths that differ only in case.
+  go_build "cluster tools" cluster "$TOOLS_BIN_DIR" "$ldflags" selinux,notest,grpcnotrace \
+    "${pkgs[*]}" github.com/rancher/local-path-provisioner
 }
 
 build_etcd() {
@@ -91,26 +120,17 @@ build_etcd() {
   if [[ -x "$ETCD_BIN_DIR/server" ]]; then mv "$ETCD_BIN_DIR/server" "$ETCD_BIN_DIR/etcd"; fi
 }
 
-build_helm() {
-  local kube_minor ldflags
-  # helm reports the Kubernetes version of its client libraries as the
-  # default for charts' .Capabilities.KubeVersion.
-  kube_minor=$(module_version helm k8s.io/client-go | cut -d. -f2)
-  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-  ldflags+=" -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kube_minor"
-  ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kube_minor"
-  go_build helm helm "$HELM_BIN_DIR" "$ldflags" "" helm.sh/helm/v3/cmd/helm
-}
-
 mkdir -p "$TESTENV_CACHE_DIR"
 total_start=$(date +%s)
-build_kubernetes
+build_cluster_tools
 build_etcd
-build_helm
 log "all binaries ready in $(($(date +%s) - total_start))s"
-"$K8S_BIN_DIR/kube-apiserver" --version >&2
+for b in "${TOOLS_BINARIES[@]}"; do
+  [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b was not built"
+done
+"$TOOLS_BIN_DIR/kube-apiserver" --version >&2
 etcd_version=$("$ETCD_BIN_DIR/etcd" --version)
 echo "${etcd_version%%$'\n'*}" >&2
-"$HELM_BIN_DIR/helm" version --short >&2
-printf '%s\n' "$K8S_BIN_DIR" "$ETCD_BIN_DIR" "$HELM_BIN_DIR"
+"$TOOLS_BIN_DIR/helm" version --short >&2
+"$TOOLS_BIN_DIR/coredns" -version | head -n 1 >&2
+printf '%s\n' "$TOOLS_BIN_DIR" "$ETCD_BIN_DIR"

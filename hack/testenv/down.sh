@@ -2,8 +2,9 @@
 # Stops the test cluster that up.sh started and removes its state, so up.sh
 # can run again from scratch: kills the containers and the processes it
 # started (by pid), unmounts the kubelet's and containerd's mounts and the
-# pods' network namespaces, deletes the pod bridge and CNI state, removes the
-# kubelet's cgroups and restores the kernel tunables the kubelet changed. Logs
+# pods' network namespaces, deletes the pod bridge, CNI state, kube-proxy's
+# and up.sh's iptables rules, removes the kubelet's cgroups and restores the
+# kernel tunables up.sh and the kubelet changed. Logs
 # stay in $ERRAND_TESTENV_DIR/logs for post-mortems. Safe to run at any time,
 # also when nothing is running. The binary cache is left alone.
 set -euo pipefail
@@ -60,7 +61,7 @@ stop() {
 }
 
 # The kubelet first, so it does not restart what is killed next.
-stop kubelet
+stop kubelet fake-gpu-plugin kube-proxy
 
 # Kill every container while containerd can still be asked to.
 if live_pid containerd >/dev/null && [[ -S "$CONTAINERD_SOCKET" ]]; then
@@ -75,7 +76,7 @@ if live_pid containerd >/dev/null && [[ -S "$CONTAINERD_SOCKET" ]]; then
   for c in "${containers[@]}"; do ctr_k8s containers delete "$c" >/dev/null 2>&1 || true; done
 fi
 
-stop containerd apiserver-relay kube-scheduler kube-controller-manager kube-apiserver
+stop containerd witness-node kube-scheduler kube-controller-manager kube-apiserver
 stop etcd
 
 # Anything of ours still running: containers left in the kubelet's pod
@@ -112,10 +113,19 @@ if ((${#mounts[@]})); then
   done
 fi
 
-# Pod veths vanish with their network namespaces; the bridge is ours.
+# Pod veths vanish with their network namespaces; the bridge is ours, and
+# with it go its route to the Service range and its forwarding switch.
 if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
   ip link delete "$POD_BRIDGE"
 fi
+# kube-proxy's Service rules (its own cleanup mode), then up.sh's firewall.
+if [[ -x "$TOOLS_BIN_DIR/kube-proxy" ]] && iptables -w -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
+  "$TOOLS_BIN_DIR/kube-proxy" --cleanup >/dev/null 2>&1 || log "kube-proxy --cleanup failed"
+fi
+for hook in INPUT FORWARD; do
+  while iptables -w -D "$hook" -j "ERRAND-TESTENV-$hook" 2>/dev/null; do :; done
+  if iptables -w -F "ERRAND-TESTENV-$hook" 2>/dev/null; then iptables -w -X "ERRAND-TESTENV-$hook"; fi
+done
 
 if [[ -f "$RUN/sysctl.orig" ]]; then
   while read -r key value; do

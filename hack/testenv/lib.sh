@@ -8,29 +8,39 @@ TESTENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TESTENV_TOOLS_DIR="$TESTENV_DIR/tools"
 REPO_ROOT=$(cd "$TESTENV_DIR/../.." && pwd)
 
-# The version a tools module pins for MODULE, e.g. module_version kubernetes k8s.io/kubernetes.
+# The version a tools module pins for MODULE, e.g. module_version cluster k8s.io/kubernetes.
 module_version() {
   awk -v m="$2" '$1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$TESTENV_TOOLS_DIR/$1/go.mod"
 }
 
-# A short digest of a tools module's go.mod and go.sum and of build.sh: part
-# of the cache key, so a change of pins, replace lines or build flags
-# rebuilds even at the same version.
+# A short digest of a tools module (go.mod, go.sum and its own Go sources) and
+# of build.sh: part of the cache key, so a change of pins, replace lines, a
+# tool's source or build flags rebuilds even at the same versions.
 module_digest() {
-  cat "$TESTENV_TOOLS_DIR/$1/go.mod" "$TESTENV_TOOLS_DIR/$1/go.sum" "$TESTENV_DIR/build.sh" | sha256sum | cut -c1-12
+  (cd "$TESTENV_TOOLS_DIR/$1" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
+    xargs cat "$TESTENV_DIR/build.sh") | sha256sum | cut -c1-12
 }
 
-K8S_VERSION=$(module_version kubernetes k8s.io/kubernetes)
+# Two Go modules pin everything the test cluster runs. tools/cluster: the
+# Kubernetes binaries (kube-proxy included), helm, CoreDNS (a trimmed main in
+# tools/cluster/cmd/coredns), local-path-provisioner, Kueue and the fake GPU
+# device plugin and the witness node (tools/cluster/cmd/), which share client-go and
+# its dependencies, so those compile once. tools/etcd: etcd, whose release
+# needs newer gRPC and OpenTelemetry than Kubernetes v1.34 is built with.
+K8S_VERSION=$(module_version cluster k8s.io/kubernetes)
+HELM_VERSION=$(module_version cluster helm.sh/helm/v3)
+COREDNS_VERSION=$(module_version cluster github.com/coredns/coredns)
+LOCAL_PATH_VERSION=$(module_version cluster github.com/rancher/local-path-provisioner)
+KUEUE_VERSION=$(module_version cluster sigs.k8s.io/kueue)
 ETCD_VERSION=$(module_version etcd go.etcd.io/etcd/server/v3)
-HELM_VERSION=$(module_version helm helm.sh/helm/v3)
 
-# Binaries live outside the repository, keyed by version, so every checkout on
-# this machine (and every CI run on it) reuses them.
+# Binaries live outside the repository, keyed by version and digest, so every
+# checkout on this machine (and every CI run on it) reuses them.
 TESTENV_CACHE_DIR="${ERRAND_CACHE_DIR:-/var/cache/errand}/testenv"
-K8S_BIN_DIR="$TESTENV_CACHE_DIR/kubernetes-$K8S_VERSION-$(module_digest kubernetes)/bin"
+TOOLS_BIN_DIR="$TESTENV_CACHE_DIR/cluster-$K8S_VERSION-$(module_digest cluster)/bin"
 ETCD_BIN_DIR="$TESTENV_CACHE_DIR/etcd-$ETCD_VERSION-$(module_digest etcd)/bin"
-HELM_BIN_DIR="$TESTENV_CACHE_DIR/helm-$HELM_VERSION-$(module_digest helm)/bin"
-K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
+TOOLS_BINARIES=("${K8S_BINARIES[@]}" helm coredns local-path-provisioner kueue fake-gpu-plugin witness-node)
 
 # State of a running environment: certificates, kubeconfigs, etcd data,
 # kubelet and containerd roots, logs and pid files.
@@ -51,6 +61,8 @@ NODE_NAME=localhost
 # Pods live on a bridge that exists only inside this machine, with no route
 # beyond it; the host end of the bridge is the node's address.
 POD_BRIDGE=errand0
+# Locally administered (02:...), ending in 10.88.0.1; why it is pinned: up.sh.
+POD_BRIDGE_MAC=02:00:0a:58:00:01
 POD_SUBNET=10.88.0.0/24
 POD_GATEWAY=10.88.0.1
 SERVICE_CIDR=10.96.0.0/24
@@ -61,8 +73,39 @@ TESTENV_PAUSE_IMAGE=errand.local/pause:1
 TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
 # The errand image the cluster tests run (hack/images/errand-image.sh).
 ERRAND_TEST_IMAGE=errand.local/errand:dev
+# Images of the cluster add-ons, each the one binary build.sh made.
+COREDNS_IMAGE=errand.local/coredns:$COREDNS_VERSION
+LOCAL_PATH_IMAGE=errand.local/local-path-provisioner:$LOCAL_PATH_VERSION
+KUEUE_IMAGE=errand.local/kueue:$KUEUE_VERSION
+# Cluster DNS: the kube-dns Service's conventional address (the tenth of the
+# Service range) and the cluster domain.
+CLUSTER_DNS=${SERVICE_CIDR%.*}.10
+CLUSTER_DOMAIN=cluster.local
 
-kubectl_admin() { "$K8S_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+# binary_image IMAGE BINARY [oci-image.py options...]: an image archive that
+# holds the one static BINARY at /NAME (its file name), built by
+# hack/images/oci-image.py and cached in $TESTENV_CACHE_DIR/images by the
+# digest of the binary, the script and the options, so a warm start only
+# imports it. Prints the archive's path.
+binary_image() {
+  local image=$1 binary=$2 key archive stale
+  shift 2
+  key=$({
+    sha256sum <"$binary"
+    sha256sum <"$REPO_ROOT/hack/images/oci-image.py"
+    echo "$image $*"
+  } | sha256sum | cut -c1-16)
+  archive="$TESTENV_CACHE_DIR/images/$(basename "$binary")-$key.tar"
+  if [[ ! -f "$archive" ]]; then
+    mkdir -p "$TESTENV_CACHE_DIR/images"
+    for stale in "$TESTENV_CACHE_DIR/images/$(basename "$binary")"-*.tar; do rm -f "$stale"; done
+    python3 "$REPO_ROOT/hack/images/oci-image.py" --name "$image" \
+      --add "$binary:/$(basename "$binary"):0755" --entrypoint "/$(basename "$binary")" "$@" -o "$archive" >&2
+  fi
+  echo "$archive"
+}
+
+kubectl_admin() { "$TOOLS_BIN_DIR/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
 # Whether PID runs. A zombie does not count: the processes up.sh starts are
 # reparented to PID 1, which may reap them late, and kill -0 succeeds on a

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Starts the single-node test cluster from the binaries hack/testenv/build.sh
-# cached: etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
-# loopback, and one real node (containerd + runc + bridge CNI + kubelet). Waits
-# until the node is Ready and the default ServiceAccount exists, then prints
-# the admin kubeconfig path. Idempotent: a healthy environment is left as it
+# cached: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, and
+# one real node (containerd + runc + bridge CNI + kubelet + kube-proxy in
+# iptables mode + a fake GPU device plugin), then the cluster add-ons
+# (addons/): CoreDNS behind the kube-dns Service and local-path-provisioner as
+# the default StorageClass. Waits until the node is Ready, DNS answers, the
+# provisioner runs and the default ServiceAccount exists, then prints the
+# admin kubeconfig path. Idempotent: a healthy environment is left as it
 # is; a partial one is torn down (down.sh) and started again.
 #
 # Needs root (the kubelet and containerd manage mounts, cgroups and network
@@ -16,14 +19,16 @@ S="$TESTENV_STATE_DIR"
 PKI="$S/pki"
 RUN="$S/run"
 LOGS="$S/logs"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler apiserver-relay containerd kubelet)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler witness-node containerd kubelet kube-proxy fake-gpu-plugin)
 
 [[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
-for b in "${K8S_BINARIES[@]}"; do
-  [[ -x "$K8S_BIN_DIR/$b" ]] || die "$K8S_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
+for b in "${TOOLS_BINARIES[@]}"; do
+  [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
 done
 [[ -x "$ETCD_BIN_DIR/etcd" ]] || die "$ETCD_BIN_DIR/etcd is missing: run bash hack/testenv/build.sh first"
-for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl socat; do
+# Keeps build.sh of another checkout from removing these builds (see there).
+touch "$TOOLS_BIN_DIR/.last-used" "$ETCD_BIN_DIR/.last-used"
+for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl iptables iptables-restore conntrack; do
   command -v "$tool" >/dev/null || die "$tool is missing: bash hack/test.sh installs the Debian packages"
 done
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge is missing (Debian package containernetworking-plugins)"
@@ -97,6 +102,8 @@ new_cert kube-controller-manager ca "/CN=system:kube-controller-manager" client
 new_cert kube-scheduler ca "/CN=system:kube-scheduler" client
 new_cert kubelet-client ca "/O=system:nodes/CN=system:node:$NODE_NAME" client
 new_cert kubelet-serving ca "/CN=$NODE_NAME" server "DNS:$NODE_NAME,IP:127.0.0.1,IP:$POD_GATEWAY"
+# The default RBAC binds system:node-proxier to this user.
+new_cert kube-proxy ca "/CN=system:kube-proxy" client
 # Service-account tokens are signed with this key pair (apiserver issues,
 # controller-manager's token controller signs legacy tokens with it too).
 openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
@@ -133,6 +140,7 @@ EOF
 write_kubeconfig "$S/controller-manager.kubeconfig" kube-controller-manager system:kube-controller-manager
 write_kubeconfig "$S/scheduler.kubeconfig" kube-scheduler system:kube-scheduler
 write_kubeconfig "$S/kubelet.kubeconfig" kubelet-client "system:node:$NODE_NAME"
+write_kubeconfig "$S/kube-proxy.kubeconfig" kube-proxy system:kube-proxy
 write_kubeconfig "$ADMIN_KUBECONFIG.tmp" admin errand-testenv-admin
 
 # ---------------------------------------------------------------- processes
@@ -166,63 +174,51 @@ apiserver_ready() {
     "https://127.0.0.1:$APISERVER_PORT/readyz"
 }
 
-# Local test data only: fsync is switched off to keep a 2-core machine fast.
-start etcd "$ETCD_BIN_DIR/etcd" --name errand-testenv --data-dir "$S/etcd" \
-  --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
-  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-  --initial-cluster "errand-testenv=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
-wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
-
-# The admission plugins of a production cluster: the defaults (PodSecurity,
-# both webhook plugins, ValidatingAdmissionPolicy, ResourceQuota, ...) plus
-# NodeRestriction, listed explicitly so a change of defaults cannot drop them.
-# There is no route to a loopback "kubernetes" Service endpoint (endpoints may
-# not be loopback), so the endpoint reconciler is off; nothing in the cluster
-# needs in-cluster API access yet. Aggregator routing goes to endpoint IPs
-# because there is no kube-proxy.
-start kube-apiserver "$K8S_BIN_DIR/kube-apiserver" \
-  --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" --advertise-address=127.0.0.1 \
-  --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
-  --tls-cert-file="$PKI/kube-apiserver.crt" --tls-private-key-file="$PKI/kube-apiserver.key" \
-  --client-ca-file="$PKI/ca.crt" \
-  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
-  --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=Hostname \
-  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-  --service-cluster-ip-range="$SERVICE_CIDR" \
-  --authorization-mode=Node,RBAC \
-  --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultTolerationSeconds,Priority,RuntimeClass,PodSecurity,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook,ResourceQuota \
-  --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
-  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
-  --requestheader-extra-headers-prefix=X-Remote-Extra- \
-  --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
-  --enable-aggregator-routing=true --endpoint-reconciler-type=none \
-  --allow-privileged=true --profiling=false --v=1
-wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
-mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
-
-start kube-controller-manager "$K8S_BIN_DIR/kube-controller-manager" \
-  --kubeconfig="$S/controller-manager.kubeconfig" \
-  --authentication-kubeconfig="$S/controller-manager.kubeconfig" --authorization-kubeconfig="$S/controller-manager.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
-  --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
-  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
-  --controllers='*' --profiling=false --v=1
-start kube-scheduler "$K8S_BIN_DIR/kube-scheduler" \
-  --kubeconfig="$S/scheduler.kubeconfig" \
-  --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1
-
-# ---------------------------------------------------------------- the node
+# ---------------------------------------------------------------- the network
 # The pod network: a bridge that exists only on this machine. Its host end
-# (POD_GATEWAY) is the node's InternalIP, so pods can reach the host there;
-# the CNI config gives pods no other route and no masquerading, so nothing a
-# pod sends can leave the machine.
+# (POD_GATEWAY) is the node's InternalIP, so pods can reach the host there.
+# Pods get a route to the Service range through it (kube-proxy rewrites
+# ClusterIPs to endpoints on the host) and no other: no default route and no
+# masquerading, so nothing a pod sends can leave the machine.
+# The bridge's MAC is pinned (POD_BRIDGE_MAC). A bridge without an address set
+# by hand takes the lowest MAC among its ports, so it changes whenever a pod's
+# veth with a lower MAC joins or the owner of the current one leaves. Running
+# pods keep the old MAC in their neighbour entry for $POD_GATEWAY, send the
+# host's traffic to an address nobody answers any more, and lose the host for
+# 30-45 s until that entry expires; in a chaos run this killed an upload.
 if ! ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
-  ip link add "$POD_BRIDGE" type bridge
+  ip link add "$POD_BRIDGE" address "$POD_BRIDGE_MAC" type bridge
 fi
+ip link set "$POD_BRIDGE" address "$POD_BRIDGE_MAC"
 ip addr replace "$POD_GATEWAY/${POD_SUBNET#*/}" dev "$POD_BRIDGE"
 ip link set "$POD_BRIDGE" up
+# ClusterIPs from the host (the apiserver calling webhooks, tests) leave
+# through the bridge with the node's address, never by the default route: an
+# address kube-proxy does not know goes unanswered on the bridge.
+ip route replace "$SERVICE_CIDR" dev "$POD_BRIDGE" src "$POD_GATEWAY"
+# A pod's packet to a ClusterIP comes in on the bridge and, rewritten by
+# kube-proxy, goes out on it again to the endpoint pod: the host forwards what
+# arrives on the bridge (this interface only, not net.ipv4.ip_forward), and
+# bridged replies pass iptables (br_netfilter) so their addresses are rewritten
+# back.
+echo 1 >"/proc/sys/net/ipv4/conf/$POD_BRIDGE/forwarding"
+if [[ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then
+  modprobe br_netfilter 2>/dev/null || die "the kernel lacks br_netfilter (kube-proxy needs it for pod-to-Service traffic)"
+fi
+# down.sh puts back the previous values of the tunables listed in sysctl.orig.
+echo "net/bridge/bridge-nf-call-iptables $(cat /proc/sys/net/bridge/bridge-nf-call-iptables)" >"$RUN/sysctl.orig"
+echo 1 >/proc/sys/net/bridge/bridge-nf-call-iptables
+# Firewall (chains of our own, which down.sh removes): nothing forwarded from
+# the bridge leaves by another interface, and the apiserver's port (it listens
+# on every address, see below) answers only loopback and the bridge.
+for hook in INPUT FORWARD; do
+  iptables -w -N "ERRAND-TESTENV-$hook" 2>/dev/null || iptables -w -F "ERRAND-TESTENV-$hook"
+  iptables -w -C "$hook" -j "ERRAND-TESTENV-$hook" 2>/dev/null || iptables -w -I "$hook" -j "ERRAND-TESTENV-$hook"
+done
+iptables -w -A ERRAND-TESTENV-FORWARD -i "$POD_BRIDGE" ! -o "$POD_BRIDGE" -j DROP
+iptables -w -A ERRAND-TESTENV-INPUT -i lo -j RETURN
+iptables -w -A ERRAND-TESTENV-INPUT -i "$POD_BRIDGE" -j RETURN
+iptables -w -A ERRAND-TESTENV-INPUT -p tcp --dport "$APISERVER_PORT" -j DROP
 cat >"$S/cni/net.d/10-errand.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -237,6 +233,7 @@ cat >"$S/cni/net.d/10-errand.conflist" <<EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$POD_GATEWAY"}]],
+        "routes": [{"dst": "$SERVICE_CIDR"}],
         "dataDir": "$S/cni/ipam"
       }
     }
@@ -244,14 +241,84 @@ cat >"$S/cni/net.d/10-errand.conflist" <<EOF
 }
 EOF
 
-# Pods that talk to the API server (the errand controller installed by the
-# chart, helm test pods) reach it at the host end of the pod bridge: a relay
-# bound to that address only, since the apiserver itself listens on loopback
-# and there is no kube-proxy for the kubernetes Service. Such pods are given
-# KUBERNETES_SERVICE_HOST=$POD_GATEWAY and KUBERNETES_SERVICE_PORT=$APISERVER_PORT.
-# nodelay: without it, relayed responses wait for delayed ACKs (~40ms per request).
-start apiserver-relay bash -c "exec -a apiserver-relay socat TCP-LISTEN:$APISERVER_PORT,bind=$POD_GATEWAY,reuseaddr,fork,nodelay TCP:127.0.0.1:$APISERVER_PORT,nodelay"
+# Local test data only: fsync is switched off to keep a 2-core machine fast.
+start etcd "$ETCD_BIN_DIR/etcd" --name errand-testenv --data-dir "$S/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "errand-testenv=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 
+# The admission plugins of a production cluster: the defaults (PodSecurity,
+# both webhook plugins, ValidatingAdmissionPolicy, ResourceQuota,
+# DefaultStorageClass, ...) plus NodeRestriction, listed explicitly so a
+# change of defaults cannot drop them.
+# The apiserver advertises the node's address on the pod bridge: that is the
+# endpoint of the "kubernetes" Service (endpoints may not be loopback), which
+# kube-proxy gives pods at kubernetes.default.svc. It listens on every address
+# so that it is there on the bridge, and a firewall rule (below) keeps its
+# port to loopback and the bridge. Webhooks and aggregated APIs are reached
+# through their Services' ClusterIPs (kube-proxy), as on any cluster.
+# Node loss: DefaultTolerationSeconds gives pods 20 s (instead of 300 s) on a
+# NotReady or unreachable node; see the controller-manager below.
+start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
+  --bind-address=0.0.0.0 --secure-port="$APISERVER_PORT" --advertise-address="$POD_GATEWAY" \
+  --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+  --tls-cert-file="$PKI/kube-apiserver.crt" --tls-private-key-file="$PKI/kube-apiserver.key" \
+  --client-ca-file="$PKI/ca.crt" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=Hostname \
+  --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --authorization-mode=Node,RBAC \
+  --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,Priority,RuntimeClass,PodSecurity,NodeRestriction,MutatingAdmissionWebhook,ValidatingAdmissionPolicy,ValidatingAdmissionWebhook,ResourceQuota \
+  --requestheader-client-ca-file="$PKI/front-proxy-ca.crt" --requestheader-allowed-names=front-proxy-client \
+  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+  --requestheader-extra-headers-prefix=X-Remote-Extra- \
+  --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
+  --default-not-ready-toleration-seconds=20 --default-unreachable-toleration-seconds=20 \
+  --allow-privileged=true --profiling=false --v=1
+wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
+mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
+
+# Node loss (tests that stop the kubelet for good): the node is marked
+# NotReady/unreachable 20 s after its last heartbeat (default 50 s), so with
+# the 20 s default tolerations above its pods are evicted within a minute.
+# The kubelet renews its lease every 2 s (nodeLeaseDurationSeconds below), so
+# a loaded 2-core machine has ten chances before the grace period runs out.
+start kube-controller-manager "$TOOLS_BIN_DIR/kube-controller-manager" \
+  --kubeconfig="$S/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$S/controller-manager.kubeconfig" --authorization-kubeconfig="$S/controller-manager.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port=10257 --leader-elect=false \
+  --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --node-monitor-grace-period=20s --node-monitor-period=2s \
+  --controllers='*' --profiling=false --v=1
+start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
+  --kubeconfig="$S/scheduler.kubeconfig" \
+  --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \
+  --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1
+
+# Node loss needs a second node: the node lifecycle controller evicts nothing
+# while every node is NotReady at once (it takes that for a control-plane
+# outage), so without it losing the one real node would evict no pod. The
+# witness (tools/cluster/cmd/witness-node) is a Node that stays Ready, with no
+# room and a NoSchedule taint: no pod ever runs there.
+start witness-node "$TOOLS_BIN_DIR/witness-node" --kubeconfig="$ADMIN_KUBECONFIG" --name=witness
+
+# The cluster add-ons (addons/*.yaml): their pods start once the node is up.
+log "applying the cluster add-ons (CoreDNS, local-path-provisioner)"
+for addon in "$TESTENV_DIR"/addons/*.yaml; do
+  sed -e "s|@COREDNS_IMAGE@|$COREDNS_IMAGE|; s|@LOCAL_PATH_IMAGE@|$LOCAL_PATH_IMAGE|" \
+    -e "s|@BUSYBOX_IMAGE@|$TESTENV_BUSYBOX_IMAGE|; s|@LOCAL_PATH_DIR@|$S/local-path|" \
+    -e "s|@CLUSTER_DNS@|$CLUSTER_DNS|; s|@CLUSTER_DOMAIN@|$CLUSTER_DOMAIN|" -e '/^#/d' "$addon"
+  echo ---
+done >"$S/addons.yaml"
+if grep -n '@[A-Z_]*@' "$S/addons.yaml" >&2; then die "unfilled placeholders in addons/ (above)"; fi
+kubectl_admin apply -f "$S/addons.yaml" >"$LOGS/addons.log" 2>&1 ||
+  { cat "$LOGS/addons.log" >&2; die "applying the add-ons failed"; }
+
+# ---------------------------------------------------------------- the node
 # containerd's CRI plugin with runc and the cgroupfs driver (no systemd runs
 # here). All of its state, including network namespace mounts and runc's
 # state, lives under $S so down.sh can remove it. The CRI plugin adds the
@@ -317,7 +384,7 @@ bash "$REPO_ROOT/hack/images/test-images.sh" "$CONTAINERD_SOCKET" "$S/images" >"
 # kernel.panic, kernel.panic_on_oops); down.sh puts the previous values back.
 for key in vm/overcommit_memory kernel/panic kernel/panic_on_oops; do
   echo "$key $(cat "/proc/sys/$key")"
-done >"$RUN/sysctl.orig"
+done >>"$RUN/sysctl.orig"
 
 # Why each non-default setting:
 # - failCgroupV1: false: this host has cgroup v1 only; v1.34 still supports it
@@ -331,6 +398,11 @@ done >"$RUN/sysctl.orig"
 #   than a node's; eviction or GC of the locally imported images (there is no
 #   registry to pull them back from) would break the tests.
 # - root dir, pod logs and volume plugins under $S, so down.sh removes them.
+# - clusterDNS: the kube-dns Service (addons/coredns.yaml), as kubeadm sets it.
+# - nodeLeaseDurationSeconds 8 (lease renewed every 2 s) and
+#   nodeStatusUpdateFrequency 5s: the controller-manager declares the node
+#   lost after 20 s without a heartbeat (see there), so the heartbeat comes
+#   often enough that a loaded machine never misses the grace period.
 cat >"$S/kubelet/config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -354,7 +426,10 @@ containerRuntimeEndpoint: unix://$CONTAINERD_SOCKET
 cgroupDriver: cgroupfs
 failCgroupV1: false
 failSwapOn: false
-clusterDomain: cluster.local
+clusterDNS: [$CLUSTER_DNS]
+clusterDomain: $CLUSTER_DOMAIN
+nodeLeaseDurationSeconds: 8
+nodeStatusUpdateFrequency: 5s
 podLogsDir: $S/pod-logs
 volumePluginDir: $S/kubelet/volume-plugins
 evictionHard:
@@ -366,22 +441,65 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
-start kubelet "$K8S_BIN_DIR/kubelet" --config="$S/kubelet/config.yaml" --kubeconfig="$S/kubelet.kubeconfig" \
+start kubelet "$TOOLS_BIN_DIR/kubelet" --config="$S/kubelet/config.yaml" --kubeconfig="$S/kubelet.kubeconfig" \
   --root-dir="$S/kubelet" --hostname-override="$NODE_NAME" --node-ip="$POD_GATEWAY" --v=1
+
+# kube-proxy in iptables mode. ClusterCIDR: traffic to a Service from outside
+# the pod range (the host) is masqueraded. It leaves the host's conntrack
+# sysctls alone (conntrack: 0) and serves NodePorts only on the bridge.
+cat >"$S/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $S/kube-proxy.kubeconfig
+mode: iptables
+clusterCIDR: $POD_SUBNET
+hostnameOverride: $NODE_NAME
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: [$POD_GATEWAY/32]
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+EOF
+start kube-proxy "$TOOLS_BIN_DIR/kube-proxy" --config="$S/kube-proxy.yaml" --v=1
+
+# Four fake nvidia.com/gpu devices (tools/cluster/cmd/fake-gpu-plugin). The
+# kubelet's device-plugin socket is always /var/lib/kubelet/device-plugins,
+# whatever its root dir.
+start fake-gpu-plugin "$TOOLS_BIN_DIR/fake-gpu-plugin" -plugin-dir /var/lib/kubelet/device-plugins -count 4
 
 node_ready() {
   [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
 }
+node_has_gpus() {
+  [[ "$(kubectl_admin get node "$NODE_NAME" -o 'jsonpath={.status.allocatable.nvidia\.com/gpu}')" == 4 ]]
+}
+deployment_available() { # NAMESPACE NAME
+  [[ "$(kubectl_admin -n "$1" get deployment "$2" -o 'jsonpath={.status.availableReplicas}')" == 1 ]]
+}
+kube_proxy_synced() {
+  curl -fsS "http://127.0.0.1:10256/healthz"
+}
 wait_for "node $NODE_NAME to be Ready" 180 kubelet node_ready
+wait_for "kube-proxy to program the Services" 60 kube-proxy kube_proxy_synced
+wait_for "the fake GPUs on node $NODE_NAME" 60 fake-gpu-plugin node_has_gpus
+wait_for "CoreDNS" 120 kubelet deployment_available kube-system coredns
+wait_for "local-path-provisioner" 120 kubelet deployment_available local-path-storage local-path-provisioner
 wait_for "the default ServiceAccount" 120 kube-controller-manager kubectl_admin -n default get serviceaccount default
 
-# For a shell: `source $S/env` puts kubectl (v1.34), helm and etcd on PATH,
+# For a shell: `source $S/env` puts kubectl (v1.34), helm, etcd and the other
+# tools on PATH,
 # points KUBECONFIG (and the Rust test support) at this cluster and names the
 # containerd socket to import images into (hack/images/oci-image.py --import).
 cat >"$S/env" <<EOF
 export KUBECONFIG=$ADMIN_KUBECONFIG
 export ERRAND_KUBECONFIG=$ADMIN_KUBECONFIG
-export PATH=$K8S_BIN_DIR:$HELM_BIN_DIR:$ETCD_BIN_DIR:\$PATH
+export PATH=$TOOLS_BIN_DIR:$ETCD_BIN_DIR:\$PATH
 export ERRAND_TESTENV_CONTAINERD_SOCKET=$CONTAINERD_SOCKET
 EOF
 

@@ -126,7 +126,7 @@ impl schemars::JsonSchema for AgentConfig {
                 "config_format": {
                     "type": "string",
                     "description": "Format of this document: `agents-spec-v1`, or `nemo-agents-spec-v1` (accepted as it is).",
-                    "enum": crate::resolve::ACCEPTED_CONFIG_FORMATS,
+                    "enum": super::contract::ACCEPTED_CONFIG_FORMATS,
                 },
                 "name": text("Name of the agent."),
                 "description": text("What the agent does."),

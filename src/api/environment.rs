@@ -9,6 +9,8 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::contract;
+
 /// The only resource names an environment may request.
 pub const ALLOWED_COMPUTE_KEYS: [&str; 3] = ["cpu", "memory", "nvidia.com/gpu"];
 
@@ -75,19 +77,19 @@ pub struct EnvironmentOverlay {
 /// The CEL rule that keeps the runner's own environment variables out of an overlay, so the
 /// API server refuses them even when the webhook is not running.
 fn reserved_env_rule() -> Rule {
-    let names = crate::resolve::RESERVED_ENV_NAMES
+    let names = contract::RESERVED_ENV_NAMES
         .iter()
         .map(|n| format!("'{n}'"))
         .collect::<Vec<_>>()
         .join(", ");
-    let prefix = crate::resolve::RESERVED_ENV_PREFIX;
+    let prefix = contract::RESERVED_ENV_PREFIX;
     Rule::new(format!(
         "self.all(k, !k.startsWith('{prefix}') && !(k in [{names}]))"
     ))
     .message(
         format!(
             "{prefix}* and {} are reserved for errand's runner",
-            crate::resolve::RESERVED_ENV_NAMES.join(", ")
+            contract::RESERVED_ENV_NAMES.join(", ")
         )
         .as_str(),
     )

@@ -4,6 +4,7 @@
 
 mod agent;
 mod common;
+pub mod contract;
 pub mod crds;
 mod environment;
 mod execution;

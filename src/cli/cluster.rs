@@ -14,9 +14,8 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
+use crate::api::contract::{AGENT_CONTAINER, ConditionType, EXECUTION_UID_LABEL, Reason};
 use crate::api::{AgentExecution, Phase, SnapshotRef};
-use crate::controller::build::AGENT_CONTAINER;
-use crate::controller::names::EXECUTION_UID_LABEL;
 use crate::local::{ExecutionRecord, generate_name};
 use crate::store::Store;
 use crate::store::keys::ExecutionId;
@@ -158,7 +157,7 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
     let failed = status
         .conditions
         .iter()
-        .find(|c| c.type_ == "Failed" && c.status == "True");
+        .find(|c| c.type_ == ConditionType::Failed.as_str() && c.status == "True");
     ExecutionRecord {
         schema_version: crate::local::RECORD_SCHEMA_VERSION,
         name: execution.metadata.name.clone().unwrap_or_default(),
@@ -166,13 +165,13 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         uid: execution.metadata.uid.clone().unwrap_or_default(),
         agent: status.agent.clone().unwrap_or_default(),
         phase: status.phase.unwrap_or(Phase::Pending),
-        reason: failed
-            .map(|c| c.reason.clone())
-            .or_else(|| (status.phase == Some(Phase::Cancelled)).then(|| "Cancelled".into())),
+        reason: failed.map(|c| c.reason.clone()).or_else(|| {
+            (status.phase == Some(Phase::Cancelled)).then(|| Reason::Cancelled.as_str().into())
+        }),
         message: status.message.clone(),
         response: None,
         exit_code: status.exit_code,
-        timed_out: failed.is_some_and(|c| c.reason == "DeadlineExceeded"),
+        timed_out: failed.is_some_and(|c| c.reason == Reason::DeadlineExceeded.as_str()),
         created_at: execution
             .metadata
             .creation_timestamp
@@ -353,17 +352,17 @@ pub async fn results_list(target: &Target, name: &str, output: OutputArgs) -> Re
     Ok(())
 }
 
-/// `errand results download RESULT --job NAME -o FILE`, read from the operator's store.
+/// `errand results download RESULT --execution NAME -o FILE`, read from the operator's store.
 pub async fn results_download(
     target: &Target,
     result: &str,
-    job: &str,
+    name: &str,
     file: Option<std::path::PathBuf>,
     format: Format,
 ) -> Result<(), CliError> {
     let cluster = Cluster::connect(target).await?;
     let result_name = parse_result_name(result)?;
-    let execution = cluster.find(job).await?;
+    let execution = cluster.find(name).await?;
     let id = ExecutionId {
         namespace: cluster.namespace.clone(),
         name: execution.metadata.name.clone().unwrap_or_default(),

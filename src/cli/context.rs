@@ -17,8 +17,10 @@ pub struct Target {
     /// Namespace (workspace) to work in. It has no short form: `-n` is `tail`'s line count.
     #[arg(long, env = "ERRAND_NAMESPACE", global = true)]
     pub namespace: Option<String>,
-    /// Object store URL for filesets and results (`file://`, `s3://`, `gs://`, `az://`);
-    /// defaults to `file://$XDG_DATA_HOME/errand/store`.
+    /// Object store URL for filesets and results (`file://`, `s3://`, `gs://`, `az://`).
+    /// Locally it defaults to `store/` in the data directory (`$ERRAND_HOME`, else
+    /// `$XDG_DATA_HOME/errand`, else `~/.local/share/errand`); against a cluster, results are
+    /// read from the store the operator configured, which must be given.
     #[arg(long, env = "ERRAND_STORE", global = true)]
     pub store: Option<String>,
     /// Use the local backend (runs on this machine, no cluster). Without it, errand uses the

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::controller::config::ControllerConfig;
-use crate::controller::leader::LeaseSettings;
-use crate::controller::{ControllerOptions, run};
+use crate::runner::signals::stop_signal;
+use crate::serve::leader::LeaseSettings;
+use crate::serve::{ServeOptions, run};
 use crate::store::Store;
 use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::{Certificates, SelfSigned, WebhookOptions};
@@ -147,7 +148,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         presigned = signing.serve_blobs.is_none(),
         "signing the pods' store URLs"
     );
-    let options = ControllerOptions {
+    let options = ServeOptions {
         config,
         namespace: args.watch_namespace,
         results,
@@ -166,7 +167,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         }),
         instance: identity,
     };
-    run(client, options, shutdown_signal())
+    run(client, options, stop_signal())
         .await
         .map_err(|e| CliError::new("controller_stopped", e.to_string()))
 }
@@ -218,20 +219,6 @@ fn init_json_logs() {
         .with_env_filter(filter)
         .with_current_span(false)
         .try_init();
-}
-
-async fn shutdown_signal() {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = async {
-            match terminate.as_mut() {
-                Some(signal) => { signal.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
 }
 
 #[cfg(test)]

@@ -2,15 +2,14 @@
 
 use std::path::{Path, PathBuf};
 
-use tokio_util::sync::CancellationToken;
-
 use super::context::{Local, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
 use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
-    Manifest, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
+    ManifestObject, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
 };
+use crate::runner::signals::cancel_on_stop_signal;
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
 #[derive(Debug, clap::Args)]
@@ -68,7 +67,9 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
             .map_err(|e| CliError::new("invalid_manifest", e))?
             .pop()
         {
-            Some(Manifest::Execution(execution)) => Ok((execution.spec, execution.metadata.name)),
+            Some(ManifestObject::Execution(execution)) => {
+                Ok((execution.spec, execution.metadata.name))
+            }
             _ => Err(CliError::new(
                 "invalid_manifest",
                 format!("{source}: expected an AgentExecution"),
@@ -105,7 +106,7 @@ fn manifest_file_object<T>(
     value: &str,
     flag: &str,
     what: &str,
-    pick: impl FnOnce(Manifest) -> Option<T>,
+    pick: impl FnOnce(ManifestObject) -> Option<T>,
 ) -> Result<Option<T>, CliError> {
     if !is_manifest_file(value) {
         return Ok(None);
@@ -146,7 +147,7 @@ async fn apply_flags(
 ) -> Result<(), CliError> {
     if let Some(agent) = &args.agent {
         let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
-            Manifest::Agent(agent) => Some(agent.spec),
+            ManifestObject::Agent(agent) => Some(agent.spec),
             _ => None,
         })?;
         spec.agent_ref = inline.is_none().then(|| Reference::named(agent.as_str()));
@@ -158,7 +159,7 @@ async fn apply_flags(
             "--environment",
             "an AgentEnvironment",
             |m| match m {
-                Manifest::Environment(environment) => Some(environment.spec),
+                ManifestObject::Environment(environment) => Some(environment.spec),
                 _ => None,
             },
         )?;
@@ -231,7 +232,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         });
         return Ok(());
     }
-    let cancel = cancel_on_signals();
+    let cancel = cancel_on_stop_signal();
     // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
     let passthrough = format == Format::Human;
     let record = run_prepared(
@@ -244,23 +245,4 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
     .await
     .map_err(supervise_error)?;
     record_outcome(format, &record, || print_record(&record))
-}
-
-/// A token cancelled by Ctrl-C or SIGTERM, so that a stopped run still saves its results.
-pub fn cancel_on_signals() -> CancellationToken {
-    let token = CancellationToken::new();
-    let trigger = token.clone();
-    tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        trigger.cancel();
-    });
-    token
 }

@@ -5,9 +5,9 @@ mod cluster;
 mod context;
 mod controller;
 mod execute;
+mod local;
 mod output;
 mod pod;
-mod records;
 mod show;
 
 use std::path::PathBuf;
@@ -149,9 +149,9 @@ pub enum ResultsAction {
     Download {
         /// `input_workdir`, `output_workdir`, `output_artifacts`, `run_result`, `run_error` or `manifest.json`.
         result: String,
-        /// Execution name or unambiguous prefix.
-        #[arg(long)]
-        job: String,
+        /// Execution name or unambiguous prefix (`--job` is the same option).
+        #[arg(long, visible_alias = "job")]
+        execution: String,
         /// File to write; defaults to the result's name in the current directory.
         #[arg(short = 'o', long = "out")]
         file: Option<PathBuf>,
@@ -250,21 +250,21 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
-    let local = target.is_local();
+    let is_local = target.is_local();
     match command {
-        Command::Execute(args) if local => execute::execute_local(target, &args).await,
+        Command::Execute(args) if is_local => execute::execute_local(target, &args).await,
         Command::Execute(args) => cluster::execute(target, &args).await,
         Command::Controller(args) => controller::controller(*args).await,
-        Command::Watch { name, output } if local => records::watch(target, &name, output).await,
+        Command::Watch { name, output } if is_local => local::watch(target, &name, output).await,
         Command::Watch { name, output } => cluster::watch(target, &name, output).await,
-        Command::Status { name, output } if local => records::status(target, &name, output),
+        Command::Status { name, output } if is_local => local::status(target, &name, output),
         Command::Status { name, output } => cluster::status(target, &name, output).await,
         Command::Tail {
             name,
             lines,
             stderr,
             output,
-        } if local => records::tail(target, &name, lines, stderr, output),
+        } if is_local => local::tail(target, &name, lines, stderr, output),
         // A container's log interleaves its stdout and stderr.
         Command::Tail {
             name,
@@ -274,7 +274,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         } => cluster::tail(target, &name, lines, output).await,
         Command::Results {
             action: ResultsAction::List { name, output },
-        } if local => records::results_list(target, &name, output),
+        } if is_local => local::results_list(target, &name, output),
         Command::Results {
             action: ResultsAction::List { name, output },
         } => cluster::results_list(target, &name, output).await,
@@ -282,25 +282,25 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             action:
                 ResultsAction::Download {
                     result,
-                    job,
+                    execution,
                     file,
                     format,
                 },
-        } if local => records::results_download(target, &result, &job, file, format).await,
+        } if is_local => local::results_download(target, &result, &execution, file, format).await,
         Command::Results {
             action:
                 ResultsAction::Download {
                     result,
-                    job,
+                    execution,
                     file,
                     format,
                 },
-        } => cluster::results_download(target, &result, &job, file, format).await,
-        Command::Cancel { name, output } if local => records::cancel(target, &name, output).await,
+        } => cluster::results_download(target, &result, &execution, file, format).await,
+        Command::Cancel { name, output } if is_local => local::cancel(target, &name, output).await,
         Command::Cancel { name, output } => cluster::cancel(target, &name, output).await,
-        Command::Delete { name, output } if local => records::delete(target, &name, output).await,
+        Command::Delete { name, output } if is_local => local::delete(target, &name, output).await,
         Command::Delete { name, output } => cluster::delete(target, &name, output).await,
-        Command::List { output } if local => records::list(target, output),
+        Command::List { output } if is_local => local::list(target, output),
         Command::List { output } => cluster::list(target, output).await,
         Command::Apply { files, output } => catalog::apply(target, &files, output),
         Command::Agents { action, output } => {
@@ -319,7 +319,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             action: FilesetsAction::Delete { name, output },
         } => catalog::delete_fileset(target, &name, output),
         Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
-        Command::Supervise { name } => records::supervise(target, &name).await,
+        Command::Supervise { name } => local::supervise(target, &name).await,
         Command::Stage(_) | Command::RunAgent(_) => {
             unreachable!("run() handles the pod commands before dispatching")
         }
@@ -351,5 +351,27 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_download_names_its_execution_with_execution_or_the_older_job() {
+        for flag in ["--execution", "--job"] {
+            let cli = <super::Cli as clap::Parser>::try_parse_from([
+                "errand",
+                "results",
+                "download",
+                "run_result",
+                flag,
+                "calc-1",
+            ])
+            .unwrap();
+            let super::Command::Results {
+                action: super::ResultsAction::Download { execution, .. },
+            } = cli.command
+            else {
+                panic!("{flag}: not a download: {:?}", cli.command);
+            };
+            assert_eq!(execution, "calc-1", "{flag}");
+        }
     }
 }

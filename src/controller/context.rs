@@ -12,11 +12,11 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
-use super::catalog::ClusterCatalog;
 use super::config::ControllerConfig;
 use super::error::Error;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
+use crate::cluster::catalog::ClusterCatalog;
 use crate::store::grants::UrlSigner;
 
 /// Longest wait between retries of a failing execution.
@@ -118,11 +118,12 @@ impl Context {
             .lock()
             .expect("no panics while holding the lock")
             .remove(uid);
-        self.succeeded(uid);
+        self.reset_backoff(uid);
     }
 
-    /// Resets the backoff of an execution whose reconcile succeeded.
-    pub fn succeeded(&self, uid: &str) {
+    /// Forgets the failures of an execution (its reconcile succeeded, or it is gone), so its
+    /// next failure is retried after the shortest wait again.
+    pub fn reset_backoff(&self, uid: &str) {
         self.failures
             .lock()
             .expect("no panics while holding the lock")

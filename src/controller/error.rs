@@ -1,6 +1,7 @@
 //! Everything a reconcile can fail with; each error has a stable metric label.
 
 use super::build::BuildError;
+use crate::cluster::ApiError;
 use crate::store::StoreError;
 use crate::store::grants::GrantError;
 use crate::store::keys::KeyError;
@@ -70,6 +71,15 @@ impl Error {
             Error::TimedOut(_) => "timeout",
             Error::CacheStopped(_) => "cache_stopped",
             Error::ForeignChild { .. } => "foreign_child",
+        }
+    }
+}
+
+impl From<ApiError> for Error {
+    fn from(error: ApiError) -> Self {
+        Error::Kube {
+            action: error.action,
+            source: error.source,
         }
     }
 }

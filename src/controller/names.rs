@@ -1,25 +1,12 @@
-//! Deterministic names and labels of an execution's children, so a restarted controller finds what it created.
+//! Deterministic names and label values of an execution's children, so a restarted controller finds what it created.
 
 use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-/// Label on every object the controller creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "errand";
-/// Label with the execution's name (shortened with a hash when it does not fit a label value).
-pub const EXECUTION_LABEL: &str = "errand.dev/execution";
-/// Label with the execution's uid; selects the pods of exactly one execution.
-pub const EXECUTION_UID_LABEL: &str = "errand.dev/execution-uid";
-/// Label with the agent's name (shortened with a hash when it does not fit a label value).
-pub const AGENT_LABEL: &str = "errand.dev/agent";
-/// Kueue's queue label: a Job carrying it is admitted by Kueue.
-pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
-/// Annotation with the execution's full name; pods map back to their execution through it.
-pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
-/// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
-pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+use crate::api::contract::{
+    AGENT_LABEL, EXECUTION_LABEL, EXECUTION_UID_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
+};
 
 /// Longest name of a Job: its name becomes a label value on its pods.
 const MAX_CHILD_NAME: usize = 63;

@@ -20,8 +20,7 @@ use tracing::{info, warn};
 use super::config::RESULTS_FINALIZER;
 use super::context::Context;
 use super::error::{Error, Result};
-use super::names;
-use crate::api::AgentExecution;
+use crate::api::{AgentExecution, contract};
 use crate::store::keys::{self, ExecutionId};
 
 /// How often to look again while the execution's pod is still stopping.
@@ -73,9 +72,12 @@ fn execution_of(config_map: &PartialObjectMeta<ConfigMap>) -> Option<ExecutionId
         namespace: config_map.namespace()?,
         name: config_map
             .annotations()
-            .get(names::EXECUTION_NAME_ANNOTATION)?
+            .get(contract::EXECUTION_NAME_ANNOTATION)?
             .clone(),
-        uid: config_map.labels().get(names::EXECUTION_UID_LABEL)?.clone(),
+        uid: config_map
+            .labels()
+            .get(contract::EXECUTION_UID_LABEL)?
+            .clone(),
     })
 }
 
@@ -108,7 +110,7 @@ async fn clean_up(
             .map_err(Error::kube(format!("reading execution {}", id.name)))?,
         None => None,
     };
-    let uid = config_map.labels().get(names::EXECUTION_UID_LABEL);
+    let uid = config_map.labels().get(contract::EXECUTION_UID_LABEL);
     let pod_running = uid.is_some_and(|uid| pod_running(&ctx, &namespace, uid));
     match step(&config_map, execution.as_ref(), pod_running) {
         Step::Nothing => return Ok(Action::await_change()),
@@ -128,7 +130,7 @@ async fn clean_up(
         }
     }
     release(&config_map, &ctx).await?;
-    ctx.succeeded(&config_map.uid().unwrap_or_default());
+    ctx.reset_backoff(&config_map.uid().unwrap_or_default());
     Ok(Action::await_change())
 }
 
@@ -138,7 +140,7 @@ fn pod_running(ctx: &Context, namespace: &str, uid: &str) -> bool {
         pod.namespace().as_deref() == Some(namespace)
             && pod
                 .labels()
-                .get(names::EXECUTION_UID_LABEL)
+                .get(contract::EXECUTION_UID_LABEL)
                 .map(String::as_str)
                 == Some(uid)
             && !matches!(
@@ -194,8 +196,8 @@ pub fn error_policy(
 mod tests {
     use std::collections::BTreeMap;
 
+    use jiff::Timestamp;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
 
     use super::*;
@@ -208,11 +210,11 @@ mod tests {
                 name: Some("errand-calc-snapshot".into()),
                 namespace: Some(NS.into()),
                 labels: Some(BTreeMap::from([(
-                    names::EXECUTION_UID_LABEL.to_owned(),
+                    contract::EXECUTION_UID_LABEL.to_owned(),
                     UID.to_owned(),
                 )])),
                 annotations: Some(BTreeMap::from([(
-                    names::EXECUTION_NAME_ANNOTATION.to_owned(),
+                    contract::EXECUTION_NAME_ANNOTATION.to_owned(),
                     "calc".to_owned(),
                 )])),
                 finalizers: finalizer.then(|| vec![RESULTS_FINALIZER.to_owned()]),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::manifest::Manifest;
+use super::manifest::ManifestObject;
 use super::paths::DataDir;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentSpec, Fileset, FilesetStatus,
@@ -96,29 +96,29 @@ impl LocalCatalog {
     /// its own. Returns its kind, namespace and name.
     pub fn apply(
         &self,
-        manifest: &Manifest,
+        manifest: &ManifestObject,
         default_namespace: &str,
     ) -> Result<(ObjectKind, String, String), String> {
         let (kind, metadata_name, namespace) = match manifest {
-            Manifest::Agent(o) => (
+            ManifestObject::Agent(o) => (
                 ObjectKind::Agent,
                 o.metadata.name.clone(),
                 o.metadata.namespace.clone(),
             ),
-            Manifest::Environment(o) => (
+            ManifestObject::Environment(o) => (
                 ObjectKind::Environment,
                 o.metadata.name.clone(),
                 o.metadata.namespace.clone(),
             ),
-            Manifest::Fileset(o) => (
+            ManifestObject::Fileset(o) => (
                 ObjectKind::Fileset,
                 o.metadata.name.clone(),
                 o.metadata.namespace.clone(),
             ),
-            Manifest::Secret {
+            ManifestObject::Secret {
                 name, namespace, ..
             } => (ObjectKind::Secret, Some(name.clone()), namespace.clone()),
-            Manifest::Execution(_) => {
+            ManifestObject::Execution(_) => {
                 return Err(
                     "an AgentExecution is run with `errand execute --spec-file`, not applied"
                         .into(),
@@ -131,7 +131,7 @@ impl LocalCatalog {
         let namespace = namespace.unwrap_or_else(|| default_namespace.to_owned());
         object_name(&namespace).map_err(|e| format!("{} metadata.namespace: {e}", kind.kind()))?;
         match manifest {
-            Manifest::Agent(agent) => {
+            ManifestObject::Agent(agent) => {
                 if self
                     .agent(&namespace, &name)
                     .is_some_and(|spec| spec != agent.spec)
@@ -142,16 +142,16 @@ impl LocalCatalog {
                 }
                 self.write(&namespace, kind, &name, &agent.spec)?;
             }
-            Manifest::Environment(environment) => {
+            ManifestObject::Environment(environment) => {
                 self.write(&namespace, kind, &name, &environment.spec)?
             }
-            Manifest::Fileset(_) => {
+            ManifestObject::Fileset(_) => {
                 // A Fileset's content comes from `filesets push`; applying it keeps what was pushed.
                 let status = self.fileset(&namespace, &name).unwrap_or_default();
                 self.write(&namespace, kind, &name, &status)?;
             }
-            Manifest::Secret { data, .. } => self.write(&namespace, kind, &name, data)?,
-            Manifest::Execution(_) => unreachable!("rejected above"),
+            ManifestObject::Secret { data, .. } => self.write(&namespace, kind, &name, data)?,
+            ManifestObject::Execution(_) => unreachable!("rejected above"),
         }
         Ok((kind, namespace, name))
     }

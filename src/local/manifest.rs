@@ -6,9 +6,9 @@ use serde::Deserialize;
 
 use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
 
-/// One object from a manifest file.
+/// One Kubernetes object from a manifest file.
 #[derive(Clone, Debug)]
-pub enum Manifest {
+pub enum ManifestObject {
     /// An `errand.dev/v1alpha1` Agent.
     Agent(Box<Agent>),
     /// An `errand.dev/v1alpha1` AgentEnvironment.
@@ -36,7 +36,7 @@ struct TypeMeta {
 }
 
 /// Parses every document of a YAML (or JSON) manifest stream; `source` names it in errors.
-pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<Manifest>, String> {
+pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, String> {
     let documents: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
     documents
@@ -49,23 +49,23 @@ pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<Manifest>, String
         .collect()
 }
 
-fn parse_one(doc: serde_json::Value) -> Result<Manifest, String> {
+fn parse_one(doc: serde_json::Value) -> Result<ManifestObject, String> {
     let meta: TypeMeta = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
     let api_version = meta.api_version.unwrap_or_default();
     let kind = meta.kind.unwrap_or_default();
     let typed = |e: serde_json::Error| format!("{kind}: {e}");
     match (api_version.as_str(), kind.as_str()) {
         ("errand.dev/v1alpha1", "Agent") => serde_json::from_value(doc)
-            .map(|o| Manifest::Agent(Box::new(o)))
+            .map(|o| ManifestObject::Agent(Box::new(o)))
             .map_err(typed),
         ("errand.dev/v1alpha1", "AgentEnvironment") => serde_json::from_value(doc)
-            .map(|o| Manifest::Environment(Box::new(o)))
+            .map(|o| ManifestObject::Environment(Box::new(o)))
             .map_err(typed),
         ("errand.dev/v1alpha1", "Fileset") => serde_json::from_value(doc)
-            .map(|o| Manifest::Fileset(Box::new(o)))
+            .map(|o| ManifestObject::Fileset(Box::new(o)))
             .map_err(typed),
         ("errand.dev/v1alpha1", "AgentExecution") => serde_json::from_value(doc)
-            .map(|o| Manifest::Execution(Box::new(o)))
+            .map(|o| ManifestObject::Execution(Box::new(o)))
             .map_err(typed),
         ("v1", "Secret") => parse_secret(doc),
         _ => Err(format!(
@@ -74,7 +74,7 @@ fn parse_one(doc: serde_json::Value) -> Result<Manifest, String> {
     }
 }
 
-fn parse_secret(doc: serde_json::Value) -> Result<Manifest, String> {
+fn parse_secret(doc: serde_json::Value) -> Result<ManifestObject, String> {
     let secret: k8s_openapi::api::core::v1::Secret =
         serde_json::from_value(doc).map_err(|e| format!("Secret: {e}"))?;
     let name = secret
@@ -88,7 +88,7 @@ fn parse_secret(doc: serde_json::Value) -> Result<Manifest, String> {
         data.insert(key, value);
     }
     data.extend(secret.string_data.unwrap_or_default());
-    Ok(Manifest::Secret {
+    Ok(ManifestObject::Secret {
         name,
         namespace: secret.metadata.namespace,
         data,
@@ -105,10 +105,10 @@ mod tests {
                     apiVersion: errand.dev/v1alpha1\nkind: Fileset\nmetadata: {name: repo}\nspec: {}\n";
         let parsed = parse_manifests(text, "m.yaml").unwrap();
         assert!(
-            matches!(&parsed[0], Manifest::Secret { name, data, .. } if name == "keys" && data["openai"] == "sk-1")
+            matches!(&parsed[0], ManifestObject::Secret { name, data, .. } if name == "keys" && data["openai"] == "sk-1")
         );
         assert!(
-            matches!(&parsed[1], Manifest::Fileset(f) if f.metadata.name.as_deref() == Some("repo"))
+            matches!(&parsed[1], ManifestObject::Fileset(f) if f.metadata.name.as_deref() == Some("repo"))
         );
     }
 

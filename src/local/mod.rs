@@ -10,7 +10,7 @@ mod record;
 mod supervise;
 
 pub use catalog::{LocalCatalog, ObjectKind};
-pub use manifest::{Manifest, parse_manifests};
+pub use manifest::{ManifestObject, parse_manifests};
 pub use paths::DataDir;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

@@ -9,11 +9,12 @@ use tokio_util::sync::CancellationToken;
 use super::catalog::{LocalCatalog, write_atomic};
 use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
-use crate::api::{AgentExecutionSpec, Phase, ResultEntry};
+use crate::api::contract::Reason;
+use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StoreResults};
+use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
 use crate::store::keys::ExecutionId;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreResults};
 
 /// Time between SIGTERM and SIGKILL when a local run is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);
@@ -182,7 +183,7 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
         RunState::Succeeded => (Phase::Succeeded, None, None),
         RunState::Failed => (
             Phase::Failed,
-            Some("AgentFailed"),
+            Some(Reason::AgentFailed),
             Some(with_tail(format!(
                 "agent exited with code {}",
                 summary.exit_code.unwrap_or(-1)
@@ -190,36 +191,44 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
         ),
         RunState::TimedOut => (
             Phase::Failed,
-            Some("DeadlineExceeded"),
+            Some(Reason::DeadlineExceeded),
             Some(with_tail(format!(
                 "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
             ))),
         ),
         RunState::Cancelled => (
             Phase::Cancelled,
-            Some("Cancelled"),
+            Some(Reason::Cancelled),
             Some("cancelled on request".to_owned()),
         ),
-        RunState::StartFailed => (Phase::Failed, Some("AgentFailed"), summary.error.clone()),
-        RunState::StageFailed => (Phase::Failed, Some("StageFailed"), summary.error.clone()),
+        RunState::StartFailed => (
+            Phase::Failed,
+            Some(Reason::AgentFailed),
+            summary.error.clone(),
+        ),
+        RunState::StageFailed => (
+            Phase::Failed,
+            Some(Reason::StageFailed),
+            summary.error.clone(),
+        ),
     };
     let (phase, reason, message) = match &summary.results_error {
         Some(error) if phase == Phase::Succeeded => (
             Phase::Failed,
-            Some("ResultsUploadFailed"),
+            Some(Reason::ResultsUploadFailed),
             Some(format!("saving results: {error}")),
         ),
         _ => (phase, reason, message),
     };
     record.phase = phase;
-    record.reason = reason.map(str::to_owned);
+    record.reason = reason.map(|r| r.as_str().to_owned());
     record.message = message;
     record.response = summary.response.clone();
     record.exit_code = summary.exit_code;
     record.timed_out = summary.timed_out;
     record.started_at = summary.started_at.or(record.started_at);
     record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
-    record.results = summary.results.iter().map(ResultEntry::from).collect();
+    record.results = summary.results.clone();
 }
 
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and

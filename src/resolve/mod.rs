@@ -3,6 +3,7 @@
 //! Nothing here does I/O: lookups go through a [`Catalog`], so the controller, the webhook and
 //! the local backend share exactly the same rules.
 
+mod budget;
 mod catalog;
 mod merge;
 mod problems;
@@ -14,15 +15,17 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference, Workdir};
 
+pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
 pub use refs::StringRef;
 pub use rules::{
-    ACCEPTED_CONFIG_FORMATS, KNOWN_EXTENSION_KINDS, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX,
-    SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name, relative_path,
+    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
+    relative_path,
 };
 pub use snapshot::{
     FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,

@@ -1,11 +1,9 @@
 //! The single-value rules of admission: names, paths, mount sets, environment variable names, compute, formats.
 
+use crate::api::contract::{RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX};
 use crate::api::{ALLOWED_COMPUTE_KEYS, Compute};
 
 use super::problems::Problem;
-
-/// Agent config formats errand accepts.
-pub const ACCEPTED_CONFIG_FORMATS: [&str; 2] = ["agents-spec-v1", "nemo-agents-spec-v1"];
 
 /// Model providers errand can wire up, checked on the config after the environment is merged.
 pub const SUPPORTED_PROVIDERS: [&str; 9] = [
@@ -22,12 +20,6 @@ pub const SUPPORTED_PROVIDERS: [&str; 9] = [
 
 /// Extension kinds errand knows. The extension's settings reach the agent as `ERRAND_EXTENSION`.
 pub const KNOWN_EXTENSION_KINDS: [&str; 2] = ["evaluation", "tracing"];
-
-/// Environment variables the runner sets itself, besides the whole `ERRAND_` family.
-pub const RESERVED_ENV_NAMES: [&str; 1] = ["AGENT_CONFIG_PATH"];
-
-/// Prefix of the environment variables the runner owns.
-pub const RESERVED_ENV_PREFIX: &str = "ERRAND_";
 
 /// Renders a list of accepted values for a message.
 pub fn one_of(values: &[&str]) -> String {

@@ -6,9 +6,11 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 
-use super::archive::{self, ArchiveError, PackItem, Packing};
-use super::run::Outcome;
-use super::{Invocation, ResultSink, RunState, RunSummary, SavedResult, ScratchDir};
+use super::run::AgentRun;
+use super::{Invocation, RunState, RunSummary, ScratchDir, result_entry};
+use crate::api::ResultEntry;
+use crate::archive::{self, ArchiveError, PackItem, Packing};
+use crate::store::ResultSink;
 use crate::store::keys::{ExecutionId, ResultName};
 
 /// `run_result`: the record of a run that completed, successfully or not.
@@ -36,18 +38,18 @@ struct RunErrorRecord<'a> {
     execution: &'a ExecutionId,
 }
 
-/// `manifest.json`
+/// `manifest.json`: every result saved before it, with size and sha256.
 #[derive(Serialize)]
-struct Manifest<'a> {
+struct ResultsManifest<'a> {
     execution: &'a ExecutionId,
-    results: &'a [SavedResult],
+    results: &'a [ResultEntry],
 }
 
 /// Saves everything the finished run left and summarizes it.
 pub(super) async fn collect<K: ResultSink>(
     inv: &Invocation,
-    outcome: Outcome,
-    staged: Vec<SavedResult>,
+    run: AgentRun,
+    staged: Vec<ResultEntry>,
     sink: &K,
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
@@ -62,15 +64,15 @@ pub(super) async fn collect<K: ResultSink>(
         .await;
 
     let summary = RunSummary {
-        state: outcome.state,
-        exit_code: outcome.exit_code,
-        timed_out: outcome.state == RunState::TimedOut,
-        error: outcome.error,
-        response: outcome.response,
-        started_at: outcome.started_at,
-        finished_at: outcome.finished_at,
-        duration_ms: outcome.duration_ms,
-        stderr_tail: outcome.stderr_tail,
+        state: run.state,
+        exit_code: run.exit_code,
+        timed_out: run.state == RunState::TimedOut,
+        error: run.error,
+        response: run.response,
+        started_at: run.started_at,
+        finished_at: run.finished_at,
+        duration_ms: run.duration_ms,
+        stderr_tail: run.stderr_tail,
         results: Vec::new(),
         results_error: None,
     };
@@ -109,7 +111,7 @@ pub async fn fail_before_run<K: ResultSink>(
     execution: &ExecutionId,
     state: RunState,
     message: String,
-    staged: Vec<SavedResult>,
+    staged: Vec<ResultEntry>,
     sink: &K,
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
@@ -174,12 +176,12 @@ fn artifact_items(scratch: &ScratchDir) -> Result<Vec<PackItem>, ArchiveError> {
 /// Saves results one by one, remembering what was saved and what failed.
 struct Saver<'a, K> {
     sink: &'a K,
-    saved: Vec<SavedResult>,
+    saved: Vec<ResultEntry>,
     errors: Vec<String>,
 }
 
 impl<'a, K: ResultSink> Saver<'a, K> {
-    fn new(sink: &'a K, staged: Vec<SavedResult>) -> Self {
+    fn new(sink: &'a K, staged: Vec<ResultEntry>) -> Self {
         Saver {
             sink,
             saved: staged,
@@ -195,11 +197,7 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         let put = self.sink.put(name, packing.stream).await;
         let packed = packing.done.wait().await;
         match (put, packed) {
-            (Ok(info), Ok(_)) => self.saved.push(SavedResult {
-                name,
-                size: info.size,
-                sha256: info.sha256,
-            }),
+            (Ok(stored), Ok(_)) => self.saved.push(result_entry(name, stored)),
             (Err(e), _) => self.failed(name, &e),
             (Ok(_), Err(e)) => self.failed(name, &e),
         }
@@ -212,11 +210,7 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         };
         let stream = futures::stream::once(async move { Ok(Bytes::from(body)) }).boxed();
         match self.sink.put(name, stream).await {
-            Ok(info) => self.saved.push(SavedResult {
-                name,
-                size: info.size,
-                sha256: info.sha256,
-            }),
+            Ok(stored) => self.saved.push(result_entry(name, stored)),
             Err(e) => self.failed(name, &e),
         }
     }
@@ -231,7 +225,7 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         let listed = self.saved.clone();
         self.json(
             ResultName::Manifest,
-            &Manifest {
+            &ResultsManifest {
                 execution,
                 results: &listed,
             },

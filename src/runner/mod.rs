@@ -3,19 +3,16 @@
 //!
 //! Locally, [`execute`] does everything in one process. In a pod the init container calls
 //! [`stage`] (or [`fail_before_run`] when staging fails) and the main container calls
-//! [`run_and_collect`] with the [`SavedResult`] that staging produced.
-
-pub mod archive;
+//! [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
 pub mod plan;
 pub mod pod;
 mod run;
-pub mod signed;
+pub mod signals;
 mod stage;
 pub mod termination;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,27 +22,9 @@ use tokio_util::sync::CancellationToken;
 pub use collect::fail_before_run;
 pub use stage::stage;
 
-use crate::store::keys::{self, ExecutionId, ResultName};
-use crate::store::{BlobBody, ByteStream, ObjectInfo, Store, StoreError};
-
-/// Environment variable with the input text (when it fits in one environment string).
-pub const ENV_INPUT: &str = "ERRAND_INPUT";
-/// Environment variable with the path of a file holding the input text.
-pub const ENV_INPUT_FILE: &str = "ERRAND_INPUT_FILE";
-/// Environment variable with the path of the agent configuration (the snapshot).
-pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
-/// Environment variable with the directory whose contents become `output_artifacts`.
-pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
-/// Environment variable with the file the agent may write its final answer to.
-pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
-/// Every variable the runner sets; the caller's environment may not bind these.
-pub const RESERVED_ENV: [&str; 5] = [
-    ENV_INPUT,
-    ENV_INPUT_FILE,
-    ENV_AGENT_CONFIG_PATH,
-    ENV_ARTIFACTS_DIR,
-    ENV_RESPONSE_FILE,
-];
+use crate::api::ResultEntry;
+use crate::store::keys::{ExecutionId, ResultName};
+use crate::store::{BlobSource, ResultSink, StoreError, StoredObject};
 
 /// What went wrong staging or saving results.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +40,7 @@ pub enum RunnerError {
     },
     /// Extracting or packing failed.
     #[error(transparent)]
-    Archive(#[from] archive::ArchiveError),
+    Archive(#[from] crate::archive::ArchiveError),
     /// A result could not be saved.
     #[error("saving result {result}: {source}")]
     Save {
@@ -83,50 +62,6 @@ pub enum RunnerError {
     /// A background task panicked or was cancelled.
     #[error("runner task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
-}
-
-/// Where input blobs come from: the store directly, or (in pods) signed URLs.
-pub trait BlobSource: Sync {
-    /// The bytes of the blob at `key`.
-    fn open(&self, key: &str) -> impl Future<Output = Result<BlobBody, StoreError>> + Send;
-}
-
-/// Where results go: the store directly, or (in pods) signed URLs. Each result is written once.
-pub trait ResultSink: Sync {
-    /// Saves `body` as result `name` and returns its size and sha256.
-    fn put(
-        &self,
-        name: ResultName,
-        body: ByteStream,
-    ) -> impl Future<Output = Result<ObjectInfo, StoreError>> + Send;
-}
-
-impl BlobSource for Store {
-    async fn open(&self, key: &str) -> Result<BlobBody, StoreError> {
-        self.get(key).await
-    }
-}
-
-/// Results of one execution, saved under its `results/<ns>/<execution>/<uid>/` prefix.
-#[derive(Debug, Clone)]
-pub struct StoreResults {
-    store: Store,
-    execution: ExecutionId,
-}
-
-impl StoreResults {
-    /// The results of `execution` in `store`; fails if the execution's ids cannot form a key.
-    pub fn new(store: Store, execution: ExecutionId) -> Result<StoreResults, StoreError> {
-        keys::results_prefix(&execution)?;
-        Ok(StoreResults { store, execution })
-    }
-}
-
-impl ResultSink for StoreResults {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
-        let key = keys::result(&self.execution, name)?;
-        self.store.put_new(&key, body).await
-    }
 }
 
 /// A blob to extract: a store key and optionally one directory (or file) inside it.
@@ -212,7 +147,8 @@ pub struct Invocation {
     /// Path of the agent configuration file (`AGENT_CONFIG_PATH`).
     pub agent_config_path: PathBuf,
     /// Extra environment (bound secrets, configuration), on top of the runner's own
-    /// environment; the [`RESERVED_ENV`] names always carry the runner's values.
+    /// environment; the variables the runner sets (see [`crate::api::contract`]) always carry
+    /// the runner's values.
     pub env: Vec<(String, String)>,
     /// How long the agent may run.
     pub timeout: Duration,
@@ -256,24 +192,13 @@ impl RunState {
     }
 }
 
-/// A saved result, as listed in `manifest.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SavedResult {
-    /// The result's name.
-    pub name: ResultName,
-    /// Size in bytes.
-    pub size: u64,
-    /// Lowercase hex sha256.
-    pub sha256: String,
-}
-
-impl From<&SavedResult> for crate::api::ResultEntry {
-    fn from(saved: &SavedResult) -> Self {
-        Self {
-            name: saved.name.as_str().to_owned(),
-            size: saved.size,
-            sha256: saved.sha256.clone(),
-        }
+/// The entry of result `name` once it is `stored`, as the manifest, the summary and the status
+/// list it.
+fn result_entry(name: ResultName, stored: StoredObject) -> ResultEntry {
+    ResultEntry {
+        name: name.as_str().to_owned(),
+        size: stored.size,
+        sha256: stored.sha256,
     }
 }
 
@@ -300,7 +225,7 @@ pub struct RunSummary {
     /// The last ~2 KiB of the agent's stderr.
     pub stderr_tail: String,
     /// The results saved, in order, the manifest last.
-    pub results: Vec<SavedResult>,
+    pub results: Vec<ResultEntry>,
     /// Why some results could not be saved, if any could not.
     pub results_error: Option<String>,
 }
@@ -348,10 +273,10 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
 /// the results saved during staging (`input_workdir`), listed again in the manifest.
 pub async fn run_and_collect<K: ResultSink>(
     invocation: &Invocation,
-    staged: Vec<SavedResult>,
+    staged: Vec<ResultEntry>,
     sink: &K,
     cancel: CancellationToken,
 ) -> RunSummary {
-    let outcome = run::supervise(invocation, &cancel).await;
-    collect::collect(invocation, outcome, staged, sink).await
+    let run = run::supervise(invocation, &cancel).await;
+    collect::collect(invocation, run, staged, sink).await
 }

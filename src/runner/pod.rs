@@ -8,16 +8,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
-use super::signed::SignedUrls;
+use super::signals::cancel_on_stop_signal;
 use super::termination::TerminationSummary;
 use super::{
-    Invocation, RunState, RunSummary, SavedResult, ScratchDir, fail_before_run, plan,
-    run_and_collect, stage,
+    Invocation, RunState, RunSummary, ScratchDir, fail_before_run, plan, run_and_collect, stage,
 };
+use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
 use crate::store::grants::Grants;
+use crate::store::signed::SignedUrls;
 
 /// Time between SIGTERM and SIGKILL for the agent; well inside the pod's own grace period,
 /// so that the results are uploaded before the kubelet kills errand itself.
@@ -102,32 +101,10 @@ fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| read_error(e.to_string()))
 }
 
-/// Resolves when SIGTERM (the kubelet stopping the pod) or SIGINT arrives.
-fn stop_requested() -> CancellationToken {
-    let token = CancellationToken::new();
-    let cancel = token.clone();
-    tokio::spawn(async move {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = async {
-                match terminate.as_mut() {
-                    Some(signal) => { signal.recv().await; }
-                    None => std::future::pending::<()>().await,
-                }
-            } => {}
-        }
-        tracing::info!("stop requested; stopping the agent and saving what it left");
-        cancel.cancel();
-    });
-    token
-}
-
 /// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants and
 /// saves `input_workdir`. Returns the process exit code.
 pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
-    let stop = stop_requested();
+    let stop = cancel_on_stop_signal();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
         Err(e) => return report_unsaved(paths, RunState::StageFailed, &e),
@@ -187,7 +164,7 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
 /// the termination message. SIGTERM stops the agent and saves what it left. Returns the
 /// process exit code.
 pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Vec<String>) -> i32 {
-    let stop = stop_requested();
+    let stop = cancel_on_stop_signal();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
         Err(e) => return report_unsaved(paths, RunState::StartFailed, &e),
@@ -214,7 +191,7 @@ fn read_inputs(paths: &PodPaths) -> Result<(Grants, Snapshot), PodError> {
 }
 
 /// What staging saved; a missing record only leaves `input_workdir` out of the manifest.
-fn read_staged(path: &Path) -> Vec<SavedResult> {
+fn read_staged(path: &Path) -> Vec<ResultEntry> {
     match read_json("staged results", path) {
         Ok(saved) => saved,
         Err(e) => {
@@ -378,8 +355,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(STAGED_FILE);
         assert!(read_staged(&path).is_empty());
-        let saved = SavedResult {
-            name: crate::store::keys::ResultName::InputWorkdir,
+        let saved = ResultEntry {
+            name: "input_workdir".into(),
             size: 42,
             sha256: "a".repeat(64),
         };

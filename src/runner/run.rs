@@ -14,9 +14,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use super::{Invocation, RunState};
+use crate::api::contract::{
     ENV_AGENT_CONFIG_PATH, ENV_ARTIFACTS_DIR, ENV_INPUT, ENV_INPUT_FILE, ENV_RESPONSE_FILE,
-    Invocation, RunState,
 };
 
 /// How much of stdout is kept to serve as the response when no response file is written.
@@ -29,8 +29,8 @@ const RESPONSE_LIMIT: u64 = 1024 * 1024;
 /// longer inputs are passed only through `ERRAND_INPUT_FILE`.
 const MAX_ENV_INPUT: usize = 128 * 1024 - 64;
 
-/// What happened to the agent process.
-pub(super) struct Outcome {
+/// How the agent process ran and ended, before its results are saved.
+pub(super) struct AgentRun {
     pub(super) state: RunState,
     pub(super) exit_code: Option<i32>,
     pub(super) error: Option<String>,
@@ -41,9 +41,9 @@ pub(super) struct Outcome {
     pub(super) stderr_tail: String,
 }
 
-impl Outcome {
-    fn not_started(state: RunState, error: String) -> Outcome {
-        Outcome {
+impl AgentRun {
+    fn not_started(state: RunState, error: String) -> AgentRun {
+        AgentRun {
             state,
             exit_code: None,
             error: Some(error),
@@ -63,19 +63,19 @@ enum Ending {
 }
 
 /// Runs the agent to its end, whatever that end is.
-pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> Outcome {
+pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> AgentRun {
     let (stdout_log, stderr_log) = match prepare(inv) {
         Ok(logs) => logs,
-        Err(e) => return Outcome::not_started(RunState::StartFailed, e),
+        Err(e) => return AgentRun::not_started(RunState::StartFailed, e),
     };
     if cancel.is_cancelled() {
-        return Outcome::not_started(
+        return AgentRun::not_started(
             RunState::Cancelled,
             "the run was cancelled before the agent started".into(),
         );
     }
     let Some((program, args)) = inv.command.split_first() else {
-        return Outcome::not_started(RunState::StartFailed, "the agent command is empty".into());
+        return AgentRun::not_started(RunState::StartFailed, "the agent command is empty".into());
     };
 
     let scratch = &inv.scratch;
@@ -106,7 +106,7 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> O
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            return Outcome::not_started(
+            return AgentRun::not_started(
                 RunState::StartFailed,
                 format!("starting the agent command {program:?}: {e}"),
             );
@@ -188,7 +188,7 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> O
             Some("the run was cancelled and the agent was stopped".into()),
         ),
     };
-    Outcome {
+    AgentRun {
         state,
         exit_code,
         error,

@@ -7,10 +7,12 @@ use std::path::Path;
 use bytes::{Buf, Bytes};
 use futures::StreamExt;
 
-use super::archive::{self, Selection, Unpacker};
-use super::{BlobRef, BlobSource, ResultSink, RunnerError, SavedResult, StagePlan};
+use super::{BlobRef, RunnerError, StagePlan, result_entry};
+use crate::api::ResultEntry;
+use crate::archive::ByteStream;
+use crate::archive::{self, Selection, Unpacker};
 use crate::store::keys::ResultName;
-use crate::store::{BlobBody, ByteStream};
+use crate::store::{BlobBody, BlobSource, ResultSink};
 
 /// Extracts `plan` into `workdir` (created if missing) and saves the result as `input_workdir`.
 pub async fn stage<S: BlobSource, K: ResultSink>(
@@ -18,7 +20,7 @@ pub async fn stage<S: BlobSource, K: ResultSink>(
     workdir: &Path,
     source: &S,
     sink: &K,
-) -> Result<SavedResult, RunnerError> {
+) -> Result<ResultEntry, RunnerError> {
     let layers = plan.base.iter().map(|base| (base, None)).chain(
         plan.mounts
             .iter()
@@ -51,15 +53,11 @@ pub async fn stage<S: BlobSource, K: ResultSink>(
     let packing = archive::pack_dir(workdir)?;
     let put = sink.put(ResultName::InputWorkdir, packing.stream).await;
     packing.done.wait().await?;
-    let info = put.map_err(|source| RunnerError::Save {
+    let stored = put.map_err(|source| RunnerError::Save {
         result: ResultName::InputWorkdir,
         source,
     })?;
-    Ok(SavedResult {
-        name: ResultName::InputWorkdir,
-        size: info.size,
-        sha256: info.sha256,
-    })
+    Ok(result_entry(ResultName::InputWorkdir, stored))
 }
 
 /// A blocking reader over the blob, for the extraction thread.

@@ -39,7 +39,7 @@ impl TerminationSummary {
             exit_code: run.exit_code,
             timed_out: run.timed_out,
             stderr_tail: run.stderr_tail.clone(),
-            results: run.results.iter().map(ResultEntry::from).collect(),
+            results: run.results.clone(),
             results_error: run.results_error.clone(),
         }
     }
@@ -99,8 +99,8 @@ mod tests {
             finished_at: None,
             duration_ms: Some(1000),
             stderr_tail: "killed".into(),
-            results: vec![crate::runner::SavedResult {
-                name: crate::store::keys::ResultName::Manifest,
+            results: vec![ResultEntry {
+                name: crate::store::keys::ResultName::Manifest.as_str().into(),
                 size: 10,
                 sha256: "e".repeat(64),
             }],

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, keys};
-use crate::runner::archive;
+use crate::archive;
 
 /// A fileset blob in the store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,19 +4,25 @@
 //! with each cloud backend configured from its usual environment variables (`AWS_*`,
 //! `GOOGLE_*`, `AZURE_*`). Uploads are streamed and hashed on the way through; result objects
 //! are write-once.
+//!
+//! Pods never hold the store's credentials: [`grants`] and [`presign`] sign URLs for exactly
+//! an execution's blobs and results, and [`signed`] is the client errand's containers use
+//! them with. A run reads through a [`BlobSource`] and writes through a [`ResultSink`]: the
+//! store itself locally, the signed URLs in a pod.
 
 pub mod grants;
 pub mod keys;
 pub mod presign;
+pub mod signed;
 
 mod fileset;
+mod transfer;
 
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
@@ -33,11 +39,9 @@ use url::Url;
 
 pub use fileset::PushedFileset;
 pub use presign::PresignedSigner;
+pub use transfer::{BlobSource, ResultSink, StoreResults};
 
-use crate::runner::archive::ArchiveError;
-
-/// A stream of bytes moving into or out of the store.
-pub type ByteStream = BoxStream<'static, io::Result<Bytes>>;
+use crate::archive::{ArchiveError, ByteStream};
 
 /// Objects up to this size are written with one atomic conditional put; larger ones go up in
 /// parts of this size (S3's minimum part size), so memory stays bounded whatever the size.
@@ -143,7 +147,7 @@ pub enum StoreError {
 
 /// A stored object with the size and sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectInfo {
+pub struct StoredObject {
     /// The object's key.
     pub key: String,
     /// Size in bytes.
@@ -349,7 +353,11 @@ impl Store {
     /// that fit in one part are written with one conditional put, which the backend makes
     /// atomic; larger ones are checked first and then uploaded in parts, with at most
     /// [`PARTS_IN_FLIGHT`] parts buffered.
-    pub async fn put_new(&self, key: &str, mut body: ByteStream) -> Result<ObjectInfo, StoreError> {
+    pub async fn put_new(
+        &self,
+        key: &str,
+        mut body: ByteStream,
+    ) -> Result<StoredObject, StoreError> {
         let path = object_path(key)?;
         match self.inner.head(&path).await {
             Ok(_) => return Err(already_exists(key)),
@@ -530,8 +538,8 @@ fn prefix_path(prefix: &str) -> Result<object_store::path::Path, StoreError> {
     object_path(prefix.trim_end_matches('/'))
 }
 
-fn info(key: &str, size: u64, hasher: Sha256) -> ObjectInfo {
-    ObjectInfo {
+fn info(key: &str, size: u64, hasher: Sha256) -> StoredObject {
+    StoredObject {
         key: key.to_owned(),
         size,
         sha256: hex::encode(hasher.finalize()),

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 use object_store::ObjectStoreScheme;
 use object_store::path::Path;
 use object_store::signer::Signer;
@@ -111,6 +111,10 @@ impl UrlSigner for PresignedSigner {
 
     fn upload_mode(&self) -> UploadMode {
         UploadMode::Sized
+    }
+
+    fn max_lifetime_seconds(&self) -> Option<i64> {
+        Some(MAX_LIFETIME_SECONDS)
     }
 
     fn put_headers(&self) -> BTreeMap<String, String> {

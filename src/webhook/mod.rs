@@ -7,6 +7,7 @@
 //! [`provision`] get a serving certificate in place without manual steps.
 
 pub mod certs;
+pub mod metrics;
 pub mod provision;
 pub mod review;
 pub mod server;
@@ -18,8 +19,9 @@ use std::sync::Arc;
 use kube::Client;
 use tokio::task::JoinSet;
 
-use crate::controller::catalog::ClusterCatalog;
-use crate::controller::metrics::Metrics;
+use crate::cluster::catalog::ClusterCatalog;
+use crate::resolve::RunLimits;
+use metrics::AdmissionMetrics;
 pub use provision::{Certificates, SelfSigned};
 use server::{Admission, ClusterResolver};
 use tls::{ServingCertificate, TlsError};
@@ -51,12 +53,14 @@ pub enum StartError {
 }
 
 /// Binds the webhook's port and starts serving on `tasks`, with the certificate kept current
-/// alongside. Handshakes fail until the first certificate is loaded; wait for it with
-/// [`ServingCertificate::wait_loaded`] on the returned handle before reporting ready.
+/// alongside. Creates are checked against `limits`. Handshakes fail until the first certificate
+/// is loaded; wait for it with [`ServingCertificate::wait_loaded`] on the returned handle before
+/// reporting ready.
 pub async fn start(
     client: Client,
     catalog: ClusterCatalog,
-    metrics: Arc<Metrics>,
+    metrics: Arc<AdmissionMetrics>,
+    limits: RunLimits,
     options: WebhookOptions,
     tasks: &mut JoinSet<()>,
 ) -> Result<Arc<ServingCertificate>, StartError> {
@@ -74,6 +78,7 @@ pub async fn start(
             catalog,
         }),
         metrics,
+        limits,
     });
     tasks.spawn(server::serve(listener, acceptor, admission));
     let kept = Arc::clone(&certificate);

@@ -12,7 +12,7 @@ use kube::core::admission::{
 use kube::core::response::{Status, StatusCause, StatusDetails};
 
 use crate::api::{AgentExecution, AgentExecutionSpec};
-use crate::resolve::{InvalidSpec, Problem, Snapshot};
+use crate::resolve::{InvalidSpec, Problem, RunLimits, Snapshot};
 
 /// Why a request body could not be read as an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
@@ -122,10 +122,11 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
     }
 }
 
-/// The verdict on a create from its resolution.
-pub fn verdict(resolution: Result<Snapshot, InvalidSpec>) -> Verdict {
-    match resolution {
-        Ok(_) => Verdict::Allow,
+/// The verdict on a create from its resolution and the cluster's `limits` (the same check
+/// the controller makes before it creates anything).
+pub fn verdict(resolution: Result<Snapshot, InvalidSpec>, limits: &RunLimits) -> Verdict {
+    match resolution.and_then(|snapshot| limits.check(&snapshot)) {
+        Ok(()) => Verdict::Allow,
         Err(invalid) => Verdict::Invalid(invalid),
     }
 }

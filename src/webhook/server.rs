@@ -16,11 +16,11 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info};
 
+use super::metrics::AdmissionMetrics;
 use super::review::{self, Step, Verdict};
 use crate::api::AgentExecutionSpec;
-use crate::controller::catalog::ClusterCatalog;
-use crate::controller::metrics::Metrics;
-use crate::resolve::{InvalidSpec, Snapshot};
+use crate::cluster::catalog::{self, ClusterCatalog};
+use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
 /// The path the ValidatingWebhookConfiguration points at.
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
@@ -58,7 +58,7 @@ impl Resolver for ClusterResolver {
         spec: &'a AgentExecutionSpec,
     ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>> {
         Box::pin(async move {
-            crate::controller::catalog::resolve(&self.client, &self.catalog, namespace, spec)
+            catalog::resolve(&self.client, &self.catalog, namespace, spec)
                 .await
                 .map_err(|e| e.to_string())
         })
@@ -70,7 +70,9 @@ pub struct Admission {
     /// Resolves creates.
     pub resolver: Box<dyn Resolver>,
     /// Counts and times reviews.
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<AdmissionMetrics>,
+    /// What the cluster allows a run: a run its store's signed URLs cannot serve is refused.
+    pub limits: RunLimits,
 }
 
 impl Admission {
@@ -89,7 +91,7 @@ impl Admission {
                         )
                         .await;
                         match resolution {
-                            Ok(Ok(resolution)) => review::verdict(resolution),
+                            Ok(Ok(resolution)) => review::verdict(resolution, &self.limits),
                             Ok(Err(message)) => Verdict::Unavailable(message),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",
@@ -112,7 +114,7 @@ impl Admission {
             }
         };
         self.metrics
-            .admission_reviewed(label, started.elapsed().as_secs_f64());
+            .reviewed(label, started.elapsed().as_secs_f64());
         serde_json::to_vec(&answer).expect("an AdmissionReview serializes")
     }
 }

@@ -46,8 +46,9 @@ pub fn free_pod_gateway_address() -> std::net::SocketAddr {
         .and_then(|listener| listener.local_addr())
         .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
 }
-/// The API server's port as pods reach it on [`POD_GATEWAY`] (`hack/testenv/up.sh` relays it
-/// there): `ERRAND_TESTENV_APISERVER_PORT`, else 6443, as in hack/testenv/lib.sh.
+/// The API server's port on [`POD_GATEWAY`], its address in the `kubernetes` Service's
+/// endpoints (pods reach it there or at `kubernetes.default.svc:443`):
+/// `ERRAND_TESTENV_APISERVER_PORT`, else 6443, as in hack/testenv/lib.sh.
 pub fn apiserver_port_for_pods() -> u16 {
     std::env::var("ERRAND_TESTENV_APISERVER_PORT")
         .ok()
@@ -401,4 +402,26 @@ pub async fn describe_job(client: &Client, namespace: &str, name: &str) -> Strin
         Err(e) => report.push_str(&format!("events: {e}\n")),
     }
     report
+}
+
+/// Installs Kueue into the test cluster and waits until it admits work
+/// (`hack/testenv/kueue.sh`: idempotent, serialized across test processes,
+/// about 20 s the first time). Tests that need Kueue call this first; the
+/// cluster does not run it otherwise.
+///
+/// # Panics
+/// When the script fails; its output is in the test's output.
+pub async fn ensure_kueue() {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    INSTALLED
+        .get_or_init(|| async {
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("hack/testenv/kueue.sh");
+            let status = tokio::process::Command::new("bash")
+                .arg(&script)
+                .status()
+                .await
+                .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+            assert!(status.success(), "{} failed: {status}", script.display());
+        })
+        .await;
 }

@@ -27,11 +27,12 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
+use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentExecution, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
 use errand::controller::status::conditions;
-use errand::controller::{ControllerOptions, run};
+use errand::serve::{ServeOptions, run};
 use errand::store::Store;
 use errand::store::grants::HmacSigner;
 use errand::store::keys::{ExecutionId, ResultName};
@@ -297,11 +298,16 @@ impl Harness {
 
     /// Waits until the execution ended in `phase` (`Failed` or `Cancelled`) and checks that
     /// its `Failed` condition gives `reason`.
-    pub async fn wait_for_failure(&self, name: &str, phase: Phase, reason: &str) -> AgentExecution {
+    pub async fn wait_for_failure(
+        &self,
+        name: &str,
+        phase: Phase,
+        reason: Reason,
+    ) -> AgentExecution {
         let execution = self.wait_for_phase(name, phase).await;
         assert_eq!(
-            reason_of(&execution, conditions::FAILED),
-            Some(reason),
+            reason_of(&execution, ConditionType::Failed),
+            Some(reason.as_str()),
             "execution {name}: {}",
             message_of(&execution)
         );
@@ -454,7 +460,7 @@ pub fn spawn_controller(
     let mut config = ControllerConfig::new(image);
     // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
     config.errand_image_pull_policy = Some("Never".into());
-    let options = ControllerOptions {
+    let options = ServeOptions {
         config,
         namespace: Some(namespace.to_owned()),
         results: store,
@@ -487,7 +493,7 @@ pub fn phase_of(execution: &AgentExecution) -> Option<Phase> {
 }
 
 /// The reason of the execution's condition `type_`.
-pub fn reason_of<'a>(execution: &'a AgentExecution, type_: &str) -> Option<&'a str> {
+pub fn reason_of(execution: &AgentExecution, type_: ConditionType) -> Option<&str> {
     let status = execution.status.as_ref()?;
     Some(conditions::get(&status.conditions, type_)?.reason.as_str())
 }

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use futures::TryStreamExt;
 
+use errand::archive::ByteStream;
+use errand::store::Store;
 use errand::store::keys::ExecutionId;
-use errand::store::{ByteStream, Store};
 
 /// The namespace of [`execution`].
 pub const NAMESPACE: &str = "team-a";

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use super::{ExecutionIdentity, names};
+use super::{ExecutionOwner, names};
+use crate::api::contract;
 use crate::controller::config::RESULTS_FINALIZER;
 use crate::resolve::Snapshot;
 
@@ -15,18 +16,18 @@ pub const AGENT_CONFIG_KEY: &str = "agent-config.json";
 
 /// The snapshot ConfigMap of an execution: immutable, owned by it, annotated with the digest,
 /// holding the results finalizer.
-pub fn snapshot_config_map(execution: &ExecutionIdentity, snapshot: &Snapshot) -> ConfigMap {
+pub fn snapshot_config_map(execution: &ExecutionOwner, snapshot: &Snapshot) -> ConfigMap {
     let mut meta = execution.child_meta(
         names::snapshot_config_map_name(&execution.name),
         &snapshot.agent.name,
     );
     meta.annotations = Some(BTreeMap::from([
         (
-            names::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
+            contract::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
             snapshot.digest(),
         ),
         (
-            names::EXECUTION_NAME_ANNOTATION.to_owned(),
+            contract::EXECUTION_NAME_ANNOTATION.to_owned(),
             execution.name.clone(),
         ),
     ]));

@@ -18,8 +18,8 @@ use crate::api::AgentExecution;
 pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map};
 pub use job::job;
 pub use pod::{
-    AGENT_CONFIG_PATH, AGENT_CONTAINER, ERRAND_BIN_DIR, GRANTS_DIR, GRANTS_PATH, SCRATCH_DIR,
-    SNAPSHOT_DIR, SNAPSHOT_PATH, STAGE_CONTAINER, WORKSPACE_DIR,
+    AGENT_CONFIG_FILE, ERRAND_BIN_DIR, GRANTS_DIR, GRANTS_PATH, SCRATCH_DIR, SNAPSHOT_DIR,
+    SNAPSHOT_PATH, WORKSPACE_DIR,
 };
 pub use secret::{GRANTS_KEY, grants_secret};
 
@@ -42,9 +42,11 @@ impl BuildError {
     }
 }
 
-/// The identity of an execution that every child refers to.
+/// The execution as the owner of its children: the name, namespace and uid they are named
+/// and labelled after, and the owner reference they carry. (Its store-key counterpart is
+/// [`crate::store::keys::ExecutionId`].)
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExecutionIdentity {
+pub struct ExecutionOwner {
     /// The execution's name.
     pub name: String,
     /// Its namespace.
@@ -55,8 +57,8 @@ pub struct ExecutionIdentity {
     pub owner: OwnerReference,
 }
 
-impl ExecutionIdentity {
-    /// The identity of `execution`, which must have a name, namespace and uid.
+impl ExecutionOwner {
+    /// `execution` as an owner; it must have a name, namespace and uid.
     pub fn of(execution: &AgentExecution) -> Result<Self, BuildError> {
         let meta = &execution.metadata;
         let name = meta

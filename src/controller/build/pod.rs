@@ -5,7 +5,11 @@ use k8s_openapi::api::core::v1::{
     SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
 
-use super::{ExecutionIdentity, names, resources, security};
+use super::{ExecutionOwner, names, resources, security};
+use crate::api::contract::{
+    AGENT_CONTAINER, BIN_VOLUME, ENV_AGENT_CONFIG_PATH, GRANTS_VOLUME, SCRATCH_VOLUME,
+    SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
+};
 use crate::controller::config::ControllerConfig;
 use crate::resolve::Snapshot;
 
@@ -17,25 +21,14 @@ pub const WORKSPACE_DIR: &str = "/workspace";
 pub const SNAPSHOT_DIR: &str = "/errand/snapshot";
 /// The snapshot document inside the pod.
 pub const SNAPSHOT_PATH: &str = "/errand/snapshot/snapshot.json";
-/// The merged agent config inside the pod (`AGENT_CONFIG_PATH`).
-pub const AGENT_CONFIG_PATH: &str = "/errand/snapshot/agent-config.json";
+/// The merged agent config inside the pod (`AGENT_CONFIG_PATH` points at it).
+pub const AGENT_CONFIG_FILE: &str = "/errand/snapshot/agent-config.json";
 /// Where the grants Secret is mounted (read-only), only into errand's own processes' paths.
 pub const GRANTS_DIR: &str = "/errand/grants";
 /// The grants document inside the pod.
 pub const GRANTS_PATH: &str = "/errand/grants/grants.json";
 /// The runner's scratch directory: input, response, logs and artifacts, outside the workdir.
 pub const SCRATCH_DIR: &str = "/errand/scratch";
-
-/// Name of the init container that installs errand and stages the workdir.
-pub const STAGE_CONTAINER: &str = "errand-stage";
-/// Name of the container that runs the agent under errand's runner.
-pub const AGENT_CONTAINER: &str = "agent";
-
-const BIN_VOLUME: &str = "errand-bin";
-const WORKSPACE_VOLUME: &str = "workspace";
-const SNAPSHOT_VOLUME: &str = "snapshot";
-const GRANTS_VOLUME: &str = "grants";
-const SCRATCH_VOLUME: &str = "scratch";
 
 /// Read-only for everyone: the snapshot holds no secrets.
 const SNAPSHOT_MODE: i32 = 0o444;
@@ -59,7 +52,7 @@ fn empty_dir(name: &str) -> Volume {
     }
 }
 
-fn volumes(execution: &ExecutionIdentity) -> Vec<Volume> {
+fn volumes(execution: &ExecutionOwner) -> Vec<Volume> {
     vec![
         empty_dir(BIN_VOLUME),
         empty_dir(WORKSPACE_VOLUME),
@@ -152,8 +145,8 @@ fn agent_env(snapshot: &Snapshot) -> Vec<EnvVar> {
         })
         .collect();
     env.push(EnvVar {
-        name: crate::resolve::RESERVED_ENV_NAMES[0].to_owned(),
-        value: Some(AGENT_CONFIG_PATH.to_owned()),
+        name: ENV_AGENT_CONFIG_PATH.to_owned(),
+        value: Some(AGENT_CONFIG_FILE.to_owned()),
         ..EnvVar::default()
     });
     env.extend(snapshot.secrets.iter().map(|binding| EnvVar {
@@ -180,7 +173,7 @@ fn agent_container(snapshot: &Snapshot) -> Container {
         "--snapshot".to_owned(),
         SNAPSHOT_PATH.to_owned(),
         "--agent-config".to_owned(),
-        AGENT_CONFIG_PATH.to_owned(),
+        AGENT_CONFIG_FILE.to_owned(),
     ];
     command.extend(pod_paths_args());
     command.push("--".to_owned());
@@ -203,7 +196,7 @@ fn agent_container(snapshot: &Snapshot) -> Container {
 
 /// The pod spec of an execution's Job.
 pub fn pod_spec(
-    execution: &ExecutionIdentity,
+    execution: &ExecutionOwner,
     snapshot: &Snapshot,
     config: &ControllerConfig,
 ) -> PodSpec {

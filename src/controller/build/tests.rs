@@ -68,8 +68,8 @@ fn execution(spec: AgentExecutionSpec) -> AgentExecution {
     AgentExecution::test().with_spec(spec)
 }
 
-fn identity() -> ExecutionIdentity {
-    ExecutionIdentity::of(&execution(spec(None))).unwrap()
+fn identity() -> ExecutionOwner {
+    ExecutionOwner::of(&execution(spec(None))).unwrap()
 }
 
 fn built_job(snapshot: &Snapshot) -> Job {
@@ -111,7 +111,7 @@ fn children_are_owned_by_the_execution_as_controller() {
         put_headers: Default::default(),
         inputs: Default::default(),
         results: Default::default(),
-        expires_at: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        expires_at: jiff::Timestamp::UNIX_EPOCH,
     };
     let metas = [
         built_job(&snapshot).metadata,
@@ -466,7 +466,7 @@ fn an_execution_without_a_uid_cannot_have_children() {
     let mut exec = execution(spec(None));
     exec.metadata.uid = None;
     assert_eq!(
-        ExecutionIdentity::of(&exec),
+        ExecutionOwner::of(&exec),
         Err(BuildError::MissingMetadata("uid"))
     );
 }

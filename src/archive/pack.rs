@@ -12,9 +12,8 @@ use std::thread;
 use futures::StreamExt;
 use tar::{EntryType, Header};
 
-use super::ArchiveError;
 use super::gzip::{self, Chunker, Closed};
-use crate::store::ByteStream;
+use super::{ArchiveError, ByteStream};
 
 /// One top-level entry of an archive: `name` in the archive, `path` on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
 use hyper::body::{Body, Bytes, Frame};
 use hyper::{Method, Request, Response, StatusCode};
-use k8s_openapi::jiff::Timestamp;
+use jiff::Timestamp;
 
 use crate::store::grants::{Access, HmacSigner};
 use crate::store::{Store, StoreError};
@@ -134,7 +134,7 @@ impl BlobEndpoint {
 mod tests {
     use std::sync::Arc;
 
-    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    use jiff::{SignedDuration, Timestamp};
 
     use super::*;
     use crate::store::grants::UrlSigner;

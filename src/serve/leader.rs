@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
 use kube::api::PostParams;
 use tracing::{info, warn};

@@ -1,4 +1,4 @@
-//! The watches behind the controller's caches, each trimmed to what reconciling needs so memory stays small per execution.
+//! The watches behind the cluster components' caches, each trimmed to what its readers need so memory stays small per execution.
 
 use std::fmt::Debug;
 
@@ -11,12 +11,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::names;
 use crate::api::AgentExecution;
+use crate::api::contract;
 
 /// The label selector of everything the controller creates.
 pub fn managed_selector() -> String {
-    format!("{}={}", names::MANAGED_BY_LABEL, names::MANAGED_BY)
+    format!("{}={}", contract::MANAGED_BY_LABEL, contract::MANAGED_BY)
 }
 
 /// An `Api` over one namespace, or all of them.
@@ -70,7 +70,7 @@ pub fn trim_config_map(config_map: &mut PartialObjectMeta<ConfigMap>) {
     let meta = &mut config_map.metadata;
     meta.owner_references = None;
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|key, _| key == names::EXECUTION_NAME_ANNOTATION);
+        annotations.retain(|key, _| key == contract::EXECUTION_NAME_ANNOTATION);
     }
 }
 
@@ -99,7 +99,7 @@ pub fn trim_pod(pod: &mut Pod) {
 
 /// The execution a pod of errand belongs to.
 pub fn pod_execution(pod: Pod) -> Option<ObjectRef<AgentExecution>> {
-    let name = pod.annotations().get(names::EXECUTION_NAME_ANNOTATION)?;
+    let name = pod.annotations().get(contract::EXECUTION_NAME_ANNOTATION)?;
     Some(ObjectRef::new(name).within(&pod.namespace()?))
 }
 
@@ -123,7 +123,7 @@ mod tests {
             metadata: ObjectMeta {
                 namespace: Some("team-a".into()),
                 annotations: Some(BTreeMap::from([(
-                    names::EXECUTION_NAME_ANNOTATION.to_owned(),
+                    contract::EXECUTION_NAME_ANNOTATION.to_owned(),
                     "a-very-long-execution-name".to_owned(),
                 )])),
                 ..Default::default()

@@ -1,4 +1,4 @@
-//! The commands on existing local executions: watch, status, tail, results, cancel, delete, list.
+//! The commands against the local backend on executions that exist: watch, status, tail, results, cancel, delete, list, and the detached supervisor.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -7,12 +7,14 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::context::{Local, Target, record_error, store_error};
-use super::execute::{cancel_on_signals, supervise_error};
+use super::execute::supervise_error;
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
+use crate::api::contract::Reason;
 use crate::local::{ExecutionRecord, run_prepared};
+use crate::runner::signals::cancel_on_stop_signal;
 use crate::store::keys;
 
 /// How often waiting commands look at a record again.
@@ -114,17 +116,17 @@ pub fn results_list(target: &Target, name: &str, output: OutputArgs) -> Result<(
     Ok(())
 }
 
-/// `errand results download RESULT --job NAME -o FILE`: streams one result into a file.
+/// `errand results download RESULT --execution NAME -o FILE`: streams one result into a file.
 pub async fn results_download(
     target: &Target,
     result: &str,
-    job: &str,
+    name: &str,
     file: Option<PathBuf>,
     format: Format,
 ) -> Result<(), CliError> {
     let local = Local::new(target)?;
     let result_name = parse_result_name(result)?;
-    let record = local.find(job)?;
+    let record = local.find(name)?;
     let (store, execution) = Local::results_of(&record)?;
     download(&store, &execution, result_name, file, format).await
 }
@@ -150,7 +152,7 @@ async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
     if !alive {
         // Nobody is running it any more (never started, or the supervisor died): close it here.
         record.phase = crate::api::Phase::Cancelled;
-        record.reason = Some("Cancelled".into());
+        record.reason = Some(Reason::Cancelled.as_str().into());
         record.message = Some("cancelled on request; no supervisor was running".into());
         record.completed_at = Some(jiff::Timestamp::now());
         records.write(&record).map_err(record_error)?;
@@ -213,7 +215,7 @@ pub async fn supervise(target: &Target, name: &str) -> Result<(), CliError> {
         &local.namespace,
         name,
         true,
-        cancel_on_signals(),
+        cancel_on_stop_signal(),
     )
     .await
     .map(|_| ())

@@ -1,4 +1,4 @@
-//! The controller's small HTTP server: `/healthz`, `/readyz` and `/metrics`.
+//! The process's small HTTP server: `/healthz`, `/readyz`, `/metrics` and, for `file://` stores, the signed-URL blob endpoint.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,7 +17,9 @@ use super::blobs::{BLOBS_PATH, BlobEndpoint, ResponseBody, text};
 /// What the endpoints report.
 #[derive(Clone)]
 pub struct Probes {
-    /// Set once the caches are filled and this replica reconciles.
+    /// Set once the caches are filled and the webhook's certificate is loaded, before this
+    /// replica contends for the Lease: every replica answers admission reviews, whether or not
+    /// it is the one that reconciles.
     pub ready: Arc<AtomicBool>,
     /// Renders the metrics in the Prometheus text format.
     pub metrics: Arc<dyn Fn() -> String + Send + Sync>,

@@ -1,4 +1,4 @@
-//! The resolution [`Catalog`] of the controller and the webhook: reflector caches of Agents, AgentEnvironments and Filesets, and Secret key names read on demand.
+//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments and Filesets, and Secret key names read on demand.
 //!
 //! Secrets are never cached or listed: the controller may only `get` them, and only the key
 //! names survive the read ([`secret_key_names`] runs on arrival), so a Secret value is never
@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
-use super::error::{Error, Result};
+use super::ApiError;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Fileset,
     FilesetStatus,
@@ -80,7 +80,7 @@ pub async fn resolve(
     caches: &ClusterCatalog,
     namespace: &str,
     spec: &AgentExecutionSpec,
-) -> Result<std::result::Result<Snapshot, InvalidSpec>> {
+) -> Result<Result<Snapshot, InvalidSpec>, ApiError> {
     let cached_environment = match &spec.environment_ref {
         Some(reference) => caches
             .environments
@@ -127,7 +127,7 @@ async fn read_secret_keys(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<Option<BTreeSet<String>>> {
+) -> Result<Option<BTreeSet<String>>, ApiError> {
     let secret = get(Api::<Secret>::namespaced(client.clone(), namespace), name).await?;
     Ok(secret.map(secret_key_names))
 }
@@ -138,7 +138,7 @@ pub async fn live_catalog(
     client: &Client,
     namespace: &str,
     spec: &AgentExecutionSpec,
-) -> Result<InMemoryCatalog> {
+) -> Result<InMemoryCatalog, ApiError> {
     let mut catalog = InMemoryCatalog::default();
     if let Some(reference) = &spec.agent_ref
         && let Some(agent) = get(
@@ -186,14 +186,14 @@ pub async fn live_catalog(
     Ok(catalog)
 }
 
-async fn get<K>(api: Api<K>, name: &str) -> Result<Option<K>>
+async fn get<K>(api: Api<K>, name: &str) -> Result<Option<K>, ApiError>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     if crate::resolve::object_name(name).is_err() {
         return Ok(None);
     }
-    api.get_opt(name).await.map_err(Error::kube(format!(
+    api.get_opt(name).await.map_err(ApiError::during(format!(
         "reading {name} to resolve an execution"
     )))
 }

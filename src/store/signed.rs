@@ -18,10 +18,10 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::{BlobSource, ResultSink};
-use crate::store::grants::{Grants, UploadMode};
-use crate::store::keys::{self, ResultName};
-use crate::store::{BlobBody, ByteStream, ObjectInfo, StoreError};
+use super::grants::{Grants, UploadMode};
+use super::keys::{self, ResultName};
+use super::{BlobBody, BlobSource, ResultSink, StoreError, StoredObject};
+use crate::archive::ByteStream;
 
 /// Attempts per request; the waits between them double from [`FIRST_RETRY_WAIT`], so the
 /// last attempt comes about a minute after the first, long enough for a controller restart.
@@ -232,7 +232,7 @@ impl BlobSource for SignedUrls {
 }
 
 impl ResultSink for SignedUrls {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<ObjectInfo, StoreError> {
+    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
         let url = self
             .grants
             .results
@@ -242,7 +242,7 @@ impl ResultSink for SignedUrls {
             UploadMode::Chunked => self.put_chunked(name, url, body).await?,
             UploadMode::Sized => self.put_sized(name, url, body).await?,
         };
-        Ok(ObjectInfo {
+        Ok(StoredObject {
             key: keys::result(&self.grants.execution, name)?,
             size,
             sha256,

@@ -9,8 +9,15 @@ mod unpack;
 use std::io;
 use std::path::PathBuf;
 
+use bytes::Bytes;
+use futures::stream::BoxStream;
+
 pub use pack::{PackDone, PackItem, PackStats, Packing, list_dir, pack_dir, pack_items};
 pub use unpack::{Selection, UnpackStats, Unpacker};
+
+/// A stream of bytes: a packed archive on its way out, or a blob or result on its way into or
+/// out of the store.
+pub type ByteStream = BoxStream<'static, io::Result<Bytes>>;
 
 /// What went wrong packing or extracting an archive.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,161 @@
+//! The names every layer agrees on: accepted config formats, the environment the runner owns, the labels and annotations on what the controller creates, the containers and volumes of an execution's pod, and the condition types and reasons of its status.
+//!
+//! They are the contract between the CRDs (whose CEL rules are generated from them), the
+//! resolver, the runner, the controller and the command line, so each is written once, here.
+
+use std::fmt;
+
+/// Agent config formats errand accepts (`config_format`).
+pub const ACCEPTED_CONFIG_FORMATS: [&str; 2] = ["agents-spec-v1", "nemo-agents-spec-v1"];
+
+/// Prefix of the environment variables the runner owns; none of them may be bound.
+pub const RESERVED_ENV_PREFIX: &str = "ERRAND_";
+/// Environment variable with the input text (when it fits in one environment string).
+pub const ENV_INPUT: &str = "ERRAND_INPUT";
+/// Environment variable with the path of a file holding the input text.
+pub const ENV_INPUT_FILE: &str = "ERRAND_INPUT_FILE";
+/// Environment variable with the directory whose contents become `output_artifacts`.
+pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
+/// Environment variable with the file the agent may write its final answer to.
+pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
+/// Environment variable with the path of the agent configuration (the snapshot's merged config).
+pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
+/// The variables the runner sets outside the [`RESERVED_ENV_PREFIX`] family; reserved too.
+pub const RESERVED_ENV_NAMES: [&str; 1] = [ENV_AGENT_CONFIG_PATH];
+
+/// Label on every object the controller creates.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "errand";
+/// Label with the execution's name (shortened with a hash when it does not fit a label value).
+pub const EXECUTION_LABEL: &str = "errand.dev/execution";
+/// Label with the execution's uid; selects the pods of exactly one execution.
+pub const EXECUTION_UID_LABEL: &str = "errand.dev/execution-uid";
+/// Label with the agent's name (shortened with a hash when it does not fit a label value).
+pub const AGENT_LABEL: &str = "errand.dev/agent";
+/// Kueue's queue label: a Job carrying it is admitted by Kueue.
+pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// Annotation with the execution's full name; pods map back to their execution through it.
+pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
+/// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
+pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+
+/// Name of the init container that installs errand and stages the workdir.
+pub const STAGE_CONTAINER: &str = "errand-stage";
+/// Name of the container that runs the agent under errand's runner.
+pub const AGENT_CONTAINER: &str = "agent";
+
+/// The volume the stage container copies the errand binary into.
+pub const BIN_VOLUME: &str = "errand-bin";
+/// The working directory's volume.
+pub const WORKSPACE_VOLUME: &str = "workspace";
+/// The snapshot ConfigMap's volume.
+pub const SNAPSHOT_VOLUME: &str = "snapshot";
+/// The grants Secret's volume.
+pub const GRANTS_VOLUME: &str = "grants";
+/// The runner's scratch volume: input, response, logs and artifacts.
+pub const SCRATCH_VOLUME: &str = "scratch";
+
+/// A condition of an execution's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    /// The spec was resolved and snapshotted (or not, with reason `InvalidSpec`).
+    Resolved,
+    /// The agent started.
+    Started,
+    /// The run succeeded (`kubectl wait --for=condition=Complete`).
+    Complete,
+    /// The run failed or was cancelled; the reason says which.
+    Failed,
+    /// The results are saved (or not, with reason `ResultsUploadFailed`).
+    ResultsSaved,
+}
+
+impl ConditionType {
+    /// The condition's `type` as it appears in the status.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Resolved => "Resolved",
+            ConditionType::Started => "Started",
+            ConditionType::Complete => "Complete",
+            ConditionType::Failed => "Failed",
+            ConditionType::ResultsSaved => "ResultsSaved",
+        }
+    }
+}
+
+impl fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The machine-readable reason of a condition, of a Warning event and of a failed run record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The spec failed resolution or validation.
+    InvalidSpec,
+    /// The spec resolved and its snapshot was written.
+    Resolved,
+    /// The Job waits for Kueue to admit it.
+    Queued,
+    /// The pod is being scheduled, pulled or staged.
+    PodStarting,
+    /// The agent process started.
+    AgentStarted,
+    /// The agent exited 0 and its results were saved.
+    Succeeded,
+    /// The run passed its deadline (in the pod, or the Job's backstop).
+    DeadlineExceeded,
+    /// The pod did not start within `startTimeoutSeconds`.
+    StartTimeout,
+    /// An image could not be pulled within `startTimeoutSeconds`.
+    ImagePullFailed,
+    /// The pod could not be scheduled (or was refused by the node) within `startTimeoutSeconds`.
+    Unschedulable,
+    /// The agent exited non-zero, was killed, or could not be started.
+    AgentFailed,
+    /// The working directory could not be staged.
+    StageFailed,
+    /// The pod was evicted, preempted or otherwise disrupted.
+    PodEvicted,
+    /// The run was cancelled on request.
+    Cancelled,
+    /// The Job disappeared before the run ended; it is never re-created.
+    JobDeleted,
+    /// Every result was saved.
+    ResultsSaved,
+    /// Some results could not be saved.
+    ResultsUploadFailed,
+}
+
+impl Reason {
+    /// The reason as it appears in conditions, events and records (PascalCase).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::Resolved => "Resolved",
+            Reason::Queued => "Queued",
+            Reason::PodStarting => "PodStarting",
+            Reason::AgentStarted => "AgentStarted",
+            Reason::Succeeded => "Succeeded",
+            Reason::DeadlineExceeded => "DeadlineExceeded",
+            Reason::StartTimeout => "StartTimeout",
+            Reason::ImagePullFailed => "ImagePullFailed",
+            Reason::Unschedulable => "Unschedulable",
+            Reason::AgentFailed => "AgentFailed",
+            Reason::StageFailed => "StageFailed",
+            Reason::PodEvicted => "PodEvicted",
+            Reason::Cancelled => "Cancelled",
+            Reason::JobDeleted => "JobDeleted",
+            Reason::ResultsSaved => "ResultsSaved",
+            Reason::ResultsUploadFailed => "ResultsUploadFailed",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,28 @@
+//! What the cluster components share: the live-object catalog executions resolve against, the watches behind its caches, and the one metrics registry each component registers on.
+//!
+//! The controller and the webhook (and the components still to come) sit above this module
+//! as peers; none of them imports another, and the process wiring in [`crate::serve`] hands
+//! each the same caches and registry.
+
+pub mod catalog;
+pub mod metrics;
+pub mod watches;
+
+/// A call to the API server that failed, with what was being done.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}: {source}")]
+pub struct ApiError {
+    /// What was being done.
+    pub action: String,
+    /// The API error.
+    #[source]
+    pub source: kube::Error,
+}
+
+impl ApiError {
+    /// Wraps an API error with what was being done.
+    pub fn during(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
+        let action = action.into();
+        move |source| ApiError { action, source }
+    }
+}

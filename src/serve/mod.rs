@@ -1,0 +1,286 @@
+//! The cluster process, wired: the shared caches, the HTTP endpoints, the admission webhook, leader election and the reconcilers, started in order and stopped together.
+//!
+//! Its parts know nothing of each other: [`crate::controller`] and [`crate::webhook`] are
+//! peers over [`crate::cluster`], and this module, above them all, hands each the caches and
+//! the metrics registry it shares. The HTTP endpoints ([`http`]) and the signed-URL blob
+//! endpoint ([`blobs`]) are served here; [`leader`] decides which replica reconciles. The
+//! cluster components still to come (the data API server, the gateway) are wired here too.
+
+pub mod blobs;
+pub mod http;
+pub mod leader;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tracing::info;
+
+use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::metrics::MetricsRegistry;
+use crate::cluster::watches;
+use crate::controller::config::ControllerConfig;
+use crate::controller::metrics::Metrics;
+use crate::controller::{self, ControllerSettings};
+use crate::store::grants::{HmacSigner, UrlSigner};
+use crate::webhook::metrics::AdmissionMetrics;
+use crate::webhook::{self, WebhookOptions};
+use leader::LeaseSettings;
+
+/// Everything [`run`] needs besides the client.
+pub struct ServeOptions {
+    /// Settings of the Jobs.
+    pub config: ControllerConfig,
+    /// Reconcile only this namespace (all namespaces when `None`).
+    pub namespace: Option<String>,
+    /// Where results are kept (the finalizer deletes from it).
+    pub results: crate::store::Store,
+    /// Signs the store URLs each pod gets.
+    pub signer: Arc<dyn UrlSigner>,
+    /// Serve the signed URLs of this signer at `/blobs/` (for `file://` stores, whose URLs
+    /// point at the controller itself).
+    pub serve_blobs: Option<Arc<HmacSigner>>,
+    /// Where to serve `/healthz`, `/readyz` and `/metrics` (not served when `None`).
+    pub listen: Option<SocketAddr>,
+    /// Serve the validating admission webhook (every replica does, leader or not).
+    pub webhook: Option<WebhookOptions>,
+    /// The Lease to hold before reconciling, in its namespace (no election when `None`).
+    pub leader_election: Option<(String, LeaseSettings)>,
+    /// This replica's name in events.
+    pub instance: String,
+}
+
+/// Why the process stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The HTTP endpoints could not be served.
+    #[error("listening on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The admission webhook could not be served.
+    #[error("starting the webhook: {0}")]
+    Webhook(#[from] webhook::StartError),
+    /// A cache stopped before it was filled.
+    #[error("a cache stopped before it was filled")]
+    CacheStopped,
+    /// This replica could not renew its Lease; another may be reconciling now.
+    #[error("lost the leader lease")]
+    LostLease,
+}
+
+impl RunError {
+    /// A short, stable label for metrics and exit reporting.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            RunError::Listen { .. } => "listen",
+            RunError::Webhook(_) => "webhook",
+            RunError::CacheStopped => "cache_stopped",
+            RunError::LostLease => "lost_lease",
+        }
+    }
+}
+
+/// The metrics of every part of the process, on one registry.
+struct ProcessMetrics {
+    controller: Arc<Metrics>,
+    admission: Arc<AdmissionMetrics>,
+    registry: MetricsRegistry,
+}
+
+impl ProcessMetrics {
+    fn new() -> Self {
+        let controller = Arc::new(Metrics::default());
+        let admission = Arc::new(AdmissionMetrics::default());
+        let mut registry = MetricsRegistry::default();
+        controller.register(&mut registry);
+        admission.register(&mut registry);
+        Self {
+            controller,
+            admission,
+            registry,
+        }
+    }
+
+    /// The text `/metrics` answers, with the phase gauge counted from `executions` first.
+    fn render(&self, executions: &[Arc<AgentExecution>]) -> String {
+        self.controller.count_phases(executions);
+        self.registry.render()
+    }
+}
+
+/// Runs the process until `shutdown` completes (in-flight reconciles finish first) or the
+/// Lease is lost.
+///
+/// Every replica fills the caches, serves the webhook and reports ready; only the one holding
+/// the Lease reconciles. Readiness therefore means "can answer admission reviews", which is
+/// what the webhook Service routes by.
+pub async fn run(
+    client: Client,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), RunError> {
+    let namespace = options.namespace.as_deref();
+    let metrics = Arc::new(ProcessMetrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+
+    let all = watcher::Config::default;
+    let (executions, execution_stream) = watches::cache(
+        watches::api::<AgentExecution>(&client, namespace),
+        all(),
+        |_| {},
+    );
+    let (agents, agent_stream) =
+        watches::cache(watches::api::<Agent>(&client, namespace), all(), |_| {});
+    let (environments, environment_stream) = watches::cache(
+        watches::api::<AgentEnvironment>(&client, namespace),
+        all(),
+        |_| {},
+    );
+    let (filesets, fileset_stream) =
+        watches::cache(watches::api::<Fileset>(&client, namespace), all(), |_| {});
+    tasks.spawn(watches::drive(agent_stream));
+    tasks.spawn(watches::drive(environment_stream));
+    tasks.spawn(watches::drive(fileset_stream));
+    let catalog = ClusterCatalog {
+        agents,
+        environments,
+        filesets,
+    };
+
+    if let Some(address) = options.listen {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| RunError::Listen { address, source })?;
+        let (store, metrics) = (executions.clone(), Arc::clone(&metrics));
+        let probes = http::Probes {
+            ready: Arc::clone(&ready),
+            metrics: Arc::new(move || metrics.render(&store.state())),
+            blobs: options
+                .serve_blobs
+                .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
+        };
+        tasks.spawn(http::serve(listener, probes));
+    }
+    let webhook_certificate = match options.webhook {
+        Some(webhook) => Some(
+            webhook::start(
+                client.clone(),
+                catalog.clone(),
+                Arc::clone(&metrics.admission),
+                options.config.run_limits(options.signer.as_ref()),
+                webhook,
+                &mut tasks,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    if !catalog.wait_until_ready().await {
+        return Err(RunError::CacheStopped);
+    }
+    if let Some(certificate) = &webhook_certificate {
+        certificate.wait_loaded().await;
+    }
+    ready.store(true, Ordering::Relaxed);
+
+    let lease = options.leader_election.map(|(lease_namespace, settings)| {
+        (
+            Api::<Lease>::namespaced(client.clone(), &lease_namespace),
+            settings,
+        )
+    });
+    if let Some((api, settings)) = &lease {
+        leader::acquire(api, settings).await;
+    }
+
+    let settings = ControllerSettings {
+        namespace: options.namespace.clone(),
+        config: options.config,
+        results: options.results,
+        signer: options.signer,
+        instance: options.instance,
+    };
+    let reconcilers = controller::run(
+        client,
+        settings,
+        catalog,
+        Arc::clone(&metrics.controller),
+        (executions, execution_stream),
+        shutdown,
+    );
+    info!(
+        namespace = namespace.unwrap_or("*"),
+        "reconciling AgentExecutions"
+    );
+    let outcome = match &lease {
+        Some((api, settings)) => tokio::select! {
+            () = reconcilers => Ok(()),
+            () = leader::keep(api, settings) => Err(RunError::LostLease),
+        },
+        None => {
+            reconcilers.await;
+            Ok(())
+        }
+    };
+    ready.store(false, Ordering::Relaxed);
+    tasks.abort_all();
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{AgentExecutionStatus, Phase};
+
+    fn execution(phase: Option<Phase>) -> Arc<AgentExecution> {
+        Arc::new(AgentExecution {
+            metadata: Default::default(),
+            spec: Default::default(),
+            status: Some(AgentExecutionStatus {
+                phase,
+                ..Default::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn the_text_format_has_every_metric() {
+        let process = ProcessMetrics::new();
+        let metrics = &process.controller;
+        drop(metrics.reconcile_started());
+        metrics.reconcile_failed("conflict");
+        metrics.job_created(0.02);
+        metrics.completed(42.0);
+        process.admission.reviewed("invalid", 0.002);
+        let text = process.render(&[
+            execution(Some(Phase::Running)),
+            execution(Some(Phase::Running)),
+            execution(None),
+        ]);
+        assert!(
+            text.contains("errand_controller_reconciles_total 1"),
+            "{text}"
+        );
+        assert!(text.contains("errand_controller_reconcile_errors_total{reason=\"conflict\"} 1"));
+        assert!(text.contains("errand_controller_reconcile_duration_seconds_count 1"));
+        assert!(text.contains("errand_controller_executions{phase=\"Running\"} 2"));
+        assert!(text.contains("errand_controller_executions{phase=\"None\"} 1"));
+        assert!(text.contains("errand_controller_job_created_after_seconds_count 1"));
+        assert!(text.contains("errand_controller_completed_after_seconds_sum 42.0"));
+        assert!(text.contains("errand_controller_admission_reviews_total{verdict=\"invalid\"} 1"));
+        assert!(text.contains("errand_controller_admission_duration_seconds_count 1"));
+        let later = process.render(&[execution(Some(Phase::Succeeded))]);
+        assert!(!later.contains("phase=\"Running\""), "{later}");
+    }
+}
