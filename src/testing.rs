@@ -1,15 +1,17 @@
 //! Fixtures for the unit tests, built in one place: the calculator Agent, the `prod`
 //! environment that binds its model key, the namespace's catalog, an execution of the
-//! calculator, its resolved snapshot and where its results go. Each starts from a `test()`
-//! constructor and is varied with `with_*` methods (controller-rs's builder style), so a test
-//! states only what it changes.
+//! calculator, its resolved snapshot, the reference to its snapshot ConfigMap and where its
+//! results go. Each starts from a `test()` constructor and is varied with `with_*` methods
+//! (controller-rs's builder style), so a test states only what it changes.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::api::{
-    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentRuntime, AgentSpec,
-    ArtifactMount, Compute, FilesetStatus, Reference, RuntimeSecurity, Workdir,
+    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
+    AgentRuntime, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeSecurity,
+    SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
 use crate::store::keys::ExecutionId;
@@ -197,6 +199,18 @@ impl AgentExecution {
         self.spec = spec;
         self
     }
+
+    /// Created at `time`.
+    pub fn with_creation_timestamp(mut self, time: Time) -> Self {
+        self.metadata.creation_timestamp = Some(time);
+        self
+    }
+
+    /// With this status.
+    pub fn with_status(mut self, status: Option<AgentExecutionStatus>) -> Self {
+        self.status = status;
+        self
+    }
 }
 
 impl ExecutionId {
@@ -216,5 +230,16 @@ impl Snapshot {
     pub fn test() -> Self {
         let spec = AgentExecutionSpec::test().with_workdir("repo", &[("data#tables/", "data")]);
         resolve_execution(NS, &spec, &InMemoryCatalog::test()).expect("the fixture resolves")
+    }
+}
+
+impl SnapshotRef {
+    /// The snapshot ConfigMap of [`AgentExecution::test`] (`errand-calc-snapshot`), with a
+    /// placeholder digest.
+    pub fn test() -> Self {
+        Self {
+            config_map: "errand-calc-snapshot".into(),
+            digest: "sha256:00".into(),
+        }
     }
 }
