@@ -7,5 +7,7 @@
 pub mod archives;
 pub mod cluster;
 pub mod errand;
+pub mod harness;
 pub mod hostile;
 pub mod s3;
+pub mod store;
