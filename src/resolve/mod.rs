@@ -6,8 +6,10 @@
 mod catalog;
 mod merge;
 mod problems;
+mod quantity;
 mod refs;
 mod rules;
+mod schema;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -20,11 +22,13 @@ use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference,
 pub use catalog::{Catalog, InMemoryCatalog};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
+pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
     relative_path,
 };
+pub use schema::{Resource, check_execution_spec, check_object};
 pub use snapshot::{
     FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,
     WorkdirPlan,
