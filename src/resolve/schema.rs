@@ -198,6 +198,14 @@ fn check_object_fields(
     root: bool,
     problems: &mut Vec<Problem>,
 ) {
+    if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
+        && fields.len() as u64 > max
+    {
+        problems.push(Problem::new(
+            path,
+            format!("Too many: {}: must have at most {max} properties", fields.len()),
+        ));
+    }
     let properties = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
     let keeps_unknown = flag(schema, "x-kubernetes-preserve-unknown-fields")
@@ -475,6 +483,18 @@ mod tests {
                 "spec.overlay.env: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner",
             ]
         );
+        let amounts = |limits: Value| {
+            let object = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
+                "metadata": {"name": "e"}, "spec": {"compute": {"resources": {"limits": limits}}}});
+            messages(check_object(Resource::AgentEnvironment, &object))
+        };
+        assert_eq!(amounts(json!({"cpu": 2, "memory": "1e3", "nvidia.com/gpu": "1"})), Vec::<String>::new());
+        for bad in [json!({"cpu": "abc"}), json!({"memory": "-1Gi"})] {
+            assert_eq!(
+                amounts(bad),
+                ["spec.compute.resources.limits: amounts must be non-negative quantities, such as 500m, 2 or 4Gi"]
+            );
+        }
         let float = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
             "metadata": {"name": "e"}, "spec": {"compute": {"resources": {"limits": {"cpu": 1.5}}}}});
         assert_eq!(
