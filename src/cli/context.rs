@@ -135,6 +135,7 @@ pub fn record_error(error: RecordError) -> CliError {
     let code = match error {
         RecordError::NotFound(..) => "not_found",
         RecordError::Ambiguous { .. } => "ambiguous_name",
+        RecordError::AlreadyExists(..) => "already_exists",
         RecordError::Io { .. } => "io_error",
     };
     CliError::new(code, error.to_string())

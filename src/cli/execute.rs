@@ -7,8 +7,10 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
 use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
-    ManifestObject, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
+    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, SuperviseError,
+    parse_document, parse_manifests, prepare, read_manifest_file, run_prepared, spawn_detached,
 };
+use crate::resolve::{InvalidSpec, Problem, check_execution_spec, decode};
 use crate::runner::signals::cancel_on_stop_signal;
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
@@ -50,12 +52,20 @@ pub struct ExecuteArgs {
 }
 
 /// The spec and name from `--spec`/`--spec-file`: either a bare spec or an AgentExecution.
+/// Either is checked as the API server checks an AgentExecution: its schema (types, unknown
+/// fields) and CEL rules, each problem naming its field.
 fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
         (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(CliError::new(
+            "invalid_manifest",
+            format!("{source}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"),
+        ));
+    }
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
         CliError::new(
             "invalid_manifest",
@@ -63,31 +73,39 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
         )
     })?;
     if value.get("kind").is_some() {
-        return match parse_manifests(&text, &source)
-            .map_err(|e| CliError::new("invalid_manifest", e))?
-            .pop()
-        {
-            Some(ManifestObject::Execution(execution)) => {
+        return match parse_document(value) {
+            Ok(ManifestObject::Execution(execution)) => {
                 Ok((execution.spec, execution.metadata.name))
             }
-            _ => Err(CliError::new(
+            Ok(_) => Err(CliError::new(
                 "invalid_manifest",
                 format!("{source}: expected an AgentExecution"),
             )),
+            Err(DocumentError::Invalid { kind, problems, .. }) if kind == "AgentExecution" => {
+                Err(InvalidSpec { problems }.into())
+            }
+            Err(error) => Err(CliError::new("invalid_manifest", format!("{source}: {error}"))),
         };
     }
-    let spec = serde_json::from_value(value).map_err(|e| {
-        CliError::new(
-            "invalid_manifest",
-            format!("{source}: not an AgentExecution spec: {e}"),
-        )
+    let problems = check_execution_spec(&value);
+    if !problems.is_empty() {
+        return Err(InvalidSpec { problems }.into());
+    }
+    let spec = decode(value).map_err(|problem| InvalidSpec {
+        problems: vec![Problem::new(
+            format!("spec.{}", problem.field),
+            problem.message,
+        )],
     })?;
     Ok((spec, None))
 }
 
+/// A manifest file's text, refused when it is larger than the API server would take.
 fn read_text(path: &Path, flag: &str) -> Result<String, CliError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| CliError::argument(format!("{flag} {}: {e}", path.display())))
+    read_manifest_file(path).map_err(|e| match e {
+        ReadManifestError::Unreadable { .. } => CliError::argument(format!("{flag} {e}")),
+        _ => CliError::new("invalid_manifest", format!("{flag} {e}")),
+    })
 }
 
 /// Whether a flag value names a manifest file rather than an object.
@@ -169,6 +187,7 @@ async fn apply_flags(
         spec.environment = inline;
     }
     if let Some(base) = &args.base_workdir {
+        refuse_missing_directory(base)?;
         let base = match local {
             Some(local) if Path::new(base).is_dir() => {
                 local.push_fileset(None, Path::new(base)).await?.0
@@ -192,6 +211,25 @@ async fn apply_flags(
         spec.auto_telemetry = true;
     }
     Ok(())
+}
+
+/// Refuses a `--workdir.base-workdir` that reads as a path (`/…`, `./…`, `../…`, `~…`) but
+/// names no directory, which would otherwise be taken for a `namespace/fileset` reference.
+fn refuse_missing_directory(base: &str) -> Result<(), CliError> {
+    let looks_like_path = ["/", "./", "../", "~"].iter().any(|p| base.starts_with(p))
+        || base.split('#').next().unwrap_or(base).matches('/').count() > 1;
+    let path = Path::new(base);
+    if path.is_dir() || !(looks_like_path || path.exists()) {
+        return Ok(());
+    }
+    let what = if path.exists() {
+        "is not a directory"
+    } else {
+        "does not exist"
+    };
+    Err(CliError::argument(format!(
+        "--workdir.base-workdir {base}: the directory {what} (give a directory to push, or a Fileset as NAME[#PATH/])"
+    )))
 }
 
 /// A supervision failure as a CLI error.

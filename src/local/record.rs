@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::catalog::write_atomic;
+use super::files::{create_private_dir, create_private_dir_all, write_private};
 use super::paths::DataDir;
 use crate::api::{Phase, ResultEntry};
 
@@ -87,6 +87,9 @@ pub enum RecordError {
         /// The names it matches.
         matches: String,
     },
+    /// An execution with this name exists already.
+    #[error("execution {0:?} already exists in namespace {1:?}; choose another name, or delete it first")]
+    AlreadyExists(String, String),
     /// The record file could not be read or written.
     #[error("execution record {path}: {message}")]
     Io {
@@ -154,7 +157,7 @@ impl Records {
     pub fn write(&self, record: &ExecutionRecord) -> Result<(), RecordError> {
         let path = self.file(&record.namespace, &record.name);
         let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
-        write_atomic(&path, &bytes, false).map_err(|e| RecordError::Io {
+        write_private(&path, &bytes).map_err(|e| RecordError::Io {
             path,
             message: e.to_string(),
         })
@@ -163,15 +166,15 @@ impl Records {
     /// Creates the record of a new execution; refuses a name that is taken.
     pub fn create(&self, record: &ExecutionRecord) -> Result<(), RecordError> {
         let dir = self.dir(&record.namespace, &record.name);
-        std::fs::create_dir_all(dir.parent().expect("an execution dir has a parent"))
-            .and_then(|()| std::fs::create_dir(&dir))
-            .map_err(|e| RecordError::Io {
-                path: dir,
-                message: match e.kind() {
-                    std::io::ErrorKind::AlreadyExists => {
-                        "an execution with this name already exists".into()
-                    }
-                    _ => e.to_string(),
+        create_private_dir_all(dir.parent().expect("an execution dir has a parent"))
+            .and_then(|()| create_private_dir(&dir))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => {
+                    RecordError::AlreadyExists(record.name.clone(), record.namespace.clone())
+                }
+                _ => RecordError::Io {
+                    path: dir,
+                    message: e.to_string(),
                 },
             })?;
         self.write(record)

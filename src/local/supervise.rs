@@ -6,11 +6,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{LocalCatalog, write_atomic};
+use super::catalog::LocalCatalog;
+use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::{AgentExecutionSpec, Phase};
-use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
+use crate::resolve::{
+    InvalidSpec, Snapshot, admit_creation, check_execution_spec, resolve_execution,
+};
 use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -44,7 +47,7 @@ pub enum SuperviseError {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
-    write_atomic(path, bytes, false).map_err(|e| SuperviseError::File {
+    write_private(path, bytes).map_err(|e| SuperviseError::File {
         path: path.to_owned(),
         message: e.to_string(),
     })
@@ -59,7 +62,13 @@ pub fn prepare(
     name: Option<&str>,
     spec: &AgentExecutionSpec,
 ) -> Result<ExecutionRecord, SuperviseError> {
-    let snapshot = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()))?;
+    // What the API server checks first: the CRD's schema and CEL rules.
+    let problems = check_execution_spec(&serde_json::to_value(spec).expect("a spec serializes"));
+    if !problems.is_empty() {
+        return Err(InvalidSpec { problems }.into());
+    }
+    let resolution = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()));
+    let snapshot = admit_creation(spec, resolution)?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
             problems: vec![crate::resolve::Problem::new("metadata.name", message)],
@@ -232,7 +241,7 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
         path: log_path.clone(),
         message: e.to_string(),
     };
-    let log = std::fs::File::create(&log_path).map_err(file_error)?;
+    let log = create_private_file(&log_path).map_err(file_error)?;
     let exe = std::env::current_exe().map_err(file_error)?;
     let child = std::process::Command::new(exe)
         .args(["__supervise", "--namespace", namespace, name])

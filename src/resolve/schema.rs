@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::problems::Problem;
@@ -38,6 +39,18 @@ impl Resource {
             Resource::Fileset => "Fileset",
             Resource::AgentExecution => "AgentExecution",
         }
+    }
+
+    /// The resource of an `errand.dev/v1alpha1` kind.
+    pub fn from_kind(kind: &str) -> Option<Self> {
+        [
+            Resource::Agent,
+            Resource::AgentEnvironment,
+            Resource::Fileset,
+            Resource::AgentExecution,
+        ]
+        .into_iter()
+        .find(|r| r.kind() == kind)
     }
 
     /// The `openAPIV3Schema` of the resource's generated CRD, built once.
@@ -89,8 +102,7 @@ pub fn check_object(resource: Resource, object: &Value) -> Vec<Problem> {
     if let Some(fields) = object.as_object_mut() {
         fields.remove("status");
     }
-    let mut problems = Vec::new();
-    check_value(schema, &object, "", true, &mut problems);
+    let problems = check_structure(schema, &object);
     if !problems.is_empty() {
         return problems;
     }
@@ -102,6 +114,23 @@ pub fn check_object(resource: Resource, object: &Value) -> Vec<Problem> {
             .map(|e| Problem::new(e.field_path, e.message))
             .collect(),
     }
+}
+
+/// Every structural problem in `object` against `schema`, an OpenAPI schema of the same subset
+/// the CRDs use (for objects errand reads that are not its own, such as a Secret).
+pub fn check_structure(schema: &Value, object: &Value) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    check_value(schema, object, "", true, &mut problems);
+    problems
+}
+
+/// Reads `value` as a `T`; a failure names the field it is at (`spec.timeoutSeconds`).
+pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Problem> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        Problem::new(field, error.into_inner().to_string())
+    })
 }
 
 /// Every problem in a bare AgentExecution `spec`, with paths starting at `spec`.
@@ -407,6 +436,16 @@ mod tests {
 
     fn runtime() -> Value {
         json!({"image": "busybox", "command": ["sh"]})
+    }
+
+    #[test]
+    fn a_typed_read_names_the_field_it_failed_at() {
+        let error = decode::<crate::api::AgentExecutionSpec>(json!({"workdir": {"artifactMounts": [{"ref": 1}]}}))
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "workdir.artifactMounts[0].ref: invalid type: integer `1`, expected a string"
+        );
     }
 
     #[test]

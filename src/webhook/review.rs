@@ -92,7 +92,8 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
 fn execution(object: Option<&DynamicObject>, field: &str) -> Result<AgentExecution, String> {
     let object = object.ok_or_else(|| format!("the request has no {field}"))?;
     let value = serde_json::to_value(object).map_err(|e| format!("{field}: {e}"))?;
-    serde_json::from_value(value).map_err(|e| format!("{field} is not a valid AgentExecution: {e}"))
+    crate::resolve::decode(value)
+        .map_err(|problem| format!("{field} is not a valid AgentExecution: {problem}"))
 }
 
 /// An update may only set `cancel` (from false to true); the CRD's CEL rules say the same, and
@@ -122,9 +123,10 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
     }
 }
 
-/// The verdict on a create from its resolution.
-pub fn verdict(resolution: Result<Snapshot, InvalidSpec>) -> Verdict {
-    match resolution {
+/// The verdict on a create of `spec` from its resolution, with the rules that hold only at
+/// creation.
+pub fn verdict(spec: &AgentExecutionSpec, resolution: Result<Snapshot, InvalidSpec>) -> Verdict {
+    match crate::resolve::admit_creation(spec, resolution) {
         Ok(_) => Verdict::Allow,
         Err(invalid) => Verdict::Invalid(invalid),
     }

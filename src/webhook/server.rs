@@ -89,7 +89,7 @@ impl Admission {
                         )
                         .await;
                         match resolution {
-                            Ok(Ok(resolution)) => review::verdict(resolution),
+                            Ok(Ok(resolution)) => review::verdict(&spec, resolution),
                             Ok(Err(message)) => Verdict::Unavailable(message),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",
