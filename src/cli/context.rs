@@ -104,13 +104,16 @@ impl Local {
         Ok((name, status))
     }
 
-    /// The record of the execution named `name` (or the only one starting with it).
+    /// The record of the execution named `name` (or the only one starting with it), as it stands
+    /// (a run whose supervisor is gone has failed).
     pub fn find(&self, name: &str) -> Result<ExecutionRecord, CliError> {
         let records = self.records();
         let name = records
             .resolve_name(&self.namespace, name)
             .map_err(record_error)?;
-        records.read(&self.namespace, &name).map_err(record_error)
+        records
+            .read_current(&self.namespace, &name)
+            .map_err(record_error)
     }
 
     /// Where the results of `record` are stored.

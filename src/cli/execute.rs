@@ -47,6 +47,11 @@ pub struct ExecuteArgs {
     /// Return at once, leaving the run going in the background.
     #[arg(long)]
     pub no_wait: bool,
+    /// Give a local agent this shell's whole environment (but errand's own `ERRAND_*`
+    /// variables). By default it gets what a pod would: its resolved environment with `PATH`,
+    /// `HOME`, `LANG` and `TZ`.
+    #[arg(long)]
+    pub inherit_env: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -254,6 +259,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         &local.namespace,
         name.as_deref(),
         &spec,
+        args.inherit_env,
     )
     .map_err(supervise_error)?;
     if args.no_wait {

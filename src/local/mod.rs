@@ -4,9 +4,11 @@
 //! working files of each run; results go to the store like anywhere else.
 
 mod catalog;
+mod environment;
 mod files;
 mod manifest;
 mod paths;
+mod process;
 mod record;
 mod supervise;
 
@@ -16,5 +18,8 @@ pub use manifest::{
     parse_manifests, read_manifest_file,
 };
 pub use paths::DataDir;
-pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
+pub use process::ProcessIdentity;
+pub use record::{
+    ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, SUPERVISOR_LOST, generate_name,
+};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

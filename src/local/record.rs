@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::files::{create_private_dir, create_private_dir_all, write_private};
 use super::paths::DataDir;
+use super::process::ProcessIdentity;
 use crate::api::{Phase, ResultEntry};
 
 /// Version of the record document.
@@ -61,13 +62,38 @@ pub struct ExecutionRecord {
     /// Whether a cancel was requested.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// Whether the agent gets the caller's whole environment (`execute --inherit-env`) rather
+    /// than only its resolved environment with `PATH`, `HOME`, `LANG` and `TZ`.
+    #[serde(default)]
+    pub inherit_env: bool,
+    /// The process that supervises the run (the `execute` command itself, or the detached
+    /// supervisor of `--no-wait`). A run that is not finished while it no longer runs is
+    /// reported as failed with reason `SupervisorLost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<ProcessIdentity>,
 }
+
+/// Reason of a run whose supervisor ended before the run did.
+pub const SUPERVISOR_LOST: &str = "SupervisorLost";
 
 impl ExecutionRecord {
     /// Seconds between start and end, when both are known.
     pub fn duration_seconds(&self) -> Option<f64> {
         let (start, end) = (self.started_at?, self.completed_at?);
         Some(end.duration_since(start).as_secs_f64())
+    }
+
+    /// The record of a run whose supervisor is gone before the run ended: failed, with reason
+    /// [`SUPERVISOR_LOST`]. Its results are whatever the supervisor had saved.
+    pub fn supervisor_lost(mut self, now: jiff::Timestamp) -> Self {
+        let pid = self.supervisor.map(|s| s.pid).unwrap_or_default();
+        self.phase = Phase::Failed;
+        self.reason = Some(SUPERVISOR_LOST.to_owned());
+        self.message = Some(format!(
+            "the process supervising the run (pid {pid}) ended before the run did; it was killed or the machine restarted"
+        ));
+        self.completed_at = Some(now);
+        self
     }
 }
 
@@ -117,18 +143,13 @@ impl Records {
         self.data.execution(namespace, name)
     }
 
-    /// The file holding the pid of the process that supervises the run.
-    pub fn pid_file(&self, namespace: &str, name: &str) -> PathBuf {
-        self.dir(namespace, name).join("supervisor.pid")
-    }
-
-    /// The pid of the process supervising the run, if one was started.
+    /// The pid of the process supervising the run, while that very process runs.
     pub fn supervisor_pid(&self, namespace: &str, name: &str) -> Option<i32> {
-        std::fs::read_to_string(self.pid_file(namespace, name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let supervisor = self.read(namespace, name).ok()?.supervisor?;
+        supervisor
+            .is_running()
+            .then(|| i32::try_from(supervisor.pid).ok())
+            .flatten()
     }
 
     fn file(&self, namespace: &str, name: &str) -> PathBuf {
@@ -151,6 +172,25 @@ impl Records {
             path,
             message: e.to_string(),
         })
+    }
+
+    /// Reads the record of `name` as it stands: a run that has not ended although its supervisor
+    /// is gone is recorded, from now on, as failed with reason [`SUPERVISOR_LOST`].
+    pub fn read_current(&self, namespace: &str, name: &str) -> Result<ExecutionRecord, RecordError> {
+        let record = self.read(namespace, name)?;
+        let lost = !record.phase.is_terminal()
+            && record.supervisor.is_some_and(|s| !s.is_running());
+        if !lost {
+            return Ok(record);
+        }
+        // A supervisor writes its last record before it exits: read again now that it is gone.
+        let record = self.read(namespace, name)?;
+        if record.phase.is_terminal() {
+            return Ok(record);
+        }
+        let record = record.supervisor_lost(jiff::Timestamp::now());
+        self.write(&record)?;
+        Ok(record)
     }
 
     /// Saves `record`, replacing the previous version atomically.
@@ -268,6 +308,55 @@ pub fn generate_uid(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_whose_supervisor_is_gone_is_failed_and_its_record_says_so() {
+        let home = tempfile::tempdir().unwrap();
+        let records = Records::new(DataDir::new(home.path()));
+        let me = ProcessIdentity::current().unwrap();
+        let record = ExecutionRecord {
+            schema_version: RECORD_SCHEMA_VERSION,
+            name: "run-1".into(),
+            namespace: "default".into(),
+            uid: "u".into(),
+            agent: "a".into(),
+            phase: Phase::Running,
+            reason: None,
+            message: None,
+            response: None,
+            exit_code: None,
+            timed_out: false,
+            created_at: jiff::Timestamp::now(),
+            started_at: None,
+            completed_at: None,
+            results: Vec::new(),
+            snapshot_digest: String::new(),
+            store: String::new(),
+            cancel_requested: false,
+            inherit_env: false,
+            supervisor: Some(me),
+        };
+        records.create(&record).unwrap();
+        assert_eq!(records.read_current("default", "run-1").unwrap(), record);
+        assert_eq!(records.supervisor_pid("default", "run-1"), Some(me.pid as i32));
+
+        let gone = ExecutionRecord {
+            supervisor: Some(ProcessIdentity {
+                start_time: me.start_time + 1,
+                ..me
+            }),
+            ..record
+        };
+        records.write(&gone).unwrap();
+        assert_eq!(records.supervisor_pid("default", "run-1"), None);
+        let current = records.read_current("default", "run-1").unwrap();
+        assert_eq!(
+            (current.phase, current.reason.as_deref()),
+            (Phase::Failed, Some(SUPERVISOR_LOST))
+        );
+        assert!(current.completed_at.is_some());
+        assert_eq!(records.read("default", "run-1").unwrap(), current, "recorded");
+    }
 
     #[test]
     fn generated_names_are_valid_object_names() {

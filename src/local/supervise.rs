@@ -7,8 +7,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::LocalCatalog;
+use super::environment::{base_environment, caller_environment};
 use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
+use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
@@ -61,6 +63,7 @@ pub fn prepare(
     namespace: &str,
     name: Option<&str>,
     spec: &AgentExecutionSpec,
+    inherit_env: bool,
 ) -> Result<ExecutionRecord, SuperviseError> {
     // What the API server checks first: the CRD's schema and CEL rules.
     let problems = check_execution_spec(&serde_json::to_value(spec).expect("a spec serializes"));
@@ -94,6 +97,9 @@ pub fn prepare(
         snapshot_digest: snapshot.digest(),
         store: store_url.to_owned(),
         cancel_requested: false,
+        inherit_env,
+        // This process runs it, or starts the detached supervisor that takes over.
+        supervisor: ProcessIdentity::current(),
     };
     let records = Records::new(data.clone());
     records.create(&record)?;
@@ -136,19 +142,17 @@ pub async fn run_prepared(
         command: snapshot.command(),
         input: snapshot.input.clone(),
         agent_config_path: dir.join("agent-config.json"),
-        env: agent_env(data, &snapshot)?,
+        env: agent_env(data, &snapshot, record.inherit_env)?,
         timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(1)),
         grace: GRACE,
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
+        inherit_env: false,
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
-    write_file(
-        &records.pid_file(namespace, name),
-        std::process::id().to_string().as_bytes(),
-    )?;
+    record.supervisor = ProcessIdentity::current();
     record.phase = Phase::Running;
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
@@ -161,9 +165,15 @@ pub async fn run_prepared(
     Ok(record)
 }
 
-/// The agent's environment: the merged plain env, the extension, then the bound Secret values.
-fn agent_env(data: &DataDir, snapshot: &Snapshot) -> Result<Vec<(String, String)>, SuperviseError> {
-    let mut env = runner::plan::plain_agent_env(snapshot);
+/// The agent's environment: what the machine gives it ([`base_environment`]), the merged
+/// plain env, the extension, then the bound Secret values.
+fn agent_env(
+    data: &DataDir,
+    snapshot: &Snapshot,
+    inherit_env: bool,
+) -> Result<Vec<(String, String)>, SuperviseError> {
+    let mut env = base_environment(&caller_environment(), inherit_env);
+    env.extend(runner::plan::plain_agent_env(snapshot));
     let catalog = LocalCatalog::new(data.clone());
     for binding in &snapshot.secrets {
         let value = catalog
@@ -232,8 +242,8 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
 }
 
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and
-/// returns its pid. It keeps running after this process exits; its own output goes to
-/// `supervisor.log` in the execution directory.
+/// returns its pid once it has recorded itself. It keeps running after this process exits;
+/// its own output goes to `supervisor.log` in the execution directory.
 pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32, SuperviseError> {
     let records = Records::new(data.clone());
     let log_path = records.dir(namespace, name).join("supervisor.log");
@@ -254,7 +264,41 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
         .spawn()
         .map_err(file_error)?;
     let pid = child.id();
-    let pid_path = records.pid_file(namespace, name);
-    write_file(&pid_path, pid.to_string().as_bytes())?;
+    wait_until_supervised(&records, namespace, name, child)?;
     Ok(pid)
 }
+
+/// How long a detached supervisor may take to record itself.
+const SUPERVISOR_START: Duration = Duration::from_secs(10);
+
+/// Waits until the detached supervisor has recorded itself as the run's supervisor, so that
+/// this process (recorded until then) may exit without the run looking lost.
+fn wait_until_supervised(
+    records: &Records,
+    namespace: &str,
+    name: &str,
+    mut child: std::process::Child,
+) -> Result<(), SuperviseError> {
+    let deadline = std::time::Instant::now() + SUPERVISOR_START;
+    loop {
+        let record = records.read(namespace, name)?;
+        let recorded = record.supervisor.is_some_and(|s| s.pid == child.id());
+        // A supervisor that already ended has written its last record.
+        let ended = matches!(child.try_wait(), Ok(Some(_)));
+        if recorded || ended || record.phase.is_terminal() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(SuperviseError::File {
+                path: records.dir(namespace, name).join("supervisor.log"),
+                message: format!(
+                    "the detached supervisor (pid {}) did not start within {}s",
+                    child.id(),
+                    SUPERVISOR_START.as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
