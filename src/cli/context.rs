@@ -50,6 +50,12 @@ impl Local {
         crate::resolve::object_name(&namespace)
             .map_err(|e| CliError::argument(format!("--namespace: {e}")))?;
         let data = DataDir::from_env();
+        data.create().map_err(|e| {
+            CliError::new(
+                "io_error",
+                format!("cannot create the data directory {}: {e}", data.root().display()),
+            )
+        })?;
         let store_url = target
             .store
             .clone()

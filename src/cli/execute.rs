@@ -10,7 +10,7 @@ use crate::local::{
     DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, SuperviseError,
     parse_document, parse_manifests, prepare, read_manifest_file, run_prepared, spawn_detached,
 };
-use crate::resolve::{InvalidSpec, Problem, check_execution_spec, decode};
+use crate::resolve::{InvalidSpec, Problem, check_execution_spec_structure, decode};
 use crate::runner::signals::cancel_on_stop_signal;
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
@@ -57,8 +57,9 @@ pub struct ExecuteArgs {
 }
 
 /// The spec and name from `--spec`/`--spec-file`: either a bare spec or an AgentExecution.
-/// Either is checked as the API server checks an AgentExecution: its schema (types, unknown
-/// fields) and CEL rules, each problem naming its field.
+/// Either is checked against the AgentExecution schema (types, unknown fields, bounds), each
+/// problem naming its field; the CEL rules hold for the spec the flags complete, when it is
+/// created.
 fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
@@ -92,7 +93,7 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
             Err(error) => Err(CliError::new("invalid_manifest", format!("{source}: {error}"))),
         };
     }
-    let problems = check_execution_spec(&value);
+    let problems = check_execution_spec_structure(&value);
     if !problems.is_empty() {
         return Err(InvalidSpec { problems }.into());
     }

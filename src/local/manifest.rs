@@ -117,7 +117,7 @@ impl std::fmt::Display for DocumentError {
 
 /// Parses every document of a YAML (or JSON) manifest stream; `source` names it in errors.
 /// Each object is checked as the API server would check it on create: its CRD's schema
-/// (types, unknown fields, enums, bounds) and CEL rules.
+/// (types, unknown fields, enums, bounds) and CEL rules (an AgentExecution's when it is run).
 pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, String> {
     if text.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(format!(
@@ -171,7 +171,12 @@ pub fn parse_document(doc: Value) -> Result<ManifestObject, DocumentError> {
             "apiVersion {api_version:?} kind {kind:?} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, Fileset, AgentExecution, or v1 Secret)"
         )));
     };
-    let problems = check_object(resource, &doc);
+    // An AgentExecution is not applied but run, and `errand execute`'s flags may complete it:
+    // its CEL rules hold when it is created, here only its structure.
+    let problems = match resource {
+        Resource::AgentExecution => check_structure(resource.schema(), &doc),
+        _ => check_object(resource, &doc),
+    };
     if !problems.is_empty() {
         return Err(invalid(problems));
     }

@@ -28,7 +28,10 @@ pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
     relative_path,
 };
-pub use schema::{Resource, check_execution_spec, check_object, check_structure, decode};
+pub use schema::{
+    Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
+    decode,
+};
 pub use snapshot::{
     FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,
     WorkdirPlan,

@@ -133,15 +133,26 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, Problem> {
     })
 }
 
-/// Every problem in a bare AgentExecution `spec`, with paths starting at `spec`.
+/// Every structural problem in a bare AgentExecution `spec` (types, unknown fields, bounds),
+/// with paths starting at `spec`. The CEL rules are left for the complete spec: the command
+/// line's flags may still fill in what a spec file leaves out.
+pub fn check_execution_spec_structure(spec: &Value) -> Vec<Problem> {
+    check_structure(Resource::AgentExecution.schema(), &execution_object(spec))
+}
+
+/// Every problem the API server would find in a complete AgentExecution `spec` on create:
+/// structure and CEL rules, with paths starting at `spec`.
 pub fn check_execution_spec(spec: &Value) -> Vec<Problem> {
-    let object = serde_json::json!({
+    check_object(Resource::AgentExecution, &execution_object(spec))
+}
+
+fn execution_object(spec: &Value) -> Value {
+    serde_json::json!({
         "apiVersion": format!("{}/{}", crate::api::GROUP, crate::api::VERSION),
         "kind": "AgentExecution",
         "metadata": {"name": "spec"},
         "spec": spec,
-    });
-    check_object(Resource::AgentExecution, &object)
+    })
 }
 
 /// The fields a manifest object may set beside its schema's own: the type and object metadata.
