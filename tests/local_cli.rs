@@ -673,10 +673,7 @@ fn spec_type_errors_and_unknown_fields_name_their_field() {
         "typo.yaml",
         "agentRef: {name: calculator}\ninput: x\ntimeout_seconds: 1\n",
     );
-    let (code, _, message) = refusal(
-        &home,
-        &["execute", "--spec-file", file.to_str().unwrap()],
-    );
+    let (code, _, message) = refusal(&home, &["execute", "--spec-file", file.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
         message.contains(r#"spec.timeout_seconds: unknown field "timeout_seconds""#),
@@ -705,7 +702,13 @@ fn spec_type_errors_and_unknown_fields_name_their_field() {
     );
     for args in [
         vec!["apply", "-f", agent.to_str().unwrap()],
-        vec!["execute", "--agent", agent.to_str().unwrap(), "--input", "x"],
+        vec![
+            "execute",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--input",
+            "x",
+        ],
     ] {
         let (code, error, message) = refusal(&home, &args);
         assert_eq!((code, error.as_str()), (2, "invalid_manifest"), "{args:?}");
@@ -715,7 +718,12 @@ fn spec_type_errors_and_unknown_fields_name_their_field() {
             "{message}"
         );
     }
-    assert_eq!(std::fs::read_dir(home.executions_dir()).map(|d| d.count()).unwrap_or(0), 0);
+    assert_eq!(
+        std::fs::read_dir(home.executions_dir())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
 }
 
 #[test]
@@ -793,7 +801,11 @@ fn apply_is_all_or_nothing() {
     assert_eq!((code, error.as_str()), (2, "invalid_manifest"));
     assert!(message.contains("document 2"), "{message}");
     let (_, agents) = home.json(&["agents"]);
-    assert_eq!(agents["agents"], json!([]), "the valid Agent was not stored");
+    assert_eq!(
+        agents["agents"],
+        json!([]),
+        "the valid Agent was not stored"
+    );
 
     // An Agent applied twice in one go with two specs is refused whole too.
     let twice = home.write(
@@ -813,7 +825,9 @@ fn apply_is_all_or_nothing() {
 fn apply_refuses_what_the_cluster_crds_refuse_with_their_messages() {
     let home = Home::new();
     let environment = |spec: &str| {
-        format!("apiVersion: errand.dev/v1alpha1\nkind: AgentEnvironment\nmetadata: {{name: e}}\nspec: {spec}\n")
+        format!(
+            "apiVersion: errand.dev/v1alpha1\nkind: AgentEnvironment\nmetadata: {{name: e}}\nspec: {spec}\n"
+        )
     };
     let cases = [
         (
@@ -839,7 +853,10 @@ fn apply_refuses_what_the_cluster_crds_refuse_with_their_messages() {
         let file = home.write(&format!("bad-{index}.yaml"), text);
         let (code, error, message) = refusal(&home, &["apply", "-f", file.to_str().unwrap()]);
         assert_eq!((code, error.as_str()), (2, "invalid_manifest"));
-        assert!(message.contains(expected), "expected {expected:?} in {message:?}");
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}"
+        );
     }
     let (_, environments) = home.json(&["environments"]);
     assert_eq!(environments["agentenvironments"], json!([]));
@@ -912,8 +929,14 @@ fn reusing_an_execution_name_is_already_exists_naming_it() {
     assert_eq!(code, 0, "{answer}");
     let (code, error, message) = refusal(&home, &args);
     assert_eq!((code, error.as_str()), (4, "already_exists"));
-    assert!(message.contains("execution \"once\" already exists"), "{message}");
-    assert!(!message.contains(home.path().to_str().unwrap()), "{message}");
+    assert!(
+        message.contains("execution \"once\" already exists"),
+        "{message}"
+    );
+    assert!(
+        !message.contains(home.path().to_str().unwrap()),
+        "{message}"
+    );
 }
 
 #[test]
@@ -970,7 +993,11 @@ fn local_agents_get_a_clean_environment_unless_the_caller_opts_in() {
             .output()
             .unwrap();
         let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
-        answer["execution"]["response"].as_str().unwrap().trim().to_owned()
+        answer["execution"]["response"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .to_owned()
     };
     assert_eq!(
         run(&[]),
@@ -1030,9 +1057,14 @@ fn a_killed_supervisor_is_reported_lost_and_watch_ends() {
     assert_eq!(code, 0, "{answer}");
     let name = answer["execution"]["name"].as_str().unwrap().to_owned();
     let running = wait_for_phase(&home, &name, "Running");
-    let supervisor = running["supervisor"]["pid"].as_i64().expect("the supervisor is recorded");
+    let supervisor = running["supervisor"]["pid"]
+        .as_i64()
+        .expect("the supervisor is recorded");
     assert!(running["supervisor"]["start_time"].is_u64(), "{running}");
-    let agent_pid = home.executions_dir().join(&name).join("workspace/agent.pid");
+    let agent_pid = home
+        .executions_dir()
+        .join(&name)
+        .join("workspace/agent.pid");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !agent_pid.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));

@@ -153,10 +153,8 @@ pub struct ComputeResources {
 /// them int-or-string only, so without it the API server would store `cpu: abc` and the
 /// execution's pod would be refused much later.
 fn quantities_rule() -> Rule {
-    Rule::new(
-        "self.all(k, isQuantity(string(self[k])) && quantity(string(self[k])).sign() >= 0)",
-    )
-    .message("amounts must be non-negative quantities, such as 500m, 2 or 4Gi")
+    Rule::new("self.all(k, isQuantity(string(self[k])) && quantity(string(self[k])).sign() >= 0)")
+        .message("amounts must be non-negative quantities, such as 500m, 2 or 4Gi")
 }
 
 /// Observed state of an AgentEnvironment.

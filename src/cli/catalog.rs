@@ -35,11 +35,14 @@ pub fn apply(target: &Target, files: &[PathBuf], output: OutputArgs) -> Result<(
             _ => CliError::new("invalid_manifest", format!("-f {e}")),
         })?;
         let source = file.display().to_string();
-        let parsed = parse_manifests(&text, &source)
-            .map_err(|e| CliError::new("invalid_manifest", e))?;
-        manifests.extend(parsed.into_iter().enumerate().map(|(index, m)| {
-            (format!("{source}: document {}", index + 1), m)
-        }));
+        let parsed =
+            parse_manifests(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;
+        manifests.extend(
+            parsed
+                .into_iter()
+                .enumerate()
+                .map(|(index, m)| (format!("{source}: document {}", index + 1), m)),
+        );
     }
     let mut checked: Vec<CheckedObject> = Vec::new();
     for (source, manifest) in &manifests {

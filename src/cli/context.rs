@@ -53,7 +53,10 @@ impl Local {
         data.create().map_err(|e| {
             CliError::new(
                 "io_error",
-                format!("cannot create the data directory {}: {e}", data.root().display()),
+                format!(
+                    "cannot create the data directory {}: {e}",
+                    data.root().display()
+                ),
             )
         })?;
         let store_url = target

@@ -69,7 +69,9 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
     if text.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(CliError::new(
             "invalid_manifest",
-            format!("{source}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"),
+            format!(
+                "{source}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"
+            ),
         ));
     }
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
@@ -90,7 +92,10 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
             Err(DocumentError::Invalid { kind, problems, .. }) if kind == "AgentExecution" => {
                 Err(InvalidSpec { problems }.into())
             }
-            Err(error) => Err(CliError::new("invalid_manifest", format!("{source}: {error}"))),
+            Err(error) => Err(CliError::new(
+                "invalid_manifest",
+                format!("{source}: {error}"),
+            )),
         };
     }
     let problems = check_execution_spec_structure(&value);

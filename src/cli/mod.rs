@@ -414,8 +414,10 @@ mod tests {
     fn the_answer_format_is_read_from_raw_arguments() {
         use super::{Format, requested_format};
         let format = |args: &[&str]| {
-            let args: Vec<std::ffi::OsString> =
-                std::iter::once("errand").chain(args.iter().copied()).map(Into::into).collect();
+            let args: Vec<std::ffi::OsString> = std::iter::once("errand")
+                .chain(args.iter().copied())
+                .map(Into::into)
+                .collect();
             requested_format(&args)
         };
         for json in [
@@ -438,7 +440,10 @@ mod tests {
     #[test]
     fn a_refused_argument_reads_as_one_line() {
         let error = <super::Cli as clap::Parser>::try_parse_from([
-            "errand", "execute", "--timeout-seconds", "abc",
+            "errand",
+            "execute",
+            "--timeout-seconds",
+            "abc",
         ])
         .unwrap_err();
         assert_eq!(

@@ -112,7 +112,8 @@ impl LocalCatalog {
     ) -> Result<(), String> {
         let path = self.dir(namespace, kind, name).join(OBJECT_FILE);
         let bytes = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
-        write_private(&path, &bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        write_private(&path, &bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         let _ = std::fs::remove_file(self.legacy_file(namespace, kind, name));
         Ok(())
     }
@@ -180,7 +181,9 @@ impl LocalCatalog {
                 .into_iter();
             let pending = earlier
                 .iter()
-                .filter(|o| o.kind == kind && o.namespace == checked.namespace && o.name == checked.name)
+                .filter(|o| {
+                    o.kind == kind && o.namespace == checked.namespace && o.name == checked.name
+                })
                 .map(|o| o.content.clone());
             if stored.chain(pending).any(|spec| spec != checked.content) {
                 let name = &checked.name;
@@ -194,7 +197,12 @@ impl LocalCatalog {
 
     /// Stores objects checked with [`LocalCatalog::check_apply`].
     pub fn store(&self, object: &CheckedObject) -> Result<(), String> {
-        self.write(&object.namespace, object.kind, &object.name, &object.content)
+        self.write(
+            &object.namespace,
+            object.kind,
+            &object.name,
+            &object.content,
+        )
     }
 
     /// Records a pushed Fileset's content.

@@ -12,7 +12,10 @@ pub(super) fn caller_environment() -> Vec<(String, String)> {
 /// What a local agent gets from the machine, as a pod gets its image's: `PATH`, `HOME`, `LANG`
 /// and `TZ` from the caller (`PATH` falls back to the usual system directories), or, when the
 /// user asks for it, the caller's whole environment but errand's own variables.
-pub(super) fn base_environment(caller: &[(String, String)], inherit: bool) -> Vec<(String, String)> {
+pub(super) fn base_environment(
+    caller: &[(String, String)],
+    inherit: bool,
+) -> Vec<(String, String)> {
     const PASSED: [&str; 4] = ["PATH", "HOME", "LANG", "TZ"];
     const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
     let mut env: Vec<(String, String)> = caller
@@ -31,7 +34,6 @@ pub(super) fn base_environment(caller: &[(String, String)], inherit: bool) -> Ve
     }
     env
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -53,7 +55,10 @@ mod tests {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-        assert_eq!(names(&base_environment(&caller, false)), ["PATH", "HOME", "LANG"]);
+        assert_eq!(
+            names(&base_environment(&caller, false)),
+            ["PATH", "HOME", "LANG"]
+        );
         assert_eq!(
             names(&base_environment(&caller, true)),
             ["PATH", "HOME", "LANG", "AWS_SECRET_ACCESS_KEY"],

@@ -81,6 +81,10 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(left, [std::ffi::OsString::from(name)], "no temporary file left");
+        assert_eq!(
+            left,
+            [std::ffi::OsString::from(name)],
+            "no temporary file left"
+        );
     }
 }

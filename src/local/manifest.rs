@@ -47,7 +47,9 @@ pub enum ReadManifestError {
         message: String,
     },
     /// The file is larger than [`MAX_MANIFEST_BYTES`].
-    #[error("{path}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request")]
+    #[error(
+        "{path}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"
+    )]
     TooLarge {
         /// The file.
         path: String,

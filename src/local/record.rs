@@ -114,7 +114,9 @@ pub enum RecordError {
         matches: String,
     },
     /// An execution with this name exists already.
-    #[error("execution {0:?} already exists in namespace {1:?}; choose another name, or delete it first")]
+    #[error(
+        "execution {0:?} already exists in namespace {1:?}; choose another name, or delete it first"
+    )]
     AlreadyExists(String, String),
     /// The record file could not be read or written.
     #[error("execution record {path}: {message}")]
@@ -176,10 +178,14 @@ impl Records {
 
     /// Reads the record of `name` as it stands: a run that has not ended although its supervisor
     /// is gone is recorded, from now on, as failed with reason [`SUPERVISOR_LOST`].
-    pub fn read_current(&self, namespace: &str, name: &str) -> Result<ExecutionRecord, RecordError> {
+    pub fn read_current(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ExecutionRecord, RecordError> {
         let record = self.read(namespace, name)?;
-        let lost = !record.phase.is_terminal()
-            && record.supervisor.is_some_and(|s| !s.is_running());
+        let lost =
+            !record.phase.is_terminal() && record.supervisor.is_some_and(|s| !s.is_running());
         if !lost {
             return Ok(record);
         }
@@ -338,7 +344,10 @@ mod tests {
         };
         records.create(&record).unwrap();
         assert_eq!(records.read_current("default", "run-1").unwrap(), record);
-        assert_eq!(records.supervisor_pid("default", "run-1"), Some(me.pid as i32));
+        assert_eq!(
+            records.supervisor_pid("default", "run-1"),
+            Some(me.pid as i32)
+        );
 
         let gone = ExecutionRecord {
             supervisor: Some(ProcessIdentity {
@@ -355,7 +364,11 @@ mod tests {
             (Phase::Failed, Some(SUPERVISOR_LOST))
         );
         assert!(current.completed_at.is_some());
-        assert_eq!(records.read("default", "run-1").unwrap(), current, "recorded");
+        assert_eq!(
+            records.read("default", "run-1").unwrap(),
+            current,
+            "recorded"
+        );
     }
 
     #[test]

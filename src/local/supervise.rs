@@ -301,4 +301,3 @@ fn wait_until_supervised(
         std::thread::sleep(Duration::from_millis(10));
     }
 }
-

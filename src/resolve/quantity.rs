@@ -193,10 +193,31 @@ mod tests {
     #[test]
     fn accepts_what_kubernetes_accepts() {
         for ok in [
-            "1", "0", "500m", "0.5", "1.5", ".5", "1.", "1.G", "4Gi", "128974848", "129M", "1e3",
-            "1E3", "1e-3", "1E", "+2", "-1", "100n", "12u", "1Ei", "0.000",
+            "1",
+            "0",
+            "500m",
+            "0.5",
+            "1.5",
+            ".5",
+            "1.",
+            "1.G",
+            "4Gi",
+            "128974848",
+            "129M",
+            "1e3",
+            "1E3",
+            "1e-3",
+            "1E",
+            "+2",
+            "-1",
+            "100n",
+            "12u",
+            "1Ei",
+            "0.000",
             // Kubernetes reads a missing number as zero.
-            "Gi", ".", "m",
+            "Gi",
+            ".",
+            "m",
         ] {
             assert!(parse_quantity(ok).is_ok(), "{ok}");
         }
@@ -229,7 +250,10 @@ mod tests {
             assert!(parse_quantity(whole).unwrap().is_whole(), "{whole}");
         }
         for fractional in ["0.5", "1500m", "1e-1", "0.3Ki", "1n"] {
-            assert!(!parse_quantity(fractional).unwrap().is_whole(), "{fractional}");
+            assert!(
+                !parse_quantity(fractional).unwrap().is_whole(),
+                "{fractional}"
+            );
         }
         assert!(parse_quantity("-1").unwrap().negative);
         assert!(!parse_quantity("-0").unwrap().negative);

@@ -168,9 +168,12 @@ pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
                     path,
                     format!("{:?} must be greater than or equal to 0", value.0),
                 )),
-                Ok(parsed) if name == "nvidia.com/gpu" && !parsed.is_whole() => problems.push(
-                    Problem::new(path, format!("{:?} must be a whole number of GPUs", value.0)),
-                ),
+                Ok(parsed) if name == "nvidia.com/gpu" && !parsed.is_whole() => {
+                    problems.push(Problem::new(
+                        path,
+                        format!("{:?} must be a whole number of GPUs", value.0),
+                    ))
+                }
                 Ok(_) => {}
             }
         }
@@ -282,7 +285,9 @@ mod tests {
         assert_eq!(compute(&[("nvidia.com/gpu", "1e0")]), Vec::<String>::new());
         assert_eq!(
             compute(&[("cpu", "abc")]),
-            ["c.resources.limits[cpu]: \"abc\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"]
+            [
+                "c.resources.limits[cpu]: \"abc\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            ]
         );
         assert_eq!(
             compute(&[("memory", "-1Gi")]),

@@ -243,7 +243,10 @@ fn check_object_fields(
     {
         problems.push(Problem::new(
             path,
-            format!("Too many: {}: must have at most {max} properties", fields.len()),
+            format!(
+                "Too many: {}: must have at most {max} properties",
+                fields.len()
+            ),
         ));
     }
     let properties = schema.get("properties").and_then(Value::as_object);
@@ -257,7 +260,13 @@ fn check_object_fields(
         if let Some(child_schema) = properties.and_then(|p| p.get(key)) {
             check_value(child_schema, child, &join(path, key), false, problems);
         } else if let Some(entry_schema) = additional.filter(|a| a.is_object()) {
-            check_value(entry_schema, child, &format!("{path}[{key}]"), false, problems);
+            check_value(
+                entry_schema,
+                child,
+                &format!("{path}[{key}]"),
+                false,
+                problems,
+            );
         } else if root && ["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
         } else if !keeps_unknown {
             let known: Vec<&str> = properties
@@ -309,7 +318,13 @@ fn check_items(schema: &Value, items: &[Value], path: &str, problems: &mut Vec<P
     }
     if let Some(item_schema) = schema.get("items") {
         for (index, item) in items.iter().enumerate() {
-            check_value(item_schema, item, &format!("{path}[{index}]"), false, problems);
+            check_value(
+                item_schema,
+                item,
+                &format!("{path}[{index}]"),
+                false,
+                problems,
+            );
         }
     }
 }
@@ -451,8 +466,10 @@ mod tests {
 
     #[test]
     fn a_typed_read_names_the_field_it_failed_at() {
-        let error = decode::<crate::api::AgentExecutionSpec>(json!({"workdir": {"artifactMounts": [{"ref": 1}]}}))
-            .unwrap_err();
+        let error = decode::<crate::api::AgentExecutionSpec>(
+            json!({"workdir": {"artifactMounts": [{"ref": 1}]}}),
+        )
+        .unwrap_err();
         assert_eq!(
             error.to_string(),
             "workdir.artifactMounts[0].ref: invalid type: integer `1`, expected a string"
@@ -483,12 +500,17 @@ mod tests {
         ));
         assert_eq!(problems.len(), 1);
         assert!(
-            problems[0].starts_with("spec.timeout_seconds: unknown field \"timeout_seconds\"; known fields: "),
+            problems[0].starts_with(
+                "spec.timeout_seconds: unknown field \"timeout_seconds\"; known fields: "
+            ),
             "{problems:?}"
         );
         let kept = agent(json!({"runtime": runtime(),
             "config": {"config_format": "agents-spec-v1", "anything": {"nested": [1]}}}));
-        assert_eq!(messages(check_object(Resource::Agent, &kept)), Vec::<String>::new());
+        assert_eq!(
+            messages(check_object(Resource::Agent, &kept)),
+            Vec::<String>::new()
+        );
         let unknown_meta = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
             "metadata": {"name": "f", "labelz": {}}, "spec": {}});
         assert!(
@@ -511,11 +533,16 @@ mod tests {
             ]
         );
         assert_eq!(
-            messages(check_object(Resource::Agent, &agent(json!({"config": {"config_format": "agents-spec-v1"}})))),
+            messages(check_object(
+                Resource::Agent,
+                &agent(json!({"config": {"config_format": "agents-spec-v1"}}))
+            )),
             ["spec.runtime: Required value"]
         );
         assert_eq!(
-            messages(check_execution_spec(&json!({"agentRef": {"name": "a"}, "timeoutSeconds": 0}))),
+            messages(check_execution_spec(
+                &json!({"agentRef": {"name": "a"}, "timeoutSeconds": 0})
+            )),
             ["spec.timeoutSeconds: Invalid value: 0: should be greater than or equal to 1"]
         );
     }
@@ -538,18 +565,25 @@ mod tests {
                 "metadata": {"name": "e"}, "spec": {"compute": {"resources": {"limits": limits}}}});
             messages(check_object(Resource::AgentEnvironment, &object))
         };
-        assert_eq!(amounts(json!({"cpu": 2, "memory": "1e3", "nvidia.com/gpu": "1"})), Vec::<String>::new());
+        assert_eq!(
+            amounts(json!({"cpu": 2, "memory": "1e3", "nvidia.com/gpu": "1"})),
+            Vec::<String>::new()
+        );
         for bad in [json!({"cpu": "abc"}), json!({"memory": "-1Gi"})] {
             assert_eq!(
                 amounts(bad),
-                ["spec.compute.resources.limits: amounts must be non-negative quantities, such as 500m, 2 or 4Gi"]
+                [
+                    "spec.compute.resources.limits: amounts must be non-negative quantities, such as 500m, 2 or 4Gi"
+                ]
             );
         }
         let float = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
             "metadata": {"name": "e"}, "spec": {"compute": {"resources": {"limits": {"cpu": 1.5}}}}});
         assert_eq!(
             messages(check_object(Resource::AgentEnvironment, &float)),
-            ["spec.compute.resources.limits[cpu]: invalid type: floating point `1.5`, expected an integer or a string"]
+            [
+                "spec.compute.resources.limits[cpu]: invalid type: floating point `1.5`, expected an integer or a string"
+            ]
         );
     }
 }

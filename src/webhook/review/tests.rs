@@ -239,10 +239,7 @@ fn a_create_that_is_already_cancelled_is_refused_with_every_other_problem() {
     assert_eq!(response["allowed"], false, "{response}");
     let causes = &response["status"]["details"]["causes"];
     assert_eq!(causes[0]["field"], "spec.cancel");
-    assert_eq!(
-        causes[0]["message"],
-        crate::resolve::CANCELLED_AT_CREATION
-    );
+    assert_eq!(causes[0]["message"], crate::resolve::CANCELLED_AT_CREATION);
     assert_eq!(causes[1]["field"], "spec.agentRef.name");
 }
 
