@@ -1098,3 +1098,29 @@ fn a_killed_supervisor_is_reported_lost_and_watch_ends() {
     let (_, list) = home.json(&["list"]);
     assert_eq!(list["executions"][0]["phase"], "Failed");
 }
+
+#[test]
+fn a_refused_execution_takes_back_the_workdir_it_pushed() {
+    let home = Home::new();
+    let dir = home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "n").unwrap();
+    let (code, error, _) = refusal(
+        &home,
+        &[
+            "execute",
+            "--agent",
+            "no-such-agent",
+            "--input",
+            "x",
+            "--workdir.base-workdir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!((code, error.as_str()), (2, "invalid_spec"));
+    let (_, filesets) = home.json(&["filesets", "list"]);
+    assert_eq!(filesets["filesets"], json!([]), "no workdir Fileset is left");
+    let blobs = home.path().join("home/store/filesets/default");
+    let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "no blob is left in {}", blobs.display());
+}

@@ -146,7 +146,7 @@ pub async fn push(
             dir.display()
         )));
     }
-    let (_, status) = local.push_fileset(Some(name), dir).await?;
+    let status = local.push_fileset(Some(name), dir).await?.status;
     print_ok(
         output.format,
         "fileset",

@@ -200,7 +200,8 @@ pub async fn execute(target: &Target, args: &ExecuteArgs) -> Result<(), CliError
         ));
     }
     let cluster = Cluster::connect(target).await?;
-    let (spec, spec_name) = spec_from_args(args, None).await?;
+    let request = spec_from_args(args, None).await?;
+    let (spec, spec_name) = (request.spec, request.name);
     let agent = spec
         .agent_ref
         .as_ref()

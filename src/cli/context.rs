@@ -5,7 +5,8 @@ use std::path::Path;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::FilesetStatus;
-use crate::local::{DataDir, ExecutionRecord, LocalCatalog, RecordError, Records};
+use crate::local::{DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records};
+use crate::resolve::Catalog;
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError};
 
@@ -28,6 +29,18 @@ pub struct Target {
     /// `ERRAND_BACKEND=local|cluster` decides explicitly.
     #[arg(long, global = true)]
     pub local: bool,
+}
+
+/// A Fileset a command pushed, with what the push added.
+pub struct PushedFilesetEntry {
+    /// The Fileset's name.
+    pub name: String,
+    /// Its new status.
+    pub status: FilesetStatus,
+    /// Whether the catalog had no Fileset of this name before.
+    new_entry: bool,
+    /// The blob's key, when this push stored it.
+    new_blob: Option<String>,
 }
 
 /// The local backend as the commands see it.
@@ -86,14 +99,15 @@ impl Local {
     }
 
     /// Pushes `dir` as the content of Fileset `name` (by default `workdir-<digest prefix>`) and
-    /// returns the name with its new status.
+    /// returns what the push added. A push whose catalog entry cannot be written removes the
+    /// blob it stored.
     pub async fn push_fileset(
         &self,
         name: Option<&str>,
         dir: &Path,
-    ) -> Result<(String, FilesetStatus), CliError> {
-        let pushed = self
-            .store()?
+    ) -> Result<PushedFilesetEntry, CliError> {
+        let store = self.store()?;
+        let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
             .map_err(store_error)?;
@@ -107,10 +121,30 @@ impl Local {
             file_count: Some(pushed.file_count),
             pushed_at: Some(Time(jiff::Timestamp::now())),
         };
-        self.catalog()
-            .set_fileset(&self.namespace, &name, &status)
-            .map_err(|e| CliError::new("io_error", e))?;
-        Ok((name, status))
+        let catalog = self.catalog();
+        let entry = PushedFilesetEntry {
+            new_entry: catalog.fileset(&self.namespace, &name).is_none(),
+            new_blob: pushed.created.then_some(pushed.key),
+            name,
+            status,
+        };
+        if let Err(e) = catalog.set_fileset(&self.namespace, &entry.name, &entry.status) {
+            self.undo_push(&entry).await;
+            return Err(CliError::new("io_error", e));
+        }
+        Ok(entry)
+    }
+
+    /// Takes back what a push of this command added (its catalog entry, its blob), for a command
+    /// that fails after pushing; what was there before stays.
+    pub async fn undo_push(&self, pushed: &PushedFilesetEntry) {
+        if pushed.new_entry {
+            self.catalog()
+                .delete(&self.namespace, ObjectKind::Fileset, &pushed.name);
+        }
+        if let (Some(key), Ok(store)) = (&pushed.new_blob, self.store()) {
+            let _ = store.delete(key).await;
+        }
     }
 
     /// The record of the execution named `name` (or the only one starting with it), as it stands

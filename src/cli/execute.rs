@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::context::{Local, Target, record_error, store_error};
+use super::context::{Local, PushedFilesetEntry, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
 use crate::api::{AgentExecutionSpec, Reference, Workdir};
@@ -157,23 +157,35 @@ fn manifest_file_object<T>(
         .ok_or_else(|| CliError::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
+/// The spec from `--spec`/`--spec-file` with the flags applied: the name the spec gives, if
+/// any, and the Fileset pushed for a base workdir directory (only with a local backend).
+pub struct ExecutionRequest {
+    /// The complete spec.
+    pub spec: AgentExecutionSpec,
+    /// The name an AgentExecution manifest gives.
+    pub name: Option<String>,
+    /// The Fileset this command pushed for `--workdir.base-workdir DIR`.
+    pub pushed: Option<PushedFilesetEntry>,
+}
+
 /// The spec (and the name it gives, if any) from `--spec`/`--spec-file` with the flags applied.
 /// With a local backend, a directory given as the base workdir is pushed as a Fileset.
 pub async fn spec_from_args(
     args: &ExecuteArgs,
     local: Option<&Local>,
-) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
+) -> Result<ExecutionRequest, CliError> {
     let (mut spec, name) = base_spec(args)?;
-    apply_flags(local, args, &mut spec).await?;
-    Ok((spec, name))
+    let pushed = apply_flags(local, args, &mut spec).await?;
+    Ok(ExecutionRequest { spec, name, pushed })
 }
 
-/// Applies the flags on top of the spec.
+/// Applies the flags on top of the spec; returns the Fileset it pushed, if any.
 async fn apply_flags(
     local: Option<&Local>,
     args: &ExecuteArgs,
     spec: &mut AgentExecutionSpec,
-) -> Result<(), CliError> {
+) -> Result<Option<PushedFilesetEntry>, CliError> {
+    let mut pushed = None;
     if let Some(agent) = &args.agent {
         let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
             ManifestObject::Agent(agent) => Some(agent.spec),
@@ -201,7 +213,10 @@ async fn apply_flags(
         refuse_missing_directory(base)?;
         let base = match local {
             Some(local) if Path::new(base).is_dir() => {
-                local.push_fileset(None, Path::new(base)).await?.0
+                let entry = local.push_fileset(None, Path::new(base)).await?;
+                let name = entry.name.clone();
+                pushed = Some(entry);
+                name
             }
             None if Path::new(base).is_dir() => {
                 return Err(CliError::argument(format!(
@@ -221,7 +236,7 @@ async fn apply_flags(
     if args.auto_telemetry {
         spec.auto_telemetry = true;
     }
-    Ok(())
+    Ok(pushed)
 }
 
 /// Refuses a `--workdir.base-workdir` that reads as a path (`/…`, `./…`, `../…`, `~…`) but
@@ -257,17 +272,26 @@ pub fn supervise_error(error: SuperviseError) -> CliError {
 pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
     let format = args.output.format;
-    let (spec, spec_name) = spec_from_args(args, Some(&local)).await?;
-    let name = args.name.clone().or(spec_name);
-    let record = prepare(
+    let request = spec_from_args(args, Some(&local)).await?;
+    let name = args.name.clone().or(request.name);
+    let prepared = prepare(
         &local.data,
         &local.store_url,
         &local.namespace,
         name.as_deref(),
-        &spec,
+        &request.spec,
         args.inherit_env,
-    )
-    .map_err(supervise_error)?;
+    );
+    let record = match prepared {
+        Ok(record) => record,
+        Err(error) => {
+            // A refused execution leaves nothing behind, not even the workdir it pushed.
+            if let Some(pushed) = &request.pushed {
+                local.undo_push(pushed).await;
+            }
+            return Err(supervise_error(error));
+        }
+    };
     if args.no_wait {
         spawn_detached(&local.data, &local.namespace, &record.name).map_err(supervise_error)?;
         let record = local
