@@ -1119,7 +1119,11 @@ fn a_refused_execution_takes_back_the_workdir_it_pushed() {
     );
     assert_eq!((code, error.as_str()), (2, "invalid_spec"));
     let (_, filesets) = home.json(&["filesets", "list"]);
-    assert_eq!(filesets["filesets"], json!([]), "no workdir Fileset is left");
+    assert_eq!(
+        filesets["filesets"],
+        json!([]),
+        "no workdir Fileset is left"
+    );
     let blobs = home.path().join("home/store/filesets/default");
     let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
     assert_eq!(left, 0, "no blob is left in {}", blobs.display());
