@@ -77,6 +77,40 @@ pub struct ExecutionRecord {
 pub const SUPERVISOR_LOST: &str = "SupervisorLost";
 
 impl ExecutionRecord {
+    /// A new execution that has not started, supervised by this process (which runs it, or
+    /// starts the detached supervisor that takes over).
+    pub fn pending(
+        name: String,
+        namespace: &str,
+        agent: &str,
+        snapshot_digest: String,
+        store: &str,
+        inherit_env: bool,
+    ) -> Self {
+        Self {
+            schema_version: RECORD_SCHEMA_VERSION,
+            uid: generate_uid(&name),
+            name,
+            namespace: namespace.to_owned(),
+            agent: agent.to_owned(),
+            phase: Phase::Pending,
+            reason: None,
+            message: None,
+            response: None,
+            exit_code: None,
+            timed_out: false,
+            created_at: jiff::Timestamp::now(),
+            started_at: None,
+            completed_at: None,
+            results: Vec::new(),
+            snapshot_digest,
+            store: store.to_owned(),
+            cancel_requested: false,
+            inherit_env,
+            supervisor: ProcessIdentity::current(),
+        }
+    }
+
     /// Seconds between start and end, when both are known.
     pub fn duration_seconds(&self) -> Option<f64> {
         let (start, end) = (self.started_at?, self.completed_at?);
@@ -303,7 +337,7 @@ pub fn generate_name(agent: &str) -> String {
 }
 
 /// A unique id for an execution (hex, 32 characters).
-pub fn generate_uid(name: &str) -> String {
+fn generate_uid(name: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(name.as_bytes());
     hasher.update(std::process::id().to_le_bytes());
@@ -321,26 +355,8 @@ mod tests {
         let records = Records::new(DataDir::new(home.path()));
         let me = ProcessIdentity::current().unwrap();
         let record = ExecutionRecord {
-            schema_version: RECORD_SCHEMA_VERSION,
-            name: "run-1".into(),
-            namespace: "default".into(),
-            uid: "u".into(),
-            agent: "a".into(),
             phase: Phase::Running,
-            reason: None,
-            message: None,
-            response: None,
-            exit_code: None,
-            timed_out: false,
-            created_at: jiff::Timestamp::now(),
-            started_at: None,
-            completed_at: None,
-            results: Vec::new(),
-            snapshot_digest: String::new(),
-            store: String::new(),
-            cancel_requested: false,
-            inherit_env: false,
-            supervisor: Some(me),
+            ..ExecutionRecord::pending("run-1".into(), "default", "a", String::new(), "", false)
         };
         records.create(&record).unwrap();
         assert_eq!(records.read_current("default", "run-1").unwrap(), record);

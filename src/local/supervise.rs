@@ -11,7 +11,7 @@ use super::environment::{base_environment, caller_environment};
 use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
-use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
+use super::record::{ExecutionRecord, RecordError, Records, generate_name};
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
     InvalidSpec, Snapshot, admit_creation, check_execution_spec, resolve_execution,
@@ -78,29 +78,14 @@ pub fn prepare(
         })?;
     }
     let name = name.map_or_else(|| generate_name(&snapshot.agent.name), str::to_owned);
-    let record = ExecutionRecord {
-        schema_version: super::record::RECORD_SCHEMA_VERSION,
-        uid: generate_uid(&name),
+    let record = ExecutionRecord::pending(
         name,
-        namespace: namespace.to_owned(),
-        agent: snapshot.agent.name.clone(),
-        phase: Phase::Pending,
-        reason: None,
-        message: None,
-        response: None,
-        exit_code: None,
-        timed_out: false,
-        created_at: jiff::Timestamp::now(),
-        started_at: None,
-        completed_at: None,
-        results: Vec::new(),
-        snapshot_digest: snapshot.digest(),
-        store: store_url.to_owned(),
-        cancel_requested: false,
+        namespace,
+        &snapshot.agent.name,
+        snapshot.digest(),
+        store_url,
         inherit_env,
-        // This process runs it, or starts the detached supervisor that takes over.
-        supervisor: ProcessIdentity::current(),
-    };
+    );
     let records = Records::new(data.clone());
     records.create(&record)?;
     let dir = records.dir(namespace, &record.name);
