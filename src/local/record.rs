@@ -204,10 +204,10 @@ impl Records {
                 message: e.to_string(),
             },
         })?;
-        serde_json::from_slice(&bytes).map_err(|e| RecordError::Io {
-            path,
-            message: e.to_string(),
-        })
+        serde_json::from_slice(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|value| crate::resolve::decode(value).map_err(|p| p.to_string()))
+            .map_err(|message| RecordError::Io { path, message })
     }
 
     /// Reads the record of `name` as it stands: a run that has not ended although its supervisor
