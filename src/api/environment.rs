@@ -153,7 +153,7 @@ pub struct ComputeResources {
 /// them int-or-string only, so without it the API server would store `cpu: abc` and the
 /// execution's pod would be refused much later.
 fn quantities_rule() -> Rule {
-    Rule::new("self.all(k, isQuantity(string(self[k])) && quantity(string(self[k])).sign() >= 0)")
+    Rule::new("self.all(k, isQuantity(string(self[k])) && !quantity(string(self[k])).isLessThan(quantity('0')))")
         .message("amounts must be non-negative quantities, such as 500m, 2 or 4Gi")
 }
 
