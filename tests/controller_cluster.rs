@@ -21,6 +21,7 @@ use serde_json::json;
 use support::cluster::{self, TestNamespace};
 use support::errand::{self as errand_support, WAIT, install_crds, wait_for};
 
+use errand::api::contract::ConditionType;
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::status::conditions;
@@ -181,7 +182,7 @@ fn phase(execution: &AgentExecution) -> Option<Phase> {
     execution.status.as_ref()?.phase
 }
 
-fn reason_of(execution: &AgentExecution, type_: &str) -> Option<String> {
+fn reason_of(execution: &AgentExecution, type_: ConditionType) -> Option<String> {
     let status = execution.status.as_ref()?;
     Some(conditions::get(&status.conditions, type_)?.reason.clone())
 }
@@ -202,11 +203,11 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
         .wait_for_execution("bad-ref", "to fail", |e| phase(e) == Some(Phase::Failed))
         .await;
     assert_eq!(
-        reason_of(&execution, conditions::FAILED).as_deref(),
+        reason_of(&execution, ConditionType::Failed).as_deref(),
         Some("InvalidSpec")
     );
     assert_eq!(
-        reason_of(&execution, conditions::RESOLVED).as_deref(),
+        reason_of(&execution, ConditionType::Resolved).as_deref(),
         Some("InvalidSpec")
     );
     let message = execution.status.as_ref().unwrap().message.clone().unwrap();
@@ -257,7 +258,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     assert_eq!(status.agent.as_deref(), Some("calculator"));
     assert_eq!(status.observed_generation, execution.metadata.generation);
     assert_eq!(
-        reason_of(&execution, conditions::RESOLVED).as_deref(),
+        reason_of(&execution, ConditionType::Resolved).as_deref(),
         Some("Resolved")
     );
     assert!(
@@ -388,7 +389,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         })
         .await;
     assert_eq!(
-        reason_of(&cancelled, conditions::FAILED).as_deref(),
+        reason_of(&cancelled, ConditionType::Failed).as_deref(),
         Some("Cancelled")
     );
     harness.finish().await;
@@ -407,7 +408,7 @@ async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         .wait_for_execution("stuck", "to fail", |e| phase(e) == Some(Phase::Failed))
         .await;
     assert_eq!(
-        reason_of(&execution, conditions::FAILED).as_deref(),
+        reason_of(&execution, ConditionType::Failed).as_deref(),
         Some("ImagePullFailed")
     );
     let message = execution.status.unwrap().message.unwrap();
@@ -438,7 +439,7 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
         .await;
     let execution = harness
         .wait_for_execution("queued", "to be queued", |e| {
-            reason_of(e, conditions::STARTED).as_deref() == Some("Queued")
+            reason_of(e, ConditionType::Started).as_deref() == Some("Queued")
         })
         .await;
     assert_eq!(phase(&execution), Some(Phase::Starting));

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use support::cluster::{self, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, create, install_crds, wait_for};
 
+use errand::api::contract::ConditionType;
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::controller::status::conditions;
 use errand::store::Store;
@@ -256,7 +257,7 @@ fn phase_of(execution: &AgentExecution) -> Option<Phase> {
     execution.status.as_ref()?.phase
 }
 
-fn reason_of(execution: &AgentExecution, type_: &str) -> Option<String> {
+fn reason_of(execution: &AgentExecution, type_: ConditionType) -> Option<String> {
     let status = execution.status.as_ref()?;
     Some(conditions::get(&status.conditions, type_)?.reason.clone())
 }
@@ -318,11 +319,11 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
 
     let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
     assert_eq!(
-        reason_of(&done, conditions::COMPLETE).as_deref(),
+        reason_of(&done, ConditionType::Complete).as_deref(),
         Some("Succeeded")
     );
     assert_eq!(
-        reason_of(&done, conditions::RESULTS_SAVED).as_deref(),
+        reason_of(&done, ConditionType::ResultsSaved).as_deref(),
         Some("ResultsSaved")
     );
     let status = done.status.clone().unwrap();
@@ -482,7 +483,7 @@ async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
     e2e.create_execution("divide", "divider", json!({})).await;
     let done = e2e.wait_for_phase("divide", Phase::Failed).await;
     assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
+        reason_of(&done, ConditionType::Failed).as_deref(),
         Some("AgentFailed")
     );
     assert_eq!(done.status.as_ref().unwrap().exit_code, Some(3));
@@ -521,7 +522,7 @@ async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
         .await;
     let done = e2e.wait_for_phase("slow", Phase::Failed).await;
     assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
+        reason_of(&done, ConditionType::Failed).as_deref(),
         Some("DeadlineExceeded")
     );
     assert!(
@@ -558,7 +559,7 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     e2e.cancel("patient").await;
     let done = e2e.wait_for_phase("patient", Phase::Cancelled).await;
     assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
+        reason_of(&done, ConditionType::Failed).as_deref(),
         Some("Cancelled")
     );
     assert!(message_of(&done).contains("partial results saved"));
@@ -584,7 +585,7 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     let done = e2e.wait_for_phase("absent", Phase::Failed).await;
     let message = message_of(&done);
     assert_eq!(
-        reason_of(&done, conditions::FAILED).as_deref(),
+        reason_of(&done, ConditionType::Failed).as_deref(),
         Some("ImagePullFailed"),
         "{message}"
     );

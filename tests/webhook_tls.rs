@@ -12,7 +12,7 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
 use errand::api::AgentExecutionSpec;
 use errand::cluster::metrics::MetricsRegistry;
-use errand::resolve::{InMemoryCatalog, InvalidSpec, Snapshot, resolve_execution};
+use errand::resolve::{InMemoryCatalog, InvalidSpec, RunLimits, Snapshot, resolve_execution};
 use errand::webhook::metrics::AdmissionMetrics;
 use errand::webhook::server::{self, Admission, Resolver, VALIDATE_PATH};
 use errand::webhook::{certs, tls};
@@ -58,6 +58,7 @@ async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
             agent,
         ))),
         metrics,
+        limits: RunLimits::default(),
     });
     tokio::spawn(server::serve(listener, acceptor, admission));
     (address, material.ca_pem, registry)

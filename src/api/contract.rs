@@ -1,7 +1,9 @@
-//! The names every layer agrees on: accepted config formats, the environment the runner owns, the labels and annotations on what the controller creates, and the containers and volumes of an execution's pod.
+//! The names every layer agrees on: accepted config formats, the environment the runner owns, the labels and annotations on what the controller creates, the containers and volumes of an execution's pod, and the condition types and reasons of its status.
 //!
 //! They are the contract between the CRDs (whose CEL rules are generated from them), the
 //! resolver, the runner, the controller and the command line, so each is written once, here.
+
+use std::fmt;
 
 /// Agent config formats errand accepts (`config_format`).
 pub const ACCEPTED_CONFIG_FORMATS: [&str; 2] = ["agents-spec-v1", "nemo-agents-spec-v1"];
@@ -53,3 +55,110 @@ pub const SNAPSHOT_VOLUME: &str = "snapshot";
 pub const GRANTS_VOLUME: &str = "grants";
 /// The runner's scratch volume: input, response, logs and artifacts.
 pub const SCRATCH_VOLUME: &str = "scratch";
+
+/// A condition of an execution's status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    /// The spec was resolved and snapshotted (or not, with reason `InvalidSpec`).
+    Resolved,
+    /// The agent started.
+    Started,
+    /// The run succeeded (`kubectl wait --for=condition=Complete`).
+    Complete,
+    /// The run failed or was cancelled; the reason says which.
+    Failed,
+    /// The results are saved (or not, with reason `ResultsUploadFailed`).
+    ResultsSaved,
+}
+
+impl ConditionType {
+    /// The condition's `type` as it appears in the status.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Resolved => "Resolved",
+            ConditionType::Started => "Started",
+            ConditionType::Complete => "Complete",
+            ConditionType::Failed => "Failed",
+            ConditionType::ResultsSaved => "ResultsSaved",
+        }
+    }
+}
+
+impl fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The machine-readable reason of a condition, of a Warning event and of a failed run record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The spec failed resolution or validation.
+    InvalidSpec,
+    /// The spec resolved and its snapshot was written.
+    Resolved,
+    /// The Job waits for Kueue to admit it.
+    Queued,
+    /// The pod is being scheduled, pulled or staged.
+    PodStarting,
+    /// The agent process started.
+    AgentStarted,
+    /// The agent exited 0 and its results were saved.
+    Succeeded,
+    /// The run passed its deadline (in the pod, or the Job's backstop).
+    DeadlineExceeded,
+    /// The pod did not start within `startTimeoutSeconds`.
+    StartTimeout,
+    /// An image could not be pulled within `startTimeoutSeconds`.
+    ImagePullFailed,
+    /// The pod could not be scheduled (or was refused by the node) within `startTimeoutSeconds`.
+    Unschedulable,
+    /// The agent exited non-zero, was killed, or could not be started.
+    AgentFailed,
+    /// The working directory could not be staged.
+    StageFailed,
+    /// The pod was evicted, preempted or otherwise disrupted.
+    PodEvicted,
+    /// The run was cancelled on request.
+    Cancelled,
+    /// The Job disappeared before the run ended; it is never re-created.
+    JobDeleted,
+    /// Every result was saved.
+    ResultsSaved,
+    /// Some results could not be saved.
+    ResultsUploadFailed,
+    /// A local run's supervising process ended before the run did.
+    SupervisorLost,
+}
+
+impl Reason {
+    /// The reason as it appears in conditions, events and records (PascalCase).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::Resolved => "Resolved",
+            Reason::Queued => "Queued",
+            Reason::PodStarting => "PodStarting",
+            Reason::AgentStarted => "AgentStarted",
+            Reason::Succeeded => "Succeeded",
+            Reason::DeadlineExceeded => "DeadlineExceeded",
+            Reason::StartTimeout => "StartTimeout",
+            Reason::ImagePullFailed => "ImagePullFailed",
+            Reason::Unschedulable => "Unschedulable",
+            Reason::AgentFailed => "AgentFailed",
+            Reason::StageFailed => "StageFailed",
+            Reason::PodEvicted => "PodEvicted",
+            Reason::Cancelled => "Cancelled",
+            Reason::JobDeleted => "JobDeleted",
+            Reason::ResultsSaved => "ResultsSaved",
+            Reason::ResultsUploadFailed => "ResultsUploadFailed",
+            Reason::SupervisorLost => "SupervisorLost",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -14,7 +14,7 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
-use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
+use crate::api::contract::{AGENT_CONTAINER, ConditionType, EXECUTION_UID_LABEL, Reason};
 use crate::api::{AgentExecution, Phase, SnapshotRef};
 use crate::local::{ExecutionRecord, generate_name};
 use crate::store::Store;
@@ -157,7 +157,7 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
     let failed = status
         .conditions
         .iter()
-        .find(|c| c.type_ == "Failed" && c.status == "True");
+        .find(|c| c.type_ == ConditionType::Failed.as_str() && c.status == "True");
     ExecutionRecord {
         schema_version: crate::local::RECORD_SCHEMA_VERSION,
         name: execution.metadata.name.clone().unwrap_or_default(),
@@ -165,13 +165,13 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         uid: execution.metadata.uid.clone().unwrap_or_default(),
         agent: status.agent.clone().unwrap_or_default(),
         phase: status.phase.unwrap_or(Phase::Pending),
-        reason: failed
-            .map(|c| c.reason.clone())
-            .or_else(|| (status.phase == Some(Phase::Cancelled)).then(|| "Cancelled".into())),
+        reason: failed.map(|c| c.reason.clone()).or_else(|| {
+            (status.phase == Some(Phase::Cancelled)).then(|| Reason::Cancelled.as_str().into())
+        }),
         message: status.message.clone(),
         response: None,
         exit_code: status.exit_code,
-        timed_out: failed.is_some_and(|c| c.reason == "DeadlineExceeded"),
+        timed_out: failed.is_some_and(|c| c.reason == Reason::DeadlineExceeded.as_str()),
         created_at: execution
             .metadata
             .creation_timestamp

@@ -12,6 +12,7 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
+use crate::api::contract::Reason;
 use crate::local::{ExecutionRecord, run_prepared};
 use crate::runner::signals::cancel_on_stop_signal;
 use crate::store::keys;
@@ -151,7 +152,7 @@ async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
     if !alive {
         // Nobody is running it any more (never started, or the supervisor died): close it here.
         record.phase = crate::api::Phase::Cancelled;
-        record.reason = Some("Cancelled".into());
+        record.reason = Some(Reason::Cancelled.as_str().into());
         record.message = Some("cancelled on request; no supervisor was running".into());
         record.completed_at = Some(jiff::Timestamp::now());
         records.write(&record).map_err(record_error)?;

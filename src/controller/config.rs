@@ -1,6 +1,7 @@
 //! Settings of the controller that shape every execution's pod: the errand image, budgets and defaults.
 
-use crate::resolve::Snapshot;
+use crate::resolve::{RunAllowance, RunLimits, Snapshot};
+use crate::store::grants::UrlSigner;
 
 /// The field manager of every server-side apply the controller makes.
 pub const FIELD_MANAGER: &str = "errand-controller";
@@ -44,6 +45,23 @@ impl ControllerConfig {
             staging_budget_seconds: 900,
             termination_grace_seconds: 120,
             default_queue_name: None,
+        }
+    }
+
+    /// What the controller adds to every run's timeouts.
+    pub fn allowance(&self) -> RunAllowance {
+        RunAllowance {
+            staging_seconds: self.staging_budget_seconds,
+            grace_seconds: self.termination_grace_seconds,
+        }
+    }
+
+    /// The limits every run is checked against, by the webhook and before anything is created:
+    /// this allowance and how long `signer`'s URLs can last.
+    pub fn run_limits(&self, signer: &dyn UrlSigner) -> RunLimits {
+        RunLimits {
+            allowance: self.allowance(),
+            max_url_lifetime_seconds: signer.max_lifetime_seconds(),
         }
     }
 

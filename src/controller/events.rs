@@ -3,6 +3,7 @@
 use kube::runtime::events::{Event, EventType};
 
 use super::status::conditions;
+use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecutionStatus, Phase};
 
 /// Longest event note the API server accepts.
@@ -18,10 +19,10 @@ pub fn outcome_event(
     if after.phase != Some(Phase::Failed) || before.and_then(|s| s.phase) == Some(Phase::Failed) {
         return None;
     }
-    let reason = conditions::get(&after.conditions, conditions::FAILED)?
+    let reason = conditions::get(&after.conditions, ConditionType::Failed)?
         .reason
         .clone();
-    let action = if reason == conditions::reason::INVALID_SPEC {
+    let action = if reason == Reason::InvalidSpec.as_str() {
         "Resolve"
     } else {
         "Run"

@@ -19,7 +19,5 @@ pub use manifest::{
 };
 pub use paths::DataDir;
 pub use process::ProcessIdentity;
-pub use record::{
-    ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, SUPERVISOR_LOST, generate_name,
-};
+pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 use super::files::{create_private_dir, create_private_dir_all, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
+use crate::api::contract::Reason;
 use crate::api::{Phase, ResultEntry};
 
 /// Version of the record document.
@@ -73,9 +74,6 @@ pub struct ExecutionRecord {
     pub supervisor: Option<ProcessIdentity>,
 }
 
-/// Reason of a run whose supervisor ended before the run did.
-pub const SUPERVISOR_LOST: &str = "SupervisorLost";
-
 impl ExecutionRecord {
     /// A new execution that has not started, supervised by this process (which runs it, or
     /// starts the detached supervisor that takes over).
@@ -118,11 +116,11 @@ impl ExecutionRecord {
     }
 
     /// The record of a run whose supervisor is gone before the run ended: failed, with reason
-    /// [`SUPERVISOR_LOST`]. Its results are whatever the supervisor had saved.
+    /// `SupervisorLost`. Its results are whatever the supervisor had saved.
     pub fn supervisor_lost(mut self, now: jiff::Timestamp) -> Self {
         let pid = self.supervisor.map(|s| s.pid).unwrap_or_default();
         self.phase = Phase::Failed;
-        self.reason = Some(SUPERVISOR_LOST.to_owned());
+        self.reason = Some(Reason::SupervisorLost.as_str().to_owned());
         self.message = Some(format!(
             "the process supervising the run (pid {pid}) ended before the run did; it was killed or the machine restarted"
         ));
@@ -211,7 +209,7 @@ impl Records {
     }
 
     /// Reads the record of `name` as it stands: a run that has not ended although its supervisor
-    /// is gone is recorded, from now on, as failed with reason [`SUPERVISOR_LOST`].
+    /// is gone is recorded, from now on, as failed with reason `SupervisorLost`.
     pub fn read_current(
         &self,
         namespace: &str,
@@ -377,7 +375,7 @@ mod tests {
         let current = records.read_current("default", "run-1").unwrap();
         assert_eq!(
             (current.phase, current.reason.as_deref()),
-            (Phase::Failed, Some(SUPERVISOR_LOST))
+            (Phase::Failed, Some("SupervisorLost"))
         );
         assert!(current.completed_at.is_some());
         assert_eq!(

@@ -12,6 +12,7 @@ use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name};
+use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
     InvalidSpec, Snapshot, admit_creation, check_execution_spec, resolve_execution,
@@ -186,7 +187,7 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
         RunState::Succeeded => (Phase::Succeeded, None, None),
         RunState::Failed => (
             Phase::Failed,
-            Some("AgentFailed"),
+            Some(Reason::AgentFailed),
             Some(with_tail(format!(
                 "agent exited with code {}",
                 summary.exit_code.unwrap_or(-1)
@@ -194,29 +195,37 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
         ),
         RunState::TimedOut => (
             Phase::Failed,
-            Some("DeadlineExceeded"),
+            Some(Reason::DeadlineExceeded),
             Some(with_tail(format!(
                 "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
             ))),
         ),
         RunState::Cancelled => (
             Phase::Cancelled,
-            Some("Cancelled"),
+            Some(Reason::Cancelled),
             Some("cancelled on request".to_owned()),
         ),
-        RunState::StartFailed => (Phase::Failed, Some("AgentFailed"), summary.error.clone()),
-        RunState::StageFailed => (Phase::Failed, Some("StageFailed"), summary.error.clone()),
+        RunState::StartFailed => (
+            Phase::Failed,
+            Some(Reason::AgentFailed),
+            summary.error.clone(),
+        ),
+        RunState::StageFailed => (
+            Phase::Failed,
+            Some(Reason::StageFailed),
+            summary.error.clone(),
+        ),
     };
     let (phase, reason, message) = match &summary.results_error {
         Some(error) if phase == Phase::Succeeded => (
             Phase::Failed,
-            Some("ResultsUploadFailed"),
+            Some(Reason::ResultsUploadFailed),
             Some(format!("saving results: {error}")),
         ),
         _ => (phase, reason, message),
     };
     record.phase = phase;
-    record.reason = reason.map(str::to_owned);
+    record.reason = reason.map(|r| r.as_str().to_owned());
     record.message = message;
     record.response = summary.response.clone();
     record.exit_code = summary.exit_code;

@@ -3,6 +3,7 @@
 //! Nothing here does I/O: lookups go through a [`Catalog`], so the controller, the webhook and
 //! the local backend share exactly the same rules.
 
+mod budget;
 mod catalog;
 mod merge;
 mod problems;
@@ -19,6 +20,7 @@ use serde_json::{Map, Value};
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference, Workdir};
 
+pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};

@@ -178,6 +178,7 @@ pub async fn run(
                 client.clone(),
                 catalog.clone(),
                 Arc::clone(&metrics.admission),
+                options.config.run_limits(options.signer.as_ref()),
                 webhook,
                 &mut tasks,
             )

@@ -108,6 +108,11 @@ pub trait UrlSigner: Send + Sync {
     /// How this signer's PUT URLs take their bodies.
     fn upload_mode(&self) -> UploadMode;
 
+    /// The longest a URL it signs may last, in seconds (`None`: no limit). A run whose grants
+    /// must last longer is refused before anything is signed
+    /// ([`RunLimits`](crate::resolve::RunLimits)).
+    fn max_lifetime_seconds(&self) -> Option<i64>;
+
     /// Headers every PUT through this signer's URLs must carry (none by default).
     fn put_headers(&self) -> BTreeMap<String, String> {
         BTreeMap::new()
@@ -245,6 +250,11 @@ impl UrlSigner for HmacSigner {
 
     fn upload_mode(&self) -> UploadMode {
         UploadMode::Chunked
+    }
+
+    /// The controller verifies its own signatures, so any expiry works.
+    fn max_lifetime_seconds(&self) -> Option<i64> {
+        None
     }
 }
 

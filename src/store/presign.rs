@@ -113,6 +113,10 @@ impl UrlSigner for PresignedSigner {
         UploadMode::Sized
     }
 
+    fn max_lifetime_seconds(&self) -> Option<i64> {
+        Some(MAX_LIFETIME_SECONDS)
+    }
+
     fn put_headers(&self) -> BTreeMap<String, String> {
         self.put_headers.clone()
     }

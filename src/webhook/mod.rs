@@ -20,6 +20,7 @@ use kube::Client;
 use tokio::task::JoinSet;
 
 use crate::cluster::catalog::ClusterCatalog;
+use crate::resolve::RunLimits;
 use metrics::AdmissionMetrics;
 pub use provision::{Certificates, SelfSigned};
 use server::{Admission, ClusterResolver};
@@ -52,12 +53,14 @@ pub enum StartError {
 }
 
 /// Binds the webhook's port and starts serving on `tasks`, with the certificate kept current
-/// alongside. Handshakes fail until the first certificate is loaded; wait for it with
-/// [`ServingCertificate::wait_loaded`] on the returned handle before reporting ready.
+/// alongside. Creates are checked against `limits`. Handshakes fail until the first certificate
+/// is loaded; wait for it with [`ServingCertificate::wait_loaded`] on the returned handle before
+/// reporting ready.
 pub async fn start(
     client: Client,
     catalog: ClusterCatalog,
     metrics: Arc<AdmissionMetrics>,
+    limits: RunLimits,
     options: WebhookOptions,
     tasks: &mut JoinSet<()>,
 ) -> Result<Arc<ServingCertificate>, StartError> {
@@ -75,6 +78,7 @@ pub async fn start(
             catalog,
         }),
         metrics,
+        limits,
     });
     tasks.spawn(server::serve(listener, acceptor, admission));
     let kept = Arc::clone(&certificate);

@@ -12,7 +12,7 @@ use kube::core::admission::{
 use kube::core::response::{Status, StatusCause, StatusDetails};
 
 use crate::api::{AgentExecution, AgentExecutionSpec};
-use crate::resolve::{InvalidSpec, Problem, Snapshot};
+use crate::resolve::{InvalidSpec, Problem, RunLimits, Snapshot};
 
 /// Why a request body could not be read as an AdmissionReview.
 #[derive(Debug, thiserror::Error)]
@@ -123,10 +123,16 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
     }
 }
 
-/// The verdict on a create of `spec` from its resolution, with the rules that hold only at
+/// The verdict on a create of `spec` from its resolution and the cluster's `limits` (the same
+/// check the controller makes before it creates anything), with the rules that hold only at
 /// creation.
-pub fn verdict(spec: &AgentExecutionSpec, resolution: Result<Snapshot, InvalidSpec>) -> Verdict {
-    match crate::resolve::admit_creation(spec, resolution) {
+pub fn verdict(
+    spec: &AgentExecutionSpec,
+    resolution: Result<Snapshot, InvalidSpec>,
+    limits: &RunLimits,
+) -> Verdict {
+    let checked = resolution.and_then(|snapshot| limits.check(&snapshot).map(|()| snapshot));
+    match crate::resolve::admit_creation(spec, checked) {
         Ok(_) => Verdict::Allow,
         Err(invalid) => Verdict::Invalid(invalid),
     }

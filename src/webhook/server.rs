@@ -20,7 +20,7 @@ use super::metrics::AdmissionMetrics;
 use super::review::{self, Step, Verdict};
 use crate::api::AgentExecutionSpec;
 use crate::cluster::catalog::{self, ClusterCatalog};
-use crate::resolve::{InvalidSpec, Snapshot};
+use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
 /// The path the ValidatingWebhookConfiguration points at.
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
@@ -71,6 +71,8 @@ pub struct Admission {
     pub resolver: Box<dyn Resolver>,
     /// Counts and times reviews.
     pub metrics: Arc<AdmissionMetrics>,
+    /// What the cluster allows a run: a run its store's signed URLs cannot serve is refused.
+    pub limits: RunLimits,
 }
 
 impl Admission {
@@ -89,7 +91,7 @@ impl Admission {
                         )
                         .await;
                         match resolution {
-                            Ok(Ok(resolution)) => review::verdict(&spec, resolution),
+                            Ok(Ok(resolution)) => review::verdict(&spec, resolution, &self.limits),
                             Ok(Err(message)) => Verdict::Unavailable(message),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",

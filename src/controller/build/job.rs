@@ -9,15 +9,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::{ExecutionOwner, names, pod};
 use crate::api::contract;
 use crate::controller::config::ControllerConfig;
-use crate::resolve::Snapshot;
+use crate::resolve::{RunBudget, Snapshot};
 
 /// The Job that runs the execution once.
 ///
 /// An agent run is not idempotent, so the Job never retries (`backoffLimit: 0`) and never
 /// starts a replacement pod while the old one is still terminating. Its deadline counts from
-/// the Job's start, which includes scheduling and image pulls, so it covers the start timeout,
-/// the run timeout and the staging/upload budget: the runner's in-pod deadline always fires
-/// first and saves results.
+/// the Job's start, which includes scheduling and image pulls, so it is the run's whole
+/// [`RunBudget`] but the termination grace: the runner's in-pod deadline always fires first and
+/// saves results.
 pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerConfig) -> Job {
     let mut meta = execution.child_meta(names::job_name(&execution.name), &snapshot.agent.name);
     let annotations = BTreeMap::from([
@@ -37,8 +37,7 @@ pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerC
             .insert(contract::KUEUE_QUEUE_LABEL.to_owned(), queue.clone());
     }
     meta.annotations = Some(annotations.clone());
-    let deadline =
-        snapshot.start_timeout_seconds + snapshot.timeout_seconds + config.staging_budget_seconds;
+    let deadline = RunBudget::of(snapshot, config.allowance()).job_deadline_seconds();
     Job {
         metadata: meta,
         spec: Some(JobSpec {

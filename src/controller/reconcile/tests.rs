@@ -18,11 +18,11 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::{Agent, AgentEnvironment, Fileset, contract};
+use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset, contract};
 use crate::cluster::catalog::ClusterCatalog;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
-use crate::store::grants::{Access, HmacSigner, UploadMode, UrlSigner};
+use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
 
 const NS: &str = "team-a";
 const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
@@ -302,15 +302,9 @@ async fn an_unchanged_running_execution_costs_no_request() {
         vec![running_pod()],
     );
     let starting = execution(None);
-    let first = status::assess(Observed {
-        execution: &starting,
-        job: JobObservation::Present(&owned_job()),
-        pods: &[&running_pod()],
-        pod_warnings: &[],
-        now: Timestamp::now(),
-    })
-    .status;
-    let mut running = first;
+    let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
+    let decision = status::decide(&starting, &facts);
+    let mut running = status::render(&starting, &decision.standing, facts.now);
     running.snapshot = Some(SnapshotRef {
         config_map: "errand-calc-snapshot".into(),
         digest: "sha256:00".into(),
@@ -337,7 +331,8 @@ async fn a_reconcile_that_hangs_fails_and_is_retried() {
     );
 }
 
-/// A signer whose URLs cannot last as long as any run needs.
+/// A signer whose URLs cannot last as long as any run needs; it fails whatever it is asked
+/// to sign, so a run it cannot serve must be refused before signing.
 struct ShortLivedUrls;
 
 #[async_trait::async_trait]
@@ -351,6 +346,10 @@ impl UrlSigner for ShortLivedUrls {
 
     fn upload_mode(&self) -> UploadMode {
         UploadMode::Sized
+    }
+
+    fn max_lifetime_seconds(&self) -> Option<i64> {
+        Some(600)
     }
 }
 

@@ -1,16 +1,26 @@
-//! Table-driven tests of the status computation, one row per way a run can go.
+//! Table-driven tests of the status decisions from plain facts, one row per way a run can go, and of the observation that turns Jobs, pods and events into those facts.
+
+use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus, Pod, PodCondition, PodStatus,
+    ContainerStatus, Event, ObjectReference, Pod, PodCondition, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
+use super::message::with_tail;
+use super::observe::pod_facts;
+use super::render::format_duration;
 use super::*;
-use crate::api::{AgentExecution, AgentExecutionSpec, Phase, ResultEntry, SnapshotRef};
+use crate::api::contract::{ConditionType, Reason};
+use crate::api::{
+    AgentExecution, AgentExecutionSpec, AgentExecutionStatus, Phase, ResultEntry, SnapshotRef,
+};
 use crate::resolve::{InvalidSpec, Problem};
+use crate::runner::RunState;
+use crate::runner::termination::TerminationSummary;
 
 const T0: i64 = 1_800_000_000;
 
@@ -60,103 +70,70 @@ fn cancelled(mut execution: AgentExecution) -> AgentExecution {
     execution
 }
 
-fn job() -> Job {
-    Job {
-        metadata: ObjectMeta {
-            name: Some("errand-calc".into()),
-            creation_timestamp: Some(at(1)),
-            ..Default::default()
-        },
-        spec: Some(JobSpec::default()),
-        status: Some(JobStatus {
-            start_time: Some(at(1)),
-            ..Default::default()
-        }),
+/// A Job created and started at +1.
+fn job() -> JobFacts {
+    JobFacts {
+        suspended: false,
+        started: Some(now(1)),
+        failure: None,
     }
 }
 
-fn suspended_job() -> Job {
-    let mut job = job();
-    job.spec.as_mut().unwrap().suspend = Some(true);
-    job.status = None;
-    job
-}
-
-fn failed_job(reason: &str) -> Job {
-    let mut job = job();
-    job.status.as_mut().unwrap().conditions = Some(vec![JobCondition {
-        type_: "Failed".into(),
-        status: "True".into(),
-        reason: Some(reason.into()),
-        message: Some("Job was active longer than specified deadline".into()),
-        ..Default::default()
-    }]);
-    job
-}
-
-fn waiting(name: &str, reason: &str, message: &str) -> ContainerStatus {
-    ContainerStatus {
-        name: name.into(),
-        state: Some(ContainerState {
-            waiting: Some(ContainerStateWaiting {
-                reason: Some(reason.into()),
-                message: Some(message.into()),
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+/// A Job Kueue holds, created at +1 and not started.
+fn suspended_job() -> JobFacts {
+    JobFacts {
+        suspended: true,
+        ..job()
     }
 }
 
-fn running_agent(since: i64) -> ContainerStatus {
-    ContainerStatus {
-        name: "agent".into(),
-        state: Some(ContainerState {
-            running: Some(ContainerStateRunning {
-                started_at: Some(at(since)),
-            }),
-            ..Default::default()
+fn failed_job(reason: &str) -> JobFacts {
+    JobFacts {
+        failure: Some(Cause {
+            reason: reason.into(),
+            message: "Job was active longer than specified deadline".into(),
         }),
-        ..Default::default()
+        ..job()
     }
 }
 
-fn terminated(name: &str, exit_code: i32, message: Option<String>) -> ContainerStatus {
-    ContainerStatus {
-        name: name.into(),
-        state: Some(ContainerState {
-            terminated: Some(ContainerStateTerminated {
-                exit_code,
-                started_at: Some(at(10)),
-                finished_at: Some(at(90)),
-                message,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+/// A pod created at +2 that nothing has happened to yet.
+fn pod() -> PodFacts {
+    PodFacts {
+        name: "errand-calc-x7k2p".into(),
+        created: Some(now(2)),
+        ..PodFacts::default()
     }
 }
 
-fn pod(phase: &str, init: Vec<ContainerStatus>, main: Vec<ContainerStatus>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("errand-calc-x7k2p".into()),
-            creation_timestamp: Some(at(2)),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(PodStatus {
-            phase: Some(phase.into()),
-            init_container_statuses: Some(init),
-            container_statuses: Some(main),
-            ..Default::default()
-        }),
+fn waiting(container: &str, reason: &str, message: &str) -> Waiting {
+    Waiting {
+        container: container.into(),
+        reason: reason.into(),
+        message: message.into(),
     }
 }
 
-fn staged() -> ContainerStatus {
-    terminated("errand-stage", 0, None)
+/// A pod whose agent runs since `since`.
+fn running(since: i64) -> PodFacts {
+    PodFacts {
+        agent_started_at: Some(at(since)),
+        stage_exit_code: Some(0),
+        ..pod()
+    }
+}
+
+/// A finished pod whose agent ran from +10 to +90.
+fn finished(exit_code: i32, summary: Option<TerminationSummary>) -> PodFacts {
+    PodFacts {
+        finished: true,
+        agent_started_at: Some(at(10)),
+        agent_exit_code: Some(exit_code),
+        agent_finished_at: Some(at(90)),
+        stage_exit_code: Some(0),
+        summary,
+        ..pod()
+    }
 }
 
 fn results() -> Vec<ResultEntry> {
@@ -176,87 +153,95 @@ fn results() -> Vec<ResultEntry> {
     .collect()
 }
 
-fn summary(state: RunState, exit_code: i32, stderr: &str) -> Option<String> {
-    Some(
-        TerminationSummary {
-            state,
-            exit_code: Some(exit_code),
-            timed_out: state == RunState::TimedOut,
-            stderr_tail: stderr.into(),
-            results: results(),
-            results_error: None,
-        }
-        .to_termination_message(),
-    )
+fn summary(state: RunState, exit_code: i32, stderr: &str) -> TerminationSummary {
+    TerminationSummary {
+        state,
+        exit_code: Some(exit_code),
+        timed_out: state == RunState::TimedOut,
+        stderr_tail: stderr.into(),
+        results: results(),
+        results_error: None,
+    }
 }
 
-fn finished_pod(phase: &str, exit_code: i32, message: Option<String>) -> Pod {
-    pod(
-        phase,
-        vec![staged()],
-        vec![terminated("agent", exit_code, message)],
-    )
-}
-
-fn assess_at(execution: &AgentExecution, job: &Job, pods: &[Pod], offset: i64) -> Assessment {
-    let pods: Vec<&Pod> = pods.iter().collect();
-    assess(Observed {
-        execution,
-        job: JobObservation::Present(job),
-        pods: &pods,
-        pod_warnings: &[],
+fn facts_at(job: JobFacts, pod: Option<PodFacts>, offset: i64) -> Facts {
+    Facts {
+        job: Some(job),
+        pod,
+        pod_warnings: Vec::new(),
         now: now(offset),
-    })
+    }
 }
 
-fn condition<'a>(
-    status: &'a AgentExecutionStatus,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+/// The decision on `facts` and the status it renders.
+fn assess(execution: &AgentExecution, facts: &Facts) -> (AgentExecutionStatus, Decision) {
+    let decision = decide(execution, facts);
+    (render(execution, &decision.standing, facts.now), decision)
+}
+
+fn condition(status: &AgentExecutionStatus, type_: ConditionType) -> Option<&Condition> {
     conditions::get(&status.conditions, type_)
 }
 
 struct Row {
     name: &'static str,
     execution: AgentExecution,
-    job: Job,
-    pods: Vec<Pod>,
+    job: JobFacts,
+    pod: Option<PodFacts>,
     at: i64,
     phase: Phase,
-    reason: Option<(&'static str, &'static str)>,
+    reason: Option<(ConditionType, Reason)>,
     message_contains: &'static str,
     stop: Option<Stop>,
 }
 
 #[test]
 fn phases_and_reasons() {
-    let mut evicted = finished_pod("Failed", 137, None);
-    evicted.status.as_mut().unwrap().reason = Some("Evicted".into());
-    evicted.status.as_mut().unwrap().message = Some("The node was low on resource: memory.".into());
-    let mut unschedulable = pod("Pending", vec![], vec![]);
-    unschedulable.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
-        type_: "PodScheduled".into(),
-        status: "False".into(),
-        reason: Some("Unschedulable".into()),
-        message: Some("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.".into()),
-        ..Default::default()
-    }]);
-    let mut gpu_refused = pod("Failed", vec![], vec![]);
-    gpu_refused.status.as_mut().unwrap().reason = Some("OutOfnvidia.com/gpu".into());
-    let mut stage_failed_summary = TerminationSummary::parse(
-        &summary(RunState::StageFailed, 1, "tar: path escapes the root").unwrap(),
-    )
-    .unwrap();
-    stage_failed_summary.exit_code = None;
+    let evicted = PodFacts {
+        reason: "Evicted".into(),
+        message: "The node was low on resource: memory.".into(),
+        ..finished(137, None)
+    };
+    let unschedulable = PodFacts {
+        unschedulable: Some(Cause {
+            reason: "Unschedulable".into(),
+            message: "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.".into(),
+        }),
+        ..pod()
+    };
+    let gpu_refused = PodFacts {
+        finished: true,
+        reason: "OutOfnvidia.com/gpu".into(),
+        ..pod()
+    };
+    let stage_failed = PodFacts {
+        finished: true,
+        stage_exit_code: Some(1),
+        summary: Some(TerminationSummary {
+            exit_code: None,
+            ..summary(RunState::StageFailed, 1, "tar: path escapes the root")
+        }),
+        waiting: vec![waiting("agent", "PodInitializing", "")],
+        ..pod()
+    };
+    let image_pull_backoff = PodFacts {
+        stage_exit_code: Some(0),
+        waiting: vec![waiting(
+            "agent",
+            "ImagePullBackOff",
+            "Back-off pulling image \"nope:latest\"",
+        )],
+        ..pod()
+    };
     let rows = vec![
         Row {
             name: "a Job that was just created is Starting",
             execution: execution(),
             job: job(),
-            pods: vec![],
+            pod: None,
             at: 5,
             phase: Phase::Starting,
-            reason: Some((conditions::STARTED, reason::POD_STARTING)),
+            reason: Some((ConditionType::Started, Reason::PodStarting)),
             message_contains: "",
             stop: None,
         },
@@ -264,10 +249,10 @@ fn phases_and_reasons() {
             name: "a Job held by Kueue is queued, with no start timeout",
             execution: execution(),
             job: suspended_job(),
-            pods: vec![],
+            pod: None,
             at: 100_000,
             phase: Phase::Starting,
-            reason: Some((conditions::STARTED, reason::QUEUED)),
+            reason: Some((ConditionType::Started, Reason::Queued)),
             message_contains: "",
             stop: None,
         },
@@ -275,20 +260,13 @@ fn phases_and_reasons() {
             name: "staging is part of starting",
             execution: execution(),
             job: job(),
-            pods: vec![pod(
-                "Pending",
-                vec![running_agent(5)]
-                    .into_iter()
-                    .map(|mut c| {
-                        c.name = "errand-stage".into();
-                        c
-                    })
-                    .collect(),
-                vec![waiting("agent", "PodInitializing", "")],
-            )],
+            pod: Some(PodFacts {
+                waiting: vec![waiting("agent", "PodInitializing", "")],
+                ..pod()
+            }),
             at: 30,
             phase: Phase::Starting,
-            reason: Some((conditions::STARTED, reason::POD_STARTING)),
+            reason: Some((ConditionType::Started, Reason::PodStarting)),
             message_contains: "",
             stop: None,
         },
@@ -296,10 +274,10 @@ fn phases_and_reasons() {
             name: "a running agent is Running",
             execution: execution(),
             job: job(),
-            pods: vec![pod("Running", vec![staged()], vec![running_agent(10)])],
+            pod: Some(running(10)),
             at: 30,
             phase: Phase::Running,
-            reason: Some((conditions::STARTED, reason::AGENT_STARTED)),
+            reason: Some((ConditionType::Started, Reason::AgentStarted)),
             message_contains: "",
             stop: None,
         },
@@ -307,14 +285,10 @@ fn phases_and_reasons() {
             name: "exit 0 with results saved is Succeeded",
             execution: execution(),
             job: job(),
-            pods: vec![finished_pod(
-                "Succeeded",
-                0,
-                summary(RunState::Succeeded, 0, ""),
-            )],
+            pod: Some(finished(0, Some(summary(RunState::Succeeded, 0, "")))),
             at: 95,
             phase: Phase::Succeeded,
-            reason: Some((conditions::COMPLETE, reason::SUCCEEDED)),
+            reason: Some((ConditionType::Complete, Reason::Succeeded)),
             message_contains: "5 results saved",
             stop: None,
         },
@@ -322,14 +296,17 @@ fn phases_and_reasons() {
             name: "a non-zero exit is AgentFailed with the stderr tail",
             execution: execution(),
             job: failed_job("BackoffLimitExceeded"),
-            pods: vec![finished_pod(
-                "Failed",
+            pod: Some(finished(
                 3,
-                summary(RunState::Failed, 3, "Traceback...\nValueError: no numbers"),
-            )],
+                Some(summary(
+                    RunState::Failed,
+                    3,
+                    "Traceback...\nValueError: no numbers",
+                )),
+            )),
             at: 95,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::AGENT_FAILED)),
+            reason: Some((ConditionType::Failed, Reason::AgentFailed)),
             message_contains: "exit code 3; stderr tail:\nTraceback...\nValueError: no numbers",
             stop: None,
         },
@@ -337,10 +314,10 @@ fn phases_and_reasons() {
             name: "a failure without a summary still reports the exit code",
             execution: execution(),
             job: job(),
-            pods: vec![finished_pod("Failed", 137, None)],
+            pod: Some(finished(137, None)),
             at: 95,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::AGENT_FAILED)),
+            reason: Some((ConditionType::Failed, Reason::AgentFailed)),
             message_contains: "exit code 137",
             stop: None,
         },
@@ -348,14 +325,10 @@ fn phases_and_reasons() {
             name: "the in-pod deadline is DeadlineExceeded",
             execution: execution(),
             job: failed_job("BackoffLimitExceeded"),
-            pods: vec![finished_pod(
-                "Failed",
-                124,
-                summary(RunState::TimedOut, 143, ""),
-            )],
+            pod: Some(finished(124, Some(summary(RunState::TimedOut, 143, "")))),
             at: 700,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::DEADLINE_EXCEEDED)),
+            reason: Some((ConditionType::Failed, Reason::DeadlineExceeded)),
             message_contains: "timeoutSeconds (600s)",
             stop: None,
         },
@@ -363,14 +336,10 @@ fn phases_and_reasons() {
             name: "the Job's backstop deadline is DeadlineExceeded",
             execution: execution(),
             job: failed_job("DeadlineExceeded"),
-            pods: vec![finished_pod(
-                "Failed",
-                143,
-                summary(RunState::Cancelled, 143, ""),
-            )],
+            pod: Some(finished(143, Some(summary(RunState::Cancelled, 143, "")))),
             at: 2000,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::DEADLINE_EXCEEDED)),
+            reason: Some((ConditionType::Failed, Reason::DeadlineExceeded)),
             message_contains: "backstop",
             stop: None,
         },
@@ -378,10 +347,10 @@ fn phases_and_reasons() {
             name: "the backstop deadline with the pod gone is DeadlineExceeded",
             execution: execution(),
             job: failed_job("DeadlineExceeded"),
-            pods: vec![],
+            pod: None,
             at: 2000,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::DEADLINE_EXCEEDED)),
+            reason: Some((ConditionType::Failed, Reason::DeadlineExceeded)),
             message_contains: "deadline",
             stop: None,
         },
@@ -389,10 +358,10 @@ fn phases_and_reasons() {
             name: "an evicted pod is PodEvicted",
             execution: execution(),
             job: job(),
-            pods: vec![evicted],
+            pod: Some(evicted),
             at: 95,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::POD_EVICTED)),
+            reason: Some((ConditionType::Failed, Reason::PodEvicted)),
             message_contains: "low on resource",
             stop: None,
         },
@@ -400,10 +369,10 @@ fn phases_and_reasons() {
             name: "a node that refuses the GPU pod is Unschedulable",
             execution: execution(),
             job: job(),
-            pods: vec![gpu_refused],
+            pod: Some(gpu_refused),
             at: 10,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::UNSCHEDULABLE)),
+            reason: Some((ConditionType::Failed, Reason::Unschedulable)),
             message_contains: "OutOfnvidia.com/gpu",
             stop: None,
         },
@@ -411,18 +380,10 @@ fn phases_and_reasons() {
             name: "a failed stage container is StageFailed",
             execution: execution(),
             job: job(),
-            pods: vec![pod(
-                "Failed",
-                vec![terminated(
-                    "errand-stage",
-                    1,
-                    Some(serde_json::to_string(&stage_failed_summary).unwrap()),
-                )],
-                vec![waiting("agent", "PodInitializing", "")],
-            )],
+            pod: Some(stage_failed),
             at: 30,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::STAGE_FAILED)),
+            reason: Some((ConditionType::Failed, Reason::StageFailed)),
             message_contains: "path escapes the root",
             stop: None,
         },
@@ -430,15 +391,7 @@ fn phases_and_reasons() {
             name: "an unpullable image within the start timeout is still Starting",
             execution: execution(),
             job: job(),
-            pods: vec![pod(
-                "Pending",
-                vec![staged()],
-                vec![waiting(
-                    "agent",
-                    "ImagePullBackOff",
-                    "Back-off pulling image \"nope:latest\"",
-                )],
-            )],
+            pod: Some(image_pull_backoff.clone()),
             at: 100,
             phase: Phase::Starting,
             reason: None,
@@ -449,18 +402,10 @@ fn phases_and_reasons() {
             name: "an unpullable image past the start timeout is ImagePullFailed",
             execution: execution(),
             job: job(),
-            pods: vec![pod(
-                "Pending",
-                vec![staged()],
-                vec![waiting(
-                    "agent",
-                    "ImagePullBackOff",
-                    "Back-off pulling image \"nope:latest\"",
-                )],
-            )],
+            pod: Some(image_pull_backoff),
             at: 123,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::IMAGE_PULL_FAILED)),
+            reason: Some((ConditionType::Failed, Reason::ImagePullFailed)),
             message_contains: "Back-off pulling image \"nope:latest\"",
             stop: Some(Stop::DeleteJob),
         },
@@ -468,10 +413,10 @@ fn phases_and_reasons() {
             name: "an unschedulable pod past the start timeout is Unschedulable",
             execution: execution(),
             job: job(),
-            pods: vec![unschedulable],
+            pod: Some(unschedulable),
             at: 123,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::UNSCHEDULABLE)),
+            reason: Some((ConditionType::Failed, Reason::Unschedulable)),
             message_contains: "Insufficient nvidia.com/gpu",
             stop: Some(Stop::DeleteJob),
         },
@@ -479,10 +424,10 @@ fn phases_and_reasons() {
             name: "a Job that never made a pod fails with StartTimeout",
             execution: execution(),
             job: job(),
-            pods: vec![],
+            pod: None,
             at: 122,
             phase: Phase::Failed,
-            reason: Some((conditions::FAILED, reason::START_TIMEOUT)),
+            reason: Some((ConditionType::Failed, Reason::StartTimeout)),
             message_contains: "no pod was created",
             stop: Some(Stop::DeleteJob),
         },
@@ -490,7 +435,7 @@ fn phases_and_reasons() {
             name: "cancelling a running agent deletes its pod gracefully and stays Running",
             execution: cancelled(execution()),
             job: job(),
-            pods: vec![pod("Running", vec![staged()], vec![running_agent(10)])],
+            pod: Some(running(10)),
             at: 30,
             phase: Phase::Running,
             reason: None,
@@ -501,14 +446,10 @@ fn phases_and_reasons() {
             name: "a cancelled run that ended is Cancelled with its partial results",
             execution: cancelled(execution()),
             job: failed_job("BackoffLimitExceeded"),
-            pods: vec![finished_pod(
-                "Failed",
-                143,
-                summary(RunState::Cancelled, 143, ""),
-            )],
+            pod: Some(finished(143, Some(summary(RunState::Cancelled, 143, "")))),
             at: 60,
             phase: Phase::Cancelled,
-            reason: Some((conditions::FAILED, reason::CANCELLED)),
+            reason: Some((ConditionType::Failed, Reason::Cancelled)),
             message_contains: "partial results",
             stop: None,
         },
@@ -516,10 +457,10 @@ fn phases_and_reasons() {
             name: "cancelling before the agent starts deletes the Job and is Cancelled at once",
             execution: cancelled(execution()),
             job: suspended_job(),
-            pods: vec![],
+            pod: None,
             at: 60,
             phase: Phase::Cancelled,
-            reason: Some((conditions::FAILED, reason::CANCELLED)),
+            reason: Some((ConditionType::Failed, Reason::Cancelled)),
             message_contains: "before the agent started",
             stop: Some(Stop::DeleteJob),
         },
@@ -527,25 +468,20 @@ fn phases_and_reasons() {
             name: "a run that succeeded just as it was cancelled is Succeeded",
             execution: cancelled(execution()),
             job: job(),
-            pods: vec![finished_pod(
-                "Succeeded",
-                0,
-                summary(RunState::Succeeded, 0, ""),
-            )],
+            pod: Some(finished(0, Some(summary(RunState::Succeeded, 0, "")))),
             at: 95,
             phase: Phase::Succeeded,
-            reason: Some((conditions::COMPLETE, reason::SUCCEEDED)),
+            reason: Some((ConditionType::Complete, Reason::Succeeded)),
             message_contains: "",
             stop: None,
         },
     ];
     for row in rows {
-        let assessment = assess_at(&row.execution, &row.job, &row.pods, row.at);
-        let status = &assessment.status;
+        let (status, decision) = assess(&row.execution, &facts_at(row.job, row.pod, row.at));
         assert_eq!(status.phase, Some(row.phase), "{}", row.name);
         if let Some((type_, why)) = row.reason {
-            let c = condition(status, type_).unwrap_or_else(|| panic!("{}: no {type_}", row.name));
-            assert_eq!(c.reason, why, "{}", row.name);
+            let c = condition(&status, type_).unwrap_or_else(|| panic!("{}: no {type_}", row.name));
+            assert_eq!(c.reason, why.as_str(), "{}", row.name);
         }
         let message = status.message.clone().unwrap_or_default();
         assert!(
@@ -554,7 +490,7 @@ fn phases_and_reasons() {
             row.name
         );
         assert!(message.len() <= MESSAGE_LIMIT, "{}", row.name);
-        assert_eq!(assessment.stop, row.stop, "{}", row.name);
+        assert_eq!(decision.stop, row.stop, "{}", row.name);
         assert_eq!(
             status.observed_generation, row.execution.metadata.generation,
             "{}",
@@ -569,26 +505,21 @@ fn phases_and_reasons() {
 
 #[test]
 fn a_finished_run_records_times_exit_code_and_results() {
-    let status = assess_at(
-        &execution(),
-        &job(),
-        &[finished_pod(
-            "Succeeded",
-            0,
-            summary(RunState::Succeeded, 0, ""),
-        )],
+    let facts = facts_at(
+        job(),
+        Some(finished(0, Some(summary(RunState::Succeeded, 0, "")))),
         95,
-    )
-    .status;
+    );
+    let (status, _) = assess(&execution(), &facts);
     assert_eq!(status.start_time, Some(at(10)));
     assert_eq!(status.completion_time, Some(at(90)));
     assert_eq!(status.duration.as_deref(), Some("1m20s"));
     assert_eq!(status.exit_code, Some(0));
     assert_eq!(status.results, results());
-    let saved = condition(&status, conditions::RESULTS_SAVED).unwrap();
+    let saved = condition(&status, ConditionType::ResultsSaved).unwrap();
     assert_eq!(
         (saved.status.as_str(), saved.reason.as_str()),
-        ("True", reason::RESULTS_SAVED)
+        ("True", Reason::ResultsSaved.as_str())
     );
     assert_eq!(status.job_name.as_deref(), Some("errand-calc"));
     assert_eq!(status.agent.as_deref(), Some("calculator"));
@@ -596,84 +527,71 @@ fn a_finished_run_records_times_exit_code_and_results() {
 
 #[test]
 fn results_that_could_not_be_saved_fail_a_successful_run() {
-    let mut summary =
-        TerminationSummary::parse(&summary(RunState::Succeeded, 0, "").unwrap()).unwrap();
-    summary.results_error = Some("PUT output_workdir: 403 Forbidden".into());
-    let pod = finished_pod("Succeeded", 0, Some(summary.to_termination_message()));
-    let status = assess_at(&execution(), &job(), &[pod], 95).status;
+    let summary = TerminationSummary {
+        results_error: Some("PUT output_workdir: 403 Forbidden".into()),
+        ..summary(RunState::Succeeded, 0, "")
+    };
+    let facts = facts_at(job(), Some(finished(0, Some(summary))), 95);
+    let (status, _) = assess(&execution(), &facts);
     assert_eq!(status.phase, Some(Phase::Failed));
-    let failed = condition(&status, conditions::FAILED).unwrap();
-    assert_eq!(failed.reason, reason::RESULTS_UPLOAD_FAILED);
-    let saved = condition(&status, conditions::RESULTS_SAVED).unwrap();
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::ResultsUploadFailed.as_str());
+    let saved = condition(&status, ConditionType::ResultsSaved).unwrap();
     assert_eq!(
         (saved.status.as_str(), saved.reason.as_str()),
-        ("False", reason::RESULTS_UPLOAD_FAILED)
+        ("False", Reason::ResultsUploadFailed.as_str())
     );
     assert!(status.message.unwrap().contains("403 Forbidden"));
 }
 
 #[test]
 fn a_pending_pod_is_rechecked_when_its_start_timeout_passes() {
-    let pods = [pod("Pending", vec![], vec![])];
-    let assessment = assess_at(&execution(), &job(), &pods, 32);
+    let (_, decision) = assess(&execution(), &facts_at(job(), Some(pod()), 32));
     // created at +2, limit 120s
-    assert_eq!(assessment.recheck_after, Some(Duration::from_secs(90)));
+    assert_eq!(decision.recheck_after, Some(Duration::from_secs(90)));
 }
 
 #[test]
 fn a_terminal_status_is_never_recomputed() {
     let done = {
         let mut e = execution();
-        e.status = Some(
-            assess_at(
-                &e,
-                &job(),
-                &[finished_pod(
-                    "Succeeded",
-                    0,
-                    summary(RunState::Succeeded, 0, ""),
-                )],
-                95,
-            )
-            .status,
+        let facts = facts_at(
+            job(),
+            Some(finished(0, Some(summary(RunState::Succeeded, 0, "")))),
+            95,
         );
+        e.status = Some(assess(&e, &facts).0);
         e
     };
-    let later = assess_at(
+    let (later, decision) = assess(
         &cancelled(done.clone()),
-        &failed_job("DeadlineExceeded"),
-        &[],
-        5000,
+        &facts_at(failed_job("DeadlineExceeded"), None, 5000),
     );
-    assert_eq!(Some(later.status), done.status);
-    assert_eq!(later.stop, None);
+    assert_eq!(Some(later), done.status);
+    assert_eq!(decision.stop, None);
 }
 
 #[test]
 fn an_unchanged_observation_gives_an_unchanged_status() {
     let mut e = execution();
-    let pods = [pod("Running", vec![staged()], vec![running_agent(10)])];
-    e.status = Some(assess_at(&e, &job(), &pods, 30).status);
-    let again = assess_at(&e, &job(), &pods, 300).status;
+    e.status = Some(assess(&e, &facts_at(job(), Some(running(10)), 30)).0);
+    let (again, _) = assess(&e, &facts_at(job(), Some(running(10)), 300));
     assert_eq!(Some(again), e.status, "no status write is needed");
 }
 
 #[test]
 fn a_deleted_job_fails_the_execution_and_is_not_replaced() {
-    let e = execution();
-    let assessment = assess(Observed {
-        execution: &e,
-        job: JobObservation::Gone,
-        pods: &[],
-        pod_warnings: &[],
+    let facts = Facts {
+        job: None,
+        pod: None,
+        pod_warnings: Vec::new(),
         now: now(50),
-    });
-    assert_eq!(assessment.status.phase, Some(Phase::Failed));
+    };
+    let (status, _) = assess(&execution(), &facts);
+    assert_eq!(status.phase, Some(Phase::Failed));
     assert_eq!(
-        condition(&assessment.status, conditions::FAILED)
-            .unwrap()
-            .reason,
-        reason::JOB_DELETED
+        condition(&status, ConditionType::Failed).unwrap().reason,
+        Reason::JobDeleted.as_str()
     );
 }
 
@@ -689,14 +607,14 @@ fn an_invalid_spec_fails_with_every_problem() {
     };
     let status = invalid(&e, &error, now(3));
     assert_eq!(status.phase, Some(Phase::Failed));
-    for type_ in [conditions::RESOLVED, conditions::FAILED] {
+    for type_ in [ConditionType::Resolved, ConditionType::Failed] {
         assert_eq!(
             condition(&status, type_).unwrap().reason,
-            reason::INVALID_SPEC
+            Reason::InvalidSpec.as_str()
         );
     }
     assert_eq!(
-        condition(&status, conditions::RESOLVED).unwrap().status,
+        condition(&status, ConditionType::Resolved).unwrap().status,
         "False"
     );
     assert!(status.message.unwrap().contains("spec.agentRef.name"));
@@ -725,48 +643,40 @@ fn durations_read_like_kubectl() {
 fn a_start_timeout_without_a_reason_in_the_status_takes_it_from_the_pods_warnings() {
     let e = execution();
     // Between two pull attempts the kubelet reports the agent as PodInitializing again.
-    let pods = [pod(
-        "Pending",
-        vec![staged()],
-        vec![waiting("agent", "PodInitializing", "")],
-    )];
-    let pod_refs: Vec<&Pod> = pods.iter().collect();
-    let job = job();
-    let mut observed = Observed {
-        execution: &e,
-        job: JobObservation::Present(&job),
-        pods: &pod_refs,
-        pod_warnings: &[],
-        now: now(123),
+    let pending = PodFacts {
+        stage_exit_code: Some(0),
+        waiting: vec![waiting("agent", "PodInitializing", "")],
+        ..pod()
     };
-    let first = assess(observed);
+    let mut facts = facts_at(job(), Some(pending), 123);
+    let (first, decision) = assess(&e, &facts);
     assert_eq!(
-        condition(&first.status, conditions::FAILED).unwrap().reason,
-        reason::START_TIMEOUT
+        condition(&first, ConditionType::Failed).unwrap().reason,
+        Reason::StartTimeout.as_str()
     );
-    assert!(needs_pod_warnings(&observed, &first));
+    assert!(decision.needs_pod_warnings(&facts));
 
-    let event = k8s_openapi::api::core::v1::Event {
+    let event = Event {
         type_: Some("Warning".into()),
         reason: Some("ErrImageNeverPull".into()),
         message: Some("Container image \"nope:1\" is not present with pull policy of Never".into()),
-        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+        involved_object: ObjectReference {
             field_path: Some("spec.containers{agent}".into()),
             ..Default::default()
         },
         ..Default::default()
     };
-    let normal = k8s_openapi::api::core::v1::Event {
+    let normal = Event {
         type_: Some("Normal".into()),
         ..event.clone()
     };
     assert_eq!(PodWarning::from_event(&normal), None);
-    let warnings = [PodWarning::from_event(&event).unwrap()];
-    assert_eq!(warnings[0].container.as_deref(), Some("agent"));
-    observed.pod_warnings = &warnings;
-    let second = assess(observed);
-    let failed = condition(&second.status, conditions::FAILED).unwrap();
-    assert_eq!(failed.reason, reason::IMAGE_PULL_FAILED);
+    let warning = PodWarning::from_event(&event).unwrap();
+    assert_eq!(warning.container.as_deref(), Some("agent"));
+    facts.pod_warnings = vec![warning];
+    let (second, decision) = assess(&e, &facts);
+    let failed = condition(&second, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::ImagePullFailed.as_str());
     assert!(
         failed
             .message
@@ -774,33 +684,235 @@ fn a_start_timeout_without_a_reason_in_the_status_takes_it_from_the_pods_warning
         "{}",
         failed.message
     );
-    assert_eq!(second.stop, Some(Stop::DeleteJob));
-    assert!(!needs_pod_warnings(&observed, &second), "read once");
+    assert_eq!(decision.stop, Some(Stop::DeleteJob));
+    assert!(!decision.needs_pod_warnings(&facts), "read once");
 }
 
 #[test]
 fn other_warnings_explain_a_start_timeout_too() {
-    let e = execution();
-    let pods = [pod("Pending", vec![], vec![])];
-    let pod_refs: Vec<&Pod> = pods.iter().collect();
-    let job = job();
-    let warnings = [PodWarning {
+    let mut facts = facts_at(job(), Some(pod()), 123);
+    facts.pod_warnings = vec![PodWarning {
         container: None,
         reason: "FailedMount".into(),
         message: "secret \"model-keys\" not found".into(),
     }];
-    let assessment = assess(Observed {
-        execution: &e,
-        job: JobObservation::Present(&job),
-        pods: &pod_refs,
-        pod_warnings: &warnings,
-        now: now(123),
-    });
-    let failed = condition(&assessment.status, conditions::FAILED).unwrap();
-    assert_eq!(failed.reason, reason::START_TIMEOUT);
+    let (status, _) = assess(&execution(), &facts);
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::StartTimeout.as_str());
     assert!(
         failed
             .message
             .contains("FailedMount: secret \"model-keys\" not found")
     );
+}
+
+// Observation: the facts above are what real Jobs and pods say.
+
+fn container(name: &str, state: ContainerState) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(state),
+        ..Default::default()
+    }
+}
+
+fn terminated_state(exit_code: i32, message: Option<String>) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code,
+            started_at: Some(at(10)),
+            finished_at: Some(at(90)),
+            message,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn waiting_state(reason: &str, message: &str) -> ContainerState {
+    ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+fn k8s_pod(phase: &str, init: Vec<ContainerStatus>, main: Vec<ContainerStatus>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("errand-calc-x7k2p".into()),
+            creation_timestamp: Some(at(2)),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            phase: Some(phase.into()),
+            init_container_statuses: Some(init),
+            container_statuses: Some(main),
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn a_finished_pod_yields_the_agents_times_exit_code_and_summary() {
+    let message = summary(RunState::Failed, 3, "boom").to_termination_message();
+    let finished = k8s_pod(
+        "Failed",
+        vec![container("errand-stage", terminated_state(0, None))],
+        vec![container("agent", terminated_state(3, Some(message)))],
+    );
+    assert_eq!(
+        pod_facts(&finished),
+        PodFacts {
+            finished: true,
+            agent_started_at: Some(at(10)),
+            agent_exit_code: Some(3),
+            agent_finished_at: Some(at(90)),
+            stage_exit_code: Some(0),
+            summary: Some(summary(RunState::Failed, 3, "boom")),
+            ..pod()
+        }
+    );
+}
+
+#[test]
+fn a_failed_stage_reports_through_its_own_termination_message() {
+    let message = summary(RunState::StageFailed, 1, "tar: path escapes the root");
+    let stage_failed = k8s_pod(
+        "Failed",
+        vec![container(
+            "errand-stage",
+            terminated_state(1, Some(message.to_termination_message())),
+        )],
+        vec![container("agent", waiting_state("PodInitializing", ""))],
+    );
+    let facts = pod_facts(&stage_failed);
+    assert_eq!(facts.stage_exit_code, Some(1));
+    assert_eq!(facts.summary, Some(message));
+    assert_eq!(facts.agent_started_at, None);
+    assert_eq!(facts.waiting, vec![waiting("agent", "PodInitializing", "")]);
+}
+
+#[test]
+fn a_waiting_pod_yields_why_it_waits() {
+    let mut waiting_pod = k8s_pod(
+        "Pending",
+        vec![container(
+            "errand-stage",
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(at(5)),
+                }),
+                ..Default::default()
+            },
+        )],
+        vec![container(
+            "agent",
+            waiting_state("ImagePullBackOff", "Back-off pulling image"),
+        )],
+    );
+    let status = waiting_pod.status.as_mut().unwrap();
+    status.reason = Some("Evicted".into());
+    status.message = Some("The node was low on resource: memory.".into());
+    status.conditions = Some(vec![
+        PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("Unschedulable".into()),
+            message: Some("0/1 nodes are available".into()),
+            ..Default::default()
+        },
+        PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            ..Default::default()
+        },
+    ]);
+    waiting_pod.metadata.deletion_timestamp = Some(at(40));
+    let facts = pod_facts(&waiting_pod);
+    assert!(!facts.finished);
+    assert!(facts.deleting);
+    assert!(facts.disrupted);
+    assert_eq!(
+        facts.agent_started_at, None,
+        "the stage's start is not the agent's"
+    );
+    assert_eq!(
+        facts.waiting,
+        vec![waiting(
+            "agent",
+            "ImagePullBackOff",
+            "Back-off pulling image"
+        )]
+    );
+    assert_eq!(
+        facts.unschedulable,
+        Some(Cause {
+            reason: "Unschedulable".into(),
+            message: "0/1 nodes are available".into(),
+        })
+    );
+    assert_eq!(facts.reason, "Evicted");
+    assert_eq!(facts.message, "The node was low on resource: memory.");
+}
+
+#[test]
+fn the_newest_pod_and_the_jobs_failure_are_observed() {
+    let older = k8s_pod(
+        "Failed",
+        vec![],
+        vec![container("agent", terminated_state(1, None))],
+    );
+    let mut newer = k8s_pod("Pending", vec![], vec![]);
+    newer.metadata.name = Some("errand-calc-b2".into());
+    newer.metadata.creation_timestamp = Some(at(50));
+    let job = Job {
+        metadata: ObjectMeta {
+            name: Some("errand-calc".into()),
+            creation_timestamp: Some(at(1)),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            suspend: Some(true),
+            ..Default::default()
+        }),
+        status: Some(JobStatus {
+            conditions: Some(vec![
+                JobCondition {
+                    type_: "Suspended".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                },
+                JobCondition {
+                    type_: "FailureTarget".into(),
+                    status: "True".into(),
+                    reason: Some("DeadlineExceeded".into()),
+                    message: Some("Job was active longer than specified deadline".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+    };
+    let observed = facts(Some(&job), &[&older, &newer], now(60));
+    assert_eq!(
+        observed.pod.map(|p| p.name).as_deref(),
+        Some("errand-calc-b2")
+    );
+    assert_eq!(
+        observed.job,
+        Some(JobFacts {
+            suspended: true,
+            started: Some(now(1)),
+            failure: Some(Cause {
+                reason: "DeadlineExceeded".into(),
+                message: "Job was active longer than specified deadline".into(),
+            }),
+        }),
+        "a Job that has not started counts from its creation"
+    );
+    assert_eq!(facts(None, &[], now(60)).job, None);
 }

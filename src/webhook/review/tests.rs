@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::FilesetStatus;
-use crate::resolve::{InMemoryCatalog, resolve_execution};
+use crate::resolve::{InMemoryCatalog, RunAllowance, RunLimits, resolve_execution};
 
 const NS: &str = "team-a";
 
@@ -81,11 +81,16 @@ fn catalog() -> InMemoryCatalog {
 
 /// The response of a decided review, as JSON the API server would read.
 fn answer(body: &[u8], catalog: &InMemoryCatalog) -> Value {
+    answer_within(body, catalog, &RunLimits::default())
+}
+
+/// The response of a review in a cluster with `limits`.
+fn answer_within(body: &[u8], catalog: &InMemoryCatalog, limits: &RunLimits) -> Value {
     let request = parse(body).unwrap();
     let verdict = match step(&request) {
         Step::Decided(verdict) => verdict,
         Step::Resolve { namespace, spec } => {
-            verdict(&spec, resolve_execution(&namespace, &spec, catalog))
+            verdict(&spec, resolve_execution(&namespace, &spec, catalog), limits)
         }
     };
     let review = respond(&request, verdict);
@@ -139,6 +144,34 @@ fn a_create_naming_a_missing_agent_is_refused_with_the_field_and_value() {
     );
     assert_eq!(response["status"]["details"]["kind"], "AgentExecution");
     assert_eq!(response["status"]["details"]["group"], "errand.dev");
+}
+
+#[test]
+fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
+    let body = review_body("CREATE", Some(execution(calculator_spec())), None);
+    let limits = RunLimits {
+        allowance: RunAllowance {
+            staging_seconds: 900,
+            grace_seconds: 120,
+        },
+        max_url_lifetime_seconds: Some(600),
+    };
+    let response = answer_within(&body, &catalog(), &limits);
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(response["status"]["code"], 422);
+    assert_eq!(
+        response["status"]["details"]["causes"][0]["field"],
+        "spec.timeoutSeconds"
+    );
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("at most 600s"), "{message}");
+
+    let lasting = RunLimits {
+        max_url_lifetime_seconds: Some(604_800),
+        ..limits
+    };
+    let response = answer_within(&body, &catalog(), &lasting);
+    assert_eq!(response["allowed"], true, "{response}");
 }
 
 /// Every bad input of the admission rules in one spec: all of them are reported at once, each

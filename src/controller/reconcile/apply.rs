@@ -1,0 +1,102 @@
+//! Apply: create the children (create-only, concurrently) and stop what a decision says must stop.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::Reconciler;
+use super::build::Children;
+use crate::controller::error::{Error, Result};
+use crate::controller::status::Stop;
+
+impl Reconciler<'_> {
+    /// Creates the snapshot ConfigMap, the grants Secret and the Job, concurrently and
+    /// create-only. Returns the ConfigMap and the Job as they are in the cluster, which after
+    /// a restart may be the ones an earlier reconcile created.
+    pub(super) async fn create(&self, children: Children) -> Result<(ConfigMap, Job)> {
+        let (client, namespace, uid) = (
+            &self.ctx.client,
+            self.owner.namespace.as_str(),
+            self.owner.uid.as_str(),
+        );
+        let (config_map, _, job) = futures::try_join!(
+            create_owned(client, namespace, uid, children.config_map),
+            create_owned(client, namespace, uid, children.secret),
+            create_owned(client, namespace, uid, children.job),
+        )?;
+        Ok((config_map, job))
+    }
+
+    /// Deletes the pod (gracefully, so the runner saves partial results) or the whole Job.
+    pub(super) async fn stop(&self, stop: &Stop, job_name: &str) -> Result<()> {
+        let (client, namespace) = (self.ctx.client.clone(), self.owner.namespace.as_str());
+        let result = match stop {
+            Stop::DeletePod(pod) => {
+                let params = DeleteParams {
+                    grace_period_seconds: u32::try_from(self.ctx.config.termination_grace_seconds)
+                        .ok(),
+                    ..DeleteParams::default()
+                };
+                Api::<Pod>::namespaced(client, namespace)
+                    .delete(pod, &params)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| (format!("deleting pod {pod}"), e))
+            }
+            Stop::DeleteJob => Api::<Job>::namespaced(client, namespace)
+                .delete(job_name, &DeleteParams::background())
+                .await
+                .map(|_| ())
+                .map_err(|e| (format!("deleting Job {job_name}"), e)),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err((_, kube::Error::Api(status))) if status.is_not_found() => Ok(()),
+            Err((action, e)) => Err(Error::kube(action)(e)),
+        }
+    }
+}
+
+/// Creates `object`; if it already exists and this execution owns it, that is success (a
+/// restarted controller never makes a second one).
+async fn create_owned<K>(client: &kube::Client, namespace: &str, uid: &str, object: K) -> Result<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api = Api::<K>::namespaced(client.clone(), namespace);
+    let name = object.name_any();
+    let kind = K::kind(&());
+    match api.create(&PostParams::default(), &object).await {
+        Ok(created) => Ok(created),
+        Err(kube::Error::Api(status)) if status.is_already_exists() => {
+            let existing = api
+                .get(&name)
+                .await
+                .map_err(Error::kube(format!("reading the existing {kind} {name}")))?;
+            let ours = existing
+                .owner_references()
+                .iter()
+                .any(|o| o.uid == uid && o.controller == Some(true));
+            if ours {
+                Ok(existing)
+            } else {
+                Err(Error::ForeignChild {
+                    kind: match kind.as_ref() {
+                        "Job" => "Job",
+                        "ConfigMap" => "ConfigMap",
+                        _ => "Secret",
+                    },
+                    name,
+                })
+            }
+        }
+        Err(e) => Err(Error::kube(format!("creating {kind} {name}"))(e)),
+    }
+}

@@ -1,0 +1,173 @@
+//! The reconcile pipeline of one execution, by stage: dereference → validate → build → apply → update_status.
+//!
+//! Each stage has its file: [`dereference`] reads what the execution names and what became of
+//! its Job; [`validate`] completes the snapshot with this cluster's defaults and checks it
+//! against its limits; [`build`] signs the grants and builds the children; [`apply`] creates
+//! them (create-only) or stops what must stop; [`update_status`] writes the status. Validate
+//! and build take no client.
+//!
+//! Writes are few by construction: three creates (the snapshot ConfigMap carries the results
+//! finalizer from birth), one status write per phase, one Warning event per failure, and
+//! nothing at all for terminal executions.
+
+mod apply;
+mod build;
+mod dereference;
+mod update_status;
+mod validate;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use tracing::debug;
+
+use super::context::Context;
+use super::error::{Error, Result};
+use super::status;
+use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
+use crate::controller::build::ExecutionOwner;
+
+/// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
+/// response) would otherwise hold the execution, and every later event for it, until the
+/// client's read timeout of nearly five minutes.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reconciles one execution, failing (and so retrying with backoff) if it hangs.
+pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
+    tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_once(execution, ctx))
+        .await
+        .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)))
+}
+
+async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile_started();
+    let owner = ExecutionOwner::of(&execution)?;
+    debug!(execution = %owner.name, namespace = %owner.namespace, "reconciling");
+    if execution.metadata.deletion_timestamp.is_some() {
+        // Owner references remove the children; the snapshot ConfigMap's finalizer removes
+        // the results (`results_cleanup`).
+        ctx.forget(&owner.uid);
+        return Ok(Action::await_change());
+    }
+    let execution = ctx.latest(execution);
+    let status = execution.status.clone().unwrap_or_default();
+    let reconciler = Reconciler {
+        api: Api::namespaced(ctx.client.clone(), &owner.namespace),
+        execution: &execution,
+        owner,
+        ctx: &ctx,
+    };
+    let action = if status.phase.is_some_and(Phase::is_terminal) {
+        Action::await_change()
+    } else if status.snapshot.is_none() {
+        reconciler.admit().await?
+    } else {
+        reconciler.progress().await?
+    };
+    ctx.reset_backoff(&reconciler.owner.uid);
+    Ok(action)
+}
+
+/// Logs and counts a failed reconcile and retries it with exponential backoff.
+pub fn error_policy(execution: Arc<AgentExecution>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.retry_failed("reconcile", execution.as_ref(), error)
+}
+
+/// One reconcile of one execution: what every stage works on.
+struct Reconciler<'a> {
+    /// The execution, with the status this controller wrote last.
+    execution: &'a AgentExecution,
+    /// Its name, namespace, uid and owner reference.
+    owner: ExecutionOwner,
+    /// AgentExecutions in its namespace.
+    api: Api<AgentExecution>,
+    /// What every reconcile shares.
+    ctx: &'a Context,
+}
+
+impl Reconciler<'_> {
+    /// First reconcile: resolve and snapshot the spec, create the children, record Starting.
+    async fn admit(&self) -> Result<Action> {
+        let namespace = self.owner.namespace.as_str();
+        let resolved = self.resolve().await?;
+        let limits = self.ctx.config.run_limits(self.ctx.signer.as_ref());
+        let snapshot = match resolved.and_then(|s| validate::validate(s, &self.ctx.config, &limits))
+        {
+            Ok(snapshot) => snapshot,
+            Err(invalid) => return self.refuse(&invalid).await,
+        };
+        let children = build::children(
+            &self.owner,
+            &snapshot,
+            &self.ctx.config,
+            self.ctx.signer.as_ref(),
+            Timestamp::now(),
+        )
+        .await?;
+        let (config_map, job) = self.create(children).await?;
+        debug!(execution = %self.owner.name, namespace, "children created");
+        let digest = config_map
+            .annotations()
+            .get(contract::SNAPSHOT_DIGEST_ANNOTATION)
+            .cloned()
+            .unwrap_or_else(|| snapshot.digest());
+        if let Some(created) = &self.execution.metadata.creation_timestamp {
+            let after = Timestamp::now().duration_since(created.0);
+            self.ctx.metrics.job_created(after.as_secs_f64());
+        }
+        let queued = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let status = status::starting(
+            self.execution,
+            &snapshot.agent.name,
+            SnapshotRef {
+                config_map: config_map.name_any(),
+                digest,
+            },
+            &job.name_any(),
+            queued,
+            Timestamp::now(),
+        );
+        self.write_status(status).await?;
+        // No event may come while a pod waits, so look again when its start timeout passes.
+        let start_timeout = u64::try_from(snapshot.start_timeout_seconds).unwrap_or(0);
+        Ok(Action::requeue(Duration::from_secs(start_timeout + 1)))
+    }
+
+    /// Later reconciles: decide the status from the Job and its pod, stop what must stop,
+    /// write the status if it changed.
+    async fn progress(&self) -> Result<Action> {
+        let observed = self.observe().await?;
+        let pods = observed.pods();
+        let mut facts = status::facts(observed.job.as_deref(), &pods, Timestamp::now());
+        let mut decision = status::decide(self.execution, &facts);
+        if decision.needs_pod_warnings(&facts) {
+            facts.pod_warnings = self.pod_warnings(&pods).await?;
+            decision = status::decide(self.execution, &facts);
+        }
+        if let Some(stop) = &decision.stop {
+            self.stop(stop, &observed.job_name).await?;
+        }
+        let status = status::render(self.execution, &decision.standing, facts.now);
+        let terminal = status.phase.is_some_and(Phase::is_terminal);
+        debug!(
+            execution = %self.owner.name,
+            namespace = %self.owner.namespace,
+            was = ?self.execution.status.as_ref().and_then(|s| s.phase),
+            now = ?status.phase,
+            job = observed.job.is_some(),
+            pods = ?pods.iter().map(|p| p.status.as_ref().and_then(|s| s.phase.clone())).collect::<Vec<_>>(),
+            "assessed"
+        );
+        self.write_status(status).await?;
+        Ok(match decision.recheck_after {
+            Some(after) if !terminal => Action::requeue(after + Duration::from_secs(1)),
+            _ => Action::await_change(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,379 @@
+//! The decision: from an execution and the facts observed about it to where its run stands, what must be stopped and when to look again.
+//!
+//! A terminal execution stays as it is for good, so a restarted controller decides nothing
+//! new for it; everything else is decided afresh from the facts on every reconcile.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::message::with_tail;
+use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, PodWarning};
+use crate::api::contract::Reason;
+use crate::api::{AgentExecution, Phase};
+use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
+use crate::runner::RunState;
+use crate::runner::termination::TerminationSummary;
+
+/// What must be stopped to carry out a decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Delete the pod with its grace period: the runner stops the agent and saves partial results.
+    DeletePod(String),
+    /// Delete the Job (and its pod): nothing ran that has results to save.
+    DeleteJob,
+}
+
+/// What [`decide`] concluded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Where the run stands, which the status says.
+    pub standing: Standing,
+    /// What to stop first, if anything.
+    pub stop: Option<Stop>,
+    /// When to look again if nothing changes before (a pending start timeout).
+    pub recheck_after: Option<Duration>,
+}
+
+impl Decision {
+    fn settled(standing: Standing) -> Self {
+        Self {
+            standing,
+            stop: None,
+            recheck_after: None,
+        }
+    }
+
+    /// Whether this failed the start for no reason the pod's status gave, so that the pod's
+    /// Warning events should be read into `facts` and the execution decided again with them.
+    pub fn needs_pod_warnings(&self, facts: &Facts) -> bool {
+        facts.pod_warnings.is_empty()
+            && facts.pod.is_some()
+            && matches!(&self.standing, Standing::Ended(ending) if ending.reason == Reason::StartTimeout)
+    }
+}
+
+/// Where a run stands.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Standing {
+    /// It ended before: its status is final and stays as written.
+    Final,
+    /// Nothing new: a pod that ran is gone, and the Job controller has not failed the Job yet.
+    Unchanged,
+    /// Phase `Starting`: Kueue holds the Job (`queued`), or the pod is on its way.
+    Waiting {
+        /// Kueue holds the Job and no pod exists.
+        queued: bool,
+    },
+    /// Phase `Running`: the agent started.
+    Running {
+        /// When, as the pod says.
+        started_at: Option<Time>,
+    },
+    /// A terminal phase.
+    Ended(Ending),
+}
+
+/// How a run ended: its terminal phase, the condition's reason and message, and what the pod
+/// reported.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ending {
+    /// `Succeeded`, `Failed` or `Cancelled`.
+    pub phase: Phase,
+    /// The reason of condition `Complete` (on success) or `Failed`.
+    pub reason: Reason,
+    /// What happened, unbounded.
+    pub message: String,
+    /// The agent's exit code.
+    pub exit_code: Option<i32>,
+    /// The runner's summary, with the results it saved.
+    pub summary: Option<TerminationSummary>,
+    /// The agent's start and end, when the run had a pod.
+    pub agent: Option<AgentTimes>,
+}
+
+/// When the agent container started and terminated, as its pod says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AgentTimes {
+    /// When the agent started.
+    pub started_at: Option<Time>,
+    /// When it terminated.
+    pub finished_at: Option<Time>,
+}
+
+impl Ending {
+    fn failed(reason: Reason, message: String) -> Self {
+        Self {
+            phase: Phase::Failed,
+            reason,
+            message,
+            exit_code: None,
+            summary: None,
+            agent: None,
+        }
+    }
+
+    fn cancelled(message: &str) -> Self {
+        Self {
+            phase: Phase::Cancelled,
+            ..Self::failed(Reason::Cancelled, message.to_owned())
+        }
+    }
+
+    fn succeeded() -> Self {
+        Self {
+            phase: Phase::Succeeded,
+            ..Self::failed(Reason::Succeeded, String::new())
+        }
+    }
+
+    /// The ending with the agent's times from `pod`, if the run had one.
+    fn on(self, pod: Option<&PodFacts>) -> Self {
+        Self {
+            agent: pod.map(|pod| AgentTimes {
+                started_at: pod.agent_started_at.clone(),
+                finished_at: pod.agent_finished_at.clone(),
+            }),
+            ..self
+        }
+    }
+}
+
+/// The message of a run some of whose results could not be saved.
+pub fn results_not_saved(error: &str) -> String {
+    format!("some results could not be saved: {error}")
+}
+
+/// Where the run of `execution` stands given `facts`, and what to stop.
+pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
+    let phase = execution.status.as_ref().and_then(|s| s.phase);
+    if phase.is_some_and(Phase::is_terminal) {
+        return Decision::settled(Standing::Final);
+    }
+    let Some(job) = &facts.job else {
+        return Decision::settled(Standing::Ended(Ending::failed(
+            Reason::JobDeleted,
+            "the Job was deleted before the run ended; errand never starts a second one".into(),
+        )));
+    };
+    let pod = facts.pod.as_ref();
+    match pod {
+        Some(pod) if pod.finished => {
+            Decision::settled(Standing::Ended(finished(execution, job, pod).on(Some(pod))))
+        }
+        Some(pod) if pod.agent_started_at.is_some() => running(execution, pod),
+        Some(_) => pending(execution, job, pod, &facts.pod_warnings, facts.now),
+        None => match &job.failure {
+            Some(failure) => {
+                let ending = if execution.spec.cancel {
+                    Ending::cancelled("cancelled before the agent started")
+                } else if deadline_passed(job) {
+                    Ending::failed(
+                        Reason::DeadlineExceeded,
+                        format!("the Job's deadline passed: {}", failure.message),
+                    )
+                } else {
+                    Ending::failed(
+                        Reason::AgentFailed,
+                        format!("the Job failed ({}): {}", failure.reason, failure.message),
+                    )
+                };
+                Decision::settled(Standing::Ended(ending))
+            }
+            // A pod that ran is gone but the Job has not failed yet: wait for the Job
+            // controller rather than step back to Starting.
+            None if phase == Some(Phase::Running) => Decision::settled(Standing::Unchanged),
+            None => pending(execution, job, None, &[], facts.now),
+        },
+    }
+}
+
+/// Whether the Job's `activeDeadlineSeconds` ended it.
+fn deadline_passed(job: &JobFacts) -> bool {
+    job.failure
+        .as_ref()
+        .is_some_and(|f| f.reason == "DeadlineExceeded")
+}
+
+/// The agent is running: phase Running, or a graceful stop when cancelled.
+fn running(execution: &AgentExecution, pod: &PodFacts) -> Decision {
+    Decision {
+        standing: Standing::Running {
+            started_at: pod.agent_started_at.clone(),
+        },
+        stop: (execution.spec.cancel && !pod.deleting).then(|| Stop::DeletePod(pod.name.clone())),
+        recheck_after: None,
+    }
+}
+
+/// Nothing runs yet: Starting, until the start timeout or a cancel ends it.
+fn pending(
+    execution: &AgentExecution,
+    job: &JobFacts,
+    pod: Option<&PodFacts>,
+    warnings: &[PodWarning],
+    now: Timestamp,
+) -> Decision {
+    if execution.spec.cancel {
+        return Decision {
+            standing: Standing::Ended(
+                Ending::cancelled("cancelled before the agent started").on(pod),
+            ),
+            stop: Some(Stop::DeleteJob),
+            recheck_after: None,
+        };
+    }
+    if job.suspended && pod.is_none() {
+        // Waiting for quota in Kueue is not a start failure.
+        return Decision::settled(Standing::Waiting { queued: true });
+    }
+    let since = pod.and_then(|p| p.created).or(job.started).unwrap_or(now);
+    let limit = execution
+        .spec
+        .start_timeout_seconds
+        .unwrap_or(DEFAULT_START_TIMEOUT_SECONDS);
+    let waited = now.as_second() - since.as_second();
+    if waited < limit {
+        let remaining = u64::try_from(limit.saturating_sub(waited)).unwrap_or(0);
+        return Decision {
+            standing: Standing::Waiting { queued: false },
+            stop: None,
+            recheck_after: Some(Duration::from_secs(remaining)),
+        };
+    }
+    Decision {
+        standing: Standing::Ended(start_timeout(pod, warnings, limit).on(pod)),
+        stop: Some(Stop::DeleteJob),
+        recheck_after: None,
+    }
+}
+
+/// Why the pod has not started after `limit` seconds, in the scheduler's or kubelet's words:
+/// from its status first, then from its Warning events.
+fn start_timeout(pod: Option<&PodFacts>, warnings: &[PodWarning], limit: i64) -> Ending {
+    let after = format!("the pod did not start within {limit}s");
+    let Some(pod) = pod else {
+        return Ending::failed(
+            Reason::StartTimeout,
+            format!("{after}: no pod was created (see the Job's events)"),
+        );
+    };
+    let mut other = None;
+    for waiting in &pod.waiting {
+        let (container, why, message) = (&waiting.container, &waiting.reason, &waiting.message);
+        if IMAGE_PULL_REASONS.contains(&why.as_str()) {
+            return Ending::failed(
+                Reason::ImagePullFailed,
+                format!("{after}: container {container}: {why}: {message}"),
+            );
+        }
+        if other.is_none() && !why.is_empty() && why != "PodInitializing" {
+            other = Some(format!("{after}: container {container}: {why}: {message}"));
+        }
+    }
+    if let Some(warning) = warnings.iter().find(|w| w.is_image_pull()) {
+        let container = warning.container.as_deref().unwrap_or("?");
+        return Ending::failed(
+            Reason::ImagePullFailed,
+            format!(
+                "{after}: container {container}: {}: {}",
+                warning.reason, warning.message
+            ),
+        );
+    }
+    if let Some(condition) = &pod.unschedulable {
+        return Ending::failed(
+            Reason::Unschedulable,
+            format!("{after}: {}: {}", condition.reason, condition.message),
+        );
+    }
+    let warned = warnings.last().map(|w| {
+        let container = w.container.as_deref().unwrap_or("?");
+        format!(
+            "{after}: container {container}: {}: {}",
+            w.reason, w.message
+        )
+    });
+    Ending::failed(Reason::StartTimeout, other.or(warned).unwrap_or(after))
+}
+
+/// How a finished pod ended, most specific cause first. A success whose results could not be
+/// saved is a failure: the Succeeded phase promises saved results.
+fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Ending {
+    let agent_exit = pod.agent_exit_code;
+    let summary = pod.summary.as_ref();
+    let exit_code = summary.and_then(|s| s.exit_code).or(agent_exit);
+    let succeeded = summary.map_or(agent_exit == Some(0), |s| s.state == RunState::Succeeded);
+    let stderr = summary.map(|s| s.stderr_tail.as_str()).unwrap_or_default();
+    let pod_reason = pod.reason.as_str();
+
+    let mut ending = if deadline_passed(job) {
+        Ending::failed(
+            Reason::DeadlineExceeded,
+            "the Job's deadline passed (backstop behind the run's timeout)".into(),
+        )
+    } else if summary.is_some_and(|s| s.timed_out || s.state == RunState::TimedOut) {
+        Ending::failed(
+            Reason::DeadlineExceeded,
+            format!(
+                "the agent ran past timeoutSeconds ({}s) and was stopped",
+                execution.spec.timeout_seconds
+            ),
+        )
+    } else if execution.spec.cancel && !succeeded {
+        Ending::cancelled("cancelled while running; partial results saved")
+    } else if succeeded {
+        Ending::succeeded()
+    } else if pod_reason == "Evicted" || pod.disrupted {
+        Ending::failed(
+            Reason::PodEvicted,
+            format!("the pod was evicted: {}", pod.message),
+        )
+    } else if pod_reason.starts_with("OutOf") || pod_reason == "UnexpectedAdmissionError" {
+        Ending::failed(
+            Reason::Unschedulable,
+            format!("the node refused the pod ({pod_reason}): {}", pod.message),
+        )
+    } else if pod.stage_exit_code.is_some_and(|code| code != 0)
+        || summary.is_some_and(|s| s.state == RunState::StageFailed)
+    {
+        Ending::failed(
+            Reason::StageFailed,
+            with_tail("staging the working directory failed", stderr),
+        )
+    } else if summary.is_some_and(|s| s.state == RunState::StartFailed) {
+        Ending::failed(
+            Reason::AgentFailed,
+            with_tail("the agent's command could not be started", stderr),
+        )
+    } else {
+        let code = exit_code.map_or_else(
+            || "without an exit code".to_owned(),
+            |c| format!("with exit code {c}"),
+        );
+        Ending::failed(
+            Reason::AgentFailed,
+            with_tail(&format!("the agent failed {code}"), stderr),
+        )
+    };
+    if ending.phase == Phase::Succeeded {
+        match summary.and_then(|s| s.results_error.as_deref()) {
+            Some(error) => {
+                ending.phase = Phase::Failed;
+                ending.reason = Reason::ResultsUploadFailed;
+                ending.message = results_not_saved(error);
+            }
+            None => {
+                let saved = summary.map_or_else(
+                    || execution.status.as_ref().map_or(0, |s| s.results.len()),
+                    |s| s.results.len(),
+                );
+                ending.message = format!("the agent exited 0; {saved} results saved");
+            }
+        }
+    }
+    ending.exit_code = exit_code;
+    ending.summary = summary.cloned();
+    ending
+}

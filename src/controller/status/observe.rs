@@ -1,0 +1,273 @@
+//! Observation: the execution's Job, its pods and their Warning events reduced to the plain facts its status is decided from.
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
+use crate::runner::termination::TerminationSummary;
+
+/// Waiting reasons of a container whose image cannot be pulled.
+pub const IMAGE_PULL_REASONS: [&str; 4] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+];
+
+/// Everything the status of a resolved execution is decided from, besides the execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Facts {
+    /// Its Job; `None` when the Job was created and is gone (confirmed with the API server,
+    /// not just the cache).
+    pub job: Option<JobFacts>,
+    /// Its newest pod (at most one is expected).
+    pub pod: Option<PodFacts>,
+    /// Warning events about its pods, oldest first; read only once a start timed out without
+    /// a reason in the pod's status (see [`Decision::needs_pod_warnings`](super::Decision::needs_pod_warnings)).
+    pub pod_warnings: Vec<PodWarning>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// What the Job says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobFacts {
+    /// Kueue holds it (`suspend: true`).
+    pub suspended: bool,
+    /// When it started, or else when it was created.
+    pub started: Option<Timestamp>,
+    /// Why the Job controller failed it (its `Failed` or `FailureTarget` condition), once it did.
+    pub failure: Option<Cause>,
+}
+
+/// The reason and message of a condition of the Job or the pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cause {
+    /// The condition's reason, e.g. `DeadlineExceeded` or `Unschedulable`, empty if none.
+    pub reason: String,
+    /// The condition's message, empty if none.
+    pub message: String,
+}
+
+impl Cause {
+    fn of(reason: Option<&String>, message: Option<&String>) -> Self {
+        Self {
+            reason: reason.cloned().unwrap_or_default(),
+            message: message.cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// What the pod says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodFacts {
+    /// Its name.
+    pub name: String,
+    /// When it was created.
+    pub created: Option<Timestamp>,
+    /// Its phase is `Succeeded` or `Failed`.
+    pub finished: bool,
+    /// It is being deleted.
+    pub deleting: bool,
+    /// When the agent container started, if it has.
+    pub agent_started_at: Option<Time>,
+    /// The agent container's exit code, once it terminated.
+    pub agent_exit_code: Option<i32>,
+    /// When the agent container terminated.
+    pub agent_finished_at: Option<Time>,
+    /// The stage container's exit code, once it terminated.
+    pub stage_exit_code: Option<i32>,
+    /// The runner's summary from the agent's termination message (else the stage's).
+    pub summary: Option<TerminationSummary>,
+    /// The pod's status reason (`Evicted`, `OutOfnvidia.com/gpu`, ...), empty if none.
+    pub reason: String,
+    /// The pod's status message, empty if none.
+    pub message: String,
+    /// It has condition `DisruptionTarget`.
+    pub disrupted: bool,
+    /// Its `PodScheduled: False` condition.
+    pub unschedulable: Option<Cause>,
+    /// Its waiting containers (init containers first).
+    pub waiting: Vec<Waiting>,
+}
+
+/// A container that waits, with the kubelet's reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// The container.
+    pub container: String,
+    /// The waiting reason, e.g. `ImagePullBackOff`, empty if none.
+    pub reason: String,
+    /// The waiting message, empty if none.
+    pub message: String,
+}
+
+/// A Warning event the kubelet or the scheduler published about a pod. The kubelet's container
+/// status can drop back to `PodInitializing` between two pull attempts, so the event is what
+/// still names the cause when the start timeout passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodWarning {
+    /// The container the event is about, if it names one.
+    pub container: Option<String>,
+    /// The event's reason, e.g. `ErrImageNeverPull` or `Failed`.
+    pub reason: String,
+    /// The event's message.
+    pub message: String,
+}
+
+impl PodWarning {
+    /// The warning an event carries, if it is a Warning.
+    pub fn from_event(event: &Event) -> Option<Self> {
+        if event.type_.as_deref() != Some("Warning") {
+            return None;
+        }
+        // `spec.containers{agent}` or `spec.initContainers{errand-stage}`.
+        let container = event
+            .involved_object
+            .field_path
+            .as_deref()
+            .and_then(|path| path.split_once('{'))
+            .map(|(_, rest)| rest.trim_end_matches('}').to_owned());
+        Some(Self {
+            container,
+            reason: event.reason.clone().unwrap_or_default(),
+            message: event.message.clone().unwrap_or_default(),
+        })
+    }
+
+    /// Whether the event says an image cannot be pulled.
+    pub fn is_image_pull(&self) -> bool {
+        IMAGE_PULL_REASONS.contains(&self.reason.as_str())
+            || (self.reason == "Failed"
+                && IMAGE_PULL_REASONS.iter().any(|r| self.message.contains(r)))
+    }
+}
+
+/// The facts of `job` (`None`: gone) and the newest of `pods`, at `now`, without warnings.
+pub fn facts(job: Option<&Job>, pods: &[&Pod], now: Timestamp) -> Facts {
+    let newest = pods
+        .iter()
+        .copied()
+        .max_by_key(|p| p.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    Facts {
+        job: job.map(job_facts),
+        pod: newest.map(pod_facts),
+        pod_warnings: Vec::new(),
+        now,
+    }
+}
+
+/// What `job` says.
+fn job_facts(job: &Job) -> JobFacts {
+    let status = job.status.as_ref();
+    JobFacts {
+        suspended: job.spec.as_ref().and_then(|s| s.suspend) == Some(true),
+        started: status
+            .and_then(|s| s.start_time.as_ref())
+            .or(job.metadata.creation_timestamp.as_ref())
+            .map(|t| t.0),
+        failure: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|conditions| {
+                conditions.iter().find(|c| {
+                    (c.type_ == "Failed" || c.type_ == "FailureTarget") && c.status == "True"
+                })
+            })
+            .map(|c| Cause::of(c.reason.as_ref(), c.message.as_ref())),
+    }
+}
+
+/// What `pod` says.
+pub fn pod_facts(pod: &Pod) -> PodFacts {
+    let status = pod.status.as_ref();
+    let agent = container_status(pod, AGENT_CONTAINER, false);
+    let stage = container_status(pod, STAGE_CONTAINER, true);
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    PodFacts {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        finished: matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        agent_started_at: started_at(agent).cloned(),
+        agent_exit_code: terminated(agent).map(|t| t.exit_code),
+        agent_finished_at: terminated(agent).and_then(|t| t.finished_at.clone()),
+        stage_exit_code: terminated(stage).map(|t| t.exit_code),
+        summary: termination_message(agent)
+            .or_else(|| termination_message(stage))
+            .and_then(TerminationSummary::parse),
+        reason: status.and_then(|s| s.reason.clone()).unwrap_or_default(),
+        message: status.and_then(|s| s.message.clone()).unwrap_or_default(),
+        disrupted: conditions
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True"),
+        unschedulable: conditions
+            .iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .map(|c| Cause::of(c.reason.as_ref(), c.message.as_ref())),
+        waiting: all_statuses(pod)
+            .filter_map(|cs| {
+                let waiting = cs.state.as_ref()?.waiting.as_ref()?;
+                Some(Waiting {
+                    container: cs.name.clone(),
+                    reason: waiting.reason.clone().unwrap_or_default(),
+                    message: waiting.message.clone().unwrap_or_default(),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// When the container started, if it has.
+fn started_at(status: Option<&ContainerStatus>) -> Option<&Time> {
+    match status?.state.as_ref()? {
+        ContainerState {
+            running: Some(running),
+            ..
+        } => running.started_at.as_ref(),
+        ContainerState {
+            terminated: Some(terminated),
+            ..
+        } => terminated.started_at.as_ref(),
+        _ => None,
+    }
+}
+
+fn container_status<'a>(pod: &'a Pod, name: &str, init: bool) -> Option<&'a ContainerStatus> {
+    let status = pod.status.as_ref()?;
+    let list = if init {
+        status.init_container_statuses.as_ref()
+    } else {
+        status.container_statuses.as_ref()
+    };
+    list?.iter().find(|c| c.name == name)
+}
+
+fn all_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let status = pod.status.as_ref();
+    let init = status
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .into_iter()
+        .flatten();
+    let main = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten();
+    init.chain(main)
+}
+
+fn terminated(
+    status: Option<&ContainerStatus>,
+) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    status?.state.as_ref()?.terminated.as_ref()
+}
+
+fn termination_message(status: Option<&ContainerStatus>) -> Option<&str> {
+    terminated(status)?.message.as_deref()
+}

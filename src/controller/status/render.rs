@@ -1,0 +1,195 @@
+//! Rendering: where a run stands, as the status and conditions the execution shows.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::conditions::ConditionWriter;
+use super::decide::{Ending, Standing, results_not_saved};
+use super::message::bounded;
+use crate::api::contract::{ConditionType, Reason};
+use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
+use crate::resolve::InvalidSpec;
+
+/// `now` truncated to whole seconds, as the API server stores times.
+fn time(now: Timestamp) -> Time {
+    Time(Timestamp::from_second(now.as_second()).expect("a whole second of a valid time"))
+}
+
+/// The status as written, for the current generation.
+fn base_status(execution: &AgentExecution) -> AgentExecutionStatus {
+    let mut status = execution.status.clone().unwrap_or_default();
+    status.observed_generation = execution.metadata.generation;
+    status
+}
+
+/// A writer of `conditions` for `execution`'s generation at `now`.
+fn writer<'a>(
+    conditions: &'a mut Vec<Condition>,
+    execution: &AgentExecution,
+    now: &Time,
+) -> ConditionWriter<'a> {
+    ConditionWriter::new(conditions, execution.metadata.generation, now.clone())
+}
+
+/// The status of an execution whose spec failed resolution: Failed with reason `InvalidSpec`.
+pub fn invalid(
+    execution: &AgentExecution,
+    error: &InvalidSpec,
+    now: Timestamp,
+) -> AgentExecutionStatus {
+    let mut status = base_status(execution);
+    let now = time(now);
+    let message = bounded(&error.to_string());
+    let mut conditions = writer(&mut status.conditions, execution, &now);
+    conditions.set(
+        ConditionType::Resolved,
+        false,
+        Reason::InvalidSpec,
+        &message,
+    );
+    conditions.set(ConditionType::Failed, true, Reason::InvalidSpec, &message);
+    status.phase = Some(Phase::Failed);
+    status.message = Some(message);
+    finish(&mut status, execution, now);
+    status
+}
+
+/// The status right after the snapshot and the Job were created: Starting.
+pub fn starting(
+    execution: &AgentExecution,
+    agent: &str,
+    snapshot: SnapshotRef,
+    job_name: &str,
+    queued: bool,
+    now: Timestamp,
+) -> AgentExecutionStatus {
+    let mut status = base_status(execution);
+    let now = time(now);
+    writer(&mut status.conditions, execution, &now).set(
+        ConditionType::Resolved,
+        true,
+        Reason::Resolved,
+        "",
+    );
+    mark_waiting(&mut status, execution, queued, &now);
+    status.agent = Some(agent.to_owned());
+    status.snapshot = Some(snapshot);
+    status.job_name = Some(job_name.to_owned());
+    status
+}
+
+/// The status of `execution` whose run stands as `standing` at `now`.
+pub fn render(
+    execution: &AgentExecution,
+    standing: &Standing,
+    now: Timestamp,
+) -> AgentExecutionStatus {
+    let now = time(now);
+    match standing {
+        Standing::Final => execution.status.clone().unwrap_or_default(),
+        Standing::Unchanged => base_status(execution),
+        Standing::Waiting { queued } => {
+            let mut status = base_status(execution);
+            mark_waiting(&mut status, execution, *queued, &now);
+            status
+        }
+        Standing::Running { started_at } => {
+            let mut status = base_status(execution);
+            status.phase = Some(Phase::Running);
+            if status.start_time.is_none() {
+                status.start_time.clone_from(started_at);
+            }
+            writer(&mut status.conditions, execution, &now).set(
+                ConditionType::Started,
+                true,
+                Reason::AgentStarted,
+                "",
+            );
+            status
+        }
+        Standing::Ended(ending) => ended(execution, ending, now),
+    }
+}
+
+/// Phase Starting with condition Started false: `Queued` while Kueue holds the Job,
+/// `PodStarting` otherwise.
+fn mark_waiting(
+    status: &mut AgentExecutionStatus,
+    execution: &AgentExecution,
+    queued: bool,
+    now: &Time,
+) {
+    let waiting = if queued {
+        Reason::Queued
+    } else {
+        Reason::PodStarting
+    };
+    writer(&mut status.conditions, execution, now).set(ConditionType::Started, false, waiting, "");
+    status.phase = Some(Phase::Starting);
+}
+
+/// The terminal status: the results the runner saved, the ending's condition, the agent's
+/// start and the completion time.
+fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecutionStatus {
+    let mut status = base_status(execution);
+    let message = bounded(&ending.message);
+    let mut conditions = writer(&mut status.conditions, execution, &now);
+    if let Some(summary) = &ending.summary {
+        status.results.clone_from(&summary.results);
+        match &summary.results_error {
+            Some(error) => conditions.set(
+                ConditionType::ResultsSaved,
+                false,
+                Reason::ResultsUploadFailed,
+                &bounded(&results_not_saved(error)),
+            ),
+            None => conditions.set(
+                ConditionType::ResultsSaved,
+                true,
+                Reason::ResultsSaved,
+                &format!("{} results saved", summary.results.len()),
+            ),
+        }
+    }
+    let type_ = match ending.phase {
+        Phase::Succeeded => ConditionType::Complete,
+        _ => ConditionType::Failed,
+    };
+    conditions.set(type_, true, ending.reason, &message);
+    if let Some(agent) = &ending.agent {
+        if status.start_time.is_none() {
+            status.start_time.clone_from(&agent.started_at);
+        }
+        if status.start_time.is_some() {
+            conditions.set(ConditionType::Started, true, Reason::AgentStarted, "");
+        }
+    }
+    status.phase = Some(ending.phase);
+    status.exit_code = ending.exit_code;
+    status.message = Some(message);
+    let finished = ending.agent.as_ref().and_then(|a| a.finished_at.clone());
+    finish(&mut status, execution, finished.unwrap_or(now));
+    status
+}
+
+/// Sets the completion time and the duration (from the agent's start, or from the
+/// execution's creation when the agent never started).
+fn finish(status: &mut AgentExecutionStatus, execution: &AgentExecution, completed: Time) {
+    let began = status
+        .start_time
+        .as_ref()
+        .or(execution.metadata.creation_timestamp.as_ref());
+    status.duration = began.map(|b| format_duration(completed.0.as_second() - b.0.as_second()));
+    status.completion_time = Some(completed);
+}
+
+/// `45s`, `2m5s`, `1h2m3s`.
+pub fn format_duration(seconds: i64) -> String {
+    let seconds = seconds.max(0);
+    let (h, m, s) = (seconds / 3600, seconds % 3600 / 60, seconds % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
