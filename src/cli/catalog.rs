@@ -6,9 +6,7 @@ use serde_json::json;
 
 use super::context::{Local, Target};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
-use crate::local::{
-    CheckedObject, ObjectKind, ReadManifestError, parse_manifests, read_manifest_file,
-};
+use crate::local::{CheckedObject, ObjectKind, parse_manifests, read_manifest_file};
 
 /// What to do with Agents or AgentEnvironments.
 #[derive(Debug, clap::Subcommand)]
@@ -30,10 +28,7 @@ pub fn apply(target: &Target, files: &[PathBuf], output: OutputArgs) -> Result<(
     let catalog = local.catalog();
     let mut manifests = Vec::new();
     for file in files {
-        let text = read_manifest_file(file).map_err(|e| match e {
-            ReadManifestError::Unreadable { .. } => CliError::argument(format!("-f {e}")),
-            _ => CliError::new("invalid_manifest", format!("-f {e}")),
-        })?;
+        let text = read_manifest_file(file).map_err(|e| CliError::manifest_file("-f", e))?;
         let source = file.display().to_string();
         let parsed =
             parse_manifests(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;

@@ -7,8 +7,8 @@ use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
 use crate::api::{AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
-    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, SuperviseError,
-    parse_document, parse_manifests, prepare, read_manifest_file, run_prepared, spawn_detached,
+    DocumentError, ManifestObject, SuperviseError, parse_document, parse_manifests, prepare,
+    read_manifest_file, run_prepared, spawn_detached,
 };
 use crate::resolve::{InvalidSpec, Problem, check_execution_spec_structure, decode};
 use crate::runner::signals::cancel_on_stop_signal;
@@ -66,14 +66,6 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
         (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
-    if text.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(CliError::new(
-            "invalid_manifest",
-            format!(
-                "{source}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"
-            ),
-        ));
-    }
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
         CliError::new(
             "invalid_manifest",
@@ -113,10 +105,7 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
 
 /// A manifest file's text, refused when it is larger than the API server would take.
 fn read_text(path: &Path, flag: &str) -> Result<String, CliError> {
-    read_manifest_file(path).map_err(|e| match e {
-        ReadManifestError::Unreadable { .. } => CliError::argument(format!("{flag} {e}")),
-        _ => CliError::new("invalid_manifest", format!("{flag} {e}")),
-    })
+    read_manifest_file(path).map_err(|e| CliError::manifest_file(flag, e))
 }
 
 /// Whether a flag value names a manifest file rather than an object.

@@ -122,9 +122,10 @@ impl std::fmt::Display for DocumentError {
 /// (types, unknown fields, enums, bounds) and CEL rules (an AgentExecution's when it is run).
 pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, String> {
     if text.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(format!(
-            "{source}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"
-        ));
+        return Err(ReadManifestError::TooLarge {
+            path: source.to_owned(),
+        }
+        .to_string());
     }
     let documents: Vec<Value> =
         serde_saphyr::from_multiple(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
