@@ -1128,3 +1128,19 @@ fn a_refused_execution_takes_back_the_workdir_it_pushed() {
     let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
     assert_eq!(left, 0, "no blob is left in {}", blobs.display());
 }
+
+#[test]
+fn a_push_that_cannot_record_its_fileset_leaves_no_blob() {
+    let home = Home::new();
+    let dir = home.path().join("tree");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f.txt"), "f").unwrap();
+    // The catalog's Fileset directory is a file: the blob goes in, then the entry cannot
+    // (not even for root).
+    home.write("home/catalog/default/filesets", "in the way");
+    let (code, error, _) = refusal(&home, &["filesets", "push", "data", dir.to_str().unwrap()]);
+    assert_eq!((code, error.as_str()), (4, "io_error"));
+    let blobs = home.path().join("home/store/filesets/default");
+    let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "no blob is left in {}", blobs.display());
+}
