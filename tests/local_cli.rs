@@ -3,73 +3,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::local::Home;
 use support::store::tar_files;
 
-/// An isolated errand home (catalog, records, store) for one test.
-struct Home {
-    dir: tempfile::TempDir,
-}
-
+/// What these tests add to a [`Home`].
 impl Home {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
-        command
-            .args(args)
-            .env("ERRAND_HOME", self.path().join("home"))
-            .env("ERRAND_BACKEND", "local")
-            .env_remove("ERRAND_STORE")
-            .env_remove("ERRAND_NAMESPACE")
-            .current_dir(self.path());
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    /// Runs a command with `-o json` and returns (exit code, the one JSON object it printed).
-    fn json(&self, args: &[&str]) -> (i32, Value) {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        let output = self.run(&all);
-        let stdout = String::from_utf8(output.stdout).unwrap();
-        let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "exactly one JSON line expected from {args:?}, got: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let value: Value = serde_json::from_str(lines[0]).unwrap();
-        assert_eq!(value["schema_version"], 1);
-        assert!(
-            value["ok"].is_boolean() && value["type"].is_string(),
-            "{value}"
-        );
-        (output.status.code().unwrap(), value)
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.path().join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
     /// An Agent manifest file whose command is `sh -c SCRIPT`.
     fn agent(&self, name: &str, script: &str) -> String {
         let manifest = json!({

@@ -8,14 +8,13 @@
 
 mod support;
 
-use std::process::Command;
-
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Value, json};
 use support::cluster::{self, TestNamespace};
 use support::errand::install_crds;
+use support::local::Home;
 
 use errand::api::{Agent, AgentEnvironment, Fileset};
 
@@ -154,34 +153,16 @@ async fn api_server(client: &kube::Client, namespace: &str, object: &Value) -> R
 }
 
 /// `errand apply -f` of `object` on the local backend: `Err(message)` when it refuses it.
-fn local(home: &tempfile::TempDir, object: &Value) -> Result<(), String> {
-    let file = home.path().join(format!(
-        "{}.json",
-        object["metadata"]["name"].as_str().unwrap()
-    ));
-    std::fs::write(&file, object.to_string()).unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_errand"))
-        .args(["apply", "-f", file.to_str().unwrap(), "-o", "json"])
-        .env("ERRAND_HOME", home.path().join("home"))
-        .env("ERRAND_BACKEND", "local")
-        .env_remove("ERRAND_STORE")
-        .env_remove("ERRAND_NAMESPACE")
-        .output()
-        .unwrap();
-    let answer: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "errand apply printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    match answer["ok"].as_bool() {
-        Some(true) => Ok(()),
-        _ => {
-            assert_eq!(output.status.code(), Some(2), "{answer}");
-            assert_eq!(answer["error"]["code"], "invalid_manifest", "{answer}");
-            Err(answer["error"]["message"].as_str().unwrap().to_owned())
-        }
+fn local(home: &Home, object: &Value) -> Result<(), String> {
+    let name = object["metadata"]["name"].as_str().unwrap();
+    let file = home.write(&format!("{name}.json"), &object.to_string());
+    let (code, answer) = home.json(&["apply", "-f", file.to_str().unwrap()]);
+    if answer["ok"] == true {
+        return Ok(());
     }
+    assert_eq!(code, 2, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_manifest", "{answer}");
+    Err(answer["error"]["message"].as_str().unwrap().to_owned())
 }
 
 #[tokio::test]
@@ -191,7 +172,7 @@ async fn local_apply_refuses_what_the_api_server_refuses_naming_the_same_field()
     };
     install_crds(&client).await;
     let namespace = TestNamespace::create(&client, "parity").await;
-    let home = tempfile::tempdir().unwrap();
+    let home = Home::new();
 
     for (object, field, words) in refused() {
         let name = &object["metadata"]["name"];

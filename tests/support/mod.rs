@@ -7,5 +7,6 @@
 pub mod cluster;
 pub mod errand;
 pub mod harness;
+pub mod local;
 pub mod s3;
 pub mod store;
