@@ -13,6 +13,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Child;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -23,10 +24,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, POD_GATEWAY, TestNamespace};
 use support::errand::{create, install_crds, wait_for};
-use support::harness::{
-    ControllerProcess, ProcessOptions, execution_id, record_jobs, wait_until_ready,
-};
-use support::store::read_all;
+use support::harness::{controller_command, execution_id, record_jobs, wait_until_ready};
+use support::store::collect;
 use tokio::net::{TcpListener, TcpStream};
 
 use errand::api::{AgentExecution, Phase};
@@ -59,28 +58,40 @@ fn from_env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// One `errand controller` replica with leader election on.
+/// One `errand controller` process with leader election on.
 struct Replica {
     identity: String,
     address: SocketAddr,
-    process: Option<ControllerProcess>,
+    process: Option<Child>,
 }
 
 impl Replica {
     fn start(&mut self, namespace: &str, store_url: &str, blob_url: &str, log: &Path) {
-        self.process = Some(ControllerProcess::spawn(&ProcessOptions {
-            namespace,
-            store_url,
-            listen: self.address,
-            blob_url: blob_url.to_owned(),
-            elect_as: Some(&self.identity),
-            log,
-        }));
+        let child = controller_command(namespace, store_url, blob_url, self.address, log)
+            .args(["--leader-elect", "true"])
+            .args(["--lease-namespace", namespace])
+            .args(["--identity", &self.identity])
+            .args(["--staging-budget-seconds", "300"])
+            .spawn()
+            .expect("the errand binary starts");
+        self.process = Some(child);
     }
 
-    /// SIGKILLs the replica.
     fn kill(&mut self) {
-        self.process = None;
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    async fn wait_ready(&self) {
+        wait_until_ready(self.address, &self.identity, DRAIN_WAIT).await;
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -142,11 +153,13 @@ async fn missing_results(
     }
     for entry in &listed {
         let key = keys::result(&id, ResultName::parse(&entry.name).unwrap()).unwrap();
-        if !store.exists(&key).await.unwrap() {
-            wrong.push(format!("{}: {} is missing", id.name, entry.name));
-            continue;
-        }
-        let bytes = read_all(store, &key).await;
+        let bytes = match store.get(&key).await {
+            Ok(body) => collect(body.into_stream()).await,
+            Err(e) => {
+                wrong.push(format!("{}: {} is missing: {e}", id.name, entry.name));
+                continue;
+            }
+        };
         if bytes.len() as u64 != entry.size || hex::encode(Sha256::digest(&bytes)) != entry.sha256 {
             wrong.push(format!(
                 "{}: {} differs from its listing",
@@ -190,7 +203,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         replica.start(&ns, &store_url, &blob_url, &log_of(&replica.identity));
     }
     for replica in &replicas {
-        wait_until_ready(replica.address).await;
+        replica.wait_ready().await;
     }
 
     let (jobs_seen, job_watch) = record_jobs(namespace.api::<Job>());
@@ -257,7 +270,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
             "{successor} took over {after_renewal:?} after {leader}'s last renewal: not within the lease duration"
         );
         replica.start(&ns, &store_url, &blob_url, &log_of(&leader));
-        wait_until_ready(replica.address).await;
+        replica.wait_ready().await;
     }
     creating.await.unwrap();
 

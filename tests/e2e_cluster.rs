@@ -352,11 +352,11 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
         "the run kept its snapshot and got the secret: {artifacts:?}"
     );
     job_watch.abort();
-    let jobs = jobs_seen.lock().unwrap().clone();
+    let jobs_seen = jobs_seen.lock().unwrap().clone();
     assert_eq!(
-        jobs.values().map(BTreeSet::len).sum::<usize>(),
+        jobs_seen.values().map(BTreeSet::len).sum::<usize>(),
         1,
-        "exactly one Job ever existed: {jobs:?}"
+        "exactly one Job ever existed: {jobs_seen:?}"
     );
 
     let snapshot = done.status.as_ref().unwrap().snapshot.clone().unwrap();

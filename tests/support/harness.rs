@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -79,99 +80,19 @@ pub struct Harness {
 /// none behind.
 enum Controller {
     Task(tokio::task::JoinHandle<()>),
-    Process(ControllerProcess),
+    Process(Child),
 }
 
 impl Drop for Controller {
     fn drop(&mut self) {
-        if let Controller::Task(task) = self {
-            task.abort();
+        match self {
+            Controller::Task(task) => task.abort(),
+            Controller::Process(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
         }
     }
-}
-
-/// An `errand controller` process, SIGKILLed (as a crash would) when dropped.
-pub struct ControllerProcess(Child);
-
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// How to run an `errand controller` process for a test's namespace.
-pub struct ProcessOptions<'a> {
-    /// The namespace it watches (and holds its Lease in, with `elect_as`).
-    pub namespace: &'a str,
-    /// Its `file://` store.
-    pub store_url: &'a str,
-    /// Where it serves its probes and the blob endpoint, on the pod bridge.
-    pub listen: SocketAddr,
-    /// The base of the signed URLs it gives pods: its own address, or the one of a Service in
-    /// front of several replicas.
-    pub blob_url: String,
-    /// Its identity in leader election; without, it reconciles as soon as it is ready.
-    pub elect_as: Option<&'a str>,
-    /// The file its output is appended to.
-    pub log: &'a Path,
-}
-
-impl ControllerProcess {
-    /// Starts `errand controller` with the errand image the node has; it is ready when
-    /// [`wait_until_ready`] returns.
-    pub fn spawn(options: &ProcessOptions) -> Self {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(options.log)
-            .unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
-        command
-            .args(["controller", "--errand-image", ERRAND_IMAGE])
-            .args(["--errand-image-pull-policy", "Never"])
-            .args(["--store", options.store_url])
-            .args(["--blob-url", &options.blob_url])
-            .args(["--listen", &options.listen.to_string()])
-            .args(["--watch-namespace", options.namespace])
-            .args(["--staging-budget-seconds", "120"])
-            .args(["--termination-grace-seconds", "30"]);
-        match options.elect_as {
-            Some(identity) => command
-                .args(["--leader-elect", "true"])
-                .args(["--lease-namespace", options.namespace])
-                .args(["--identity", identity]),
-            None => command.args(["--leader-elect", "false"]),
-        };
-        let child = command
-            .env("KUBECONFIG", cluster::kubeconfig_path())
-            .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
-            .env("RUST_LOG", "info,errand=debug")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the errand binary starts");
-        Self(child)
-    }
-}
-
-/// Waits until the controller serving at `address` says it is ready (its caches filled; a
-/// replica is ready whether or not it leads).
-pub async fn wait_until_ready(address: SocketAddr) {
-    let ready = format!("http://{address}/readyz");
-    wait_for(
-        &format!("the controller at {address} to be ready"),
-        RUN_WAIT,
-        || {
-            let ready = ready.clone();
-            async move {
-                let response = reqwest::get(&ready).await.ok()?;
-                response.status().is_success().then_some(())
-            }
-        },
-    )
-    .await;
 }
 
 impl Harness {
@@ -234,16 +155,19 @@ impl Harness {
             )));
             return;
         };
-        let process = ControllerProcess::spawn(&ProcessOptions {
-            namespace: self.namespace.name(),
-            store_url: &self.store_url(),
-            listen: address,
-            blob_url: format!("http://{address}"),
-            elect_as: None,
-            log: &self.log_path(),
-        });
-        self.controller = Some(Controller::Process(process));
-        wait_until_ready(address).await;
+        let child = controller_command(
+            self.namespace.name(),
+            &self.store_url(),
+            &format!("http://{address}"),
+            address,
+            &self.log_path(),
+        )
+        .args(["--leader-elect", "false"])
+        .args(["--staging-budget-seconds", "120"])
+        .spawn()
+        .expect("the errand binary starts");
+        self.controller = Some(Controller::Process(child));
+        wait_until_ready(address, "the controller", RUN_WAIT).await;
     }
 
     /// Kills the controller as a crash would: no graceful shutdown.
@@ -540,10 +464,58 @@ pub fn spawn_controller(
     })
 }
 
-/// The uids of the Jobs [`record_jobs`] saw, by Job name.
+/// `errand controller` for `namespace` as the cluster tests run it, to be completed with its
+/// leader election and staging budget: Jobs on the errand image the node has (never pulled),
+/// results in the store at `store_url`, signed URLs for `blob_url`, serving at `listen`, its
+/// output appended to `log`.
+pub fn controller_command(
+    namespace: &str,
+    store_url: &str,
+    blob_url: &str,
+    listen: SocketAddr,
+    log: &Path,
+) -> Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+    command
+        .args(["controller", "--errand-image", ERRAND_IMAGE])
+        .args(["--errand-image-pull-policy", "Never"])
+        .args(["--store", store_url])
+        .args(["--blob-url", blob_url])
+        .args(["--listen", &listen.to_string()])
+        .args(["--watch-namespace", namespace])
+        .args(["--termination-grace-seconds", "30"])
+        .env("KUBECONFIG", cluster::kubeconfig_path())
+        .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
+        .env("RUST_LOG", "info,errand=debug")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    command
+}
+
+/// Waits until the controller process serving at `address` (`who`, for the report) is ready.
+pub async fn wait_until_ready(address: SocketAddr, who: &str, limit: Duration) {
+    let ready = format!("http://{address}/readyz");
+    wait_for(&format!("{who} to be ready"), limit, || {
+        let ready = ready.clone();
+        async move {
+            let response = reqwest::get(&ready).await.ok()?;
+            response.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+/// The uids of the Jobs seen, by Job name.
 pub type JobsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
 
-/// Records every Job that ever appears through `api` until the task is aborted.
+/// Records the uid of every Job that ever appears through `api`, by name, until the task is
+/// aborted.
 pub fn record_jobs(api: Api<Job>) -> (JobsSeen, tokio::task::JoinHandle<()>) {
     let seen = JobsSeen::default();
     let record = Arc::clone(&seen);

@@ -40,8 +40,8 @@ pub async fn collect(stream: ByteStream) -> Vec<u8> {
     chunks.concat()
 }
 
-/// The regular files of a tar.gz (of one gzip member or several, as errand packs large ones), by
-/// path.
+/// The regular files of a tar.gz, by path; the gzip may have several members, as errand's
+/// parallel packing writes them.
 pub fn tar_files(bytes: &[u8]) -> BTreeMap<String, String> {
     let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(bytes));
     let mut files = BTreeMap::new();
