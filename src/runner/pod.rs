@@ -216,6 +216,7 @@ fn invocation(
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
         passthrough: true,
+        inherit_env: true,
     }
 }
 

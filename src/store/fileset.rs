@@ -28,6 +28,9 @@ pub struct PushedFileset {
     /// Entries left out (fifos, sockets, unreadable files).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedEntry>,
+    /// Whether this push stored the blob (false when the same content was there already), so
+    /// that a command failing afterwards knows whether the blob is its own to remove.
+    pub created: bool,
 }
 
 impl Store {
@@ -68,27 +71,44 @@ impl Store {
         let placed = async {
             self.put_paths(namespace, &info.sha256, PathIndex::new(stats.paths))
                 .await?;
-            if self.exists(&key).await? {
-                self.delete(&upload_key).await
+            let created = !self.exists(&key).await?;
+            if created {
+                self.rename(&upload_key, &key).await?;
             } else {
-                self.rename(&upload_key, &key).await
+                self.delete(&upload_key).await?;
             }
+            Ok(created)
         }
         .await;
-        if let Err(e) = placed {
-            // Nothing of a failed push stays behind.
-            if let Err(cleanup) = self.delete(&upload_key).await {
-                tracing::warn!(key = upload_key, error = %cleanup, "removing a failed push");
+        let created = match placed {
+            Ok(created) => created,
+            Err(e) => {
+                // Nothing of a failed push stays behind.
+                if let Err(cleanup) = self.delete(&upload_key).await {
+                    tracing::warn!(key = upload_key, error = %cleanup, "removing a failed push");
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         Ok(PushedFileset {
             key,
             digest: info.sha256,
             size: info.size,
             file_count: stats.files,
             skipped: stats.skipped_entries,
+            created,
         })
+    }
+
+    /// Removes the blob `digest` of a namespace and its path index, for a command that fails
+    /// after a push that created them.
+    pub async fn remove_pushed_fileset(
+        &self,
+        namespace: &str,
+        digest: &str,
+    ) -> Result<(), StoreError> {
+        self.delete(&keys::fileset(namespace, digest)?).await?;
+        self.delete(&keys::fileset_paths(namespace, digest)?).await
     }
 
     /// Writes the path index of the blob `digest` beside it, unless one is there already

@@ -9,5 +9,6 @@ pub mod cluster;
 pub mod errand;
 pub mod harness;
 pub mod hostile;
+pub mod local;
 pub mod s3;
 pub mod store;
