@@ -197,16 +197,10 @@ fn start_detached(home: &Home, args: &[&str]) -> (String, i32) {
     let (code, answer, stderr) = home.json(&all);
     assert_eq!(code, 0, "{answer} {stderr}");
     let name = answer["execution"]["name"].as_str().unwrap().to_owned();
-    let pid_file = home
-        .home()
-        .join("executions/default")
-        .join(&name)
-        .join("supervisor.pid");
-    let pid = std::fs::read_to_string(pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // `--no-wait` answers once the supervisor has recorded itself.
+    let pid = answer["execution"]["supervisor"]["pid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("the supervisor is recorded: {answer}")) as i32;
     (name, pid)
 }
 
