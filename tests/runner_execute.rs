@@ -11,7 +11,8 @@ use bytes::Bytes;
 use errand::archive::ByteStream;
 use errand::archive::{Selection, Unpacker};
 use errand::runner::{
-    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, execute,
+    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StopRequest,
+    execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
@@ -70,6 +71,7 @@ impl Env {
             workdir: self.path(&format!("runs/{uid}/workspace")),
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),
             passthrough: false,
+            stop: StopRequest::Cancel,
         }
     }
 

@@ -12,7 +12,7 @@ use super::record::{ExecutionRecord, RecordError, Records, generate_name, genera
 use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
+use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StopRequest};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
 
@@ -134,6 +134,7 @@ pub async fn run_prepared(
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
+        stop: StopRequest::Cancel,
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
@@ -196,7 +197,8 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
                 "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
             ))),
         ),
-        RunState::Cancelled => (
+        // A local run stops on `errand cancel` only (StopRequest::Cancel).
+        RunState::Cancelled | RunState::Terminated => (
             Phase::Cancelled,
             Some(Reason::Cancelled),
             Some("cancelled on request".to_owned()),

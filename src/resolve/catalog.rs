@@ -16,6 +16,9 @@ pub trait Catalog {
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>>;
     /// The status of Fileset `name` in `namespace` (its digest once pushed).
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus>;
+    /// Whether PriorityClass `name` exists; `None` when this catalog cannot tell (the local
+    /// backend, which schedules nothing, knows no PriorityClasses).
+    fn priority_class_exists(&self, name: &str) -> Option<bool>;
 }
 
 type Key = (String, String);
@@ -31,6 +34,8 @@ pub struct InMemoryCatalog {
     environments: BTreeMap<Key, AgentEnvironmentSpec>,
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
+    /// The cluster's PriorityClasses, once one was added (until then, unknown).
+    priority_classes: Option<BTreeSet<String>>,
 }
 
 impl InMemoryCatalog {
@@ -67,6 +72,20 @@ impl InMemoryCatalog {
         self.filesets.insert(key(namespace, name), status);
         self
     }
+
+    /// Adds a PriorityClass; from then on the catalog knows which exist.
+    pub fn with_priority_class(mut self, name: &str) -> Self {
+        self.priority_classes
+            .get_or_insert_with(BTreeSet::new)
+            .insert(name.to_owned());
+        self
+    }
+
+    /// Knows the cluster's PriorityClasses, and none exists (yet).
+    pub fn without_priority_classes(mut self) -> Self {
+        self.priority_classes.get_or_insert_with(BTreeSet::new);
+        self
+    }
 }
 
 impl Catalog for InMemoryCatalog {
@@ -86,5 +105,11 @@ impl Catalog for InMemoryCatalog {
 
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
         self.filesets.get(&key(namespace, name)).cloned()
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.priority_classes
+            .as_ref()
+            .map(|classes| classes.contains(name))
     }
 }

@@ -160,6 +160,37 @@ pub struct Invocation {
     pub scratch: ScratchDir,
     /// Copy the agent's stdout and stderr to ours as well as to the logs.
     pub passthrough: bool,
+    /// What a stop signal means here.
+    pub stop: StopRequest,
+}
+
+/// What a stop signal (SIGTERM, Ctrl-C) means to the runner that receives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// A cancel: a local run is only stopped by `errand cancel` or Ctrl-C.
+    Cancel,
+    /// The pod is being deleted. A cancel, an eviction, a node drain and `kubectl delete pod`
+    /// all arrive as the same SIGTERM, so the runner records only that; the controller, which
+    /// sees the pod, says in the status which it was.
+    PodDeletion,
+}
+
+impl StopRequest {
+    /// How a run stopped this way ended.
+    pub fn state(self) -> RunState {
+        match self {
+            StopRequest::Cancel => RunState::Cancelled,
+            StopRequest::PodDeletion => RunState::Terminated,
+        }
+    }
+
+    /// What happened, `when` it did (`before the agent started`, ...).
+    pub fn message(self, when: &str) -> String {
+        match self {
+            StopRequest::Cancel => format!("the run was cancelled {when}"),
+            StopRequest::PodDeletion => format!("the pod was being deleted (SIGTERM) {when}"),
+        }
+    }
 }
 
 /// How a run ended.
@@ -173,6 +204,9 @@ pub enum RunState {
     TimedOut,
     /// The run was cancelled; the agent was stopped (or never started).
     Cancelled,
+    /// The runner's pod was being deleted (SIGTERM); the agent was stopped (or never started).
+    /// The execution's status says why the pod was deleted.
+    Terminated,
     /// The agent command could not be started.
     StartFailed,
     /// The working directory could not be staged; the agent never started.
@@ -186,6 +220,7 @@ impl RunState {
             RunState::Succeeded | RunState::Failed => None,
             RunState::TimedOut => Some("DeadlineExceeded"),
             RunState::Cancelled => Some("Cancelled"),
+            RunState::Terminated => Some("Terminated"),
             RunState::StartFailed => Some("StartFailed"),
             RunState::StageFailed => Some("StageFailed"),
         }
@@ -246,8 +281,8 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
         () = cancel.cancelled() => {
             return fail_before_run(
                 &invocation.execution,
-                RunState::Cancelled,
-                "cancelled while staging the working directory".into(),
+                invocation.stop.state(),
+                invocation.stop.message("while staging the working directory"),
                 Vec::new(),
                 sink,
             )

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::signals::cancel_on_stop_signal;
-use super::termination::TerminationSummary;
+use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, RunState, RunSummary, ScratchDir, fail_before_run, plan, run_and_collect, stage,
+    Invocation, RunState, RunSummary, ScratchDir, StopRequest, fail_before_run, plan,
+    run_and_collect, stage,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -134,7 +135,8 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
     let staged = tokio::select! {
         staged = stage(&plan, &paths.workspace, &urls, &urls) => staged,
         () = stop.cancelled() => {
-            return fail(RunState::Cancelled, "cancelled while staging the working directory".into()).await;
+            let stopped = StopRequest::PodDeletion;
+            return fail(stopped.state(), stopped.message("while staging the working directory")).await;
         }
     };
     let saved = match staged {
@@ -148,7 +150,10 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
         }
     };
     let record = paths.scratch.join(STAGED_FILE);
-    let json = serde_json::to_vec(&[saved]).expect("saved results always serialize");
+    let staged = StagedSummary {
+        staged: vec![saved],
+    };
+    let json = serde_json::to_vec(&staged.staged).expect("saved results always serialize");
     if let Err(source) = std::fs::write(&record, json) {
         let e = PodError::Record {
             path: record,
@@ -156,6 +161,7 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
         };
         return fail(RunState::StageFailed, e.to_string()).await;
     }
+    write_message(paths, &staged.to_termination_message());
     0
 }
 
@@ -222,6 +228,7 @@ fn invocation(
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
         passthrough: true,
+        stop: StopRequest::PodDeletion,
     }
 }
 
@@ -287,7 +294,11 @@ fn report_unsaved(paths: &PodPaths, state: RunState, error: &PodError) -> i32 {
 }
 
 fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
-    if let Err(e) = std::fs::write(&paths.termination_log, summary.to_termination_message()) {
+    write_message(paths, &summary.to_termination_message());
+}
+
+fn write_message(paths: &PodPaths, message: &str) {
+    if let Err(e) = std::fs::write(&paths.termination_log, message) {
         tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
     }
 }
@@ -305,7 +316,7 @@ pub fn exit_code(summary: &RunSummary) -> i32 {
         // As timeout(1) reports a deadline.
         RunState::TimedOut => 124,
         // 128 + SIGTERM, as a process stopped by the signal would report.
-        RunState::Cancelled => 143,
+        RunState::Cancelled | RunState::Terminated => 143,
         // As a shell reports a command it could not run.
         RunState::StartFailed => 127,
         RunState::StageFailed => 1,
@@ -342,6 +353,7 @@ mod tests {
             (summary(RunState::Failed, None, None), 1),
             (summary(RunState::TimedOut, Some(143), None), 124),
             (summary(RunState::Cancelled, Some(143), None), 143),
+            (summary(RunState::Terminated, Some(143), None), 143),
             (summary(RunState::StartFailed, None, None), 127),
             (summary(RunState::StageFailed, None, None), 1),
         ];
