@@ -2,6 +2,8 @@
 //! binary against the controller's signed-URL blob endpoint over a `file://` store on loopback,
 //! and the signed-URL client against a server that insists on sized uploads.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -10,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -24,19 +26,10 @@ use errand::runner::termination::TerminationSummary;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::{Probes, serve};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
-use errand::store::keys::{ExecutionId, ResultName};
+use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultSink, Store, StoreError};
-
-const NAMESPACE: &str = "team-a";
-
-fn execution() -> ExecutionId {
-    ExecutionId {
-        namespace: NAMESPACE.into(),
-        name: "calc".into(),
-        uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
-    }
-}
+use support::store::{NAMESPACE, collect, execution, read_all};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.
 struct Pod {
@@ -164,16 +157,7 @@ impl Pod {
 
     async fn result(&self, name: ResultName) -> Vec<u8> {
         let key = errand::store::keys::result(&execution(), name).unwrap();
-        let chunks: Vec<Bytes> = self
-            .store
-            .get(&key)
-            .await
-            .unwrap_or_else(|e| panic!("{name} not saved: {e}"))
-            .into_stream()
-            .try_collect()
-            .await
-            .unwrap();
-        chunks.concat()
+        read_all(&self.store, &key).await
     }
 
     async fn result_json(&self, name: ResultName) -> Value {
@@ -546,8 +530,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
     );
 
     let blob = urls.open("filesets/k").await.unwrap().into_stream();
-    let bytes: Vec<Bytes> = blob.try_collect().await.unwrap();
-    assert_eq!(bytes.concat(), b"blob bytes");
+    assert_eq!(collect(blob).await, b"blob bytes");
     assert!(matches!(
         urls.open("filesets/other").await,
         Err(StoreError::NotGranted(_))
@@ -601,15 +584,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
     tokio::spawn(serve(listener, probes));
     let info = upload.await.unwrap().unwrap();
     assert_eq!(info.size, 14);
-    let saved: Vec<Bytes> = store
-        .get(&key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(saved.concat(), b"late but saved");
+    assert_eq!(read_all(&store, &key).await, b"late but saved");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -654,15 +629,8 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
     );
 
     let trusting = SignedUrls::new(grants, dir.path(), Some(&bundle)).unwrap();
-    let blob: Vec<Bytes> = trusting
-        .open("filesets/k")
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(blob.concat(), b"over tls");
+    let blob = trusting.open("filesets/k").await.unwrap().into_stream();
+    assert_eq!(collect(blob).await, b"over tls");
     let info = trusting
         .put(ResultName::Manifest, stream(&[b"{}"]))
         .await

@@ -1,6 +1,8 @@
 //! End to end through `runner::execute` against a `file://` store: staging with mounts, the
 //! agent's environment, success, failure, timeout, cancellation, and results saved every time.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Cursor;
@@ -18,8 +20,8 @@ use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
     BlobBody, BlobSource, ResultSink, Store, StoreError, StoreResults, StoredObject,
 };
-use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
+use support::store::{execution, read_all};
 use tokio_util::sync::CancellationToken;
 
 struct Env {
@@ -58,9 +60,8 @@ impl Env {
         .unwrap();
         Invocation {
             execution: ExecutionId {
-                namespace: "default".into(),
-                name: "calc".into(),
                 uid: uid.into(),
+                ..execution()
             },
             command: vec!["sh".into(), "-c".into(), script.into()],
             input: "What is 12 multiplied by 8?".into(),
@@ -87,16 +88,7 @@ impl Env {
 
     async fn result(&self, invocation: &Invocation, name: ResultName) -> Vec<u8> {
         let key = keys::result(&invocation.execution, name).unwrap();
-        let chunks: Vec<Bytes> = self
-            .store
-            .get(&key)
-            .await
-            .unwrap()
-            .into_stream()
-            .try_collect()
-            .await
-            .unwrap();
-        chunks.concat()
+        read_all(&self.store, &key).await
     }
 
     async fn json(&self, invocation: &Invocation, name: ResultName) -> serde_json::Value {

@@ -18,7 +18,6 @@ pub(super) fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::build::tests::snapshot;
 
     #[test]
     fn a_valid_snapshot_gets_the_default_queue_and_a_run_too_long_for_the_urls_is_refused() {
@@ -28,11 +27,11 @@ mod tests {
             allowance: config.allowance(),
             max_url_lifetime_seconds: None,
         };
-        let valid = validate(snapshot(), &config, &limits).unwrap();
+        let valid = validate(Snapshot::test(), &config, &limits).unwrap();
         assert_eq!(valid.queue_name.as_deref(), Some("team-default"));
 
         limits.max_url_lifetime_seconds = Some(600);
-        let invalid = validate(snapshot(), &config, &limits).unwrap_err();
+        let invalid = validate(Snapshot::test(), &config, &limits).unwrap_err();
         assert_eq!(invalid.problems[0].field, "spec.timeoutSeconds");
     }
 }
