@@ -68,7 +68,7 @@ impl QuantityValue {
             || self.mantissa == 0
             || 10u128
                 .checked_pow(self.exponent.unsigned_abs())
-                .is_some_and(|divisor| self.mantissa % divisor == 0)
+                .is_some_and(|divisor| self.mantissa.is_multiple_of(divisor))
     }
 }
 

@@ -10,6 +10,9 @@
 //!   the node has, serving the store's signed-URL blob endpoint on the pod bridge, so every
 //!   execution stages, runs and uploads in a real pod. Its log is kept.
 //!
+//! Either way the controller acts as a ServiceAccount bound by the Helm chart's own RBAC
+//! ([`chart_rbac`]), so a call the chart grants no rule for fails the test.
+//!
 //! ```ignore
 //! let Some(harness) = Harness::start("e2e-calc", Mode::WithPods).await else { return };
 //! ```
@@ -37,6 +40,7 @@ use errand::store::Store;
 use errand::store::grants::HmacSigner;
 use errand::store::keys::{ExecutionId, ResultName};
 
+use super::chart_rbac;
 use super::cluster::{self, TestNamespace};
 use super::errand::{self as errand_support, ERRAND_IMAGE, WAIT, install_crds, wait_for};
 use super::store::{read_all, tar_files};
@@ -106,6 +110,7 @@ impl Harness {
     ) -> Option<Self> {
         let client = cluster::client().await?;
         install_crds(&client).await;
+        chart_rbac::grant(&client).await;
         let namespace = TestNamespace::create_with_labels(&client, prefix, labels).await;
         let address = (mode == Mode::WithPods).then(cluster::free_pod_gateway_address);
         let mut harness = Self {
@@ -133,12 +138,12 @@ impl Harness {
         self.dir.path().join("controller.log")
     }
 
-    /// Starts a controller for this test's namespace; a [`Mode::WithPods`] one appends to its
-    /// log and is ready when this returns.
+    /// Starts a controller for this test's namespace, acting as the chart's ServiceAccount; a
+    /// [`Mode::WithPods`] one appends to its log and is ready when this returns.
     pub async fn start_controller(&mut self) {
         let Some(address) = self.address else {
             self.controller = Some(Controller::Task(spawn_controller(
-                self.client.clone(),
+                chart_rbac::client().await,
                 self.namespace.name(),
                 self.store(),
                 ABSENT_IMAGE,
@@ -164,6 +169,8 @@ impl Harness {
             .append(true)
             .open(self.log_path())
             .unwrap();
+        let kubeconfig = self.dir.path().join("controller.kubeconfig");
+        chart_rbac::write_kubeconfig(&kubeconfig);
         Command::new(env!("CARGO_BIN_EXE_errand"))
             .args(["controller", "--errand-image", ERRAND_IMAGE])
             .args(["--errand-image-pull-policy", "Never"])
@@ -174,7 +181,7 @@ impl Harness {
             .args(["--leader-elect", "false"])
             .args(["--staging-budget-seconds", "120"])
             .args(["--termination-grace-seconds", "30"])
-            .env("KUBECONFIG", cluster::kubeconfig_path())
+            .env("KUBECONFIG", &kubeconfig)
             .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
             .env("RUST_LOG", "info,errand=debug")
             .stdin(Stdio::null())

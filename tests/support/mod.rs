@@ -4,6 +4,8 @@
 //! items are expected here and `dead_code` is allowed for the module.
 #![allow(dead_code)]
 
+pub mod audit;
+pub mod chart_rbac;
 pub mod cluster;
 pub mod errand;
 pub mod harness;

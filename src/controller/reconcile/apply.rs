@@ -16,7 +16,7 @@ use crate::controller::status::Stop;
 pub(super) enum Creation {
     /// All three exist: the snapshot ConfigMap and the Job as they are in the cluster, which
     /// after a restart may be the ones an earlier reconcile created.
-    Created(ConfigMap, Job),
+    Created(Box<ConfigMap>, Box<Job>),
     /// The API server refused one for good: which and why, in its words. Those that were
     /// created are deleted again.
     Rejected(String),
@@ -48,7 +48,7 @@ impl Reconciler<'_> {
         .map(ToString::to_string);
         let Some(rejection) = rejection else {
             let (config_map, _, job) = (config_map?, secret?, job?);
-            return Ok(Creation::Created(config_map, job));
+            return Ok(Creation::Created(Box::new(config_map), Box::new(job)));
         };
         if let Ok(created) = &config_map {
             delete_if_present(client, namespace, created, &DeleteParams::default()).await?;
