@@ -25,6 +25,8 @@ use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::store::keys::ResultName;
 
 const SECRET_VALUE: &str = "sk-e2e-secret-value-7a7a7a";
+/// An agent that leaves a file and a line of output, then runs until it is stopped.
+const PATIENT_AGENT: &str = "echo partial > partial.txt; echo working; sleep 600";
 
 /// A manifest file of `examples/` as JSON.
 fn example(path: &str) -> Value {
@@ -250,12 +252,8 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     let Some(e2e) = Harness::start("e2e-cancel", Mode::WithPods).await else {
         return;
     };
-    e2e.create_agent(
-        "patient",
-        cluster::BUSYBOX_IMAGE,
-        "echo partial > partial.txt; echo working; sleep 600",
-    )
-    .await;
+    e2e.create_agent("patient", cluster::BUSYBOX_IMAGE, PATIENT_AGENT)
+        .await;
     e2e.create_execution("patient", "patient", json!({})).await;
     e2e.wait_for_phase("patient", Phase::Running).await;
     // Running means the container started; give the agent a moment to write its file.
@@ -324,12 +322,8 @@ async fn a_deleted_or_evicted_pod_is_reported_as_such_with_the_results_it_saved(
     let Some(e2e) = Harness::start("e2e-disrupt", Mode::WithPods).await else {
         return;
     };
-    e2e.create_agent(
-        "patient",
-        cluster::BUSYBOX_IMAGE,
-        "echo partial > partial.txt; echo working; sleep 600",
-    )
-    .await;
+    e2e.create_agent("patient", cluster::BUSYBOX_IMAGE, PATIENT_AGENT)
+        .await;
     e2e.create_execution("deleted", "patient", json!({})).await;
     e2e.create_execution("evicted", "patient", json!({})).await;
     e2e.wait_for_phase("deleted", Phase::Running).await;

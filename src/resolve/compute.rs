@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::problems::Problem;
 use super::quantity::QuantityValue;
-use super::rules::one_of;
+use super::rules::{alphanumeric_ends, one_of};
 use crate::api::{
     ALLOWED_COMPUTE_KEYS, Compute, ComputeResources, GPU, OVERCOMMITTABLE_COMPUTE_KEYS,
     TAINT_EFFECTS, TOLERATION_OPERATORS,
@@ -202,16 +202,8 @@ pub fn label_value(value: &str) -> Result<(), String> {
 }
 
 fn label_name(name: &str) -> bool {
-    let alphanumeric_ends = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
     name.len() <= LABEL_NAME_MAX
-        && alphanumeric_ends
+        && alphanumeric_ends(name)
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -221,14 +213,7 @@ fn label_name(name: &str) -> bool {
 /// starting and ending with a letter or digit, at most 253 characters in all.
 pub fn dns_subdomain(name: &str) -> Result<(), String> {
     let label_ok = |label: &str| {
-        label
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphanumeric())
-            && label
-                .bytes()
-                .last()
-                .is_some_and(|b| b.is_ascii_alphanumeric())
+        alphanumeric_ends(label)
             && label
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')

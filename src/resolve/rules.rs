@@ -23,20 +23,19 @@ pub fn one_of(values: &[&str]) -> String {
     values.join(", ")
 }
 
+/// Whether `name` starts and ends with an ASCII letter or digit, as Kubernetes names do.
+pub fn alphanumeric_ends(name: &str) -> bool {
+    let alphanumeric = |b: &u8| b.is_ascii_alphanumeric();
+    name.as_bytes().first().is_some_and(alphanumeric)
+        && name.as_bytes().last().is_some_and(alphanumeric)
+}
+
 /// Checks a Kubernetes object name (DNS-1123 subdomain).
 pub fn object_name(name: &str) -> Result<(), String> {
     let valid_chars = name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    let alnum_ends = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
-    if name.is_empty() || name.len() > 253 || !valid_chars || !alnum_ends {
+    if name.is_empty() || name.len() > 253 || !valid_chars || !alphanumeric_ends(name) {
         return Err(format!(
             "{name:?} is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
         ));
