@@ -391,11 +391,11 @@ async fn a_quota_shows_as_retrying_and_a_pod_that_is_never_created_fails_naming_
     .unwrap();
     let quotas = harness.api::<ResourceQuota>();
     quotas.create(&PostParams::default(), &quota).await.unwrap();
-    wait_for("the quota to be counted", WAIT, || {
+    wait_for("the quota to count kube-root-ca.crt", WAIT, || {
         let quotas = quotas.clone();
         async move {
             let used = quotas.get("tight").await.ok()?.status?.used?;
-            used.contains_key("configmaps").then_some(())
+            (used.get("configmaps")?.0 == "1").then_some(())
         }
     })
     .await;
