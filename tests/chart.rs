@@ -160,7 +160,7 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             "Secrets must never be listed or watched: {rule}"
         );
         if kind == "ClusterRole" {
-            assert_eq!(verbs, ["get", "create"], "{rule}");
+            assert_eq!(verbs, ["get", "create", "delete"], "{rule}");
         } else if verbs.contains(&"update") {
             assert_eq!(
                 strings(&rule["resourceNames"]),

@@ -413,6 +413,18 @@ async fn a_quota_shows_as_retrying_and_a_pod_that_is_never_created_fails_naming_
         "the last error: {}",
         condition.message
     );
+    // Written once for the same error: a status write wakes the controller past its backoff.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = harness
+        .api::<AgentExecution>()
+        .get("squeezed")
+        .await
+        .unwrap();
+    assert_eq!(
+        later.resource_version(),
+        retrying.resource_version(),
+        "no status write while the error stays the same"
+    );
 
     quotas
         .patch(

@@ -61,7 +61,8 @@ pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Res
 
 /// Writes condition `Retrying` with `error` once the execution has failed
 /// [`FAILURES_BEFORE_RETRYING_SHOWS`] times in a row (the error policy counts this failure
-/// after this returns). Best effort: if the API server is what fails, the log still has it.
+/// after this returns), and again only when [`status::retrying`] has something new to show.
+/// Best effort: if the API server is what fails, the log still has it.
 async fn show_retrying(execution: &AgentExecution, ctx: &Context, error: &Error) {
     let Ok(owner) = ExecutionOwner::of(execution) else {
         return;
@@ -85,7 +86,10 @@ async fn show_retrying(execution: &AgentExecution, ctx: &Context, error: &Error)
         owner,
         ctx,
     };
-    let status = status::retrying(&execution, attempt, &error.to_string(), Timestamp::now());
+    let Some(status) = status::retrying(&execution, attempt, &error.to_string(), Timestamp::now())
+    else {
+        return;
+    };
     let written =
         tokio::time::timeout(RETRYING_WRITE_TIMEOUT, reconciler.write_status(status)).await;
     if !matches!(written, Ok(Ok(()))) {

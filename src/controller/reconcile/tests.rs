@@ -500,10 +500,10 @@ async fn a_refusal_that_may_pass_is_retried_and_shows_in_the_status_from_the_thi
         status::conditions::get(&status.conditions, contract::ConditionType::Retrying).unwrap();
     assert_eq!(retrying.reason, contract::Reason::ReconcileError.as_str());
     assert!(
-        retrying
-            .message
-            .starts_with("attempt 3 failed; retrying with backoff: creating Job errand-calc:")
-            && retrying.message.contains("exceeded quota"),
+        retrying.message.starts_with(
+            "reconciling failed 3 times in a row; retrying with backoff. Last error: \
+                 creating Job errand-calc:"
+        ) && retrying.message.contains("exceeded quota"),
         "{}",
         retrying.message
     );

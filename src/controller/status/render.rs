@@ -82,25 +82,42 @@ fn failed_before_start(
 
 /// The status after reconcile `attempt` (of several in a row) failed with `error`: as it was,
 /// plus condition `Retrying` with the error, so that `kubectl describe` shows why the
-/// execution is not moving. The next reconcile that renders a status clears it.
+/// execution is not moving; `None` when there is nothing new to show. Every status write
+/// wakes the controller at once, past its backoff, so the condition is written when it first
+/// shows and then only for a new error, and that at most at attempts 4, 8, 16, ... The next
+/// reconcile that renders a status clears it.
 pub fn retrying(
     execution: &AgentExecution,
     attempt: u32,
     error: &str,
     now: Timestamp,
-) -> AgentExecutionStatus {
-    let mut status = execution.status.clone().unwrap_or_default();
-    status.observed_generation = execution.metadata.generation;
+) -> Option<AgentExecutionStatus> {
     let message = bounded(&format!(
-        "attempt {attempt} failed; retrying with backoff: {error}"
+        "reconciling failed {attempt} times in a row; retrying with backoff. Last error: {error}"
     ));
+    let mut status = execution.status.clone().unwrap_or_default();
+    let shown = super::conditions::get(&status.conditions, ConditionType::Retrying);
+    let due = match shown {
+        None => true,
+        Some(shown) => attempt.is_power_of_two() && !same_error(&shown.message, &message),
+    };
+    if !due {
+        return None;
+    }
+    status.observed_generation = execution.metadata.generation;
     writer(&mut status.conditions, execution, &time(now)).set(
         ConditionType::Retrying,
         true,
         Reason::ReconcileError,
         &message,
     );
-    status
+    Some(status)
+}
+
+/// Whether two `Retrying` messages name the same last error (their attempt counts aside).
+fn same_error(a: &str, b: &str) -> bool {
+    let error = |m: &str| m.split_once("Last error: ").map(|(_, e)| e.to_owned());
+    error(a) == error(b)
 }
 
 /// The status right after the snapshot and the Job were created: Starting.

@@ -1160,15 +1160,19 @@ fn a_start_timeout_after_staging_lists_what_staging_saved() {
     assert_eq!(status.results, staged());
 }
 
+fn retrying_again(
+    execution: &AgentExecution,
+    attempt: u32,
+    error: &str,
+) -> Option<AgentExecutionStatus> {
+    retrying(execution, attempt, error, now(50))
+}
+
 #[test]
 fn retrying_shows_the_last_error_until_a_reconcile_succeeds() {
     let e = execution();
-    let retrying = retrying(
-        &e,
-        3,
-        "creating Job errand-calc: exceeded quota: jobs",
-        now(40),
-    );
+    let quota = "creating Job errand-calc: exceeded quota: jobs";
+    let retrying = retrying(&e, 3, quota, now(40)).expect("shown from the third attempt");
     let condition_of =
         |status: &AgentExecutionStatus| condition(status, ConditionType::Retrying).cloned();
     let shown = condition_of(&retrying).unwrap();
@@ -1178,7 +1182,8 @@ fn retrying_shows_the_last_error_until_a_reconcile_succeeds() {
     );
     assert_eq!(
         shown.message,
-        "attempt 3 failed; retrying with backoff: creating Job errand-calc: exceeded quota: jobs"
+        "reconciling failed 3 times in a row; retrying with backoff. Last error: creating Job \
+         errand-calc: exceeded quota: jobs"
     );
     assert_eq!(
         retrying.phase,
@@ -1188,6 +1193,22 @@ fn retrying_shows_the_last_error_until_a_reconcile_succeeds() {
 
     let mut stuck = e.clone();
     stuck.status = Some(retrying);
+    // A status write wakes the controller past its backoff: nothing is written again for the
+    // same error, and a new one shows only at attempts 4, 8, 16, ...
+    for attempt in 4..=9 {
+        assert_eq!(retrying_again(&stuck, attempt, quota), None, "{attempt}");
+    }
+    let conflict = "patching status: conflict";
+    for attempt in [5, 6, 7] {
+        assert_eq!(retrying_again(&stuck, attempt, conflict), None, "{attempt}");
+    }
+    let newer = retrying_again(&stuck, 8, conflict).expect("a new error at attempt 8");
+    assert!(
+        condition_of(&newer)
+            .unwrap()
+            .message
+            .ends_with("Last error: patching status: conflict")
+    );
     let (recovered, _) = assess(&stuck, &facts_at(job(), Some(pod()), 45));
     assert_eq!(
         condition_of(&recovered),
