@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use errand::archive::ByteStream;
 use errand::archive::{Selection, Unpacker};
 use errand::runner::{
     BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StopRequest,
@@ -18,7 +17,7 @@ use errand::runner::{
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
-    BlobBody, BlobSource, ResultSink, Store, StoreError, StoreResults, StoredObject,
+    BlobBody, BlobSource, ResultBody, ResultSink, Store, StoreError, StoreResults, StoredObject,
 };
 use sha2::{Digest, Sha256};
 use support::store::{execution, read_all};
@@ -628,7 +627,7 @@ struct Refusing {
 }
 
 impl ResultSink for Refusing {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
+    async fn put(&self, name: ResultName, body: ResultBody) -> Result<StoredObject, StoreError> {
         if name == self.refuse {
             return Err(StoreError::AlreadyExists {
                 key: format!("refused/{name}"),

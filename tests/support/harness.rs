@@ -125,8 +125,13 @@ impl Harness {
         Some(harness)
     }
 
+    /// The directory of the controller's `file://` store.
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
     fn store_url(&self) -> String {
-        format!("file://{}", self.dir.path().join("store").display())
+        format!("file://{}", self.store_dir().display())
     }
 
     /// The controller's store.
