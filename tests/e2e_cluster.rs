@@ -5,16 +5,12 @@
 
 mod support;
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::ResourceExt;
 use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::cluster;
 use support::errand::wait_for;
@@ -395,30 +391,12 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     e2e.finish().await;
 }
 
-/// Records the uid of every Job that ever appears in the namespace.
-fn record_jobs(api: Api<Job>) -> (Arc<Mutex<BTreeSet<String>>>, tokio::task::JoinHandle<()>) {
-    let seen = Arc::new(Mutex::new(BTreeSet::new()));
-    let record = Arc::clone(&seen);
-    let task = tokio::spawn(async move {
-        let mut jobs = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(job) = jobs.next().await {
-            if let Ok(job) = job {
-                record.lock().unwrap().insert(job.uid().unwrap_or_default());
-            }
-        }
-    });
-    (seen, task)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_no_leaked_secret() {
     let Some(mut e2e) = Harness::start("e2e-restart", Mode::WithPods).await else {
         return;
     };
-    let (jobs_seen, job_watch) = record_jobs(e2e.api::<Job>());
+    let (jobs_seen, job_watch) = cluster::record_uids(e2e.api::<Job>());
     e2e.create(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "model-keys"},

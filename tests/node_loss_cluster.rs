@@ -8,14 +8,10 @@
 
 mod support;
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
+use kube::Api;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -81,22 +77,7 @@ async fn a_lost_node_ends_the_run_as_node_lost_without_a_second_pod() {
     let Some(e2e) = Harness::start("node-loss", Mode::WithPods).await else {
         return;
     };
-    let pods_seen = Arc::new(Mutex::new(BTreeSet::new()));
-    let record = Arc::clone(&pods_seen);
-    let pod_watch = tokio::spawn({
-        let api = e2e.api::<Pod>();
-        async move {
-            let mut pods = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects()
-                .boxed();
-            while let Some(pod) = pods.next().await {
-                if let Ok(pod) = pod {
-                    record.lock().unwrap().insert(pod.uid().unwrap_or_default());
-                }
-            }
-        }
-    });
+    let (pods_seen, pod_watch) = cluster::record_uids(e2e.api::<Pod>());
     e2e.create_agent("patient", cluster::BUSYBOX_IMAGE, "echo working; sleep 600")
         .await;
     e2e.create_execution("stranded", "patient", json!({})).await;
