@@ -39,6 +39,9 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+/// The reason of a Job's failure when its pod failure policy failed it: errand's Jobs have one
+/// rule, a pod with condition `DisruptionTarget` (evicted, preempted, lost with its node).
+pub const JOB_FAILED_BY_DISRUPTION: &str = "PodFailurePolicy";
 
 /// Name of the init container that installs errand and stages the workdir.
 pub const STAGE_CONTAINER: &str = "errand-stage";

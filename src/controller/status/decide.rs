@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::message::with_tail;
 use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning};
-use crate::api::contract::Reason;
+use crate::api::contract::{self, Reason};
 use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
 use crate::runner::RunState;
@@ -191,8 +191,17 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
                         Reason::DeadlineExceeded,
                         format!("the Job's deadline passed: {}", failure.message),
                     )
+                } else if failure.reason == contract::JOB_FAILED_BY_DISRUPTION {
+                    Ending::failed(
+                        Reason::PodEvicted,
+                        format!(
+                            "the pod was evicted (its DisruptionTarget condition failed the Job: \
+                             {}) and was gone before errand saw how the run ended",
+                            failure.message
+                        ),
+                    )
                 } else if phase == Some(Phase::Running) {
-                    // Only a deletion takes a Job's pod away before errand saw it end.
+                    // Otherwise only a deletion takes a Job's pod away before errand saw it end.
                     Ending::failed(
                         Reason::PodDeleted,
                         format!(

@@ -14,7 +14,7 @@ use super::message::with_tail;
 use super::observe::pod_facts;
 use super::render::format_duration;
 use super::*;
-use crate::api::contract::{ConditionType, Reason};
+use crate::api::contract::{self, ConditionType, Reason};
 use crate::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, Phase, ResultEntry, SnapshotRef,
 };
@@ -1125,6 +1125,30 @@ fn a_pod_gone_under_a_running_agent_is_a_deleted_pod() {
         failed
             .message
             .contains("the pod was deleted before errand saw how the run ended")
+    );
+}
+
+#[test]
+fn a_pod_gone_after_an_eviction_is_an_evicted_pod_by_the_jobs_failure() {
+    let mut e = execution();
+    e.status = Some(assess(&e, &facts_at(job(), Some(running(10)), 30)).0);
+    let by_policy = JobFacts {
+        failure: Some(Cause {
+            reason: contract::JOB_FAILED_BY_DISRUPTION.into(),
+            message: "Pod team-a/errand-calc-x7k2p has condition DisruptionTarget matching \
+                      FailJob rule at index 0"
+                .into(),
+        }),
+        ..job()
+    };
+    let (status, _) = assess(&e, &facts_at(by_policy, None, 45));
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::PodEvicted.as_str());
+    assert!(
+        failed.message.contains("the pod was evicted")
+            && failed.message.contains("has condition DisruptionTarget"),
+        "{}",
+        failed.message
     );
 }
 
