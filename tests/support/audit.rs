@@ -34,12 +34,22 @@ fn logs_dir() -> PathBuf {
         .join("logs")
 }
 
-/// The resource calls `user` made, each with the HTTP codes the API server answered it with,
-/// from the audit log and its rotated predecessor.
+/// How the API server answered one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The HTTP status code.
+    pub code: u16,
+    /// The authorizer's decision (`allow`, `forbid`): a 403 may also come from admission, for
+    /// example a create in a namespace being deleted.
+    pub decision: String,
+}
+
+/// The resource calls `user` made, each with how the API server answered it, from the audit
+/// log and its rotated predecessor.
 ///
 /// # Panics
 /// When the log is missing (a cluster started by an older `up.sh`).
-pub fn calls_of(user: &str) -> BTreeMap<Call, Vec<u16>> {
+pub fn calls_of(user: &str) -> BTreeMap<Call, Vec<Answer>> {
     let dir = logs_dir();
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
@@ -55,7 +65,7 @@ pub fn calls_of(user: &str) -> BTreeMap<Call, Vec<u16>> {
         "no audit log in {} (restart the test cluster with hack/testenv/up.sh)",
         dir.display()
     );
-    let mut calls: BTreeMap<Call, Vec<u16>> = BTreeMap::new();
+    let mut calls: BTreeMap<Call, Vec<Answer>> = BTreeMap::new();
     for file in files {
         let text = std::fs::read_to_string(&file)
             .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
@@ -82,10 +92,13 @@ pub fn calls_of(user: &str) -> BTreeMap<Call, Vec<u16>> {
                 name: text("name"),
             };
             let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
-            calls
-                .entry(call)
-                .or_default()
-                .push(u16::try_from(code).unwrap_or(0));
+            let decision = event["annotations"]["authorization.k8s.io/decision"]
+                .as_str()
+                .unwrap_or_default();
+            calls.entry(call).or_default().push(Answer {
+                code: u16::try_from(code).unwrap_or(0),
+                decision: decision.to_owned(),
+            });
         }
     }
     calls
