@@ -11,31 +11,27 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Child;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, POD_GATEWAY, TestNamespace};
-use support::errand::{ERRAND_IMAGE, create, install_crds, wait_for};
+use support::errand::{create, install_crds, wait_for};
+use support::harness::{controller_command, execution_id, record_uids, wait_until_ready};
+use support::store::collect;
 use tokio::net::{TcpListener, TcpStream};
 
 use errand::api::{AgentExecution, Phase};
 use errand::store::Store;
-use errand::store::keys::{self, ExecutionId, ResultName};
+use errand::store::keys::{self, ResultName};
 
-const SIGNING_KEY: &str = "chaos-signing-key-0123456789abcdef0123";
 /// The Lease the replicas elect their leader with (`errand controller`'s).
 const LEASE: &str = "errand-controller";
 /// How much later than the lease duration a takeover may come: the new leader's own read and
@@ -43,6 +39,8 @@ const LEASE: &str = "errand-controller";
 const TAKEOVER_SLACK: SignedDuration = SignedDuration::from_millis(500);
 /// How long a leader reconciles before the next kill.
 const LEADING_BEFORE_KILL: Duration = Duration::from_secs(4);
+/// The lease duration of `errand controller` (`LeaseSettings::new`).
+const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// What a controller logs when a reconcile hangs until its timeout.
 const STALLED_RECONCILE: &str = "the reconcile did not finish within";
 /// Bytes of random data each agent leaves, so that its uploads take a moment.
@@ -69,29 +67,11 @@ struct Replica {
 
 impl Replica {
     fn start(&mut self, namespace: &str, store_url: &str, blob_url: &str, log: &Path) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_errand"))
-            .args(["controller", "--errand-image", ERRAND_IMAGE])
-            .args(["--errand-image-pull-policy", "Never"])
-            .args(["--store", store_url])
-            .args(["--blob-url", blob_url])
-            .args(["--listen", &self.address.to_string()])
-            .args(["--watch-namespace", namespace])
+        let child = controller_command(namespace, store_url, blob_url, self.address, log)
             .args(["--leader-elect", "true"])
             .args(["--lease-namespace", namespace])
             .args(["--identity", &self.identity])
             .args(["--staging-budget-seconds", "300"])
-            .args(["--termination-grace-seconds", "30"])
-            .env("KUBECONFIG", cluster::kubeconfig_path())
-            .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
-            .env("RUST_LOG", "info,errand=debug")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
             .spawn()
             .expect("the errand binary starts");
         self.process = Some(child);
@@ -105,19 +85,7 @@ impl Replica {
     }
 
     async fn wait_ready(&self) {
-        let ready = format!("http://{}/readyz", self.address);
-        wait_for(
-            &format!("{} to be ready", self.identity),
-            DRAIN_WAIT,
-            || {
-                let ready = ready.clone();
-                async move {
-                    let response = reqwest::get(&ready).await.ok()?;
-                    response.status().is_success().then_some(())
-                }
-            },
-        )
-        .await;
+        wait_until_ready(self.address, &self.identity, DRAIN_WAIT).await;
     }
 }
 
@@ -125,14 +93,6 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A free port on the pod bridge's host address, where pods can reach it.
-fn free_address() -> SocketAddr {
-    std::net::TcpListener::bind((POD_GATEWAY, 0))
-        .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
-        .local_addr()
-        .unwrap()
 }
 
 /// What the replicas' Service does for the pods: each connection goes to the replicas in
@@ -156,33 +116,6 @@ async fn serve_like_a_service(listener: TcpListener, replicas: Vec<SocketAddr>) 
     }
 }
 
-/// The uids of the Jobs seen, by Job name.
-type JobsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-/// Records the uids of the Jobs of each execution that ever appear in the namespace.
-fn record_jobs(api: Api<Job>) -> (JobsSeen, tokio::task::JoinHandle<()>) {
-    let seen = JobsSeen::default();
-    let record = Arc::clone(&seen);
-    let task = tokio::spawn(async move {
-        let mut jobs = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(job) = jobs.next().await {
-            if let Ok(job) = job {
-                let uid = job.uid().unwrap_or_default();
-                record
-                    .lock()
-                    .unwrap()
-                    .entry(job.name_any())
-                    .or_default()
-                    .insert(uid);
-            }
-        }
-    });
-    (seen, task)
-}
-
 /// The Lease's holder, last renewal and acquisition.
 async fn lease_state(api: &Api<Lease>) -> Option<(String, Timestamp, Timestamp)> {
     let spec = api.get_opt(LEASE).await.ok()??.spec?;
@@ -200,11 +133,7 @@ async fn missing_results(
     namespace: &str,
     execution: &AgentExecution,
 ) -> Vec<String> {
-    let id = ExecutionId {
-        namespace: namespace.to_owned(),
-        name: execution.name_any(),
-        uid: execution.uid().unwrap(),
-    };
+    let id = execution_id(namespace, execution);
     let listed = execution
         .status
         .as_ref()
@@ -225,17 +154,12 @@ async fn missing_results(
     for entry in &listed {
         let key = keys::result(&id, ResultName::parse(&entry.name).unwrap()).unwrap();
         let bytes = match store.get(&key).await {
-            Ok(body) => body
-                .into_stream()
-                .try_collect::<Vec<Bytes>>()
-                .await
-                .map(|c| c.concat()),
+            Ok(body) => collect(body.into_stream()).await,
             Err(e) => {
                 wrong.push(format!("{}: {} is missing: {e}", id.name, entry.name));
                 continue;
             }
         };
-        let bytes = bytes.unwrap();
         if bytes.len() as u64 != entry.size || hex::encode(Sha256::digest(&bytes)) != entry.sha256 {
             wrong.push(format!(
                 "{}: {} differs from its listing",
@@ -265,7 +189,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         .into_iter()
         .map(|identity| Replica {
             identity: identity.to_owned(),
-            address: free_address(),
+            address: cluster::free_pod_gateway_address(),
             process: None,
         })
         .collect();
@@ -282,7 +206,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         replica.wait_ready().await;
     }
 
-    let (jobs_seen, job_watch) = record_jobs(namespace.api::<Job>());
+    let (jobs_seen, job_watch) = record_uids(namespace.api::<Job>());
     create(&client, &ns, json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
         "metadata": {"name": "steady"},
@@ -296,8 +220,9 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
     }))
     .await;
     let names: Vec<String> = (0..executions).map(|i| format!("run-{i}")).collect();
-    // The executions arrive over the first kills.
-    let spacing = LEADING_BEFORE_KILL * 2 / u32::try_from(executions.max(1)).unwrap();
+    // The executions arrive throughout the kills and takeovers.
+    let kill_period = (LEADING_BEFORE_KILL + LEASE_DURATION) * u32::try_from(kills).unwrap();
+    let spacing = kill_period / u32::try_from(executions.max(1)).unwrap();
     let creating = {
         let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
         tokio::spawn(async move {
@@ -332,7 +257,6 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
                 .filter(|(holder, _, _)| *holder != leader)
         })
         .await;
-        let duration = SignedDuration::from_secs(15);
         let after_renewal = acquired.duration_since(last_renewal);
         let after_kill = acquired.duration_since(killed_at);
         println!(
@@ -342,7 +266,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         );
         takeovers.push((after_kill, after_renewal));
         assert!(
-            after_renewal <= duration + TAKEOVER_SLACK,
+            after_renewal <= SignedDuration::try_from(LEASE_DURATION).unwrap() + TAKEOVER_SLACK,
             "{successor} took over {after_renewal:?} after {leader}'s last renewal: not within the lease duration"
         );
         replica.start(&ns, &store_url, &blob_url, &log_of(&leader));

@@ -576,11 +576,7 @@ async fn after_a_restart_every_execution_is_reconciled_as_soon_as_the_caches_are
     harness.start_controller().await;
     let mut cancelled_after = Vec::new();
     for name in &names {
-        harness
-            .wait_for_execution(name, "to be Cancelled", |e| {
-                phase_of(e) == Some(Phase::Cancelled)
-            })
-            .await;
+        harness.wait_for_phase(name, Phase::Cancelled).await;
         cancelled_after.push(restarted.elapsed());
     }
     let last = cancelled_after.iter().max().unwrap();

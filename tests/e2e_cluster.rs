@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 use support::cluster;
 use support::errand::wait_for;
 use support::harness::{
-    Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, result_names, tail,
+    Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_uids, result_names, tail,
 };
 
 use errand::api::contract::{self, ConditionType, Reason};
@@ -396,7 +397,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
     let Some(mut e2e) = Harness::start("e2e-restart", Mode::WithPods).await else {
         return;
     };
-    let (jobs_seen, job_watch) = cluster::record_uids(e2e.api::<Job>());
+    let (jobs_seen, job_watch) = record_uids(e2e.api::<Job>());
     e2e.create(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "model-keys"},
@@ -443,10 +444,11 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
         "the run kept its snapshot and got the secret: {artifacts:?}"
     );
     job_watch.abort();
+    let jobs_seen = jobs_seen.lock().unwrap().clone();
     assert_eq!(
-        jobs_seen.lock().unwrap().len(),
+        jobs_seen.values().map(BTreeSet::len).sum::<usize>(),
         1,
-        "exactly one Job ever existed"
+        "exactly one Job ever existed: {jobs_seen:?}"
     );
 
     let snapshot = done.status.as_ref().unwrap().snapshot.clone().unwrap();

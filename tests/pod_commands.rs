@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -28,7 +27,7 @@ use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
-use support::store::{NAMESPACE, collect, execution, read_all};
+use support::store::{NAMESPACE, collect, execution, read_all, tar_files};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.
 struct Pod {
@@ -175,20 +174,6 @@ fn names(summary: &TerminationSummary) -> Vec<&str> {
     summary.results.iter().map(|r| r.name.as_str()).collect()
 }
 
-/// The file names in a tar.gz result.
-fn tar_entries(bytes: &[u8]) -> BTreeMap<String, String> {
-    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(bytes));
-    let mut entries = BTreeMap::new();
-    for entry in archive.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        let name = entry.path().unwrap().display().to_string();
-        let mut content = String::new();
-        std::io::Read::read_to_string(&mut entry, &mut content).unwrap_or_default();
-        entries.insert(name, content);
-    }
-    entries
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_urls() {
     let pod = Pod::new(&[("notes/question.txt", "12 x 8")], 60).await;
@@ -211,7 +196,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
         std::fs::read_to_string(pod.root.join("workspace/notes/question.txt")).unwrap(),
         "12 x 8"
     );
-    let input = tar_entries(&pod.result(ResultName::InputWorkdir).await);
+    let input = tar_files(&pod.result(ResultName::InputWorkdir).await);
     assert_eq!(
         input.get("notes/question.txt").map(String::as_str),
         Some("12 x 8")
@@ -245,10 +230,10 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     let record = pod.result_json(ResultName::RunResult).await;
     assert_eq!(record["response"], "96");
     assert_eq!(record["execution"]["uid"], execution().uid);
-    let artifacts = tar_entries(&pod.result(ResultName::OutputArtifacts).await);
+    let artifacts = tar_files(&pod.result(ResultName::OutputArtifacts).await);
     assert_eq!(artifacts["calculation.txt"], "worked: 12 * 8\n");
     assert!(artifacts["stdout.log"].contains("precision 2"));
-    let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
+    let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["result.txt"], "answer\n");
     let manifest = pod.result_json(ResultName::Manifest).await;
     let listed: Vec<&str> = manifest["results"]
@@ -310,8 +295,7 @@ async fn the_deadline_stops_the_agent_and_the_results_are_saved() {
     assert_eq!(error["type"], "DeadlineExceeded");
     assert_eq!(error["timed_out"], true);
     assert!(
-        tar_entries(&pod.result(ResultName::OutputArtifacts).await)["stdout.log"]
-            .contains("started")
+        tar_files(&pod.result(ResultName::OutputArtifacts).await)["stdout.log"].contains("started")
     );
 }
 
@@ -352,7 +336,7 @@ async fn sigterm_stops_the_run_as_terminated_and_saves_partial_results() {
         pod.result_json(ResultName::RunError).await["type"],
         "Terminated"
     );
-    let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
+    let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["partial.txt"], "partial\n");
 }
 
@@ -809,21 +793,13 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         5,
         "four cut-off attempts, then one whole"
     );
-    let stored: Vec<Bytes> = store
-        .get(&key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    let stored = stored.concat();
+    let stored = read_all(&store, &key).await;
     assert_eq!(saved.size, stored.len() as u64);
     assert_eq!(
         saved.sha256,
         hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&stored))
     );
-    let files = tar_entries(&stored);
+    let files = tar_files(&stored);
     assert_eq!(files["small.txt"], "hello");
     assert!(files["big.txt"] == big, "the whole file was saved");
     let listed: Vec<String> = store
@@ -885,16 +861,9 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
 
-    let got: Vec<Bytes> = urls
-        .open(&key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
+    let got = collect(urls.open(&key).await.unwrap().into_stream()).await;
 
-    assert!(got.concat() == blob, "every byte arrived once, in order");
+    assert!(got == blob, "every byte arrived once, in order");
     assert_eq!(
         *connections.lock().unwrap(),
         5,

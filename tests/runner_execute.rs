@@ -20,7 +20,7 @@ use errand::store::{
     BlobBody, BlobSource, ResultBody, ResultSink, Store, StoreError, StoreResults, StoredObject,
 };
 use sha2::{Digest, Sha256};
-use support::store::{execution, read_all};
+use support::store::{NAMESPACE, execution, read_all};
 use tokio_util::sync::CancellationToken;
 
 struct Env {
@@ -47,7 +47,7 @@ impl Env {
             fs::create_dir_all(path.parent().unwrap()).unwrap();
             fs::write(path, content).unwrap();
         }
-        self.store.push_fileset("default", &dir).await.unwrap().key
+        self.store.push_fileset(NAMESPACE, &dir).await.unwrap().key
     }
 
     fn invocation(&self, uid: &str, script: &str, timeout: Duration) -> Invocation {
@@ -72,6 +72,7 @@ impl Env {
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),
             passthrough: false,
             stop: StopRequest::Cancel,
+            inherit_env: true,
         }
     }
 
@@ -484,7 +485,7 @@ async fn a_hostile_fileset_fails_staging_and_the_agent_never_runs() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     std::io::Write::write_all(&mut gz, &tar).unwrap();
     let blob = gz.finish().unwrap();
-    let key = keys::fileset("default", &hex::encode(Sha256::digest(&blob))).unwrap();
+    let key = keys::fileset(NAMESPACE, &hex::encode(Sha256::digest(&blob))).unwrap();
     env.store
         .put_new(
             &key,

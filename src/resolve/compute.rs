@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::problems::Problem;
-use super::quantity::QuantityValue;
+use super::quantity::parse_quantity;
 use super::rules::{alphanumeric_ends, one_of};
 use crate::api::{
     ALLOWED_COMPUTE_KEYS, Compute, ComputeResources, GPU, OVERCOMMITTABLE_COMPUTE_KEYS,
@@ -73,15 +73,20 @@ fn check_resources(resources: &ComputeResources, field: &str, problems: &mut Vec
                 ));
                 continue;
             }
-            match QuantityValue::parse(text) {
-                None => problems.push(Problem::new(
+            match parse_quantity(text) {
+                Err(error) => problems.push(Problem::new(
                     path,
-                    format!("{text:?} is not a valid quantity"),
+                    format!("{text:?} is not a valid quantity: {error}"),
                 )),
-                Some(quantity) if name == GPU && !quantity.is_whole() => problems.push(
-                    Problem::new(path, format!("{text:?} must be a whole number of GPUs")),
-                ),
-                Some(quantity) => {
+                Ok(quantity) if quantity.negative => problems.push(Problem::new(
+                    path,
+                    format!("{text:?} must be greater than or equal to 0"),
+                )),
+                Ok(quantity) if name == GPU && !quantity.is_whole() => problems.push(Problem::new(
+                    path,
+                    format!("{text:?} must be a whole number of GPUs"),
+                )),
+                Ok(quantity) => {
                     values.insert(name.clone(), (text.clone(), quantity));
                 }
             }
@@ -295,7 +300,7 @@ mod tests {
             )),
             [
                 "spec.environment.compute.resources.limits[ephemeral-storage]: \"ephemeral-storage\" is not allowed; only cpu, memory, nvidia.com/gpu may be set",
-                "spec.environment.compute.resources.limits[memory]: \"lots\" is not a valid quantity",
+                "spec.environment.compute.resources.limits[memory]: \"lots\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
                 "spec.environment.compute.resources.limits[nvidia.com/gpu]: \"0.5\" must be a whole number of GPUs",
             ]
         );
@@ -390,5 +395,49 @@ mod tests {
         assert!(found[0].starts_with("spec.environment.compute.priorityClassName: \"Batch_High\" is not a valid DNS subdomain"));
         assert!(dns_subdomain("a..b").is_err());
         assert!(dns_subdomain("system-cluster-critical").is_ok());
+    }
+
+    #[test]
+    fn compute_quantities_are_parsed_as_kubernetes_does() {
+        let compute = |limits: &[(&str, &str)]| {
+            super::compute(&resources(&[], limits), "c")
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        for ok in ["1e3", "100m", "1Gi", "1.5", "0.5"] {
+            assert_eq!(compute(&[("cpu", ok)]), Vec::<String>::new(), "{ok}");
+        }
+        assert_eq!(compute(&[("nvidia.com/gpu", "1e0")]), Vec::<String>::new());
+        assert_eq!(
+            compute(&[("cpu", "abc")]),
+            [
+                "c.resources.limits[cpu]: \"abc\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            ]
+        );
+        assert_eq!(
+            compute(&[("memory", "-1Gi")]),
+            ["c.resources.limits[memory]: \"-1Gi\" must be greater than or equal to 0"]
+        );
+        assert_eq!(
+            compute(&[("nvidia.com/gpu", "500m")]),
+            ["c.resources.limits[nvidia.com/gpu]: \"500m\" must be a whole number of GPUs"]
+        );
+        assert_eq!(
+            compute(&[("nvidia.com/gpu", "-1")]),
+            ["c.resources.limits[nvidia.com/gpu]: \"-1\" must be greater than or equal to 0"]
+        );
+    }
+
+    #[test]
+    fn requests_compare_with_limits_in_any_notation() {
+        assert!(messages(&resources(&[("cpu", "1e0")], &[("cpu", "1000m")])).is_empty());
+        assert!(messages(&resources(&[(GPU, "1e0")], &[(GPU, "1")])).is_empty());
+        assert_eq!(
+            messages(&resources(&[("memory", "1.1e9")], &[("memory", "1Gi")])),
+            [
+                "spec.environment.compute.resources.requests[memory]: \"1.1e9\" must not exceed limits[memory] (\"1Gi\")"
+            ]
+        );
     }
 }

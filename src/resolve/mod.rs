@@ -11,6 +11,7 @@ mod problems;
 mod quantity;
 mod refs;
 mod rules;
+mod schema;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -28,10 +29,15 @@ pub use catalog::{Catalog, InMemoryCatalog};
 pub use compute::{dns_subdomain, label_key, label_value};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
+pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
     relative_path,
+};
+pub use schema::{
+    Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
+    decode,
 };
 pub use snapshot::{
     FilesetContent, MAX_SNAPSHOT_BYTES, MountedContent, ResolvedAgent, SNAPSHOT_VERSION,
@@ -107,6 +113,30 @@ fn agent_prefix(spec: &AgentExecutionSpec) -> String {
     match &spec.agent_ref {
         Some(reference) => format!("Agent {:?} spec", reference.name),
         None => "spec.agent".to_owned(),
+    }
+}
+
+/// The message of the one rule that holds only when an execution is created.
+pub const CANCELLED_AT_CREATION: &str = "must not be true when the execution is created: it would have nothing to stop; create it without cancel, then set cancel to true to stop it";
+
+/// Adds the rules that hold only when an execution is created to its `resolution`, so that one
+/// refusal lists every problem. An execution may not be created cancelled: both backends
+/// refuse it here (the webhook and the local backend), instead of creating something that
+/// never runs.
+pub fn admit_creation(
+    spec: &AgentExecutionSpec,
+    resolution: Result<Snapshot, InvalidSpec>,
+) -> Result<Snapshot, InvalidSpec> {
+    let mut problems = Problems::default();
+    if spec.cancel {
+        problems.push("spec.cancel", CANCELLED_AT_CREATION);
+    }
+    match resolution {
+        Ok(snapshot) => problems.finish(snapshot),
+        Err(invalid) => {
+            problems.extend(invalid.problems);
+            Err(problems.into_error())
+        }
     }
 }
 

@@ -162,6 +162,11 @@ pub struct Invocation {
     pub passthrough: bool,
     /// What a stop signal means here.
     pub stop: StopRequest,
+    /// Whether the agent starts with the runner's own environment beneath `env`: in a pod,
+    /// what Kubernetes gave the container (its image's `PATH`, the bound secrets). Locally the
+    /// runner's environment is the caller's, so the local backend passes what the agent may
+    /// see in `env` and sets this to false.
+    pub inherit_env: bool,
 }
 
 /// What a stop signal (SIGTERM, Ctrl-C) means to the runner that receives it.

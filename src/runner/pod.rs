@@ -229,6 +229,7 @@ fn invocation(
         scratch: ScratchDir::new(&paths.scratch),
         passthrough: true,
         stop: StopRequest::PodDeletion,
+        inherit_env: true,
     }
 }
 

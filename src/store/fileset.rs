@@ -18,6 +18,9 @@ pub struct PushedFileset {
     pub size: u64,
     /// Regular files in the tree.
     pub file_count: u64,
+    /// Whether this push stored the blob (false when the same content was there already), so
+    /// that a command failing afterwards knows whether the blob is its own to remove.
+    pub created: bool,
 }
 
 impl Store {
@@ -39,16 +42,18 @@ impl Store {
         let info = uploaded?;
 
         let key = keys::fileset(namespace, &info.sha256)?;
-        if self.exists(&key).await? {
-            self.delete(&upload_key).await?;
-        } else {
+        let created = !self.exists(&key).await?;
+        if created {
             self.rename(&upload_key, &key).await?;
+        } else {
+            self.delete(&upload_key).await?;
         }
         Ok(PushedFileset {
             key,
             digest: info.sha256,
             size: info.size,
             file_count: stats.files,
+            created,
         })
     }
 }

@@ -15,21 +15,17 @@
 //! let ns = cluster::TestNamespace::create(&client, "mytest").await;
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use futures::StreamExt;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, LogParams, ObjectMeta, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::await_condition;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Config, ResourceExt};
+use kube::{Api, Client, Config};
 
 /// Environment variable naming the admin kubeconfig of the test cluster.
 pub const KUBECONFIG_ENV: &str = "ERRAND_KUBECONFIG";
@@ -438,29 +434,4 @@ pub async fn ensure_kueue() {
             assert!(status.success(), "{} failed: {status}", script.display());
         })
         .await;
-}
-
-/// Records the uid of every object of `api` that ever appears, until the returned task is
-/// aborted: how a test counts the Jobs or pods that ever existed.
-pub fn record_uids<K>(api: Api<K>) -> (Arc<Mutex<BTreeSet<String>>>, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    let seen = Arc::new(Mutex::new(BTreeSet::new()));
-    let record = Arc::clone(&seen);
-    let task = tokio::spawn(async move {
-        let mut objects = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(object) = objects.next().await {
-            if let Ok(object) = object {
-                record
-                    .lock()
-                    .unwrap()
-                    .insert(object.uid().unwrap_or_default());
-            }
-        }
-    });
-    (seen, task)
 }

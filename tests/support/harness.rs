@@ -17,16 +17,20 @@
 //! let Some(harness) = Harness::start("e2e-calc", Mode::WithPods).await else { return };
 //! ```
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -156,44 +160,24 @@ impl Harness {
             )));
             return;
         };
-        self.controller = Some(Controller::Process(self.spawn_controller_process(address)));
-        let ready = format!("http://{address}/readyz");
-        wait_for("the controller to be ready", RUN_WAIT, || {
-            let ready = ready.clone();
-            async move {
-                let response = reqwest::get(&ready).await.ok()?;
-                response.status().is_success().then_some(())
-            }
-        })
-        .await;
-    }
-
-    fn spawn_controller_process(&self, address: SocketAddr) -> Child {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap();
+        // The controller runs as the chart's ServiceAccount (impersonated), so a call the
+        // chart's RBAC does not grant fails the test.
         let kubeconfig = self.dir.path().join("controller.kubeconfig");
         chart_rbac::write_kubeconfig(&kubeconfig);
-        Command::new(env!("CARGO_BIN_EXE_errand"))
-            .args(["controller", "--errand-image", ERRAND_IMAGE])
-            .args(["--errand-image-pull-policy", "Never"])
-            .args(["--store", &self.store_url()])
-            .args(["--blob-url", &format!("http://{address}")])
-            .args(["--listen", &address.to_string()])
-            .args(["--watch-namespace", self.namespace.name()])
-            .args(["--leader-elect", "false"])
-            .args(["--staging-budget-seconds", "120"])
-            .args(["--termination-grace-seconds", "30"])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
-            .env("RUST_LOG", "info,errand=debug")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the errand binary starts")
+        let child = controller_command(
+            self.namespace.name(),
+            &self.store_url(),
+            &format!("http://{address}"),
+            address,
+            &self.log_path(),
+        )
+        .args(["--leader-elect", "false"])
+        .args(["--staging-budget-seconds", "120"])
+        .env("KUBECONFIG", &kubeconfig)
+        .spawn()
+        .expect("the errand binary starts");
+        self.controller = Some(Controller::Process(child));
+        wait_until_ready(address, "the controller", RUN_WAIT).await;
     }
 
     /// Kills the controller as a crash would: no graceful shutdown.
@@ -488,6 +472,85 @@ pub fn spawn_controller(
             .await
             .expect("the controller runs");
     })
+}
+
+/// `errand controller` for `namespace` as the cluster tests run it, to be completed with its
+/// leader election and staging budget: Jobs on the errand image the node has (never pulled),
+/// results in the store at `store_url`, signed URLs for `blob_url`, serving at `listen`, its
+/// output appended to `log`.
+pub fn controller_command(
+    namespace: &str,
+    store_url: &str,
+    blob_url: &str,
+    listen: SocketAddr,
+    log: &Path,
+) -> Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+    command
+        .args(["controller", "--errand-image", ERRAND_IMAGE])
+        .args(["--errand-image-pull-policy", "Never"])
+        .args(["--store", store_url])
+        .args(["--blob-url", blob_url])
+        .args(["--listen", &listen.to_string()])
+        .args(["--watch-namespace", namespace])
+        .args(["--termination-grace-seconds", "30"])
+        .env("KUBECONFIG", cluster::kubeconfig_path())
+        .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
+        .env("RUST_LOG", "info,errand=debug")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    command
+}
+
+/// Waits until the controller process serving at `address` (`who`, for the report) is ready.
+pub async fn wait_until_ready(address: SocketAddr, who: &str, limit: Duration) {
+    let ready = format!("http://{address}/readyz");
+    wait_for(&format!("{who} to be ready"), limit, || {
+        let ready = ready.clone();
+        async move {
+            let response = reqwest::get(&ready).await.ok()?;
+            response.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+/// The uids of the objects that ever existed, by name.
+pub type UidsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// Records the uid of every object of `api` that ever appears, by name, until the returned
+/// task is aborted: how a test counts the Jobs or pods that ever existed (a recreated one
+/// has a new uid under the same name).
+pub fn record_uids<K>(api: Api<K>) -> (UidsSeen, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let seen = UidsSeen::default();
+    let record = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        let mut objects = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(object) = objects.next().await {
+            if let Ok(object) = object {
+                let uid = object.uid().unwrap_or_default();
+                record
+                    .lock()
+                    .unwrap()
+                    .entry(object.name_any())
+                    .or_default()
+                    .insert(uid);
+            }
+        }
+    });
+    (seen, task)
 }
 
 /// Where an execution's results are kept.

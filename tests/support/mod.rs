@@ -9,5 +9,6 @@ pub mod chart_rbac;
 pub mod cluster;
 pub mod errand;
 pub mod harness;
+pub mod local;
 pub mod s3;
 pub mod store;

@@ -40,9 +40,10 @@ pub async fn collect(stream: ByteStream) -> Vec<u8> {
     chunks.concat()
 }
 
-/// The regular files of a tar.gz, by path.
+/// The regular files of a tar.gz, by path; the gzip may have several members, as errand's
+/// parallel packing writes them.
 pub fn tar_files(bytes: &[u8]) -> BTreeMap<String, String> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(bytes));
     let mut files = BTreeMap::new();
     for entry in archive.entries().unwrap() {
         let mut entry = entry.unwrap();

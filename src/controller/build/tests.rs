@@ -64,12 +64,8 @@ fn snapshot() -> Snapshot {
     resolve(&spec(None), None)
 }
 
-fn execution(spec: AgentExecutionSpec) -> AgentExecution {
-    AgentExecution::test().with_spec(spec)
-}
-
 fn identity() -> ExecutionOwner {
-    ExecutionOwner::of(&execution(spec(None))).unwrap()
+    ExecutionOwner::of(&AgentExecution::test().with_spec(spec(None))).unwrap()
 }
 
 fn built_job(snapshot: &Snapshot) -> Job {
@@ -472,7 +468,7 @@ fn pods_map_back_to_their_execution() {
 
 #[test]
 fn an_execution_without_a_uid_cannot_have_children() {
-    let mut exec = execution(spec(None));
+    let mut exec = AgentExecution::test().with_spec(spec(None));
     exec.metadata.uid = None;
     assert_eq!(
         ExecutionOwner::of(&exec),
