@@ -162,7 +162,7 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             "Secrets must never be listed or watched: {rule}"
         );
         if kind == "ClusterRole" {
-            assert_eq!(verbs, ["get", "create"], "{rule}");
+            assert_eq!(verbs, ["get", "create", "delete"], "{rule}");
         } else if verbs.contains(&"update") {
             assert_eq!(
                 strings(&rule["resourceNames"]),
@@ -195,6 +195,12 @@ fn a_watched_namespace_gets_a_role_instead_of_a_cluster_role() {
         .find(|r| strings(&r["rules"][0]["resources"]).contains(&"agentexecutions"))
         .unwrap();
     assert_eq!(role["metadata"]["namespace"], "team-a");
+    let (kind, rule) = rules_for(&objects, "priorityclasses").pop().unwrap();
+    assert_eq!(
+        (kind, strings(&rule["verbs"])),
+        ("ClusterRole", vec!["get"]),
+        "PriorityClasses are cluster-scoped: a Role cannot grant them"
+    );
     let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
     let selector = &configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"];
     assert_eq!(selector[1]["operator"], "In");

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use errand::archive::{Selection, Unpacker};
 use errand::runner::{
     BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StageSettings,
-    execute,
+    StopRequest, execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
@@ -77,6 +77,7 @@ impl Env {
             workdir: self.path(&format!("runs/{uid}/workspace")),
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),
             passthrough: false,
+            stop: StopRequest::Cancel,
             inherit_env: true,
         }
     }

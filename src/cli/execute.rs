@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::context::{Local, PushedFilesetEntry, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
-use crate::api::{AgentExecutionSpec, Reference, Workdir};
+use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, SuperviseError, parse_document, parse_manifests, prepare,
     read_manifest_file, run_prepared, spawn_detached,
@@ -29,8 +29,8 @@ pub struct ExecuteArgs {
     /// pushed as a Fileset first.
     #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
     pub base_workdir: Option<String>,
-    /// Seconds the agent may run.
-    #[arg(long)]
+    /// Seconds the agent may run, at most 604800 (7 days).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i64>,
     /// Turn on the agent's telemetry export.
     #[arg(long)]

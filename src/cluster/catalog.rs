@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
@@ -117,11 +118,13 @@ impl ClusterCatalog {
     }
 }
 
-/// The caches plus the key names of the Secrets one execution binds, read for it.
+/// The caches plus what one execution names outside them, read for it: the key names of the
+/// Secrets it binds and whether its PriorityClass exists.
 struct WithSecrets<'a> {
     caches: &'a ClusterCatalog,
     namespace: &'a str,
     secrets: BTreeMap<String, BTreeSet<String>>,
+    priority_classes: BTreeMap<String, bool>,
 }
 
 impl Catalog for WithSecrets<'_> {
@@ -148,6 +151,10 @@ impl Catalog for WithSecrets<'_> {
             .get(&key)
             .map(|f| f.status.clone().unwrap_or_default())
     }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.priority_classes.get(name).copied()
+    }
 }
 
 /// Resolves `spec` submitted in `namespace`: from the caches and live reads of the Secrets it
@@ -172,10 +179,16 @@ pub async fn resolve(
             secrets.insert(name, keys);
         }
     }
+    let mut priority_classes = BTreeMap::new();
+    if let Some(class) = priority_class_name(cached_environment.as_ref()) {
+        let exists = priority_class_exists(client, class).await?;
+        priority_classes.insert(class.to_owned(), exists);
+    }
     let catalog = WithSecrets {
         caches,
         namespace,
         secrets,
+        priority_classes,
     };
     let paths = caches
         .fileset_paths
@@ -204,6 +217,17 @@ fn bound_secret_names(environment: Option<&AgentEnvironmentSpec>) -> BTreeSet<St
         .flat_map(|e| e.overlay.secrets.values())
         .map(|target| StringRef::parse(target).name)
         .collect()
+}
+
+/// The PriorityClass an environment names, if it names one.
+fn priority_class_name(environment: Option<&AgentEnvironmentSpec>) -> Option<&str> {
+    environment?.compute.priority_class_name.as_deref()
+}
+
+/// Whether PriorityClass `name` exists (PriorityClasses are cluster-scoped).
+async fn priority_class_exists(client: &Client, name: &str) -> Result<bool, ApiError> {
+    let class = get(Api::<PriorityClass>::all(client.clone()), name).await?;
+    Ok(class.is_some())
 }
 
 /// The key names of a Secret (its values are dropped here, as the object arrives).
@@ -258,6 +282,13 @@ pub async fn live_catalog(
             let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "")).collect();
             catalog = catalog.with_secret(namespace, &name, &pairs);
         }
+    }
+    if let Some(class) = priority_class_name(environment.as_ref()) {
+        catalog = if priority_class_exists(client, class).await? {
+            catalog.with_priority_class(class)
+        } else {
+            catalog.without_priority_classes()
+        };
     }
     let workdir = spec.workdir.iter();
     let fileset_refs = workdir.flat_map(|w| {

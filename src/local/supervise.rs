@@ -18,7 +18,9 @@ use crate::resolve::{
     InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir, StageSettings};
+use crate::runner::{
+    self, Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
 
@@ -146,6 +148,7 @@ pub async fn run_prepared(
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
+        stop: StopRequest::Cancel,
         inherit_env: false,
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
@@ -218,7 +221,8 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
                 "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
             ))),
         ),
-        RunState::Cancelled => (
+        // A local run stops on `errand cancel` only (StopRequest::Cancel).
+        RunState::Cancelled | RunState::Terminated => (
             Phase::Cancelled,
             Some(Reason::Cancelled),
             Some("cancelled on request".to_owned()),

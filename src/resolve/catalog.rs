@@ -24,6 +24,9 @@ pub trait Catalog {
         let _ = (namespace, digest);
         None
     }
+    /// Whether PriorityClass `name` exists; `None` when this catalog cannot tell (the local
+    /// backend, which schedules nothing, knows no PriorityClasses).
+    fn priority_class_exists(&self, name: &str) -> Option<bool>;
 }
 
 /// A catalog with the path indexes of some Fileset contents, read for one resolution.
@@ -63,6 +66,10 @@ impl Catalog for WithFilesetPaths<'_> {
         self.inner.fileset(namespace, name)
     }
 
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.inner.priority_class_exists(name)
+    }
+
     fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
         self.paths
             .get(&key(namespace, digest))
@@ -85,6 +92,8 @@ pub struct InMemoryCatalog {
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
     fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
+    /// The cluster's PriorityClasses, once one was added (until then, unknown).
+    priority_classes: Option<BTreeSet<String>>,
 }
 
 impl InMemoryCatalog {
@@ -128,6 +137,20 @@ impl InMemoryCatalog {
             .insert(key(namespace, digest), Arc::new(paths));
         self
     }
+
+    /// Adds a PriorityClass; from then on the catalog knows which exist.
+    pub fn with_priority_class(mut self, name: &str) -> Self {
+        self.priority_classes
+            .get_or_insert_with(BTreeSet::new)
+            .insert(name.to_owned());
+        self
+    }
+
+    /// Knows the cluster's PriorityClasses, and none exists (yet).
+    pub fn without_priority_classes(mut self) -> Self {
+        self.priority_classes.get_or_insert_with(BTreeSet::new);
+        self
+    }
 }
 
 impl Catalog for InMemoryCatalog {
@@ -151,6 +174,12 @@ impl Catalog for InMemoryCatalog {
 
     fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
         self.fileset_paths.get(&key(namespace, digest)).cloned()
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.priority_classes
+            .as_ref()
+            .map(|classes| classes.contains(name))
     }
 }
 

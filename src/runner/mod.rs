@@ -200,11 +200,42 @@ pub struct Invocation {
     pub scratch: ScratchDir,
     /// Copy the agent's stdout and stderr to ours as well as to the logs.
     pub passthrough: bool,
+    /// What a stop signal means here.
+    pub stop: StopRequest,
     /// Whether the agent starts with the runner's own environment beneath `env`: in a pod,
     /// what Kubernetes gave the container (its image's `PATH`, the bound secrets). Locally the
     /// runner's environment is the caller's, so the local backend passes what the agent may
     /// see in `env` and sets this to false.
     pub inherit_env: bool,
+}
+
+/// What a stop signal (SIGTERM, Ctrl-C) means to the runner that receives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// A cancel: a local run is only stopped by `errand cancel` or Ctrl-C.
+    Cancel,
+    /// The pod is being deleted. A cancel, an eviction, a node drain and `kubectl delete pod`
+    /// all arrive as the same SIGTERM, so the runner records only that; the controller, which
+    /// sees the pod, says in the status which it was.
+    PodDeletion,
+}
+
+impl StopRequest {
+    /// How a run stopped this way ended.
+    pub fn state(self) -> RunState {
+        match self {
+            StopRequest::Cancel => RunState::Cancelled,
+            StopRequest::PodDeletion => RunState::Terminated,
+        }
+    }
+
+    /// What happened, `when` it did (`before the agent started`, ...).
+    pub fn message(self, when: &str) -> String {
+        match self {
+            StopRequest::Cancel => format!("the run was cancelled {when}"),
+            StopRequest::PodDeletion => format!("the pod was being deleted (SIGTERM) {when}"),
+        }
+    }
 }
 
 /// How a run ended.
@@ -218,6 +249,9 @@ pub enum RunState {
     TimedOut,
     /// The run was cancelled; the agent was stopped (or never started).
     Cancelled,
+    /// The runner's pod was being deleted (SIGTERM); the agent was stopped (or never started).
+    /// The execution's status says why the pod was deleted.
+    Terminated,
     /// The agent command could not be started.
     StartFailed,
     /// The working directory could not be staged; the agent never started.
@@ -231,6 +265,7 @@ impl RunState {
             RunState::Succeeded | RunState::Failed => None,
             RunState::TimedOut => Some("DeadlineExceeded"),
             RunState::Cancelled => Some("Cancelled"),
+            RunState::Terminated => Some("Terminated"),
             RunState::StartFailed => Some("StartFailed"),
             RunState::StageFailed => Some("StageFailed"),
         }
@@ -292,18 +327,22 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
 ) -> RunSummary {
     match stage(plan, &invocation.workdir, source, sink, settings, &cancel).await {
         Ok(input) => run_and_collect(invocation, vec![input], sink, cancel).await,
-        Err(e) => stage_failed(&invocation.execution, e, sink).await,
+        Err(e) => stage_failed(&invocation.execution, invocation.stop, e, sink).await,
     }
 }
 
 /// Records a staging that did not finish: cancelled, or failed (its budget included).
 pub async fn stage_failed<K: ResultSink>(
     execution: &ExecutionId,
+    stop: StopRequest,
     error: RunnerError,
     sink: &K,
 ) -> RunSummary {
     let (state, message) = match error {
-        RunnerError::Cancelled => (RunState::Cancelled, error.to_string()),
+        RunnerError::Cancelled => (
+            stop.state(),
+            stop.message("while staging the working directory"),
+        ),
         other => (
             RunState::StageFailed,
             format!("staging the working directory: {other}"),

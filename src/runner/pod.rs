@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::signals::cancel_on_stop_signal;
-use super::termination::TerminationSummary;
+use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, RunState, RunSummary, ScratchDir, StageSettings, fail_before_run, plan,
-    run_and_collect, stage, stage_failed,
+    Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest, fail_before_run,
+    plan, run_and_collect, stage, stage_failed,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -137,12 +137,15 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path, settings: &StageSett
         Ok(saved) => saved,
         Err(e) => {
             tracing::error!("{e}");
-            let summary = stage_failed(&grants.execution, e, &urls).await;
+            let summary = stage_failed(&grants.execution, StopRequest::PodDeletion, e, &urls).await;
             return report(paths, &summary);
         }
     };
     let record = paths.scratch.join(STAGED_FILE);
-    let json = serde_json::to_vec(&[saved]).expect("saved results always serialize");
+    let staged = StagedSummary {
+        staged: vec![saved],
+    };
+    let json = serde_json::to_vec(&staged.staged).expect("saved results always serialize");
     if let Err(source) = std::fs::write(&record, json) {
         let e = PodError::Record {
             path: record,
@@ -150,6 +153,7 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path, settings: &StageSett
         };
         return fail(RunState::StageFailed, e.to_string()).await;
     }
+    write_message(paths, &staged.to_termination_message());
     0
 }
 
@@ -216,6 +220,7 @@ fn invocation(
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
         passthrough: true,
+        stop: StopRequest::PodDeletion,
         inherit_env: true,
     }
 }
@@ -282,7 +287,11 @@ fn report_unsaved(paths: &PodPaths, state: RunState, error: &PodError) -> i32 {
 }
 
 fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
-    if let Err(e) = std::fs::write(&paths.termination_log, summary.to_termination_message()) {
+    write_message(paths, &summary.to_termination_message());
+}
+
+fn write_message(paths: &PodPaths, message: &str) {
+    if let Err(e) = std::fs::write(&paths.termination_log, message) {
         tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
     }
 }
@@ -300,7 +309,7 @@ pub fn exit_code(summary: &RunSummary) -> i32 {
         // As timeout(1) reports a deadline.
         RunState::TimedOut => 124,
         // 128 + SIGTERM, as a process stopped by the signal would report.
-        RunState::Cancelled => 143,
+        RunState::Cancelled | RunState::Terminated => 143,
         // As a shell reports a command it could not run.
         RunState::StartFailed => 127,
         RunState::StageFailed => 1,
@@ -338,6 +347,7 @@ mod tests {
             (summary(RunState::Failed, None, None), 1),
             (summary(RunState::TimedOut, Some(143), None), 124),
             (summary(RunState::Cancelled, Some(143), None), 143),
+            (summary(RunState::Terminated, Some(143), None), 143),
             (summary(RunState::StartFailed, None, None), 127),
             (summary(RunState::StageFailed, None, None), 1),
         ];

@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod archives;
+pub mod audit;
+pub mod chart_rbac;
 pub mod cluster;
 pub mod errand;
 pub mod harness;
