@@ -5,12 +5,11 @@
 
 pub mod conditions;
 mod decide;
-mod message;
 mod observe;
 mod render;
 
+pub use crate::runner::outcome::MESSAGE_LIMIT;
 pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide};
-pub use message::MESSAGE_LIMIT;
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
 };
