@@ -257,7 +257,7 @@ fn watch_follows_a_background_run_to_its_end() {
         stdout.contains("line-1\nline-2\nline-3\n") && stdout.contains("Succeeded"),
         "{stdout}"
     );
-    let (_, tail) = home.json(&["tail", "-n", "2", &name]);
+    let (_, tail) = home.json(&["tail", "--tail", "2", &name]);
     assert_eq!(tail["logs"]["lines"], json!(["line-2", "line-3"]));
 }
 

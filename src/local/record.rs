@@ -142,19 +142,9 @@ impl ExecutionRecord {
 /// Why a record could not be found or saved.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    /// No execution has this name or prefix.
-    #[error("no execution named {0:?} (or starting with it) in namespace {1:?}")]
+    /// No execution has this name.
+    #[error("no execution named {0:?} in namespace {1:?}")]
     NotFound(String, String),
-    /// Several executions start with this prefix.
-    #[error("{prefix:?} is ambiguous in namespace {namespace:?}: it matches {matches}")]
-    Ambiguous {
-        /// The prefix given.
-        prefix: String,
-        /// The namespace searched.
-        namespace: String,
-        /// The names it matches.
-        matches: String,
-    },
     /// An execution with this name exists already.
     #[error(
         "execution {0:?} already exists in namespace {1:?}; choose another name, or delete it first"
@@ -284,31 +274,6 @@ impl Records {
             .collect();
         names.sort();
         names
-    }
-
-    /// The full name of the execution named `prefix`, or the only one starting with it.
-    pub fn resolve_name(&self, namespace: &str, prefix: &str) -> Result<String, RecordError> {
-        let names = self.names(namespace);
-        if names.iter().any(|n| n == prefix) {
-            return Ok(prefix.to_owned());
-        }
-        let matches: Vec<&String> = names.iter().filter(|n| n.starts_with(prefix)).collect();
-        match matches.as_slice() {
-            [] => Err(RecordError::NotFound(
-                prefix.to_owned(),
-                namespace.to_owned(),
-            )),
-            [one] => Ok((*one).clone()),
-            many => Err(RecordError::Ambiguous {
-                prefix: prefix.to_owned(),
-                namespace: namespace.to_owned(),
-                matches: many
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            }),
-        }
     }
 
     /// Removes an execution's directory (record, snapshot, workspace, logs).

@@ -113,7 +113,13 @@ pub fn run_outcome(report: &RunReport<'_>) -> Outcome {
     } else if state == RunState::Cancelled
         || (report.cancel_requested && state != RunState::Succeeded)
     {
-        Outcome::cancelled("cancelled while running; partial results saved")
+        // The runner says when a cancel stopped a run before its agent ran.
+        match report.error {
+            Some(error) if state == RunState::Cancelled && !error.is_empty() => {
+                Outcome::cancelled(error)
+            }
+            _ => Outcome::cancelled("cancelled while running; partial results saved"),
+        }
     } else {
         match state {
             RunState::Succeeded => Outcome {

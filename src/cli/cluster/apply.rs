@@ -1,0 +1,182 @@
+//! `errand apply -f` against a cluster: server-side apply of errand's kinds and Secrets, every object dry-run first so that a refusal stores nothing.
+//!
+//! The API server checks each object (schema, CEL rules, the admission webhook) and its
+//! refusal is reported as it gave it, naming the field. Objects are applied in the order
+//! given; only a failure after every dry run passed (a conflict, a lost connection) can leave
+//! some applied, and the error says which.
+
+use kube::api::{Patch, PatchParams, ValidationDirective};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use super::api_error;
+use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::cli::backend::{Applied, Document};
+use crate::cli::output::CliError;
+
+/// The field manager of everything errand's command line writes.
+pub const FIELD_MANAGER: &str = "errand";
+
+/// One document ready to apply.
+struct Planned<'a> {
+    document: &'a Document,
+    resource: ApiResource,
+    namespace: String,
+    name: String,
+    object: Value,
+}
+
+impl Planned<'_> {
+    fn api(&self, client: &Client) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), &self.namespace, &self.resource)
+    }
+
+    fn applied(&self) -> Applied {
+        Applied {
+            kind: self.resource.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// The API resource of a document's `apiVersion` and `kind`, if errand applies it.
+fn resource_of(object: &Value) -> Option<ApiResource> {
+    let text = |field: &str| {
+        object
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    Some(match (text("apiVersion"), text("kind")) {
+        ("v1", "Secret") => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
+        ("errand.dev/v1alpha1", "Agent") => ApiResource::erase::<Agent>(&()),
+        ("errand.dev/v1alpha1", "AgentEnvironment") => ApiResource::erase::<AgentEnvironment>(&()),
+        ("errand.dev/v1alpha1", "Fileset") => ApiResource::erase::<Fileset>(&()),
+        ("errand.dev/v1alpha1", "AgentExecution") => ApiResource::erase::<AgentExecution>(&()),
+        _ => return None,
+    })
+}
+
+/// Each document with its resource, name and namespace (`namespace` unless it names one).
+fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a>>, CliError> {
+    documents
+        .iter()
+        .map(|document| {
+            let refused = |message: String| {
+                CliError::new("invalid_manifest", format!("{}: {message}", document.source))
+            };
+            let resource = resource_of(&document.object).ok_or_else(|| {
+                refused(format!(
+                    "apiVersion {} kind {} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, Fileset, AgentExecution, or v1 Secret)",
+                    document.object["apiVersion"], document.object["kind"]
+                ))
+            })?;
+            let name = document
+                .object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| refused(format!("{}: metadata.name is required", resource.kind)))?
+                .to_owned();
+            let mut object = document.object.clone();
+            let namespace = match object.pointer("/metadata/namespace").and_then(Value::as_str) {
+                Some(namespace) => namespace.to_owned(),
+                None => {
+                    object["metadata"]["namespace"] = json!(namespace);
+                    namespace.to_owned()
+                }
+            };
+            Ok(Planned {
+                document,
+                resource,
+                namespace,
+                name,
+                object,
+            })
+        })
+        .collect()
+}
+
+/// Applies every document with server-side apply, all or nothing as far as the API allows:
+/// every object is dry-run first, and any refusal (each one reported) stores none.
+pub async fn apply(
+    client: &Client,
+    namespace: &str,
+    documents: &[Document],
+) -> Result<Vec<Applied>, CliError> {
+    let planned = plan(documents, namespace)?;
+    let params = PatchParams {
+        field_validation: Some(ValidationDirective::Strict),
+        ..PatchParams::apply(FIELD_MANAGER)
+    };
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..params.clone()
+    };
+    let mut refusals = Vec::new();
+    for item in &planned {
+        if let Err(e) = item
+            .api(client)
+            .patch(&item.name, &dry_run, &Patch::Apply(&item.object))
+            .await
+        {
+            refusals.push((item, api_error(e)));
+        }
+    }
+    if !refusals.is_empty() {
+        let code = refusals[0].1.code;
+        let message = refusals
+            .iter()
+            .map(|(item, e)| format!("{}: {}", item.document.source, e.message))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let per_object: Vec<Value> = refusals
+            .iter()
+            .map(|(item, e)| {
+                json!({
+                    "source": item.document.source,
+                    "kind": item.resource.kind,
+                    "name": item.name,
+                    "code": e.code,
+                    "message": e.message,
+                    "causes": e.details.as_ref().map(|(_, causes)| causes.clone()),
+                })
+            })
+            .collect();
+        return Err(CliError {
+            code,
+            message: format!("nothing applied: {message}"),
+            details: Some(("refused", Value::Array(per_object))),
+        });
+    }
+    let mut applied = Vec::new();
+    for item in &planned {
+        if let Err(e) = item
+            .api(client)
+            .patch(&item.name, &params, &Patch::Apply(&item.object))
+            .await
+        {
+            let e = api_error(e);
+            let done: Vec<String> = applied
+                .iter()
+                .map(|a: &Applied| format!("{}/{}", a.kind, a.name))
+                .collect();
+            return Err(CliError {
+                message: format!(
+                    "{}: {} (applied before it: {})",
+                    item.document.source,
+                    e.message,
+                    if done.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        done.join(", ")
+                    }
+                ),
+                ..e
+            });
+        }
+        applied.push(item.applied());
+    }
+    Ok(applied)
+}

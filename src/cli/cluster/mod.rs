@@ -1,0 +1,610 @@
+//! The cluster backend behind the commands: AgentExecutions and the catalog through the API server, logs from the agent's pod, results and Fileset content through errand's `data.errand.dev` API.
+//!
+//! It needs what a tenant has: RBAC in a namespace. An operator may name the cluster's store
+//! with `--store` to read results from it directly instead.
+
+mod apply;
+mod data;
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::local::{download_from_store, store_error};
+use super::output::CliError;
+use super::target::Target;
+use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
+use crate::api::{
+    Agent, AgentEnvironment, AgentExecution, Fileset, FilesetSpec, FilesetStatus, Phase,
+    ResultEntry, SnapshotRef,
+};
+use crate::archive::{PackOptions, pack_dir};
+use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::runner::outcome::Outcome;
+use crate::store::Store;
+use crate::store::keys::{ExecutionId, ResultName};
+
+pub use apply::FIELD_MANAGER;
+use data::DataApi;
+
+/// How often waiting commands look at an execution again.
+const POLL: Duration = Duration::from_millis(500);
+
+/// A connection to a cluster, in one namespace.
+pub struct Cluster {
+    client: Client,
+    namespace: String,
+    data: DataApi,
+    /// The store an operator named to read results from directly.
+    store_url: Option<String>,
+}
+
+impl Cluster {
+    /// Connects as `target` says: its kubeconfig and context, else the current kube context
+    /// (or the in-cluster config).
+    pub async fn connect(target: &Target) -> Result<Self, CliError> {
+        let unreachable = |e: String| {
+            CliError::new(
+                "cluster_unreachable",
+                format!("no Kubernetes configuration: {e}; use --local to run on this machine"),
+            )
+        };
+        let options = KubeConfigOptions {
+            context: target.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = match (&target.kubeconfig, &target.context) {
+            (Some(path), _) => {
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                    CliError::argument(format!("--kubeconfig {}: {e}", path.display()))
+                })?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| {
+                        CliError::argument(format!("--kubeconfig {}: {e}", path.display()))
+                    })?
+            }
+            (None, Some(context)) => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| CliError::argument(format!("--context {context}: {e}")))?,
+            (None, None) => kube::Config::infer()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?,
+        };
+        let namespace = target
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config.clone()).map_err(|e| unreachable(e.to_string()))?;
+        Ok(Self {
+            data: DataApi::new(client.clone(), config, namespace.clone()),
+            client,
+            namespace,
+            store_url: target.store.clone(),
+        })
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn executions(&self) -> Api<AgentExecution> {
+        self.api()
+    }
+
+    /// Waits until the execution reaches a terminal phase.
+    async fn wait(&self, name: &str) -> Result<AgentExecution, CliError> {
+        loop {
+            let execution = self.executions().get(name).await.map_err(api_error)?;
+            if phase(&execution).is_some_and(Phase::is_terminal) {
+                return Ok(execution);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The record of `execution`, with the agent's response once its run record is saved.
+    async fn record(&self, execution: &AgentExecution) -> ExecutionRecord {
+        let mut record = to_record(execution, self.store_url.as_deref());
+        let has_run_result = record
+            .results
+            .iter()
+            .any(|r| r.name == ResultName::RunResult.as_str());
+        if record.phase.is_terminal() && has_run_result {
+            match self.response(&record.name).await {
+                Ok(response) => record.response = response,
+                Err(e) => eprintln!(
+                    "warning: the response of execution {} could not be read: {}",
+                    record.name, e.message
+                ),
+            }
+        }
+        record
+    }
+
+    /// The agent's response, from the execution's `run_result`.
+    async fn response(&self, name: &str) -> Result<Option<String>, CliError> {
+        let bytes = self.data.result_bytes(name, ResultName::RunResult).await?;
+        let run: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            CliError::new(
+                "cluster_error",
+                format!("run_result of execution {name} is not JSON: {e}"),
+            )
+        })?;
+        Ok(run["response"].as_str().map(str::to_owned))
+    }
+
+    /// The agent pod of the execution with this uid, if one exists.
+    async fn pod(&self, uid: &str) -> Result<Option<Pod>, CliError> {
+        let selector = format!("{EXECUTION_UID_LABEL}={uid}");
+        let list = self
+            .api::<Pod>()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_error)?;
+        Ok(list.items.into_iter().next())
+    }
+
+    /// Prints the agent container's log as it grows, until the container ends or the
+    /// execution ends without one.
+    async fn follow_log(&self, name: &str, uid: &str) {
+        loop {
+            let execution = self.executions().get(name).await.ok();
+            if execution
+                .as_ref()
+                .and_then(phase)
+                .is_none_or(Phase::is_terminal)
+            {
+                return;
+            }
+            if let Ok(Some(pod)) = self.pod(uid).await {
+                let params = LogParams {
+                    container: Some(AGENT_CONTAINER.into()),
+                    follow: true,
+                    ..Default::default()
+                };
+                if let Ok(stream) = self
+                    .api::<Pod>()
+                    .log_stream(&pod.metadata.name.unwrap_or_default(), &params)
+                    .await
+                {
+                    let mut lines = stream.lines();
+                    while let Some(Ok(line)) = lines.next().await {
+                        println!("{line}");
+                    }
+                    return;
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    fn operator_store(&self) -> Option<Result<Store, CliError>> {
+        self.store_url
+            .as_deref()
+            .map(|url| Store::open(url).map_err(store_error))
+    }
+
+    fn kind_api(&self, kind: ObjectKind) -> kube::Api<kube::core::DynamicObject> {
+        let resource = match kind {
+            ObjectKind::Agent => kube::core::ApiResource::erase::<Agent>(&()),
+            ObjectKind::Environment => kube::core::ApiResource::erase::<AgentEnvironment>(&()),
+            ObjectKind::Fileset => kube::core::ApiResource::erase::<Fileset>(&()),
+            ObjectKind::Secret => {
+                kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+            }
+        };
+        Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+    }
+}
+
+#[async_trait]
+impl Backend for Cluster {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn execution_names(&self) -> Result<Vec<String>, CliError> {
+        let list = self
+            .executions()
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(api_error)?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|e| e.metadata.name)
+            .collect())
+    }
+
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+        let execution = self.executions().get(name).await.map_err(api_error)?;
+        Ok(self.record(&execution).await)
+    }
+
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+        let items = self
+            .executions()
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?
+            .items;
+        Ok(items
+            .iter()
+            .map(|e| to_record(e, self.store_url.as_deref()))
+            .collect())
+    }
+
+    async fn create(
+        &self,
+        request: &ExecutionRequest,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        if args.inherit_env {
+            return Err(CliError::argument(
+                "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
+            ));
+        }
+        let spec = request.spec.clone();
+        let agent = spec
+            .agent_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .or_else(|| {
+                spec.agent
+                    .as_ref()
+                    .and_then(|a| a.config.name().map(str::to_owned))
+            })
+            .unwrap_or_else(|| "run".into());
+        let name = request
+            .name
+            .clone()
+            .unwrap_or_else(|| generate_name(&agent));
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        let created = self
+            .executions()
+            .create(&params, &AgentExecution::new(&name, spec))
+            .await
+            .map_err(api_error)?;
+        Ok(to_record(&created, self.store_url.as_deref()))
+    }
+
+    async fn detach(
+        &self,
+        record: &ExecutionRecord,
+        _args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        // The controller runs it; nothing of it depends on this process.
+        Ok(record.clone())
+    }
+
+    async fn run(
+        &self,
+        record: &ExecutionRecord,
+        _args: &ExecuteArgs,
+        passthrough: bool,
+    ) -> Result<ExecutionRecord, CliError> {
+        self.watch(record, passthrough).await
+    }
+
+    async fn watch(
+        &self,
+        record: &ExecutionRecord,
+        print: bool,
+    ) -> Result<ExecutionRecord, CliError> {
+        if print {
+            self.follow_log(&record.name, &record.uid).await;
+        }
+        let done = self.wait(&record.name).await?;
+        Ok(self.record(&done).await)
+    }
+
+    async fn logs(
+        &self,
+        record: &ExecutionRecord,
+        stream: LogStream,
+        lines: usize,
+    ) -> Result<(&'static str, Vec<String>), CliError> {
+        if stream == LogStream::Stderr {
+            return Err(CliError::argument(
+                "--stderr: on a cluster the agent's stdout and stderr reach one container log, \
+                 which cannot be split; `errand tail` shows both, and stderr.log in the \
+                 output_artifacts result holds stderr alone",
+            ));
+        }
+        let name = &record.name;
+        let pod = self.pod(&record.uid).await?.ok_or_else(|| {
+            CliError::new(
+                "not_found",
+                format!("execution {name} has no pod (yet, or any more); its logs are saved in output_artifacts"),
+            )
+        })?;
+        let params = LogParams {
+            container: Some(AGENT_CONTAINER.into()),
+            tail_lines: Some(i64::try_from(lines).unwrap_or(i64::MAX)),
+            ..Default::default()
+        };
+        let text = self
+            .api::<Pod>()
+            .logs(&pod.metadata.name.unwrap_or_default(), &params)
+            .await
+            .map_err(api_error)?;
+        Ok(("stdout+stderr", text.lines().map(str::to_owned).collect()))
+    }
+
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
+        if self.store_url.is_some() {
+            return Ok(record.results.clone());
+        }
+        let listing = self.data.results(&record.name).await?;
+        Ok(listing
+            .results
+            .into_iter()
+            .map(|r| ResultEntry {
+                name: r.name,
+                size: r.size,
+                sha256: r.sha256.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn download(
+        &self,
+        record: &ExecutionRecord,
+        result: ResultName,
+        file: &Path,
+    ) -> Result<u64, CliError> {
+        match self.operator_store() {
+            Some(store) => {
+                let execution = ExecutionId {
+                    namespace: record.namespace.clone(),
+                    name: record.name.clone(),
+                    uid: record.uid.clone(),
+                };
+                download_from_store(&store?, &execution, result, file).await
+            }
+            None => self.data.download(&record.name, result, file).await,
+        }
+    }
+
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
+        let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
+        self.executions()
+            .patch(&record.name, &PatchParams::default(), &patch)
+            .await
+            .map_err(api_error)?;
+        let done = self.wait(&record.name).await?;
+        Ok(self.record(&done).await)
+    }
+
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
+        let name = &record.name;
+        self.executions()
+            .delete(name, &DeleteParams::foreground())
+            .await
+            .map_err(api_error)?;
+        while self
+            .executions()
+            .get_opt(name)
+            .await
+            .map_err(api_error)?
+            .is_some()
+        {
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(None)
+    }
+
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError> {
+        apply::apply(&self.client, &self.namespace, documents).await
+    }
+
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
+        let list = self
+            .kind_api(kind)
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect())
+    }
+
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError> {
+        self.kind_api(kind)
+            .delete(name, &DeleteParams::default())
+            .await
+            .map_err(api_error)?;
+        Ok(())
+    }
+
+    async fn push_fileset(
+        &self,
+        name: Option<&str>,
+        dir: &Path,
+    ) -> Result<PushedFileset, CliError> {
+        let filesets = self.api::<Fileset>();
+        let options = PackOptions {
+            stageable: true,
+            ..PackOptions::default()
+        };
+        let archive_error = |e: crate::archive::ArchiveError| {
+            CliError::new("invalid_argument", format!("{}: {e}", dir.display()))
+        };
+        let name = match name {
+            Some(name) => name.to_owned(),
+            // The default name is the content's digest, known once it is packed: pack it once
+            // to learn it (a workdir is usually small; `filesets push` names its Fileset).
+            None => {
+                let packing = pack_dir(dir, options.clone()).map_err(archive_error)?;
+                let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+                let mut stream = packing.stream;
+                while let Some(chunk) = stream.next().await {
+                    let chunk = chunk.map_err(|e| {
+                        CliError::new("io_error", format!("packing {}: {e}", dir.display()))
+                    })?;
+                    sha2::Digest::update(&mut hasher, &chunk);
+                }
+                packing.done.wait().await.map_err(archive_error)?;
+                let digest = hex::encode(sha2::Digest::finalize(hasher));
+                format!("workdir-{}", &digest[..12])
+            }
+        };
+        let new_fileset = filesets.get_opt(&name).await.map_err(api_error)?.is_none();
+        if new_fileset {
+            let fileset = Fileset::new(&name, FilesetSpec::default());
+            let params = PostParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            match filesets.create(&params, &fileset).await {
+                Ok(_) => {}
+                // Created meanwhile by another push: push to it all the same.
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(e) => return Err(api_error(e)),
+            }
+        }
+        let pushed = PushedFileset {
+            name: name.clone(),
+            status: FilesetStatus::default(),
+            new_fileset,
+            new_blob: None,
+        };
+        let packing = pack_dir(dir, options).map_err(archive_error)?;
+        let answer = self.data.push(&name, packing.stream).await;
+        let packed = packing.done.wait().await;
+        let content = match (answer, packed) {
+            (Ok(content), Ok(stats)) => {
+                for skipped in &stats.skipped_entries {
+                    eprintln!(
+                        "warning: {} left out of the Fileset: {}: {}",
+                        dir.display(),
+                        skipped.path,
+                        skipped.reason
+                    );
+                }
+                content
+            }
+            // A packing failure reaches the server as a broken body: report its cause.
+            (_, Err(e)) => {
+                self.undo_push(&pushed).await;
+                return Err(archive_error(e));
+            }
+            (Err(e), Ok(_)) => {
+                self.undo_push(&pushed).await;
+                return Err(e);
+            }
+        };
+        Ok(PushedFileset {
+            status: content.content,
+            ..pushed
+        })
+    }
+
+    async fn undo_push(&self, pushed: &PushedFileset) {
+        if pushed.new_fileset {
+            let _ = self
+                .api::<Fileset>()
+                .delete(&pushed.name, &DeleteParams::default())
+                .await;
+        }
+    }
+
+    async fn filesets(&self) -> Result<Vec<Fileset>, CliError> {
+        Ok(self
+            .api::<Fileset>()
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?
+            .items)
+    }
+}
+
+/// An API error as a CLI error, with the API server's words and, for a refused object, the
+/// `Status` with the fields it names.
+pub fn api_error(error: kube::Error) -> CliError {
+    let kube::Error::Api(status) = &error else {
+        return CliError::new("cluster_error", error.to_string());
+    };
+    let code = match status.code {
+        401 => "unauthorized",
+        404 => "not_found",
+        409 => "already_exists",
+        413 => "too_large",
+        // An admission webhook's refusal arrives as 403 too, but it is about the object.
+        403 if status.message.contains("admission webhook") => "invalid_spec",
+        403 => "forbidden",
+        400 | 422 => "invalid_spec",
+        _ => "cluster_error",
+    };
+    let details = status
+        .details
+        .as_ref()
+        .filter(|d| !d.causes.is_empty())
+        .and_then(|d| serde_json::to_value(&d.causes).ok())
+        .map(|causes| ("causes", causes));
+    CliError {
+        code,
+        message: status.message.clone(),
+        details,
+    }
+}
+
+fn phase(execution: &AgentExecution) -> Option<Phase> {
+    execution.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The execution in the same shape as a local record, so both backends answer alike.
+pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRecord {
+    let status = execution.status.clone().unwrap_or_default();
+    let outcome = Outcome::of_status(&status);
+    ExecutionRecord {
+        schema_version: crate::local::RECORD_SCHEMA_VERSION,
+        name: execution.metadata.name.clone().unwrap_or_default(),
+        namespace: execution.metadata.namespace.clone().unwrap_or_default(),
+        uid: execution.metadata.uid.clone().unwrap_or_default(),
+        agent: status.agent.clone().unwrap_or_default(),
+        phase: status.phase.unwrap_or(Phase::Pending),
+        reason: outcome.as_ref().map(|o| o.reason.as_str().to_owned()),
+        message: status.message.clone(),
+        response: None,
+        exit_code: status.exit_code,
+        timed_out: outcome
+            .as_ref()
+            .is_some_and(|o| o.reason == crate::api::contract::Reason::DeadlineExceeded),
+        created_at: execution
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or_else(jiff::Timestamp::now, |t| t.0),
+        started_at: status.start_time.as_ref().map(|t| t.0),
+        completed_at: status.completion_time.as_ref().map(|t| t.0),
+        results: status.results.clone(),
+        snapshot_digest: status
+            .snapshot
+            .map(|SnapshotRef { digest, .. }| digest)
+            .unwrap_or_default(),
+        store: store.unwrap_or_default().to_owned(),
+        cancel_requested: execution.spec.cancel,
+        inherit_env: false,
+        supervisor: None,
+    }
+}
