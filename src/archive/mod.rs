@@ -1,6 +1,7 @@
-//! Directory trees as `tar.gz`: deterministic, parallel, streaming packing, and extraction that
-//! never writes outside its root.
+//! Directory trees as `tar.gz`: deterministic, parallel, streaming packing, extraction that
+//! never writes outside its root, and the same rules checked without extracting.
 
+mod check;
 mod gzip;
 mod pack;
 mod readahead;
@@ -12,6 +13,7 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
+pub use check::{CheckLimits, CheckStats, check_tar_gz};
 pub use pack::{PackDone, PackItem, PackStats, Packing, list_dir, pack_dir, pack_items};
 pub use unpack::{Selection, UnpackStats, Unpacker};
 

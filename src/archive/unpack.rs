@@ -23,7 +23,7 @@ use super::ArchiveError;
 use super::readahead::ReadAhead;
 
 /// Symbolic links followed while checking where a link leads, as Linux's own limit.
-const MAX_LINK_HOPS: usize = 40;
+pub(super) const MAX_LINK_HOPS: usize = 40;
 
 /// Which part of an archive to extract, and where under the root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -65,8 +65,37 @@ fn relative_components(what: &'static str, value: &str) -> Result<Vec<OsString>,
     archive_components(value.as_bytes()).map_err(|_| invalid("must not contain '..'"))
 }
 
+/// Refuses a symbolic link target that is empty, absolute, or leads above the root from a link
+/// `depth` directories below it (checked lexically; chains are checked over the finished tree).
+pub(super) fn check_link_target(depth: usize, target: &[u8]) -> Result<(), String> {
+    if target.is_empty() {
+        return Err("symbolic link with an empty target".into());
+    }
+    if target[0] == b'/' {
+        return Err(format!(
+            "symbolic link target {} is absolute",
+            String::from_utf8_lossy(target)
+        ));
+    }
+    let mut depth = depth;
+    for part in target.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." if depth == 0 => {
+                return Err(format!(
+                    "symbolic link target {} leads outside the extraction root",
+                    String::from_utf8_lossy(target)
+                ));
+            }
+            b".." => depth -= 1,
+            _ => depth += 1,
+        }
+    }
+    Ok(())
+}
+
 /// The components of an archive path; refuses absolute paths and `..`.
-fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {
+pub(super) fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {
     if raw.first() == Some(&b'/') {
         return Err("absolute paths are not allowed".into());
     }
@@ -386,31 +415,7 @@ impl Unpacker {
         target: &[u8],
         archive: &str,
     ) -> Result<(), EntryError> {
-        if target.is_empty() {
-            return Err(EntryError::Refused(
-                "symbolic link with an empty target".into(),
-            ));
-        }
-        if target[0] == b'/' {
-            return Err(EntryError::Refused(format!(
-                "symbolic link target {} is absolute",
-                String::from_utf8_lossy(target)
-            )));
-        }
-        let mut depth = dest.len().saturating_sub(1);
-        for part in target.split(|&b| b == b'/') {
-            match part {
-                b"" | b"." => {}
-                b".." if depth == 0 => {
-                    return Err(EntryError::Refused(format!(
-                        "symbolic link target {} leads outside the extraction root",
-                        String::from_utf8_lossy(target)
-                    )));
-                }
-                b".." => depth -= 1,
-                _ => depth += 1,
-            }
-        }
+        check_link_target(dest.len().saturating_sub(1), target).map_err(EntryError::Refused)?;
         let path = self.prepare_leaf(dest)?;
         self.clear(&path)?;
         std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)?;

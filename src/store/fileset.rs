@@ -1,4 +1,4 @@
-//! Pushing a directory as a fileset: a content-addressed `tar.gz` blob.
+//! Pushing a directory as a fileset: a content-addressed `tar.gz` blob, streamed to a temporary key and moved to its address once its digest is known.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,25 +33,47 @@ impl Store {
         namespace: &str,
         dir: &Path,
     ) -> Result<PushedFileset, StoreError> {
-        let upload_key = keys::fileset_upload(namespace, &upload_token())?;
+        let upload_key = fileset_upload_key(namespace)?;
         let packing = archive::pack_dir(dir)?;
         let uploaded = self.put_new(&upload_key, packing.stream).await;
         // A packing failure surfaces in the upload as a broken body; report the cause.
         let stats = packing.done.wait().await?;
         let info = uploaded?;
-
-        let key = keys::fileset(namespace, &info.sha256)?;
-        if self.exists(&key).await? {
-            self.delete(&upload_key).await?;
-        } else {
-            self.rename(&upload_key, &key).await?;
-        }
+        let key = self
+            .place_fileset_upload(namespace, &upload_key, &info.sha256)
+            .await?;
         Ok(PushedFileset {
             key,
             digest: info.sha256,
             size: info.size,
             file_count: stats.files,
         })
+    }
+}
+
+/// A new key to stream a fileset blob of `namespace` to before its digest is known, which no
+/// concurrent push in this or another process shares.
+pub fn fileset_upload_key(namespace: &str) -> Result<String, StoreError> {
+    Ok(keys::fileset_upload(namespace, &upload_token())?)
+}
+
+impl Store {
+    /// Moves the complete blob at `upload_key` (from [`fileset_upload_key`]) to its content
+    /// address `filesets/<namespace>/<sha256>.tar.gz` and returns that key. A blob already there
+    /// has the same bytes, so the upload is dropped instead.
+    pub async fn place_fileset_upload(
+        &self,
+        namespace: &str,
+        upload_key: &str,
+        sha256: &str,
+    ) -> Result<String, StoreError> {
+        let key = keys::fileset(namespace, sha256)?;
+        if self.exists(&key).await? {
+            self.delete(upload_key).await?;
+        } else {
+            self.rename(upload_key, &key).await?;
+        }
+        Ok(key)
     }
 }
 

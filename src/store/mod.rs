@@ -30,14 +30,14 @@ use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions,
+    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions,
     PutPayload, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-pub use fileset::PushedFileset;
+pub use fileset::{PushedFileset, fileset_upload_key};
 pub use presign::PresignedSigner;
 pub use transfer::{BlobSource, ResultSink, StoreResults};
 
@@ -185,8 +185,8 @@ impl BlobBody {
     }
 }
 
-/// Reads a file in large blocks on the blocking pool.
-fn file_stream(file: std::fs::File) -> ByteStream {
+/// Reads a file (or a part of one) in large blocks on the blocking pool.
+fn file_stream(file: impl io::Read + Send + 'static) -> ByteStream {
     const BLOCK: usize = 1024 * 1024;
     futures::stream::try_unfold(Some(file), |file| async move {
         let Some(mut file) = file else {
@@ -447,6 +447,39 @@ impl Store {
             GetResultPayload::Stream(stream) => {
                 BlobBody::Stream(stream.map_err(io::Error::other).boxed())
             }
+        })
+    }
+
+    /// Bytes `range` of the object at `key` (all of it without a range). The range must lie
+    /// inside the object.
+    pub async fn get_range(
+        &self,
+        key: &str,
+        range: Option<std::ops::Range<u64>>,
+    ) -> Result<ByteStream, StoreError> {
+        let path = object_path(key)?;
+        let options = GetOptions {
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        };
+        let result = self
+            .inner
+            .get_opts(&path, options)
+            .await
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => StoreError::NotFound {
+                    key: key.to_owned(),
+                },
+                source => backend("get", key, source),
+            })?;
+        let range = result.range.clone();
+        Ok(match result.payload {
+            GetResultPayload::File(mut file, _) => {
+                io::Seek::seek(&mut file, io::SeekFrom::Start(range.start))
+                    .map_err(|source| body_error(key, source))?;
+                file_stream(file.take(range.end - range.start))
+            }
+            GetResultPayload::Stream(stream) => stream.map_err(io::Error::other).boxed(),
         })
     }
 
