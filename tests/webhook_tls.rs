@@ -15,7 +15,7 @@ use errand::cluster::metrics::MetricsRegistry;
 use errand::resolve::{InMemoryCatalog, InvalidSpec, RunLimits, Snapshot, resolve_execution};
 use errand::webhook::metrics::AdmissionMetrics;
 use errand::webhook::server::{self, Admission, Resolver, VALIDATE_PATH};
-use errand::webhook::{certs, tls};
+use errand::cluster::serving::{certs, tls};
 
 const SERVICE_NAME: &str = "errand-webhook.errand-system.svc";
 
