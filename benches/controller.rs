@@ -304,7 +304,9 @@ fn start_controller(
         serve_blobs: blobs.map(|_| signer),
         listen: blobs,
         leader_election: None,
+        certificates: None,
         webhook: None,
+        data_api: None,
         instance: "bench".into(),
     };
     tokio::spawn(async move {

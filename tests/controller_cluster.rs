@@ -78,7 +78,9 @@ impl Harness {
             )),
             serve_blobs: None,
             listen: None,
+            certificates: None,
             webhook: None,
+            data_api: None,
             leader_election: None,
             instance: format!("test-{}", self.namespace.name()),
         };

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::api::data::DATA_API_SERVICE;
+use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::controller::config::ControllerConfig;
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::runner::signals::stop_signal;
@@ -12,7 +13,6 @@ use crate::serve::leader::LeaseSettings;
 use crate::serve::{ServeOptions, run};
 use crate::store::Store;
 use crate::store::grants::{HmacSigner, UrlSigner};
-use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::webhook::WebhookOptions;
 
 use super::CliError;

@@ -43,7 +43,9 @@ pub enum ConfigError {
     )]
     NoClientCa,
     /// A list entry is not a JSON list of strings.
-    #[error("{FRONT_PROXY_NAMESPACE}/{FRONT_PROXY_CONFIG_MAP}: {key} is not a JSON list of strings: {reason}")]
+    #[error(
+        "{FRONT_PROXY_NAMESPACE}/{FRONT_PROXY_CONFIG_MAP}: {key} is not a JSON list of strings: {reason}"
+    )]
     NotAList {
         /// The key.
         key: &'static str,
@@ -118,8 +120,7 @@ pub fn authenticate(
     headers: &HeaderMap,
 ) -> Result<UserInfo, Unauthenticated> {
     let common_name = common_name.ok_or(Unauthenticated::NoClientCertificate)?;
-    if !config.allowed_names.is_empty() && !config.allowed_names.iter().any(|n| n == common_name)
-    {
+    if !config.allowed_names.is_empty() && !config.allowed_names.iter().any(|n| n == common_name) {
         return Err(Unauthenticated::NameNotAllowed(common_name.to_owned()));
     }
     let values = |names: &[String]| -> Vec<String> {
@@ -169,7 +170,11 @@ fn percent_decode(text: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(high), Some(low)) => {
                 out.push((high * 16 + low) as u8);
                 i += 3;
@@ -191,12 +196,30 @@ mod tests {
 
     fn config() -> FrontProxyConfig {
         let data = BTreeMap::from([
-            ("requestheader-client-ca-file".to_owned(), "-----BEGIN CERTIFICATE-----\n".to_owned()),
-            ("requestheader-allowed-names".to_owned(), r#"["front-proxy-client"]"#.to_owned()),
-            ("requestheader-username-headers".to_owned(), r#"["X-Remote-User"]"#.to_owned()),
-            ("requestheader-group-headers".to_owned(), r#"["X-Remote-Group"]"#.to_owned()),
-            ("requestheader-extra-headers-prefix".to_owned(), r#"["X-Remote-Extra-"]"#.to_owned()),
-            ("requestheader-uid-headers".to_owned(), r#"["X-Remote-Uid"]"#.to_owned()),
+            (
+                "requestheader-client-ca-file".to_owned(),
+                "-----BEGIN CERTIFICATE-----\n".to_owned(),
+            ),
+            (
+                "requestheader-allowed-names".to_owned(),
+                r#"["front-proxy-client"]"#.to_owned(),
+            ),
+            (
+                "requestheader-username-headers".to_owned(),
+                r#"["X-Remote-User"]"#.to_owned(),
+            ),
+            (
+                "requestheader-group-headers".to_owned(),
+                r#"["X-Remote-Group"]"#.to_owned(),
+            ),
+            (
+                "requestheader-extra-headers-prefix".to_owned(),
+                r#"["X-Remote-Extra-"]"#.to_owned(),
+            ),
+            (
+                "requestheader-uid-headers".to_owned(),
+                r#"["X-Remote-Uid"]"#.to_owned(),
+            ),
         ]);
         FrontProxyConfig::from_config_map(&data).unwrap()
     }
@@ -236,7 +259,10 @@ mod tests {
             user.extra,
             BTreeMap::from([
                 ("example.com/team".to_owned(), vec!["a".to_owned()]),
-                ("scopes".to_owned(), vec!["read".to_owned(), "write".to_owned()]),
+                (
+                    "scopes".to_owned(),
+                    vec!["read".to_owned(), "write".to_owned()]
+                ),
             ])
         );
     }
@@ -253,7 +279,11 @@ mod tests {
             Err(Unauthenticated::NameNotAllowed("someone-else".into()))
         );
         assert!(matches!(
-            authenticate(&config(), Some("front-proxy-client"), &headers(&[("X-Remote-Group", "g")])),
+            authenticate(
+                &config(),
+                Some("front-proxy-client"),
+                &headers(&[("X-Remote-Group", "g")])
+            ),
             Err(Unauthenticated::NoUsername(_))
         ));
         let any_name = FrontProxyConfig {
@@ -261,7 +291,9 @@ mod tests {
             ..config()
         };
         assert_eq!(
-            authenticate(&any_name, Some("anyone"), &alice).unwrap().username,
+            authenticate(&any_name, Some("anyone"), &alice)
+                .unwrap()
+                .username,
             "alice"
         );
     }
@@ -274,11 +306,17 @@ mod tests {
         );
         let data = BTreeMap::from([
             ("requestheader-client-ca-file".to_owned(), "pem".to_owned()),
-            ("requestheader-allowed-names".to_owned(), "front-proxy-client".to_owned()),
+            (
+                "requestheader-allowed-names".to_owned(),
+                "front-proxy-client".to_owned(),
+            ),
         ]);
         assert!(matches!(
             FrontProxyConfig::from_config_map(&data),
-            Err(ConfigError::NotAList { key: "requestheader-allowed-names", .. })
+            Err(ConfigError::NotAList {
+                key: "requestheader-allowed-names",
+                ..
+            })
         ));
     }
 

@@ -117,17 +117,41 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| (r["name"].as_str().unwrap().to_owned(), r["verbs"].clone(), r["kind"].clone()))
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap().to_owned(),
+                    r["verbs"].clone(),
+                    r["kind"].clone(),
+                )
+            })
             .collect();
         assert_eq!(
             verbs,
             vec![
-                ("agentexecutions".into(), json!(["get"]), json!("AgentExecutionResults")),
-                ("agentexecutions/results".into(), json!(["get"]), json!("AgentExecutionResults")),
+                (
+                    "agentexecutions".into(),
+                    json!(["get"]),
+                    json!("AgentExecutionResults")
+                ),
+                (
+                    "agentexecutions/results".into(),
+                    json!(["get"]),
+                    json!("AgentExecutionResults")
+                ),
                 ("filesets".into(), json!(["get"]), json!("FilesetContent")),
-                ("filesets/content".into(), json!(["get", "update"]), json!("FilesetContent")),
+                (
+                    "filesets/content".into(),
+                    json!(["get", "update"]),
+                    json!("FilesetContent")
+                ),
             ]
         );
-        assert!(list["resources"].as_array().unwrap().iter().all(|r| r["namespaced"] == true));
+        assert!(
+            list["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["namespaced"] == true)
+        );
     }
 }

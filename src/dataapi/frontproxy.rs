@@ -50,9 +50,12 @@ pub enum FrontProxyError {
     Ca(String),
 }
 
+/// Settings in use and the client-certificate check built from them.
+type Loaded = (Arc<FrontProxyConfig>, Arc<dyn ClientCertVerifier>);
+
 /// The current settings and the client-certificate check built from them.
 pub struct FrontProxy {
-    current: RwLock<Option<(Arc<FrontProxyConfig>, Arc<dyn ClientCertVerifier>)>>,
+    current: RwLock<Option<Loaded>>,
     algorithms: WebPkiSupportedAlgorithms,
     loaded: watch::Sender<bool>,
 }
@@ -105,8 +108,10 @@ impl FrontProxy {
         .allow_unauthenticated()
         .build()
         .map_err(|e| FrontProxyError::Ca(e.to_string()))?;
-        *self.current.write().expect("no panics while holding the lock") =
-            Some((Arc::new(config), verifier));
+        *self
+            .current
+            .write()
+            .expect("no panics while holding the lock") = Some((Arc::new(config), verifier));
         self.loaded.send_replace(true);
         Ok(())
     }

@@ -23,8 +23,8 @@ use super::route::{self, Action, ObjectRequest, Route};
 use super::status::{Refusal, Subject};
 use super::upload::{self, UploadLimits};
 use crate::api::data::{
-    AgentExecutionResults, CONTENT_KIND, DATA_API_VERSION, EXECUTIONS_RESOURCE,
-    FILESETS_RESOURCE, FilesetContent, TAR_GZ_CONTENT_TYPE,
+    AgentExecutionResults, CONTENT_KIND, DATA_API_VERSION, EXECUTIONS_RESOURCE, FILESETS_RESOURCE,
+    FilesetContent, TAR_GZ_CONTENT_TYPE,
 };
 use crate::api::{AgentExecution, Fileset};
 use crate::store::keys::{self, ExecutionId};
@@ -216,8 +216,7 @@ impl DataApi {
             Vec::new()
         } else {
             let id = execution_id(&execution, object);
-            let prefix =
-                keys::results_prefix(&id).map_err(|e| Refusal::internal(e.to_string()))?;
+            let prefix = keys::results_prefix(&id).map_err(|e| Refusal::internal(e.to_string()))?;
             self.store
                 .list(&prefix)
                 .await
@@ -323,11 +322,7 @@ impl DataApi {
         if status == StatusCode::PARTIAL_CONTENT {
             builder = builder.header(
                 header::CONTENT_RANGE,
-                header_value(&format!(
-                    "bytes {}-{}/{size}",
-                    range.start,
-                    range.end - 1
-                )),
+                header_value(&format!("bytes {}-{}/{size}", range.start, range.end - 1)),
             );
         }
         if download.head || range.is_empty() {
@@ -339,9 +334,9 @@ impl DataApi {
             .get_range(download.key, (!whole).then_some(range))
             .await
             .map_err(|e| match e {
-                StoreError::NotFound { key } => Refusal::internal(format!(
-                    "{key} is recorded but missing from the store"
-                )),
+                StoreError::NotFound { key } => {
+                    Refusal::internal(format!("{key} is recorded but missing from the store"))
+                }
                 e => Refusal::internal(format!("reading from the store: {e}")),
             })?;
         let body = StreamBody::new(stream.map_ok(Frame::data));

@@ -88,7 +88,9 @@ impl Objects for ClusterObjects {
             Api::<Fileset>::namespaced(self.client.clone(), namespace)
                 .get_opt(name)
                 .await
-                .map_err(ApiError::during(format!("reading Fileset {namespace}/{name}")))
+                .map_err(ApiError::during(format!(
+                    "reading Fileset {namespace}/{name}"
+                )))
         })
     }
 

@@ -68,7 +68,9 @@ pub fn plan(size: u64, tag: Option<&str>, asked: Asked<'_>) -> Plan {
     let number = |text: &str| text.trim().parse::<u64>().ok();
     let (start, end) = match (first.trim().is_empty(), number(first), number(last)) {
         // `bytes=-N`: the last N bytes.
-        (true, _, Some(suffix)) if suffix > 0 => (size.saturating_sub(suffix), size.saturating_sub(1)),
+        (true, _, Some(suffix)) if suffix > 0 => {
+            (size.saturating_sub(suffix), size.saturating_sub(1))
+        }
         (true, _, _) => return Plan::Full,
         (false, Some(start), None) if last.trim().is_empty() => (start, size.saturating_sub(1)),
         (false, Some(start), Some(end)) if end >= start => (start, end.min(size.saturating_sub(1))),
@@ -101,9 +103,19 @@ mod tests {
         assert_eq!(ranged("bytes=90-"), Plan::Partial { start: 90, end: 99 });
         assert_eq!(ranged("bytes=-10"), Plan::Partial { start: 90, end: 99 });
         assert_eq!(ranged("bytes=-1000"), Plan::Partial { start: 0, end: 99 });
-        assert_eq!(ranged("bytes=50-1000"), Plan::Partial { start: 50, end: 99 });
+        assert_eq!(
+            ranged("bytes=50-1000"),
+            Plan::Partial { start: 50, end: 99 }
+        );
         assert_eq!(ranged("bytes=100-"), Plan::Unsatisfiable);
-        for ignored in ["bytes=0-1,5-6", "items=0-1", "bytes=9-3", "bytes=x-", "bytes=-0", "bytes=-"] {
+        for ignored in [
+            "bytes=0-1,5-6",
+            "items=0-1",
+            "bytes=9-3",
+            "bytes=x-",
+            "bytes=-0",
+            "bytes=-",
+        ] {
             assert_eq!(ranged(ignored), Plan::Full, "{ignored}");
         }
         assert_eq!(plan(100, None, Asked::default()), Plan::Full);
@@ -123,13 +135,20 @@ mod tests {
             if_range: Some("\"abc\""),
             ..Asked::default()
         };
-        assert_eq!(plan(100, Some(&tag), resumed), Plan::Partial { start: 10, end: 99 });
+        assert_eq!(
+            plan(100, Some(&tag), resumed),
+            Plan::Partial { start: 10, end: 99 }
+        );
         let changed = Asked {
             if_range: Some("\"other\""),
             ..resumed
         };
         assert_eq!(plan(100, Some(&tag), changed), Plan::Full);
-        assert_eq!(plan(100, None, resumed), Plan::Full, "no tag yet: no resume");
+        assert_eq!(
+            plan(100, None, resumed),
+            Plan::Full,
+            "no tag yet: no resume"
+        );
         assert_eq!(plan(100, None, current), Plan::Full);
     }
 }

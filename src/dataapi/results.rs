@@ -108,12 +108,17 @@ pub fn find<'a>(
             ),
         }
     } else {
-        let phase = listing.phase.map_or("Pending".to_owned(), |p| format!("{p:?}"));
+        let phase = listing
+            .phase
+            .map_or("Pending".to_owned(), |p| format!("{p:?}"));
         let known = if ResultName::parse(name).is_some() {
             format!("result {name:?} is not saved yet")
         } else {
             let all: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
-            format!("there is no result {name:?} (results are {})", all.join(", "))
+            format!(
+                "there is no result {name:?} (results are {})",
+                all.join(", ")
+            )
         };
         let so_far = match saved.as_slice() {
             [] => "none is saved yet".to_owned(),
@@ -170,7 +175,11 @@ mod tests {
     fn an_ended_run_lists_its_recorded_results_with_their_digests() {
         let done = execution(
             Some(Phase::Succeeded),
-            &[("input_workdir", 30), ("run_result", 313), ("manifest.json", 732)],
+            &[
+                ("input_workdir", 30),
+                ("run_result", 313),
+                ("manifest.json", 732),
+            ],
         );
         let listing = listing(&done, &stored(&["input_workdir", "stray"]));
         assert!(listing.complete);
@@ -238,7 +247,11 @@ mod tests {
             "execution \"calc\" is Running: result \"output_workdir\" is not saved yet; saved so far: input_workdir"
         );
         let starting = listing_of(execution(None, &[]));
-        let message = find(&starting, "bogus").unwrap_err().status.message.unwrap();
+        let message = find(&starting, "bogus")
+            .unwrap_err()
+            .status
+            .message
+            .unwrap();
         assert!(message.starts_with("execution \"calc\" is Pending: there is no result \"bogus\" (results are input_workdir, "), "{message}");
         assert!(message.ends_with("none is saved yet"), "{message}");
     }

@@ -127,9 +127,16 @@ pub fn route(method: &str, path: &str) -> Result<Route, Refusal> {
         ["apis"] => read_only(Route::Discovery(Discovery::Groups)),
         ["apis", DATA_GROUP] => read_only(Route::Discovery(Discovery::Group)),
         ["apis", DATA_GROUP, DATA_VERSION] => read_only(Route::Discovery(Discovery::Resources)),
-        ["apis", DATA_GROUP, DATA_VERSION, "namespaces", namespace, resource, name, rest @ ..]
-            if !namespace.is_empty() && !name.is_empty() =>
-        {
+        [
+            "apis",
+            DATA_GROUP,
+            DATA_VERSION,
+            "namespaces",
+            namespace,
+            resource,
+            name,
+            rest @ ..,
+        ] if !namespace.is_empty() && !name.is_empty() => {
             let action = match (*resource, rest) {
                 (EXECUTIONS_RESOURCE, []) => Action::ListResults { subresource: false },
                 (EXECUTIONS_RESOURCE, [RESULTS_SUBRESOURCE]) => {
@@ -194,14 +201,24 @@ mod tests {
     fn each_object_path_has_the_attributes_the_api_server_authorized() {
         let cases = [
             ("GET", "agentexecutions/calc", "get", "agentexecutions"),
-            ("GET", "agentexecutions/calc/results", "get", "agentexecutions/results"),
+            (
+                "GET",
+                "agentexecutions/calc/results",
+                "get",
+                "agentexecutions/results",
+            ),
             (
                 "GET",
                 "agentexecutions/calc/results/output_workdir",
                 "get",
                 "agentexecutions/results",
             ),
-            ("HEAD", "agentexecutions/calc/results/run_result", "get", "agentexecutions/results"),
+            (
+                "HEAD",
+                "agentexecutions/calc/results/run_result",
+                "get",
+                "agentexecutions/results",
+            ),
             ("GET", "filesets/src", "get", "filesets"),
             ("GET", "filesets/src/content", "get", "filesets/content"),
             ("PUT", "filesets/src/content", "update", "filesets/content"),

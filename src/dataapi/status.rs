@@ -9,8 +9,8 @@ use crate::api::data::DATA_GROUP;
 pub struct Refusal {
     /// The HTTP status code.
     pub code: u16,
-    /// The `Status` object.
-    pub status: Status,
+    /// The `Status` object (boxed: a refusal travels in every `Err`).
+    pub status: Box<Status>,
 }
 
 /// What a refusal is about: a resource of the data API and an object name.
@@ -38,14 +38,14 @@ impl Refusal {
         });
         Refusal {
             code,
-            status: Status {
+            status: Box::new(Status {
                 code: Some(i32::from(code)),
                 details,
                 message: Some(message.into()),
                 reason: Some(reason.to_owned()),
                 status: Some("Failure".to_owned()),
                 ..Status::default()
-            },
+            }),
         }
     }
 
@@ -164,7 +164,11 @@ mod tests {
             resource: "filesets",
             name: "src",
         };
-        let refusal = Refusal::invalid(subject.clone(), "entry \"../x\" is refused", Some("../x".into()));
+        let refusal = Refusal::invalid(
+            subject.clone(),
+            "entry \"../x\" is refused",
+            Some("../x".into()),
+        );
         let causes = refusal.status.details.unwrap().causes.unwrap();
         assert_eq!(causes[0].field.as_deref(), Some("../x"));
         assert_eq!(refusal.code, 422);

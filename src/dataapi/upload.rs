@@ -57,7 +57,11 @@ pub(super) struct CommitLocks(Vec<tokio::sync::Mutex<()>>);
 
 impl Default for CommitLocks {
     fn default() -> Self {
-        CommitLocks((0..COMMIT_STRIPES).map(|_| tokio::sync::Mutex::default()).collect())
+        CommitLocks(
+            (0..COMMIT_STRIPES)
+                .map(|_| tokio::sync::Mutex::default())
+                .collect(),
+        )
     }
 }
 
@@ -99,23 +103,35 @@ where
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limits.max_bytes) {
-        return Err(refusal(object, fileset, Failure::TooLarge, limits.max_bytes));
+        return Err(refusal(
+            object,
+            fileset,
+            Failure::TooLarge,
+            limits.max_bytes,
+        ));
     }
     let namespace = &object.namespace;
-    let upload_key =
-        fileset_upload_key(namespace).map_err(|e| Refusal::internal(e.to_string()))?;
+    let upload_key = fileset_upload_key(namespace).map_err(|e| Refusal::internal(e.to_string()))?;
     let (to_check, checked) = mpsc::channel(CHECK_QUEUE);
     let archive = format!("the upload to Fileset {namespace}/{}", object.name);
     let checker = tokio::task::spawn_blocking(move || {
         check_tar_gz(ChannelReader::new(checked), &archive, limits.archive)
     });
     let abort = Arc::new(Mutex::new(None));
-    let body = tee(request.into_body(), to_check, limits.max_bytes, Arc::clone(&abort));
+    let body = tee(
+        request.into_body(),
+        to_check,
+        limits.max_bytes,
+        Arc::clone(&abort),
+    );
     let uploaded = api.store.put_new(&upload_key, body).await;
     let verdict = checker
         .await
         .map_err(|e| Refusal::internal(format!("checking the upload: {e}")))?;
-    let abort = abort.lock().expect("no panics while holding the lock").take();
+    let abort = abort
+        .lock()
+        .expect("no panics while holding the lock")
+        .take();
     let accepted = match judge(abort, uploaded, verdict) {
         Ok(accepted) => Ok(accepted),
         Err(failure) => Err(refusal(object, fileset, failure, limits.max_bytes)),

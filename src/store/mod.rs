@@ -30,8 +30,8 @@ use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions,
-    PutPayload, WriteMultipart,
+    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme,
+    PutMode, PutOptions, PutPayload, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

@@ -254,26 +254,25 @@ async fn shared_material(
         let fresh = certs::generate(&names, now)?;
         let written = match existing {
             None => {
-                let secret =
-                    Secret {
-                        metadata: ObjectMeta {
-                            name: Some(settings.secret.clone()),
-                            namespace: Some(settings.namespace.clone()),
-                            annotations: Some(fresh.annotations()),
-                            labels: Some(
-                                [(
-                                    "app.kubernetes.io/component".to_owned(),
-                                    "controller".to_owned(),
-                                )]
-                                .into(),
-                            ),
-                            owner_references: Some(owners.clone()),
-                            ..ObjectMeta::default()
-                        },
-                        type_: Some("kubernetes.io/tls".to_owned()),
-                        data: Some(fresh.secret_data()),
-                        ..Secret::default()
-                    };
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(settings.secret.clone()),
+                        namespace: Some(settings.namespace.clone()),
+                        annotations: Some(fresh.annotations()),
+                        labels: Some(
+                            [(
+                                "app.kubernetes.io/component".to_owned(),
+                                "controller".to_owned(),
+                            )]
+                            .into(),
+                        ),
+                        owner_references: Some(owners.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some("kubernetes.io/tls".to_owned()),
+                    data: Some(fresh.secret_data()),
+                    ..Secret::default()
+                };
                 api.create(&PostParams::default(), &secret).await
             }
             Some(mut secret) => {
