@@ -24,7 +24,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use sha2::{Digest, Sha256};
+use support::archive::{sha256_hex, tar_gz};
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, wait_for};
 
@@ -764,26 +764,6 @@ fn raw_as(user: &str, path: &str) -> Output {
     tool("kubectl", &["get", "--raw", path, "--as", user])
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// A `tar.gz` of one entry at `path` (written raw, so a hostile path stays as it is).
-fn tar_gz_of(path: &str, content: &[u8]) -> Vec<u8> {
-    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
-        Vec::new(),
-        flate2::Compression::fast(),
-    ));
-    let mut header = tar::Header::new_gnu();
-    header.set_entry_type(tar::EntryType::Regular);
-    header.set_mode(0o644);
-    header.set_size(content.len() as u64);
-    header.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
-    header.set_cksum();
-    builder.append(&header, content).unwrap();
-    builder.into_inner().unwrap().finish().unwrap()
-}
-
 /// Sends `request` as the client's user; the status, headers and body.
 async fn send(client: &Client, request: http::Request<Vec<u8>>) -> http::Response<Bytes> {
     let response = client
@@ -1006,7 +986,7 @@ async fn data_api_serves_tenants_by_their_rbac(
         .await
         .unwrap();
     let content = format!("/apis/data.errand.dev/v1alpha1/namespaces/{team}/filesets/src/content");
-    let archive = tar_gz_of("main.py", b"print(12 * 8)\n");
+    let archive = tar_gz(&[("main.py", b"print(12 * 8)\n")]);
     let put = |user: &'static str, body: Vec<u8>| {
         let content = content.clone();
         async move {
@@ -1034,7 +1014,7 @@ async fn data_api_serves_tenants_by_their_rbac(
     assert_eq!(downloaded.stdout, archive, "{}", text(&downloaded));
     let refused = put("alice", archive.clone()).await;
     assert_eq!(refused.status(), 403, "{:?}", refused.body());
-    let hostile = put("carol", tar_gz_of("../escape", b"x")).await;
+    let hostile = put("carol", tar_gz(&[("../escape", b"x")])).await;
     assert_eq!(hostile.status(), 422, "{:?}", hostile.body());
     let message = String::from_utf8_lossy(hostile.body()).into_owned();
     assert!(

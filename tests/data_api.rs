@@ -1,5 +1,7 @@
 //! The data API's request handling against a real file store, with the cluster's objects and authorizer in memory: listings, downloads with ranges and entity tags, every refusal of the list (401, 403, 404 naming the valid results, 413, 422 naming the entry, an interrupted upload), concurrent pushes, and the front proxy's client certificate checked in a real TLS handshake.
 
+mod support;
+
 use std::collections::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -12,7 +14,6 @@ use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessReviewStatus};
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use errand::api::{
     AgentExecution, AgentExecutionStatus, Fileset, FilesetStatus, Phase, ResultEntry,
@@ -25,6 +26,7 @@ use errand::dataapi::handler::{DataApi, ResponseBody};
 use errand::dataapi::objects::{Authorizer, Objects};
 use errand::store::Store;
 use errand::store::keys::{self, ExecutionId, ResultName};
+use support::archive::{sha256_hex, tar_gz};
 
 const FRONT_PROXY: &str = "front-proxy-client";
 const NS: &str = "team-a";
@@ -325,28 +327,6 @@ impl Answer {
     fn message(&self) -> String {
         self.json()["message"].as_str().unwrap().to_owned()
     }
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
-}
-
-/// A `tar.gz` of `(path, content)` regular files (paths written raw, hostile ones too).
-fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
-        Vec::new(),
-        flate2::Compression::fast(),
-    ));
-    for (path, content) in files {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Regular);
-        header.set_mode(0o644);
-        header.set_size(content.len() as u64);
-        header.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
-        header.set_cksum();
-        builder.append(&header, *content).unwrap();
-    }
-    builder.into_inner().unwrap().finish().unwrap()
 }
 
 #[tokio::test]

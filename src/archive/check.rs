@@ -7,7 +7,7 @@
 //! at the end, along every chain of links; hard links only to a regular file already in the
 //! tree. A limit on entries and on content bytes bounds what one check may cost.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -17,7 +17,7 @@ use flate2::read::MultiGzDecoder;
 use tar::EntryType;
 
 use super::ArchiveError;
-use super::unpack::{MAX_LINK_HOPS, archive_components, check_link_target};
+use super::unpack::{archive_components, check_link_target, skip_entry_type, walk_link};
 
 /// What one check may cost: entries and bytes of file content, the same bounds staging
 /// extracts within.
@@ -92,13 +92,8 @@ pub fn check_tar_gz(
             reason,
         };
         let kind = entry.header().entry_type();
-        match kind {
-            EntryType::XGlobalHeader => continue,
-            EntryType::Char | EntryType::Block => {
-                return Err(refuse("device nodes are not allowed".into()));
-            }
-            EntryType::Fifo => return Err(refuse("fifos are not allowed".into())),
-            _ => {}
+        if skip_entry_type(kind).map_err(refuse)? {
+            continue;
         }
         stats.entries += 1;
         stats.bytes += entry.size();
@@ -225,59 +220,17 @@ impl Tree {
     }
 
     /// Follows the link at `link` (if one still stands there) through the tree; fails if the
-    /// walk leaves the root or passes more than [`MAX_LINK_HOPS`] links.
+    /// walk leaves the root or passes more than 40 links (as extraction).
     fn resolves_inside(&self, link: &Path) -> Result<(), String> {
         let Some(Node::Link(target)) = self.nodes.get(link) else {
             return Ok(());
         };
-        let escape = || {
-            format!(
-                "symbolic link {} resolves outside the extraction root",
-                link.display()
-            )
-        };
-        let components = |target: &[u8]| -> Vec<OsString> {
-            Path::new(OsStr::from_bytes(target))
-                .components()
-                .map(|c| c.as_os_str().to_owned())
-                .collect()
-        };
-        let mut resolved: Vec<OsString> = link
-            .parent()
-            .into_iter()
-            .flat_map(Path::components)
-            .map(|c| c.as_os_str().to_owned())
-            .collect();
-        let mut queue: VecDeque<OsString> = components(target).into();
-        let mut hops = 0;
-        while let Some(part) = queue.pop_front() {
-            match part.as_bytes() {
-                b"/" => return Err(escape()),
-                b"" | b"." => {}
-                b".." => {
-                    if resolved.pop().is_none() {
-                        return Err(escape());
-                    }
-                }
-                _ => {
-                    resolved.push(part);
-                    if let Some(Node::Link(next)) = self.nodes.get(&joined(&resolved)) {
-                        hops += 1;
-                        if hops > MAX_LINK_HOPS {
-                            return Err(format!(
-                                "symbolic link {} has too many levels of links",
-                                link.display()
-                            ));
-                        }
-                        resolved.pop();
-                        for c in components(next).into_iter().rev() {
-                            queue.push_front(c);
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
+        walk_link(link, Path::new(OsStr::from_bytes(target)), |here| {
+            Ok(match self.nodes.get(here) {
+                Some(Node::Link(next)) => Some(PathBuf::from(OsStr::from_bytes(next))),
+                _ => None,
+            })
+        })
     }
 }
 

@@ -23,7 +23,7 @@ use super::ArchiveError;
 use super::readahead::ReadAhead;
 
 /// Symbolic links followed while checking where a link leads, as Linux's own limit.
-pub(super) const MAX_LINK_HOPS: usize = 40;
+const MAX_LINK_HOPS: usize = 40;
 
 /// Which part of an archive to extract, and where under the root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,6 +63,73 @@ fn relative_components(what: &'static str, value: &str) -> Result<Vec<OsString>,
         return Err(invalid("must be a relative path"));
     }
     archive_components(value.as_bytes()).map_err(|_| invalid("must not contain '..'"))
+}
+
+/// Follows the symbolic link at `link` (relative to the root) to `target`, and on through every
+/// link on the way, whose target `read_link` gives for a path relative to the root (`None`:
+/// not a link); fails if the walk leaves the root or passes more than [`MAX_LINK_HOPS`] links.
+pub(super) fn walk_link(
+    link: &Path,
+    target: &Path,
+    mut read_link: impl FnMut(&Path) -> Result<Option<PathBuf>, String>,
+) -> Result<(), String> {
+    let escape = || {
+        format!(
+            "symbolic link {} resolves outside the extraction root",
+            link.display()
+        )
+    };
+    let mut resolved: Vec<OsString> = link
+        .parent()
+        .into_iter()
+        .flat_map(Path::components)
+        .map(|c| c.as_os_str().to_owned())
+        .collect();
+    let mut queue: VecDeque<OsString> = target
+        .components()
+        .map(|c| c.as_os_str().to_owned())
+        .collect();
+    let mut hops = 0;
+    while let Some(part) = queue.pop_front() {
+        match part.as_bytes() {
+            b"/" => return Err(escape()),
+            b"" | b"." => {}
+            b".." => {
+                if resolved.pop().is_none() {
+                    return Err(escape());
+                }
+            }
+            _ => {
+                resolved.push(part);
+                let here: PathBuf = resolved.iter().collect();
+                if let Some(next) = read_link(&here)? {
+                    hops += 1;
+                    if hops > MAX_LINK_HOPS {
+                        return Err(format!(
+                            "symbolic link {} has too many levels of links",
+                            link.display()
+                        ));
+                    }
+                    resolved.pop();
+                    for c in next.components().rev() {
+                        queue.push_front(c.as_os_str().to_owned());
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether an entry of type `kind` is skipped (a pax global header carries only metadata
+/// defaults); devices and fifos are refused.
+pub(super) fn skip_entry_type(kind: EntryType) -> Result<bool, String> {
+    match kind {
+        EntryType::XGlobalHeader => Ok(true),
+        EntryType::Char | EntryType::Block => Err("device nodes are not allowed".into()),
+        EntryType::Fifo => Err("fifos are not allowed".into()),
+        _ => Ok(false),
+    }
 }
 
 /// Refuses a symbolic link target that is empty, absolute, or leads above the root from a link
@@ -213,14 +280,8 @@ impl Unpacker {
                 reason,
             };
             let kind = entry.header().entry_type();
-            match kind {
-                // A pax global header carries only metadata defaults.
-                EntryType::XGlobalHeader => continue,
-                EntryType::Char | EntryType::Block => {
-                    return Err(refuse("device nodes are not allowed".into()));
-                }
-                EntryType::Fifo => return Err(refuse("fifos are not allowed".into())),
-                _ => {}
+            if skip_entry_type(kind).map_err(refuse)? {
+                continue;
             }
             let path = archive_components(&raw).map_err(refuse)?;
             let Some((dest, selection_root)) = selection.map(&path) else {
@@ -457,56 +518,16 @@ impl Unpacker {
 
     /// Follows the link at `link` through the extracted tree; fails if the walk leaves the root.
     fn resolves_inside(&self, link: &Path) -> Result<(), String> {
-        let escape = || {
-            format!(
-                "symbolic link {} resolves outside the extraction root",
-                link.display()
-            )
-        };
-        let mut resolved: Vec<OsString> = link
-            .parent()
-            .into_iter()
-            .flat_map(Path::components)
-            .map(|c| c.as_os_str().to_owned())
-            .collect();
         let target = fs::read_link(self.root.join(link)).map_err(|e| e.to_string())?;
-        let mut queue: VecDeque<OsString> = target
-            .components()
-            .map(|c| c.as_os_str().to_owned())
-            .collect();
-        let mut hops = 0;
-        while let Some(part) = queue.pop_front() {
-            match part.as_bytes() {
-                b"/" => return Err(escape()),
-                b"" | b"." => {}
-                b".." => {
-                    if resolved.pop().is_none() {
-                        return Err(escape());
-                    }
-                }
-                _ => {
-                    resolved.push(part);
-                    let here = self.root.join(resolved.iter().collect::<PathBuf>());
-                    let is_link = fs::symlink_metadata(&here)
-                        .map(|m| m.file_type().is_symlink())
-                        .unwrap_or(false);
-                    if is_link {
-                        hops += 1;
-                        if hops > MAX_LINK_HOPS {
-                            return Err(format!(
-                                "symbolic link {} has too many levels of links",
-                                link.display()
-                            ));
-                        }
-                        let next = fs::read_link(&here).map_err(|e| e.to_string())?;
-                        resolved.pop();
-                        for c in next.components().rev() {
-                            queue.push_front(c.as_os_str().to_owned());
-                        }
-                    }
-                }
+        walk_link(link, &target, |here| {
+            let here = self.root.join(here);
+            let is_link = fs::symlink_metadata(&here)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
+            if !is_link {
+                return Ok(None);
             }
-        }
-        Ok(())
+            fs::read_link(&here).map(Some).map_err(|e| e.to_string())
+        })
     }
 }

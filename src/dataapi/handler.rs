@@ -27,6 +27,7 @@ use crate::api::data::{
     FilesetContent, TAR_GZ_CONTENT_TYPE,
 };
 use crate::api::{AgentExecution, Fileset};
+use crate::cluster::ApiError;
 use crate::store::keys::{self, ExecutionId};
 use crate::store::{Store, StoreError};
 
@@ -173,36 +174,27 @@ impl DataApi {
     }
 
     async fn execution(&self, object: &ObjectRequest) -> Result<AgentExecution, Refusal> {
-        self.objects
+        let read = self
+            .objects
             .execution(&object.namespace, &object.name)
-            .await
-            .map_err(|e| Refusal::internal(e.to_string()))?
-            .ok_or_else(|| {
-                Refusal::not_found(
-                    subject(object),
-                    format!(
-                        "AgentExecution {:?} not found in namespace {:?}",
-                        object.name, object.namespace
-                    ),
-                )
-            })
+            .await;
+        found(read, object, || {
+            format!(
+                "AgentExecution {:?} not found in namespace {:?}",
+                object.name, object.namespace
+            )
+        })
     }
 
     pub(super) async fn fileset(&self, object: &ObjectRequest) -> Result<Fileset, Refusal> {
-        self.objects
-            .fileset(&object.namespace, &object.name)
-            .await
-            .map_err(|e| Refusal::internal(e.to_string()))?
-            .ok_or_else(|| {
-                Refusal::not_found(
-                    subject(object),
-                    format!(
-                        "Fileset {:?} not found in namespace {:?}; create it first \
-                         (`errand filesets push` does)",
-                        object.name, object.namespace
-                    ),
-                )
-            })
+        let read = self.objects.fileset(&object.namespace, &object.name).await;
+        found(read, object, || {
+            format!(
+                "Fileset {:?} not found in namespace {:?}; create it first \
+                 (`errand filesets push` does)",
+                object.name, object.namespace
+            )
+        })
     }
 
     /// The execution and its results: recorded ones once it has ended, else what the store
@@ -354,6 +346,17 @@ struct Download<'a> {
     content_type: &'a str,
     file_name: String,
     head: bool,
+}
+
+/// The object `read` found, a 404 about `object` saying `missing` when there is none, or a 500
+/// when the read failed.
+pub(super) fn found<T>(
+    read: Result<Option<T>, ApiError>,
+    object: &ObjectRequest,
+    missing: impl FnOnce() -> String,
+) -> Result<T, Refusal> {
+    read.map_err(|e| Refusal::internal(e.to_string()))?
+        .ok_or_else(|| Refusal::not_found(subject(object), missing()))
 }
 
 /// What a refusal about `object` names.

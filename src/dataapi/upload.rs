@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::handler::{DataApi, content_of, subject};
+use super::handler::{DataApi, content_of, found, subject};
 use super::route::ObjectRequest;
 use super::status::Refusal;
 use crate::api::data::FilesetContent;
@@ -158,20 +158,16 @@ where
         pushed_at: Some(Time(jiff::Timestamp::now())),
     };
     let _in_order = api.commits.lock(namespace, &object.name).await;
-    let updated = api
+    let written = api
         .objects
         .set_content(namespace, &object.name, &content)
-        .await
-        .map_err(|e| Refusal::internal(e.to_string()))?
-        .ok_or_else(|| {
-            Refusal::not_found(
-                subject(object),
-                format!(
-                    "Fileset {:?} was deleted while its content was uploaded",
-                    object.name
-                ),
-            )
-        })?;
+        .await;
+    let updated = found(written, object, || {
+        format!(
+            "Fileset {:?} was deleted while its content was uploaded",
+            object.name
+        )
+    })?;
     info!(
         namespace = %namespace,
         fileset = %object.name,

@@ -4,6 +4,7 @@
 //! items are expected here and `dead_code` is allowed for the module.
 #![allow(dead_code)]
 
+pub mod archive;
 pub mod cluster;
 pub mod errand;
 pub mod s3;
