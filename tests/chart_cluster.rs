@@ -511,8 +511,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     upgrade.extend(&settings);
     succeed("helm", &upgrade);
     ca_bundle(&client, &configuration).await;
-    // Deleting the configuration took the certificate's Secret with it (it is owned), so the
-    // replicas make and share a new one; each picks it up within a check period.
+    // The certificate's Secret outlived the configuration (the APIService owns it too); the
+    // replicas put its CA into the new configuration within a check period.
     let unknown_agent = repo().join("examples/invalid/unknown-agent.yaml");
     wait_for(
         "the webhook to refuse again",

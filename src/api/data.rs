@@ -1,8 +1,7 @@
 //! The `data.errand.dev/v1alpha1` API errand serves through the Kubernetes aggregation layer: the names of its resources and subresources, and the objects it answers with.
 //!
 //! Tenants reach results and Fileset content here with their namespace RBAC only, never with
-//! store credentials. The server ([`crate::dataapi`]) and its client ([`crate::cluster::data`])
-//! share these definitions.
+//! store credentials. The server is [`crate::dataapi`]; its clients share these definitions.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
