@@ -17,6 +17,7 @@ use super::error::Error;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
 
 /// Longest wait between retries of a failing execution.
@@ -34,6 +35,8 @@ pub struct Context {
     pub jobs: Store<Job>,
     /// Pods of errand's Jobs (specs stripped).
     pub pods: Store<Pod>,
+    /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
+    caches_ready: CachesReady,
     /// Where results are kept; the finalizer deletes from it.
     pub results: crate::store::Store,
     /// Signs the store URLs each pod gets.
@@ -59,6 +62,7 @@ impl Context {
         catalog: ClusterCatalog,
         jobs: Store<Job>,
         pods: Store<Pod>,
+        caches_ready: CachesReady,
         results: crate::store::Store,
         signer: Arc<dyn UrlSigner>,
         recorder: Recorder,
@@ -70,6 +74,7 @@ impl Context {
             catalog,
             jobs,
             pods,
+            caches_ready,
             results,
             signer,
             recorder,
@@ -77,6 +82,14 @@ impl Context {
             written: Mutex::default(),
             failures: Mutex::default(),
         }
+    }
+
+    /// Waits until the Job and Pod caches are filled (at once, after the first time).
+    pub async fn caches_filled(&self) -> Result<(), Error> {
+        self.caches_ready
+            .wait()
+            .await
+            .map_err(|CacheStopped(cache)| Error::CacheStopped(cache))
     }
 
     /// `cached` with the status this controller wrote last, while the cache lags behind it.

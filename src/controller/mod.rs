@@ -32,6 +32,7 @@ use tracing::{debug, warn};
 
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
 use crate::store::grants::UrlSigner;
 use config::{ControllerConfig, FIELD_MANAGER};
@@ -98,12 +99,17 @@ pub async fn run(
             instance: Some(settings.instance),
         },
     );
+    // Every reconcile waits for these two caches right after a start; one task waits for
+    // them and tells all the others (`cluster::readiness` says why).
+    let (caches_ready, report_ready) =
+        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
     let ctx = Arc::new(Context::new(
         client,
         settings.config,
         catalog,
         jobs,
         pods,
+        caches_ready,
         settings.results,
         settings.signer,
         recorder,
@@ -126,7 +132,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(log_failure);
-    futures::join!(reconciler, cleanup);
+    futures::join!(reconciler, cleanup, report_ready);
 }
 
 /// Logs what the controller could not schedule. Failed reconciles were already logged by their

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset, contract};
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{Cache, CachesReady};
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
@@ -158,6 +159,16 @@ fn context_signing_with(
     pods: Vec<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Arc<Context> {
+    context_over(client, filled(jobs), filled(pods), signer)
+}
+
+/// A context over the Job and Pod caches given, which may still be filling.
+fn context_over(
+    client: Client,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    signer: Arc<dyn UrlSigner>,
+) -> Arc<Context> {
     let agent: Agent = serde_json::from_value(json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
         "metadata": {"name": "calculator", "namespace": NS},
@@ -185,12 +196,16 @@ fn context_signing_with(
             instance: None,
         },
     );
+    let (caches_ready, report_ready) =
+        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
+    tokio::spawn(report_ready);
     Arc::new(Context::new(
         client,
         ControllerConfig::new("errand.local/errand:dev"),
         catalog,
-        filled(jobs),
-        filled(pods),
+        jobs,
+        pods,
+        caches_ready,
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
         signer,
         recorder,
@@ -293,14 +308,8 @@ async fn a_finished_execution_costs_no_request() {
     assert!(requests(&log).is_empty(), "{:?}", requests(&log));
 }
 
-#[tokio::test]
-async fn an_unchanged_running_execution_costs_no_request() {
-    let log = Log::default();
-    let ctx = context(
-        scripted_client(Arc::clone(&log)),
-        vec![owned_job()],
-        vec![running_pod()],
-    );
+/// The execution as it stands while `running_pod` runs its agent.
+fn running_execution() -> AgentExecution {
     let starting = execution(None);
     let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
     let decision = status::decide(&starting, &facts);
@@ -310,10 +319,57 @@ async fn an_unchanged_running_execution_costs_no_request() {
         digest: "sha256:00".into(),
     });
     running.job_name = Some("errand-calc".into());
-    reconcile(Arc::new(execution(Some(running))), ctx)
-        .await
-        .unwrap();
+    execution(Some(running))
+}
+
+#[tokio::test]
+async fn an_unchanged_running_execution_costs_no_request() {
+    let log = Log::default();
+    let ctx = context(
+        scripted_client(Arc::clone(&log)),
+        vec![owned_job()],
+        vec![running_pod()],
+    );
+    reconcile(Arc::new(running_execution()), ctx).await.unwrap();
     assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+}
+
+/// Right after a start every reconcile waits for the Job and Pod caches at once; all of
+/// them go on as soon as the caches are filled (kube-runtime's own wait wakes one of them,
+/// and the others slept until their timeout).
+#[tokio::test]
+async fn reconciles_waiting_for_the_caches_after_a_start_all_go_on_once_they_are_filled() {
+    let (jobs, mut job_writer) = reflector::store();
+    let (pods, mut pod_writer) = reflector::store();
+    let ctx = context_over(
+        scripted_client(Log::default()),
+        jobs,
+        pods,
+        Arc::new(HmacSigner::new("http://errand", b"key")),
+    );
+    let reconciles: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(reconcile(Arc::new(running_execution()), Arc::clone(&ctx))))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        reconciles.iter().all(|r| !r.is_finished()),
+        "they wait for the caches"
+    );
+    job_writer.apply_watcher_event(&watcher::Event::Init);
+    job_writer.apply_watcher_event(&watcher::Event::InitApply(owned_job()));
+    job_writer.apply_watcher_event(&watcher::Event::InitDone);
+    pod_writer.apply_watcher_event(&watcher::Event::Init);
+    pod_writer.apply_watcher_event(&watcher::Event::InitApply(running_pod()));
+    pod_writer.apply_watcher_event(&watcher::Event::InitDone);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let done = reconciles.iter().filter(|r| r.is_finished()).count();
+    assert_eq!(
+        done, 16,
+        "every reconcile went on once the caches were filled"
+    );
+    for reconcile in reconciles {
+        reconcile.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test(start_paused = true)]
