@@ -12,4 +12,6 @@ pub mod resolve;
 pub mod runner;
 pub mod serve;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod webhook;

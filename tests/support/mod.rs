@@ -7,4 +7,6 @@
 pub mod archive;
 pub mod cluster;
 pub mod errand;
+pub mod harness;
 pub mod s3;
+pub mod store;
