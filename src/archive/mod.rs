@@ -2,6 +2,7 @@
 //! never writes outside its root, and the same rules checked without extracting.
 
 mod check;
+mod chunks;
 mod gzip;
 mod pack;
 mod readahead;
@@ -14,6 +15,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 pub use check::{CheckLimits, CheckStats, check_tar_gz};
+pub use chunks::ChunkReader;
 pub use pack::{PackDone, PackItem, PackStats, Packing, list_dir, pack_dir, pack_items};
 pub use unpack::{Selection, UnpackStats, Unpacker};
 

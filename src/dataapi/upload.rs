@@ -5,10 +5,9 @@
 //! one that stays: each records its digest, size and file count in a single status write, and
 //! the writes of one replica are made in the order the uploads completed.
 
-use std::io::{self, Read};
+use std::io;
 use std::sync::{Arc, Mutex};
 
-use bytes::Buf;
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use hyper::Request;
@@ -23,7 +22,9 @@ use super::route::ObjectRequest;
 use super::status::Refusal;
 use crate::api::data::FilesetContent;
 use crate::api::{Fileset, FilesetStatus};
-use crate::archive::{ArchiveError, ByteStream, CheckLimits, CheckStats, check_tar_gz};
+use crate::archive::{
+    ArchiveError, ByteStream, CheckLimits, CheckStats, ChunkReader, check_tar_gz,
+};
 use crate::store::{StoreError, StoredObject, fileset_upload_key};
 
 /// The largest upload accepted by default: 8 GiB.
@@ -115,7 +116,7 @@ where
     let (to_check, checked) = mpsc::channel(CHECK_QUEUE);
     let archive = format!("the upload to Fileset {namespace}/{}", object.name);
     let checker = tokio::task::spawn_blocking(move || {
-        check_tar_gz(ChannelReader::new(checked), &archive, limits.archive)
+        check_tar_gz(ChunkReader::new(checked), &archive, limits.archive)
     });
     let abort = Arc::new(Mutex::new(None));
     let body = tee(
@@ -255,7 +256,7 @@ async fn discard(api: &DataApi, upload_key: &str) {
 /// the check has refused the archive.
 fn tee<B>(
     body: B,
-    to_check: mpsc::Sender<Bytes>,
+    to_check: mpsc::Sender<io::Result<Bytes>>,
     max_bytes: u64,
     abort: Arc<Mutex<Option<Abort>>>,
 ) -> ByteStream
@@ -265,7 +266,7 @@ where
 {
     struct State<B> {
         body: std::pin::Pin<Box<B>>,
-        to_check: Option<mpsc::Sender<Bytes>>,
+        to_check: Option<mpsc::Sender<io::Result<Bytes>>>,
         seen: u64,
     }
     let stop = move |why: Abort| {
@@ -299,7 +300,7 @@ where
                     return Err(stop(Abort::TooLarge));
                 }
                 if let Some(check) = &state.to_check
-                    && check.send(data.clone()).await.is_err()
+                    && check.send(Ok(data.clone())).await.is_err()
                 {
                     return Err(stop(Abort::Refused));
                 }
@@ -308,34 +309,4 @@ where
         }
     })
     .boxed()
-}
-
-/// The queued chunks as a blocking reader, for the check on its own thread.
-struct ChannelReader {
-    chunks: mpsc::Receiver<Bytes>,
-    current: Bytes,
-}
-
-impl ChannelReader {
-    fn new(chunks: mpsc::Receiver<Bytes>) -> Self {
-        ChannelReader {
-            chunks,
-            current: Bytes::new(),
-        }
-    }
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.chunks.blocking_recv() {
-                Some(chunk) => self.current = chunk,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current.advance(n);
-        Ok(n)
-    }
 }

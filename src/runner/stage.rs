@@ -1,16 +1,15 @@
 //! Staging: the base fileset and then each artifact mount extracted into the working
 //! directory, which is then saved as `input_workdir`.
 
-use std::io::{self, Read};
+use std::io::Read;
 use std::path::Path;
 
-use bytes::{Buf, Bytes};
 use futures::StreamExt;
 
 use super::{BlobRef, RunnerError, StagePlan, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::ByteStream;
 use crate::archive::{self, Selection, Unpacker};
+use crate::archive::{ByteStream, ChunkReader};
 use crate::store::keys::ResultName;
 use crate::store::{BlobBody, BlobSource, ResultBody, ResultSink};
 
@@ -75,45 +74,20 @@ async fn open<S: BlobSource>(
         })?;
     Ok(match body {
         BlobBody::File(file) => Box::new(file),
-        BlobBody::Stream(stream) => Box::new(StreamReader::spawn(stream)),
+        BlobBody::Stream(stream) => Box::new(stream_reader(stream)),
     })
 }
 
 /// Bridges an async byte stream to a blocking reader: a task pulls the stream a few items
 /// ahead into a channel that the reader drains.
-struct StreamReader {
-    items: tokio::sync::mpsc::Receiver<io::Result<Bytes>>,
-    current: Bytes,
-}
-
-impl StreamReader {
-    fn spawn(mut stream: ByteStream) -> StreamReader {
-        let (tx, items) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            while let Some(item) = stream.next().await {
-                if tx.send(item).await.is_err() {
-                    return;
-                }
-            }
-        });
-        StreamReader {
-            items,
-            current: Bytes::new(),
-        }
-    }
-}
-
-impl Read for StreamReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.items.blocking_recv() {
-                Some(item) => self.current = item?,
-                None => return Ok(0),
+fn stream_reader(mut stream: ByteStream) -> ChunkReader {
+    let (tx, items) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            if tx.send(item).await.is_err() {
+                return;
             }
         }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current.advance(n);
-        Ok(n)
-    }
+    });
+    ChunkReader::new(items)
 }
