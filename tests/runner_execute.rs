@@ -70,6 +70,7 @@ impl Env {
             workdir: self.path(&format!("runs/{uid}/workspace")),
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),
             passthrough: false,
+            inherit_env: true,
         }
     }
 

@@ -8,7 +8,7 @@ use std::fs;
 use bytes::Bytes;
 use errand::archive::ByteStream;
 use errand::store::keys::{self, ResultName};
-use errand::store::{BlobBody, Store, StoreError};
+use errand::store::{BlobBody, PushedFileset, Store, StoreError};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use support::store::{execution, read_all};
@@ -146,8 +146,16 @@ async fn filesets_are_content_addressed() {
     assert_eq!(hex::encode(Sha256::digest(&blob)), first.digest);
 
     // Pushing the same tree again changes nothing; a changed tree gets a new address.
+    assert!(first.created);
     let again = store.push_fileset("team-a", &dir).await.unwrap();
-    assert_eq!(again, first);
+    assert_eq!(
+        again,
+        PushedFileset {
+            created: false,
+            ..first.clone()
+        },
+        "the second push stored nothing"
+    );
     fs::write(dir.join("a.txt"), "changed").unwrap();
     let changed = store.push_fileset("team-a", &dir).await.unwrap();
     assert_ne!(changed.digest, first.digest);

@@ -127,6 +127,8 @@ pub enum Reason {
     ResultsSaved,
     /// Some results could not be saved.
     ResultsUploadFailed,
+    /// A local run's supervising process ended before the run did.
+    SupervisorLost,
 }
 
 impl Reason {
@@ -150,6 +152,7 @@ impl Reason {
             Reason::JobDeleted => "JobDeleted",
             Reason::ResultsSaved => "ResultsSaved",
             Reason::ResultsUploadFailed => "ResultsUploadFailed",
+            Reason::SupervisorLost => "SupervisorLost",
         }
     }
 }

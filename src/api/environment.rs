@@ -137,12 +137,24 @@ pub struct Compute {
 pub struct ComputeResources {
     /// Upper bounds: `cpu`, `memory`, `nvidia.com/gpu`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 3))]
     #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    #[x_kube(validation = quantities_rule())]
     pub limits: BTreeMap<String, Quantity>,
     /// Guaranteed amounts: `cpu`, `memory`, `nvidia.com/gpu`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 3))]
     #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    #[x_kube(validation = quantities_rule())]
     pub requests: BTreeMap<String, Quantity>,
+}
+
+/// The CEL rule that makes every amount a non-negative Kubernetes quantity. The schema types
+/// them int-or-string only, so without it the API server would store `cpu: abc` and the
+/// execution's pod would be refused much later.
+fn quantities_rule() -> Rule {
+    Rule::new("self.all(k, isQuantity(string(self[k])) && !quantity(string(self[k])).isLessThan(quantity('0')))")
+        .message("amounts must be non-negative quantities, such as 500m, 2 or 4Gi")
 }
 
 /// Observed state of an AgentEnvironment.

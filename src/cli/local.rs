@@ -37,7 +37,7 @@ pub fn list(target: &Target, output: OutputArgs) -> Result<(), CliError> {
     let all: Vec<ExecutionRecord> = records
         .names(&local.namespace)
         .iter()
-        .filter_map(|n| records.read(&local.namespace, n).ok())
+        .filter_map(|n| records.read_current(&local.namespace, n).ok())
         .collect();
     print_executions(output.format, &all);
     Ok(())
@@ -82,7 +82,7 @@ pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<()
     let mut offset = 0u64;
     loop {
         let record = records
-            .read(&local.namespace, &name)
+            .read_current(&local.namespace, &name)
             .map_err(record_error)?;
         if output.format == Format::Human {
             offset = copy_new_output(&log_path(&local, &name, false), offset);

@@ -4,13 +4,20 @@
 //! working files of each run; results go to the store like anywhere else.
 
 mod catalog;
+mod environment;
+mod files;
 mod manifest;
 mod paths;
+mod process;
 mod record;
 mod supervise;
 
-pub use catalog::{LocalCatalog, ObjectKind};
-pub use manifest::{ManifestObject, parse_manifests};
+pub use catalog::{CheckedObject, LocalCatalog, ObjectKind};
+pub use manifest::{
+    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, parse_document,
+    parse_manifests, read_manifest_file,
+};
 pub use paths::DataDir;
+pub use process::ProcessIdentity;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

@@ -6,12 +6,17 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{LocalCatalog, write_atomic};
+use super::catalog::LocalCatalog;
+use super::environment::{base_environment, caller_environment};
+use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
-use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
+use super::process::ProcessIdentity;
+use super::record::{ExecutionRecord, RecordError, Records, generate_name};
 use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
-use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
+use crate::resolve::{
+    InvalidSpec, Snapshot, admit_creation, check_execution_spec, resolve_execution,
+};
 use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -45,7 +50,7 @@ pub enum SuperviseError {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
-    write_atomic(path, bytes, false).map_err(|e| SuperviseError::File {
+    write_private(path, bytes).map_err(|e| SuperviseError::File {
         path: path.to_owned(),
         message: e.to_string(),
     })
@@ -59,34 +64,29 @@ pub fn prepare(
     namespace: &str,
     name: Option<&str>,
     spec: &AgentExecutionSpec,
+    inherit_env: bool,
 ) -> Result<ExecutionRecord, SuperviseError> {
-    let snapshot = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()))?;
+    // What the API server checks first: the CRD's schema and CEL rules.
+    let problems = check_execution_spec(&serde_json::to_value(spec).expect("a spec serializes"));
+    if !problems.is_empty() {
+        return Err(InvalidSpec { problems }.into());
+    }
+    let resolution = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()));
+    let snapshot = admit_creation(spec, resolution)?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
             problems: vec![crate::resolve::Problem::new("metadata.name", message)],
         })?;
     }
     let name = name.map_or_else(|| generate_name(&snapshot.agent.name), str::to_owned);
-    let record = ExecutionRecord {
-        schema_version: super::record::RECORD_SCHEMA_VERSION,
-        uid: generate_uid(&name),
+    let record = ExecutionRecord::pending(
         name,
-        namespace: namespace.to_owned(),
-        agent: snapshot.agent.name.clone(),
-        phase: Phase::Pending,
-        reason: None,
-        message: None,
-        response: None,
-        exit_code: None,
-        timed_out: false,
-        created_at: jiff::Timestamp::now(),
-        started_at: None,
-        completed_at: None,
-        results: Vec::new(),
-        snapshot_digest: snapshot.digest(),
-        store: store_url.to_owned(),
-        cancel_requested: false,
-    };
+        namespace,
+        &snapshot.agent.name,
+        snapshot.digest(),
+        store_url,
+        inherit_env,
+    );
     let records = Records::new(data.clone());
     records.create(&record)?;
     let dir = records.dir(namespace, &record.name);
@@ -128,19 +128,17 @@ pub async fn run_prepared(
         command: snapshot.command(),
         input: snapshot.input.clone(),
         agent_config_path: dir.join("agent-config.json"),
-        env: agent_env(data, &snapshot)?,
+        env: agent_env(data, &snapshot, record.inherit_env)?,
         timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(1)),
         grace: GRACE,
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
+        inherit_env: false,
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
-    write_file(
-        &records.pid_file(namespace, name),
-        std::process::id().to_string().as_bytes(),
-    )?;
+    record.supervisor = ProcessIdentity::current();
     record.phase = Phase::Running;
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
@@ -153,9 +151,15 @@ pub async fn run_prepared(
     Ok(record)
 }
 
-/// The agent's environment: the merged plain env, the extension, then the bound Secret values.
-fn agent_env(data: &DataDir, snapshot: &Snapshot) -> Result<Vec<(String, String)>, SuperviseError> {
-    let mut env = runner::plan::plain_agent_env(snapshot);
+/// The agent's environment: what the machine gives it ([`base_environment`]), the merged
+/// plain env, the extension, then the bound Secret values.
+fn agent_env(
+    data: &DataDir,
+    snapshot: &Snapshot,
+    inherit_env: bool,
+) -> Result<Vec<(String, String)>, SuperviseError> {
+    let mut env = base_environment(&caller_environment(), inherit_env);
+    env.extend(runner::plan::plain_agent_env(snapshot));
     let catalog = LocalCatalog::new(data.clone());
     for binding in &snapshot.secrets {
         let value = catalog
@@ -232,8 +236,8 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
 }
 
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and
-/// returns its pid. It keeps running after this process exits; its own output goes to
-/// `supervisor.log` in the execution directory.
+/// returns its pid once it has recorded itself. It keeps running after this process exits;
+/// its own output goes to `supervisor.log` in the execution directory.
 pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32, SuperviseError> {
     let records = Records::new(data.clone());
     let log_path = records.dir(namespace, name).join("supervisor.log");
@@ -241,7 +245,7 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
         path: log_path.clone(),
         message: e.to_string(),
     };
-    let log = std::fs::File::create(&log_path).map_err(file_error)?;
+    let log = create_private_file(&log_path).map_err(file_error)?;
     let exe = std::env::current_exe().map_err(file_error)?;
     let child = std::process::Command::new(exe)
         .args(["__supervise", "--namespace", namespace, name])
@@ -254,7 +258,40 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
         .spawn()
         .map_err(file_error)?;
     let pid = child.id();
-    let pid_path = records.pid_file(namespace, name);
-    write_file(&pid_path, pid.to_string().as_bytes())?;
+    wait_until_supervised(&records, namespace, name, child)?;
     Ok(pid)
+}
+
+/// How long a detached supervisor may take to record itself.
+const SUPERVISOR_START: Duration = Duration::from_secs(10);
+
+/// Waits until the detached supervisor has recorded itself as the run's supervisor, so that
+/// this process (recorded until then) may exit without the run looking lost.
+fn wait_until_supervised(
+    records: &Records,
+    namespace: &str,
+    name: &str,
+    mut child: std::process::Child,
+) -> Result<(), SuperviseError> {
+    let deadline = std::time::Instant::now() + SUPERVISOR_START;
+    loop {
+        let record = records.read(namespace, name)?;
+        let recorded = record.supervisor.is_some_and(|s| s.pid == child.id());
+        // A supervisor that already ended has written its last record.
+        let ended = matches!(child.try_wait(), Ok(Some(_)));
+        if recorded || ended || record.phase.is_terminal() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(SuperviseError::File {
+                path: records.dir(namespace, name).join("supervisor.log"),
+                message: format!(
+                    "the detached supervisor (pid {}) did not start within {}s",
+                    child.id(),
+                    SUPERVISOR_START.as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

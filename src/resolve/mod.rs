@@ -7,8 +7,10 @@ mod budget;
 mod catalog;
 mod merge;
 mod problems;
+mod quantity;
 mod refs;
 mod rules;
+mod schema;
 mod snapshot;
 
 use std::collections::BTreeMap;
@@ -22,10 +24,15 @@ pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
+pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
     relative_path,
+};
+pub use schema::{
+    Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
+    decode,
 };
 pub use snapshot::{
     FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,
@@ -90,6 +97,30 @@ pub fn resolve_execution(
         extension: spec.extension.clone(),
         queue_name: spec.queue_name.clone(),
     })
+}
+
+/// The message of the one rule that holds only when an execution is created.
+pub const CANCELLED_AT_CREATION: &str = "must not be true when the execution is created: it would have nothing to stop; create it without cancel, then set cancel to true to stop it";
+
+/// Adds the rules that hold only when an execution is created to its `resolution`, so that one
+/// refusal lists every problem. An execution may not be created cancelled: both backends
+/// refuse it here (the webhook and the local backend), instead of creating something that
+/// never runs.
+pub fn admit_creation(
+    spec: &AgentExecutionSpec,
+    resolution: Result<Snapshot, InvalidSpec>,
+) -> Result<Snapshot, InvalidSpec> {
+    let mut problems = Problems::default();
+    if spec.cancel {
+        problems.push("spec.cancel", CANCELLED_AT_CREATION);
+    }
+    match resolution {
+        Ok(snapshot) => problems.finish(snapshot),
+        Err(invalid) => {
+            problems.extend(invalid.problems);
+            Err(problems.into_error())
+        }
+    }
 }
 
 /// Checks a reference's name and that it stays in `namespace`.

@@ -23,7 +23,11 @@ impl Problem {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
     }
 }
 

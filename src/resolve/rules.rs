@@ -4,6 +4,7 @@ use crate::api::contract::{RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX};
 use crate::api::{ALLOWED_COMPUTE_KEYS, Compute};
 
 use super::problems::Problem;
+use super::quantity::parse_quantity;
 
 /// Model providers errand can wire up, checked on the config after the environment is merged.
 pub const SUPPORTED_PROVIDERS: [&str; 9] = [
@@ -136,19 +137,6 @@ pub fn secret_key(key: &str) -> Result<(), String> {
     }
 }
 
-/// Checks the syntax of a resource quantity such as `500m`, `2`, `4Gi`.
-pub fn quantity(text: &str) -> bool {
-    const SUFFIXES: [&str; 16] = [
-        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
-    ];
-    let Some(number) = SUFFIXES.iter().find_map(|s| text.strip_suffix(s)) else {
-        return false;
-    };
-    let digits_and_dot =
-        !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    digits_and_dot && number.bytes().filter(|b| *b == b'.').count() <= 1 && number != "."
-}
-
 /// Checks the compute section: allowed keys, quantity syntax, whole GPUs, GPU requests equal to limits.
 pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
     let mut problems = Vec::new();
@@ -169,16 +157,24 @@ pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
                         one_of(&ALLOWED_COMPUTE_KEYS)
                     ),
                 ));
-            } else if !quantity(&value.0) {
-                problems.push(Problem::new(
+                continue;
+            }
+            match parse_quantity(&value.0) {
+                Err(error) => problems.push(Problem::new(
                     path,
-                    format!("{:?} is not a valid quantity", value.0),
-                ));
-            } else if name == "nvidia.com/gpu" && !value.0.bytes().all(|b| b.is_ascii_digit()) {
-                problems.push(Problem::new(
+                    format!("{:?} is not a valid quantity: {error}", value.0),
+                )),
+                Ok(parsed) if parsed.negative => problems.push(Problem::new(
                     path,
-                    format!("{:?} must be a whole number of GPUs", value.0),
-                ));
+                    format!("{:?} must be greater than or equal to 0", value.0),
+                )),
+                Ok(parsed) if name == "nvidia.com/gpu" && !parsed.is_whole() => {
+                    problems.push(Problem::new(
+                        path,
+                        format!("{:?} must be a whole number of GPUs", value.0),
+                    ))
+                }
+                Ok(_) => {}
             }
         }
     }
@@ -198,6 +194,8 @@ pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
     use super::*;
 
     #[test]
@@ -263,12 +261,41 @@ mod tests {
     }
 
     #[test]
-    fn quantities() {
-        for ok in ["1", "500m", "0.5", "4Gi", "128974848", "129M"] {
-            assert!(quantity(ok), "{ok}");
+    fn compute_quantities_are_parsed_as_kubernetes_does() {
+        let compute = |limits: &[(&str, &str)]| {
+            let resources = crate::api::ComputeResources {
+                limits: limits
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                    .collect(),
+                ..Default::default()
+            };
+            let compute = Compute {
+                resources: Some(resources),
+                ..Default::default()
+            };
+            super::compute(&compute, "c")
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        for ok in ["1e3", "100m", "1Gi", "1.5", "0.5"] {
+            assert_eq!(compute(&[("cpu", ok)]), Vec::<String>::new(), "{ok}");
         }
-        for bad in ["", "Gi", "1.2.3", "-1", "1Xi", "."] {
-            assert!(!quantity(bad), "{bad}");
-        }
+        assert_eq!(compute(&[("nvidia.com/gpu", "1e0")]), Vec::<String>::new());
+        assert_eq!(
+            compute(&[("cpu", "abc")]),
+            [
+                "c.resources.limits[cpu]: \"abc\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            ]
+        );
+        assert_eq!(
+            compute(&[("memory", "-1Gi")]),
+            ["c.resources.limits[memory]: \"-1Gi\" must be greater than or equal to 0"]
+        );
+        assert_eq!(
+            compute(&[("nvidia.com/gpu", "500m")]),
+            ["c.resources.limits[nvidia.com/gpu]: \"500m\" must be a whole number of GPUs"]
+        );
     }
 }

@@ -308,7 +308,7 @@ fn compute_key_outside_the_three() {
 fn compute_quantities_and_gpus() {
     assert_eq!(
         only_problem(&with_compute(&[("memory", "lots")], &[])),
-        "spec.environment.compute.resources.limits[memory]: \"lots\" is not a valid quantity"
+        "spec.environment.compute.resources.limits[memory]: \"lots\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
     );
     assert_eq!(
         only_problem(&with_compute(&[("nvidia.com/gpu", "500m")], &[])),

@@ -160,6 +160,11 @@ pub struct Invocation {
     pub scratch: ScratchDir,
     /// Copy the agent's stdout and stderr to ours as well as to the logs.
     pub passthrough: bool,
+    /// Whether the agent starts with the runner's own environment beneath `env`: in a pod,
+    /// what Kubernetes gave the container (its image's `PATH`, the bound secrets). Locally the
+    /// runner's environment is the caller's, so the local backend passes what the agent may
+    /// see in `env` and sets this to false.
+    pub inherit_env: bool,
 }
 
 /// How a run ended.

@@ -222,6 +222,7 @@ fn invocation(
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
         passthrough: true,
+        inherit_env: true,
     }
 }
 

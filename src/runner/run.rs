@@ -80,6 +80,9 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
 
     let scratch = &inv.scratch;
     let mut command = Command::new(program);
+    if !inv.inherit_env {
+        command.env_clear();
+    }
     command
         .args(args)
         .current_dir(&inv.workdir)

@@ -18,6 +18,9 @@ pub struct PushedFileset {
     pub size: u64,
     /// Regular files in the tree.
     pub file_count: u64,
+    /// Whether this push stored the blob (false when the same content was there already), so
+    /// that a command failing afterwards knows whether the blob is its own to remove.
+    pub created: bool,
 }
 
 impl Store {
@@ -37,7 +40,7 @@ impl Store {
         // A packing failure surfaces in the upload as a broken body; report the cause.
         let stats = packing.done.wait().await?;
         let info = uploaded?;
-        let key = self
+        let (key, created) = self
             .place_fileset_upload(namespace, &upload_key, &info.sha256)
             .await?;
         Ok(PushedFileset {
@@ -45,6 +48,7 @@ impl Store {
             digest: info.sha256,
             size: info.size,
             file_count: stats.files,
+            created,
         })
     }
 }
@@ -57,20 +61,21 @@ pub fn fileset_upload_key(namespace: &str) -> Result<String, StoreError> {
 
 impl Store {
     /// Moves the complete blob at `upload_key` (from [`fileset_upload_key`]) to its content
-    /// address `filesets/<namespace>/<sha256>.tar.gz` and returns that key. A blob already there
-    /// has the same bytes, so the upload is dropped instead.
+    /// address `filesets/<namespace>/<sha256>.tar.gz` and returns that key, and whether the blob
+    /// is new there. A blob already there has the same bytes, so the upload is dropped instead.
     pub async fn place_fileset_upload(
         &self,
         namespace: &str,
         upload_key: &str,
         sha256: &str,
-    ) -> Result<String, StoreError> {
+    ) -> Result<(String, bool), StoreError> {
         let key = keys::fileset(namespace, sha256)?;
-        if self.exists(&key).await? {
-            self.delete(upload_key).await?;
-        } else {
+        let created = !self.exists(&key).await?;
+        if created {
             self.rename(upload_key, &key).await?;
+        } else {
+            self.delete(upload_key).await?;
         }
-        Ok(key)
+        Ok((key, created))
     }
 }

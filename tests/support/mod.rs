@@ -8,5 +8,6 @@ pub mod archive;
 pub mod cluster;
 pub mod errand;
 pub mod harness;
+pub mod local;
 pub mod s3;
 pub mod store;
