@@ -24,7 +24,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, POD_GATEWAY, TestNamespace};
 use support::errand::{create, install_crds, wait_for};
-use support::harness::{controller_command, execution_id, record_jobs, wait_until_ready};
+use support::harness::{controller_command, execution_id, record_uids, wait_until_ready};
 use support::store::collect;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -206,7 +206,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         replica.wait_ready().await;
     }
 
-    let (jobs_seen, job_watch) = record_jobs(namespace.api::<Job>());
+    let (jobs_seen, job_watch) = record_uids(namespace.api::<Job>());
     create(&client, &ns, json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
         "metadata": {"name": "steady"},

@@ -18,6 +18,7 @@ use serde_json::Value;
 use errand::api::{
     AgentExecution, AgentExecutionStatus, Fileset, FilesetStatus, Phase, ResultEntry,
 };
+use errand::archive::ExtractLimits;
 use errand::cluster::ApiError;
 use errand::dataapi::UploadLimits;
 use errand::dataapi::authn::FrontProxyConfig;
@@ -26,7 +27,7 @@ use errand::dataapi::handler::{DataApi, ResponseBody};
 use errand::dataapi::objects::{Authorizer, Objects};
 use errand::store::Store;
 use errand::store::keys::{self, ExecutionId, ResultName};
-use support::archive::{sha256_hex, tar_gz};
+use support::archives::{sha256_hex, tar_gz, zeros_archive};
 
 const FRONT_PROXY: &str = "front-proxy-client";
 const NS: &str = "team-a";
@@ -507,11 +508,20 @@ async fn a_push_is_stored_by_its_digest_recorded_and_downloaded() {
     assert_eq!(status.digest.as_deref(), Some(digest.as_str()));
     assert_eq!(status.size, Some(archive.len() as u64));
     assert_eq!(status.file_count, Some(2));
+    let hex = sha256_hex(&archive);
     assert_eq!(
         f.stored_filesets().await,
-        [keys::fileset(NS, &sha256_hex(&archive)).unwrap()],
-        "one blob at its content address, no upload left over"
+        [
+            keys::fileset_paths(NS, &hex).unwrap(),
+            keys::fileset(NS, &hex).unwrap()
+        ],
+        "one blob at its content address and its path index, no upload left over"
     );
+    let index = f.store.fileset_paths(NS, &hex).await.unwrap().unwrap();
+    for path in ["main.py", "lib/", "lib/util.py"] {
+        assert!(index.contains(path), "{path} in the path index");
+    }
+    assert!(!index.contains("missing/"));
     let downloaded = f.get("alice", "filesets/src/content").await;
     assert_eq!(downloaded.body.as_ref(), archive.as_slice());
     assert_eq!(
@@ -523,14 +533,17 @@ async fn a_push_is_stored_by_its_digest_recorded_and_downloaded() {
 
     // The same content again is stored once.
     assert_eq!(f.put("carol", "src", archive.clone()).await.status, 200);
-    assert_eq!(f.stored_filesets().await.len(), 1);
+    assert_eq!(f.stored_filesets().await.len(), 2);
 }
 
 #[tokio::test]
 async fn a_hostile_oversized_or_interrupted_upload_stores_nothing_and_keeps_the_content() {
     let f = fixture(UploadLimits {
         max_bytes: 64 * 1024,
-        ..UploadLimits::default()
+        archive: ExtractLimits {
+            max_bytes: 512 * 1024,
+            max_entries: 100,
+        },
     });
     f.add_fileset("src");
     let good = tar_gz(&[("ok.txt", b"fine")]);
@@ -559,6 +572,19 @@ async fn a_hostile_oversized_or_interrupted_upload_stores_nothing_and_keeps_the_
     assert!(
         message.contains(&format!("the Fileset's content is still {kept}")),
         "{message}"
+    );
+
+    // 1 MiB of zeros in about a kilobyte: past what staging would extract.
+    let bomb = f
+        .put("carol", "src", zeros_archive(b"", "zeros.bin", 1 << 20))
+        .await;
+    assert_eq!(bomb.status, 422);
+    assert_eq!(bomb.json()["details"]["causes"][0]["field"], "zeros.bin");
+    assert!(
+        bomb.message()
+            .contains("would pass the limit of 524288 bytes of extracted content"),
+        "{}",
+        bomb.message()
     );
 
     let garbage = f.put("carol", "src", b"not a tarball".to_vec()).await;
@@ -658,8 +684,8 @@ async fn of_two_concurrent_pushes_each_is_whole_and_the_last_recorded_one_stays(
     );
     assert_eq!(
         f.stored_filesets().await.len(),
-        2,
-        "both blobs, whole, by digest"
+        4,
+        "both blobs, whole, by digest, each with its path index"
     );
     assert_eq!(
         f.get("alice", "filesets/src/content").await.body.as_ref(),

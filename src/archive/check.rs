@@ -1,53 +1,32 @@
 //! Checking a `tar.gz` against the extraction rules without extracting it: what [`super::Unpacker`] would refuse is refused here, with nothing written, so an archive uploaded as a Fileset's content is vetted while it streams into the store.
 //!
 //! The tree the archive would make is modelled in memory (one small entry per path, no
-//! content), and every rule is applied to the model in archive order, as extraction applies it
-//! to the disk: entry paths relative without `..`; no devices or fifos; nothing created through
-//! a symbolic link or over a directory; links whose targets stay inside the root, lexically and,
-//! at the end, along every chain of links; hard links only to a regular file already in the
-//! tree. A limit on entries and on content bytes bounds what one check may cost.
+//! content) and the rules of [`super::rules`] are applied to it in archive order, as the
+//! unpacker applies them to the disk: the same entry types, paths and lexical link checks, the
+//! same [`ExtractLimits`] counted the same way, nothing created through a link or over a
+//! directory, hard links only to a regular file already in the tree, and at the end every link
+//! resolved over the finished tree by the same [`LinkCheck`].
 
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io::{self, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
-use tar::EntryType;
 
-use super::ArchiveError;
-use super::unpack::{archive_components, check_link_target, skip_entry_type, walk_link};
+use super::links::{Kind, LinkCheck, TreeView};
+use super::rules::{self, EntryAction, ExtractLimits, Limit, archive_components};
+use super::{ArchiveError, UnpackStats};
 
-/// What one check may cost: entries and bytes of file content, the same bounds staging
-/// extracts within.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckLimits {
-    /// Entries (files, directories, links).
-    pub max_entries: u64,
-    /// Bytes of file content.
-    pub max_bytes: u64,
-}
-
-impl Default for CheckLimits {
-    /// A million entries and 16 GiB of content.
-    fn default() -> Self {
-        CheckLimits {
-            max_entries: 1_000_000,
-            max_bytes: 16 * 1024 * 1024 * 1024,
-        }
-    }
-}
-
-/// What the checked archive holds.
+/// What the checked archive would make.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CheckStats {
-    /// Regular files in the tree it makes (hard links included, overwritten files not).
+    /// What extraction would write, counted as the unpacker counts it against its limits.
+    pub extracted: UnpackStats,
+    /// Regular files in the finished tree (hard links included, overwritten files not).
     pub files: u64,
-    /// Entries read.
-    pub entries: u64,
-    /// Bytes of file content.
-    pub bytes: u64,
+    /// Every path of the finished tree, directories with a trailing `/`: its path index.
+    pub paths: Vec<String>,
 }
 
 /// What stands at a path of the modelled tree.
@@ -58,20 +37,33 @@ enum Node {
     Link(Vec<u8>),
 }
 
-/// The tree an archive would make, by path relative to the root.
-#[derive(Default)]
+/// The tree an archive would make, by path relative to the root, and what making it cost.
 struct Tree {
     nodes: HashMap<PathBuf, Node>,
     /// Every link created, for the final check along chains.
-    links: Vec<PathBuf>,
+    links: Vec<Vec<OsString>>,
+    stats: UnpackStats,
+    limits: ExtractLimits,
 }
 
-/// Reads the whole `tar.gz` from `reader` and refuses it as extraction would, naming the entry;
-/// `archive` says what it is in errors.
+/// Why one entry would not be extracted.
+enum Refused {
+    Rule(String),
+    Limit(Limit),
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Self {
+        Refused::Rule(reason)
+    }
+}
+
+/// Reads the whole `tar.gz` from `reader` and refuses it as extraction within `limits` would,
+/// naming the entry; `archive` says what it is in errors.
 pub fn check_tar_gz(
     reader: impl Read,
     archive: &str,
-    limits: CheckLimits,
+    limits: ExtractLimits,
 ) -> Result<CheckStats, ArchiveError> {
     let read_err = |source| ArchiveError::ReadArchive {
         archive: archive.to_owned(),
@@ -81,8 +73,12 @@ pub fn check_tar_gz(
         256 * 1024,
         reader,
     )));
-    let mut tree = Tree::default();
-    let mut stats = CheckStats::default();
+    let mut tree = Tree {
+        nodes: HashMap::new(),
+        links: Vec::new(),
+        stats: UnpackStats::default(),
+        limits,
+    };
     for entry in tar.entries().map_err(read_err)? {
         let entry = entry.map_err(read_err)?;
         let raw = entry.path_bytes().into_owned();
@@ -91,59 +87,54 @@ pub fn check_tar_gz(
             entry: String::from_utf8_lossy(&raw).into_owned(),
             reason,
         };
-        let kind = entry.header().entry_type();
-        if skip_entry_type(kind).map_err(refuse)? {
+        let action = rules::entry_action(entry.header().entry_type()).map_err(refuse)?;
+        if action == EntryAction::Skip {
             continue;
         }
-        stats.entries += 1;
-        stats.bytes += entry.size();
-        if stats.entries > limits.max_entries {
-            return Err(refuse(format!(
-                "the archive has more than {} entries, more than staging extracts",
-                limits.max_entries
-            )));
-        }
-        if stats.bytes > limits.max_bytes {
-            return Err(refuse(format!(
-                "the archive holds more than {} bytes of content, more than staging extracts",
-                limits.max_bytes
-            )));
-        }
         let path = archive_components(&raw).map_err(refuse)?;
-        let result = match kind {
-            EntryType::Directory => tree.ensure_dirs(&path),
-            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                tree.leaf(&path, Node::File)
-            }
-            EntryType::Symlink => {
-                let target = entry.link_name_bytes().unwrap_or_default().into_owned();
-                check_link_target(path.len().saturating_sub(1), &target)
-                    .and_then(|()| tree.leaf(&path, Node::Link(target)))
-            }
-            EntryType::Link => {
-                let target = entry.link_name_bytes().unwrap_or_default().into_owned();
-                match archive_components(&target) {
-                    Err(why) => Err(format!("hard link target: {why}")),
-                    Ok(target) => tree.hard_link(&path, &target),
-                }
-            }
-            other => Err(format!("unsupported entry type {other:?}")),
+        let header = entry.header();
+        header.mode().map_err(read_err)?;
+        header.mtime().map_err(read_err)?;
+        let link = || entry.link_name_bytes().unwrap_or_default().into_owned();
+        let result = match action {
+            EntryAction::Skip => Ok(()),
+            EntryAction::Dir => tree.ensure_dirs(&path),
+            EntryAction::File => tree.file(&path, entry.size()),
+            EntryAction::Symlink => tree.symlink(&path, &link()),
+            EntryAction::HardLink => match archive_components(&link()) {
+                Err(why) => Err(Refused::Rule(format!("hard link target: {why}"))),
+                Ok(target) => tree.hard_link(&path, &target),
+            },
         };
-        result.map_err(refuse)?;
+        match result {
+            Ok(()) => {}
+            Err(Refused::Rule(reason)) => return Err(refuse(reason)),
+            Err(Refused::Limit(limit)) => {
+                return Err(ArchiveError::LimitExceeded {
+                    archive: archive.to_owned(),
+                    entry: String::from_utf8_lossy(&raw).into_owned(),
+                    limit,
+                    entries: tree.stats.entries(),
+                    bytes: tree.stats.bytes,
+                });
+            }
+        }
     }
     // Read to the end so the checksum of the last gzip member is verified too.
     io::copy(tar.into_inner().by_ref(), &mut io::sink()).map_err(read_err)?;
-    for link in &tree.links {
-        if let Err(reason) = tree.resolves_inside(link) {
+    let links = std::mem::take(&mut tree.links);
+    let mut check = LinkCheck::new(&tree);
+    for link in &links {
+        if let Err(reason) = check.check(link) {
             return Err(ArchiveError::UnsafeEntry {
                 archive: archive.to_owned(),
-                entry: link.display().to_string(),
+                entry: joined(link).display().to_string(),
                 reason,
             });
         }
     }
-    stats.files = tree.nodes.values().filter(|n| **n == Node::File).count() as u64;
-    Ok(stats)
+    drop(check);
+    Ok(tree.into_stats())
 }
 
 fn joined(parts: &[OsString]) -> PathBuf {
@@ -151,59 +142,91 @@ fn joined(parts: &[OsString]) -> PathBuf {
 }
 
 impl Tree {
+    /// Counts `entries` more entries and `bytes` more bytes against the limits, or refuses.
+    fn charge(&mut self, entries: u64, bytes: u64) -> Result<(), Refused> {
+        if self.stats.entries().saturating_add(entries) > self.limits.max_entries {
+            return Err(Refused::Limit(Limit::Entries(self.limits.max_entries)));
+        }
+        if self.stats.bytes.saturating_add(bytes) > self.limits.max_bytes {
+            return Err(Refused::Limit(Limit::Bytes(self.limits.max_bytes)));
+        }
+        Ok(())
+    }
+
     /// Makes every component of `rel` a directory, refusing to pass through a link or a file.
-    fn ensure_dirs(&mut self, rel: &[OsString]) -> Result<(), String> {
+    fn ensure_dirs(&mut self, rel: &[OsString]) -> Result<(), Refused> {
         let mut current = PathBuf::new();
         for part in rel {
             current.push(part);
             match self.nodes.get(&current) {
                 Some(Node::Dir) => {}
                 Some(Node::Link(_)) => {
-                    return Err(format!(
+                    return Err(Refused::Rule(format!(
                         "{} is a symbolic link; nothing is extracted through links",
                         current.display()
-                    ));
+                    )));
                 }
                 Some(Node::File) => {
-                    return Err(format!(
+                    return Err(Refused::Rule(format!(
                         "{} exists and is not a directory",
                         current.display()
-                    ));
+                    )));
                 }
                 None => {
+                    self.charge(1, 0)?;
                     self.nodes.insert(current.clone(), Node::Dir);
+                    self.stats.dirs += 1;
                 }
             }
         }
         Ok(())
     }
 
-    /// Puts `node` at `dest`, replacing a file or link but never a directory.
-    fn leaf(&mut self, dest: &[OsString], node: Node) -> Result<(), String> {
+    /// The parents of `dest` made directories and what stands at `dest` cleared for a new
+    /// entry: a file or link gives way, a directory does not.
+    fn prepare_leaf(&mut self, dest: &[OsString]) -> Result<PathBuf, Refused> {
         let Some((_, parent)) = dest.split_last() else {
-            return Err("only a directory can be extracted at the root".into());
+            return Err(Refused::Rule(
+                "only a directory can be extracted at the root".into(),
+            ));
         };
         self.ensure_dirs(parent)?;
         let path = joined(dest);
         if self.nodes.get(&path) == Some(&Node::Dir) {
-            return Err("a directory exists at this path".into());
+            return Err(Refused::Rule("a directory exists at this path".into()));
         }
-        if matches!(node, Node::Link(_)) {
-            self.links.push(path.clone());
-        }
-        self.nodes.insert(path, node);
+        Ok(path)
+    }
+
+    fn file(&mut self, dest: &[OsString], size: u64) -> Result<(), Refused> {
+        // Sparse entries count at their logical size, which is what `size` is.
+        self.charge(1, size)?;
+        let path = self.prepare_leaf(dest)?;
+        self.nodes.insert(path, Node::File);
+        self.stats.files += 1;
+        self.stats.bytes += size;
         Ok(())
     }
 
-    fn hard_link(&mut self, dest: &[OsString], target: &[OsString]) -> Result<(), String> {
+    fn symlink(&mut self, dest: &[OsString], target: &[u8]) -> Result<(), Refused> {
+        rules::check_link_target(dest.len().saturating_sub(1), target)?;
+        self.charge(1, 0)?;
+        let path = self.prepare_leaf(dest)?;
+        self.nodes.insert(path, Node::Link(target.to_vec()));
+        self.links.push(dest.to_vec());
+        self.stats.symlinks += 1;
+        Ok(())
+    }
+
+    fn hard_link(&mut self, dest: &[OsString], target: &[OsString]) -> Result<(), Refused> {
         if dest == target {
             return Ok(());
         }
         let not_file = || {
-            format!(
+            Refused::Rule(format!(
                 "hard link target {} is not a regular file extracted before it",
                 joined(target).display()
-            )
+            ))
         };
         let (_, target_parent) = target.split_last().ok_or_else(not_file)?;
         let mut current = PathBuf::new();
@@ -216,20 +239,44 @@ impl Tree {
         if self.nodes.get(&joined(target)) != Some(&Node::File) {
             return Err(not_file());
         }
-        self.leaf(dest, Node::File)
+        self.charge(1, 0)?;
+        let path = self.prepare_leaf(dest)?;
+        self.nodes.insert(path, Node::File);
+        self.stats.hard_links += 1;
+        Ok(())
     }
 
-    /// Follows the link at `link` (if one still stands there) through the tree; fails if the
-    /// walk leaves the root or passes more than 40 links (as extraction).
-    fn resolves_inside(&self, link: &Path) -> Result<(), String> {
-        let Some(Node::Link(target)) = self.nodes.get(link) else {
-            return Ok(());
-        };
-        walk_link(link, Path::new(OsStr::from_bytes(target)), |here| {
-            Ok(match self.nodes.get(here) {
-                Some(Node::Link(next)) => Some(PathBuf::from(OsStr::from_bytes(next))),
-                _ => None,
-            })
+    fn into_stats(self) -> CheckStats {
+        let mut files = 0;
+        let mut paths = Vec::with_capacity(self.nodes.len());
+        for (path, node) in self.nodes {
+            if node == Node::File {
+                files += 1;
+            }
+            // As packing indexes: names that are not UTF-8 are left out.
+            if let Some(path) = path.to_str() {
+                paths.push(match node {
+                    Node::Dir => format!("{path}/"),
+                    _ => path.to_owned(),
+                });
+            }
+        }
+        CheckStats {
+            extracted: self.stats,
+            files,
+            paths,
+        }
+    }
+}
+
+/// The modelled tree as the link check reads it.
+impl TreeView for &Tree {
+    fn kind(&mut self, path: &Path) -> io::Result<Kind> {
+        Ok(match self.nodes.get(path) {
+            Some(Node::Dir) => Kind::Dir,
+            Some(Node::File) => Kind::Other,
+            Some(Node::Link(target)) => Kind::Link(target.clone()),
+            None => Kind::Missing,
         })
     }
 }
@@ -240,10 +287,10 @@ mod tests {
 
     use flate2::Compression;
     use flate2::write::GzEncoder;
-    use tar::{Builder, Header};
+    use tar::{Builder, EntryType, Header};
 
     use super::*;
-    use crate::archive::{Selection, Unpacker};
+    use crate::archive::{PathIndex, Selection, Unpacker};
 
     /// One tar entry: path, type, link target, content.
     type Entry<'a> = (&'a str, EntryType, &'a str, &'a [u8]);
@@ -272,7 +319,7 @@ mod tests {
     }
 
     fn check(bytes: &[u8]) -> Result<CheckStats, ArchiveError> {
-        check_tar_gz(bytes, "upload", CheckLimits::default())
+        check_tar_gz(bytes, "upload", ExtractLimits::DEFAULT)
     }
 
     /// What extraction into an empty directory says of the same archive.
@@ -302,8 +349,13 @@ mod tests {
         ]);
         let stats = check(&bytes).unwrap();
         assert_eq!(stats.files, 3);
-        assert_eq!(stats.entries, 5);
-        assert_eq!(stats.bytes, 12);
+        // docs/ is made for the link: six entries, as the unpacker counts them.
+        assert_eq!(stats.extracted.entries(), 6);
+        assert_eq!(stats.extracted.bytes, 12);
+        let index = PathIndex::new(stats.paths);
+        for path in ["src/", "src/main.py", "docs/readme", "docs", "README.md"] {
+            assert!(index.contains(path), "{path}");
+        }
         unpack(&bytes).unwrap();
     }
 
@@ -421,19 +473,20 @@ mod tests {
         let at = corrupted.len() - 6;
         corrupted[at] ^= 0xff;
         assert!(check(&corrupted).is_err(), "the gzip checksum is verified");
-        let small = CheckLimits {
+        let small = ExtractLimits {
             max_entries: 1,
             max_bytes: 1024,
         };
-        let (_, why) = refused_entry(check_tar_gz(bytes.as_slice(), "upload", small));
-        assert!(why.contains("1024 bytes"), "{why}");
+        let limited = |bytes: &[u8]| match check_tar_gz(bytes, "upload", small) {
+            Err(ArchiveError::LimitExceeded { entry, limit, .. }) => (entry, limit),
+            other => panic!("expected a limit, got {other:?}"),
+        };
+        assert_eq!(limited(&bytes), ("a".to_owned(), Limit::Bytes(1024)));
         let two = tar_gz(&[
             ("a", EntryType::Regular, "", b""),
             ("b", EntryType::Regular, "", b""),
         ]);
-        let (entry, why) = refused_entry(check_tar_gz(two.as_slice(), "upload", small));
-        assert_eq!(entry, "b");
-        assert!(why.contains("more than 1 entries"), "{why}");
+        assert_eq!(limited(&two), ("b".to_owned(), Limit::Entries(1)));
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub struct PushedFilesetEntry {
     pub status: FilesetStatus,
     /// Whether the catalog had no Fileset of this name before.
     new_entry: bool,
-    /// The blob's key, when this push stored it.
+    /// The blob's digest, when this push stored it.
     new_blob: Option<String>,
 }
 
@@ -111,6 +111,14 @@ impl Local {
             .push_fileset(&self.namespace, dir)
             .await
             .map_err(store_error)?;
+        for skipped in &pushed.skipped {
+            eprintln!(
+                "warning: {} left out of the Fileset: {}: {}",
+                dir.display(),
+                skipped.path,
+                skipped.reason
+            );
+        }
         let name = name.map_or_else(
             || format!("workdir-{}", &pushed.digest[..12]),
             str::to_owned,
@@ -124,7 +132,7 @@ impl Local {
         let catalog = self.catalog();
         let entry = PushedFilesetEntry {
             new_entry: catalog.fileset(&self.namespace, &name).is_none(),
-            new_blob: pushed.created.then_some(pushed.key),
+            new_blob: pushed.created.then_some(pushed.digest),
             name,
             status,
         };
@@ -142,8 +150,8 @@ impl Local {
             self.catalog()
                 .delete(&self.namespace, ObjectKind::Fileset, &pushed.name);
         }
-        if let (Some(key), Ok(store)) = (&pushed.new_blob, self.store()) {
-            let _ = store.delete(key).await;
+        if let (Some(digest), Ok(store)) = (&pushed.new_blob, self.store()) {
+            let _ = store.remove_pushed_fileset(&self.namespace, digest).await;
         }
     }
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::context::{Local, PushedFilesetEntry, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
-use crate::api::{AgentExecutionSpec, Reference, Workdir};
+use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, SuperviseError, parse_document, parse_manifests, prepare,
     read_manifest_file, run_prepared, spawn_detached,
@@ -29,8 +29,8 @@ pub struct ExecuteArgs {
     /// pushed as a Fileset first.
     #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
     pub base_workdir: Option<String>,
-    /// Seconds the agent may run.
-    #[arg(long)]
+    /// Seconds the agent may run, at most 604800 (7 days).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i64>,
     /// Turn on the agent's telemetry export.
     #[arg(long)]
@@ -52,6 +52,8 @@ pub struct ExecuteArgs {
     /// `HOME`, `LANG` and `TZ`.
     #[arg(long)]
     pub inherit_env: bool,
+    #[command(flatten)]
+    pub staging: super::staging::StagingArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -270,7 +272,8 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         name.as_deref(),
         &request.spec,
         args.inherit_env,
-    );
+    )
+    .await;
     let record = match prepared {
         Ok(record) => record,
         Err(error) => {
@@ -282,7 +285,13 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         }
     };
     if args.no_wait {
-        spawn_detached(&local.data, &local.namespace, &record.name).map_err(supervise_error)?;
+        spawn_detached(
+            &local.data,
+            &local.namespace,
+            &record.name,
+            &args.staging.settings(),
+        )
+        .map_err(supervise_error)?;
         let record = local
             .records()
             .read(&local.namespace, &record.name)
@@ -303,6 +312,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         &local.namespace,
         &record.name,
         passthrough,
+        &args.staging.settings(),
         cancel,
     )
     .await

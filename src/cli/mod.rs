@@ -9,6 +9,7 @@ mod local;
 mod output;
 mod pod;
 mod show;
+mod staging;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -133,6 +134,8 @@ pub enum Command {
     Supervise {
         /// The prepared execution.
         name: String,
+        #[command(flatten)]
+        staging: staging::StagingArgs,
     },
 }
 
@@ -376,7 +379,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             action: FilesetsAction::Delete { name, output },
         } => catalog::delete_fileset(target, &name, output),
         Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
-        Command::Supervise { name } => local::supervise(target, &name).await,
+        Command::Supervise { name, staging } => {
+            local::supervise(target, &name, staging.settings()).await
+        }
         Command::Stage(_) | Command::RunAgent(_) => {
             unreachable!("run() handles the pod commands before dispatching")
         }

@@ -23,7 +23,7 @@ use super::status::Refusal;
 use crate::api::data::FilesetContent;
 use crate::api::{Fileset, FilesetStatus};
 use crate::archive::{
-    ArchiveError, ByteStream, CheckLimits, CheckStats, ChunkReader, check_tar_gz,
+    ArchiveError, ByteStream, CheckStats, ChunkReader, ExtractLimits, PathIndex, check_tar_gz,
 };
 use crate::store::{StoreError, StoredObject, fileset_upload_key};
 
@@ -41,14 +41,14 @@ pub struct UploadLimits {
     /// The largest body, in bytes; a larger one is refused with 413.
     pub max_bytes: u64,
     /// What the archive may hold: the bounds staging extracts within.
-    pub archive: CheckLimits,
+    pub archive: ExtractLimits,
 }
 
 impl Default for UploadLimits {
     fn default() -> Self {
         UploadLimits {
             max_bytes: DEFAULT_MAX_UPLOAD_BYTES,
-            archive: CheckLimits::default(),
+            archive: ExtractLimits::DEFAULT,
         }
     }
 }
@@ -146,10 +146,14 @@ where
     };
     if let Err(e) = api
         .store
-        .place_fileset_upload(namespace, &upload_key, &stored.sha256)
+        .place_fileset_upload(
+            namespace,
+            &upload_key,
+            &stored.sha256,
+            PathIndex::new(stats.paths),
+        )
         .await
     {
-        discard(api, &upload_key).await;
         return Err(Refusal::internal(format!("storing the upload: {e}")));
     }
     let content = FilesetStatus {
@@ -201,9 +205,15 @@ fn judge(
         (Some(Abort::TooLarge), _, _) => Err(Failure::TooLarge),
         (Some(Abort::Interrupted(why)), _, _) => Err(Failure::Interrupted(why)),
         (_, Err(e), _) if !matches!(e, StoreError::Body { .. }) => Err(Failure::Store(e)),
-        (_, _, Err(e @ (ArchiveError::UnsafeEntry { .. } | ArchiveError::ReadArchive { .. }))) => {
-            Err(Failure::Refused(e))
-        }
+        (
+            _,
+            _,
+            Err(
+                e @ (ArchiveError::UnsafeEntry { .. }
+                | ArchiveError::LimitExceeded { .. }
+                | ArchiveError::ReadArchive { .. }),
+            ),
+        ) => Err(Failure::Refused(e)),
         (_, _, Err(e)) => Err(Failure::Check(e)),
         (_, Ok(stored), Ok(stats)) => Ok((stored, stats)),
         (_, Err(e), Ok(_)) => Err(Failure::Store(e)),
@@ -231,6 +241,15 @@ fn refusal(object: &ObjectRequest, fileset: &Fileset, failure: Failure, max_byte
             subject,
             format!(
                 "Fileset {:?}: archive entry {entry:?} is refused: {reason}; {kept}",
+                object.name
+            ),
+            Some(entry),
+        ),
+        Failure::Refused(ArchiveError::LimitExceeded { entry, limit, .. }) => Refusal::invalid(
+            subject,
+            format!(
+                "Fileset {:?}: archive entry {entry:?} would pass the limit of {limit} that \
+                 staging extracts within; {kept}",
                 object.name
             ),
             Some(entry),

@@ -296,4 +296,9 @@ impl Catalog for LocalCatalog {
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
         self.read(namespace, ObjectKind::Fileset, name)
     }
+
+    /// A local run has no scheduler, so a PriorityClass is neither needed nor known.
+    fn priority_class_exists(&self, _name: &str) -> Option<bool> {
+        None
+    }
 }

@@ -15,9 +15,12 @@ use super::record::{ExecutionRecord, RecordError, Records, generate_name};
 use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
-    InvalidSpec, Snapshot, admit_creation, check_execution_spec, resolve_execution,
+    InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
+    resolve_execution, subpath_digests,
 };
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
+use crate::runner::{
+    self, Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
 
@@ -58,7 +61,7 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
 
 /// Resolves `spec` against the local catalog and records a new execution with its snapshot.
 /// An invalid spec creates nothing.
-pub fn prepare(
+pub async fn prepare(
     data: &DataDir,
     store_url: &str,
     namespace: &str,
@@ -71,7 +74,17 @@ pub fn prepare(
     if !problems.is_empty() {
         return Err(InvalidSpec { problems }.into());
     }
-    let resolution = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()));
+    let catalog = LocalCatalog::new(data.clone());
+    // The paths of the Filesets a subpath is taken from, as the webhook reads them.
+    let digests = subpath_digests(namespace, spec, &catalog);
+    let paths = if digests.is_empty() {
+        Vec::new()
+    } else {
+        Store::open(store_url)?
+            .fileset_path_indexes(namespace, digests)
+            .await
+    };
+    let resolution = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths));
     let snapshot = admit_creation(spec, resolution)?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
@@ -103,6 +116,7 @@ pub async fn run_prepared(
     namespace: &str,
     name: &str,
     passthrough: bool,
+    settings: &StageSettings,
     cancel: CancellationToken,
 ) -> Result<ExecutionRecord, SuperviseError> {
     let records = Records::new(data.clone());
@@ -134,6 +148,7 @@ pub async fn run_prepared(
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
+        stop: StopRequest::Cancel,
         inherit_env: false,
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
@@ -143,7 +158,13 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let summary = runner::execute(&invocation, &plan, &store, &sink, cancel).await;
+    let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    for skipped in &summary.skipped {
+        eprintln!(
+            "warning: {} left out {}: {}",
+            skipped.result, skipped.entry.path, skipped.entry.reason
+        );
+    }
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
@@ -200,7 +221,8 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
                 "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
             ))),
         ),
-        RunState::Cancelled => (
+        // A local run stops on `errand cancel` only (StopRequest::Cancel).
+        RunState::Cancelled | RunState::Terminated => (
             Phase::Cancelled,
             Some(Reason::Cancelled),
             Some("cancelled on request".to_owned()),
@@ -235,10 +257,27 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.results = summary.results.clone();
 }
 
+/// The flags that hand `settings` to a supervisor process.
+fn staging_args(settings: &StageSettings) -> [String; 6] {
+    [
+        "--max-extract-bytes".to_owned(),
+        settings.limits.max_bytes.to_string(),
+        "--max-extract-entries".to_owned(),
+        settings.limits.max_entries.to_string(),
+        "--staging-budget-seconds".to_owned(),
+        settings.budget.as_secs().to_string(),
+    ]
+}
+
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and
 /// returns its pid once it has recorded itself. It keeps running after this process exits;
 /// its own output goes to `supervisor.log` in the execution directory.
-pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32, SuperviseError> {
+pub fn spawn_detached(
+    data: &DataDir,
+    namespace: &str,
+    name: &str,
+    settings: &StageSettings,
+) -> Result<u32, SuperviseError> {
     let records = Records::new(data.clone());
     let log_path = records.dir(namespace, name).join("supervisor.log");
     let file_error = |e: std::io::Error| SuperviseError::File {
@@ -249,6 +288,7 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
     let exe = std::env::current_exe().map_err(file_error)?;
     let child = std::process::Command::new(exe)
         .args(["__supervise", "--namespace", namespace, name])
+        .args(staging_args(settings))
         .env("ERRAND_HOME", data.root())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(file_error)?)

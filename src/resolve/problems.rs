@@ -73,6 +73,10 @@ impl Problems {
         self.0.len()
     }
 
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The problems found so far as an error.
     pub(crate) fn into_error(self) -> InvalidSpec {
         InvalidSpec { problems: self.0 }

@@ -1,4 +1,4 @@
-//! Resource quantities (`500m`, `1.5`, `4Gi`, `1e3`) parsed by Kubernetes' own grammar, so every errand component accepts exactly what the API server does.
+//! Resource quantities (`500m`, `1.5`, `4Gi`, `1e3`) parsed by Kubernetes' own grammar, so every errand component accepts exactly what the API server does, and compared exactly, without floating point.
 //!
 //! `<signedNumber><suffix>`, where the number is `digits`, `digits.digits`, `digits.` or
 //! `.digits`, and the suffix is binary (`Ki` … `Ei`), decimal (`n`, `u`, `m`, ``, `k`, `M`,
@@ -7,6 +7,7 @@
 //! (`1.G` and `.5` are quantities, and a bare suffix such as `Gi` is zero), and so do its
 //! error messages.
 
+use std::cmp::Ordering;
 use std::fmt;
 
 /// A parsed quantity: `±digits × 10^exponent × 2^binary_exponent`, exactly.
@@ -186,9 +187,148 @@ impl ParsedQuantity {
     }
 }
 
+impl PartialOrd for ParsedQuantity {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ParsedQuantity {
+    /// Compares the values (`1` equals `1000m`, `1Gi` equals `1024Mi`), not the texts.
+    fn cmp(&self, other: &Self) -> Ordering {
+        let sign = |q: &Self| match (q.is_zero(), q.negative) {
+            (true, _) => 0,
+            (false, true) => -1,
+            (false, false) => 1,
+        };
+        match sign(self).cmp(&sign(other)) {
+            Ordering::Equal if self.negative => other.magnitude_cmp(self),
+            Ordering::Equal => self.magnitude_cmp(other),
+            unequal => unequal,
+        }
+    }
+}
+
+impl ParsedQuantity {
+    /// Compares `|self|` with `|other|`, both non-zero or both zero. Each is
+    /// `digits × 10^exponent × 2^binary` with `2^binary < 10^19`, so values whose orders of
+    /// magnitude are 20 or more apart compare by that alone; closer ones are brought to
+    /// integers over the smaller power of ten (a shift no longer than the texts plus 20) and
+    /// compared digit by digit.
+    fn magnitude_cmp(&self, other: &Self) -> Ordering {
+        if self.is_zero() || other.is_zero() {
+            return self.digits.len().cmp(&other.digits.len());
+        }
+        let order = |q: &Self| q.digits.len() as i64 + q.exponent;
+        let gap = order(self) - order(other);
+        if gap.abs() >= 20 {
+            return gap.cmp(&0);
+        }
+        let low = self.exponent.min(other.exponent);
+        let common = self.binary_exponent.min(other.binary_exponent);
+        let scaled = |q: &Self| {
+            let mut number = Decimal::from_digits(&q.digits);
+            number.shift_ten(q.exponent - low);
+            number.times_power_of_two(q.binary_exponent - common);
+            number
+        };
+        scaled(self).cmp(&scaled(other))
+    }
+}
+
+/// A non-negative integer of any size, as decimal digits (most significant first, no leading
+/// zeros), for exact comparisons of quantities far apart in scale.
+#[derive(PartialEq, Eq)]
+struct Decimal(Vec<u8>);
+
+impl Decimal {
+    fn from_digits(digits: &str) -> Self {
+        Self(digits.bytes().map(|b| b - b'0').collect())
+    }
+
+    /// Multiplies by `10^by` (`by` is never negative).
+    fn shift_ten(&mut self, by: i64) {
+        self.0
+            .extend(std::iter::repeat_n(0, usize::try_from(by).unwrap_or(0)));
+    }
+
+    fn times_power_of_two(&mut self, power: u32) {
+        for _ in 0..power {
+            let mut carry = 0;
+            for digit in self.0.iter_mut().rev() {
+                let doubled = *digit * 2 + carry;
+                *digit = doubled % 10;
+                carry = doubled / 10;
+            }
+            if carry > 0 {
+                self.0.insert(0, carry);
+            }
+        }
+    }
+}
+
+impl PartialOrd for Decimal {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Decimal {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0
+            .len()
+            .cmp(&other.0.len())
+            .then_with(|| self.0.cmp(&other.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn q(text: &str) -> ParsedQuantity {
+        parse_quantity(text).unwrap_or_else(|error| panic!("{text} parses: {error}"))
+    }
+
+    #[test]
+    fn quantities_compare_across_suffixes() {
+        assert_eq!(q("1").cmp(&q("1000m")), Ordering::Equal);
+        assert_eq!(q("0.5").cmp(&q("500m")), Ordering::Equal);
+        assert_eq!(q("1Gi").cmp(&q("1024Mi")), Ordering::Equal);
+        assert_eq!(q("1.5Gi").cmp(&q("1536Mi")), Ordering::Equal);
+        assert_eq!(q("1k").cmp(&q("1000")), Ordering::Equal);
+        assert_eq!(q("1e3").cmp(&q("1k")), Ordering::Equal);
+        assert_eq!(q("0").cmp(&q("Gi")), Ordering::Equal);
+        assert!(q("1001m") > q("1"));
+        assert!(q("1025Mi") > q("1Gi"));
+        assert!(q("1G") < q("1Gi"));
+        assert!(q("0") < q("1n"));
+        assert!(q("-1") < q("0"));
+        assert!(q("-2") < q("-1"));
+        assert!(q("99999999999999999999999999999999E") > q("1Ei"));
+        assert!(q("1n") < q("99999999999999999999999999999999"));
+        assert!(q("1e-2147483648") < q("1n"));
+        assert!(q("1e2147483647") > q("99999999999999999999999999999999E"));
+    }
+
+    proptest! {
+        #[test]
+        fn order_agrees_with_the_integers(a in 0u64..1_000_000_000_000, b in 0u64..1_000_000_000_000) {
+            let (qa, qb) = (q(&format!("{a}m")), q(&format!("{b}m")));
+            prop_assert_eq!(qa.cmp(&qb), a.cmp(&b));
+            let (ka, kb) = (q(&format!("{a}Ki")), q(&format!("{}", b.saturating_mul(1024))));
+            prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+        }
+
+        #[test]
+        fn any_text_parses_or_not_without_panicking(text in "\\PC{0,40}") {
+            if let Ok(quantity) = parse_quantity(&text) {
+                let _ = quantity.cmp(&quantity);
+            }
+        }
+    }
 
     #[test]
     fn accepts_what_kubernetes_accepts() {

@@ -1,10 +1,6 @@
-//! The single-value rules of admission: names, paths, mount sets, environment variable names, compute, formats.
+//! The single-value rules of admission: names, paths, mount sets, environment variable names, formats.
 
 use crate::api::contract::{RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX};
-use crate::api::{ALLOWED_COMPUTE_KEYS, Compute};
-
-use super::problems::Problem;
-use super::quantity::parse_quantity;
 
 /// Model providers errand can wire up, checked on the config after the environment is merged.
 pub const SUPPORTED_PROVIDERS: [&str; 9] = [
@@ -27,20 +23,19 @@ pub fn one_of(values: &[&str]) -> String {
     values.join(", ")
 }
 
+/// Whether `name` starts and ends with an ASCII letter or digit, as Kubernetes names do.
+pub fn alphanumeric_ends(name: &str) -> bool {
+    let alphanumeric = |b: &u8| b.is_ascii_alphanumeric();
+    name.as_bytes().first().is_some_and(alphanumeric)
+        && name.as_bytes().last().is_some_and(alphanumeric)
+}
+
 /// Checks a Kubernetes object name (DNS-1123 subdomain).
 pub fn object_name(name: &str) -> Result<(), String> {
     let valid_chars = name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    let alnum_ends = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
-    if name.is_empty() || name.len() > 253 || !valid_chars || !alnum_ends {
+    if name.is_empty() || name.len() > 253 || !valid_chars || !alphanumeric_ends(name) {
         return Err(format!(
             "{name:?} is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
         ));
@@ -137,65 +132,8 @@ pub fn secret_key(key: &str) -> Result<(), String> {
     }
 }
 
-/// Checks the compute section: allowed keys, quantity syntax, whole GPUs, GPU requests equal to limits.
-pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let Some(resources) = &compute.resources else {
-        return problems;
-    };
-    for (kind, map) in [
-        ("limits", &resources.limits),
-        ("requests", &resources.requests),
-    ] {
-        for (name, value) in map {
-            let path = format!("{field}.resources.{kind}[{name}]");
-            if !ALLOWED_COMPUTE_KEYS.contains(&name.as_str()) {
-                problems.push(Problem::new(
-                    path,
-                    format!(
-                        "{name:?} is not allowed; only {} may be set",
-                        one_of(&ALLOWED_COMPUTE_KEYS)
-                    ),
-                ));
-                continue;
-            }
-            match parse_quantity(&value.0) {
-                Err(error) => problems.push(Problem::new(
-                    path,
-                    format!("{:?} is not a valid quantity: {error}", value.0),
-                )),
-                Ok(parsed) if parsed.negative => problems.push(Problem::new(
-                    path,
-                    format!("{:?} must be greater than or equal to 0", value.0),
-                )),
-                Ok(parsed) if name == "nvidia.com/gpu" && !parsed.is_whole() => {
-                    problems.push(Problem::new(
-                        path,
-                        format!("{:?} must be a whole number of GPUs", value.0),
-                    ))
-                }
-                Ok(_) => {}
-            }
-        }
-    }
-    if let Some(request) = resources.requests.get("nvidia.com/gpu")
-        && resources.limits.get("nvidia.com/gpu") != Some(request)
-    {
-        problems.push(Problem::new(
-            format!("{field}.resources.requests[nvidia.com/gpu]"),
-            format!(
-                "{:?} must equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted)",
-                request.0
-            ),
-        ));
-    }
-    problems
-}
-
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
     use super::*;
 
     #[test]
@@ -257,45 +195,6 @@ mod tests {
         assert_eq!(
             env_name("1X").unwrap_err(),
             "\"1X\" is not a valid environment variable name"
-        );
-    }
-
-    #[test]
-    fn compute_quantities_are_parsed_as_kubernetes_does() {
-        let compute = |limits: &[(&str, &str)]| {
-            let resources = crate::api::ComputeResources {
-                limits: limits
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
-                    .collect(),
-                ..Default::default()
-            };
-            let compute = Compute {
-                resources: Some(resources),
-                ..Default::default()
-            };
-            super::compute(&compute, "c")
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-        };
-        for ok in ["1e3", "100m", "1Gi", "1.5", "0.5"] {
-            assert_eq!(compute(&[("cpu", ok)]), Vec::<String>::new(), "{ok}");
-        }
-        assert_eq!(compute(&[("nvidia.com/gpu", "1e0")]), Vec::<String>::new());
-        assert_eq!(
-            compute(&[("cpu", "abc")]),
-            [
-                "c.resources.limits[cpu]: \"abc\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-            ]
-        );
-        assert_eq!(
-            compute(&[("memory", "-1Gi")]),
-            ["c.resources.limits[memory]: \"-1Gi\" must be greater than or equal to 0"]
-        );
-        assert_eq!(
-            compute(&[("nvidia.com/gpu", "500m")]),
-            ["c.resources.limits[nvidia.com/gpu]: \"500m\" must be a whole number of GPUs"]
         );
     }
 }

@@ -319,7 +319,7 @@ fn compute_quantities_and_gpus() {
             &[("nvidia.com/gpu", "2")],
             &[("nvidia.com/gpu", "1")]
         )),
-        "spec.environment.compute.resources.requests[nvidia.com/gpu]: \"1\" must equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted)"
+        "spec.environment.compute.resources.requests[nvidia.com/gpu]: \"1\" needs an equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted; set the limit alone)"
     );
     assert!(
         resolve_execution(
