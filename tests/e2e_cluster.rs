@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, EvictParams, ListParams};
 use serde_json::{Value, json};
 use support::cluster;
 use support::errand::wait_for;
@@ -101,34 +101,30 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
-/// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
-/// creates Fileset `name` with the content's digest, size and file count in its status by hand
-/// (`errand filesets push` records Filesets only in the local backend's catalog).
+/// `errand filesets push NAME DIR` as the operator, straight into the controller's store
+/// (`--store`): the CLI creates Fileset `name` and records the content in its status.
 async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let pushed = e2e
-        .store()
-        .push_fileset(e2e.namespace.name(), &dir)
+    let (code, answer) = e2e.operator_cli(&["filesets", "push", name, dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{answer}");
+    let status = e2e
+        .api::<errand::api::Fileset>()
+        .get(name)
         .await
+        .unwrap()
+        .status
         .unwrap();
-    e2e.create(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
-        "metadata": {"name": name},
-        "spec": {},
-    }))
-    .await;
-    e2e.api::<errand::api::Fileset>()
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "digest": format!("sha256:{}", pushed.digest),
-                "size": pushed.size,
-                "fileCount": pushed.file_count,
-            }})),
-        )
-        .await
-        .unwrap();
+    let answered = &answer["fileset"]["status"];
+    assert_eq!(
+        (status.digest.as_deref(), status.size, status.file_count),
+        (
+            answered["digest"].as_str(),
+            answered["size"].as_u64(),
+            answered["fileCount"].as_u64()
+        ),
+        "the answer is what the Fileset's status records: {answer}"
+    );
+    assert!(status.digest.is_some_and(|d| d.starts_with("sha256:")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

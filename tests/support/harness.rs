@@ -138,6 +138,31 @@ impl Harness {
         format!("file://{}", self.store_dir().display())
     }
 
+    /// `errand ARGS -o json` against this test's namespace as its operator: the admin's
+    /// kubeconfig, and the controller's store named with `--store`; the exit code and the
+    /// one JSON answer.
+    pub fn operator_cli(&self, args: &[&str]) -> (i32, Value) {
+        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
+            .arg("--kubeconfig")
+            .arg(cluster::kubeconfig_path())
+            .args(["--namespace", self.namespace.name()])
+            .args(["--store", &self.store_url()])
+            .args(args)
+            .args(["-o", "json"])
+            .env_remove("ERRAND_BACKEND")
+            .env_remove("ERRAND_NAMESPACE")
+            .output()
+            .expect("errand runs");
+        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "errand {args:?}: not one JSON answer ({e}): {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap_or(-1), answer)
+    }
+
     /// The controller's store.
     pub fn store(&self) -> Store {
         Store::open(&self.store_url()).expect("a file store opens")

@@ -14,3 +14,4 @@ pub mod hostile;
 pub mod local;
 pub mod s3;
 pub mod store;
+pub mod tenant;

@@ -192,6 +192,75 @@ impl Cluster {
         }
     }
 
+    /// Creates Fileset `name` unless it exists; whether it created it.
+    async fn ensure_fileset(&self, name: &str) -> Result<bool, CliError> {
+        let filesets = self.api::<Fileset>();
+        if filesets.get_opt(name).await.map_err(api_error)?.is_some() {
+            return Ok(false);
+        }
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match filesets
+            .create(&params, &Fileset::new(name, FilesetSpec::default()))
+            .await
+        {
+            Ok(_) => Ok(true),
+            // Created meanwhile by another push: push to it all the same.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    /// Streams `dir` packed to the data API as Fileset `name`'s content, which the server
+    /// checks, stores and records in the Fileset's status.
+    async fn push_through_api(&self, name: &str, dir: &Path) -> Result<FilesetStatus, CliError> {
+        let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
+        let answer = self.data.push(name, packing.stream).await;
+        // A packing failure reaches the server as a broken body: report its cause.
+        let stats = packing
+            .done
+            .wait()
+            .await
+            .map_err(|e| archive_error(dir, e))?;
+        let content = answer?;
+        warn_skipped(dir, &stats.skipped_entries);
+        Ok(content.content)
+    }
+
+    /// An operator's push straight into the cluster's store (`--store`), recorded in the
+    /// Fileset's status as the data API records it.
+    async fn push_to_store(
+        &self,
+        store: &Store,
+        name: &str,
+        dir: &Path,
+    ) -> Result<FilesetStatus, CliError> {
+        let pushed = store
+            .push_fileset(&self.namespace, dir)
+            .await
+            .map_err(store_error)?;
+        warn_skipped(dir, &pushed.skipped);
+        let status = FilesetStatus {
+            digest: Some(format!("sha256:{}", pushed.digest)),
+            size: Some(pushed.size),
+            file_count: Some(pushed.file_count),
+            pushed_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::now(),
+            )),
+        };
+        self.api::<Fileset>()
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map_err(api_error)?;
+        Ok(status)
+    }
+
     fn operator_store(&self) -> Option<Result<Store, CliError>> {
         self.store_url
             .as_deref()
@@ -441,82 +510,28 @@ impl Backend for Cluster {
         name: Option<&str>,
         dir: &Path,
     ) -> Result<PushedFileset, CliError> {
-        let filesets = self.api::<Fileset>();
-        let options = PackOptions {
-            stageable: true,
-            ..PackOptions::default()
-        };
-        let archive_error = |e: crate::archive::ArchiveError| {
-            CliError::new("invalid_argument", format!("{}: {e}", dir.display()))
-        };
         let name = match name {
             Some(name) => name.to_owned(),
-            // The default name is the content's digest, known once it is packed: pack it once
-            // to learn it (a workdir is usually small; `filesets push` names its Fileset).
-            None => {
-                let packing = pack_dir(dir, options.clone()).map_err(archive_error)?;
-                let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
-                let mut stream = packing.stream;
-                while let Some(chunk) = stream.next().await {
-                    let chunk = chunk.map_err(|e| {
-                        CliError::new("io_error", format!("packing {}: {e}", dir.display()))
-                    })?;
-                    sha2::Digest::update(&mut hasher, &chunk);
-                }
-                packing.done.wait().await.map_err(archive_error)?;
-                let digest = hex::encode(sha2::Digest::finalize(hasher));
-                format!("workdir-{}", &digest[..12])
-            }
+            None => format!("workdir-{}", &content_digest(dir).await?[..12]),
         };
-        let new_fileset = filesets.get_opt(&name).await.map_err(api_error)?.is_none();
-        if new_fileset {
-            let fileset = Fileset::new(&name, FilesetSpec::default());
-            let params = PostParams {
-                field_manager: Some(FIELD_MANAGER.to_owned()),
-                ..PostParams::default()
-            };
-            match filesets.create(&params, &fileset).await {
-                Ok(_) => {}
-                // Created meanwhile by another push: push to it all the same.
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
-                Err(e) => return Err(api_error(e)),
-            }
-        }
+        let new_fileset = self.ensure_fileset(&name).await?;
         let pushed = PushedFileset {
             name: name.clone(),
             status: FilesetStatus::default(),
             new_fileset,
             new_blob: None,
         };
-        let packing = pack_dir(dir, options).map_err(archive_error)?;
-        let answer = self.data.push(&name, packing.stream).await;
-        let packed = packing.done.wait().await;
-        let content = match (answer, packed) {
-            (Ok(content), Ok(stats)) => {
-                for skipped in &stats.skipped_entries {
-                    eprintln!(
-                        "warning: {} left out of the Fileset: {}: {}",
-                        dir.display(),
-                        skipped.path,
-                        skipped.reason
-                    );
-                }
-                content
-            }
-            // A packing failure reaches the server as a broken body: report its cause.
-            (_, Err(e)) => {
-                self.undo_push(&pushed).await;
-                return Err(archive_error(e));
-            }
-            (Err(e), Ok(_)) => {
-                self.undo_push(&pushed).await;
-                return Err(e);
-            }
+        let status = match self.operator_store() {
+            Some(store) => self.push_to_store(&store?, &name, dir).await,
+            None => self.push_through_api(&name, dir).await,
         };
-        Ok(PushedFileset {
-            status: content.content,
-            ..pushed
-        })
+        match status {
+            Ok(status) => Ok(PushedFileset { status, ..pushed }),
+            Err(e) => {
+                self.undo_push(&pushed).await;
+                Err(e)
+            }
+        }
     }
 
     async fn undo_push(&self, pushed: &PushedFileset) {
@@ -536,6 +551,49 @@ impl Backend for Cluster {
             .map_err(api_error)?
             .items)
     }
+}
+
+/// How a push packs a directory: refusing what staging would refuse, naming the file.
+fn push_options() -> PackOptions {
+    PackOptions {
+        stageable: true,
+        ..PackOptions::default()
+    }
+}
+
+fn archive_error(dir: &Path, error: crate::archive::ArchiveError) -> CliError {
+    CliError::new("invalid_argument", format!("{}: {error}", dir.display()))
+}
+
+fn warn_skipped(dir: &Path, skipped: &[crate::archive::SkippedEntry]) {
+    for entry in skipped {
+        eprintln!(
+            "warning: {} left out of the Fileset: {}: {}",
+            dir.display(),
+            entry.path,
+            entry.reason
+        );
+    }
+}
+
+/// The sha256 of `dir` packed, which names a workdir pushed without a name: packing is
+/// deterministic, so the same tree always gets the same Fileset.
+async fn content_digest(dir: &Path) -> Result<String, CliError> {
+    use sha2::Digest;
+    let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut stream = packing.stream;
+    while let Some(chunk) = stream.next().await {
+        if let Ok(chunk) = chunk {
+            hasher.update(&chunk);
+        }
+    }
+    packing
+        .done
+        .wait()
+        .await
+        .map_err(|e| archive_error(dir, e))?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// An API error as a CLI error, with the API server's words and, for a refused object, the
