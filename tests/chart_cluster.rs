@@ -30,7 +30,7 @@ use support::audit;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, wait_for};
 use support::harness::execution_id;
-use support::store::read_all;
+use support::store::{read_all, tar_files};
 use support::tenant::Tenant;
 
 use errand::api::{AgentExecution, Fileset, Phase};
@@ -1207,14 +1207,14 @@ async fn a_tenant_runs_the_whole_journey_with_the_cli(client: &Client, team: &st
         entry["sha256"].as_str(),
         Some(sha256_hex(&workdir_tar).as_str())
     );
-    let mut files = BTreeSet::new();
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(workdir_tar.as_slice()));
-    for item in archive.entries().unwrap() {
-        files.insert(item.unwrap().path().unwrap().display().to_string());
-    }
-    assert!(
-        files.contains("notes.txt") && files.contains("data/numbers.csv"),
-        "the pushed workdir is in output_workdir: {files:?}"
+    let files = tar_files(&workdir_tar);
+    assert_eq!(
+        (
+            files["notes.txt"].as_str(),
+            files["data/numbers.csv"].as_str()
+        ),
+        ("multiply\n", "12,8\n"),
+        "the pushed workdir is in output_workdir"
     );
 
     // 6. The same bytes with plain `kubectl get --raw`.

@@ -1,4 +1,4 @@
-//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, and polling until something holds.
+//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, polling until something holds, and the one JSON answer of the `errand` command.
 
 use std::future::Future;
 use std::time::Duration;
@@ -86,4 +86,24 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
     api.create(&PostParams::default(), &object)
         .await
         .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
+}
+
+/// The exit code of `errand ARGS -o json` and the one JSON answer it printed, checked to be
+/// exactly one line with `schema_version`, `ok` and `type`.
+pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, serde_json::Value) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one JSON line expected from {args:?}, got: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(value["schema_version"], 1);
+    assert!(
+        value["ok"].is_boolean() && value["type"].is_string(),
+        "{value}"
+    );
+    (output.status.code().unwrap_or(-1), value)
 }

@@ -153,14 +153,7 @@ impl Harness {
             .env_remove("ERRAND_NAMESPACE")
             .output()
             .expect("errand runs");
-        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "errand {args:?}: not one JSON answer ({e}): {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().unwrap_or(-1), answer)
+        super::errand::one_json_answer(args, &output)
     }
 
     /// The controller's store.

@@ -88,25 +88,9 @@ impl Tenant {
 
     /// `errand --kubeconfig KUBECONFIG ARGS -o json`: the exit code and the one JSON answer.
     pub fn errand(&self, args: &[&str]) -> (i32, Value) {
-        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .args(["-o", "json"])
-            .env_remove("ERRAND_BACKEND")
-            .env_remove("ERRAND_NAMESPACE")
-            .env_remove("ERRAND_STORE")
-            .env_remove("KUBECONFIG")
-            .output()
-            .expect("errand runs");
-        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "errand {args:?}: not one JSON answer ({e}): {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().unwrap_or(-1), answer)
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        super::errand::one_json_answer(args, &self.errand_human(&all))
     }
 
     /// `errand --kubeconfig KUBECONFIG ARGS` for people: its output.
