@@ -180,3 +180,73 @@ pub async fn apply(
     }
     Ok(applied)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Document, plan};
+
+    fn document(object: serde_json::Value) -> Document {
+        Document {
+            source: "objects.yaml: document 1".into(),
+            object,
+        }
+    }
+
+    #[test]
+    fn each_document_is_planned_in_its_own_namespace_or_the_targeted_one() {
+        let documents = [
+            document(json!({"apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+                "metadata": {"name": "calc"}, "spec": {}})),
+            document(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "key", "namespace": "team-b"}})),
+        ];
+        let planned = plan(&documents, "team-a").unwrap();
+        let placed: Vec<(&str, &str, &str)> = planned
+            .iter()
+            .map(|p| {
+                (
+                    p.resource.kind.as_str(),
+                    p.namespace.as_str(),
+                    p.name.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            placed,
+            [("Agent", "team-a", "calc"), ("Secret", "team-b", "key")]
+        );
+        assert_eq!(planned[0].object["metadata"]["namespace"], "team-a");
+    }
+
+    #[test]
+    fn what_errand_does_not_apply_is_refused_naming_its_document() {
+        let refused = plan(
+            &[document(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "x"}}))],
+            "team-a",
+        )
+        .err()
+        .unwrap();
+        assert_eq!(refused.code, "invalid_manifest");
+        assert!(
+            refused.message.starts_with("objects.yaml: document 1: apiVersion \"v1\" kind \"ConfigMap\" is not something errand applies"),
+            "{}",
+            refused.message
+        );
+        let nameless = plan(
+            &[document(
+                json!({"apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+                "metadata": {}}),
+            )],
+            "team-a",
+        )
+        .err()
+        .unwrap();
+        assert_eq!(
+            nameless.message,
+            "objects.yaml: document 1: Fileset: metadata.name is required"
+        );
+    }
+}

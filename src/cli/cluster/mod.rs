@@ -666,3 +666,48 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         supervisor: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+
+    use super::api_error;
+
+    fn refused(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Status::failure(message, "").with_code(code).boxed())
+    }
+
+    #[test]
+    fn api_refusals_keep_their_meaning_in_the_error_code() {
+        let cases = [
+            (
+                403,
+                "agentexecutions.data.errand.dev \"calc\" is forbidden: User \"bob\" cannot get resource \"agentexecutions/results\"",
+                "forbidden",
+            ),
+            (
+                403,
+                "admission webhook \"agentexecutions.errand.dev\" denied the request: invalid AgentExecution",
+                "invalid_spec",
+            ),
+            (
+                422,
+                "AgentExecution.errand.dev \"x\" is invalid: spec.timeoutSeconds: Invalid value: 0",
+                "invalid_spec",
+            ),
+            (401, "Unauthorized", "unauthorized"),
+            (
+                404,
+                "agentexecutions.errand.dev \"x\" not found",
+                "not_found",
+            ),
+            (409, "already exists", "already_exists"),
+            (413, "the upload is larger than 1 bytes", "too_large"),
+            (500, "boom", "cluster_error"),
+        ];
+        for (code, message, expected) in cases {
+            let error = api_error(refused(code, message));
+            assert_eq!((error.code, error.message.as_str()), (expected, message));
+        }
+    }
+}
