@@ -313,6 +313,59 @@ fn ambiguous_prefixes_are_refused() {
     );
 }
 
+#[test]
+fn a_targeted_cluster_that_cannot_be_reached_is_an_error_and_nothing_is_written_locally() {
+    let home = Home::new();
+    let dir = home
+        .write("tree/file.txt", "x")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let manifest = home.write(
+        "fileset.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: Fileset\nmetadata: {name: pushed}\nspec: {}\n",
+    );
+    let missing = home.path().join("no-such-kubeconfig");
+    // ERRAND_BACKEND=local is set for these tests; --kubeconfig and --context target a cluster
+    // all the same.
+    for target in [
+        vec!["--kubeconfig", missing.to_str().unwrap()],
+        vec!["--context", "no-such-context"],
+    ] {
+        for command in [
+            vec!["filesets", "push", "pushed", dir.to_str().unwrap()],
+            vec!["apply", "-f", manifest.to_str().unwrap()],
+        ] {
+            let args: Vec<&str> = target.iter().chain(&command).copied().collect();
+            let (code, answer) = home.json(&args);
+            assert_eq!(
+                (code, answer["error"]["code"].as_str()),
+                (2, Some("invalid_argument")),
+                "{args:?}: {answer}"
+            );
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(target[0]),
+                "the refusal names the option: {answer}"
+            );
+        }
+    }
+    let (_, listed) = home.json(&["filesets", "list"]);
+    assert_eq!(
+        listed["filesets"],
+        json!([]),
+        "nothing went to the local backend"
+    );
+    let (code, answer) = home.json(&["--local", "--context", "x", "list"]);
+    assert_eq!(
+        (code, answer["error"]["code"].as_str()),
+        (2, Some("invalid_argument")),
+        "--local and a cluster target conflict: {answer}"
+    );
+}
+
 /// The workspace the rejection tests run in: applied agent, environment, secret and filesets.
 fn catalog_home() -> Home {
     let home = Home::new();
