@@ -111,7 +111,11 @@ impl Local {
             });
         if !alive {
             // Nobody is running it any more (never started, or the supervisor died): close it here.
-            record.set_outcome(&Outcome::cancelled_before_start());
+            let outcome = match record.started_at {
+                None => Outcome::cancelled_before_start(),
+                Some(_) => Outcome::cancelled("cancelled after its supervisor had ended"),
+            };
+            record.set_outcome(&outcome);
             record.completed_at = Some(jiff::Timestamp::now());
             records.write(&record).map_err(record_error)?;
             return Ok(record);
