@@ -28,7 +28,7 @@ use serde_json::json;
 use support::archives::{sha256_hex, tar_gz};
 use support::audit;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
-use support::errand::{ERRAND_IMAGE, wait_for};
+use support::errand::{ERRAND_IMAGE, one_json_answer, wait_for};
 use support::harness::execution_id;
 use support::store::{read_all, tar_files};
 use support::tenant::Tenant;
@@ -1181,15 +1181,19 @@ async fn a_tenant_runs_the_whole_journey_with_the_cli(client: &Client, team: &st
     let download = |tenant: &Tenant, result: &str| {
         let who = tenant.kubeconfig.file_stem().unwrap().to_string_lossy();
         let file = dir.path().join(format!("{who}-{result}"));
-        let (code, answer) = tenant.errand(&[
+        // `-o` is the file here; the answer's format is `--format`.
+        let args = [
             "results",
             "download",
             result,
             "--execution",
             &name,
-            "--out",
+            "-o",
             file.to_str().unwrap(),
-        ]);
+            "--format",
+            "json",
+        ];
+        let (code, answer) = one_json_answer(&args, &tenant.errand_human(&args));
         assert_eq!(code, 0, "{answer}");
         std::fs::read(&file).unwrap()
     };
