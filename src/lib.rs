@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod controller;
 pub mod local;
 pub mod resolve;
+pub mod retention;
 pub mod runner;
 pub mod serve;
 pub mod store;

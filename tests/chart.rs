@@ -121,6 +121,8 @@ fn the_values_schema_refuses_bad_values() {
         "webhook.timeoutSeconds=60",
         "image.pullPolicy=Sometimes",
         "controller.unknownSetting=1",
+        "controller.ttlSecondsAfterFinished=-1",
+        "controller.ttlSecondsAfterFinished=31622401",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -254,6 +256,41 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(ports, ["webhook", "http"]);
+}
+
+fn controller_args(objects: &[Value]) -> Vec<&str> {
+    strings(&of_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"])
+}
+
+#[test]
+fn finished_executions_live_as_long_as_the_chart_default_says() {
+    let Some(kept) = render(&[]) else { return };
+    assert!(
+        !controller_args(&kept)
+            .iter()
+            .any(|a| a.starts_with("--default-ttl-seconds-after-finished")),
+        "no default lifetime unless one is set"
+    );
+    let Some(objects) = render(&["controller.ttlSecondsAfterFinished=86400"]) else {
+        return;
+    };
+    assert!(controller_args(&objects).contains(&"--default-ttl-seconds-after-finished=86400"));
+    let (_, executions) = rules_for(&objects, "agentexecutions").pop().unwrap();
+    assert!(strings(&executions["verbs"]).contains(&"delete"), "{executions}");
+    let (kind, namespaces) = rules_for(&objects, "namespaces").pop().unwrap();
+    assert_eq!(kind, "ClusterRole");
+    assert_eq!(strings(&namespaces["verbs"]), ["get", "list", "watch"]);
+    assert!(namespaces.get("resourceNames").is_none(), "{namespaces}");
+
+    let Some(watched) = render(&["controller.watchNamespace=team-a"]) else {
+        return;
+    };
+    let (_, namespaces) = rules_for(&watched, "namespaces").pop().unwrap();
+    assert_eq!(
+        strings(&namespaces["resourceNames"]),
+        ["team-a"],
+        "a controller of one namespace reads only that namespace"
+    );
 }
 
 #[test]

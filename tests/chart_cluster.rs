@@ -26,6 +26,7 @@ use serde_json::json;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, wait_for};
 
+use errand::api::contract::NAMESPACE_TTL_ANNOTATION;
 use errand::api::{AgentExecution, Phase};
 use errand::store::Store;
 use errand::store::keys::{ExecutionId, ResultName};
@@ -440,6 +441,36 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         record["response"].as_str().map(str::trim),
         Some("96"),
         "{record}"
+    );
+
+    // A lifetime set on the namespace (as its owner would, with kubectl) takes the finished
+    // calculator, and its results with it: the chart lets the controller read namespaces and
+    // delete executions, and the deletion goes through the results finalizer.
+    succeed(
+        "kubectl",
+        &[
+            "annotate",
+            "namespace",
+            team.name(),
+            &format!("{NAMESPACE_TTL_ANNOTATION}=1"),
+        ],
+    );
+    let started = Instant::now();
+    wait_for("the expired calculator to be deleted", RUN_WAIT, || {
+        let api = api.clone();
+        async move { api.get_opt("calculator-12x8").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    assert!(
+        matches!(
+            volume.store().get(&key).await,
+            Err(errand::store::StoreError::NotFound { .. })
+        ),
+        "{key} outlived its execution"
+    );
+    eprintln!(
+        "a namespace lifetime of 1s deleted the finished calculator and its results {:.1}s after the annotation",
+        started.elapsed().as_secs_f64()
     );
 
     // helm test: the calculator again, from a hook pod, checked by its answer.

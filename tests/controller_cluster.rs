@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
@@ -563,5 +563,146 @@ async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
             .all(|v| v.name != "kube-api-access" && v.projected.is_none()),
         "no service account token volume"
     );
+    harness.finish().await;
+}
+
+/// Puts a stand-in `run_result` into the store under `execution`'s results; returns the prefix.
+async fn store_a_result(harness: &Harness, execution: &AgentExecution) -> String {
+    let prefix = format!(
+        "results/{}/{}/{}/",
+        harness.namespace.name(),
+        execution.name_any(),
+        execution.uid().unwrap()
+    );
+    let record = bytes::Bytes::from_static(b"{\"state\":\"Cancelled\"}");
+    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
+    harness
+        .store()
+        .put_new(&format!("{prefix}run_result"), body)
+        .await
+        .unwrap();
+    prefix
+}
+
+/// Creates a queued execution (Kueue is not installed, so its Job stays suspended), gives it a
+/// result and cancels it; returns it Cancelled with the prefix of its result.
+async fn create_finished(
+    harness: &Harness,
+    name: &str,
+    extra: serde_json::Value,
+) -> (AgentExecution, String) {
+    let mut spec = json!({"queueName": "team-queue"});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    harness.create_execution(name, spec).await;
+    let starting = harness
+        .wait_for_execution(name, "to be Starting", |e| {
+            phase(e) == Some(Phase::Starting)
+        })
+        .await;
+    let prefix = store_a_result(harness, &starting).await;
+    harness
+        .api::<AgentExecution>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    let cancelled = harness
+        .wait_for_execution(name, "to be Cancelled", |e| {
+            phase(e) == Some(Phase::Cancelled)
+        })
+        .await;
+    (cancelled, prefix)
+}
+
+async fn wait_until_gone(harness: &Harness, name: &str) {
+    wait_for(&format!("execution {name} to be gone"), WAIT, || async {
+        harness
+            .api::<AgentExecution>()
+            .get_opt(name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out() {
+    let Some(harness) = Harness::start("ctl-ttl").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    let (finished, prefix) =
+        create_finished(&harness, "short-lived", json!({"ttlSecondsAfterFinished": 3})).await;
+    let completed = finished.status.unwrap().completion_time.unwrap().0;
+    assert_eq!(harness.store().list(&prefix).await.unwrap().len(), 1);
+
+    wait_until_gone(&harness, "short-lived").await;
+    let lived = jiff::Timestamp::now().duration_since(completed);
+    assert!(
+        lived.as_secs() >= 3,
+        "deleted {lived:?} after finishing, before its lifetime of 3s"
+    );
+    assert!(
+        harness.store().list(&prefix).await.unwrap().is_empty(),
+        "the results went with the execution"
+    );
+    wait_for("the children to be garbage-collected", WAIT, || async {
+        let gone = harness.namespace.managed::<Job>().await.is_empty()
+            && harness.namespace.managed::<ConfigMap>().await.is_empty()
+            && harness.namespace.managed::<Secret>().await.is_empty();
+        gone.then_some(())
+    })
+    .await;
+    eprintln!(
+        "ttlSecondsAfterFinished=3: deleted with its results {:.1}s after finishing",
+        lived.as_secs_f64()
+    );
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_lifetime_takes_finished_executions_that_set_none_of_their_own() {
+    let Some(harness) = Harness::start("ctl-ns-ttl").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    let (_, inherits) = create_finished(&harness, "inherits", json!({})).await;
+    let (_, keeps) = create_finished(
+        &harness,
+        "own-lifetime",
+        json!({"ttlSecondsAfterFinished": 3600}),
+    )
+    .await;
+    // Both are finished and kept (no lifetime anywhere yet): setting one on the namespace
+    // afterwards reaches them.
+    Api::<Namespace>::all(harness.client.clone())
+        .patch(
+            harness.namespace.name(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                errand::api::contract::NAMESPACE_TTL_ANNOTATION: "1",
+            }}})),
+        )
+        .await
+        .unwrap();
+    wait_until_gone(&harness, "inherits").await;
+    assert!(harness.store().list(&inherits).await.unwrap().is_empty());
+    let kept = harness
+        .api::<AgentExecution>()
+        .get_opt("own-lifetime")
+        .await
+        .unwrap();
+    assert!(
+        kept.is_some_and(|e| e.metadata.deletion_timestamp.is_none()),
+        "an execution's own lifetime wins over its namespace's"
+    );
+    assert_eq!(harness.store().list(&keeps).await.unwrap().len(), 1);
     harness.finish().await;
 }

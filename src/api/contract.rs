@@ -39,6 +39,9 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+/// Annotation on a Namespace: seconds its finished executions are kept when they set no
+/// `ttlSecondsAfterFinished` of their own (overrides the controller's default).
+pub const NAMESPACE_TTL_ANNOTATION: &str = "errand.dev/ttl-seconds-after-finished";
 
 /// Name of the init container that installs errand and stages the workdir.
 pub const STAGE_CONTAINER: &str = "errand-stage";

@@ -14,8 +14,12 @@ use super::environment::AgentEnvironmentSpec;
 /// Timeout of an execution that sets none: one hour.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 3600;
 
+/// The longest an execution may be kept after it finishes, when a lifetime is set: 366 days.
+/// Whoever needs results longer keeps them without a lifetime and deletes them by hand.
+pub const MAX_TTL_SECONDS_AFTER_FINISHED: i64 = 366 * 24 * 3600;
+
 /// Spec fields that never change after creation (everything but `cancel`).
-const IMMUTABLE_SPEC_FIELDS: [&str; 11] = [
+const IMMUTABLE_SPEC_FIELDS: [&str; 12] = [
     "agentRef",
     "agent",
     "input",
@@ -27,6 +31,7 @@ const IMMUTABLE_SPEC_FIELDS: [&str; 11] = [
     "autoTelemetry",
     "extension",
     "queueName",
+    "ttlSecondsAfterFinished",
 ];
 
 /// The CEL transition rule that keeps every spec field but `cancel` as it was created.
@@ -105,6 +110,13 @@ pub struct AgentExecutionSpec {
     /// Kueue LocalQueue to submit the Job to; the Job is then created suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_name: Option<String>,
+    /// Seconds after the run finishes (Succeeded, Failed or Cancelled) when the execution is
+    /// deleted, and its results and children with it. 0 deletes it as soon as it finishes.
+    /// Without it, the namespace's `errand.dev/ttl-seconds-after-finished` annotation applies,
+    /// else the controller's default (which may be none: kept until deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_TTL_SECONDS_AFTER_FINISHED))]
+    pub ttl_seconds_after_finished: Option<i64>,
     /// Set to true to stop the run; partial results are saved. Can only go from false to true.
     #[serde(default)]
     #[x_kube(validation = Rule::new("self || !oldSelf").message("cancel can only change from false to true"))]
@@ -130,6 +142,7 @@ impl Default for AgentExecutionSpec {
             auto_telemetry: false,
             extension: None,
             queue_name: None,
+            ttl_seconds_after_finished: None,
             cancel: false,
         }
     }

@@ -60,6 +60,11 @@ pub struct ControllerArgs {
     /// Kueue LocalQueue for executions that name none.
     #[arg(long, env = "ERRAND_DEFAULT_QUEUE_NAME")]
     pub default_queue_name: Option<String>,
+    /// Seconds a finished execution is kept when neither its `ttlSecondsAfterFinished` nor its
+    /// namespace's `errand.dev/ttl-seconds-after-finished` annotation sets a lifetime (0 to
+    /// 31622400); unset keeps such executions until they are deleted.
+    #[arg(long, env = "ERRAND_DEFAULT_TTL_SECONDS_AFTER_FINISHED", value_parser = crate::retention::ttl::parse_seconds)]
+    pub default_ttl_seconds_after_finished: Option<i64>,
     /// Serve the validating admission webhook over HTTPS at this address.
     #[arg(long, env = "ERRAND_WEBHOOK_LISTEN")]
     pub webhook_listen: Option<SocketAddr>,
@@ -143,6 +148,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.staging_budget_seconds = args.staging_budget_seconds;
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
+    config.default_ttl_seconds_after_finished = args.default_ttl_seconds_after_finished;
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),
@@ -226,6 +232,34 @@ mod tests {
     use super::*;
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+    fn parse(args: &[&str]) -> Result<ControllerArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            args: ControllerArgs,
+        }
+        let base = ["controller", "--errand-image=e:1", "--store=file:///s"];
+        let all = base.iter().chain(args);
+        <Command as clap::Parser>::try_parse_from(all).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_default_lifetime_is_whole_seconds_within_bounds_and_named_when_bad() {
+        assert_eq!(parse(&[]).unwrap().default_ttl_seconds_after_finished, None);
+        let set = parse(&["--default-ttl-seconds-after-finished=86400"]).unwrap();
+        assert_eq!(set.default_ttl_seconds_after_finished, Some(86400));
+        for bad in ["-1", "1d", "99999999999"] {
+            let error = parse(&[&format!("--default-ttl-seconds-after-finished={bad}")])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                error.contains("--default-ttl-seconds-after-finished"),
+                "{bad}: {error}"
+            );
+        }
+    }
 
     #[test]
     fn a_cloud_store_signs_its_own_urls_and_needs_no_blob_endpoint() {

@@ -4,7 +4,7 @@ use std::fmt::Debug;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -71,6 +71,32 @@ pub fn trim_config_map(config_map: &mut PartialObjectMeta<ConfigMap>) {
     meta.owner_references = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.retain(|key, _| key == contract::EXECUTION_NAME_ANNOTATION);
+    }
+}
+
+/// Keeps only what the lifetime of finished executions needs of a namespace: its name and
+/// annotations.
+pub fn trim_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
+    let meta = &mut namespace.metadata;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+}
+
+/// Maps a namespace to every cached execution in it (a change to the namespace can change
+/// their lifetime).
+pub fn executions_in_namespace(
+    executions: Store<AgentExecution>,
+) -> impl Fn(PartialObjectMeta<Namespace>) -> Vec<ObjectRef<AgentExecution>> + Send + Sync + 'static
+{
+    move |namespace| {
+        let name = namespace.name_any();
+        executions
+            .state()
+            .iter()
+            .filter(|e| e.metadata.namespace.as_deref() == Some(name.as_str()))
+            .map(|e| ObjectRef::from_obj(e.as_ref()))
+            .collect()
     }
 }
 

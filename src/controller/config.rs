@@ -1,4 +1,4 @@
-//! Settings of the controller that shape every execution's pod: the errand image, budgets and defaults.
+//! Settings of the controller that shape every execution's pod and lifetime: the errand image, budgets and defaults.
 
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
 use crate::store::grants::UrlSigner;
@@ -33,6 +33,9 @@ pub struct ControllerConfig {
     pub termination_grace_seconds: i64,
     /// Kueue LocalQueue for executions that name none (`None`: such executions bypass Kueue).
     pub default_queue_name: Option<String>,
+    /// Seconds a finished execution is kept when neither it nor its namespace sets a lifetime
+    /// (`None`: kept until deleted).
+    pub default_ttl_seconds_after_finished: Option<i64>,
 }
 
 impl ControllerConfig {
@@ -45,6 +48,7 @@ impl ControllerConfig {
             staging_budget_seconds: 900,
             termination_grace_seconds: 120,
             default_queue_name: None,
+            default_ttl_seconds_after_finished: None,
         }
     }
 

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the reconcilers: reconciles, errors by reason, durations, executions by phase, and the latencies users feel.
+//! Prometheus metrics of the reconcilers: reconciles, errors by reason, durations, executions by phase, expired executions, and the latencies users feel.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,6 +19,13 @@ pub struct ErrorLabels {
     pub reason: String,
 }
 
+/// Label of the expired-executions counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LifetimeLabels {
+    /// Who set the lifetime that ran out: `execution`, `namespace` or `controller`.
+    pub source: String,
+}
+
 /// Label of the executions-by-phase gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PhaseLabels {
@@ -35,6 +42,7 @@ pub struct Metrics {
     executions: Family<PhaseLabels, Gauge>,
     job_created_after: Histogram,
     completed_after: Histogram,
+    expired: Family<LifetimeLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -46,6 +54,7 @@ impl Default for Metrics {
             executions: Family::default(),
             job_created_after: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             completed_after: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
+            expired: Family::default(),
         }
     }
 }
@@ -78,6 +87,11 @@ impl Metrics {
             "completed_after_seconds",
             "Time from an AgentExecution's creation to its terminal phase",
             self.completed_after.clone(),
+        );
+        registry.register(
+            "executions_expired",
+            "Finished AgentExecutions deleted when their lifetime (ttlSecondsAfterFinished) ran out, by who set it",
+            self.expired.clone(),
         );
     }
 }
@@ -123,6 +137,15 @@ impl Metrics {
     /// Records the time from an execution's creation to its terminal phase.
     pub fn completed(&self, seconds: f64) {
         self.completed_after.observe(seconds.max(0.0));
+    }
+
+    /// Counts an execution deleted because its lifetime, set by `source`, ran out.
+    pub fn expired(&self, source: &str) {
+        self.expired
+            .get_or_create(&LifetimeLabels {
+                source: source.to_owned(),
+            })
+            .inc();
     }
 
     /// Sets the executions-by-phase gauge to the phases of `executions`, as they are now.

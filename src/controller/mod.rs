@@ -21,9 +21,10 @@ use std::sync::Arc;
 
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::Client;
 use kube::core::PartialObjectMeta;
+use kube::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -91,6 +92,15 @@ pub async fn run(
         all().labels(&managed),
         watches::trim_config_map,
     );
+    // Namespaces by metadata, for the lifetime a namespace gives its finished executions; a
+    // change to one looks at its executions again.
+    let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
+    let namespace_config = match namespace {
+        Some(namespace) => all().fields(&format!("metadata.name={namespace}")),
+        None => all(),
+    };
+    let (namespaces, namespace_stream) =
+        watches::cache(namespace_api, namespace_config, watches::trim_namespace);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -108,7 +118,8 @@ pub async fn run(
         settings.signer,
         recorder,
         metrics,
-    ));
+    )
+    .with_namespaces(namespaces));
     let shutdown = shutdown.shared();
     let cleanup = Controller::for_stream(config_map_stream, config_maps)
         .with_config(controller::Config::default().concurrency(8))
@@ -119,9 +130,11 @@ pub async fn run(
             Arc::clone(&ctx),
         )
         .for_each(log_failure);
+    let in_namespace = watches::executions_in_namespace(executions.clone());
     let reconciler = Controller::for_stream(execution_stream, executions)
         .owns_stream(job_stream)
         .watches_stream(pod_stream, watches::pod_execution)
+        .watches_stream(namespace_stream, in_namespace)
         .with_config(controller::Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)

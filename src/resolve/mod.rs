@@ -24,8 +24,8 @@ pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
 pub use refs::StringRef;
 pub use rules::{
-    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
-    relative_path,
+    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths,
+    object_name, relative_path,
 };
 pub use snapshot::{
     FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,
@@ -48,6 +48,7 @@ pub fn resolve_execution(
     let environment = resolve_environment(namespace, spec, catalog, &mut problems);
     let workdir = resolve_workdir(namespace, spec.workdir.as_ref(), catalog, &mut problems);
     check_run_settings(spec, &mut problems);
+    check_lifetime(spec, &mut problems);
 
     // Secret bindings are checked even when the agent is unusable, so one rejection lists
     // every problem; only the merged config needs both halves.
@@ -450,6 +451,13 @@ fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
                 rules::one_of(&KNOWN_EXTENSION_KINDS)
             ),
         );
+    }
+}
+
+/// How long the execution is kept after it finishes.
+fn check_lifetime(spec: &AgentExecutionSpec, problems: &mut Problems) {
+    if let Some(Err(message)) = spec.ttl_seconds_after_finished.map(lifetime_seconds) {
+        problems.push("spec.ttlSecondsAfterFinished", message);
     }
 }
 

@@ -516,6 +516,20 @@ fn timeouts_must_be_positive() {
 }
 
 #[test]
+fn the_lifetime_after_finishing_is_bounded() {
+    let mut spec = spec();
+    for fine in [0, 3600, crate::api::MAX_TTL_SECONDS_AFTER_FINISHED] {
+        spec.ttl_seconds_after_finished = Some(fine);
+        assert!(resolve_execution(NS, &spec, &catalog()).is_ok(), "{fine}");
+    }
+    spec.ttl_seconds_after_finished = Some(-1);
+    assert_eq!(
+        problems(&spec, &catalog()),
+        vec!["spec.ttlSecondsAfterFinished: -1 is out of range: 0 to 31622400 (366 days)"]
+    );
+}
+
+#[test]
 fn provider_is_checked_after_the_merge() {
     let mut bad = prod_environment();
     bad.overlay.provider = Some("acme-llm".into());
