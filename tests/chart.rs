@@ -276,7 +276,10 @@ fn finished_executions_live_as_long_as_the_chart_default_says() {
     };
     assert!(controller_args(&objects).contains(&"--default-ttl-seconds-after-finished=86400"));
     let (_, executions) = rules_for(&objects, "agentexecutions").pop().unwrap();
-    assert!(strings(&executions["verbs"]).contains(&"delete"), "{executions}");
+    assert!(
+        strings(&executions["verbs"]).contains(&"delete"),
+        "{executions}"
+    );
     let (kind, namespaces) = rules_for(&objects, "namespaces").pop().unwrap();
     assert_eq!(kind, "ClusterRole");
     assert_eq!(strings(&namespaces["verbs"]), ["get", "list", "watch"]);

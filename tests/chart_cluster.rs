@@ -458,7 +458,13 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     let started = Instant::now();
     wait_for("the expired calculator to be deleted", RUN_WAIT, || {
         let api = api.clone();
-        async move { api.get_opt("calculator-12x8").await.ok()?.is_none().then_some(()) }
+        async move {
+            api.get_opt("calculator-12x8")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
     })
     .await;
     assert!(

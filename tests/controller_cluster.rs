@@ -638,8 +638,12 @@ async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out()
         return;
     };
     harness.create_catalog().await;
-    let (finished, prefix) =
-        create_finished(&harness, "short-lived", json!({"ttlSecondsAfterFinished": 3})).await;
+    let (finished, prefix) = create_finished(
+        &harness,
+        "short-lived",
+        json!({"ttlSecondsAfterFinished": 3}),
+    )
+    .await;
     let completed = finished.status.unwrap().completion_time.unwrap().0;
     assert_eq!(harness.store().list(&prefix).await.unwrap().len(), 1);
 

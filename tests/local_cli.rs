@@ -638,3 +638,159 @@ fn agents_are_immutable_and_bad_manifests_are_refused_whole() {
         .collect();
     assert_eq!(names, ["repo"], "nothing from the refused file was applied");
 }
+
+/// Runs the calculator once in the foreground; returns the execution's name.
+fn run_calculator(home: &Home) -> String {
+    let (code, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 2 plus 2?",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    answer["execution"]["name"].as_str().unwrap().to_owned()
+}
+
+/// The executions with a directory and the executions with stored results, each sorted.
+fn on_disk(home: &Home) -> (Vec<String>, Vec<String>) {
+    let names = |dir: PathBuf| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    (
+        names(home.executions_dir()),
+        names(home.path().join("home/store/results/default")),
+    )
+}
+
+fn sorted(names: &[&String]) -> Vec<String> {
+    let mut names: Vec<String> = names.iter().map(|n| (*n).clone()).collect();
+    names.sort();
+    names
+}
+
+fn collected(answer: &Value) -> Vec<(String, String)> {
+    answer["gc"]["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn gc_collects_finished_executions_by_count_age_and_size_and_a_dry_run_removes_nothing() {
+    let home = Home::new();
+    let [first, second, third] = [(); 3].map(|()| run_calculator(&home));
+    let sleeper = home.agent("sleeper", "sleep 60");
+    let (_, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &sleeper,
+        "--input",
+        "x",
+        "--no-wait",
+    ]);
+    let running = answer["execution"]["name"].as_str().unwrap().to_owned();
+    wait_for_phase(&home, &running, "Running");
+    let everything = on_disk(&home);
+    assert_eq!(everything.0, sorted(&[&first, &second, &third, &running]));
+
+    // A dry run reports the two oldest finished and removes nothing.
+    let (code, answer) = home.json(&["gc", "--max-executions", "1", "--dry-run"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["gc"]["dry_run"], true);
+    let oldest_two = vec![
+        (first.clone(), "max_executions".to_owned()),
+        (second.clone(), "max_executions".to_owned()),
+    ];
+    assert_eq!(collected(&answer), oldest_two);
+    assert!(answer["gc"]["removed_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(on_disk(&home), everything, "a dry run removes nothing");
+
+    // The same limit for real: the newest finished and the running one remain.
+    let (code, answer) = home.json(&["gc", "--max-executions", "1"]);
+    assert_eq!((code, collected(&answer)), (0, oldest_two));
+    assert_eq!(
+        on_disk(&home),
+        (sorted(&[&third, &running]), sorted(&[&third, &running])),
+        "records and results of the collected executions are gone"
+    );
+
+    // A size budget of nothing takes every finished execution, never a running one.
+    let (_, answer) = home.json(&["gc", "--max-bytes", "0"]);
+    assert_eq!(collected(&answer), vec![(third, "max_bytes".to_owned())]);
+    assert_eq!(on_disk(&home).0, vec![running.clone()]);
+    assert_eq!(answer["gc"]["kept"], 1);
+
+    // Once it finishes, an age collects it.
+    home.json(&["cancel", &running]);
+    let (_, answer) = home.json(&["gc", "--older-than", "0s"]);
+    assert_eq!(collected(&answer), vec![(running, "older_than".to_owned())]);
+    assert_eq!(on_disk(&home), (vec![], vec![]));
+    let (_, answer) = home.json(&["gc", "--older-than", "7d"]);
+    assert_eq!(collected(&answer), vec![], "nothing is a week old");
+}
+
+#[test]
+fn the_automatic_gc_is_set_once_and_runs_before_every_local_execution() {
+    let home = Home::new();
+    let (code, answer) = home.json(&["gc", "--automatic", "--max-executions", "1"]);
+    assert_eq!(code, 0, "{answer}");
+    let first = run_calculator(&home);
+    let second = run_calculator(&home);
+    assert_eq!(
+        on_disk(&home).0,
+        sorted(&[&first, &second]),
+        "the gc before the second run kept the one finished then"
+    );
+    let third = run_calculator(&home);
+    assert_eq!(
+        on_disk(&home),
+        (sorted(&[&second, &third]), sorted(&[&second, &third])),
+        "the gc before the third run took the first"
+    );
+    // `errand gc` without limits applies the automatic ones.
+    let (_, answer) = home.json(&["gc", "--dry-run"]);
+    assert_eq!(
+        collected(&answer),
+        vec![(second.clone(), "max_executions".to_owned())]
+    );
+
+    let (code, _) = home.json(&["gc", "--no-automatic"]);
+    assert_eq!(code, 0);
+    let fourth = run_calculator(&home);
+    assert_eq!(on_disk(&home).0, sorted(&[&second, &third, &fourth]));
+}
+
+#[test]
+fn gc_refuses_bad_limits_naming_them() {
+    let home = Home::new();
+    for (args, named) in [
+        (vec!["gc", "--older-than", "7y"], "--older-than"),
+        (vec!["gc", "--max-bytes", "10P"], "--max-bytes"),
+        (vec!["gc", "--max-executions=-1"], "--max-executions"),
+        (vec!["gc"], "--older-than, --max-executions or --max-bytes"),
+        (vec!["gc", "--automatic"], "--automatic"),
+    ] {
+        let output = home.run(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_ne!(output.status.code(), Some(0), "{args:?} was accepted");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+}

@@ -18,7 +18,8 @@ pub use environment::{
 };
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
-    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_TTL_SECONDS_AFTER_FINISHED, Phase, SnapshotRef, Workdir,
+    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_TTL_SECONDS_AFTER_FINISHED, Phase, SnapshotRef,
+    Workdir,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
 

@@ -5,6 +5,7 @@ mod cluster;
 mod context;
 mod controller;
 mod execute;
+mod gc;
 mod local;
 mod output;
 mod pod;
@@ -88,6 +89,8 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// Remove finished local executions (records, files and results) by age, count or size.
+    Gc(Box<gc::GcArgs>),
     /// Store Agents, AgentEnvironments, Filesets and Secrets from manifest files.
     Apply {
         /// Manifest files (YAML or JSON, several documents each).
@@ -192,6 +195,7 @@ impl Command {
     fn format(&self) -> Format {
         match self {
             Command::Execute(args) => args.output.format,
+            Command::Gc(args) => args.output.format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
@@ -302,6 +306,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Delete { name, output } => cluster::delete(target, &name, output).await,
         Command::List { output } if is_local => local::list(target, output),
         Command::List { output } => cluster::list(target, output).await,
+        Command::Gc(args) => gc::gc(target, &args).await,
         Command::Apply { files, output } => catalog::apply(target, &files, output),
         Command::Agents { action, output } => {
             catalog::objects(target, ObjectKind::Agent, action.as_ref(), output)

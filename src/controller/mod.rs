@@ -22,9 +22,9 @@ use std::sync::Arc;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::Api;
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::Api;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
@@ -108,18 +108,20 @@ pub async fn run(
             instance: Some(settings.instance),
         },
     );
-    let ctx = Arc::new(Context::new(
-        client,
-        settings.config,
-        catalog,
-        jobs,
-        pods,
-        settings.results,
-        settings.signer,
-        recorder,
-        metrics,
-    )
-    .with_namespaces(namespaces));
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            settings.config,
+            catalog,
+            jobs,
+            pods,
+            settings.results,
+            settings.signer,
+            recorder,
+            metrics,
+        )
+        .with_namespaces(namespaces),
+    );
     let shutdown = shutdown.shared();
     let cleanup = Controller::for_stream(config_map_stream, config_maps)
         .with_config(controller::Config::default().concurrency(8))

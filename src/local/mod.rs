@@ -1,16 +1,20 @@
 //! The local backend: runs executions on this machine with the same resolve and runner code as the cluster.
 //!
 //! A data directory holds a catalog of applied objects, one record per execution and the
-//! working files of each run; results go to the store like anywhere else.
+//! working files of each run; results go to the store like anywhere else. [`gc`] collects
+//! finished executions by age, count and size.
 
 mod catalog;
+pub mod gc;
 mod manifest;
 mod paths;
 mod record;
+mod remove;
 mod supervise;
 
 pub use catalog::{LocalCatalog, ObjectKind};
 pub use manifest::{ManifestObject, parse_manifests};
 pub use paths::DataDir;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
+pub use remove::{RemoveError, remove_execution, results_of};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

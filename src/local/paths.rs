@@ -41,9 +41,19 @@ impl DataDir {
         self.root.join("catalog").join(namespace).join(kind)
     }
 
+    /// The namespaces' execution directories.
+    pub fn all_executions(&self) -> PathBuf {
+        self.root.join("executions")
+    }
+
     /// All execution directories of `namespace`.
     pub fn executions(&self, namespace: &str) -> PathBuf {
-        self.root.join("executions").join(namespace)
+        self.all_executions().join(namespace)
+    }
+
+    /// The automatic gc's limits, when they are set (`errand gc --automatic`).
+    pub fn automatic_gc(&self) -> PathBuf {
+        self.root.join("gc.json")
     }
 
     /// The directory of one execution: record, snapshot, workspace and scratch files.

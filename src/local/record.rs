@@ -177,6 +177,19 @@ impl Records {
         self.write(record)
     }
 
+    /// Every namespace that has executions, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.data.all_executions()) else {
+            return Vec::new();
+        };
+        let mut namespaces: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str().map(str::to_owned))
+            .filter(|name| crate::resolve::object_name(name).is_ok())
+            .collect();
+        namespaces.sort();
+        namespaces
+    }
+
     /// Every execution name in `namespace`, sorted.
     pub fn names(&self, namespace: &str) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(self.data.executions(namespace)) else {

@@ -6,4 +6,5 @@
 //! facts and delete what these decide live with the backends ([`crate::local`],
 //! [`crate::cluster`]) and in [`sweep_store`], which lists and deletes in the store.
 
+pub mod gc;
 pub mod ttl;

@@ -279,7 +279,9 @@ mod tests {
         assert!(text.contains("errand_controller_executions{phase=\"None\"} 1"));
         assert!(text.contains("errand_controller_job_created_after_seconds_count 1"));
         assert!(text.contains("errand_controller_completed_after_seconds_sum 42.0"));
-        assert!(text.contains("errand_controller_executions_expired_total{source=\"namespace\"} 1"));
+        assert!(
+            text.contains("errand_controller_executions_expired_total{source=\"namespace\"} 1")
+        );
         assert!(text.contains("errand_controller_admission_reviews_total{verdict=\"invalid\"} 1"));
         assert!(text.contains("errand_controller_admission_duration_seconds_count 1"));
         let later = process.render(&[execution(Some(Phase::Succeeded))]);

@@ -10,8 +10,8 @@ use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStatus, Namespace, Pod, PodStatus, Secret,
 };
-use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
@@ -321,22 +321,28 @@ fn finished_at(completed: Timestamp, ttl: Option<i64>) -> AgentExecution {
 }
 
 #[tokio::test]
-async fn a_finished_execution_within_its_lifetime_costs_no_request_and_is_looked_at_when_it_ends()
-{
+async fn a_finished_execution_within_its_lifetime_costs_no_request_and_is_looked_at_when_it_ends() {
     let log = Log::default();
     let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
     let just_done = finished_at(Timestamp::now(), Some(600));
     let action = reconcile(Arc::new(just_done), ctx).await.unwrap();
     assert!(requests(&log).is_empty(), "{:?}", requests(&log));
     // The time of the next look is the pure decision's (retention::ttl's tests pin it).
-    assert_ne!(action, Action::await_change(), "looked at again when it ends");
+    assert_ne!(
+        action,
+        Action::await_change(),
+        "looked at again when it ends"
+    );
 }
 
 #[tokio::test]
 async fn an_expired_execution_costs_exactly_its_delete() {
     let log = Log::default();
     let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
-    let long_done = finished_at(Timestamp::now() - jiff::SignedDuration::from_secs(61), Some(60));
+    let long_done = finished_at(
+        Timestamp::now() - jiff::SignedDuration::from_secs(61),
+        Some(60),
+    );
     let action = reconcile(Arc::new(long_done), ctx).await.unwrap();
     assert_eq!(action, Action::await_change());
     assert_eq!(
@@ -365,7 +371,13 @@ async fn the_controller_default_lifetime_applies_to_an_execution_without_its_own
 fn namespace_with_lifetime(ttl: &str) -> PartialObjectMeta<Namespace> {
     let mut namespace: PartialObjectMeta<Namespace> = kube::core::ObjectMeta {
         name: Some(NS.into()),
-        annotations: Some([(contract::NAMESPACE_TTL_ANNOTATION.to_owned(), ttl.to_owned())].into()),
+        annotations: Some(
+            [(
+                contract::NAMESPACE_TTL_ANNOTATION.to_owned(),
+                ttl.to_owned(),
+            )]
+            .into(),
+        ),
         ..Default::default()
     }
     .into_request_partial();
