@@ -794,3 +794,135 @@ fn gc_refuses_bad_limits_naming_them() {
         assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
 }
+
+/// Pushes `text` as the only file of Fileset `name`; returns its digest's hex.
+fn push_fileset(home: &Home, name: &str, text: &str) -> String {
+    let dir = home.path().join(format!("tree-{name}-{}", text.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), text).unwrap();
+    let (code, answer) = home.json(&["filesets", "push", name, dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{answer}");
+    let digest = answer["fileset"]["status"]["digest"].as_str().unwrap();
+    digest.strip_prefix("sha256:").unwrap().to_owned()
+}
+
+/// Every key in the local store, sorted.
+fn store_keys(home: &Home) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, keys: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, keys);
+            } else {
+                keys.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let root = home.path().join("home/store");
+    let mut keys = Vec::new();
+    walk(&root, &root, &mut keys);
+    keys.sort();
+    keys
+}
+
+fn swept(answer: &Value) -> Vec<(String, String)> {
+    let mut groups: Vec<(String, String)> = answer["sweep"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["kind"].as_str().unwrap().to_owned(),
+                g["id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+#[test]
+fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period() {
+    let home = Home::new();
+    // Execution A stages Fileset ws at its first content, which a second push then replaces:
+    // only A's snapshot pins the first blob.
+    let first = push_fileset(&home, "ws", "first");
+    let spec = json!({"workdir": {"base": "ws"}});
+    let (code, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 1 plus 1?",
+        "--spec",
+        &spec.to_string(),
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let pinning = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let second = push_fileset(&home, "ws", "second content");
+    // A blob whose Fileset is deleted, the results of an execution whose record is lost, an
+    // upload that never finished, and a key outside the layout.
+    let dropped = push_fileset(&home, "dropped", "gone soon");
+    home.json(&["filesets", "delete", "dropped"]);
+    let orphan = run_calculator(&home);
+    let (_, answer) = home.json(&["status", &orphan]);
+    let orphan_uid = answer["execution"]["uid"].as_str().unwrap().to_owned();
+    std::fs::remove_dir_all(home.executions_dir().join(&orphan)).unwrap();
+    let store = home.path().join("home/store");
+    std::fs::create_dir_all(store.join("uploads/default")).unwrap();
+    std::fs::write(store.join("uploads/default/4242-1-0.tar.gz"), "partial").unwrap();
+    std::fs::write(store.join("README.txt"), "the operator's note").unwrap();
+    std::fs::write(store.join("filesets/default/README.txt"), "another note").unwrap();
+    let before = store_keys(&home);
+
+    // Everything is younger than the default grace period: nothing goes.
+    let (code, answer) = home.json(&["admin", "sweep-store", "--dry-run"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(swept(&answer), vec![]);
+    assert_eq!(answer["sweep"]["in_grace"], 3);
+    assert_eq!(answer["sweep"]["unknown_keys"], 1);
+
+    let unreferenced = vec![
+        ("fileset".to_owned(), dropped.clone()),
+        ("results".to_owned(), orphan_uid.clone()),
+        ("upload".to_owned(), "4242-1-0".to_owned()),
+    ];
+    let (_, answer) = home.json(&["admin", "sweep-store", "--grace", "0", "--dry-run"]);
+    assert_eq!(swept(&answer), unreferenced);
+    assert_eq!(answer["sweep"]["removed"]["results"]["objects"], 5);
+    assert_eq!(store_keys(&home), before, "a dry run removes nothing");
+
+    let (code, answer) = home.json(&["admin", "sweep-store", "--grace", "0"]);
+    assert_eq!((code, swept(&answer)), (0, unreferenced));
+    let after = store_keys(&home);
+    let gone: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
+    assert_eq!(gone.len(), 7, "{gone:?}");
+    assert!(
+        gone.iter()
+            .all(|k| k.contains(&orphan_uid) || k.contains(&dropped) || k.starts_with("uploads/"))
+    );
+    for kept in [&first, &second] {
+        assert!(
+            after.iter().any(|k| k.contains(kept.as_str())),
+            "{kept} was removed"
+        );
+    }
+    assert!(after.contains(&"README.txt".to_owned()));
+    assert!(after.contains(&"filesets/default/README.txt".to_owned()));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&home.download("run_result", &pinning)).unwrap()["response"],
+        "2",
+        "a live execution's results stay"
+    );
+
+    // Once the execution that pinned the first content is deleted, its blob goes too.
+    home.json(&["delete", &pinning]);
+    let (_, answer) = home.json(&["admin", "sweep-store", "--grace", "0"]);
+    assert_eq!(swept(&answer), vec![("fileset".to_owned(), first)]);
+    assert!(
+        store_keys(&home)
+            .iter()
+            .any(|k| k.contains(second.as_str()))
+    );
+}

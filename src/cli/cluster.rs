@@ -17,6 +17,7 @@ use super::show::{
 use crate::api::contract::{AGENT_CONTAINER, ConditionType, EXECUTION_UID_LABEL, Reason};
 use crate::api::{AgentExecution, Phase, SnapshotRef};
 use crate::local::{ExecutionRecord, generate_name};
+use crate::retention::sweep::References;
 use crate::store::Store;
 use crate::store::keys::ExecutionId;
 
@@ -129,6 +130,16 @@ impl Cluster {
             .map_err(api_error)?;
         Ok(list.items.into_iter().next())
     }
+}
+
+/// The operator's store and what the cluster still references in it, for the store sweep.
+pub async fn store_references(target: &Target) -> Result<(Store, References), CliError> {
+    let cluster = Cluster::connect(target).await?;
+    let store = cluster.store()?;
+    let references = crate::cluster::references::references(&cluster.client)
+        .await
+        .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
+    Ok((store, references))
 }
 
 /// An API error as a CLI error; a refused create names the field as the API server did.

@@ -1,5 +1,6 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
+mod admin;
 mod catalog;
 mod cluster;
 mod context;
@@ -91,6 +92,11 @@ pub enum Command {
     },
     /// Remove finished local executions (records, files and results) by age, count or size.
     Gc(Box<gc::GcArgs>),
+    /// Operator commands: `sweep-store`.
+    Admin {
+        #[command(subcommand)]
+        action: admin::AdminAction,
+    },
     /// Store Agents, AgentEnvironments, Filesets and Secrets from manifest files.
     Apply {
         /// Manifest files (YAML or JSON, several documents each).
@@ -196,6 +202,7 @@ impl Command {
         match self {
             Command::Execute(args) => args.output.format,
             Command::Gc(args) => args.output.format,
+            Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
@@ -307,6 +314,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::List { output } if is_local => local::list(target, output),
         Command::List { output } => cluster::list(target, output).await,
         Command::Gc(args) => gc::gc(target, &args).await,
+        Command::Admin { action } => admin::admin(target, &action).await,
         Command::Apply { files, output } => catalog::apply(target, &files, output),
         Command::Agents { action, output } => {
             catalog::objects(target, ObjectKind::Agent, action.as_ref(), output)

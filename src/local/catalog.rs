@@ -167,6 +167,19 @@ impl LocalCatalog {
         self.write(namespace, ObjectKind::Fileset, name, status)
     }
 
+    /// Every namespace that has applied objects, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.data.all_catalogs()) else {
+            return Vec::new();
+        };
+        let mut namespaces: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str().map(str::to_owned))
+            .filter(|name| object_name(name).is_ok())
+            .collect();
+        namespaces.sort();
+        namespaces
+    }
+
     /// Names of the objects of `kind` in `namespace`, sorted.
     pub fn list(&self, namespace: &str, kind: ObjectKind) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(self.data.catalog(namespace, kind.plural())) else {

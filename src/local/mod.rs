@@ -2,13 +2,15 @@
 //!
 //! A data directory holds a catalog of applied objects, one record per execution and the
 //! working files of each run; results go to the store like anywhere else. [`gc`] collects
-//! finished executions by age, count and size.
+//! finished executions by age, count and size; [`references`] tells the store sweep what is
+//! still in use.
 
 mod catalog;
 pub mod gc;
 mod manifest;
 mod paths;
 mod record;
+pub mod references;
 mod remove;
 mod supervise;
 

@@ -36,9 +36,14 @@ impl DataDir {
         format!("file://{}", self.root.join("store").display())
     }
 
+    /// The namespaces' applied objects.
+    pub fn all_catalogs(&self) -> PathBuf {
+        self.root.join("catalog")
+    }
+
     /// Applied objects of `kind` in `namespace`.
     pub fn catalog(&self, namespace: &str, kind: &str) -> PathBuf {
-        self.root.join("catalog").join(namespace).join(kind)
+        self.all_catalogs().join(namespace).join(kind)
     }
 
     /// The namespaces' execution directories.

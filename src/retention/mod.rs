@@ -7,4 +7,6 @@
 //! [`crate::cluster`]) and in [`sweep_store`], which lists and deletes in the store.
 
 pub mod gc;
+pub mod sweep;
+pub mod sweep_store;
 pub mod ttl;
