@@ -123,6 +123,9 @@ fn the_values_schema_refuses_bad_values() {
         "controller.unknownSetting=1",
         "controller.ttlSecondsAfterFinished=-1",
         "controller.ttlSecondsAfterFinished=31622401",
+        "agentPods.workspaceSizeLimit=20GB",
+        "agentPods.serviceAccountName=Agents",
+        "agentPods.imagePullSecrets[0].name=bad/name",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -294,6 +297,42 @@ fn finished_executions_live_as_long_as_the_chart_default_says() {
         ["team-a"],
         "a controller of one namespace reads only that namespace"
     );
+}
+
+#[test]
+fn agent_pods_get_the_charts_pull_secrets_service_account_and_volume_limits() {
+    let Some(plain) = render(&[]) else { return };
+    let flags = [
+        "--agent-image-pull-secret",
+        "--agent-service-account",
+        "--workspace-size-limit",
+        "--scratch-size-limit",
+    ];
+    assert!(
+        !controller_args(&plain)
+            .iter()
+            .any(|a| flags.iter().any(|f| a.starts_with(f))),
+        "nothing set, nothing passed"
+    );
+    let Some(objects) = render(&[
+        "agentPods.imagePullSecrets[0].name=platform-registry",
+        "agentPods.imagePullSecrets[1].name=team-registry",
+        "agentPods.serviceAccountName=errand-agents",
+        "agentPods.workspaceSizeLimit=20Gi",
+        "agentPods.scratchSizeLimit=2Gi",
+    ]) else {
+        return;
+    };
+    let args = controller_args(&objects);
+    for expected in [
+        "--agent-image-pull-secret=platform-registry",
+        "--agent-image-pull-secret=team-registry",
+        "--agent-service-account=errand-agents",
+        "--workspace-size-limit=20Gi",
+        "--scratch-size-limit=2Gi",
+    ] {
+        assert!(args.contains(&expected), "{expected} not in {args:?}");
+    }
 }
 
 #[test]

@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use crate::controller::config::ControllerConfig;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -65,6 +67,20 @@ pub struct ControllerArgs {
     /// 31622400); unset keeps such executions until they are deleted.
     #[arg(long, env = "ERRAND_DEFAULT_TTL_SECONDS_AFTER_FINISHED", value_parser = crate::retention::ttl::parse_seconds)]
     pub default_ttl_seconds_after_finished: Option<i64>,
+    /// An image pull Secret (in each execution's namespace) every agent pod gets, before its
+    /// AgentEnvironment's own; repeat for several.
+    #[arg(long = "agent-image-pull-secret", value_name = "SECRET", value_parser = agent_object_name)]
+    pub agent_image_pull_secrets: Vec<String>,
+    /// ServiceAccount of agent pods whose AgentEnvironment names none (unset: the namespace's
+    /// `default`). Its token is never mounted.
+    #[arg(long, value_name = "NAME", value_parser = agent_object_name)]
+    pub agent_service_account: Option<String>,
+    /// `sizeLimit` of each execution's workspace `emptyDir`, as in `20Gi` (unset: none).
+    #[arg(long, value_name = "SIZE", value_parser = crate::controller::config::parse_size_limit)]
+    pub workspace_size_limit: Option<Quantity>,
+    /// `sizeLimit` of each execution's scratch `emptyDir` (input, logs, artifacts), as in `2Gi`.
+    #[arg(long, value_name = "SIZE", value_parser = crate::controller::config::parse_size_limit)]
+    pub scratch_size_limit: Option<Quantity>,
     /// Serve the validating admission webhook over HTTPS at this address.
     #[arg(long, env = "ERRAND_WEBHOOK_LISTEN")]
     pub webhook_listen: Option<SocketAddr>,
@@ -149,6 +165,10 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
     config.default_ttl_seconds_after_finished = args.default_ttl_seconds_after_finished;
+    config.image_pull_secrets = args.agent_image_pull_secrets;
+    config.service_account_name = args.agent_service_account;
+    config.workspace_size_limit = args.workspace_size_limit;
+    config.scratch_size_limit = args.scratch_size_limit;
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),
@@ -176,6 +196,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     run(client, options, stop_signal())
         .await
         .map_err(|e| CliError::new("controller_stopped", e.to_string()))
+}
+
+/// A Secret or ServiceAccount name, checked as the API server would.
+fn agent_object_name(value: &str) -> Result<String, String> {
+    crate::resolve::object_name(value)?;
+    Ok(value.to_owned())
 }
 
 /// How the pods' store URLs are signed, and whether the controller serves them itself.
@@ -258,6 +284,35 @@ mod tests {
                 error.contains("--default-ttl-seconds-after-finished"),
                 "{bad}: {error}"
             );
+        }
+    }
+
+    #[test]
+    fn agent_pod_settings_are_checked_and_named_when_bad() {
+        let set = parse(&[
+            "--agent-image-pull-secret=platform-registry",
+            "--agent-image-pull-secret=team-registry",
+            "--agent-service-account=errand-agents",
+            "--workspace-size-limit=20Gi",
+            "--scratch-size-limit=2Gi",
+        ])
+        .unwrap();
+        assert_eq!(
+            set.agent_image_pull_secrets,
+            ["platform-registry", "team-registry"]
+        );
+        assert_eq!(set.agent_service_account.as_deref(), Some("errand-agents"));
+        assert_eq!(set.workspace_size_limit, Some(Quantity("20Gi".into())));
+        for (bad, flag) in [
+            (
+                "--agent-image-pull-secret=Registry!",
+                "--agent-image-pull-secret",
+            ),
+            ("--agent-service-account=a/b", "--agent-service-account"),
+            ("--workspace-size-limit=20GB", "--workspace-size-limit"),
+        ] {
+            let error = parse(&[bad]).err().unwrap().to_string();
+            assert!(error.contains(flag), "{bad}: {error}");
         }
     }
 

@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
-use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Reference, Workdir};
+use crate::api::{
+    AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Compute, Reference, Workdir,
+};
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog};
@@ -269,6 +271,7 @@ fn resolve_environment(
         &environment.compute,
         &format!("{prefix}.compute"),
     ));
+    check_pod_identity(&environment.compute, &prefix, problems);
     for name in environment.overlay.env.keys() {
         if let Err(message) = rules::env_name(name) {
             problems.push(format!("{prefix}.overlay.env.{name}"), message);
@@ -451,6 +454,18 @@ fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
                 rules::one_of(&KNOWN_EXTENSION_KINDS)
             ),
         );
+    }
+}
+
+/// The names of the image pull Secrets and the ServiceAccount an environment gives its pods.
+fn check_pod_identity(compute: &Compute, prefix: &str, problems: &mut Problems) {
+    for (i, name) in compute.image_pull_secrets.iter().enumerate() {
+        if let Err(message) = object_name(name) {
+            problems.push(format!("{prefix}.compute.imagePullSecrets[{i}]"), message);
+        }
+    }
+    if let Some(Err(message)) = compute.service_account_name.as_deref().map(object_name) {
+        problems.push(format!("{prefix}.compute.serviceAccountName"), message);
     }
 }
 

@@ -516,6 +516,26 @@ fn timeouts_must_be_positive() {
 }
 
 #[test]
+fn pull_secret_and_service_account_names_are_checked() {
+    let mut environment = prod_environment();
+    environment.compute.image_pull_secrets = vec!["registry".into(), "Bad_Name".into()];
+    environment.compute.service_account_name = Some("agents/x".into());
+    let catalog = catalog().with_environment(NS, "prod", environment);
+    let problems = problems(&spec(), &catalog);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with(
+            "AgentEnvironment \"prod\" spec.compute.imagePullSecrets[1]: \"Bad_Name\" is not a valid name"
+        ),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("AgentEnvironment \"prod\" spec.compute.serviceAccountName:"),
+        "{problems:?}"
+    );
+}
+
+#[test]
 fn the_lifetime_after_finishing_is_bounded() {
     let mut spec = spec();
     for fine in [0, 3600, crate::api::MAX_TTL_SECONDS_AFTER_FINISHED] {
