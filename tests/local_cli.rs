@@ -678,18 +678,19 @@ fn sorted(names: &[&String]) -> Vec<String> {
     names
 }
 
-fn collected(answer: &Value) -> Vec<(String, String)> {
-    answer["gc"]["removed"]
-        .as_array()
+/// Fields `a` and `b` of each object in the array `list`.
+fn pairs(list: &Value, a: &str, b: &str) -> Vec<(String, String)> {
+    let field = |item: &Value, name: &str| item[name].as_str().unwrap().to_owned();
+    list.as_array()
         .unwrap()
         .iter()
-        .map(|c| {
-            (
-                c["name"].as_str().unwrap().to_owned(),
-                c["reason"].as_str().unwrap().to_owned(),
-            )
-        })
+        .map(|item| (field(item, a), field(item, b)))
         .collect()
+}
+
+/// The executions a gc removed (or would), with why, oldest first.
+fn collected(answer: &Value) -> Vec<(String, String)> {
+    pairs(&answer["gc"]["removed"], "name", "reason")
 }
 
 #[test]
@@ -825,18 +826,9 @@ fn store_keys(home: &Home) -> Vec<String> {
     keys
 }
 
+/// The groups a sweep removed (or would), by kind and id, sorted.
 fn swept(answer: &Value) -> Vec<(String, String)> {
-    let mut groups: Vec<(String, String)> = answer["sweep"]["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| {
-            (
-                g["kind"].as_str().unwrap().to_owned(),
-                g["id"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    let mut groups = pairs(&answer["sweep"]["groups"], "kind", "id");
     groups.sort();
     groups
 }
