@@ -124,6 +124,7 @@ fn the_values_schema_refuses_bad_values() {
         "controller.ttlSecondsAfterFinished=-1",
         "controller.ttlSecondsAfterFinished=31622401",
         "agentPods.workspaceSizeLimit=20GB",
+        "controller.storeSweep.interval=6y",
         "agentPods.serviceAccountName=Agents",
         "agentPods.imagePullSecrets[0].name=bad/name",
     ] {
@@ -278,6 +279,18 @@ fn finished_executions_live_as_long_as_the_chart_default_says() {
         return;
     };
     assert!(controller_args(&objects).contains(&"--default-ttl-seconds-after-finished=86400"));
+    assert!(
+        !controller_args(&objects)
+            .iter()
+            .any(|a| a.starts_with("--store-sweep")),
+        "no periodic sweep unless an interval is set"
+    );
+    let Some(sweeping) = render(&["controller.storeSweep.interval=6h"]) else {
+        return;
+    };
+    let args = controller_args(&sweeping);
+    assert!(args.contains(&"--store-sweep-interval=6h"), "{args:?}");
+    assert!(args.contains(&"--store-sweep-grace=24h"), "{args:?}");
     let (_, executions) = rules_for(&objects, "agentexecutions").pop().unwrap();
     assert!(
         strings(&executions["verbs"]).contains(&"delete"),

@@ -12,8 +12,9 @@ use crate::retention::sweep_store::{SweepReport, sweep_store};
 #[derive(Debug, clap::Subcommand)]
 pub enum AdminAction {
     /// Remove from the store the results of executions that no longer exist, Fileset blobs no
-    /// Fileset or live snapshot pins, and abandoned uploads, once older than the grace period.
-    /// The store must belong to this cluster (or this machine's data directory) alone.
+    /// Fileset or live snapshot pins, and abandoned uploads, once older than the grace period;
+    /// in `--namespace` only, when given. The store must belong to this cluster (or this
+    /// machine's data directory) alone.
     SweepStore(SweepArgs),
 }
 
@@ -62,9 +63,18 @@ async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), CliError> {
         super::cluster::store_references(target).await?
     };
     let grace = SignedDuration::from_secs(i64::try_from(args.grace).unwrap_or(i64::MAX));
-    let report = sweep_store(&store, &references, grace, args.dry_run, Timestamp::now())
-        .await
-        .map_err(store_error)?;
+    // Only a namespace named explicitly narrows the sweep (never a kube context's default).
+    let namespace = target.namespace.as_deref();
+    let report = sweep_store(
+        &store,
+        namespace,
+        &references,
+        grace,
+        args.dry_run,
+        Timestamp::now(),
+    )
+    .await
+    .map_err(store_error)?;
     print_ok(args.output.format, "sweep", &report, || describe(&report));
     Ok(())
 }

@@ -136,9 +136,10 @@ impl Cluster {
 pub async fn store_references(target: &Target) -> Result<(Store, References), CliError> {
     let cluster = Cluster::connect(target).await?;
     let store = cluster.store()?;
-    let references = crate::cluster::references::references(&cluster.client)
-        .await
-        .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
+    let references =
+        crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
+            .await
+            .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
     Ok((store, references))
 }
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::controller::config::ControllerConfig;
+use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
+use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
 use crate::serve::{ServeOptions, run};
@@ -81,6 +82,15 @@ pub struct ControllerArgs {
     /// `sizeLimit` of each execution's scratch `emptyDir` (input, logs, artifacts), as in `2Gi`.
     #[arg(long, value_name = "SIZE", value_parser = crate::controller::config::parse_size_limit)]
     pub scratch_size_limit: Option<Quantity>,
+    /// Sweep the store this often while leading (seconds, or a number with s, m, h, d or w):
+    /// remove the results of executions that are gone, Fileset blobs nothing pins and
+    /// abandoned uploads (in the watched namespace only, with --watch-namespace). Unset: no
+    /// periodic sweep (`errand admin sweep-store` runs one by hand).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub store_sweep_interval: Option<u64>,
+    /// Anything in the store written more recently than this stays, referenced or not.
+    #[arg(long, value_name = "AGE", value_parser = parse_age, default_value = "24h")]
+    pub store_sweep_grace: u64,
     /// Serve the validating admission webhook over HTTPS at this address.
     #[arg(long, env = "ERRAND_WEBHOOK_LISTEN")]
     pub webhook_listen: Option<SocketAddr>,
@@ -107,6 +117,17 @@ pub struct ControllerArgs {
 }
 
 impl ControllerArgs {
+    /// The periodic store sweep, if an interval is set.
+    fn store_sweep_schedule(&self) -> Option<StoreSweepSchedule> {
+        let interval = self.store_sweep_interval.filter(|s| *s > 0)?;
+        Some(StoreSweepSchedule {
+            interval: std::time::Duration::from_secs(interval),
+            grace: jiff::SignedDuration::from_secs(
+                i64::try_from(self.store_sweep_grace).unwrap_or(i64::MAX),
+            ),
+        })
+    }
+
     /// How the webhook is served, if it is.
     fn webhook(&self) -> Result<Option<WebhookOptions>, CliError> {
         let Some(listen) = self.webhook_listen else {
@@ -158,6 +179,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "errand-controller".to_owned());
+    let store_sweep = args.store_sweep_schedule();
     let mut config = ControllerConfig::new(args.errand_image);
     config.errand_binary = args.errand_binary;
     config.errand_image_pull_policy = args.errand_image_pull_policy;
@@ -169,6 +191,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.service_account_name = args.agent_service_account;
     config.workspace_size_limit = args.workspace_size_limit;
     config.scratch_size_limit = args.scratch_size_limit;
+    config.store_sweep = store_sweep;
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),
@@ -314,6 +337,24 @@ mod tests {
             let error = parse(&[bad]).err().unwrap().to_string();
             assert!(error.contains(flag), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn the_periodic_store_sweep_is_off_unless_an_interval_is_set() {
+        assert_eq!(parse(&[]).unwrap().store_sweep_schedule(), None);
+        let set = parse(&["--store-sweep-interval=6h", "--store-sweep-grace=2d"]).unwrap();
+        assert_eq!(
+            set.store_sweep_schedule(),
+            Some(StoreSweepSchedule {
+                interval: std::time::Duration::from_secs(6 * 3600),
+                grace: jiff::SignedDuration::from_hours(48),
+            })
+        );
+        let error = parse(&["--store-sweep-interval=6y"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--store-sweep-interval"), "{error}");
     }
 
     #[test]

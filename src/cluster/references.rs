@@ -2,29 +2,29 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 
 use super::ApiError;
-use super::watches::managed_selector;
+use super::watches::{self, managed_selector};
 use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{AgentExecution, Fileset};
 use crate::resolve::Snapshot;
 use crate::retention::sweep::References;
 
-/// Every AgentExecution in the cluster and every blob its Filesets and snapshot ConfigMaps
-/// pin, read in that order (a snapshot made while this runs pins what its Fileset pinned when
+/// Every AgentExecution in `namespace` (all namespaces when `None`) and every blob its
+/// Filesets and snapshot ConfigMaps pin, read in that order (a snapshot made while this runs pins what its Fileset pinned when
 /// it was read). A snapshot that does not parse fails the whole read: a sweep must not run on
 /// part of the references.
-pub async fn references(client: &Client) -> Result<References, ApiError> {
+pub async fn references(client: &Client, namespace: Option<&str>) -> Result<References, ApiError> {
     let mut references = References::default();
-    let executions = Api::<AgentExecution>::all(client.clone())
+    let executions = watches::api::<AgentExecution>(client, namespace)
         .list(&ListParams::default())
         .await
         .map_err(ApiError::during("listing AgentExecutions"))?;
     references
         .executions
         .extend(executions.items.iter().filter_map(|e| e.uid()));
-    let filesets = Api::<Fileset>::all(client.clone())
+    let filesets = watches::api::<Fileset>(client, namespace)
         .list(&ListParams::default())
         .await
         .map_err(ApiError::during("listing Filesets"))?;
@@ -34,7 +34,7 @@ pub async fn references(client: &Client) -> Result<References, ApiError> {
             references.pin(&namespace, digest);
         }
     }
-    let snapshots = Api::<ConfigMap>::all(client.clone())
+    let snapshots = watches::api::<ConfigMap>(client, namespace)
         .list(&ListParams::default().labels(&managed_selector()))
         .await
         .map_err(ApiError::during("listing snapshot ConfigMaps"))?;

@@ -47,6 +47,17 @@ pub struct ControllerConfig {
     pub workspace_size_limit: Option<Quantity>,
     /// `sizeLimit` of the scratch `emptyDir` (input, response, logs, artifacts, spooled uploads).
     pub scratch_size_limit: Option<Quantity>,
+    /// The leader's periodic store sweep (`None`: no periodic sweep).
+    pub store_sweep: Option<StoreSweepSchedule>,
+}
+
+/// How often the leader sweeps the store, and how old an unreferenced object must be to go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreSweepSchedule {
+    /// Time between sweeps (the first comes one interval after the controller starts leading).
+    pub interval: std::time::Duration,
+    /// Anything written more recently than this stays, referenced or not.
+    pub grace: jiff::SignedDuration,
 }
 
 impl ControllerConfig {
@@ -64,6 +75,7 @@ impl ControllerConfig {
             service_account_name: None,
             workspace_size_limit: None,
             scratch_size_limit: None,
+            store_sweep: None,
         }
     }
 

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the reconcilers: reconciles, errors by reason, durations, executions by phase, expired executions, and the latencies users feel.
+//! Prometheus metrics of the reconcilers: reconciles, errors by reason, durations, executions by phase, expired executions, the store sweep, and the latencies users feel.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,6 +11,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use crate::api::{AgentExecution, Phase};
 use crate::cluster::metrics::MetricsRegistry;
+use crate::retention::sweep_store::SweepReport;
 
 /// Label of an error counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -24,6 +25,20 @@ pub struct ErrorLabels {
 pub struct LifetimeLabels {
     /// Who set the lifetime that ran out: `execution`, `namespace` or `controller`.
     pub source: String,
+}
+
+/// Label of the store sweep's run counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `ok` or `failed`.
+    pub outcome: String,
+}
+
+/// Label of the store sweep's removal counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// What was removed: `results`, `fileset` or `upload`.
+    pub kind: String,
 }
 
 /// Label of the executions-by-phase gauge.
@@ -43,6 +58,9 @@ pub struct Metrics {
     job_created_after: Histogram,
     completed_after: Histogram,
     expired: Family<LifetimeLabels, Counter>,
+    sweeps: Family<OutcomeLabels, Counter>,
+    swept_objects: Family<KindLabels, Counter>,
+    swept_bytes: Family<KindLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -55,6 +73,9 @@ impl Default for Metrics {
             job_created_after: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             completed_after: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             expired: Family::default(),
+            sweeps: Family::default(),
+            swept_objects: Family::default(),
+            swept_bytes: Family::default(),
         }
     }
 }
@@ -92,6 +113,21 @@ impl Metrics {
             "executions_expired",
             "Finished AgentExecutions deleted when their lifetime (ttlSecondsAfterFinished) ran out, by who set it",
             self.expired.clone(),
+        );
+        registry.register(
+            "store_sweeps",
+            "Periodic store sweeps, by outcome",
+            self.sweeps.clone(),
+        );
+        registry.register(
+            "store_swept_objects",
+            "Store objects the sweep removed because nothing referenced them, by kind",
+            self.swept_objects.clone(),
+        );
+        registry.register(
+            "store_swept_bytes",
+            "Bytes of the store objects the sweep removed, by kind",
+            self.swept_bytes.clone(),
         );
     }
 }
@@ -144,6 +180,33 @@ impl Metrics {
         self.expired
             .get_or_create(&LifetimeLabels {
                 source: source.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a store sweep that ran, and what it removed.
+    pub fn swept(&self, report: &SweepReport) {
+        self.sweep_outcome("ok");
+        for (kind, tally) in &report.removed {
+            let labels = KindLabels {
+                kind: (*kind).to_owned(),
+            };
+            self.swept_objects
+                .get_or_create(&labels)
+                .inc_by(tally.objects as u64);
+            self.swept_bytes.get_or_create(&labels).inc_by(tally.bytes);
+        }
+    }
+
+    /// Counts a store sweep that failed.
+    pub fn sweep_failed(&self) {
+        self.sweep_outcome("failed");
+    }
+
+    fn sweep_outcome(&self, outcome: &str) {
+        self.sweeps
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
             })
             .inc();
     }

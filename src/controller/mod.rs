@@ -1,7 +1,7 @@
 //! The reconcilers of the cluster backend: each AgentExecution runs once as a Job, and what happened is recorded in its status.
 //!
-//! [`run`] drives the reconcile pipeline ([`reconcile`]) and the results cleanup
-//! ([`results_cleanup`]) over the caches it is given; [`crate::serve`] starts it once this
+//! [`run`] drives the reconcile pipeline ([`reconcile`]), the results cleanup
+//! ([`results_cleanup`]) and the periodic [`store_sweep`] over the caches it is given; [`crate::serve`] starts it once this
 //! replica leads. The pure parts — [`build`], [`status`], [`names`] — take no client; the
 //! signed URLs come from [`crate::store::grants`].
 
@@ -15,6 +15,7 @@ pub mod names;
 pub mod reconcile;
 pub mod results_cleanup;
 pub mod status;
+pub mod store_sweep;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -101,6 +102,15 @@ pub async fn run(
     };
     let (namespaces, namespace_stream) =
         watches::cache(namespace_api, namespace_config, watches::trim_namespace);
+    let sweep = settings.config.store_sweep.map(|schedule| {
+        store_sweep::run(
+            client.clone(),
+            settings.results.clone(),
+            settings.namespace.clone(),
+            schedule,
+            Arc::clone(&metrics),
+        )
+    });
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -132,6 +142,17 @@ pub async fn run(
             Arc::clone(&ctx),
         )
         .for_each(log_failure);
+    let sweeping = {
+        let shutdown = shutdown.clone();
+        async move {
+            if let Some(sweep) = sweep {
+                tokio::select! {
+                    () = sweep => {}
+                    () = shutdown => {}
+                }
+            }
+        }
+    };
     let in_namespace = watches::executions_in_namespace(executions.clone());
     let reconciler = Controller::for_stream(execution_stream, executions)
         .owns_stream(job_stream)
@@ -141,7 +162,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(log_failure);
-    futures::join!(reconciler, cleanup);
+    futures::join!(reconciler, cleanup, sweeping);
 }
 
 /// Logs what the controller could not schedule. Failed reconciles were already logged by their

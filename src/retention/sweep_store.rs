@@ -53,13 +53,15 @@ impl SweepReport {
     }
 }
 
-/// Sweeps `store`: removes what `references` no longer references and was written more than
-/// `grace` before `now`; with `dry_run`, only reports it.
+/// Sweeps `store` (only `namespace`'s part of it, when given): removes what `references` no
+/// longer references and was written more than `grace` before `now`; with `dry_run`, only
+/// reports it.
 ///
-/// `references` must be complete, gathered before the store is listed: whatever it misses
-/// and is older than `grace` is deleted.
+/// `references` must be complete for the part swept, gathered before the store is listed:
+/// whatever it misses and is older than `grace` is deleted.
 pub async fn sweep_store(
     store: &Store,
+    namespace: Option<&str>,
     references: &References,
     grace: SignedDuration,
     dry_run: bool,
@@ -67,7 +69,11 @@ pub async fn sweep_store(
 ) -> Result<SweepReport, StoreError> {
     let mut listed = Vec::new();
     for prefix in SWEPT_PREFIXES {
-        listed.extend(store.list(prefix).await?);
+        let prefix = match namespace {
+            Some(namespace) => format!("{prefix}{namespace}/"),
+            None => prefix.to_owned(),
+        };
+        listed.extend(store.list(&prefix).await?);
     }
     let plan = plan(&listed, references, grace, now);
     let mut removed: BTreeMap<&'static str, Tally> = BTreeMap::new();

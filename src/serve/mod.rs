@@ -263,6 +263,25 @@ mod tests {
         metrics.job_created(0.02);
         metrics.completed(42.0);
         metrics.expired("namespace");
+        let mut removed = std::collections::BTreeMap::new();
+        removed.insert(
+            "results",
+            crate::retention::sweep_store::Tally {
+                groups: 1,
+                objects: 5,
+                bytes: 700,
+            },
+        );
+        metrics.swept(&crate::retention::sweep_store::SweepReport {
+            dry_run: false,
+            grace_seconds: 0,
+            removed,
+            groups: vec![],
+            in_grace: 0,
+            referenced: 0,
+            unknown_keys: 0,
+        });
+        metrics.sweep_failed();
         process.admission.reviewed("invalid", 0.002);
         let text = process.render(&[
             execution(Some(Phase::Running)),
