@@ -566,6 +566,64 @@ async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
     harness.finish().await;
 }
 
+/// Right after a start every execution's reconcile waits for the Job and Pod caches at once.
+/// kube-runtime 5.0.0's own wait woke one of them and the others slept until the 30 s reconcile
+/// timeout (issue 12, part 2); now every one of them goes on as soon as the caches are filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_every_execution_is_reconciled_as_soon_as_the_caches_are_filled() {
+    const EXECUTIONS: usize = 12;
+    let Some(mut harness) = Harness::start("ctl-restart-stall").await else {
+        return;
+    };
+    harness.create_catalog().await;
+    let names: Vec<String> = (0..EXECUTIONS).map(|i| format!("waiting-{i}")).collect();
+    for name in &names {
+        harness.create_execution(name, json!({})).await;
+    }
+    for name in &names {
+        harness
+            .wait_for_execution(name, "to have its Job", |e| {
+                e.status.as_ref().is_some_and(|s| s.job_name.is_some())
+            })
+            .await;
+    }
+    harness.kill_controller().await;
+    // Each execution now needs a reconcile that reads the caches: its cancel.
+    for name in &names {
+        harness
+            .api::<AgentExecution>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"cancel": true}})),
+            )
+            .await
+            .unwrap();
+    }
+    let restarted = tokio::time::Instant::now();
+    harness.start_controller();
+    let mut cancelled_after = Vec::new();
+    for name in &names {
+        harness
+            .wait_for_execution(name, "to be Cancelled", |e| {
+                phase(e) == Some(Phase::Cancelled)
+            })
+            .await;
+        cancelled_after.push(restarted.elapsed());
+    }
+    let last = cancelled_after.iter().max().unwrap();
+    println!(
+        "{EXECUTIONS} executions cancelled after a restart: the last {:.2}s after the start",
+        last.as_secs_f64()
+    );
+    // The caches fill in well under a second here; the old stall was the 30 s timeout.
+    assert!(
+        *last < Duration::from_secs(10),
+        "every reconcile went on once the caches were filled: {cancelled_after:?}"
+    );
+    harness.finish().await;
+}
+
 /// Puts a stand-in `run_result` into the store under `execution`'s results; returns the prefix.
 async fn store_a_result(harness: &Harness, execution: &AgentExecution) -> String {
     let prefix = format!(

@@ -736,3 +736,123 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
     }
     e2e.finish().await;
 }
+
+/// Bytes of random data the bulky agent leaves in its workdir: gzip cannot shrink them, so its
+/// `output_workdir` is larger than this and every smaller file in the store is another result
+/// or an upload still on its way.
+const BULK: u64 = 48_000_000;
+
+/// The size of the largest file under `dir` of at least `at_least` bytes and under [`BULK`]:
+/// the bulky upload while it is on its way (wherever the store keeps it until it is complete).
+fn upload_in_flight(dir: &std::path::Path, at_least: u64) -> Option<u64> {
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut found = None;
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(metadata) = entry.metadata() else {
+                continue;
+            };
+            if metadata.is_dir() {
+                dirs.push(entry.path());
+            } else if (at_least..BULK).contains(&metadata.len()) {
+                found = found.max(Some(metadata.len()));
+            }
+        }
+    }
+    found
+}
+
+/// Every regular file under `dir`, by path relative to it.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut dirs = vec![dir.to_path_buf()];
+    let mut files = Vec::new();
+    while let Some(current) = dirs.pop() {
+        for entry in std::fs::read_dir(&current).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            } else {
+                let path = entry.path();
+                files.push(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    files
+}
+
+/// Issue 12, part 1: the controller (whose blob endpoint takes the pod's uploads of a `file://`
+/// store) is SIGKILLed three times while the pod uploads a 48 MB result, at 1, 16 and 40 MiB.
+/// Each cut-off upload is sent again once the controller is back, the run succeeds with every
+/// result whole, and deleting it leaves nothing in the store, not even a partial write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_killed_during_a_result_upload_loses_no_result() {
+    let Some(mut e2e) = E2e::start("e2e-upload-kill").await else {
+        return;
+    };
+    e2e.create_agent(
+        "bulky",
+        cluster::BUSYBOX_IMAGE,
+        &format!("head -c {BULK} /dev/urandom > bulk.bin; echo 96"),
+    )
+    .await;
+    e2e.create_execution("bulky", "bulky", json!({})).await;
+    let store_dir = e2e.store_dir.path().join("store");
+    for at_least in [1 << 20, 16 << 20, 40 << 20] {
+        let deadline = tokio::time::Instant::now() + RUN_WAIT;
+        let size = loop {
+            if let Some(size) = upload_in_flight(&store_dir, at_least) {
+                break size;
+            }
+            let execution = e2e.api::<AgentExecution>().get("bulky").await.unwrap();
+            assert!(
+                !phase_of(&execution).is_some_and(|p| p.is_terminal())
+                    && tokio::time::Instant::now() < deadline,
+                "waiting for an upload past {at_least} bytes; status {}\ncontroller log tail:\n{}",
+                serde_json::to_string_pretty(&execution.status).unwrap(),
+                tail(&e2e.controller_log(), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        e2e.kill_controller();
+        println!("killed the controller with {size} bytes of output_workdir received");
+        e2e.start_controller().await;
+    }
+
+    let done = e2e.wait_for_phase("bulky", Phase::Succeeded).await;
+    let manifest = e2e.result_json(&done, ResultName::Manifest).await;
+    let listed = manifest["results"].as_array().unwrap();
+    let names: Vec<&str> = listed.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "input_workdir",
+            "output_workdir",
+            "output_artifacts",
+            "run_result"
+        ]
+    );
+    for entry in listed {
+        let name = entry["name"].as_str().unwrap();
+        let bytes = e2e.result(&done, ResultName::parse(name).unwrap()).await;
+        assert_eq!(entry["size"], bytes.len() as u64, "{name}");
+        assert_eq!(
+            entry["sha256"].as_str().unwrap(),
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)),
+            "{name}"
+        );
+    }
+    let workdir = e2e.result(&done, ResultName::OutputWorkdir).await;
+    assert!(workdir.len() as u64 > BULK, "the whole workdir arrived");
+
+    e2e.api::<AgentExecution>()
+        .delete("bulky", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the store to be empty", RUN_WAIT, || async {
+        files_under(&store_dir).is_empty().then_some(())
+    })
+    .await;
+    e2e.finish().await;
+}

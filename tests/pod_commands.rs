@@ -10,14 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
-use errand::archive::ByteStream;
 use errand::resolve::Snapshot;
 use errand::runner::RunState;
 use errand::runner::termination::TerminationSummary;
@@ -26,7 +25,7 @@ use errand::serve::http::{Probes, serve};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::{ExecutionId, ResultName};
 use errand::store::signed::SignedUrls;
-use errand::store::{BlobSource, ResultSink, Store, StoreError};
+use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
 
 const NAMESPACE: &str = "team-a";
 
@@ -194,7 +193,7 @@ fn names(summary: &TerminationSummary) -> Vec<&str> {
 
 /// The file names in a tar.gz result.
 fn tar_entries(bytes: &[u8]) -> BTreeMap<String, String> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(bytes));
     let mut entries = BTreeMap::new();
     for entry in archive.entries().unwrap() {
         let mut entry = entry.unwrap();
@@ -494,14 +493,8 @@ async fn sized_server(
     (url, seen)
 }
 
-fn stream(parts: &[&'static [u8]]) -> ByteStream {
-    futures::stream::iter(
-        parts
-            .iter()
-            .map(|p| Ok(Bytes::from_static(p)))
-            .collect::<Vec<_>>(),
-    )
-    .boxed()
+fn stream(parts: &[&'static [u8]]) -> ResultBody {
+    ResultBody::bytes(parts.concat())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,7 +510,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
         )]),
         uploads: UploadMode::Sized,
         put_headers: BTreeMap::new(),
-        expires_at: Timestamp::now(),
+        expires_at: Timestamp::now() + SignedDuration::from_mins(5),
     };
     let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
 
@@ -584,7 +577,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         results: BTreeMap::from([("run_result".to_owned(), put_url)]),
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
-        expires_at: Timestamp::now(),
+        expires_at: Timestamp::now() + SignedDuration::from_mins(5),
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let upload = tokio::spawn(async move {
@@ -634,7 +627,7 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
         )]),
         uploads: UploadMode::Sized,
         put_headers: BTreeMap::new(),
-        expires_at: Timestamp::now(),
+        expires_at: Timestamp::now() + SignedDuration::from_mins(5),
     };
 
     let untrusting = SignedUrls::new(grants.clone(), dir.path(), None).unwrap();
@@ -684,6 +677,257 @@ fn grants_without_urls() -> Grants {
         results: BTreeMap::new(),
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
-        expires_at: Timestamp::now(),
+        expires_at: Timestamp::now() + SignedDuration::from_mins(5),
     }
+}
+
+/// How the proxy in front of the blob endpoint treats one connection.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Resets the connection after this many bytes of the request.
+    ResetAfter(usize),
+    /// Closes the connection after this many bytes of the request.
+    CloseAfter(usize),
+    /// Passes the whole request on and closes the connection instead of answering.
+    LoseTheAnswer,
+    /// Passes the whole request on and resets the connection after this many bytes of the
+    /// answer.
+    ResetAnswerAfter(usize),
+}
+
+impl Cut {
+    /// The most bytes passed on of the request and of the answer, and whether the connection
+    /// is reset (else closed) once one is reached.
+    fn limits(self) -> (Option<usize>, Option<usize>, bool) {
+        match self {
+            Cut::ResetAfter(n) => (Some(n), None, true),
+            Cut::CloseAfter(n) => (Some(n), None, false),
+            Cut::LoseTheAnswer => (None, Some(0), false),
+            Cut::ResetAnswerAfter(n) => (None, Some(n), true),
+        }
+    }
+}
+
+/// Copies `from` to `to` until `from` ends or `limit` bytes were passed on (the byte read
+/// past the limit is dropped).
+async fn pipe(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    limit: Option<usize>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut passed = 0;
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(read) = from.read(&mut buffer).await else {
+            return;
+        };
+        let n = read.min(limit - passed);
+        if read == 0 || (n > 0 && to.write_all(&buffer[..n]).await.is_err()) || n < read {
+            return;
+        }
+        passed += n;
+    }
+}
+
+/// A proxy to `upstream` that treats its first connections as `cuts` says and passes the
+/// later ones through; returns its address and the number of connections it took.
+async fn cutting_proxy(upstream: String, cuts: Vec<Cut>) -> (String, Arc<Mutex<usize>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let connections = Arc::new(Mutex::new(0usize));
+    let counted = Arc::clone(&connections);
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let cut = {
+                let mut n = counted.lock().unwrap();
+                *n += 1;
+                cuts.get(*n - 1).copied()
+            };
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            tokio::spawn(async move {
+                let (request_limit, answer_limit, reset) =
+                    cut.map_or((None, None, false), Cut::limits);
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::select! {
+                    () = pipe(&mut client_read, &mut server_write, request_limit) => {}
+                    () = pipe(&mut server_read, &mut client_write, answer_limit) => {}
+                }
+                let client = client_read.reunite(client_write).unwrap();
+                if reset {
+                    #[allow(deprecated)]
+                    client.set_linger(Some(Duration::ZERO)).unwrap();
+                }
+            });
+        }
+    });
+    (format!("http://{address}"), connections)
+}
+
+/// Random bytes, the same for the same seed.
+fn noise(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    let workdir = dir.path().join("workdir");
+    std::fs::create_dir_all(&workdir).unwrap();
+    // Hex of random bytes: about 3 MiB once compressed, so the cuts fall inside the body.
+    let big = hex::encode(noise(3 << 20, 7));
+    std::fs::write(workdir.join("big.txt"), &big).unwrap();
+    std::fs::write(workdir.join("small.txt"), "hello").unwrap();
+    let store = Store::open(&format!("file://{}", dir.path().join("store").display())).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap().to_string();
+    let (url, connections) = cutting_proxy(
+        upstream,
+        vec![
+            Cut::ResetAfter(2 << 20),
+            Cut::CloseAfter(300),
+            Cut::ResetAfter(1),
+            Cut::LoseTheAnswer,
+        ],
+    )
+    .await;
+    let signer = Arc::new(HmacSigner::new(&url, b"cut-off-uploads-key-0123456789ab"));
+    let probes = Probes {
+        ready: Arc::new(AtomicBool::new(true)),
+        metrics: Arc::new(String::new),
+        blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
+    };
+    tokio::spawn(serve(listener, probes));
+    let key = errand::store::keys::result(&execution(), ResultName::OutputWorkdir).unwrap();
+    let expires = Timestamp::now() + SignedDuration::from_mins(5);
+    let put_url = errand::store::grants::UrlSigner::sign(
+        signer.as_ref(),
+        errand::store::grants::Access::Put,
+        &key,
+        expires,
+    )
+    .await
+    .unwrap();
+    let grants = Grants {
+        execution: execution(),
+        inputs: BTreeMap::new(),
+        results: BTreeMap::from([("output_workdir".to_owned(), put_url)]),
+        uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
+        expires_at: expires,
+    };
+    let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
+    let items = errand::archive::list_dir(&workdir).unwrap();
+
+    let saved = urls
+        .put(ResultName::OutputWorkdir, ResultBody::packed(items))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        *connections.lock().unwrap(),
+        5,
+        "four cut-off attempts, then one whole"
+    );
+    let stored: Vec<Bytes> = store
+        .get(&key)
+        .await
+        .unwrap()
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+    let stored = stored.concat();
+    assert_eq!(saved.size, stored.len() as u64);
+    assert_eq!(
+        saved.sha256,
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&stored))
+    );
+    let files = tar_entries(&stored);
+    assert_eq!(files["small.txt"], "hello");
+    assert!(files["big.txt"] == big, "the whole file was saved");
+    let listed: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.key)
+        .collect();
+    assert_eq!(listed, vec![key], "no partial object is left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("file://{}", dir.path().join("store").display())).unwrap();
+    let blob = noise(3 << 20, 11);
+    let key = format!("filesets/{NAMESPACE}/{}.tar.gz", "b".repeat(64));
+    let bytes = futures::stream::iter([Ok(Bytes::from(blob.clone()))]);
+    store
+        .put_new(&key, futures::StreamExt::boxed(bytes))
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap().to_string();
+    let (url, connections) = cutting_proxy(
+        upstream,
+        vec![
+            Cut::ResetAnswerAfter(1 << 20),
+            Cut::ResetAnswerAfter(100),
+            Cut::ResetAfter(10),
+            Cut::LoseTheAnswer,
+        ],
+    )
+    .await;
+    let signer = Arc::new(HmacSigner::new(&url, b"cut-off-download-key-0123456789a"));
+    let probes = Probes {
+        ready: Arc::new(AtomicBool::new(true)),
+        metrics: Arc::new(String::new),
+        blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
+    };
+    tokio::spawn(serve(listener, probes));
+    let expires = Timestamp::now() + SignedDuration::from_mins(5);
+    let get_url = errand::store::grants::UrlSigner::sign(
+        signer.as_ref(),
+        errand::store::grants::Access::Get,
+        &key,
+        expires,
+    )
+    .await
+    .unwrap();
+    let grants = Grants {
+        execution: execution(),
+        inputs: BTreeMap::from([(key.clone(), get_url)]),
+        results: BTreeMap::new(),
+        uploads: UploadMode::Chunked,
+        put_headers: BTreeMap::new(),
+        expires_at: expires,
+    };
+    let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
+
+    let got: Vec<Bytes> = urls
+        .open(&key)
+        .await
+        .unwrap()
+        .into_stream()
+        .try_collect()
+        .await
+        .unwrap();
+
+    assert!(got.concat() == blob, "every byte arrived once, in order");
+    assert_eq!(
+        *connections.lock().unwrap(),
+        5,
+        "cut twice mid-way, then twice before"
+    );
 }

@@ -8,14 +8,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use errand::archive::ByteStream;
 use errand::archive::{Selection, Unpacker};
 use errand::runner::{
     BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
-    BlobBody, BlobSource, ResultSink, Store, StoreError, StoreResults, StoredObject,
+    BlobBody, BlobSource, ResultBody, ResultSink, Store, StoreError, StoreResults, StoredObject,
 };
 use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
@@ -634,7 +633,7 @@ struct Refusing {
 }
 
 impl ResultSink for Refusing {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
+    async fn put(&self, name: ResultName, body: ResultBody) -> Result<StoredObject, StoreError> {
         if name == self.refuse {
             return Err(StoreError::AlreadyExists {
                 key: format!("refused/{name}"),

@@ -23,7 +23,7 @@ use errand::runner::termination::TerminationSummary;
 use errand::store::grants::{Access, Grants, UploadMode, UrlSigner, issue_grants};
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::signed::SignedUrls;
-use errand::store::{ResultSink, Store, StoreError};
+use errand::store::{ResultBody, ResultSink, Store, StoreError};
 use support::s3::{self, BUCKET, S3Server};
 
 const NAMESPACE: &str = "team-a";
@@ -197,7 +197,7 @@ async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_se
     let again = urls
         .put(
             ResultName::RunResult,
-            futures::stream::iter([Ok(Bytes::from_static(b"{}"))]).boxed(),
+            ResultBody::bytes(Bytes::from_static(b"{}")),
         )
         .await;
     assert!(

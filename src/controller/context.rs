@@ -19,6 +19,7 @@ use super::metrics::Metrics;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
 
 /// Longest wait between retries of a failing execution.
@@ -38,6 +39,8 @@ pub struct Context {
     pub pods: Store<Pod>,
     /// The metadata of the namespaces executions live in (for their lifetime annotation).
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
+    caches_ready: CachesReady,
     /// Where results are kept; the finalizer deletes from it.
     pub results: crate::store::Store,
     /// Signs the store URLs each pod gets.
@@ -63,6 +66,7 @@ impl Context {
         catalog: ClusterCatalog,
         jobs: Store<Job>,
         pods: Store<Pod>,
+        caches_ready: CachesReady,
         results: crate::store::Store,
         signer: Arc<dyn UrlSigner>,
         recorder: Recorder,
@@ -75,6 +79,7 @@ impl Context {
             jobs,
             pods,
             namespaces: reflector::store().0,
+            caches_ready,
             results,
             signer,
             recorder,
@@ -82,6 +87,14 @@ impl Context {
             written: Mutex::default(),
             failures: Mutex::default(),
         }
+    }
+
+    /// Waits until the Job and Pod caches are filled (at once, after the first time).
+    pub async fn caches_filled(&self) -> Result<(), Error> {
+        self.caches_ready
+            .wait()
+            .await
+            .map_err(|CacheStopped(cache)| Error::CacheStopped(cache))
     }
 
     /// The same context reading namespaces from `namespaces` (without it, no namespace sets a

@@ -34,6 +34,7 @@ use tracing::{debug, warn};
 
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
 use crate::store::grants::UrlSigner;
 use config::{ControllerConfig, FIELD_MANAGER};
@@ -118,6 +119,10 @@ pub async fn run(
             instance: Some(settings.instance),
         },
     );
+    // Every reconcile waits for these two caches right after a start; one task waits for
+    // them and tells all the others (`cluster::readiness` says why).
+    let (caches_ready, report_ready) =
+        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
     let ctx = Arc::new(
         Context::new(
             client,
@@ -125,6 +130,7 @@ pub async fn run(
             catalog,
             jobs,
             pods,
+            caches_ready,
             settings.results,
             settings.signer,
             recorder,
@@ -162,7 +168,7 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(log_failure);
-    futures::join!(reconciler, cleanup, sweeping);
+    futures::join!(reconciler, cleanup, report_ready, sweeping);
 }
 
 /// Logs what the controller could not schedule. Failed reconciles were already logged by their

@@ -111,6 +111,9 @@ async fn clean_up(
         None => None,
     };
     let uid = config_map.labels().get(contract::EXECUTION_UID_LABEL);
+    // Right after a restart the Pod cache may still be filling: an empty one must not read as
+    // a pod that stopped uploading, or its later uploads would outlive the deletion.
+    ctx.caches_filled().await?;
     let pod_running = uid.is_some_and(|uid| pod_running(&ctx, &namespace, uid));
     match step(&config_map, execution.as_ref(), pod_running) {
         Step::Nothing => return Ok(Action::await_change()),

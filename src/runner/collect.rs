@@ -2,16 +2,14 @@
 //! run record (`run_result` or `run_error`), and last the manifest of everything saved.
 //! Each result is attempted even when an earlier one failed.
 
-use bytes::Bytes;
-use futures::StreamExt;
 use serde::Serialize;
 
 use super::run::AgentRun;
 use super::{Invocation, RunState, RunSummary, ScratchDir, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{self, ArchiveError, PackItem, Packing};
-use crate::store::ResultSink;
+use crate::archive::{self, ArchiveError, PackItem};
 use crate::store::keys::{ExecutionId, ResultName};
+use crate::store::{ResultBody, ResultSink};
 
 /// `run_result`: the record of a run that completed, successfully or not.
 #[derive(Serialize)]
@@ -54,13 +52,10 @@ pub(super) async fn collect<K: ResultSink>(
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
     saver
-        .archive(ResultName::OutputWorkdir, archive::pack_dir(&inv.workdir))
+        .archive(ResultName::OutputWorkdir, archive::list_dir(&inv.workdir))
         .await;
     saver
-        .archive(
-            ResultName::OutputArtifacts,
-            artifact_items(&inv.scratch).map(archive::pack_items),
-        )
+        .archive(ResultName::OutputArtifacts, artifact_items(&inv.scratch))
         .await;
 
     let summary = RunSummary {
@@ -189,27 +184,23 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         }
     }
 
-    async fn archive(&mut self, name: ResultName, packing: Result<Packing, ArchiveError>) {
-        let packing = match packing {
-            Ok(packing) => packing,
-            Err(e) => return self.failed(name, &e),
-        };
-        let put = self.sink.put(name, packing.stream).await;
-        let packed = packing.done.wait().await;
-        match (put, packed) {
-            (Ok(stored), Ok(_)) => self.saved.push(result_entry(name, stored)),
-            (Err(e), _) => self.failed(name, &e),
-            (Ok(_), Err(e)) => self.failed(name, &e),
+    /// Saves `items` packed as result `name`.
+    async fn archive(&mut self, name: ResultName, items: Result<Vec<PackItem>, ArchiveError>) {
+        match items {
+            Ok(items) => self.put(name, ResultBody::packed(items)).await,
+            Err(e) => self.failed(name, &e),
         }
     }
 
     async fn json(&mut self, name: ResultName, value: &impl Serialize) {
-        let body = match serde_json::to_vec_pretty(value) {
-            Ok(body) => body,
-            Err(e) => return self.failed(name, &e),
-        };
-        let stream = futures::stream::once(async move { Ok(Bytes::from(body)) }).boxed();
-        match self.sink.put(name, stream).await {
+        match serde_json::to_vec_pretty(value) {
+            Ok(body) => self.put(name, ResultBody::bytes(body)).await,
+            Err(e) => self.failed(name, &e),
+        }
+    }
+
+    async fn put(&mut self, name: ResultName, body: ResultBody) {
+        match self.sink.put(name, body).await {
             Ok(stored) => self.saved.push(result_entry(name, stored)),
             Err(e) => self.failed(name, &e),
         }

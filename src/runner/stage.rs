@@ -12,7 +12,7 @@ use crate::api::ResultEntry;
 use crate::archive::ByteStream;
 use crate::archive::{self, Selection, Unpacker};
 use crate::store::keys::ResultName;
-use crate::store::{BlobBody, BlobSource, ResultSink};
+use crate::store::{BlobBody, BlobSource, ResultBody, ResultSink};
 
 /// Extracts `plan` into `workdir` (created if missing) and saves the result as `input_workdir`.
 pub async fn stage<S: BlobSource, K: ResultSink>(
@@ -50,13 +50,14 @@ pub async fn stage<S: BlobSource, K: ResultSink>(
         "staged the working directory"
     );
 
-    let packing = archive::pack_dir(workdir)?;
-    let put = sink.put(ResultName::InputWorkdir, packing.stream).await;
-    packing.done.wait().await?;
-    let stored = put.map_err(|source| RunnerError::Save {
-        result: ResultName::InputWorkdir,
-        source,
-    })?;
+    let items = archive::list_dir(workdir)?;
+    let stored = sink
+        .put(ResultName::InputWorkdir, ResultBody::packed(items))
+        .await
+        .map_err(|source| RunnerError::Save {
+            result: ResultName::InputWorkdir,
+            source,
+        })?;
     Ok(result_entry(ResultName::InputWorkdir, stored))
 }
 

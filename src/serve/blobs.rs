@@ -1,4 +1,7 @@
 //! The blob endpoint behind HMAC-signed URLs, for `file://` stores: pods GET their input blobs and PUT their results through it, never holding store credentials.
+//!
+//! A GET with `Range: bytes=N-` gets the rest of the blob from byte N, so a download cut off
+//! by a restart goes on where it stopped.
 
 use std::io;
 
@@ -6,6 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, BodyStream, Full, StreamBody};
 use hyper::body::{Body, Bytes, Frame};
+use hyper::header::{CONTENT_RANGE, HeaderValue, RANGE};
 use hyper::{Method, Request, Response, StatusCode};
 use jiff::Timestamp;
 
@@ -18,7 +22,10 @@ pub const BLOBS_PATH: &str = "/blobs/";
 /// The body of every response of the controller's HTTP server.
 pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;
 
-/// Serves signed GETs of Fileset blobs and signed write-once PUTs of results.
+/// Serves signed GETs of Fileset blobs and signed write-once PUTs of results. A PUT is
+/// written to a partial file first and becomes the result only once its body is complete
+/// ([`Store::put_new`]), so an upload cut off at any byte can be sent again; a PUT of the
+/// bytes a result already holds is accepted (the retry of an upload whose answer was lost).
 pub struct BlobEndpoint {
     store: Store,
     signer: std::sync::Arc<HmacSigner>,
@@ -32,6 +39,28 @@ pub fn text(status: StatusCode, body: impl Into<String>) -> Response<ResponseBod
         .header("content-type", "text/plain; charset=utf-8")
         .body(UnsyncBoxBody::new(body))
         .expect("a response from valid parts")
+}
+
+/// A response streaming a blob's bytes.
+fn blob_response(status: StatusCode, bytes: crate::archive::ByteStream) -> Response<ResponseBody> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/octet-stream")
+        .body(UnsyncBoxBody::new(StreamBody::new(
+            bytes.map_ok(Frame::data),
+        )))
+        .expect("a response from valid parts")
+}
+
+/// The offset of a `Range: bytes=N-` header, the one form a resumed download sends.
+fn open_range(value: &HeaderValue) -> Option<u64> {
+    value
+        .to_str()
+        .ok()?
+        .strip_prefix("bytes=")?
+        .strip_suffix('-')?
+        .parse()
+        .ok()
 }
 
 /// The `expires` and `signature` query parameters.
@@ -83,21 +112,39 @@ impl BlobEndpoint {
             return text(StatusCode::FORBIDDEN, "not a key this method may use\n");
         }
         match access {
-            Access::Get => self.get(&key).await,
+            Access::Get => match request.headers().get(RANGE).map(open_range) {
+                None => self.get(&key).await,
+                Some(Some(offset)) => self.get_from(&key, offset).await,
+                Some(None) => text(
+                    StatusCode::RANGE_NOT_SATISFIABLE,
+                    "only a range of the form bytes=N- is served\n",
+                ),
+            },
             Access::Put => self.put(&key, request.into_body()).await,
         }
     }
 
     async fn get(&self, key: &str) -> Response<ResponseBody> {
         match self.store.get(key).await {
-            Ok(blob) => {
-                let frames = blob.into_stream().map_ok(Frame::data);
-                Response::builder()
-                    .status(StatusCode::OK)
-                    .header("content-type", "application/octet-stream")
-                    .body(UnsyncBoxBody::new(StreamBody::new(frames)))
-                    .expect("a response from valid parts")
+            Ok(blob) => blob_response(StatusCode::OK, blob.into_stream()),
+            Err(StoreError::NotFound { .. }) => text(StatusCode::NOT_FOUND, "no such blob\n"),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        }
+    }
+
+    /// The rest of a blob from byte `offset`: what a download cut off mid-way asks for.
+    async fn get_from(&self, key: &str, offset: u64) -> Response<ResponseBody> {
+        match self.store.get_from(key, offset).await {
+            Ok(Some((bytes, size))) => {
+                let mut response = blob_response(StatusCode::PARTIAL_CONTENT, bytes);
+                let range = format!("bytes {offset}-{}/{size}", size - 1);
+                response.headers_mut().insert(
+                    CONTENT_RANGE,
+                    HeaderValue::from_str(&range).expect("digits are a valid header"),
+                );
+                response
             }
+            Ok(None) => text(StatusCode::RANGE_NOT_SATISFIABLE, "past the end\n"),
             Err(StoreError::NotFound { .. }) => text(StatusCode::NOT_FOUND, "no such blob\n"),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         }
@@ -182,6 +229,14 @@ mod tests {
         assert_eq!(info["size"], 13);
         let again = endpoint.handle(request(Method::PUT, &put, b"other")).await;
         assert_eq!(again.status(), StatusCode::CONFLICT, "write-once");
+        let retried = endpoint
+            .handle(request(Method::PUT, &put, b"{\"answer\":96}"))
+            .await;
+        assert_eq!(
+            retried.status(),
+            StatusCode::CREATED,
+            "the same bytes again"
+        );
 
         let blob = format!("filesets/team-a/{}.tar.gz", "a".repeat(64));
         let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
@@ -191,6 +246,26 @@ mod tests {
         let response = endpoint.handle(request(Method::GET, &get, b"")).await;
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(body(response).await, b"tarball");
+
+        let ranged = |range: &'static str| {
+            let mut request = request(Method::GET, &get, b"");
+            request
+                .headers_mut()
+                .insert(RANGE, HeaderValue::from_static(range));
+            endpoint.handle(request)
+        };
+        let rest = ranged("bytes=3-").await;
+        assert_eq!(rest.status(), StatusCode::PARTIAL_CONTENT);
+        assert_eq!(rest.headers()[CONTENT_RANGE], "bytes 3-6/7");
+        assert_eq!(body(rest).await, b"ball");
+        assert_eq!(
+            ranged("bytes=7-").await.status(),
+            StatusCode::RANGE_NOT_SATISFIABLE
+        );
+        assert_eq!(
+            ranged("bytes=0-2").await.status(),
+            StatusCode::RANGE_NOT_SATISFIABLE
+        );
     }
 
     #[tokio::test]

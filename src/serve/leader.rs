@@ -2,7 +2,9 @@
 //!
 //! A replica reconciles only after it holds the Lease and stops (the process exits) as soon as
 //! it cannot renew within the renew deadline, before the Lease can expire for the others.
-//! Writes use the Lease's resourceVersion, so two candidates never both win a round.
+//! Writes use the Lease's resourceVersion, so two candidates never both win a round. A
+//! candidate tries again when the holder's Lease expires if that comes before its next retry,
+//! so a leader that dies is replaced within the lease duration of its last renewal.
 
 use std::time::Duration;
 
@@ -49,10 +51,25 @@ impl LeaseSettings {
 /// What a candidate should do with the Lease it read.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Claim {
-    /// Another replica holds a valid Lease.
-    Wait,
+    /// Another replica holds a Lease valid until then.
+    Wait {
+        /// When the Lease expires unless renewed.
+        until: Timestamp,
+    },
     /// Write this spec (create when there was no Lease, else replace).
     Write(LeaseSpec),
+}
+
+/// How long a candidate that saw a Lease valid `until` waits before its next try at `now`:
+/// the retry period, or less when the Lease expires sooner.
+pub fn next_try_in(retry_period: Duration, until: Option<Timestamp>, now: Timestamp) -> Duration {
+    let Some(until) = until else {
+        return retry_period;
+    };
+    let left = until.duration_since(now);
+    Duration::try_from(left)
+        .unwrap_or(Duration::ZERO)
+        .min(retry_period)
 }
 
 /// Decides, from the current Lease spec, whether `identity` may hold the Lease at `now`.
@@ -84,35 +101,43 @@ pub fn claim(
     }
     let valid_for =
         SignedDuration::from_secs(i64::from(current.lease_duration_seconds.unwrap_or(seconds)));
-    let expired = current.renew_time.as_ref().is_none_or(|renewed| {
+    let until = current.renew_time.as_ref().map(|renewed| {
         renewed
             .0
             .saturating_add(valid_for)
             .expect("a lease duration fits")
-            <= now
     });
-    if holder.is_empty() || expired {
-        Claim::Write(fresh(current.lease_transitions.unwrap_or(0) + 1))
-    } else {
-        Claim::Wait
+    match until {
+        Some(until) if !holder.is_empty() && now < until => Claim::Wait { until },
+        _ => Claim::Write(fresh(current.lease_transitions.unwrap_or(0) + 1)),
     }
 }
 
-/// One round: read the Lease and claim or renew it. `Ok(true)` when this replica holds it.
-async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, kube::Error> {
+/// Who holds the Lease after a round.
+#[derive(Debug, PartialEq)]
+enum Holder {
+    /// This replica.
+    This,
+    /// Another replica, until then (unknown when a write lost a race or there is no Lease).
+    Another { until: Option<Timestamp> },
+}
+
+/// One round: read the Lease and claim or renew it.
+async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<Holder, kube::Error> {
     let current = api.get_opt(&settings.name).await?;
     if current.is_none() && !settings.create_lease {
         warn!(lease = %settings.name, "the lease does not exist and is not this replica's to create");
-        return Ok(false);
+        return Ok(Holder::Another { until: None });
     }
     let spec = current.as_ref().and_then(|l| l.spec.as_ref());
-    let Claim::Write(spec) = claim(
+    let spec = match claim(
         spec,
         &settings.identity,
         settings.lease_duration,
         Timestamp::now(),
-    ) else {
-        return Ok(false);
+    ) {
+        Claim::Write(spec) => spec,
+        Claim::Wait { until } => return Ok(Holder::Another { until: Some(until) }),
     };
     // The Lease read keeps its metadata (and resourceVersion, so two candidates never both
     // win): labels and annotations of a Lease the chart installed survive every renewal.
@@ -138,9 +163,9 @@ async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, ku
         }
     };
     match written {
-        Ok(_) => Ok(true),
+        Ok(_) => Ok(Holder::This),
         Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
-            Ok(false)
+            Ok(Holder::Another { until: None })
         }
         Err(e) => Err(e),
     }
@@ -149,15 +174,19 @@ async fn try_hold(api: &Api<Lease>, settings: &LeaseSettings) -> Result<bool, ku
 /// Waits until this replica holds the Lease.
 pub async fn acquire(api: &Api<Lease>, settings: &LeaseSettings) {
     loop {
-        match try_hold(api, settings).await {
-            Ok(true) => {
+        let until = match try_hold(api, settings).await {
+            Ok(Holder::This) => {
                 info!(lease = %settings.name, identity = %settings.identity, "acquired the lease");
                 return;
             }
-            Ok(false) => {}
-            Err(e) => warn!(lease = %settings.name, "reading or writing the lease: {e}"),
-        }
-        tokio::time::sleep(settings.retry_period).await;
+            Ok(Holder::Another { until }) => until,
+            Err(e) => {
+                warn!(lease = %settings.name, "reading or writing the lease: {e}");
+                None
+            }
+        };
+        let wait = next_try_in(settings.retry_period, until, Timestamp::now());
+        tokio::time::sleep(wait).await;
     }
 }
 
@@ -168,8 +197,8 @@ pub async fn keep(api: &Api<Lease>, settings: &LeaseSettings) {
     loop {
         tokio::time::sleep(settings.retry_period).await;
         match try_hold(api, settings).await {
-            Ok(true) => last_renewal = tokio::time::Instant::now(),
-            Ok(false) => {
+            Ok(Holder::This) => last_renewal = tokio::time::Instant::now(),
+            Ok(Holder::Another { .. }) => {
                 warn!(lease = %settings.name, "another replica holds the lease");
                 return;
             }
@@ -213,8 +242,24 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_lease_of_another_replica_is_respected() {
-        assert_eq!(claim(Some(&held_by("b", 10)), "a", D, at(24)), Claim::Wait);
+    fn a_valid_lease_of_another_replica_is_respected_until_it_expires() {
+        assert_eq!(
+            claim(Some(&held_by("b", 10)), "a", D, at(24)),
+            Claim::Wait { until: at(25) }
+        );
+    }
+
+    #[test]
+    fn a_candidate_tries_again_when_the_lease_expires_if_that_comes_first() {
+        let retry = Duration::from_secs(2);
+        assert_eq!(next_try_in(retry, Some(at(25)), at(20)), retry);
+        let soon = at(25) - SignedDuration::from_millis(300);
+        assert_eq!(
+            next_try_in(retry, Some(at(25)), soon),
+            Duration::from_millis(300)
+        );
+        assert_eq!(next_try_in(retry, Some(at(25)), at(26)), Duration::ZERO);
+        assert_eq!(next_try_in(retry, None, at(26)), retry);
     }
 
     #[test]

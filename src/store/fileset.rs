@@ -1,12 +1,10 @@
 //! Pushing a directory as a fileset: a content-addressed `tar.gz` blob.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, keys};
+use super::{Store, StoreError, keys, upload_token};
 use crate::archive;
 
 /// A fileset blob in the store.
@@ -53,18 +51,4 @@ impl Store {
             file_count: stats.files,
         })
     }
-}
-
-/// A name for a temporary upload that no concurrent push in this or another process shares.
-fn upload_token() -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!(
-        "{}-{nanos}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
 }

@@ -30,6 +30,10 @@ const RESULTS: &str = "results";
 /// Top-level prefix of in-flight fileset uploads, kept apart so listings of `filesets/` only
 /// ever show complete, content-addressed blobs.
 const UPLOADS: &str = "uploads";
+/// Top-level prefix of objects still being written to a `file://` store: each is streamed to
+/// `partial/<key>.<token>` and linked to its key only once complete, so a listing of
+/// `filesets/` or `results/` never shows a partial object.
+const PARTIAL: &str = "partial";
 
 /// The results an execution saves, one object each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -113,6 +117,17 @@ pub fn fileset_upload(namespace: &str, token: &str) -> Result<String, KeyError> 
     check_name("namespace", namespace)?;
     check_name("upload token", token)?;
     Ok(format!("{UPLOADS}/{namespace}/{token}.tar.gz"))
+}
+
+/// `partial/<key>.<token>`: where `key` is written until it is complete.
+pub fn partial(key: &str, token: &str) -> Result<String, KeyError> {
+    check_name("upload token", token)?;
+    Ok(format!("{PARTIAL}/{key}.{token}"))
+}
+
+/// `partial/<prefix>`: the partial writes of every object under `prefix`.
+pub fn partials_prefix(prefix: &str) -> String {
+    format!("{PARTIAL}/{prefix}")
 }
 
 /// `results/<ns>/<execution>/<uid>/`: every result of one execution.
@@ -218,6 +233,18 @@ mod tests {
             "results/team-a/calc-7f2k/0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01/manifest.json"
         );
         assert_eq!(filesets_prefix("team-a").unwrap(), "filesets/team-a/");
+        let key = result(&execution(), ResultName::OutputWorkdir).unwrap();
+        assert_eq!(
+            partial(&key, "1-2-3").unwrap(),
+            format!("partial/{key}.1-2-3")
+        );
+        assert!(
+            partial(&key, "1-2-3")
+                .unwrap()
+                .starts_with(&partials_prefix(&results_prefix(&execution()).unwrap())),
+            "a result's partial writes are under its execution's partials prefix"
+        );
+        assert!(err_names(partial(&key, "../x"), "upload token"));
     }
 
     #[test]

@@ -16,11 +16,14 @@ pub mod presign;
 pub mod signed;
 
 mod fileset;
+mod staged;
 mod transfer;
 
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -30,8 +33,8 @@ use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme, PutMode, PutOptions,
-    PutPayload, WriteMultipart,
+    GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt, ObjectStoreScheme,
+    PutMode, PutOptions, PutPayload, WriteMultipart,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -39,7 +42,7 @@ use url::Url;
 
 pub use fileset::PushedFileset;
 pub use presign::PresignedSigner;
-pub use transfer::{BlobSource, ResultSink, StoreResults};
+pub use transfer::{BlobSource, ResultBody, ResultSink, StoreResults};
 
 use crate::archive::{ArchiveError, ByteStream};
 
@@ -145,6 +148,15 @@ pub enum StoreError {
     },
 }
 
+/// How a complete write of a new object ended.
+#[derive(Debug)]
+enum Written {
+    /// The object is new and holds the bytes written.
+    Created(StoredObject),
+    /// Another write of the key completed first; these are the bytes this one had.
+    Existed(StoredObject),
+}
+
 /// A stored object with the size and sha256 of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredObject {
@@ -214,6 +226,10 @@ fn file_stream(file: std::fs::File) -> ByteStream {
 #[derive(Debug, Clone)]
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
+    /// The same store as `inner` when it is a local directory, whose writes are staged here
+    /// ([`staged`]) rather than by `object_store`, which leaves a killed write's bytes
+    /// behind where no listing or deletion finds them.
+    local: Option<Arc<LocalFileSystem>>,
     url: String,
     presigner: Option<PresignedSigner>,
 }
@@ -295,6 +311,7 @@ impl Store {
         };
         Ok(Store {
             inner,
+            local: None,
             url: url.to_owned(),
             presigner: Some(presigner),
         })
@@ -318,8 +335,10 @@ impl Store {
             })?
             // Deleting an execution's results should not leave empty directories behind.
             .with_automatic_cleanup(true);
+        let fs = Arc::new(fs);
         Ok(Store {
-            inner: Arc::new(fs),
+            inner: fs.clone(),
+            local: Some(fs),
             url: url.to_owned(),
             presigner: None,
         })
@@ -349,22 +368,40 @@ impl Store {
 
     /// Streams `body` into a new object at `key` and returns its size and sha256.
     ///
-    /// Refuses with [`StoreError::AlreadyExists`] when the key already holds an object. Bodies
+    /// Objects are write-once: when `key` already holds an object with other bytes this
+    /// refuses with [`StoreError::AlreadyExists`]; the same bytes again are accepted without a
+    /// write, so the retry of a put whose answer was lost succeeds. A `file://` store writes
+    /// a partial file and links it into place once complete ([`staged`]). Elsewhere, bodies
     /// that fit in one part are written with one conditional put, which the backend makes
     /// atomic; larger ones are checked first and then uploaded in parts, with at most
-    /// [`PARTS_IN_FLIGHT`] parts buffered.
-    pub async fn put_new(
-        &self,
-        key: &str,
-        mut body: ByteStream,
-    ) -> Result<StoredObject, StoreError> {
-        let path = object_path(key)?;
-        match self.inner.head(&path).await {
-            Ok(_) => return Err(already_exists(key)),
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(source) => return Err(backend("head", key, source)),
+    /// [`PARTS_IN_FLIGHT`] parts buffered (the backend shows none of them before the last).
+    pub async fn put_new(&self, key: &str, body: ByteStream) -> Result<StoredObject, StoreError> {
+        if self.exists(key).await? {
+            let sent = digest(key, body).await?;
+            return self.same_as_stored(sent).await;
         }
+        let written = match &self.local {
+            Some(fs) => staged::put(fs, key, body).await?,
+            None => self.put_new_remote(key, body).await?,
+        };
+        match written {
+            Written::Created(stored) => Ok(stored),
+            Written::Existed(sent) => self.same_as_stored(sent).await,
+        }
+    }
 
+    /// `sent` if the object at its key holds exactly its bytes; else the key is taken.
+    async fn same_as_stored(&self, sent: StoredObject) -> Result<StoredObject, StoreError> {
+        let stored = digest(&sent.key, self.get(&sent.key).await?.into_stream()).await?;
+        if stored == sent {
+            Ok(sent)
+        } else {
+            Err(already_exists(&sent.key))
+        }
+    }
+
+    async fn put_new_remote(&self, key: &str, mut body: ByteStream) -> Result<Written, StoreError> {
+        let path = object_path(key)?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
         let mut first_part = Vec::new();
@@ -383,14 +420,14 @@ impl Store {
                         ..PutOptions::default()
                     };
                     let payload: PutPayload = first_part.into_iter().collect();
-                    self.inner
-                        .put_opts(&path, payload, opts)
-                        .await
-                        .map_err(|e| match e {
-                            object_store::Error::AlreadyExists { .. } => already_exists(key),
-                            source => backend("put", key, source),
-                        })?;
-                    return Ok(info(key, first_len as u64, hasher));
+                    let sent = info(key, first_len as u64, hasher);
+                    return match self.inner.put_opts(&path, payload, opts).await {
+                        Ok(_) => Ok(Written::Created(sent)),
+                        Err(object_store::Error::AlreadyExists { .. }) => {
+                            Ok(Written::Existed(sent))
+                        }
+                        Err(source) => Err(backend("put", key, source)),
+                    };
                 }
             }
         }
@@ -430,7 +467,7 @@ impl Store {
             .finish()
             .await
             .map_err(|source| backend("put", key, source))?;
-        Ok(info(key, size, hasher))
+        Ok(Written::Created(info(key, size, hasher)))
     }
 
     /// The object at `key`.
@@ -448,6 +485,41 @@ impl Store {
                 BlobBody::Stream(stream.map_err(io::Error::other).boxed())
             }
         })
+    }
+
+    /// The bytes of the object at `key` from byte `offset` on, and the object's whole size;
+    /// `None` when `offset` is at or past its end.
+    pub async fn get_from(
+        &self,
+        key: &str,
+        offset: u64,
+    ) -> Result<Option<(ByteStream, u64)>, StoreError> {
+        let path = object_path(key)?;
+        let size = match self.inner.head(&path).await {
+            Ok(meta) => meta.size,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(StoreError::NotFound {
+                    key: key.to_owned(),
+                });
+            }
+            Err(source) => return Err(backend("head", key, source)),
+        };
+        if offset >= size {
+            return Ok(None);
+        }
+        let options = GetOptions {
+            range: Some(GetRange::Offset(offset)),
+            ..GetOptions::default()
+        };
+        let result = self
+            .inner
+            .get_opts(&path, options)
+            .await
+            .map_err(|source| backend("get", key, source))?;
+        Ok(Some((
+            result.into_stream().map_err(io::Error::other).boxed(),
+            size,
+        )))
     }
 
     /// Whether an object exists at `key`.
@@ -482,8 +554,17 @@ impl Store {
         Ok(listed)
     }
 
-    /// Deletes every object under `prefix` and returns how many were deleted.
+    /// Deletes every object under `prefix` and returns how many were deleted. In a `file://`
+    /// store the partial writes of objects under `prefix` go too (not counted): those of a
+    /// process killed while writing stay until then.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, StoreError> {
+        if self.local.is_some() {
+            self.delete_objects(&keys::partials_prefix(prefix)).await?;
+        }
+        self.delete_objects(prefix).await
+    }
+
+    async fn delete_objects(&self, prefix: &str) -> Result<usize, StoreError> {
         let path = prefix_path(prefix)?;
         let locations = self
             .inner
@@ -536,6 +617,32 @@ fn object_path(key: &str) -> Result<object_store::path::Path, StoreError> {
 
 fn prefix_path(prefix: &str) -> Result<object_store::path::Path, StoreError> {
     object_path(prefix.trim_end_matches('/'))
+}
+
+/// The size and sha256 of `body`, read to its end.
+async fn digest(key: &str, mut body: ByteStream) -> Result<StoredObject, StoreError> {
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(bytes) = body.next().await {
+        let bytes = bytes.map_err(|source| body_error(key, source))?;
+        hasher.update(&bytes);
+        size += bytes.len() as u64;
+    }
+    Ok(info(key, size, hasher))
+}
+
+/// A name for a temporary object that no concurrent write in this or another process shares.
+fn upload_token() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "{}-{nanos}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn info(key: &str, size: u64, hasher: Sha256) -> StoredObject {

@@ -1,9 +1,13 @@
 //! Input blobs and results through an execution's signed URLs: how errand's containers in a pod reach the store without holding its credentials.
 //!
-//! GETs stream the blob. PUTs stream a chunked body to the controller's blob endpoint, or,
+//! GETs stream the blob, and ask for the rest when a connection breaks mid-way. PUTs stream a chunked body to the controller's blob endpoint, or,
 //! for presigned object-store URLs that need a `Content-Length`, spool the result to a file
-//! first. Either way memory does not grow with the size of a result. Requests that fail before
-//! any byte of the body was sent (the controller restarting, a refused connection) are retried.
+//! first. Either way memory does not grow with the size of a result. A request that fails on
+//! the way (the controller restarting, a connection cut at any byte, a server error) is sent
+//! again, whole, until it succeeds or the URLs expire ([`Backoff`]): a chunked body is opened
+//! again from its first byte ([`ResultBody`]), a spooled one is read again. The store accepts
+//! the same bytes again under a key it already holds, so a retry after an answer was lost
+//! succeeds too.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -13,25 +17,99 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
+use jiff::{SignedDuration, Timestamp};
 use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::grants::{Grants, UploadMode};
 use super::keys::{self, ResultName};
-use super::{BlobBody, BlobSource, ResultSink, StoreError, StoredObject};
+use super::{BlobBody, BlobSource, ResultBody, ResultSink, StoreError, StoredObject};
 use crate::archive::ByteStream;
 
-/// Attempts per request; the waits between them double from [`FIRST_RETRY_WAIT`], so the
-/// last attempt comes about a minute after the first, long enough for a controller restart.
-const ATTEMPTS: u32 = 7;
-const FIRST_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// The first wait before a retry; the waits double up to [`LONGEST_RETRY_WAIT`].
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(500);
+/// The longest wait between two attempts, so a controller that is back is found soon.
+const LONGEST_RETRY_WAIT: Duration = Duration::from_secs(5);
 /// How long a connection may take to open, and how long a transfer may stall.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const STALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The most of an error response's body kept for the message.
 const ERROR_BODY_LIMIT: usize = 512;
+
+/// The waits between attempts of one request: doubling from [`FIRST_RETRY_WAIT`] to
+/// [`LONGEST_RETRY_WAIT`], and none once the next attempt would come after `until` (the
+/// grants' expiry, after which no URL of theirs works).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    next_wait: Duration,
+    until: Timestamp,
+}
+
+impl Backoff {
+    /// Waits for attempts up to `until`.
+    pub fn until(until: Timestamp) -> Backoff {
+        Backoff {
+            next_wait: FIRST_RETRY_WAIT,
+            until,
+        }
+    }
+
+    /// How long to wait before the next attempt, at `now`; `None` when it would come too late.
+    pub fn next(&mut self, now: Timestamp) -> Option<Duration> {
+        let wait = self.next_wait;
+        let at = now.checked_add(SignedDuration::try_from(wait).ok()?).ok()?;
+        if at >= self.until {
+            return None;
+        }
+        self.next_wait = (wait * 2).min(LONGEST_RETRY_WAIT);
+        Some(wait)
+    }
+}
+
+/// Sends `attempt` until it is done, fails for good, or `until` (the grants' expiry) comes.
+async fn retrying<T, F, Fut>(
+    until: Timestamp,
+    operation: &'static str,
+    name: &str,
+    mut attempt: F,
+) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Attempt<T>>,
+{
+    let mut backoff = Backoff::until(until);
+    for number in 1u32.. {
+        let error = match attempt().await {
+            Attempt::Done(value) => return Ok(value),
+            Attempt::Fail(error) => return Err(error),
+            Attempt::Retry(error) => error,
+        };
+        let Some(wait) = backoff.next(Timestamp::now()) else {
+            return Err(error);
+        };
+        tracing::warn!(
+            name,
+            attempt = number,
+            retry_in_ms = wait.as_millis() as u64,
+            %error,
+            "{operation} failed; retrying"
+        );
+        tokio::time::sleep(wait).await;
+    }
+    unreachable!("the attempts end")
+}
+
+/// What one attempt of a request came to.
+enum Attempt<T> {
+    /// It succeeded.
+    Done(T),
+    /// It failed in a way worth another attempt; the error if none is left.
+    Retry(StoreError),
+    /// It failed for good.
+    Fail(StoreError),
+}
 
 /// The store as an execution's grants allow it: GET its input blobs, PUT its results once.
 pub struct SignedUrls {
@@ -89,75 +167,89 @@ impl SignedUrls {
             })
     }
 
+    /// A chunked PUT of `body`, opened again from its first byte for each attempt.
     async fn put_chunked(
         &self,
         name: ResultName,
         url: &str,
-        body: ByteStream,
+        body: &ResultBody,
     ) -> Result<(u64, String), StoreError> {
-        let shared = Arc::new(Mutex::new(Tally::new(body)));
-        let mut wait = FIRST_RETRY_WAIT;
-        for attempt in 1..=ATTEMPTS {
+        retrying(self.grants.expires_at, "PUT", name.as_str(), || async {
+            let tally = Arc::new(Mutex::new(Tally::new(body.open())));
             let sent = self
                 .put_request(url)
-                .body(reqwest::Body::wrap_stream(SharedBody(Arc::clone(&shared))))
+                .body(reqwest::Body::wrap_stream(SharedBody(Arc::clone(&tally))))
                 .send()
                 .await
                 // Its URL carries the signature, which must not reach any log.
                 .map_err(reqwest::Error::without_url);
-            let (body_error, polled, digest) = {
-                let mut tally = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                (tally.error.take(), tally.polled, tally.finish())
+            let (body_error, digest) = {
+                let mut tally = tally.lock().unwrap_or_else(PoisonError::into_inner);
+                (tally.error.take(), tally.finish())
             };
             if let Some(source) = body_error {
-                return Err(StoreError::Body {
+                // The bytes could not be produced: sending them again would not help.
+                return Attempt::Fail(StoreError::Body {
                     key: name.to_string(),
                     source,
                 });
             }
-            match sent {
-                // The body was never polled, so the whole upload can start again.
-                Err(e) if !polled && attempt < ATTEMPTS && retryable(&e) => {
-                    tracing::warn!(result = %name, attempt, error = error_chain(&e), "upload failed before sending; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-                Err(e) => return Err(transport("PUT", name.as_str(), &e)),
-                Ok(response) => {
-                    check_put(name, response).await?;
-                    return Ok(digest);
-                }
+            match put_outcome("PUT", name, sent).await {
+                Attempt::Done(()) => Attempt::Done(digest),
+                Attempt::Retry(e) => Attempt::Retry(e),
+                Attempt::Fail(e) => Attempt::Fail(e),
             }
-        }
-        unreachable!("the last attempt returns")
+        })
+        .await
     }
 
+    /// A PUT with a `Content-Length`: `body` is spooled to a file once and sent from it.
     async fn put_sized(
         &self,
         name: ResultName,
         url: &str,
-        body: ByteStream,
+        body: &ResultBody,
     ) -> Result<(u64, String), StoreError> {
         let path = self.spool_dir.join(format!(".upload-{name}"));
-        let spooled = spool(name, &path, body).await;
+        let spooled = spool(name, &path, body.open()).await;
         let result = match spooled {
-            Ok((size, sha256)) => self
-                .send_with_retries("PUT", name.as_str(), || async {
-                    let file =
-                        tokio::fs::File::open(&path)
+            Ok((size, sha256)) => {
+                let mut sent_before = false;
+                retrying(self.grants.expires_at, "PUT", name.as_str(), || {
+                    let earlier = std::mem::replace(&mut sent_before, true);
+                    let path = &path;
+                    async move {
+                        let file = match tokio::fs::File::open(path).await {
+                            Ok(file) => file,
+                            Err(source) => {
+                                return Attempt::Fail(StoreError::Spool {
+                                    name: name.to_string(),
+                                    path: path.clone(),
+                                    source,
+                                });
+                            }
+                        };
+                        let sent = self
+                            .put_request(url)
+                            .header(reqwest::header::CONTENT_LENGTH, size)
+                            .body(reqwest::Body::from(file))
+                            .send()
                             .await
-                            .map_err(|source| StoreError::Spool {
-                                name: name.to_string(),
-                                path: path.clone(),
-                                source,
-                            })?;
-                    Ok(self
-                        .put_request(url)
-                        .header(reqwest::header::CONTENT_LENGTH, size)
-                        .body(reqwest::Body::from(file)))
+                            .map_err(reqwest::Error::without_url);
+                        match put_outcome("PUT", name, sent).await {
+                            // A presigned PUT is all or nothing, and only this pod holds its
+                            // URL: an object already there is an earlier attempt's, whose
+                            // answer was lost, with these very bytes.
+                            Attempt::Fail(StoreError::AlreadyExists { .. }) if earlier => {
+                                Attempt::Done(())
+                            }
+                            outcome => outcome,
+                        }
+                    }
                 })
                 .await
-                .map(|response| (response, size, sha256)),
+                .map(|()| (size, sha256))
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = tokio::fs::remove_file(&path).await
@@ -165,44 +257,7 @@ impl SignedUrls {
         {
             tracing::warn!(path = %path.display(), error = %e, "removing a spooled upload");
         }
-        let (response, size, sha256) = result?;
-        check_put(name, response).await?;
-        Ok((size, sha256))
-    }
-
-    /// Sends the request `build` makes, again after transport failures and server errors.
-    async fn send_with_retries<F, Fut>(
-        &self,
-        operation: &'static str,
-        name: &str,
-        build: F,
-    ) -> Result<reqwest::Response, StoreError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<reqwest::RequestBuilder, StoreError>>,
-    {
-        let mut wait = FIRST_RETRY_WAIT;
-        for attempt in 1..=ATTEMPTS {
-            let last = attempt == ATTEMPTS;
-            let sent = build()
-                .await?
-                .send()
-                .await
-                .map_err(reqwest::Error::without_url);
-            match sent {
-                Ok(response) if response.status().is_server_error() && !last => {
-                    tracing::warn!(name, attempt, status = %response.status(), "{operation} failed; retrying");
-                }
-                Ok(response) => return Ok(response),
-                Err(e) if retryable(&e) && !last => {
-                    tracing::warn!(name, attempt, error = %e, "{operation} failed; retrying");
-                }
-                Err(e) => return Err(transport(operation, name, &e)),
-            }
-            tokio::time::sleep(wait).await;
-            wait *= 2;
-        }
-        unreachable!("the last attempt returns")
+        result
     }
 }
 
@@ -213,34 +268,131 @@ impl BlobSource for SignedUrls {
             .inputs
             .get(key)
             .ok_or_else(|| StoreError::NotGranted(key.to_owned()))?;
-        let response = self
-            .send_with_retries("GET", key, || async { Ok(self.client.get(url)) })
-            .await?;
-        match response.status() {
-            StatusCode::OK => Ok(BlobBody::Stream(
-                response
-                    .bytes_stream()
-                    .map_err(|e| io::Error::other(e.without_url()))
-                    .boxed(),
-            )),
-            StatusCode::NOT_FOUND => Err(StoreError::NotFound {
-                key: key.to_owned(),
-            }),
-            _ => Err(refused("GET", key, response).await),
-        }
+        let download = Download {
+            client: self.client.clone(),
+            key: key.to_owned(),
+            url: url.clone(),
+            until: self.grants.expires_at,
+            received: 0,
+        };
+        let response = download.get().await?;
+        Ok(BlobBody::Stream(download.resuming(response)))
     }
 }
 
+/// A GET through a signed URL that, when its connection breaks after some bytes, asks for
+/// the rest (`Range: bytes=N-`) until it has every byte or the grants expire.
+struct Download {
+    client: reqwest::Client,
+    key: String,
+    url: String,
+    until: Timestamp,
+    /// Bytes passed on so far.
+    received: u64,
+}
+
+impl Download {
+    /// The blob from the first byte not received yet.
+    async fn get(&self) -> Result<reqwest::Response, StoreError> {
+        let key = self.key.as_str();
+        let from = self.received;
+        retrying(self.until, "GET", key, || async move {
+            let mut request = self.client.get(&self.url);
+            if from > 0 {
+                request = request.header(reqwest::header::RANGE, format!("bytes={from}-"));
+            }
+            let sent = request.send().await.map_err(reqwest::Error::without_url);
+            match sent {
+                Ok(response) if from == 0 && response.status() == StatusCode::OK => {
+                    Attempt::Done(response)
+                }
+                Ok(response)
+                    if from > 0
+                        && response.status() == StatusCode::PARTIAL_CONTENT
+                        && range_start(&response) == Some(from) =>
+                {
+                    Attempt::Done(response)
+                }
+                Ok(response) if response.status() == StatusCode::NOT_FOUND => {
+                    Attempt::Fail(StoreError::NotFound {
+                        key: key.to_owned(),
+                    })
+                }
+                Ok(response) if response.status().is_success() => {
+                    Attempt::Fail(StoreError::Signed {
+                        operation: "GET",
+                        name: key.to_owned(),
+                        reason: format!(
+                            "asked for the rest from byte {from}, the server answered {}",
+                            response.status()
+                        ),
+                    })
+                }
+                Ok(response) => refused_attempt("GET", key, response).await,
+                Err(e) => transport_attempt("GET", key, &e),
+            }
+        })
+        .await
+    }
+
+    /// The bytes of `response`, and of the requests for the rest when it breaks.
+    fn resuming(self, response: reqwest::Response) -> ByteStream {
+        let body = response.bytes_stream().boxed();
+        futures::stream::try_unfold((self, body), |(mut download, mut body)| async move {
+            loop {
+                match body.next().await {
+                    None => return Ok(None),
+                    Some(Ok(bytes)) => {
+                        download.received += bytes.len() as u64;
+                        return Ok(Some((bytes, (download, body))));
+                    }
+                    Some(Err(e)) if retryable(&e) => {
+                        tracing::warn!(
+                            key = download.key,
+                            received = download.received,
+                            error = error_chain(&e.without_url()),
+                            "the download broke; asking for the rest"
+                        );
+                        body = download
+                            .get()
+                            .await
+                            .map_err(io::Error::other)?
+                            .bytes_stream()
+                            .boxed();
+                    }
+                    Some(Err(e)) => return Err(io::Error::other(e.without_url())),
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+/// The first byte of a partial response, from its `Content-Range: bytes N-M/SIZE`.
+fn range_start(response: &reqwest::Response) -> Option<u64> {
+    let range = response
+        .headers()
+        .get(reqwest::header::CONTENT_RANGE)?
+        .to_str()
+        .ok()?;
+    range
+        .strip_prefix("bytes ")?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
 impl ResultSink for SignedUrls {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
+    async fn put(&self, name: ResultName, body: ResultBody) -> Result<StoredObject, StoreError> {
         let url = self
             .grants
             .results
             .get(name.as_str())
             .ok_or_else(|| StoreError::NotGranted(name.to_string()))?;
         let (size, sha256) = match self.grants.uploads {
-            UploadMode::Chunked => self.put_chunked(name, url, body).await?,
-            UploadMode::Sized => self.put_sized(name, url, body).await?,
+            UploadMode::Chunked => self.put_chunked(name, url, &body).await?,
+            UploadMode::Sized => self.put_sized(name, url, &body).await?,
         };
         Ok(StoredObject {
             key: keys::result(&self.grants.execution, name)?,
@@ -250,8 +402,9 @@ impl ResultSink for SignedUrls {
     }
 }
 
-/// Errors worth another attempt: the server could not be reached (yet) or did not answer in
-/// time. A refused certificate or a bad URL fails at once.
+/// Errors worth another attempt: the server could not be reached (yet), did not answer in
+/// time, or the connection broke before the answer came, at whatever byte. A refused
+/// certificate or a bad URL fails at once.
 fn retryable(error: &reqwest::Error) -> bool {
     use std::error::Error as _;
     if error.is_timeout() {
@@ -266,21 +419,84 @@ fn retryable(error: &reqwest::Error) -> bool {
                     | io::ErrorKind::ConnectionReset
                     | io::ErrorKind::ConnectionAborted
                     | io::ErrorKind::NotConnected
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::UnexpectedEof
                     | io::ErrorKind::TimedOut
                     | io::ErrorKind::HostUnreachable
                     | io::ErrorKind::NetworkUnreachable
             );
+        }
+        if let Some(http) = cause.downcast_ref::<hyper::Error>()
+            && (http.is_incomplete_message()
+                || http.is_closed()
+                || http.is_canceled()
+                || http.is_body_write_aborted()
+                || http.is_timeout())
+        {
+            return true;
         }
         source = cause.source();
     }
     false
 }
 
-fn transport(operation: &'static str, name: &str, error: &reqwest::Error) -> StoreError {
-    StoreError::Signed {
+/// Answers worth another attempt: the server failed, or asked to be called again.
+fn retryable_status(status: StatusCode) -> bool {
+    status.is_server_error()
+        || status == StatusCode::REQUEST_TIMEOUT
+        || status == StatusCode::TOO_MANY_REQUESTS
+}
+
+/// A request that got no answer.
+fn transport_attempt<T>(operation: &'static str, name: &str, error: &reqwest::Error) -> Attempt<T> {
+    let failure = StoreError::Signed {
         operation,
         name: name.to_owned(),
         reason: error_chain(error),
+    };
+    if retryable(error) {
+        Attempt::Retry(failure)
+    } else {
+        Attempt::Fail(failure)
+    }
+}
+
+/// A request the server answered with an error.
+async fn refused_attempt<T>(
+    operation: &'static str,
+    name: &str,
+    response: reqwest::Response,
+) -> Attempt<T> {
+    let retry = retryable_status(response.status());
+    let failure = refused(operation, name, response).await;
+    if retry {
+        Attempt::Retry(failure)
+    } else {
+        Attempt::Fail(failure)
+    }
+}
+
+/// What a PUT's answer (or its absence) means.
+async fn put_outcome(
+    operation: &'static str,
+    name: ResultName,
+    sent: Result<reqwest::Response, reqwest::Error>,
+) -> Attempt<()> {
+    match sent {
+        Ok(response) if response.status().is_success() => Attempt::Done(()),
+        // Results are write-once; the blob endpoint says so with 409, presigned stores with 412.
+        Ok(response)
+            if matches!(
+                response.status(),
+                StatusCode::CONFLICT | StatusCode::PRECONDITION_FAILED
+            ) =>
+        {
+            Attempt::Fail(StoreError::AlreadyExists {
+                key: name.to_string(),
+            })
+        }
+        Ok(response) => refused_attempt(operation, name.as_str(), response).await,
+        Err(e) => transport_attempt(operation, name.as_str(), &e),
     }
 }
 
@@ -305,17 +521,6 @@ async fn refused(operation: &'static str, name: &str, response: reqwest::Respons
         operation,
         name: name.to_owned(),
         reason: format!("{status}: {}", text.trim()),
-    }
-}
-
-async fn check_put(name: ResultName, response: reqwest::Response) -> Result<(), StoreError> {
-    match response.status() {
-        status if status.is_success() => Ok(()),
-        // Results are write-once; the blob endpoint says so with 409, presigned stores with 412.
-        StatusCode::CONFLICT | StatusCode::PRECONDITION_FAILED => Err(StoreError::AlreadyExists {
-            key: name.to_string(),
-        }),
-        _ => Err(refused("PUT", name.as_str(), response).await),
     }
 }
 
@@ -353,7 +558,6 @@ struct Tally {
     stream: ByteStream,
     hasher: Sha256,
     size: u64,
-    polled: bool,
     error: Option<io::Error>,
 }
 
@@ -363,20 +567,21 @@ impl Tally {
             stream,
             hasher: Sha256::new(),
             size: 0,
-            polled: false,
             error: None,
         }
     }
 
-    /// The size and sha256 of what was sent so far (the hash starts over).
+    /// The size and sha256 of what was sent; the body is dropped, so a packer behind it stops
+    /// before the next attempt starts another.
     fn finish(&mut self) -> (u64, String) {
+        self.stream = futures::stream::empty().boxed();
         let hasher = std::mem::take(&mut self.hasher);
         (self.size, hex::encode(hasher.finalize()))
     }
 }
 
-/// The request body over a shared [`Tally`]: a request that fails before polling it leaves the
-/// stream untouched for the next attempt.
+/// The request body over a shared [`Tally`], which the sender reads back once the request
+/// ended.
 struct SharedBody(Arc<Mutex<Tally>>);
 
 impl Stream for SharedBody {
@@ -384,7 +589,6 @@ impl Stream for SharedBody {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut tally = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        tally.polled = true;
         match tally.stream.poll_next_unpin(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
                 tally.hasher.update(&bytes);
@@ -398,5 +602,28 @@ impl Stream for SharedBody {
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_wait_longer_each_time_up_to_a_limit_and_stop_when_the_urls_expire() {
+        let start = Timestamp::from_second(1_800_000_000).unwrap();
+        let mut backoff = Backoff::until(start + SignedDuration::from_secs(30));
+        let mut now = start;
+        let mut waits = Vec::new();
+        while let Some(wait) = backoff.next(now) {
+            waits.push(wait.as_millis());
+            now += SignedDuration::try_from(wait).unwrap();
+        }
+        assert_eq!(
+            waits,
+            [500, 1000, 2000, 4000, 5000, 5000, 5000, 5000],
+            "the next 5 s wait would end after the expiry"
+        );
+        assert_eq!(Backoff::until(start).next(start), None);
     }
 }

@@ -1,10 +1,14 @@
 //! Where a run's input blobs come from and where its results go: the store itself, or (in pods) the execution's signed URLs.
 
 use std::future::Future;
+use std::io;
+
+use bytes::Bytes;
+use futures::StreamExt;
 
 use super::keys::{self, ExecutionId, ResultName};
 use super::{BlobBody, Store, StoreError, StoredObject};
-use crate::archive::ByteStream;
+use crate::archive::{self, ByteStream, PackItem, Packing};
 
 /// Where input blobs come from: the store directly, or (in pods) signed URLs.
 pub trait BlobSource: Sync {
@@ -18,8 +22,41 @@ pub trait ResultSink: Sync {
     fn put(
         &self,
         name: ResultName,
-        body: ByteStream,
+        body: ResultBody,
     ) -> impl Future<Output = Result<StoredObject, StoreError>> + Send;
+}
+
+/// A result's bytes, from the first one each time they are opened: an upload cut off after
+/// part of its body was sent starts over with the body opened again, so nothing has to be
+/// kept aside for a retry.
+pub struct ResultBody(Box<dyn Fn() -> ByteStream + Send + Sync>);
+
+impl ResultBody {
+    /// Bytes held in memory (a JSON record).
+    pub fn bytes(bytes: impl Into<Bytes>) -> ResultBody {
+        let bytes = bytes.into();
+        ResultBody(Box::new(move || {
+            futures::stream::once(std::future::ready(Ok(bytes.clone()))).boxed()
+        }))
+    }
+
+    /// `items` packed as a `tar.gz`, packed again at each opening. Packing is deterministic,
+    /// so every opening gives the same bytes while the files stay as they are. The stream
+    /// ends with an error if packing fails, also when its threads stop early.
+    pub fn packed(items: Vec<PackItem>) -> ResultBody {
+        ResultBody(Box::new(move || {
+            let Packing { stream, done } = archive::pack_items(items.clone());
+            let failure = futures::stream::once(done.wait()).filter_map(|packed| {
+                std::future::ready(packed.err().map(io::Error::other).map(Err))
+            });
+            stream.chain(failure).boxed()
+        }))
+    }
+
+    /// The bytes, from the first.
+    pub fn open(&self) -> ByteStream {
+        (self.0)()
+    }
 }
 
 impl BlobSource for Store {
@@ -44,8 +81,8 @@ impl StoreResults {
 }
 
 impl ResultSink for StoreResults {
-    async fn put(&self, name: ResultName, body: ByteStream) -> Result<StoredObject, StoreError> {
+    async fn put(&self, name: ResultName, body: ResultBody) -> Result<StoredObject, StoreError> {
         let key = keys::result(&self.execution, name)?;
-        self.store.put_new(&key, body).await
+        self.store.put_new(&key, body.open()).await
     }
 }

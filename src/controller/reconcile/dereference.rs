@@ -54,14 +54,7 @@ impl Reconciler<'_> {
         let ctx = self.ctx;
         // Right after a restart the caches may still be filling; a missing pod must not read
         // as a pod that has not started yet.
-        ctx.jobs
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::CacheStopped("Job"))?;
-        ctx.pods
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::CacheStopped("Pod"))?;
+        ctx.caches_filled().await?;
         let job_name = self
             .execution
             .status

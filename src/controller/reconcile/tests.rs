@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset, contract};
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::readiness::{Cache, CachesReady};
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
@@ -155,7 +156,13 @@ fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
 
 fn context_with_config(client: Client, config: ControllerConfig) -> Arc<Context> {
     let signer = Arc::new(HmacSigner::new("http://errand", b"key"));
-    Arc::new(context_from(client, config, vec![], vec![], signer))
+    Arc::new(context_from(
+        client,
+        config,
+        filled(vec![]),
+        filled(vec![]),
+        signer,
+    ))
 }
 
 fn context_signing_with(
@@ -164,15 +171,26 @@ fn context_signing_with(
     pods: Vec<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Arc<Context> {
+    context_over(client, filled(jobs), filled(pods), signer)
+}
+
+/// A context over the Job and Pod caches given, which may still be filling.
+fn context_over(
+    client: Client,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    signer: Arc<dyn UrlSigner>,
+) -> Arc<Context> {
     let config = ControllerConfig::new("errand.local/errand:dev");
     Arc::new(context_from(client, config, jobs, pods, signer))
 }
 
+/// A context with these settings over the Job and Pod caches given.
 fn context_from(
     client: Client,
     config: ControllerConfig,
-    jobs: Vec<Job>,
-    pods: Vec<Pod>,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Context {
     let agent: Agent = serde_json::from_value(json!({
@@ -202,12 +220,16 @@ fn context_from(
             instance: None,
         },
     );
+    let (caches_ready, report_ready) =
+        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
+    tokio::spawn(report_ready);
     Context::new(
         client,
         config,
         catalog,
-        filled(jobs),
-        filled(pods),
+        jobs,
+        pods,
+        caches_ready,
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
         signer,
         recorder,
@@ -396,8 +418,8 @@ async fn a_namespace_lifetime_wins_over_the_controller_default_and_a_bad_one_is_
         let ctx = context_from(
             scripted_client(Arc::clone(&log)),
             config.clone(),
-            vec![],
-            vec![],
+            filled(vec![]),
+            filled(vec![]),
             signer,
         )
         .with_namespaces(filled(vec![namespace_with_lifetime(annotation)]));
@@ -412,14 +434,8 @@ async fn a_namespace_lifetime_wins_over_the_controller_default_and_a_bad_one_is_
     }
 }
 
-#[tokio::test]
-async fn an_unchanged_running_execution_costs_no_request() {
-    let log = Log::default();
-    let ctx = context(
-        scripted_client(Arc::clone(&log)),
-        vec![owned_job()],
-        vec![running_pod()],
-    );
+/// The execution as it stands while `running_pod` runs its agent.
+fn running_execution() -> AgentExecution {
     let starting = execution(None);
     let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
     let decision = status::decide(&starting, &facts);
@@ -429,10 +445,57 @@ async fn an_unchanged_running_execution_costs_no_request() {
         digest: "sha256:00".into(),
     });
     running.job_name = Some("errand-calc".into());
-    reconcile(Arc::new(execution(Some(running))), ctx)
-        .await
-        .unwrap();
+    execution(Some(running))
+}
+
+#[tokio::test]
+async fn an_unchanged_running_execution_costs_no_request() {
+    let log = Log::default();
+    let ctx = context(
+        scripted_client(Arc::clone(&log)),
+        vec![owned_job()],
+        vec![running_pod()],
+    );
+    reconcile(Arc::new(running_execution()), ctx).await.unwrap();
     assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+}
+
+/// Right after a start every reconcile waits for the Job and Pod caches at once; all of
+/// them go on as soon as the caches are filled (kube-runtime's own wait wakes one of them,
+/// and the others slept until their timeout).
+#[tokio::test]
+async fn reconciles_waiting_for_the_caches_after_a_start_all_go_on_once_they_are_filled() {
+    let (jobs, mut job_writer) = reflector::store();
+    let (pods, mut pod_writer) = reflector::store();
+    let ctx = context_over(
+        scripted_client(Log::default()),
+        jobs,
+        pods,
+        Arc::new(HmacSigner::new("http://errand", b"key")),
+    );
+    let reconciles: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(reconcile(Arc::new(running_execution()), Arc::clone(&ctx))))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        reconciles.iter().all(|r| !r.is_finished()),
+        "they wait for the caches"
+    );
+    job_writer.apply_watcher_event(&watcher::Event::Init);
+    job_writer.apply_watcher_event(&watcher::Event::InitApply(owned_job()));
+    job_writer.apply_watcher_event(&watcher::Event::InitDone);
+    pod_writer.apply_watcher_event(&watcher::Event::Init);
+    pod_writer.apply_watcher_event(&watcher::Event::InitApply(running_pod()));
+    pod_writer.apply_watcher_event(&watcher::Event::InitDone);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let done = reconciles.iter().filter(|r| r.is_finished()).count();
+    assert_eq!(
+        done, 16,
+        "every reconcile went on once the caches were filled"
+    );
+    for reconcile in reconciles {
+        reconcile.await.unwrap().unwrap();
+    }
 }
 
 #[tokio::test(start_paused = true)]
