@@ -864,6 +864,9 @@ fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period()
     let store = home.path().join("home/store");
     std::fs::create_dir_all(store.join("uploads/default")).unwrap();
     std::fs::write(store.join("uploads/default/4242-1-0.tar.gz"), "partial").unwrap();
+    let partial = format!("results/default/{orphan}/{orphan_uid}/output_workdir.4242-1-1");
+    std::fs::create_dir_all(store.join("partial").join(&partial).parent().unwrap()).unwrap();
+    std::fs::write(store.join("partial").join(&partial), "cut off").unwrap();
     std::fs::write(store.join("README.txt"), "the operator's note").unwrap();
     std::fs::write(store.join("filesets/default/README.txt"), "another note").unwrap();
     let before = store_keys(&home);
@@ -872,11 +875,12 @@ fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period()
     let (code, answer) = home.json(&["admin", "sweep-store", "--dry-run"]);
     assert_eq!(code, 0, "{answer}");
     assert_eq!(swept(&answer), vec![]);
-    assert_eq!(answer["sweep"]["in_grace"], 3);
+    assert_eq!(answer["sweep"]["in_grace"], 4);
     assert_eq!(answer["sweep"]["unknown_keys"], 1);
 
     let unreferenced = vec![
         ("fileset".to_owned(), dropped.clone()),
+        ("partial".to_owned(), partial),
         ("results".to_owned(), orphan_uid.clone()),
         ("upload".to_owned(), "4242-1-0".to_owned()),
     ];
@@ -889,7 +893,7 @@ fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period()
     assert_eq!((code, swept(&answer)), (0, unreferenced));
     let after = store_keys(&home);
     let gone: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
-    assert_eq!(gone.len(), 7, "{gone:?}");
+    assert_eq!(gone.len(), 8, "{gone:?}");
     assert!(
         gone.iter()
             .all(|k| k.contains(&orphan_uid) || k.contains(&dropped) || k.starts_with("uploads/"))

@@ -3,8 +3,10 @@
 //! The store's layout (DESIGN.md §3) says what each key belongs to:
 //! `results/<ns>/<execution>/<uid>/...` to an execution by uid, `filesets/<ns>/<sha256>...` to
 //! the Filesets and snapshots that pin that digest in that namespace, and
-//! `uploads/<ns>/<token>...` to a push in flight. A key outside the layout is left alone and
-//! counted. Nothing newer than the grace period goes, whatever references it: an execution
+//! `uploads/<ns>/<token>...` to a push in flight, and `partial/<key>.<token>` to a write in
+//! progress in a `file://` store. A key outside the layout is left alone and counted. Uploads
+//! and partial writes are never referenced: they go once the grace period has passed since
+//! their last byte. Nothing newer than the grace period goes, whatever references it: an execution
 //! being created, or a push whose Fileset is not updated yet, is not yet in the references.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,6 +54,9 @@ pub enum Kind {
     Fileset,
     /// A Fileset push that never finished (`uploads/<ns>/<token>...`).
     Upload,
+    /// An object a `file://` store was still writing when its writer stopped
+    /// (`partial/<key>.<token>`).
+    Partial,
 }
 
 impl Kind {
@@ -61,6 +66,7 @@ impl Kind {
             Kind::Results => "results",
             Kind::Fileset => "fileset",
             Kind::Upload => "upload",
+            Kind::Partial => "partial",
         }
     }
 }
@@ -130,7 +136,7 @@ pub fn plan(
             Kind::Fileset => references
                 .filesets
                 .contains(&(group.namespace.clone(), group.id.clone())),
-            Kind::Upload => false,
+            Kind::Upload | Kind::Partial => false,
         };
         if referenced {
             sweep.referenced += 1;
@@ -156,6 +162,14 @@ fn owner(key: &str) -> Option<(Kind, String, String)> {
         ["filesets", namespace, file] if valid(namespace) => {
             let digest = file.split('.').next().filter(|d| is_sha256(d))?;
             Some((Kind::Fileset, (*namespace).to_owned(), digest.to_owned()))
+        }
+        ["partial", top, namespace, rest @ ..]
+            if ["results", "filesets", "uploads"].contains(top)
+                && valid(namespace)
+                && !rest.is_empty() =>
+        {
+            let id = key.strip_prefix("partial/")?.to_owned();
+            Some((Kind::Partial, (*namespace).to_owned(), id))
         }
         ["uploads", namespace, file] if valid(namespace) && valid(file) => {
             let token = file.split('.').next().filter(|t| !t.is_empty())?;
@@ -277,6 +291,29 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_write_goes_once_its_last_byte_is_older_than_the_grace_period() {
+        let dead = format!("partial/results/team-a/calc/{UID}/output_workdir.4242-1-0");
+        let writing = format!("partial/results/team-a/calc/{UID}/output_artifacts.4242-1-1");
+        let listed = [object(&dead, 10, 0), object(&writing, 10, 3500)];
+        let sweep = plan(
+            &listed,
+            &references(),
+            SignedDuration::from_hours(1),
+            at(3600),
+        );
+        assert_eq!(
+            sweep
+                .remove
+                .iter()
+                .map(|g| (g.kind, g.keys.clone()))
+                .collect::<Vec<_>>(),
+            vec![(Kind::Partial, vec![dead])],
+            "even under a live execution"
+        );
+        assert_eq!(sweep.in_grace.len(), 1);
+    }
+
+    #[test]
     fn keys_outside_the_layout_are_left_alone() {
         let listed = [
             object("README", 1, 0),
@@ -285,6 +322,7 @@ mod tests {
             object("filesets/team-a/not-a-digest.tar.gz", 1, 0),
             object("filesets/team-a/nested/x.tar.gz", 1, 0),
             object("partial/abc", 1, 0),
+            object("partial/results/team-a", 1, 0),
         ];
         let sweep = plan(
             &listed,
@@ -293,6 +331,6 @@ mod tests {
             at(10),
         );
         assert!(sweep.remove.is_empty(), "{:?}", sweep.remove);
-        assert_eq!(sweep.unknown_keys, 6);
+        assert_eq!(sweep.unknown_keys, 7);
     }
 }

@@ -9,7 +9,14 @@ use super::sweep::{Group, Kind, References, plan};
 use crate::store::{Store, StoreError};
 
 /// The prefixes the sweep looks under; anything else in the store is never listed.
-const SWEPT_PREFIXES: [&str; 3] = ["results/", "filesets/", "uploads/"];
+const SWEPT_PREFIXES: [&str; 6] = [
+    "results/",
+    "filesets/",
+    "uploads/",
+    "partial/results/",
+    "partial/filesets/",
+    "partial/uploads/",
+];
 
 /// Objects and bytes of one kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -29,7 +36,7 @@ pub struct SweepReport {
     pub dry_run: bool,
     /// Seconds an unreferenced object is kept after it was written.
     pub grace_seconds: i64,
-    /// What it removed (or would remove), by kind: `results`, `fileset`, `upload`.
+    /// What it removed (or would remove), by kind: `results`, `fileset`, `upload`, `partial`.
     pub removed: BTreeMap<&'static str, Tally>,
     /// The groups removed (or that would be), each with its keys.
     pub groups: Vec<Group>,
@@ -88,7 +95,7 @@ pub async fn sweep_store(
         tally.objects += group.keys.len();
         tally.bytes += group.bytes;
     }
-    for kind in [Kind::Results, Kind::Fileset, Kind::Upload] {
+    for kind in [Kind::Results, Kind::Fileset, Kind::Upload, Kind::Partial] {
         removed.entry(kind.as_str()).or_default();
     }
     Ok(SweepReport {
