@@ -34,11 +34,8 @@ use serde_json::json;
 use tokio::sync::Mutex;
 
 use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
-use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
-use errand::serve::{ServeOptions, run};
 use errand::store::Store;
-use errand::store::grants::HmacSigner;
 
 const SEQUENTIAL: usize = 200;
 const BURST: usize = 500;
@@ -78,9 +75,7 @@ async fn bench() {
 
     let writes = Arc::new(AtomicUsize::new(0));
     let store_dir = tempfile::tempdir().expect("a store directory");
-    let blobs = std::net::TcpListener::bind((support::cluster::POD_GATEWAY, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a port on the pod gateway (is the test cluster up?)");
+    let blobs = support::cluster::free_pod_gateway_address();
     let controller = start_controller(
         &ns,
         counting_client(writes.clone()).await,
@@ -278,40 +273,16 @@ async fn counting_client(writes: Arc<AtomicUsize>) -> Client {
         .build()
 }
 
-/// Runs the controller in this process; with `blobs`, it serves the pods' signed URLs there
-/// and its Jobs use the errand image the test cluster imported.
+/// Runs the controller in this process with the errand image the test cluster imported; with
+/// `blobs`, it serves the pods' signed URLs there.
 fn start_controller(
     ns: &str,
     client: Client,
     store: &std::path::Path,
     blobs: Option<std::net::SocketAddr>,
 ) -> tokio::task::JoinHandle<()> {
-    let base_url = blobs.map_or_else(
-        || "http://127.0.0.1:1".to_owned(),
-        |a| format!("http://{a}"),
-    );
-    let signer = Arc::new(HmacSigner::new(
-        &base_url,
-        b"bench-signing-key-0123456789abcdef",
-    ));
-    let mut config = ControllerConfig::new(support::errand::ERRAND_IMAGE);
-    config.errand_image_pull_policy = Some("Never".into());
-    let options = ServeOptions {
-        config,
-        namespace: Some(ns.to_owned()),
-        results: Store::open(&format!("file://{}", store.display())).expect("a file store"),
-        signer: signer.clone(),
-        serve_blobs: blobs.map(|_| signer),
-        listen: blobs,
-        leader_election: None,
-        webhook: None,
-        instance: "bench".into(),
-    };
-    tokio::spawn(async move {
-        run(client, options, std::future::pending())
-            .await
-            .expect("the controller runs")
-    })
+    let store = Store::open(&format!("file://{}", store.display())).expect("a file store");
+    support::harness::spawn_controller(client, ns, store, support::errand::ERRAND_IMAGE, blobs)
 }
 
 /// The controller's writes over [`LIVES`] whole executions.

@@ -12,4 +12,6 @@ pub mod retention;
 pub mod runner;
 pub mod serve;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod webhook;

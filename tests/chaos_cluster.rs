@@ -11,31 +11,27 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Child;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, POD_GATEWAY, TestNamespace};
-use support::errand::{ERRAND_IMAGE, create, install_crds, wait_for};
+use support::errand::{create, install_crds, wait_for};
+use support::harness::{controller_command, execution_id, record_jobs, wait_until_ready};
+use support::store::collect;
 use tokio::net::{TcpListener, TcpStream};
 
 use errand::api::{AgentExecution, Phase};
 use errand::store::Store;
-use errand::store::keys::{self, ExecutionId, ResultName};
+use errand::store::keys::{self, ResultName};
 
-const SIGNING_KEY: &str = "chaos-signing-key-0123456789abcdef0123";
 /// The Lease the replicas elect their leader with (`errand controller`'s).
 const LEASE: &str = "errand-controller";
 /// How much later than the lease duration a takeover may come: the new leader's own read and
@@ -69,29 +65,11 @@ struct Replica {
 
 impl Replica {
     fn start(&mut self, namespace: &str, store_url: &str, blob_url: &str, log: &Path) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_errand"))
-            .args(["controller", "--errand-image", ERRAND_IMAGE])
-            .args(["--errand-image-pull-policy", "Never"])
-            .args(["--store", store_url])
-            .args(["--blob-url", blob_url])
-            .args(["--listen", &self.address.to_string()])
-            .args(["--watch-namespace", namespace])
+        let child = controller_command(namespace, store_url, blob_url, self.address, log)
             .args(["--leader-elect", "true"])
             .args(["--lease-namespace", namespace])
             .args(["--identity", &self.identity])
             .args(["--staging-budget-seconds", "300"])
-            .args(["--termination-grace-seconds", "30"])
-            .env("KUBECONFIG", cluster::kubeconfig_path())
-            .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
-            .env("RUST_LOG", "info,errand=debug")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
             .spawn()
             .expect("the errand binary starts");
         self.process = Some(child);
@@ -105,19 +83,7 @@ impl Replica {
     }
 
     async fn wait_ready(&self) {
-        let ready = format!("http://{}/readyz", self.address);
-        wait_for(
-            &format!("{} to be ready", self.identity),
-            DRAIN_WAIT,
-            || {
-                let ready = ready.clone();
-                async move {
-                    let response = reqwest::get(&ready).await.ok()?;
-                    response.status().is_success().then_some(())
-                }
-            },
-        )
-        .await;
+        wait_until_ready(self.address, &self.identity, DRAIN_WAIT).await;
     }
 }
 
@@ -125,14 +91,6 @@ impl Drop for Replica {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// A free port on the pod bridge's host address, where pods can reach it.
-fn free_address() -> SocketAddr {
-    std::net::TcpListener::bind((POD_GATEWAY, 0))
-        .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
-        .local_addr()
-        .unwrap()
 }
 
 /// What the replicas' Service does for the pods: each connection goes to the replicas in
@@ -156,33 +114,6 @@ async fn serve_like_a_service(listener: TcpListener, replicas: Vec<SocketAddr>) 
     }
 }
 
-/// The uids of the Jobs seen, by Job name.
-type JobsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-/// Records the uids of the Jobs of each execution that ever appear in the namespace.
-fn record_jobs(api: Api<Job>) -> (JobsSeen, tokio::task::JoinHandle<()>) {
-    let seen = JobsSeen::default();
-    let record = Arc::clone(&seen);
-    let task = tokio::spawn(async move {
-        let mut jobs = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(job) = jobs.next().await {
-            if let Ok(job) = job {
-                let uid = job.uid().unwrap_or_default();
-                record
-                    .lock()
-                    .unwrap()
-                    .entry(job.name_any())
-                    .or_default()
-                    .insert(uid);
-            }
-        }
-    });
-    (seen, task)
-}
-
 /// The Lease's holder, last renewal and acquisition.
 async fn lease_state(api: &Api<Lease>) -> Option<(String, Timestamp, Timestamp)> {
     let spec = api.get_opt(LEASE).await.ok()??.spec?;
@@ -200,11 +131,7 @@ async fn missing_results(
     namespace: &str,
     execution: &AgentExecution,
 ) -> Vec<String> {
-    let id = ExecutionId {
-        namespace: namespace.to_owned(),
-        name: execution.name_any(),
-        uid: execution.uid().unwrap(),
-    };
+    let id = execution_id(namespace, execution);
     let listed = execution
         .status
         .as_ref()
@@ -225,17 +152,12 @@ async fn missing_results(
     for entry in &listed {
         let key = keys::result(&id, ResultName::parse(&entry.name).unwrap()).unwrap();
         let bytes = match store.get(&key).await {
-            Ok(body) => body
-                .into_stream()
-                .try_collect::<Vec<Bytes>>()
-                .await
-                .map(|c| c.concat()),
+            Ok(body) => collect(body.into_stream()).await,
             Err(e) => {
                 wrong.push(format!("{}: {} is missing: {e}", id.name, entry.name));
                 continue;
             }
         };
-        let bytes = bytes.unwrap();
         if bytes.len() as u64 != entry.size || hex::encode(Sha256::digest(&bytes)) != entry.sha256 {
             wrong.push(format!(
                 "{}: {} differs from its listing",
@@ -265,7 +187,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         .into_iter()
         .map(|identity| Replica {
             identity: identity.to_owned(),
-            address: free_address(),
+            address: cluster::free_pod_gateway_address(),
             process: None,
         })
         .collect();

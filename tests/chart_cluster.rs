@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures::TryStreamExt;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -25,11 +23,13 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, wait_for};
+use support::harness::execution_id;
+use support::store::read_all;
 
 use errand::api::contract::NAMESPACE_TTL_ANNOTATION;
 use errand::api::{AgentExecution, Phase};
 use errand::store::Store;
-use errand::store::keys::{ExecutionId, ResultName};
+use errand::store::keys::ResultName;
 
 const RELEASE: &str = "errand";
 const RESTRICTED: (&str, &str) = ("pod-security.kubernetes.io/enforce", "restricted");
@@ -418,25 +418,10 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     .await;
     let status = done.status.clone().unwrap();
     assert_eq!(status.phase, Some(Phase::Succeeded), "{status:?}");
-    let key = errand::store::keys::result(
-        &ExecutionId {
-            namespace: team.name().to_owned(),
-            name: done.name_any(),
-            uid: done.uid().unwrap(),
-        },
-        ResultName::RunResult,
-    )
-    .unwrap();
-    let chunks: Vec<Bytes> = volume
-        .store()
-        .get(&key)
-        .await
-        .expect("run_result is in the chart's store volume")
-        .into_stream()
-        .try_collect()
-        .await
+    let key = errand::store::keys::result(&execution_id(team.name(), &done), ResultName::RunResult)
         .unwrap();
-    let record: serde_json::Value = serde_json::from_slice(&chunks.concat()).unwrap();
+    let record: serde_json::Value =
+        serde_json::from_slice(&read_all(&volume.store(), &key).await).unwrap();
     assert_eq!(
         record["response"].as_str().map(str::trim),
         Some("96"),

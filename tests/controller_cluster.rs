@@ -3,122 +3,39 @@
 //!
 //! These tests cover what does not need a pod to run, with an errand image the node does not
 //! have: invalid specs, children and their owners, create-only across a restart, snapshot
-//! immutability, secret hygiene, start timeout, Kueue-held cancel, and deletion. Runs of real
-//! pods are in `e2e_cluster.rs`.
+//! immutability, secret hygiene, start timeout, Kueue-held cancel, deletion, and deletion when
+//! a finished execution's lifetime runs out. Runs of real pods are in `e2e_cluster.rs`.
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
-use support::cluster::{self, TestNamespace};
-use support::errand::{self as errand_support, WAIT, install_crds, wait_for};
+use support::cluster;
+use support::errand::{WAIT, wait_for};
+use support::harness::{Harness, Mode, phase_of, reason_of};
 
-use errand::api::contract::ConditionType;
+use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
-use errand::controller::config::ControllerConfig;
-use errand::controller::status::conditions;
-use errand::serve::{ServeOptions, run};
-use errand::store::Store;
-use errand::store::grants::HmacSigner;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
 
-/// One test's namespace, file store and controller.
-struct Harness {
-    client: Client,
-    namespace: TestNamespace,
-    store_dir: tempfile::TempDir,
-    controller: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Harness {
-    async fn start(prefix: &str) -> Option<Self> {
-        Self::start_with_labels(prefix, &[]).await
-    }
-
-    async fn start_with_labels(prefix: &str, labels: &[(&str, &str)]) -> Option<Self> {
-        let client = cluster::client().await?;
-        install_crds(&client).await;
-        let namespace = TestNamespace::create_with_labels(&client, prefix, labels).await;
-        let mut harness = Self {
-            client,
-            namespace,
-            store_dir: tempfile::tempdir().expect("a temporary store directory"),
-            controller: None,
-        };
-        harness.start_controller();
-        Some(harness)
-    }
-
-    fn store(&self) -> Store {
-        let url = format!("file://{}", self.store_dir.path().display());
-        Store::open(&url).expect("a file store opens")
-    }
-
-    /// Starts a controller for this test's namespace in a task.
-    fn start_controller(&mut self) {
-        let mut config = ControllerConfig::new("errand.local/errand:absent");
-        // The errand image is not in the node yet: `Never` makes the kubelet say so at once.
-        config.errand_image_pull_policy = Some("Never".into());
-        let options = ServeOptions {
-            config,
-            namespace: Some(self.namespace.name().to_owned()),
-            results: self.store(),
-            signer: Arc::new(HmacSigner::new(
-                "http://errand-controller.errand-system.svc:8080",
-                b"test-signing-key-0123456789abcdef",
-            )),
-            serve_blobs: None,
-            listen: None,
-            webhook: None,
-            leader_election: None,
-            instance: format!("test-{}", self.namespace.name()),
-        };
-        let client = self.client.clone();
-        self.controller = Some(tokio::spawn(async move {
-            run(client, options, std::future::pending())
-                .await
-                .expect("the controller runs");
-        }));
-    }
-
-    /// Kills the controller as a crash would: no graceful shutdown.
-    async fn kill_controller(&mut self) {
-        if let Some(task) = self.controller.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        self.namespace.api()
-    }
-
-    async fn create(&self, object: serde_json::Value) {
-        errand_support::create(&self.client, self.namespace.name(), object).await;
-    }
-
-    /// Creates a Secret, an Agent and an AgentEnvironment that binds the Secret.
-    async fn create_catalog(&self) {
-        self.create(json!({
+/// Creates a Secret, an Agent and an AgentEnvironment that binds the Secret.
+async fn create_catalog(harness: &Harness) {
+    harness
+        .create(json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "model-keys"},
             "stringData": {"openai": SECRET_VALUE},
         }))
         .await;
-        self.create(json!({
+    harness
+        .create(json!({
             "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
             "metadata": {"name": "calculator"},
             "spec": {
@@ -127,7 +44,8 @@ impl Harness {
             },
         }))
         .await;
-        self.create(json!({
+    harness
+        .create(json!({
             "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
             "metadata": {"name": "prod"},
             "spec": {
@@ -136,60 +54,21 @@ impl Harness {
             },
         }))
         .await;
-    }
-
-    async fn create_execution(&self, name: &str, extra: serde_json::Value) {
-        let mut spec = json!({
-            "agentRef": {"name": "calculator"},
-            "environmentRef": {"name": "prod"},
-            "input": "What is 12 multiplied by 8?",
-            "startTimeoutSeconds": 3600,
-        });
-        spec.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        self.create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
-            "metadata": {"name": name},
-            "spec": spec,
-        }))
-        .await;
-    }
-
-    /// Waits until the execution's status satisfies `accept`.
-    async fn wait_for_execution(
-        &self,
-        name: &str,
-        what: &str,
-        accept: impl Fn(&AgentExecution) -> bool,
-    ) -> AgentExecution {
-        let api = self.api::<AgentExecution>();
-        wait_for(&format!("execution {name} {what}"), WAIT, || {
-            let api = api.clone();
-            let accept = &accept;
-            async move { api.get_opt(name).await.ok().flatten().filter(|e| accept(e)) }
-        })
-        .await
-    }
-
-    async fn finish(mut self) {
-        self.kill_controller().await;
-        self.namespace.delete().await;
-    }
 }
 
-fn phase(execution: &AgentExecution) -> Option<Phase> {
-    execution.status.as_ref()?.phase
-}
-
-fn reason_of(execution: &AgentExecution, type_: ConditionType) -> Option<String> {
-    let status = execution.status.as_ref()?;
-    Some(conditions::get(&status.conditions, type_)?.reason.clone())
+/// Creates an execution of the catalog's calculator in its environment, with the fields of
+/// `extra` added to (or replacing those of) its spec.
+async fn create_calculation(harness: &Harness, name: &str, extra: serde_json::Value) {
+    let mut spec = json!({"environmentRef": {"name": "prod"}, "startTimeoutSeconds": 3600});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    harness.create_execution(name, "calculator", spec).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
-    let Some(harness) = Harness::start("ctl-invalid").await else {
+    let Some(harness) = Harness::start("ctl-invalid", Mode::WithoutPods).await else {
         return;
     };
     harness
@@ -200,14 +79,10 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
         }))
         .await;
     let execution = harness
-        .wait_for_execution("bad-ref", "to fail", |e| phase(e) == Some(Phase::Failed))
+        .wait_for_failure("bad-ref", Phase::Failed, Reason::InvalidSpec)
         .await;
     assert_eq!(
-        reason_of(&execution, ConditionType::Failed).as_deref(),
-        Some("InvalidSpec")
-    );
-    assert_eq!(
-        reason_of(&execution, ConditionType::Resolved).as_deref(),
+        reason_of(&execution, ConditionType::Resolved),
         Some("InvalidSpec")
     );
     let message = execution.status.as_ref().unwrap().message.clone().unwrap();
@@ -219,12 +94,7 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
         execution.finalizers().is_empty(),
         "nothing to clean up, so no finalizer"
     );
-    let events = harness
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = harness.events().await;
     assert!(
         events
             .iter()
@@ -234,31 +104,28 @@ async fn an_invalid_spec_fails_with_invalid_spec_and_creates_nothing() {
 
     // Give the controller time to misbehave before checking that it created nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(harness.namespace.managed::<Job>().await.is_empty());
-    assert!(harness.namespace.managed::<ConfigMap>().await.is_empty());
-    assert!(harness.namespace.managed::<Secret>().await.is_empty());
+    assert!(
+        harness.has_no_children().await,
+        "no Job, ConfigMap or Secret"
+    );
     harness.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
-    let Some(mut harness) = Harness::start("ctl-children").await else {
+    let Some(mut harness) = Harness::start("ctl-children", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
-    harness.create_execution("calc", json!({})).await;
-    let execution = harness
-        .wait_for_execution("calc", "to be Starting", |e| {
-            phase(e) == Some(Phase::Starting)
-        })
-        .await;
+    create_catalog(&harness).await;
+    create_calculation(&harness, "calc", json!({})).await;
+    let execution = harness.wait_for_phase("calc", Phase::Starting).await;
     let uid = execution.uid().unwrap();
     let status = execution.status.clone().unwrap();
     assert_eq!(status.job_name.as_deref(), Some("errand-calc"));
     assert_eq!(status.agent.as_deref(), Some("calculator"));
     assert_eq!(status.observed_generation, execution.metadata.generation);
     assert_eq!(
-        reason_of(&execution, ConditionType::Resolved).as_deref(),
+        reason_of(&execution, ConditionType::Resolved),
         Some("Resolved")
     );
     assert!(
@@ -293,15 +160,12 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     // Crash the controller, change the environment, start a new controller.
     harness.kill_controller().await;
     harness
-        .api::<AgentEnvironment>()
-        .patch(
+        .merge_patch::<AgentEnvironment>(
             "prod",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}})),
+            json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}}),
         )
-        .await
-        .unwrap();
-    harness.start_controller();
+        .await;
+    harness.start_controller().await;
     // The new controller reconciles every execution when its caches fill; cancelling then
     // proves it acts, and the snapshot and the Job must be the ones from before.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -333,12 +197,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     );
 
     // Secret values appear in no status, event, snapshot, Job or grants Secret.
-    let events = harness
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = harness.events().await;
     let texts = [
         serde_json::to_string(&after).unwrap(),
         serde_json::to_string(&events).unwrap(),
@@ -374,127 +233,65 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         "model-keys"
     );
 
+    harness.cancel("calc").await;
     harness
-        .api::<AgentExecution>()
-        .patch(
-            "calc",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cancel": true}})),
-        )
-        .await
-        .unwrap();
-    let cancelled = harness
-        .wait_for_execution("calc", "to be Cancelled", |e| {
-            phase(e) == Some(Phase::Cancelled)
-        })
+        .wait_for_failure("calc", Phase::Cancelled, Reason::Cancelled)
         .await;
-    assert_eq!(
-        reason_of(&cancelled, ConditionType::Failed).as_deref(),
-        Some("Cancelled")
-    );
     harness.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
-    let Some(harness) = Harness::start("ctl-pull").await else {
+    let Some(harness) = Harness::start("ctl-pull", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
-    harness
-        .create_execution("stuck", json!({"startTimeoutSeconds": 5}))
-        .await;
+    create_catalog(&harness).await;
+    create_calculation(&harness, "stuck", json!({"startTimeoutSeconds": 5})).await;
     let execution = harness
-        .wait_for_execution("stuck", "to fail", |e| phase(e) == Some(Phase::Failed))
+        .wait_for_failure("stuck", Phase::Failed, Reason::ImagePullFailed)
         .await;
-    assert_eq!(
-        reason_of(&execution, ConditionType::Failed).as_deref(),
-        Some("ImagePullFailed")
-    );
     let message = execution.status.unwrap().message.unwrap();
     assert!(
         message.contains("ErrImageNeverPull") && message.contains("errand-stage"),
         "{message}"
     );
-    wait_for("the Job to be deleted", WAIT, || async {
-        harness
-            .namespace
-            .managed::<Job>()
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    harness.wait_for_no_jobs().await;
     harness.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
-    let Some(harness) = Harness::start("ctl-queue").await else {
+    let Some(harness) = Harness::start("ctl-queue", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
-    harness
-        .create_execution("queued", json!({"queueName": "team-queue"}))
-        .await;
+    create_catalog(&harness).await;
+    create_calculation(&harness, "queued", json!({"queueName": "team-queue"})).await;
     let execution = harness
         .wait_for_execution("queued", "to be queued", |e| {
-            reason_of(e, ConditionType::Started).as_deref() == Some("Queued")
+            reason_of(e, ConditionType::Started) == Some("Queued")
         })
         .await;
-    assert_eq!(phase(&execution), Some(Phase::Starting));
+    assert_eq!(phase_of(&execution), Some(Phase::Starting));
     let job = &harness.namespace.managed::<Job>().await[0];
     assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
     assert_eq!(job.labels()["kueue.x-k8s.io/queue-name"], "team-queue");
-    harness
-        .api::<AgentExecution>()
-        .patch(
-            "queued",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cancel": true}})),
-        )
-        .await
-        .unwrap();
-    let cancelled = harness
-        .wait_for_execution("queued", "to be Cancelled", |e| {
-            phase(e) == Some(Phase::Cancelled)
-        })
-        .await;
+    harness.cancel("queued").await;
+    let cancelled = harness.wait_for_phase("queued", Phase::Cancelled).await;
     assert!(cancelled.status.unwrap().completion_time.is_some());
-    wait_for("the Job to be deleted", WAIT, || async {
-        harness
-            .namespace
-            .managed::<Job>()
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    harness.wait_for_no_jobs().await;
     harness.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_an_execution_deletes_its_results_and_children() {
-    let Some(harness) = Harness::start("ctl-delete").await else {
+    let Some(harness) = Harness::start("ctl-delete", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
-    harness.create_execution("doomed", json!({})).await;
-    let execution = harness
-        .wait_for_execution("doomed", "to be Starting", |e| {
-            phase(e) == Some(Phase::Starting)
-        })
-        .await;
-    let uid = execution.uid().unwrap();
-    let prefix = format!("results/{}/doomed/{uid}/", harness.namespace.name());
+    create_catalog(&harness).await;
+    create_calculation(&harness, "doomed", json!({})).await;
+    let execution = harness.wait_for_phase("doomed", Phase::Starting).await;
+    let prefix = store_a_result(&harness, &execution).await;
     let store = harness.store();
-    let record = bytes::Bytes::from_static(b"{\"state\":\"Succeeded\"}");
-    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
-    store
-        .put_new(&format!("{prefix}run_result"), body)
-        .await
-        .unwrap();
-    assert_eq!(store.list(&prefix).await.unwrap().len(), 1);
 
     // Foreground, as `errand delete` does: the snapshot ConfigMap blocks its owner's deletion
     // until its finalizer has deleted the results, so they are gone when the execution is.
@@ -503,43 +300,25 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
         .delete("doomed", &DeleteParams::foreground())
         .await
         .unwrap();
-    wait_for("the execution to be gone", WAIT, || async {
-        harness
-            .api::<AgentExecution>()
-            .get_opt("doomed")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    harness.wait_until_gone("doomed").await;
     assert!(
         store.list(&prefix).await.unwrap().is_empty(),
         "the finalizer deleted the results"
     );
-    wait_for("the children to be garbage-collected", WAIT, || async {
-        let gone = harness.namespace.managed::<Job>().await.is_empty()
-            && harness.namespace.managed::<ConfigMap>().await.is_empty()
-            && harness.namespace.managed::<Secret>().await.is_empty();
-        gone.then_some(())
-    })
-    .await;
+    harness.wait_for_no_children().await;
     harness.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
     let restricted = [("pod-security.kubernetes.io/enforce", "restricted")];
-    let Some(harness) = Harness::start_with_labels("ctl-pss", &restricted).await else {
+    let Some(harness) = Harness::start_with_labels("ctl-pss", &restricted, Mode::WithoutPods).await
+    else {
         return;
     };
-    harness.create_catalog().await;
-    harness.create_execution("secure", json!({})).await;
-    let execution = harness
-        .wait_for_execution("secure", "to be Starting", |e| {
-            phase(e) == Some(Phase::Starting)
-        })
-        .await;
+    create_catalog(&harness).await;
+    create_calculation(&harness, "secure", json!({})).await;
+    let execution = harness.wait_for_phase("secure", Phase::Starting).await;
     let selector = format!("errand.dev/execution-uid={}", execution.uid().unwrap());
     let pod = wait_for("the Job's pod to be admitted", WAIT, || {
         let api = harness.api::<Pod>();
@@ -572,13 +351,13 @@ async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_every_execution_is_reconciled_as_soon_as_the_caches_are_filled() {
     const EXECUTIONS: usize = 12;
-    let Some(mut harness) = Harness::start("ctl-restart-stall").await else {
+    let Some(mut harness) = Harness::start("ctl-restart-stall", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
+    create_catalog(&harness).await;
     let names: Vec<String> = (0..EXECUTIONS).map(|i| format!("waiting-{i}")).collect();
     for name in &names {
-        harness.create_execution(name, json!({})).await;
+        create_calculation(&harness, name, json!({})).await;
     }
     for name in &names {
         harness
@@ -590,25 +369,13 @@ async fn after_a_restart_every_execution_is_reconciled_as_soon_as_the_caches_are
     harness.kill_controller().await;
     // Each execution now needs a reconcile that reads the caches: its cancel.
     for name in &names {
-        harness
-            .api::<AgentExecution>()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"cancel": true}})),
-            )
-            .await
-            .unwrap();
+        harness.cancel(name).await;
     }
     let restarted = tokio::time::Instant::now();
-    harness.start_controller();
+    harness.start_controller().await;
     let mut cancelled_after = Vec::new();
     for name in &names {
-        harness
-            .wait_for_execution(name, "to be Cancelled", |e| {
-                phase(e) == Some(Phase::Cancelled)
-            })
-            .await;
+        harness.wait_for_phase(name, Phase::Cancelled).await;
         cancelled_after.push(restarted.elapsed());
     }
     let last = cancelled_after.iter().max().unwrap();
@@ -632,18 +399,19 @@ async fn store_a_result(harness: &Harness, execution: &AgentExecution) -> String
         execution.name_any(),
         execution.uid().unwrap()
     );
-    let record = bytes::Bytes::from_static(b"{\"state\":\"Cancelled\"}");
+    let record = bytes::Bytes::from_static(b"{\"state\":\"Succeeded\"}");
     let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
-    harness
-        .store()
+    let store = harness.store();
+    store
         .put_new(&format!("{prefix}run_result"), body)
         .await
         .unwrap();
+    assert_eq!(store.list(&prefix).await.unwrap().len(), 1);
     prefix
 }
 
-/// Creates a queued execution (Kueue is not installed, so its Job stays suspended), gives it a
-/// result and cancels it; returns it Cancelled with the prefix of its result.
+/// Creates a queued calculation (Kueue is not installed, so its Job stays suspended), gives it
+/// a result and cancels it; returns it Cancelled with the prefix of its result.
 async fn create_finished(
     harness: &Harness,
     name: &str,
@@ -653,49 +421,20 @@ async fn create_finished(
     spec.as_object_mut()
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
-    harness.create_execution(name, spec).await;
-    let starting = harness
-        .wait_for_execution(name, "to be Starting", |e| {
-            phase(e) == Some(Phase::Starting)
-        })
-        .await;
+    create_calculation(harness, name, spec).await;
+    let starting = harness.wait_for_phase(name, Phase::Starting).await;
     let prefix = store_a_result(harness, &starting).await;
-    harness
-        .api::<AgentExecution>()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cancel": true}})),
-        )
-        .await
-        .unwrap();
-    let cancelled = harness
-        .wait_for_execution(name, "to be Cancelled", |e| {
-            phase(e) == Some(Phase::Cancelled)
-        })
-        .await;
+    harness.cancel(name).await;
+    let cancelled = harness.wait_for_phase(name, Phase::Cancelled).await;
     (cancelled, prefix)
-}
-
-async fn wait_until_gone(harness: &Harness, name: &str) {
-    wait_for(&format!("execution {name} to be gone"), WAIT, || async {
-        harness
-            .api::<AgentExecution>()
-            .get_opt(name)
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out() {
-    let Some(harness) = Harness::start("ctl-ttl").await else {
+    let Some(harness) = Harness::start("ctl-ttl", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
+    create_catalog(&harness).await;
     let (finished, prefix) = create_finished(
         &harness,
         "short-lived",
@@ -703,9 +442,8 @@ async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out()
     )
     .await;
     let completed = finished.status.unwrap().completion_time.unwrap().0;
-    assert_eq!(harness.store().list(&prefix).await.unwrap().len(), 1);
 
-    wait_until_gone(&harness, "short-lived").await;
+    harness.wait_until_gone("short-lived").await;
     let lived = jiff::Timestamp::now().duration_since(completed);
     assert!(
         lived.as_secs() >= 3,
@@ -715,13 +453,7 @@ async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out()
         harness.store().list(&prefix).await.unwrap().is_empty(),
         "the results went with the execution"
     );
-    wait_for("the children to be garbage-collected", WAIT, || async {
-        let gone = harness.namespace.managed::<Job>().await.is_empty()
-            && harness.namespace.managed::<ConfigMap>().await.is_empty()
-            && harness.namespace.managed::<Secret>().await.is_empty();
-        gone.then_some(())
-    })
-    .await;
+    harness.wait_for_no_children().await;
     eprintln!(
         "ttlSecondsAfterFinished=3: deleted with its results {:.1}s after finishing",
         lived.as_secs_f64()
@@ -731,10 +463,10 @@ async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_lifetime_takes_finished_executions_that_set_none_of_their_own() {
-    let Some(harness) = Harness::start("ctl-ns-ttl").await else {
+    let Some(harness) = Harness::start("ctl-ns-ttl", Mode::WithoutPods).await else {
         return;
     };
-    harness.create_catalog().await;
+    create_catalog(&harness).await;
     let (_, inherits) = create_finished(&harness, "inherits", json!({})).await;
     let (_, keeps) = create_finished(
         &harness,
@@ -754,7 +486,7 @@ async fn a_namespace_lifetime_takes_finished_executions_that_set_none_of_their_o
         )
         .await
         .unwrap();
-    wait_until_gone(&harness, "inherits").await;
+    harness.wait_until_gone("inherits").await;
     assert!(harness.store().list(&inherits).await.unwrap().is_empty());
     let kept = harness
         .api::<AgentExecution>()

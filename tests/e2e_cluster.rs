@@ -5,300 +5,24 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use support::cluster::{self, POD_GATEWAY, TestNamespace};
-use support::errand::{ERRAND_IMAGE, create, install_crds, wait_for};
+use support::cluster;
+use support::errand::wait_for;
+use support::harness::{
+    Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_jobs, result_names, tail,
+};
 
-use errand::api::contract::ConditionType;
+use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
-use errand::controller::status::conditions;
-use errand::store::Store;
-use errand::store::keys::{ExecutionId, ResultName};
+use errand::store::keys::ResultName;
 
 const SECRET_VALUE: &str = "sk-e2e-secret-value-7a7a7a";
-const SIGNING_KEY: &str = "e2e-signing-key-0123456789abcdef0123";
-/// Long enough for a pod to be scheduled, staged and run on the 2-core CI machine.
-const RUN_WAIT: Duration = Duration::from_secs(180);
-
-/// One test's namespace, file store and controller process.
-struct E2e {
-    client: Client,
-    namespace: TestNamespace,
-    store_dir: tempfile::TempDir,
-    log: PathBuf,
-    port: u16,
-    controller: Option<ControllerProcess>,
-}
-
-impl E2e {
-    async fn start(prefix: &str) -> Option<Self> {
-        let client = cluster::client().await?;
-        install_crds(&client).await;
-        let namespace = TestNamespace::create(&client, prefix).await;
-        let store_dir = tempfile::tempdir().expect("a temporary store directory");
-        let log = store_dir.path().join("controller.log");
-        // A free port on the bridge address, kept for restarts so the pod's URLs stay valid.
-        let port = std::net::TcpListener::bind((POD_GATEWAY, 0))
-            .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut e2e = Self {
-            client,
-            namespace,
-            store_dir,
-            log,
-            port,
-            controller: None,
-        };
-        e2e.start_controller().await;
-        Some(e2e)
-    }
-
-    fn store_url(&self) -> String {
-        format!("file://{}", self.store_dir.path().join("store").display())
-    }
-
-    fn store(&self) -> Store {
-        Store::open(&self.store_url()).expect("a file store opens")
-    }
-
-    /// Starts `errand controller` for this test's namespace, appending to its log, and waits
-    /// until it is ready.
-    async fn start_controller(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let address = format!("{POD_GATEWAY}:{}", self.port);
-        let child = Command::new(env!("CARGO_BIN_EXE_errand"))
-            .args(["controller", "--errand-image", ERRAND_IMAGE])
-            .args(["--errand-image-pull-policy", "Never"])
-            .args(["--store", &self.store_url()])
-            .args(["--blob-url", &format!("http://{address}")])
-            .args(["--listen", &address])
-            .args(["--watch-namespace", self.namespace.name()])
-            .args(["--leader-elect", "false"])
-            .args(["--staging-budget-seconds", "120"])
-            .args(["--termination-grace-seconds", "30"])
-            .env("KUBECONFIG", cluster::kubeconfig_path())
-            .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
-            .env("RUST_LOG", "info,errand=debug")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("the errand binary starts");
-        self.controller = Some(ControllerProcess(child));
-        let ready = format!("http://{address}/readyz");
-        wait_for("the controller to be ready", RUN_WAIT, || {
-            let ready = ready.clone();
-            async move {
-                let response = reqwest::get(&ready).await.ok()?;
-                response.status().is_success().then_some(())
-            }
-        })
-        .await;
-    }
-
-    /// Kills the controller as a crash would.
-    fn kill_controller(&mut self) {
-        self.controller = None;
-    }
-
-    fn controller_log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        self.namespace.api()
-    }
-
-    async fn create(&self, object: Value) {
-        create(&self.client, self.namespace.name(), object).await;
-    }
-
-    /// Creates an Agent on the busybox image running `script`.
-    async fn create_agent(&self, name: &str, image: &str, script: &str) {
-        self.create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-            "metadata": {"name": name},
-            "spec": {
-                "runtime": {"image": image, "imagePullPolicy": "Never", "command": ["sh", "-c", script]},
-                "config": {"config_format": "agents-spec-v1", "name": name},
-            },
-        }))
-        .await;
-    }
-
-    async fn create_execution(&self, name: &str, agent: &str, extra: Value) {
-        let mut spec = json!({"agentRef": {"name": agent}, "input": "What is 12 multiplied by 8?"});
-        spec.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        self.create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
-            "metadata": {"name": name},
-            "spec": spec,
-        }))
-        .await;
-    }
-
-    /// Waits for `phase`, failing early (with the Job's report) if another terminal phase comes.
-    async fn wait_for_phase(&self, name: &str, phase: Phase) -> AgentExecution {
-        let api = self.api::<AgentExecution>();
-        let deadline = tokio::time::Instant::now() + RUN_WAIT;
-        loop {
-            let execution = api.get(name).await.expect("the execution exists");
-            let current = phase_of(&execution);
-            if current == Some(phase) {
-                return execution;
-            }
-            let ended_otherwise = current.is_some_and(|p| p.is_terminal());
-            if ended_otherwise || tokio::time::Instant::now() >= deadline {
-                let report = cluster::describe_job(
-                    &self.client,
-                    self.namespace.name(),
-                    &format!("errand-{name}"),
-                )
-                .await;
-                panic!(
-                    "execution {name}: wanted {phase:?}, status {}\n{report}\ncontroller log tail:\n{}",
-                    serde_json::to_string_pretty(&execution.status).unwrap(),
-                    tail(&self.controller_log(), 30)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
-
-    fn execution_id(&self, execution: &AgentExecution) -> ExecutionId {
-        ExecutionId {
-            namespace: self.namespace.name().to_owned(),
-            name: execution.name_any(),
-            uid: execution.uid().unwrap(),
-        }
-    }
-
-    async fn result(&self, execution: &AgentExecution, name: ResultName) -> Vec<u8> {
-        let key = errand::store::keys::result(&self.execution_id(execution), name).unwrap();
-        let chunks: Vec<Bytes> = self
-            .store()
-            .get(&key)
-            .await
-            .unwrap_or_else(|e| panic!("{name} of {} is not saved: {e}", execution.name_any()))
-            .into_stream()
-            .try_collect()
-            .await
-            .unwrap();
-        chunks.concat()
-    }
-
-    async fn result_json(&self, execution: &AgentExecution, name: ResultName) -> Value {
-        serde_json::from_slice(&self.result(execution, name).await).unwrap()
-    }
-
-    async fn result_files(
-        &self,
-        execution: &AgentExecution,
-        name: ResultName,
-    ) -> BTreeMap<String, String> {
-        tar_files(&self.result(execution, name).await)
-    }
-
-    async fn cancel(&self, name: &str) {
-        self.api::<AgentExecution>()
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"cancel": true}})),
-            )
-            .await
-            .unwrap();
-    }
-
-    async fn finish(mut self) {
-        self.kill_controller();
-        self.namespace.delete().await;
-    }
-}
-
-/// The controller process, killed (as a crash would) when dropped, so that a failing test
-/// leaves none behind.
-struct ControllerProcess(Child);
-
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn phase_of(execution: &AgentExecution) -> Option<Phase> {
-    execution.status.as_ref()?.phase
-}
-
-fn reason_of(execution: &AgentExecution, type_: ConditionType) -> Option<String> {
-    let status = execution.status.as_ref()?;
-    Some(conditions::get(&status.conditions, type_)?.reason.clone())
-}
-
-fn message_of(execution: &AgentExecution) -> String {
-    execution
-        .status
-        .as_ref()
-        .and_then(|s| s.message.clone())
-        .unwrap_or_default()
-}
-
-fn result_names(execution: &AgentExecution) -> Vec<String> {
-    execution
-        .status
-        .as_ref()
-        .map(|s| s.results.iter().map(|r| r.name.clone()).collect())
-        .unwrap_or_default()
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// The regular files of a tar.gz result, by path.
-fn tar_files(bytes: &[u8]) -> BTreeMap<String, String> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
-    let mut files = BTreeMap::new();
-    for entry in archive.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        if !entry.header().entry_type().is_file() {
-            continue;
-        }
-        let path = entry.path().unwrap().display().to_string();
-        let mut content = String::new();
-        std::io::Read::read_to_string(&mut entry, &mut content).unwrap();
-        files.insert(path, content);
-    }
-    files
-}
 
 /// A manifest file of `examples/` as JSON.
 fn example(path: &str) -> Value {
@@ -309,7 +33,7 @@ fn example(path: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everything() {
-    let Some(e2e) = E2e::start("e2e-calc").await else {
+    let Some(e2e) = Harness::start("e2e-calc", Mode::WithPods).await else {
         return;
     };
     e2e.create(example("examples/calculator/agent.yaml")).await;
@@ -318,12 +42,9 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.create(execution).await;
 
     let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    assert_eq!(reason_of(&done, ConditionType::Complete), Some("Succeeded"));
     assert_eq!(
-        reason_of(&done, ConditionType::Complete).as_deref(),
-        Some("Succeeded")
-    );
-    assert_eq!(
-        reason_of(&done, ConditionType::ResultsSaved).as_deref(),
+        reason_of(&done, ConditionType::ResultsSaved),
         Some("ResultsSaved")
     );
     let status = done.status.clone().unwrap();
@@ -361,16 +82,7 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("the execution to be gone", RUN_WAIT, || async {
-        let gone = e2e
-            .api::<AgentExecution>()
-            .get_opt(&name)
-            .await
-            .unwrap()
-            .is_none();
-        gone.then_some(())
-    })
-    .await;
+    e2e.wait_until_gone(&name).await;
     // A background delete (kubectl's default) returns at once; the snapshot ConfigMap's
     // finalizer deletes the results right after.
     wait_for("the finalizer to delete the results", RUN_WAIT, || async {
@@ -382,20 +94,14 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
             .then_some(())
     })
     .await;
-    wait_for("the children to be garbage-collected", RUN_WAIT, || async {
-        let gone = e2e.namespace.managed::<Job>().await.is_empty()
-            && e2e.namespace.managed::<ConfigMap>().await.is_empty()
-            && e2e.namespace.managed::<Secret>().await.is_empty();
-        gone.then_some(())
-    })
-    .await;
+    e2e.wait_for_no_children().await;
     e2e.finish().await;
 }
 
 /// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
-/// creates Fileset `name` with that digest in its status by hand (`errand filesets push`
-/// records Filesets only in the local backend's catalog).
-async fn push_fileset(e2e: &E2e, name: &str, dir: &str) {
+/// creates Fileset `name` with the content's digest, size and file count in its status by hand
+/// (`errand filesets push` records Filesets only in the local backend's catalog).
+async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let pushed = e2e
         .store()
@@ -424,7 +130,7 @@ async fn push_fileset(e2e: &E2e, name: &str, dir: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workdir_is_staged_from_filesets_in_the_pod() {
-    let Some(e2e) = E2e::start("e2e-workdir").await else {
+    let Some(e2e) = Harness::start("e2e-workdir", Mode::WithPods).await else {
         return;
     };
     push_fileset(&e2e, "repo", "examples/workdir/repo").await;
@@ -471,7 +177,7 @@ async fn the_workdir_is_staged_from_filesets_in_the_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
-    let Some(e2e) = E2e::start("e2e-fail").await else {
+    let Some(e2e) = Harness::start("e2e-fail", Mode::WithPods).await else {
         return;
     };
     e2e.create_agent(
@@ -481,11 +187,9 @@ async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
     )
     .await;
     e2e.create_execution("divide", "divider", json!({})).await;
-    let done = e2e.wait_for_phase("divide", Phase::Failed).await;
-    assert_eq!(
-        reason_of(&done, ConditionType::Failed).as_deref(),
-        Some("AgentFailed")
-    );
+    let done = e2e
+        .wait_for_failure("divide", Phase::Failed, Reason::AgentFailed)
+        .await;
     assert_eq!(done.status.as_ref().unwrap().exit_code, Some(3));
     let message = message_of(&done);
     assert!(
@@ -509,7 +213,7 @@ async fn a_failing_agent_fails_with_its_stderr_and_keeps_its_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
-    let Some(e2e) = E2e::start("e2e-timeout").await else {
+    let Some(e2e) = Harness::start("e2e-timeout", Mode::WithPods).await else {
         return;
     };
     e2e.create_agent(
@@ -520,11 +224,9 @@ async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
     .await;
     e2e.create_execution("slow", "slow", json!({"timeoutSeconds": 3}))
         .await;
-    let done = e2e.wait_for_phase("slow", Phase::Failed).await;
-    assert_eq!(
-        reason_of(&done, ConditionType::Failed).as_deref(),
-        Some("DeadlineExceeded")
-    );
+    let done = e2e
+        .wait_for_failure("slow", Phase::Failed, Reason::DeadlineExceeded)
+        .await;
     assert!(
         message_of(&done).contains("timeoutSeconds (3s)"),
         "the runner's deadline, not the Job's backstop: {}",
@@ -543,7 +245,7 @@ async fn the_in_pod_deadline_stops_the_agent_and_saves_its_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_running_execution_saves_its_partial_results() {
-    let Some(e2e) = E2e::start("e2e-cancel").await else {
+    let Some(e2e) = Harness::start("e2e-cancel", Mode::WithPods).await else {
         return;
     };
     e2e.create_agent(
@@ -557,11 +259,9 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     // Running means the container started; give the agent a moment to write its file.
     tokio::time::sleep(Duration::from_secs(2)).await;
     e2e.cancel("patient").await;
-    let done = e2e.wait_for_phase("patient", Phase::Cancelled).await;
-    assert_eq!(
-        reason_of(&done, ConditionType::Failed).as_deref(),
-        Some("Cancelled")
-    );
+    let done = e2e
+        .wait_for_failure("patient", Phase::Cancelled, Reason::Cancelled)
+        .await;
     assert!(message_of(&done).contains("partial results saved"));
     let error = e2e.result_json(&done, ResultName::RunError).await;
     assert_eq!(error["type"], "Cancelled");
@@ -574,7 +274,7 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
-    let Some(e2e) = E2e::start("e2e-pull").await else {
+    let Some(e2e) = Harness::start("e2e-pull", Mode::WithPods).await else {
         return;
     };
     e2e.create_agent("absent", "errand.local/no-such-agent:1", "true")
@@ -582,13 +282,10 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     e2e.create_execution("absent", "absent", json!({"startTimeoutSeconds": 30}))
         .await;
     let started = tokio::time::Instant::now();
-    let done = e2e.wait_for_phase("absent", Phase::Failed).await;
+    let done = e2e
+        .wait_for_failure("absent", Phase::Failed, Reason::ImagePullFailed)
+        .await;
     let message = message_of(&done);
-    assert_eq!(
-        reason_of(&done, ConditionType::Failed).as_deref(),
-        Some("ImagePullFailed"),
-        "{message}"
-    );
     assert!(
         message.contains("within 30s")
             && message.contains("container agent")
@@ -599,38 +296,13 @@ async fn an_agent_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
         started.elapsed() < Duration::from_secs(90),
         "fails soon after the start timeout, no hang"
     );
-    wait_for("the Job to be deleted", RUN_WAIT, || async {
-        e2e.namespace
-            .managed::<Job>()
-            .await
-            .is_empty()
-            .then_some(())
-    })
-    .await;
+    e2e.wait_for_no_jobs().await;
     e2e.finish().await;
-}
-
-/// Records the uid of every Job that ever appears in the namespace.
-fn record_jobs(api: Api<Job>) -> (Arc<Mutex<BTreeSet<String>>>, tokio::task::JoinHandle<()>) {
-    let seen = Arc::new(Mutex::new(BTreeSet::new()));
-    let record = Arc::clone(&seen);
-    let task = tokio::spawn(async move {
-        let mut jobs = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .applied_objects()
-            .boxed();
-        while let Some(job) = jobs.next().await {
-            if let Ok(job) = job {
-                record.lock().unwrap().insert(job.uid().unwrap_or_default());
-            }
-        }
-    });
-    (seen, task)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_no_leaked_secret() {
-    let Some(mut e2e) = E2e::start("e2e-restart").await else {
+    let Some(mut e2e) = Harness::start("e2e-restart", Mode::WithPods).await else {
         return;
     };
     let (jobs_seen, job_watch) = record_jobs(e2e.api::<Job>());
@@ -664,15 +336,12 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
     .await;
     e2e.wait_for_phase("steady", Phase::Running).await;
 
-    e2e.kill_controller();
-    e2e.api::<AgentEnvironment>()
-        .patch(
-            "prod",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}})),
-        )
-        .await
-        .unwrap();
+    e2e.kill_controller().await;
+    e2e.merge_patch::<AgentEnvironment>(
+        "prod",
+        json!({"spec": {"overlay": {"env": {"PRECISION": "9"}}}}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     e2e.start_controller().await;
 
@@ -683,10 +352,11 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
         "the run kept its snapshot and got the secret: {artifacts:?}"
     );
     job_watch.abort();
+    let jobs_seen = jobs_seen.lock().unwrap().clone();
     assert_eq!(
-        jobs_seen.lock().unwrap().len(),
+        jobs_seen.values().map(BTreeSet::len).sum::<usize>(),
         1,
-        "exactly one Job ever existed"
+        "exactly one Job ever existed: {jobs_seen:?}"
     );
 
     let snapshot = done.status.as_ref().unwrap().snapshot.clone().unwrap();
@@ -700,12 +370,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
         snapshot_json.contains("\"PRECISION\":\"2\""),
         "{snapshot_json}"
     );
-    let events = e2e
-        .api::<Event>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let events = e2e.events().await;
     let log = e2e.controller_log();
     assert!(
         log.contains("reconciling AgentExecutions"),
@@ -788,7 +453,7 @@ fn files_under(dir: &std::path::Path) -> Vec<String> {
 /// result whole, and deleting it leaves nothing in the store, not even a partial write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_killed_during_a_result_upload_loses_no_result() {
-    let Some(mut e2e) = E2e::start("e2e-upload-kill").await else {
+    let Some(mut e2e) = Harness::start("e2e-upload-kill", Mode::WithPods).await else {
         return;
     };
     e2e.create_agent(
@@ -798,7 +463,7 @@ async fn controller_killed_during_a_result_upload_loses_no_result() {
     )
     .await;
     e2e.create_execution("bulky", "bulky", json!({})).await;
-    let store_dir = e2e.store_dir.path().join("store");
+    let store_dir = e2e.store_dir();
     for at_least in [1 << 20, 16 << 20, 40 << 20] {
         let deadline = tokio::time::Instant::now() + RUN_WAIT;
         let size = loop {
@@ -815,7 +480,7 @@ async fn controller_killed_during_a_result_upload_loses_no_result() {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        e2e.kill_controller();
+        e2e.kill_controller().await;
         println!("killed the controller with {size} bytes of output_workdir received");
         e2e.start_controller().await;
     }

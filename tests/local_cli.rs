@@ -1,10 +1,13 @@
 //! End-to-end tests of `errand` on the local backend: the real binary, a real file store, real agent processes.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::store::tar_files;
 
 /// An isolated errand home (catalog, records, store) for one test.
 struct Home {
@@ -103,29 +106,6 @@ impl Home {
     }
 }
 
-/// The file names and contents of a gzipped tarball.
-fn untar(bytes: &[u8]) -> Vec<(String, String)> {
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
-    archive
-        .entries()
-        .unwrap()
-        .map(|e| {
-            let mut e = e.unwrap();
-            let path = e.path().unwrap().display().to_string();
-            let mut text = String::new();
-            std::io::Read::read_to_string(&mut e, &mut text).unwrap_or_default();
-            (path, text)
-        })
-        .collect()
-}
-
-fn file_in<'a>(entries: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    entries
-        .iter()
-        .find(|(p, _)| p.trim_start_matches("./") == name)
-        .map(|(_, t)| t.as_str())
-}
-
 fn calculator() -> String {
     format!(
         "{}/examples/calculator/agent.yaml",
@@ -172,16 +152,9 @@ fn calculator_answers_and_keeps_every_result() {
     let run_result: Value = serde_json::from_slice(&home.download("run_result", name)).unwrap();
     assert_eq!(run_result["response"], "96");
     assert_eq!(run_result["exit_code"], 0);
-    let artifacts = untar(&home.download("output_artifacts", name));
-    assert_eq!(
-        file_in(&artifacts, "calculation.txt"),
-        Some("12 * 8 = 96\n")
-    );
-    assert!(
-        file_in(&artifacts, "stdout.log")
-            .unwrap()
-            .contains("12 * 8 = 96")
-    );
+    let artifacts = tar_files(&home.download("output_artifacts", name));
+    assert_eq!(artifacts["calculation.txt"], "12 * 8 = 96\n");
+    assert!(artifacts["stdout.log"].contains("12 * 8 = 96"));
     let manifest: Value = serde_json::from_slice(&home.download("manifest.json", name)).unwrap();
     let listed = manifest.to_string();
     let sha = execution["results"][3]["sha256"].as_str().unwrap();
@@ -231,8 +204,8 @@ fn a_failing_agent_keeps_results_and_reports_its_stderr() {
     let name = execution["name"].as_str().unwrap();
     let run_result: Value = serde_json::from_slice(&home.download("run_result", name)).unwrap();
     assert_eq!(run_result["exit_code"], 3);
-    let workdir = untar(&home.download("output_workdir", name));
-    assert_eq!(file_in(&workdir, "progress.txt"), Some("working\n"));
+    let workdir = tar_files(&home.download("output_workdir", name));
+    assert_eq!(workdir["progress.txt"], "working\n");
 }
 
 #[test]
@@ -267,11 +240,8 @@ fn a_timeout_kills_an_agent_that_ignores_sigterm_and_saves_its_output() {
     let run_error: Value = serde_json::from_slice(&home.download("run_error", name)).unwrap();
     assert_eq!(run_error["timed_out"], true);
     assert_eq!(
-        file_in(
-            &untar(&home.download("output_workdir", name)),
-            "partial.txt"
-        ),
-        Some("partial\n")
+        tar_files(&home.download("output_workdir", name))["partial.txt"],
+        "partial\n"
     );
 }
 
@@ -314,11 +284,8 @@ fn no_wait_returns_at_once_and_cancel_saves_partial_results() {
     let run_error: Value = serde_json::from_slice(&home.download("run_error", &name)).unwrap();
     assert_eq!(run_error["type"], "Cancelled");
     assert_eq!(
-        file_in(
-            &untar(&home.download("output_workdir", &name)),
-            "started.txt"
-        ),
-        Some("started\n")
+        tar_files(&home.download("output_workdir", &name))["started.txt"],
+        "started\n"
     );
 
     let (code, answer) = home.json(&["cancel", &name]);
@@ -554,10 +521,9 @@ fn secrets_reach_the_agent_but_never_the_record_or_results() {
     assert_eq!(code, 0, "{answer}");
     let name = answer["execution"]["name"].as_str().unwrap();
     assert!(!answer.to_string().contains("sk-test-value"));
-    let artifacts = untar(&home.download("output_artifacts", name));
+    let artifacts = tar_files(&home.download("output_artifacts", name));
     assert_eq!(
-        file_in(&artifacts, "seen.txt"),
-        Some("sk-test-value"),
+        artifacts["seen.txt"], "sk-test-value",
         "the agent got the value"
     );
     let dir = home.executions_dir().join(name);
@@ -594,9 +560,9 @@ fn workdir_base_and_mounts_are_staged_and_recorded() {
     ]);
     assert_eq!(code, 0, "{answer}");
     let name = answer["execution"]["name"].as_str().unwrap();
-    let staged = untar(&home.download("input_workdir", name));
-    assert_eq!(file_in(&staged, "main.py"), Some("print('hi')\n"));
-    assert_eq!(file_in(&staged, "inputs/data/numbers.txt"), Some("1 2 3\n"));
+    let staged = tar_files(&home.download("input_workdir", name));
+    assert_eq!(staged["main.py"], "print('hi')\n");
+    assert_eq!(staged["inputs/data/numbers.txt"], "1 2 3\n");
     assert_eq!(
         answer["execution"]["response"],
         "./inputs/data/numbers.txt\n./main.py".to_string()
@@ -709,6 +675,11 @@ fn gc_collects_finished_executions_by_count_age_and_size_and_a_dry_run_removes_n
     ]);
     let running = answer["execution"]["name"].as_str().unwrap().to_owned();
     wait_for_phase(&home, &running, "Running");
+    // The runner saves input_workdir once it has staged, after the record says Running.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !on_disk(&home).1.contains(&running) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let everything = on_disk(&home);
     assert_eq!(everything.0, sorted(&[&first, &second, &third, &running]));
 

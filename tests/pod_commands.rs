@@ -2,6 +2,8 @@
 //! binary against the controller's signed-URL blob endpoint over a `file://` store on loopback,
 //! and the signed-URL client against a server that insists on sized uploads.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -10,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
@@ -23,19 +24,10 @@ use errand::runner::termination::TerminationSummary;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::{Probes, serve};
 use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
-use errand::store::keys::{ExecutionId, ResultName};
+use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
-
-const NAMESPACE: &str = "team-a";
-
-fn execution() -> ExecutionId {
-    ExecutionId {
-        namespace: NAMESPACE.into(),
-        name: "calc".into(),
-        uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
-    }
-}
+use support::store::{NAMESPACE, collect, execution, read_all, tar_files};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.
 struct Pod {
@@ -163,16 +155,7 @@ impl Pod {
 
     async fn result(&self, name: ResultName) -> Vec<u8> {
         let key = errand::store::keys::result(&execution(), name).unwrap();
-        let chunks: Vec<Bytes> = self
-            .store
-            .get(&key)
-            .await
-            .unwrap_or_else(|e| panic!("{name} not saved: {e}"))
-            .into_stream()
-            .try_collect()
-            .await
-            .unwrap();
-        chunks.concat()
+        read_all(&self.store, &key).await
     }
 
     async fn result_json(&self, name: ResultName) -> Value {
@@ -189,20 +172,6 @@ async fn run(mut command: Command) -> Output {
 
 fn names(summary: &TerminationSummary) -> Vec<&str> {
     summary.results.iter().map(|r| r.name.as_str()).collect()
-}
-
-/// The file names in a tar.gz result.
-fn tar_entries(bytes: &[u8]) -> BTreeMap<String, String> {
-    let mut archive = tar::Archive::new(flate2::read::MultiGzDecoder::new(bytes));
-    let mut entries = BTreeMap::new();
-    for entry in archive.entries().unwrap() {
-        let mut entry = entry.unwrap();
-        let name = entry.path().unwrap().display().to_string();
-        let mut content = String::new();
-        std::io::Read::read_to_string(&mut entry, &mut content).unwrap_or_default();
-        entries.insert(name, content);
-    }
-    entries
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,7 +196,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
         std::fs::read_to_string(pod.root.join("workspace/notes/question.txt")).unwrap(),
         "12 x 8"
     );
-    let input = tar_entries(&pod.result(ResultName::InputWorkdir).await);
+    let input = tar_files(&pod.result(ResultName::InputWorkdir).await);
     assert_eq!(
         input.get("notes/question.txt").map(String::as_str),
         Some("12 x 8")
@@ -261,10 +230,10 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     let record = pod.result_json(ResultName::RunResult).await;
     assert_eq!(record["response"], "96");
     assert_eq!(record["execution"]["uid"], execution().uid);
-    let artifacts = tar_entries(&pod.result(ResultName::OutputArtifacts).await);
+    let artifacts = tar_files(&pod.result(ResultName::OutputArtifacts).await);
     assert_eq!(artifacts["calculation.txt"], "worked: 12 * 8\n");
     assert!(artifacts["stdout.log"].contains("precision 2"));
-    let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
+    let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["result.txt"], "answer\n");
     let manifest = pod.result_json(ResultName::Manifest).await;
     let listed: Vec<&str> = manifest["results"]
@@ -326,8 +295,7 @@ async fn the_deadline_stops_the_agent_and_the_results_are_saved() {
     assert_eq!(error["type"], "DeadlineExceeded");
     assert_eq!(error["timed_out"], true);
     assert!(
-        tar_entries(&pod.result(ResultName::OutputArtifacts).await)["stdout.log"]
-            .contains("started")
+        tar_files(&pod.result(ResultName::OutputArtifacts).await)["stdout.log"].contains("started")
     );
 }
 
@@ -366,7 +334,7 @@ async fn sigterm_cancels_the_run_and_saves_partial_results() {
         pod.result_json(ResultName::RunError).await["type"],
         "Cancelled"
     );
-    let output = tar_entries(&pod.result(ResultName::OutputWorkdir).await);
+    let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["partial.txt"], "partial\n");
 }
 
@@ -539,8 +507,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
     );
 
     let blob = urls.open("filesets/k").await.unwrap().into_stream();
-    let bytes: Vec<Bytes> = blob.try_collect().await.unwrap();
-    assert_eq!(bytes.concat(), b"blob bytes");
+    assert_eq!(collect(blob).await, b"blob bytes");
     assert!(matches!(
         urls.open("filesets/other").await,
         Err(StoreError::NotGranted(_))
@@ -594,15 +561,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
     tokio::spawn(serve(listener, probes));
     let info = upload.await.unwrap().unwrap();
     assert_eq!(info.size, 14);
-    let saved: Vec<Bytes> = store
-        .get(&key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(saved.concat(), b"late but saved");
+    assert_eq!(read_all(&store, &key).await, b"late but saved");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -647,15 +606,8 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
     );
 
     let trusting = SignedUrls::new(grants, dir.path(), Some(&bundle)).unwrap();
-    let blob: Vec<Bytes> = trusting
-        .open("filesets/k")
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    assert_eq!(blob.concat(), b"over tls");
+    let blob = trusting.open("filesets/k").await.unwrap().into_stream();
+    assert_eq!(collect(blob).await, b"over tls");
     let info = trusting
         .put(ResultName::Manifest, stream(&[b"{}"]))
         .await
@@ -839,21 +791,13 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         5,
         "four cut-off attempts, then one whole"
     );
-    let stored: Vec<Bytes> = store
-        .get(&key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    let stored = stored.concat();
+    let stored = read_all(&store, &key).await;
     assert_eq!(saved.size, stored.len() as u64);
     assert_eq!(
         saved.sha256,
         hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&stored))
     );
-    let files = tar_entries(&stored);
+    let files = tar_files(&stored);
     assert_eq!(files["small.txt"], "hello");
     assert!(files["big.txt"] == big, "the whole file was saved");
     let listed: Vec<String> = store
@@ -915,16 +859,9 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
 
-    let got: Vec<Bytes> = urls
-        .open(&key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
+    let got = collect(urls.open(&key).await.unwrap().into_stream()).await;
 
-    assert!(got.concat() == blob, "every byte arrived once, in order");
+    assert!(got == blob, "every byte arrived once, in order");
     assert_eq!(
         *connections.lock().unwrap(),
         5,

@@ -1,6 +1,8 @@
 //! End to end through `runner::execute` against a `file://` store: staging with mounts, the
 //! agent's environment, success, failure, timeout, cancellation, and results saved every time.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Cursor;
@@ -16,8 +18,8 @@ use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
     BlobBody, BlobSource, ResultBody, ResultSink, Store, StoreError, StoreResults, StoredObject,
 };
-use futures::TryStreamExt;
 use sha2::{Digest, Sha256};
+use support::store::{NAMESPACE, execution, read_all};
 use tokio_util::sync::CancellationToken;
 
 struct Env {
@@ -44,7 +46,7 @@ impl Env {
             fs::create_dir_all(path.parent().unwrap()).unwrap();
             fs::write(path, content).unwrap();
         }
-        self.store.push_fileset("default", &dir).await.unwrap().key
+        self.store.push_fileset(NAMESPACE, &dir).await.unwrap().key
     }
 
     fn invocation(&self, uid: &str, script: &str, timeout: Duration) -> Invocation {
@@ -56,9 +58,8 @@ impl Env {
         .unwrap();
         Invocation {
             execution: ExecutionId {
-                namespace: "default".into(),
-                name: "calc".into(),
                 uid: uid.into(),
+                ..execution()
             },
             command: vec!["sh".into(), "-c".into(), script.into()],
             input: "What is 12 multiplied by 8?".into(),
@@ -84,16 +85,7 @@ impl Env {
 
     async fn result(&self, invocation: &Invocation, name: ResultName) -> Vec<u8> {
         let key = keys::result(&invocation.execution, name).unwrap();
-        let chunks: Vec<Bytes> = self
-            .store
-            .get(&key)
-            .await
-            .unwrap()
-            .into_stream()
-            .try_collect()
-            .await
-            .unwrap();
-        chunks.concat()
+        read_all(&self.store, &key).await
     }
 
     async fn json(&self, invocation: &Invocation, name: ResultName) -> serde_json::Value {
@@ -490,7 +482,7 @@ async fn a_hostile_fileset_fails_staging_and_the_agent_never_runs() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     std::io::Write::write_all(&mut gz, &tar).unwrap();
     let blob = gz.finish().unwrap();
-    let key = keys::fileset("default", &hex::encode(Sha256::digest(&blob))).unwrap();
+    let key = keys::fileset(NAMESPACE, &hex::encode(Sha256::digest(&blob))).unwrap();
     env.store
         .put_new(
             &key,

@@ -1,14 +1,17 @@
 //! The store against a real `file://` directory: write-once puts, streamed multipart uploads
 //! with size and sha256, listing and deleting under a prefix, and content-addressed filesets.
 
+mod support;
+
 use std::fs;
 
 use bytes::Bytes;
 use errand::archive::ByteStream;
-use errand::store::keys::{self, ExecutionId, ResultName};
+use errand::store::keys::{self, ResultName};
 use errand::store::{BlobBody, Store, StoreError};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use sha2::{Digest, Sha256};
+use support::store::{execution, read_all};
 
 fn open(dir: &std::path::Path) -> Store {
     Store::open(&format!("file://{}", dir.display())).unwrap()
@@ -16,26 +19,6 @@ fn open(dir: &std::path::Path) -> Store {
 
 fn body(parts: Vec<Vec<u8>>) -> ByteStream {
     futures::stream::iter(parts.into_iter().map(|p| Ok(Bytes::from(p)))).boxed()
-}
-
-async fn read_all(store: &Store, key: &str) -> Vec<u8> {
-    let chunks: Vec<Bytes> = store
-        .get(key)
-        .await
-        .unwrap()
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    chunks.concat()
-}
-
-fn execution() -> ExecutionId {
-    ExecutionId {
-        namespace: "default".into(),
-        name: "calc-1".into(),
-        uid: "1f0e2d3c-aaaa-bbbb-cccc-000000000001".into(),
-    }
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -21,39 +21,19 @@ use errand::resolve::Snapshot;
 use errand::runner::RunState;
 use errand::runner::termination::TerminationSummary;
 use errand::store::grants::{Access, Grants, UploadMode, UrlSigner, issue_grants};
-use errand::store::keys::{self, ExecutionId, ResultName};
+use errand::store::keys::{self, ResultName};
 use errand::store::signed::SignedUrls;
 use errand::store::{ResultBody, ResultSink, Store, StoreError};
 use support::s3::{self, BUCKET, S3Server};
+use support::store::{NAMESPACE, execution, read_all};
 
-const NAMESPACE: &str = "team-a";
 /// The store URL's path: every key must land under it, as `Store` addresses them.
 const PREFIX: &str = "tenant-1";
-
-fn execution() -> ExecutionId {
-    ExecutionId {
-        namespace: NAMESPACE.into(),
-        name: "calc".into(),
-        uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
-    }
-}
 
 fn open_store(server: &S3Server, url: &str) -> Store {
     let options = server.options();
     let options: Vec<(&str, &str)> = options.iter().map(|(k, v)| (*k, v.as_str())).collect();
     Store::open_with_options(url, &options).unwrap()
-}
-
-async fn read(store: &Store, key: &str) -> Vec<u8> {
-    let chunks: Vec<Bytes> = store
-        .get(key)
-        .await
-        .unwrap_or_else(|e| panic!("{key}: {e}"))
-        .into_stream()
-        .try_collect()
-        .await
-        .unwrap();
-    chunks.concat()
 }
 
 fn soon() -> Timestamp {
@@ -170,11 +150,11 @@ async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_se
     // Every result the pod reported is in the store, byte for byte as reported.
     for entry in &summary.results {
         let name = ResultName::parse(&entry.name).unwrap();
-        let bytes = read(&store, &keys::result(&execution(), name).unwrap()).await;
+        let bytes = read_all(&store, &keys::result(&execution(), name).unwrap()).await;
         assert_eq!(entry.size, bytes.len() as u64, "{}", entry.name);
     }
     let record: serde_json::Value = serde_json::from_slice(
-        &read(
+        &read_all(
             &store,
             &keys::result(&execution(), ResultName::RunResult).unwrap(),
         )
@@ -206,7 +186,7 @@ async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_se
     );
     assert_eq!(record["response"], {
         let kept: serde_json::Value =
-            serde_json::from_slice(&read(&store, &run_result).await).unwrap();
+            serde_json::from_slice(&read_all(&store, &run_result).await).unwrap();
         kept["response"].clone()
     });
     // The condition is a header outside the signature: a client that leaves it out replaces
@@ -218,7 +198,7 @@ async fn the_pod_stages_and_saves_results_through_presigned_urls_of_a_real_s3_se
         .await
         .unwrap();
     assert_eq!(plain.status(), StatusCode::OK);
-    assert_eq!(read(&store, &run_result).await, b"replaced");
+    assert_eq!(read_all(&store, &run_result).await, b"replaced");
 }
 
 /// `url` with the last hex digit of its signature changed.
@@ -298,7 +278,7 @@ async fn the_server_refuses_tampered_moved_misused_and_expired_presigned_urls() 
             "{key}"
         );
     }
-    assert_eq!(read(&store, other).await, b"other");
+    assert_eq!(read_all(&store, other).await, b"other");
     assert!(!store.exists(unwritten).await.unwrap());
 
     // The method is signed: a PUT URL does not read, a GET URL does not write.
@@ -310,7 +290,7 @@ async fn the_server_refuses_tampered_moved_misused_and_expired_presigned_urls() 
         refusal(put(&get_url, "forged").await.unwrap()).await,
         forged
     );
-    assert_eq!(read(&store, mine).await, b"mine");
+    assert_eq!(read_all(&store, mine).await, b"mine");
 
     // Expiry: URLs signed to last until two seconds from now (`X-Amz-Expires` of 1 or 2,
     // from a whole-second `X-Amz-Date`) work at once and are refused three seconds later.

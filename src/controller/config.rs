@@ -127,21 +127,12 @@ pub fn parse_size_limit(value: &str) -> Result<Quantity, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::AgentExecutionSpec;
-    use crate::resolve::{InMemoryCatalog, resolve_execution};
 
     fn snapshot(queue: Option<&str>) -> Snapshot {
-        let agent = serde_json::from_value(serde_json::json!({
-            "runtime": {"image": "errand.local/calculator:dev", "command": ["sh"]},
-            "config": {"config_format": "agents-spec-v1", "name": "calculator"},
-        }))
-        .unwrap();
-        let spec = AgentExecutionSpec {
-            agent: Some(agent),
+        Snapshot {
             queue_name: queue.map(str::to_owned),
-            ..AgentExecutionSpec::default()
-        };
-        resolve_execution("team-a", &spec, &InMemoryCatalog::default()).unwrap()
+            ..Snapshot::test()
+        }
     }
 
     #[test]

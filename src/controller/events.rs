@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn an_outcome_is_published_once() {
-        let execution = AgentExecution::new("calc", Default::default());
+        let execution = AgentExecution::test();
         let invalid = InvalidSpec {
             problems: vec![Problem::new("spec.agentRef.name", "x".repeat(3000))],
         };

@@ -204,15 +204,14 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
-
-    const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
+    use crate::testing::{NS, UID};
 
     fn config_map(deleting: bool, finalizer: bool) -> PartialObjectMeta<ConfigMap> {
         PartialObjectMeta {
             types: None,
             metadata: ObjectMeta {
                 name: Some("errand-calc-snapshot".into()),
-                namespace: Some("team-a".into()),
+                namespace: Some(NS.into()),
                 labels: Some(BTreeMap::from([(
                     contract::EXECUTION_UID_LABEL.to_owned(),
                     UID.to_owned(),
@@ -230,18 +229,10 @@ mod tests {
     }
 
     fn execution(uid: &str, deleting: bool) -> AgentExecution {
-        let mut execution = AgentExecution::new("calc", Default::default());
+        let mut execution = AgentExecution::test();
         execution.metadata.uid = Some(uid.into());
         execution.metadata.deletion_timestamp = deleting.then_some(Time(Timestamp::UNIX_EPOCH));
         execution
-    }
-
-    fn id() -> ExecutionId {
-        ExecutionId {
-            namespace: "team-a".into(),
-            name: "calc".into(),
-            uid: UID.into(),
-        }
     }
 
     #[test]
@@ -253,16 +244,19 @@ mod tests {
     #[test]
     fn results_go_once_the_execution_is_gone_or_going_and_its_pod_stopped() {
         let deleting = config_map(true, true);
-        assert_eq!(step(&deleting, None, false), Step::DeleteResults(id()));
+        assert_eq!(
+            step(&deleting, None, false),
+            Step::DeleteResults(ExecutionId::test())
+        );
         let going = execution(UID, true);
         assert_eq!(
             step(&deleting, Some(&going), false),
-            Step::DeleteResults(id())
+            Step::DeleteResults(ExecutionId::test())
         );
         let successor = execution("another-uid", false);
         assert_eq!(
             step(&deleting, Some(&successor), false),
-            Step::DeleteResults(id()),
+            Step::DeleteResults(ExecutionId::test()),
             "a new execution of the same name does not keep the old one's results"
         );
         assert_eq!(step(&deleting, None, true), Step::WaitForPod);

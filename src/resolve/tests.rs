@@ -5,82 +5,8 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::api::{
-    AgentConfig, AgentExecutionSpec, AgentRuntime, ArtifactMount, Compute, ComputeResources,
-    EnvironmentOverlay, Extension, FilesetStatus, Reference, Workdir,
-};
-
-const NS: &str = "team-a";
-
-fn calculator() -> AgentSpec {
-    AgentSpec {
-        runtime: AgentRuntime {
-            image: "errand.local/calculator:dev".into(),
-            command: vec!["python3".into(), "/agent/calculator.py".into()],
-            ..Default::default()
-        },
-        config: AgentConfig(
-            json!({"config_format": "agents-spec-v1", "name": "calculator", "provider": "openai",
-                   "models": {"default": {"provider": "openai", "model": "gpt-4o", "api_key_env": "OPENAI_API_KEY"}},
-                   "env": {"PRECISION": "2"}})
-            .as_object()
-            .unwrap()
-            .clone(),
-        ),
-    }
-}
-
-fn pushed(digest: &str) -> FilesetStatus {
-    FilesetStatus {
-        digest: Some(digest.into()),
-        ..Default::default()
-    }
-}
-
-fn prod_environment() -> AgentEnvironmentSpec {
-    AgentEnvironmentSpec {
-        overlay: EnvironmentOverlay {
-            secrets: [(
-                "OPENAI_API_KEY".to_string(),
-                "model-keys#openai".to_string(),
-            )]
-            .into(),
-            env: [("PRECISION".to_string(), "4".to_string())].into(),
-            ..Default::default()
-        },
-        compute: Compute {
-            resources: Some(ComputeResources {
-                limits: [
-                    ("cpu".into(), Quantity("2".into())),
-                    ("nvidia.com/gpu".into(), Quantity("1".into())),
-                ]
-                .into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    }
-}
-
-fn catalog() -> InMemoryCatalog {
-    InMemoryCatalog::default()
-        .with_agent(NS, "calculator", calculator())
-        .with_environment(NS, "prod", prod_environment())
-        .with_secret(NS, "model-keys", &[("openai", "sk-very-secret-value")])
-        .with_fileset(NS, "repo", pushed("sha256:aaa"))
-        .with_fileset(NS, "data", pushed("sha256:bbb"))
-        .with_fileset(NS, "empty", FilesetStatus::default())
-}
-
-fn spec() -> AgentExecutionSpec {
-    AgentExecutionSpec {
-        agent_ref: Some(Reference::named("calculator")),
-        input: "What is 12 multiplied by 8?".into(),
-        environment_ref: Some(Reference::named("prod")),
-        timeout_seconds: 3600,
-        ..Default::default()
-    }
-}
+use crate::api::{AgentExecutionSpec, Compute, ComputeResources, Extension, Reference, Workdir};
+use crate::testing::{NS, SECRET_VALUE, fileset_digest, workdir};
 
 fn problems(spec: &AgentExecutionSpec, catalog: &InMemoryCatalog) -> Vec<String> {
     let error = resolve_execution(NS, spec, catalog).expect_err("the spec must be rejected");
@@ -88,29 +14,21 @@ fn problems(spec: &AgentExecutionSpec, catalog: &InMemoryCatalog) -> Vec<String>
 }
 
 fn only_problem(spec: &AgentExecutionSpec) -> String {
-    let mut all = problems(spec, &catalog());
+    let mut all = problems(spec, &InMemoryCatalog::test());
     assert_eq!(all.len(), 1, "{all:?}");
     all.remove(0)
 }
 
 fn mounts(paths: &[(&str, &str)]) -> Option<Workdir> {
-    Some(Workdir {
-        base: Some("repo".into()),
-        artifact_mounts: paths
-            .iter()
-            .map(|(r, p)| ArtifactMount {
-                fileset_ref: (*r).into(),
-                mount_path: (*p).into(),
-            })
-            .collect(),
-    })
+    Some(workdir("repo", paths))
 }
 
 #[test]
 fn resolves_and_merges_a_valid_execution() {
-    let mut spec = spec();
-    spec.workdir = mounts(&[("data#raw/", "inputs/raw")]);
-    let snapshot = resolve_execution(NS, &spec, &catalog()).unwrap();
+    let spec = AgentExecutionSpec::test().with_workdir("repo", &[("data#raw/", "inputs/raw")]);
+    let environment = AgentEnvironmentSpec::test().with_env("PRECISION", "4");
+    let catalog = InMemoryCatalog::test().with_environment(NS, "prod", environment);
+    let snapshot = resolve_execution(NS, &spec, &catalog).unwrap();
     assert_eq!(snapshot.agent.name, "calculator");
     assert_eq!(snapshot.command(), vec!["python3", "/agent/calculator.py"]);
     assert_eq!(snapshot.environment.as_deref(), Some("prod"));
@@ -127,7 +45,10 @@ fn resolves_and_merges_a_valid_execution() {
             key: "openai".into()
         }]
     );
-    assert_eq!(snapshot.workdir.base.as_ref().unwrap().digest, "sha256:aaa");
+    assert_eq!(
+        snapshot.workdir.base.as_ref().unwrap().digest,
+        fileset_digest('a')
+    );
     assert_eq!(
         snapshot.workdir.mounts[0].content.path.as_deref(),
         Some("raw/")
@@ -141,16 +62,17 @@ fn resolves_and_merges_a_valid_execution() {
 
 #[test]
 fn secret_values_never_reach_the_snapshot() {
-    let snapshot = resolve_execution(NS, &spec(), &catalog()).unwrap();
+    let snapshot =
+        resolve_execution(NS, &AgentExecutionSpec::test(), &InMemoryCatalog::test()).unwrap();
     let text = String::from_utf8(snapshot.canonical_json()).unwrap();
     assert!(text.contains("\"secret\":\"model-keys\""), "{text}");
-    assert!(!text.contains("sk-very-secret-value"), "{text}");
-    assert!(!format!("{snapshot:?}").contains("sk-very-secret-value"));
+    assert!(!text.contains(SECRET_VALUE), "{text}");
+    assert!(!format!("{snapshot:?}").contains(SECRET_VALUE));
 }
 
 #[test]
 fn unknown_agent() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.agent_ref = Some(Reference::named("nope"));
     assert_eq!(
         only_problem(&spec),
@@ -160,7 +82,7 @@ fn unknown_agent() {
 
 #[test]
 fn bad_agent_name() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.agent_ref = Some(Reference::named("Calc_1"));
     assert_eq!(
         only_problem(&spec),
@@ -170,7 +92,7 @@ fn bad_agent_name() {
 
 #[test]
 fn agent_in_another_namespace() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.agent_ref = Some(Reference {
         name: "calculator".into(),
         namespace: Some("team-b".into()),
@@ -183,13 +105,13 @@ fn agent_in_another_namespace() {
 
 #[test]
 fn exactly_one_agent() {
-    let mut both = spec();
-    both.agent = Some(calculator());
+    let mut both = AgentExecutionSpec::test();
+    both.agent = Some(AgentSpec::test());
     assert_eq!(
         only_problem(&both),
         "spec: exactly one of agentRef or agent must be set"
     );
-    let mut neither = spec();
+    let mut neither = AgentExecutionSpec::test();
     neither.agent_ref = None;
     assert_eq!(
         only_problem(&neither),
@@ -199,23 +121,22 @@ fn exactly_one_agent() {
 
 #[test]
 fn inline_agent_is_named_after_its_config() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.agent_ref = None;
-    spec.agent = Some(calculator());
+    spec.agent = Some(AgentSpec::test());
     assert_eq!(
-        resolve_execution(NS, &spec, &catalog()).unwrap().agent.name,
+        resolve_execution(NS, &spec, &InMemoryCatalog::test())
+            .unwrap()
+            .agent
+            .name,
         "calculator"
     );
 }
 
 #[test]
 fn unknown_config_format() {
-    let mut agent = calculator();
-    agent
-        .config
-        .0
-        .insert("config_format".into(), json!("langchain-v0"));
-    let mut spec = spec();
+    let agent = AgentSpec::test().with_config("config_format", json!("langchain-v0"));
+    let mut spec = AgentExecutionSpec::test();
     spec.agent_ref = None;
     spec.agent = Some(agent);
     assert_eq!(
@@ -226,17 +147,14 @@ fn unknown_config_format() {
 
 #[test]
 fn nemo_format_is_accepted_as_is() {
-    let mut agent = calculator();
-    agent
-        .config
-        .0
-        .insert("config_format".into(), json!("nemo-agents-spec-v1"));
-    agent.config.0.insert(
-        "workflow".into(),
-        json!({"_type": "react_agent", "llm_name": "default"}),
-    );
-    let catalog = catalog().with_agent(NS, "calculator", agent);
-    let snapshot = resolve_execution(NS, &spec(), &catalog).unwrap();
+    let agent = AgentSpec::test()
+        .with_config("config_format", json!("nemo-agents-spec-v1"))
+        .with_config(
+            "workflow",
+            json!({"_type": "react_agent", "llm_name": "default"}),
+        );
+    let catalog = InMemoryCatalog::test().with_agent(NS, "calculator", agent);
+    let snapshot = resolve_execution(NS, &AgentExecutionSpec::test(), &catalog).unwrap();
     assert_eq!(
         snapshot.config["workflow"],
         json!({"_type": "react_agent", "llm_name": "default"})
@@ -245,11 +163,10 @@ fn nemo_format_is_accepted_as_is() {
 
 #[test]
 fn missing_config_format_in_a_referenced_agent() {
-    let mut agent = calculator();
-    agent.config.0.remove("config_format");
-    let catalog = catalog().with_agent(NS, "calculator", agent);
+    let agent = AgentSpec::test().without_config("config_format");
+    let catalog = InMemoryCatalog::test().with_agent(NS, "calculator", agent);
     assert_eq!(
-        problems(&spec(), &catalog),
+        problems(&AgentExecutionSpec::test(), &catalog),
         vec![
             "Agent \"calculator\" spec.config.config_format: is required; accepted: agents-spec-v1, nemo-agents-spec-v1"
         ]
@@ -258,7 +175,7 @@ fn missing_config_format_in_a_referenced_agent() {
 
 #[test]
 fn unknown_environment() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.environment_ref = Some(Reference::named("staging"));
     assert_eq!(
         only_problem(&spec),
@@ -267,16 +184,15 @@ fn unknown_environment() {
 }
 
 fn with_secret_binding(env: &str, target: &str) -> InMemoryCatalog {
-    let mut environment = prod_environment();
-    environment.overlay.secrets = [(env.to_string(), target.to_string())].into();
-    catalog().with_environment(NS, "prod", environment)
+    let environment = AgentEnvironmentSpec::test().with_secrets(&[(env, target)]);
+    InMemoryCatalog::test().with_environment(NS, "prod", environment)
 }
 
 #[test]
 fn missing_secret() {
     assert_eq!(
         problems(
-            &spec(),
+            &AgentExecutionSpec::test(),
             &with_secret_binding("OPENAI_API_KEY", "other-keys#openai")
         ),
         vec![
@@ -289,7 +205,7 @@ fn missing_secret() {
 fn missing_secret_key() {
     assert_eq!(
         problems(
-            &spec(),
+            &AgentExecutionSpec::test(),
             &with_secret_binding("OPENAI_API_KEY", "model-keys#anthropic")
         ),
         vec![
@@ -302,7 +218,7 @@ fn missing_secret_key() {
 fn secret_key_defaults_to_the_variable_name() {
     assert_eq!(
         problems(
-            &spec(),
+            &AgentExecutionSpec::test(),
             &with_secret_binding("OPENAI_API_KEY", "model-keys")
         ),
         vec![
@@ -315,7 +231,7 @@ fn secret_key_defaults_to_the_variable_name() {
 fn secret_bound_to_a_reserved_variable() {
     assert_eq!(
         problems(
-            &spec(),
+            &AgentExecutionSpec::test(),
             &with_secret_binding("AGENT_CONFIG_PATH", "model-keys#openai")
         ),
         vec![
@@ -324,7 +240,7 @@ fn secret_bound_to_a_reserved_variable() {
     );
     assert_eq!(
         problems(
-            &spec(),
+            &AgentExecutionSpec::test(),
             &with_secret_binding("ERRAND_INPUT", "model-keys#openai")
         ),
         vec![
@@ -337,7 +253,7 @@ fn secret_bound_to_a_reserved_variable() {
 fn secret_in_another_namespace() {
     assert_eq!(
         problems(
-            &spec(),
+            &AgentExecutionSpec::test(),
             &with_secret_binding("OPENAI_API_KEY", "team-b/model-keys#openai")
         ),
         vec![
@@ -348,16 +264,12 @@ fn secret_in_another_namespace() {
 
 #[test]
 fn reserved_plain_env_in_the_agent_config() {
-    let mut spec = spec();
-    let mut agent = calculator();
-    agent
-        .config
-        .0
-        .insert("env".into(), json!({"ERRAND_ARTIFACTS_DIR": "/tmp"}));
+    let mut spec = AgentExecutionSpec::test();
+    let agent = AgentSpec::test().with_config("env", json!({"ERRAND_ARTIFACTS_DIR": "/tmp"}));
     spec.agent_ref = None;
     spec.agent = Some(agent);
     assert_eq!(
-        problems(&spec, &catalog())[0],
+        problems(&spec, &InMemoryCatalog::test())[0],
         "spec.agent.config.env.ERRAND_ARTIFACTS_DIR: \"ERRAND_ARTIFACTS_DIR\" is reserved for errand's runner (ERRAND_* and AGENT_CONFIG_PATH)"
     );
 }
@@ -369,7 +281,7 @@ fn with_compute(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> AgentExec
             .map(|(k, v)| ((*k).to_string(), Quantity((*v).into())))
             .collect()
     };
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.environment_ref = None;
     spec.environment = Some(AgentEnvironmentSpec {
         compute: Compute {
@@ -416,7 +328,7 @@ fn compute_quantities_and_gpus() {
                 &[("cpu", "500m"), ("memory", "1Gi"), ("nvidia.com/gpu", "1")],
                 &[("cpu", "250m")]
             ),
-            &catalog()
+            &InMemoryCatalog::test()
         )
         .is_ok()
     );
@@ -424,7 +336,7 @@ fn compute_quantities_and_gpus() {
 
 #[test]
 fn missing_fileset() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.workdir = Some(Workdir {
         base: Some("nope#src/".into()),
         ..Default::default()
@@ -437,7 +349,7 @@ fn missing_fileset() {
 
 #[test]
 fn fileset_never_pushed() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.workdir = mounts(&[("empty", "e")]);
     assert_eq!(
         only_problem(&spec),
@@ -447,7 +359,7 @@ fn fileset_never_pushed() {
 
 #[test]
 fn fileset_in_another_namespace() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.workdir = mounts(&[("team-b/data", "d")]);
     assert_eq!(
         only_problem(&spec),
@@ -457,7 +369,7 @@ fn fileset_in_another_namespace() {
 
 #[test]
 fn fileset_path_escaping_the_tree() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.workdir = Some(Workdir {
         base: Some("repo#../etc/".into()),
         ..Default::default()
@@ -470,7 +382,7 @@ fn fileset_path_escaping_the_tree() {
 
 #[test]
 fn mount_path_rules() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.workdir = mounts(&[("data", "../x")]);
     assert_eq!(
         only_problem(&spec),
@@ -490,7 +402,7 @@ fn mount_path_rules() {
 
 #[test]
 fn unknown_extension_kind() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.extension = Some(Extension {
         kind: "time-travel".into(),
         config: None,
@@ -503,11 +415,11 @@ fn unknown_extension_kind() {
 
 #[test]
 fn timeouts_must_be_positive() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.timeout_seconds = 0;
     spec.start_timeout_seconds = Some(-5);
     assert_eq!(
-        problems(&spec, &catalog()),
+        problems(&spec, &InMemoryCatalog::test()),
         vec![
             "spec.timeoutSeconds: 0 must be at least 1",
             "spec.startTimeoutSeconds: -5 must be at least 1"
@@ -517,11 +429,11 @@ fn timeouts_must_be_positive() {
 
 #[test]
 fn pull_secret_and_service_account_names_are_checked() {
-    let mut environment = prod_environment();
+    let mut environment = AgentEnvironmentSpec::test();
     environment.compute.image_pull_secrets = vec!["registry".into(), "Bad_Name".into()];
     environment.compute.service_account_name = Some("agents/x".into());
-    let catalog = catalog().with_environment(NS, "prod", environment);
-    let problems = problems(&spec(), &catalog);
+    let catalog = InMemoryCatalog::test().with_environment(NS, "prod", environment);
+    let problems = problems(&AgentExecutionSpec::test(), &catalog);
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(
         problems[0].starts_with(
@@ -537,50 +449,55 @@ fn pull_secret_and_service_account_names_are_checked() {
 
 #[test]
 fn the_lifetime_after_finishing_is_bounded() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     for fine in [0, 3600, crate::api::MAX_TTL_SECONDS_AFTER_FINISHED] {
         spec.ttl_seconds_after_finished = Some(fine);
-        assert!(resolve_execution(NS, &spec, &catalog()).is_ok(), "{fine}");
+        assert!(
+            resolve_execution(NS, &spec, &InMemoryCatalog::test()).is_ok(),
+            "{fine}"
+        );
     }
     spec.ttl_seconds_after_finished = Some(-1);
     assert_eq!(
-        problems(&spec, &catalog()),
+        problems(&spec, &InMemoryCatalog::test()),
         vec!["spec.ttlSecondsAfterFinished: -1 is out of range: 0 to 31622400 (366 days)"]
     );
 }
 
 #[test]
 fn provider_is_checked_after_the_merge() {
-    let mut bad = prod_environment();
-    bad.overlay.provider = Some("acme-llm".into());
+    let bad = AgentEnvironmentSpec::test().with_provider("acme-llm");
     assert_eq!(
-        problems(&spec(), &catalog().with_environment(NS, "prod", bad)),
+        problems(
+            &AgentExecutionSpec::test(),
+            &InMemoryCatalog::test().with_environment(NS, "prod", bad)
+        ),
         vec![
             "config.provider (after merging the environment): \"acme-llm\" is not a supported provider; supported: anthropic, azure_openai, bedrock, google, nvidia, ollama, openai, openai_compatible, vertex"
         ]
     );
     // An agent with an unsupported provider is fine when the environment replaces it.
-    let mut agent = calculator();
-    agent.config.0.insert("provider".into(), json!("acme-llm"));
-    let mut fixed = prod_environment();
-    fixed.overlay.provider = Some("anthropic".into());
-    let catalog = catalog()
+    let agent = AgentSpec::test().with_config("provider", json!("acme-llm"));
+    let fixed = AgentEnvironmentSpec::test().with_provider("anthropic");
+    let catalog = InMemoryCatalog::test()
         .with_agent(NS, "calculator", agent)
         .with_environment(NS, "prod", fixed);
     assert_eq!(
-        resolve_execution(NS, &spec(), &catalog).unwrap().config["provider"],
+        resolve_execution(NS, &AgentExecutionSpec::test(), &catalog)
+            .unwrap()
+            .config["provider"],
         json!("anthropic")
     );
 }
 
 #[test]
 fn model_providers_are_checked_too() {
-    let mut environment = prod_environment();
+    let mut environment = AgentEnvironmentSpec::test();
     environment.overlay.models = Some(json!({"default": {"provider": "skynet"}}));
     assert_eq!(
         problems(
-            &spec(),
-            &catalog().with_environment(NS, "prod", environment)
+            &AgentExecutionSpec::test(),
+            &InMemoryCatalog::test().with_environment(NS, "prod", environment)
         ),
         vec![
             "config.models.default.provider (after merging the environment): \"skynet\" is not a supported provider; supported: anthropic, azure_openai, bedrock, google, nvidia, ollama, openai, openai_compatible, vertex"
@@ -590,12 +507,12 @@ fn model_providers_are_checked_too() {
 
 #[test]
 fn every_problem_is_reported_at_once() {
-    let mut spec = spec();
+    let mut spec = AgentExecutionSpec::test();
     spec.agent_ref = Some(Reference::named("nope"));
     spec.environment_ref = Some(Reference::named("staging"));
     spec.workdir = mounts(&[("missing", "../x")]);
     spec.timeout_seconds = 0;
-    let error = resolve_execution(NS, &spec, &catalog()).unwrap_err();
+    let error = resolve_execution(NS, &spec, &InMemoryCatalog::test()).unwrap_err();
     assert_eq!(error.problems.len(), 5, "{error}");
     assert!(error.to_string().starts_with(
         "invalid AgentExecution (5 problems): spec.agentRef.name: Agent \"nope\" not found"
@@ -604,7 +521,8 @@ fn every_problem_is_reported_at_once() {
 
 #[test]
 fn digest_ignores_key_order_and_follows_every_value() {
-    let base = resolve_execution(NS, &spec(), &catalog()).unwrap();
+    let base =
+        resolve_execution(NS, &AgentExecutionSpec::test(), &InMemoryCatalog::test()).unwrap();
     let reordered: Snapshot = serde_json::from_str(
         &serde_json::to_string(&serde_json::to_value(&base).unwrap()).unwrap(),
     )
@@ -729,13 +647,13 @@ proptest! {
 
     #[test]
     fn merge_is_deterministic_and_the_environment_wins(config in json_object(), overlay in json_object()) {
-        let mut agent = calculator();
+        let mut agent = AgentSpec::test();
         agent.config.0.extend(config);
-        let mut environment = prod_environment();
+        let mut environment = AgentEnvironmentSpec::test();
         environment.overlay.config = Some(overlay.clone());
-        let catalog = catalog().with_agent(NS, "calculator", agent).with_environment(NS, "prod", environment);
-        let first = resolve_execution(NS, &spec(), &catalog);
-        let second = resolve_execution(NS, &spec(), &catalog);
+        let catalog = InMemoryCatalog::test().with_agent(NS, "calculator", agent).with_environment(NS, "prod", environment);
+        let first = resolve_execution(NS, &AgentExecutionSpec::test(), &catalog);
+        let second = resolve_execution(NS, &AgentExecutionSpec::test(), &catalog);
         prop_assert_eq!(first.clone().map(|s| s.digest()), second.map(|s| s.digest()));
         if let Ok(snapshot) = first {
             let merged = serde_json::Value::Object(snapshot.config);

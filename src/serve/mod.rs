@@ -243,15 +243,14 @@ mod tests {
     use super::*;
     use crate::api::{AgentExecutionStatus, Phase};
 
+    /// [`AgentExecution::test`] in `phase`.
     fn execution(phase: Option<Phase>) -> Arc<AgentExecution> {
-        Arc::new(AgentExecution {
-            metadata: Default::default(),
-            spec: Default::default(),
-            status: Some(AgentExecutionStatus {
+        Arc::new(
+            AgentExecution::test().with_status(Some(AgentExecutionStatus {
                 phase,
                 ..Default::default()
-            }),
-        })
+            })),
+        )
     }
 
     #[test]

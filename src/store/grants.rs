@@ -261,6 +261,7 @@ impl UrlSigner for HmacSigner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::UID;
 
     const NOW: i64 = 1_800_000_000;
 
@@ -318,20 +319,10 @@ mod tests {
 
     #[tokio::test]
     async fn grants_cover_exactly_the_inputs_and_results_of_the_execution() {
-        let snapshot = crate::controller::build::tests::snapshot();
         let expires = Timestamp::from_second(NOW).unwrap();
-        let grants = issue_grants(
-            &signer(),
-            &ExecutionId {
-                namespace: "team-a".into(),
-                name: "calc".into(),
-                uid: "uid-1".into(),
-            },
-            &snapshot,
-            expires,
-        )
-        .await
-        .unwrap();
+        let grants = issue_grants(&signer(), &ExecutionId::test(), &Snapshot::test(), expires)
+            .await
+            .unwrap();
         let keys: Vec<&str> = grants.inputs.keys().map(String::as_str).collect();
         assert_eq!(
             keys,
@@ -343,10 +334,10 @@ mod tests {
         assert_eq!(grants.results.len(), ResultName::ALL.len());
         for (name, url) in &grants.results {
             let (key, _, _) = parts(url);
-            assert_eq!(key, format!("results/team-a/calc/uid-1/{name}"));
+            assert_eq!(key, format!("results/team-a/calc/{UID}/{name}"));
         }
         assert_eq!(grants.expires_at, expires);
-        assert_eq!(grants.execution.uid, "uid-1");
+        assert_eq!(grants.execution.uid, UID);
         assert_eq!(grants.uploads, UploadMode::Chunked);
         assert!(grants.put_headers.is_empty());
     }

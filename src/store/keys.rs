@@ -209,14 +209,6 @@ fn check_digest(value: &str) -> Result<(), KeyError> {
 mod tests {
     use super::*;
 
-    fn execution() -> ExecutionId {
-        ExecutionId {
-            namespace: "team-a".into(),
-            name: "calc-7f2k".into(),
-            uid: "0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01".into(),
-        }
-    }
-
     #[test]
     fn layout_matches_design() {
         let digest = "a".repeat(64);
@@ -225,15 +217,15 @@ mod tests {
             format!("filesets/team-a/{digest}.tar.gz")
         );
         assert_eq!(
-            result(&execution(), ResultName::OutputWorkdir).unwrap(),
-            "results/team-a/calc-7f2k/0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01/output_workdir"
+            result(&ExecutionId::test(), ResultName::OutputWorkdir).unwrap(),
+            "results/team-a/calc/0d9f6a52-1111-2222-3333-444455556666/output_workdir"
         );
         assert_eq!(
-            result(&execution(), ResultName::Manifest).unwrap(),
-            "results/team-a/calc-7f2k/0b6c0a4e-8c43-4d7a-9a55-2b1f7c1d9e01/manifest.json"
+            result(&ExecutionId::test(), ResultName::Manifest).unwrap(),
+            "results/team-a/calc/0d9f6a52-1111-2222-3333-444455556666/manifest.json"
         );
         assert_eq!(filesets_prefix("team-a").unwrap(), "filesets/team-a/");
-        let key = result(&execution(), ResultName::OutputWorkdir).unwrap();
+        let key = result(&ExecutionId::test(), ResultName::OutputWorkdir).unwrap();
         assert_eq!(
             partial(&key, "1-2-3").unwrap(),
             format!("partial/{key}.1-2-3")
@@ -241,7 +233,9 @@ mod tests {
         assert!(
             partial(&key, "1-2-3")
                 .unwrap()
-                .starts_with(&partials_prefix(&results_prefix(&execution()).unwrap())),
+                .starts_with(&partials_prefix(
+                    &results_prefix(&ExecutionId::test()).unwrap()
+                )),
             "a result's partial writes are under its execution's partials prefix"
         );
         assert!(err_names(partial(&key, "../x"), "upload token"));
@@ -256,10 +250,10 @@ mod tests {
                 "{ns:?}: {err}"
             );
         }
-        let mut bad = execution();
+        let mut bad = ExecutionId::test();
         bad.uid = "../x".into();
         assert!(err_names(results_prefix(&bad), "uid"));
-        bad = execution();
+        bad = ExecutionId::test();
         bad.name = "x/y".into();
         assert!(err_names(results_prefix(&bad), "execution name"));
         assert!(err_names(fileset("ns", &"A".repeat(64)), "digest"));

@@ -37,6 +37,15 @@ pub const BUSYBOX_IMAGE: &str = "errand.local/busybox:test";
 /// The node's address on the pod bridge (`POD_GATEWAY` in hack/testenv/lib.sh): the one
 /// address of this machine that pods can reach, where tests serve what pods must fetch.
 pub const POD_GATEWAY: &str = "10.88.0.1";
+/// A free port on [`POD_GATEWAY`], for a server that pods must reach.
+///
+/// # Panics
+/// When the address is not this machine's, i.e. the test cluster's bridge is not up.
+pub fn free_pod_gateway_address() -> std::net::SocketAddr {
+    std::net::TcpListener::bind((POD_GATEWAY, 0))
+        .and_then(|listener| listener.local_addr())
+        .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
+}
 /// The API server's port on [`POD_GATEWAY`], its address in the `kubernetes` Service's
 /// endpoints (pods reach it there or at `kubernetes.default.svc:443`):
 /// `ERRAND_TESTENV_APISERVER_PORT`, else 6443, as in hack/testenv/lib.sh.

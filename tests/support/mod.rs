@@ -6,4 +6,6 @@
 
 pub mod cluster;
 pub mod errand;
+pub mod harness;
 pub mod s3;
+pub mod store;

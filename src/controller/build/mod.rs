@@ -98,4 +98,4 @@ impl ExecutionOwner {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -3,92 +3,58 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::ObjectMeta;
-use serde_json::json;
 
 use super::*;
 use crate::api::{
-    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentRuntime, AgentSpec,
-    ArtifactMount, Compute, ComputeResources, EnvironmentOverlay, FilesetStatus, Reference,
-    RuntimeSecurity, Workdir,
+    AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentSpec, Compute, ComputeResources,
+    RuntimeSecurity,
 };
 use crate::controller::config::ControllerConfig;
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
 use crate::store::grants::Grants;
-
-const NS: &str = "team-a";
-const SECRET_VALUE: &str = "sk-very-secret-value";
+use crate::store::keys::ExecutionId;
+use crate::testing::{NS, SECRET_VALUE};
 
 fn agent(security: Option<RuntimeSecurity>) -> AgentSpec {
-    AgentSpec {
-        runtime: AgentRuntime {
-            image: "errand.local/calculator:dev".into(),
-            command: vec!["python3".into(), "/agent/calculator.py".into()],
-            args: vec!["--verbose".into()],
-            security_context: security,
-            ..Default::default()
-        },
-        config: AgentConfig(
-            json!({"config_format": "agents-spec-v1", "name": "calculator", "provider": "openai",
-                   "env": {"PRECISION": "2"}})
-            .as_object()
-            .unwrap()
-            .clone(),
-        ),
-    }
+    AgentSpec::test()
+        .with_args(&["--verbose"])
+        .with_security(security)
 }
 
-fn environment() -> AgentEnvironmentSpec {
-    AgentEnvironmentSpec {
-        overlay: EnvironmentOverlay {
-            secrets: [("OPENAI_API_KEY".into(), "model-keys#openai".into())].into(),
+/// `prod` with a GPU, placement and a scheduling class.
+fn gpu_environment() -> AgentEnvironmentSpec {
+    AgentEnvironmentSpec::test().with_compute(Compute {
+        resources: Some(ComputeResources {
+            limits: [
+                ("cpu".into(), Quantity("2".into())),
+                ("memory".into(), Quantity("4Gi".into())),
+                ("nvidia.com/gpu".into(), Quantity("1".into())),
+            ]
+            .into(),
+            requests: [("cpu".into(), Quantity("1".into()))].into(),
+        }),
+        node_selector: [("gpu".into(), "a100".into())].into(),
+        tolerations: vec![Toleration {
+            key: Some("nvidia.com/gpu".into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
             ..Default::default()
-        },
-        compute: Compute {
-            resources: Some(ComputeResources {
-                limits: [
-                    ("cpu".into(), Quantity("2".into())),
-                    ("memory".into(), Quantity("4Gi".into())),
-                    ("nvidia.com/gpu".into(), Quantity("1".into())),
-                ]
-                .into(),
-                requests: [("cpu".into(), Quantity("1".into()))].into(),
-            }),
-            node_selector: [("gpu".into(), "a100".into())].into(),
-            tolerations: vec![Toleration {
-                key: Some("nvidia.com/gpu".into()),
-                operator: Some("Exists".into()),
-                effect: Some("NoSchedule".into()),
-                ..Default::default()
-            }],
-            priority_class_name: Some("batch-high".into()),
-            runtime_class_name: Some("nvidia".into()),
-            ..Compute::default()
-        },
-    }
+        }],
+        priority_class_name: Some("batch-high".into()),
+        runtime_class_name: Some("nvidia".into()),
+        ..Compute::default()
+    })
 }
 
 fn spec(queue: Option<&str>) -> AgentExecutionSpec {
-    AgentExecutionSpec {
-        agent_ref: Some(Reference::named("calculator")),
-        input: "What is 12 multiplied by 8?".into(),
-        environment_ref: Some(Reference::named("gpu")),
-        workdir: Some(Workdir {
-            base: Some("repo".into()),
-            artifact_mounts: vec![ArtifactMount {
-                fileset_ref: "data#tables/".into(),
-                mount_path: "data".into(),
-            }],
-        }),
-        timeout_seconds: 600,
-        start_timeout_seconds: Some(120),
-        queue_name: queue.map(str::to_owned),
-        ..Default::default()
-    }
+    AgentExecutionSpec::test()
+        .with_workdir("repo", &[("data#tables/", "data")])
+        .with_timeouts(600, 120)
+        .with_queue(queue)
 }
 
 fn resolve(spec: &AgentExecutionSpec, security: Option<RuntimeSecurity>) -> Snapshot {
-    resolve_in(spec, security, environment())
+    resolve_in(spec, security, gpu_environment())
 }
 
 /// Resolves `spec` with the GPU environment replaced by `environment`.
@@ -97,40 +63,19 @@ fn resolve_in(
     security: Option<RuntimeSecurity>,
     environment: AgentEnvironmentSpec,
 ) -> Snapshot {
-    let pushed = |c: char| FilesetStatus {
-        digest: Some(format!("sha256:{}", c.to_string().repeat(64))),
-        ..Default::default()
-    };
-    let catalog = InMemoryCatalog::default()
+    let catalog = InMemoryCatalog::test()
         .with_agent(NS, "calculator", agent(security))
-        .with_environment(NS, "gpu", environment)
-        .with_secret(NS, "model-keys", &[("openai", SECRET_VALUE)])
-        .with_fileset(NS, "repo", pushed('a'))
-        .with_fileset(NS, "data", pushed('b'));
+        .with_environment(NS, "prod", environment);
     resolve_execution(NS, spec, &catalog).expect("the fixture resolves")
 }
 
 /// A resolved snapshot with a GPU environment, a secret binding and a two-part workdir.
-pub(crate) fn snapshot() -> Snapshot {
+fn snapshot() -> Snapshot {
     resolve(&spec(None), None)
 }
 
-fn execution(spec: AgentExecutionSpec) -> AgentExecution {
-    AgentExecution {
-        metadata: ObjectMeta {
-            name: Some("calc".into()),
-            namespace: Some(NS.into()),
-            uid: Some("0d9f6a52-1111-2222-3333-444455556666".into()),
-            generation: Some(1),
-            ..Default::default()
-        },
-        spec,
-        status: None,
-    }
-}
-
 fn identity() -> ExecutionOwner {
-    ExecutionOwner::of(&execution(spec(None))).unwrap()
+    ExecutionOwner::of(&AgentExecution::test().with_spec(spec(None))).unwrap()
 }
 
 fn built_job(snapshot: &Snapshot) -> Job {
@@ -167,11 +112,7 @@ fn mount_paths(container: &Container) -> Vec<(&str, bool)> {
 fn children_are_owned_by_the_execution_as_controller() {
     let snapshot = snapshot();
     let grants = Grants {
-        execution: crate::store::keys::ExecutionId {
-            namespace: NS.into(),
-            name: "calc".into(),
-            uid: "0d9f6a52-1111-2222-3333-444455556666".into(),
-        },
+        execution: ExecutionId::test(),
         uploads: Default::default(),
         put_headers: Default::default(),
         inputs: Default::default(),
@@ -482,7 +423,7 @@ fn pull_secrets_and_service_account_come_from_the_environment_over_the_chart_and
     assert_eq!(names(pod), ["platform-registry", "team-registry"]);
     assert_eq!(pod.service_account_name.as_deref(), Some("errand-agents"));
 
-    let mut own = environment();
+    let mut own = gpu_environment();
     own.compute.image_pull_secrets = vec!["team-registry".into(), "gpu-registry".into()];
     own.compute.service_account_name = Some("gpu-agents".into());
     let snapshot = resolve_in(&spec(None), None, own);
@@ -619,7 +560,7 @@ fn pods_map_back_to_their_execution() {
 
 #[test]
 fn an_execution_without_a_uid_cannot_have_children() {
-    let mut exec = execution(spec(None));
+    let mut exec = AgentExecution::test().with_spec(spec(None));
     exec.metadata.uid = None;
     assert_eq!(
         ExecutionOwner::of(&exec),

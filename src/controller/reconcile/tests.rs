@@ -19,15 +19,16 @@ use kube::{Client, Resource};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::{Agent, AgentEnvironment, AgentExecutionStatus, Fileset, contract};
+use crate::api::{
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentSpec, Fileset,
+    contract,
+};
 use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::readiness::{Cache, CachesReady};
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
-
-const NS: &str = "team-a";
-const UID: &str = "6f1c2d3e-0000-4000-8000-000000000001";
+use crate::testing::{NS, SECRET_VALUE, UID};
 
 type Log = Arc<Mutex<Vec<(Method, String)>>>;
 
@@ -92,19 +93,9 @@ fn not_found() -> Vec<u8> {
     serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})).unwrap()
 }
 
+/// [`AgentExecution::test`] with this status.
 fn execution(status: Option<AgentExecutionStatus>) -> AgentExecution {
-    let spec = serde_json::from_value(json!({
-        "agentRef": {"name": "calculator"},
-        "environmentRef": {"name": "prod"},
-        "input": "What is 12 multiplied by 8?",
-    }))
-    .unwrap();
-    let mut execution = AgentExecution::new("calc", spec);
-    execution.metadata.namespace = Some(NS.into());
-    execution.metadata.uid = Some(UID.into());
-    execution.metadata.generation = Some(1);
-    execution.status = status;
-    execution
+    AgentExecution::test().with_status(status)
 }
 
 fn filled<K>(objects: Vec<K>) -> Store<K>
@@ -133,7 +124,7 @@ fn model_keys() -> Secret {
             data: Some(
                 [(
                     "openai".to_owned(),
-                    k8s_openapi::ByteString(b"sk-1".to_vec()),
+                    k8s_openapi::ByteString(SECRET_VALUE.as_bytes().to_vec()),
                 )]
                 .into(),
             ),
@@ -193,21 +184,11 @@ fn context_from(
     pods: Store<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Context {
-    let agent: Agent = serde_json::from_value(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-        "metadata": {"name": "calculator", "namespace": NS},
-        "spec": {
-            "runtime": {"image": "errand.local/calculator:dev", "command": ["python3", "calc.py"]},
-            "config": {"config_format": "agents-spec-v1", "name": "calculator"},
-        },
-    }))
-    .unwrap();
-    let environment: AgentEnvironment = serde_json::from_value(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
-        "metadata": {"name": "prod", "namespace": NS},
-        "spec": {"overlay": {"secrets": {"OPENAI_API_KEY": "model-keys#openai"}}},
-    }))
-    .unwrap();
+    let agent = namespaced(Agent::new("calculator", AgentSpec::test()), "calculator");
+    let environment = namespaced(
+        AgentEnvironment::new("prod", AgentEnvironmentSpec::test()),
+        "prod",
+    );
     let catalog = ClusterCatalog {
         agents: filled(vec![agent]),
         environments: filled(vec![environment]),
@@ -440,10 +421,7 @@ fn running_execution() -> AgentExecution {
     let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
     let decision = status::decide(&starting, &facts);
     let mut running = status::render(&starting, &decision.standing, facts.now);
-    running.snapshot = Some(SnapshotRef {
-        config_map: "errand-calc-snapshot".into(),
-        digest: "sha256:00".into(),
-    });
+    running.snapshot = Some(SnapshotRef::test());
     running.job_name = Some("errand-calc".into());
     execution(Some(running))
 }

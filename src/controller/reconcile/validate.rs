@@ -18,7 +18,6 @@ pub(super) fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::build::tests::snapshot;
 
     #[test]
     fn a_valid_snapshot_gets_the_default_queue_and_a_run_too_long_for_the_urls_is_refused() {
@@ -28,11 +27,18 @@ mod tests {
             allowance: config.allowance(),
             max_url_lifetime_seconds: None,
         };
-        let valid = validate(snapshot(), &config, &limits).unwrap();
+        // A 600s run with a 120s start timeout: the timeout alone fits 600s URLs, the whole
+        // budget does not.
+        let snapshot = Snapshot {
+            timeout_seconds: 600,
+            start_timeout_seconds: 120,
+            ..Snapshot::test()
+        };
+        let valid = validate(snapshot.clone(), &config, &limits).unwrap();
         assert_eq!(valid.queue_name.as_deref(), Some("team-default"));
 
         limits.max_url_lifetime_seconds = Some(600);
-        let invalid = validate(snapshot(), &config, &limits).unwrap_err();
+        let invalid = validate(snapshot, &config, &limits).unwrap_err();
         assert_eq!(invalid.problems[0].field, "spec.timeoutSeconds");
     }
 }

@@ -32,31 +32,16 @@ fn now(offset: i64) -> Timestamp {
     at(offset).0
 }
 
+/// [`AgentExecution::test`] created at +0, with a 600s run and a 120s start timeout, Starting
+/// since +1 with its snapshot and Job `errand-calc`.
 fn execution() -> AgentExecution {
-    let mut execution = AgentExecution {
-        metadata: ObjectMeta {
-            name: Some("calc".into()),
-            namespace: Some("team-a".into()),
-            uid: Some("uid-1".into()),
-            generation: Some(1),
-            creation_timestamp: Some(at(0)),
-            ..Default::default()
-        },
-        spec: AgentExecutionSpec {
-            timeout_seconds: 600,
-            start_timeout_seconds: Some(120),
-            ..Default::default()
-        },
-        status: None,
-    };
-    let snapshot = SnapshotRef {
-        config_map: "errand-calc-snapshot".into(),
-        digest: "sha256:00".into(),
-    };
+    let mut execution = AgentExecution::test()
+        .with_spec(AgentExecutionSpec::test().with_timeouts(600, 120))
+        .with_creation_timestamp(at(0));
     execution.status = Some(starting(
         &execution,
         "calculator",
-        snapshot,
+        SnapshotRef::test(),
         "errand-calc",
         false,
         now(1),

@@ -3,10 +3,9 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::api::FilesetStatus;
+use crate::api::AgentExecutionSpec;
 use crate::resolve::{InMemoryCatalog, RunAllowance, RunLimits, resolve_execution};
-
-const NS: &str = "team-a";
+use crate::testing::{NS, SECRET_VALUE};
 
 /// An AdmissionReview as the API server posts it.
 fn review_body(operation: &str, object: Option<Value>, old: Option<Value>) -> Vec<u8> {
@@ -32,51 +31,16 @@ fn review_body(operation: &str, object: Option<Value>, old: Option<Value>) -> Ve
     .unwrap()
 }
 
+/// [`AgentExecution::test`] as JSON, with this spec.
 fn execution(spec: Value) -> Value {
-    json!({
-        "apiVersion": "errand.dev/v1alpha1",
-        "kind": "AgentExecution",
-        "metadata": {"name": "calc", "namespace": NS, "uid": "u-1", "generation": 1},
-        "spec": spec,
-    })
+    let mut execution = serde_json::to_value(AgentExecution::test()).unwrap();
+    execution["spec"] = spec;
+    execution
 }
 
+/// [`AgentExecutionSpec::test`] as JSON.
 fn calculator_spec() -> Value {
-    json!({
-        "agentRef": {"name": "calculator"},
-        "environmentRef": {"name": "prod"},
-        "input": "What is 12 multiplied by 8?",
-        "timeoutSeconds": 3600,
-        "autoTelemetry": false,
-        "cancel": false,
-    })
-}
-
-/// The namespace's objects: an Agent, an environment binding `model-keys#openai`, a pushed
-/// Fileset.
-fn catalog() -> InMemoryCatalog {
-    let agent = serde_json::from_value(json!({
-        "runtime": {"image": "errand.local/busybox:test", "command": ["sh", "-c", "echo 96"]},
-        "config": {"config_format": "agents-spec-v1", "name": "calculator", "provider": "openai"},
-    }))
-    .unwrap();
-    let environment = serde_json::from_value(json!({
-        "overlay": {"secrets": {"OPENAI_API_KEY": "model-keys#openai"}},
-        "compute": {"resources": {"limits": {"cpu": "500m", "nvidia.com/gpu": "1"}}},
-    }))
-    .unwrap();
-    InMemoryCatalog::default()
-        .with_agent(NS, "calculator", agent)
-        .with_environment(NS, "prod", environment)
-        .with_secret(NS, "model-keys", &[("openai", "sk-never-seen")])
-        .with_fileset(
-            NS,
-            "repo",
-            FilesetStatus {
-                digest: Some(format!("sha256:{}", "a".repeat(64))),
-                ..FilesetStatus::default()
-            },
-        )
+    serde_json::to_value(AgentExecutionSpec::test()).unwrap()
 }
 
 /// The response of a decided review, as JSON the API server would read.
@@ -118,7 +82,7 @@ fn a_create_is_resolved_in_the_request_namespace() {
 #[test]
 fn a_valid_create_is_allowed() {
     let body = review_body("CREATE", Some(execution(calculator_spec())), None);
-    let response = answer(&body, &catalog());
+    let response = answer(&body, &InMemoryCatalog::test());
     assert_eq!(response["allowed"], true, "{response}");
 }
 
@@ -128,7 +92,7 @@ fn a_create_naming_a_missing_agent_is_refused_with_the_field_and_value() {
     spec["agentRef"]["name"] = json!("nope");
     let response = answer(
         &review_body("CREATE", Some(execution(spec)), None),
-        &catalog(),
+        &InMemoryCatalog::test(),
     );
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 422);
@@ -156,7 +120,7 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
         },
         max_url_lifetime_seconds: Some(600),
     };
-    let response = answer_within(&body, &catalog(), &limits);
+    let response = answer_within(&body, &InMemoryCatalog::test(), &limits);
     assert_eq!(response["allowed"], false, "{response}");
     assert_eq!(response["status"]["code"], 422);
     assert_eq!(
@@ -170,7 +134,7 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
         max_url_lifetime_seconds: Some(604_800),
         ..limits
     };
-    let response = answer_within(&body, &catalog(), &lasting);
+    let response = answer_within(&body, &InMemoryCatalog::test(), &lasting);
     assert_eq!(response["allowed"], true, "{response}");
 }
 
@@ -203,7 +167,7 @@ fn every_problem_of_a_create_is_listed_at_once() {
     });
     let response = answer(
         &review_body("CREATE", Some(execution(spec)), None),
-        &catalog(),
+        &InMemoryCatalog::test(),
     );
     assert_eq!(response["allowed"], false, "{response}");
     let message = response["status"]["message"].as_str().unwrap();
@@ -241,7 +205,7 @@ fn every_problem_of_a_create_is_listed_at_once() {
         );
         assert!(message.contains(value), "{value:?} not in {message}");
     }
-    assert!(!message.contains("sk-never-seen"), "a secret value leaked");
+    assert!(!message.contains(SECRET_VALUE), "a secret value leaked");
 }
 
 #[test]
@@ -250,7 +214,7 @@ fn a_reference_to_another_namespace_is_refused() {
     spec["agentRef"]["namespace"] = json!("team-b");
     let response = answer(
         &review_body("CREATE", Some(execution(spec)), None),
-        &catalog(),
+        &InMemoryCatalog::test(),
     );
     assert_eq!(response["allowed"], false);
     let message = response["status"]["message"].as_str().unwrap();
@@ -281,7 +245,7 @@ fn an_update_may_not_uncancel_or_change_the_spec() {
         Some(execution(calculator_spec())),
         Some(execution(cancelled)),
     );
-    let response = answer(&body, &catalog());
+    let response = answer(&body, &InMemoryCatalog::test());
     assert_eq!(response["allowed"], false);
     assert!(
         response["status"]["message"]
@@ -298,7 +262,7 @@ fn an_update_may_not_uncancel_or_change_the_spec() {
         Some(execution(changed)),
         Some(execution(calculator_spec())),
     );
-    let response = answer(&body, &catalog());
+    let response = answer(&body, &InMemoryCatalog::test());
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["details"]["causes"][0]["field"], "spec");
 }
@@ -308,7 +272,7 @@ fn an_update_of_metadata_only_is_allowed() {
     let mut labelled = execution(calculator_spec());
     labelled["metadata"]["labels"] = json!({"team": "a"});
     let body = review_body("UPDATE", Some(labelled), Some(execution(calculator_spec())));
-    assert_eq!(answer(&body, &catalog())["allowed"], true);
+    assert_eq!(answer(&body, &InMemoryCatalog::test())["allowed"], true);
 }
 
 #[test]
@@ -317,7 +281,7 @@ fn an_unreadable_object_is_refused_and_says_why() {
     spec["timeoutSeconds"] = json!("an hour");
     let response = answer(
         &review_body("CREATE", Some(execution(spec)), None),
-        &catalog(),
+        &InMemoryCatalog::test(),
     );
     assert_eq!(response["allowed"], false);
     assert_eq!(response["status"]["code"], 400);

@@ -1,0 +1,584 @@
+//! One cluster test's namespace, `file://` store and controller, and what the tests do with
+//! them: create objects and executions, crash and restart the controller, wait for a phase,
+//! and read the results.
+//!
+//! Two modes, by whether pods run:
+//! - [`Mode::WithoutPods`]: the controller runs in this process and names an errand image the
+//!   node does not have, so every pod stops at `ErrImageNeverPull` before any agent runs.
+//!   For what the controller does on its own: specs, children, snapshots, timeouts, deletion.
+//! - [`Mode::WithPods`]: the `errand controller` binary runs as a process with the errand image
+//!   the node has, serving the store's signed-URL blob endpoint on the pod bridge, so every
+//!   execution stages, runs and uploads in a real pod. Its log is kept.
+//!
+//! ```ignore
+//! let Some(harness) = Harness::start("e2e-calc", Mode::WithPods).await else { return };
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+use errand::api::contract::{ConditionType, Reason};
+use errand::api::{AgentExecution, Phase};
+use errand::controller::config::ControllerConfig;
+use errand::controller::names::job_name;
+use errand::controller::status::conditions;
+use errand::serve::{ServeOptions, run};
+use errand::store::Store;
+use errand::store::grants::HmacSigner;
+use errand::store::keys::{ExecutionId, ResultName};
+
+use super::cluster::{self, TestNamespace};
+use super::errand::{self as errand_support, ERRAND_IMAGE, WAIT, install_crds, wait_for};
+use super::store::{read_all, tar_files};
+
+/// How long a run with a real pod may take to be scheduled, staged and run on the 2-core CI
+/// machine.
+pub const RUN_WAIT: Duration = Duration::from_secs(180);
+/// An errand image the node does not have.
+const ABSENT_IMAGE: &str = "errand.local/errand:absent";
+/// The base of the signed URLs of a controller that serves none: no pod of
+/// [`Mode::WithoutPods`] gets as far as fetching one.
+const UNSERVED_BLOB_URL: &str = "http://errand-controller.errand-system.svc:8080";
+const SIGNING_KEY: &str = "test-signing-key-0123456789abcdef0123";
+
+/// Whether the test's executions run in real pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The controller in this process, its Jobs on an image the node does not have.
+    WithoutPods,
+    /// `errand controller` as a process serving the blob endpoint, pods on the errand image.
+    WithPods,
+}
+
+/// One test's namespace, file store and controller.
+pub struct Harness {
+    pub client: Client,
+    pub namespace: TestNamespace,
+    mode: Mode,
+    dir: tempfile::TempDir,
+    /// Where a [`Mode::WithPods`] controller serves, kept across restarts so that the URLs
+    /// pods already have stay valid.
+    address: Option<SocketAddr>,
+    controller: Option<Controller>,
+}
+
+/// A running controller; dropping it kills it as a crash would, so that a failing test leaves
+/// none behind.
+enum Controller {
+    Task(tokio::task::JoinHandle<()>),
+    Process(Child),
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        match self {
+            Controller::Task(task) => task.abort(),
+            Controller::Process(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl Harness {
+    /// Installs the CRDs, creates the namespace and starts the controller; `None` when the test
+    /// cluster is not there (see [`cluster::client`]).
+    pub async fn start(prefix: &str, mode: Mode) -> Option<Self> {
+        Self::start_with_labels(prefix, &[], mode).await
+    }
+
+    /// [`Harness::start`] in a namespace with these labels.
+    pub async fn start_with_labels(
+        prefix: &str,
+        labels: &[(&str, &str)],
+        mode: Mode,
+    ) -> Option<Self> {
+        let client = cluster::client().await?;
+        install_crds(&client).await;
+        let namespace = TestNamespace::create_with_labels(&client, prefix, labels).await;
+        let address = (mode == Mode::WithPods).then(cluster::free_pod_gateway_address);
+        let mut harness = Self {
+            client,
+            namespace,
+            mode,
+            dir: tempfile::tempdir().expect("a temporary directory"),
+            address,
+            controller: None,
+        };
+        harness.start_controller().await;
+        Some(harness)
+    }
+
+    /// The directory of the controller's `file://` store.
+    pub fn store_dir(&self) -> PathBuf {
+        self.dir.path().join("store")
+    }
+
+    fn store_url(&self) -> String {
+        format!("file://{}", self.store_dir().display())
+    }
+
+    /// The controller's store.
+    pub fn store(&self) -> Store {
+        Store::open(&self.store_url()).expect("a file store opens")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("controller.log")
+    }
+
+    /// Starts a controller for this test's namespace; a [`Mode::WithPods`] one appends to its
+    /// log and is ready when this returns.
+    pub async fn start_controller(&mut self) {
+        let Some(address) = self.address else {
+            self.controller = Some(Controller::Task(spawn_controller(
+                self.client.clone(),
+                self.namespace.name(),
+                self.store(),
+                ABSENT_IMAGE,
+                None,
+            )));
+            return;
+        };
+        let child = controller_command(
+            self.namespace.name(),
+            &self.store_url(),
+            &format!("http://{address}"),
+            address,
+            &self.log_path(),
+        )
+        .args(["--leader-elect", "false"])
+        .args(["--staging-budget-seconds", "120"])
+        .spawn()
+        .expect("the errand binary starts");
+        self.controller = Some(Controller::Process(child));
+        wait_until_ready(address, "the controller", RUN_WAIT).await;
+    }
+
+    /// Kills the controller as a crash would: no graceful shutdown.
+    pub async fn kill_controller(&mut self) {
+        if let Some(Controller::Task(task)) = &mut self.controller {
+            task.abort();
+            let _ = task.await;
+        }
+        self.controller = None;
+    }
+
+    /// The log of the [`Mode::WithPods`] controller, across its restarts.
+    ///
+    /// # Panics
+    /// In [`Mode::WithoutPods`], whose controller has no log of its own.
+    pub fn controller_log(&self) -> String {
+        assert_eq!(
+            self.mode,
+            Mode::WithPods,
+            "only the controller process writes a log"
+        );
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// An `Api` for a namespaced kind in this test's namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.namespace.api()
+    }
+
+    /// Creates a Secret or an errand object from its JSON form in this test's namespace.
+    pub async fn create(&self, object: Value) {
+        errand_support::create(&self.client, self.namespace.name(), object).await;
+    }
+
+    /// Creates an Agent named `name` on `image` (never pulled) running `sh -c script`.
+    pub async fn create_agent(&self, name: &str, image: &str, script: &str) {
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": name},
+            "spec": {
+                "runtime": {"image": image, "imagePullPolicy": "Never", "command": ["sh", "-c", script]},
+                "config": {"config_format": "agents-spec-v1", "name": name},
+            },
+        }))
+        .await;
+    }
+
+    /// Creates an execution of Agent `agent` asked "What is 12 multiplied by 8?", with the
+    /// fields of `extra` added to (or replacing those of) its spec.
+    pub async fn create_execution(&self, name: &str, agent: &str, extra: Value) {
+        let mut spec = json!({"agentRef": {"name": agent}, "input": "What is 12 multiplied by 8?"});
+        spec.as_object_mut().unwrap().extend(
+            extra
+                .as_object()
+                .expect("the extra fields are an object")
+                .clone(),
+        );
+        self.create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))
+        .await;
+    }
+
+    /// Applies a JSON merge patch to object `name` of kind `K`.
+    pub async fn merge_patch<K>(&self, name: &str, patch: Value)
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        self.api::<K>()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap_or_else(|e| panic!("patching {name}: {e}"));
+    }
+
+    /// Asks for the execution to be cancelled, as `errand cancel` does.
+    pub async fn cancel(&self, name: &str) {
+        self.merge_patch::<AgentExecution>(name, json!({"spec": {"cancel": true}}))
+            .await;
+    }
+
+    /// How long a wait for an execution lasts in this mode.
+    pub fn wait_limit(&self) -> Duration {
+        match self.mode {
+            Mode::WithoutPods => WAIT,
+            Mode::WithPods => RUN_WAIT,
+        }
+    }
+
+    /// Waits until the execution is in `phase`, failing early if it ends in another one.
+    ///
+    /// # Panics
+    /// After [`Harness::wait_limit`] or on another terminal phase, with a report of the
+    /// execution, its Job and the controller.
+    pub async fn wait_for_phase(&self, name: &str, phase: Phase) -> AgentExecution {
+        let ended = |e: &AgentExecution| phase_of(e).is_some_and(|p| p.is_terminal());
+        self.wait_until(
+            name,
+            &format!("to be {phase:?}"),
+            |e| phase_of(e) == Some(phase),
+            ended,
+        )
+        .await
+    }
+
+    /// Waits until the execution ended in `phase` (`Failed` or `Cancelled`) and checks that
+    /// its `Failed` condition gives `reason`.
+    pub async fn wait_for_failure(
+        &self,
+        name: &str,
+        phase: Phase,
+        reason: Reason,
+    ) -> AgentExecution {
+        let execution = self.wait_for_phase(name, phase).await;
+        assert_eq!(
+            reason_of(&execution, ConditionType::Failed),
+            Some(reason.as_str()),
+            "execution {name}: {}",
+            message_of(&execution)
+        );
+        execution
+    }
+
+    /// Waits until the execution satisfies `accept`; `what` says what that is, for the report.
+    pub async fn wait_for_execution(
+        &self,
+        name: &str,
+        what: &str,
+        accept: impl Fn(&AgentExecution) -> bool,
+    ) -> AgentExecution {
+        self.wait_until(name, what, accept, |_| false).await
+    }
+
+    async fn wait_until(
+        &self,
+        name: &str,
+        what: &str,
+        accept: impl Fn(&AgentExecution) -> bool,
+        hopeless: impl Fn(&AgentExecution) -> bool,
+    ) -> AgentExecution {
+        let api = self.api::<AgentExecution>();
+        let limit = self.wait_limit();
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let current = api.get_opt(name).await.ok().flatten();
+            if let Some(execution) = current.as_ref().filter(|e| accept(e)) {
+                return execution.clone();
+            }
+            let failure = if current.as_ref().is_some_and(&hopeless) {
+                "it ended otherwise".to_owned()
+            } else if tokio::time::Instant::now() >= deadline {
+                format!("timed out after {}s", limit.as_secs())
+            } else {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            };
+            let status = current.map(|e| e.status);
+            let job =
+                cluster::describe_job(&self.client, self.namespace.name(), &job_name(name)).await;
+            let log = match self.mode {
+                Mode::WithPods => tail(&self.controller_log(), 30),
+                Mode::WithoutPods => "(in this process)".to_owned(),
+            };
+            panic!(
+                "execution {name} {what}: {failure}; status {}\n{job}\ncontroller log tail:\n{log}",
+                serde_json::to_string_pretty(&status).unwrap(),
+            );
+        }
+    }
+
+    /// The Events in this test's namespace.
+    pub async fn events(&self) -> Vec<Event> {
+        self.api::<Event>()
+            .list(&ListParams::default())
+            .await
+            .expect("listing events")
+            .items
+    }
+
+    /// Whether none of errand's children (Jobs, ConfigMaps, Secrets) is in the namespace.
+    pub async fn has_no_children(&self) -> bool {
+        self.namespace.managed::<Job>().await.is_empty()
+            && self.namespace.managed::<ConfigMap>().await.is_empty()
+            && self.namespace.managed::<Secret>().await.is_empty()
+    }
+
+    /// Waits until the garbage collector has removed all of errand's children.
+    pub async fn wait_for_no_children(&self) {
+        wait_for(
+            "the children to be garbage-collected",
+            self.wait_limit(),
+            || async { self.has_no_children().await.then_some(()) },
+        )
+        .await;
+    }
+
+    /// Waits until no Job of errand's is left in the namespace.
+    pub async fn wait_for_no_jobs(&self) {
+        wait_for("the Job to be deleted", self.wait_limit(), || async {
+            self.namespace
+                .managed::<Job>()
+                .await
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until the execution is gone, its deletion finished.
+    pub async fn wait_until_gone(&self, name: &str) {
+        let api = self.api::<AgentExecution>();
+        wait_for("the execution to be gone", self.wait_limit(), || async {
+            let gone = api
+                .get_opt(name)
+                .await
+                .expect("reading the execution")
+                .is_none();
+            gone.then_some(())
+        })
+        .await;
+    }
+
+    /// Where the execution's results are kept.
+    pub fn execution_id(&self, execution: &AgentExecution) -> ExecutionId {
+        execution_id(self.namespace.name(), execution)
+    }
+
+    /// A saved result of the execution.
+    pub async fn result(&self, execution: &AgentExecution, name: ResultName) -> Vec<u8> {
+        let key = errand::store::keys::result(&self.execution_id(execution), name).unwrap();
+        read_all(&self.store(), &key).await
+    }
+
+    /// A saved JSON record of the execution.
+    pub async fn result_json(&self, execution: &AgentExecution, name: ResultName) -> Value {
+        serde_json::from_slice(&self.result(execution, name).await).unwrap()
+    }
+
+    /// The regular files of a saved tarball of the execution, by path.
+    pub async fn result_files(
+        &self,
+        execution: &AgentExecution,
+        name: ResultName,
+    ) -> std::collections::BTreeMap<String, String> {
+        tar_files(&self.result(execution, name).await)
+    }
+
+    /// Stops the controller and deletes the namespace.
+    pub async fn finish(mut self) {
+        self.kill_controller().await;
+        self.namespace.delete().await;
+    }
+}
+
+/// Runs the controller in this process for `namespace` until the task is aborted: its Jobs use
+/// `image` and never pull it; with `blobs`, it serves the store's signed URLs there, and
+/// without, it signs URLs nothing serves.
+pub fn spawn_controller(
+    client: Client,
+    namespace: &str,
+    store: Store,
+    image: &str,
+    blobs: Option<SocketAddr>,
+) -> tokio::task::JoinHandle<()> {
+    let base_url = blobs.map_or_else(|| UNSERVED_BLOB_URL.to_owned(), |a| format!("http://{a}"));
+    let signer = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
+    let mut config = ControllerConfig::new(image);
+    // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
+    config.errand_image_pull_policy = Some("Never".into());
+    let options = ServeOptions {
+        config,
+        namespace: Some(namespace.to_owned()),
+        results: store,
+        signer: signer.clone(),
+        serve_blobs: blobs.map(|_| signer),
+        listen: blobs,
+        webhook: None,
+        leader_election: None,
+        instance: format!("test-{namespace}"),
+    };
+    tokio::spawn(async move {
+        run(client, options, std::future::pending())
+            .await
+            .expect("the controller runs");
+    })
+}
+
+/// `errand controller` for `namespace` as the cluster tests run it, to be completed with its
+/// leader election and staging budget: Jobs on the errand image the node has (never pulled),
+/// results in the store at `store_url`, signed URLs for `blob_url`, serving at `listen`, its
+/// output appended to `log`.
+pub fn controller_command(
+    namespace: &str,
+    store_url: &str,
+    blob_url: &str,
+    listen: SocketAddr,
+    log: &Path,
+) -> Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+    command
+        .args(["controller", "--errand-image", ERRAND_IMAGE])
+        .args(["--errand-image-pull-policy", "Never"])
+        .args(["--store", store_url])
+        .args(["--blob-url", blob_url])
+        .args(["--listen", &listen.to_string()])
+        .args(["--watch-namespace", namespace])
+        .args(["--termination-grace-seconds", "30"])
+        .env("KUBECONFIG", cluster::kubeconfig_path())
+        .env("ERRAND_SIGNING_KEY", SIGNING_KEY)
+        .env("RUST_LOG", "info,errand=debug")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    command
+}
+
+/// Waits until the controller process serving at `address` (`who`, for the report) is ready.
+pub async fn wait_until_ready(address: SocketAddr, who: &str, limit: Duration) {
+    let ready = format!("http://{address}/readyz");
+    wait_for(&format!("{who} to be ready"), limit, || {
+        let ready = ready.clone();
+        async move {
+            let response = reqwest::get(&ready).await.ok()?;
+            response.status().is_success().then_some(())
+        }
+    })
+    .await;
+}
+
+/// The uids of the Jobs seen, by Job name.
+pub type JobsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// Records the uid of every Job that ever appears through `api`, by name, until the task is
+/// aborted.
+pub fn record_jobs(api: Api<Job>) -> (JobsSeen, tokio::task::JoinHandle<()>) {
+    let seen = JobsSeen::default();
+    let record = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        let mut jobs = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .boxed();
+        while let Some(job) = jobs.next().await {
+            if let Ok(job) = job {
+                let uid = job.uid().unwrap_or_default();
+                record
+                    .lock()
+                    .unwrap()
+                    .entry(job.name_any())
+                    .or_default()
+                    .insert(uid);
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Where an execution's results are kept.
+pub fn execution_id(namespace: &str, execution: &AgentExecution) -> ExecutionId {
+    ExecutionId {
+        namespace: namespace.to_owned(),
+        name: execution.name_any(),
+        uid: execution.uid().expect("a created execution has a uid"),
+    }
+}
+
+/// The execution's phase.
+pub fn phase_of(execution: &AgentExecution) -> Option<Phase> {
+    execution.status.as_ref()?.phase
+}
+
+/// The reason of the execution's condition `type_`.
+pub fn reason_of(execution: &AgentExecution, type_: ConditionType) -> Option<&str> {
+    let status = execution.status.as_ref()?;
+    Some(conditions::get(&status.conditions, type_)?.reason.as_str())
+}
+
+/// The execution's status message, empty when there is none.
+pub fn message_of(execution: &AgentExecution) -> String {
+    execution
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+/// The names of the results the execution's status lists.
+pub fn result_names(execution: &AgentExecution) -> Vec<String> {
+    execution
+        .status
+        .as_ref()
+        .map(|s| s.results.iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
