@@ -323,15 +323,7 @@ fn watch_follows_a_background_run_to_its_end() {
 #[test]
 fn delete_removes_the_record_and_the_stored_results() {
     let home = Home::new();
-    let (_, answer) = home.json(&[
-        "execute",
-        "--local",
-        "--agent",
-        &calculator(),
-        "--input",
-        "What is 2 plus 2?",
-    ]);
-    let name = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let name = run_calculator(&home);
     let results_dir = home.path().join("home/store/results/default").join(&name);
     assert!(results_dir.exists());
     let (code, answer) = home.json(&["delete", &name]);
