@@ -500,3 +500,100 @@ async fn a_namespace_lifetime_takes_finished_executions_that_set_none_of_their_o
     assert_eq!(harness.store().list(&keeps).await.unwrap().len(), 1);
     harness.finish().await;
 }
+
+/// `errand admin sweep-store` against this test's cluster namespace and store; returns the
+/// groups it removed (or would), as (kind, id), sorted.
+fn sweep_store(harness: &Harness, extra: &[&str]) -> Vec<(String, String)> {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_errand"))
+        .args(["admin", "sweep-store", "--grace", "0", "-o", "json"])
+        .args(["--namespace", harness.namespace.name()])
+        .arg(format!("--store=file://{}", harness.store_dir().display()))
+        .args(extra)
+        .env("KUBECONFIG", cluster::kubeconfig_path())
+        .env("ERRAND_BACKEND", "cluster")
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert!(output.status.success(), "{answer}");
+    let mut groups: Vec<(String, String)> = answer["sweep"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let field = |name: &str| g[name].as_str().unwrap().to_owned();
+            (field("kind"), field("id"))
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_sweep_keeps_what_executions_filesets_and_snapshots_reference() {
+    let Some(harness) = Harness::start("ctl-sweep", Mode::WithoutPods).await else {
+        return;
+    };
+    create_catalog(&harness).await;
+    // A live execution stages Fileset repo at its first content; a second push replaces it,
+    // so only the execution's snapshot pins the first blob.
+    let first = harness.push_fileset("repo", "examples/workdir/repo").await;
+    create_calculation(
+        &harness,
+        "live",
+        json!({"queueName": "team-queue", "workdir": {"base": "repo"}}),
+    )
+    .await;
+    let live = harness.wait_for_phase("live", Phase::Starting).await;
+    let live_results = store_a_result(&harness, &live).await;
+    let second = harness
+        .push_fileset("repo", "examples/workdir/datasets")
+        .await;
+    // Results of an execution that is gone, and a blob no Fileset points at.
+    let ghost_uid = "0b6c0a4e-8c43-4d7a-9a55-00000000dead";
+    let record = bytes::Bytes::from_static(b"{}");
+    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
+    let ghost = format!("results/{}/ghost/{ghost_uid}/", harness.namespace.name());
+    let store = harness.store();
+    store
+        .put_new(&format!("{ghost}run_result"), body)
+        .await
+        .unwrap();
+    let loose = store
+        .push_fileset(
+            harness.namespace.name(),
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/calculator"),
+        )
+        .await
+        .unwrap()
+        .digest;
+
+    let unreferenced = vec![
+        ("fileset".to_owned(), loose.clone()),
+        ("results".to_owned(), ghost_uid.to_owned()),
+    ];
+    assert_eq!(sweep_store(&harness, &["--dry-run"]), unreferenced);
+    assert_eq!(
+        store.list(&ghost).await.unwrap().len(),
+        1,
+        "a dry run removes nothing"
+    );
+    assert_eq!(sweep_store(&harness, &[]), unreferenced);
+    assert!(store.list(&ghost).await.unwrap().is_empty());
+    let blobs = store
+        .list(&format!("filesets/{}/", harness.namespace.name()))
+        .await
+        .unwrap();
+    let kept = |digest: &str| blobs.iter().any(|b| b.key.contains(digest));
+    assert!(!kept(&loose), "{blobs:?}");
+    assert!(kept(&first), "the live snapshot's blob was removed");
+    assert!(kept(&second), "the Fileset's blob was removed");
+    assert_eq!(store.list(&live_results).await.unwrap().len(), 1);
+    assert_eq!(sweep_store(&harness, &[]), vec![], "nothing left to sweep");
+    harness.finish().await;
+}

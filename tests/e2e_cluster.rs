@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 use support::cluster;
 use support::errand::wait_for;
@@ -98,43 +98,14 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
-/// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
-/// creates Fileset `name` with the content's digest, size and file count in its status by hand
-/// (`errand filesets push` records Filesets only in the local backend's catalog).
-async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let pushed = e2e
-        .store()
-        .push_fileset(e2e.namespace.name(), &dir)
-        .await
-        .unwrap();
-    e2e.create(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
-        "metadata": {"name": name},
-        "spec": {},
-    }))
-    .await;
-    e2e.api::<errand::api::Fileset>()
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "digest": format!("sha256:{}", pushed.digest),
-                "size": pushed.size,
-                "fileCount": pushed.file_count,
-            }})),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workdir_is_staged_from_filesets_in_the_pod() {
     let Some(e2e) = Harness::start("e2e-workdir", Mode::WithPods).await else {
         return;
     };
-    push_fileset(&e2e, "repo", "examples/workdir/repo").await;
-    push_fileset(&e2e, "datasets", "examples/workdir/datasets").await;
+    e2e.push_fileset("repo", "examples/workdir/repo").await;
+    e2e.push_fileset("datasets", "examples/workdir/datasets")
+        .await;
     let mut execution = example("examples/workdir/execution.yaml");
     // The example names a public image; the node has only the local busybox.
     execution["spec"]["agent"]["runtime"]["image"] = json!(cluster::BUSYBOX_IMAGE);
