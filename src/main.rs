@@ -1,8 +1,6 @@
 //! The `errand` binary: wiring only.
 #![forbid(unsafe_code)]
 
-use clap::Parser;
-
 fn main() {
-    std::process::exit(errand::cli::run(errand::cli::Cli::parse()));
+    std::process::exit(errand::cli::run_args(std::env::args_os().collect()));
 }

@@ -24,7 +24,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::cluster::{self, POD_GATEWAY, TestNamespace};
 use support::errand::{create, install_crds, wait_for};
-use support::harness::{controller_command, execution_id, record_jobs, wait_until_ready};
+use support::harness::{controller_command, execution_id, record_uids, wait_until_ready};
 use support::store::collect;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -39,6 +39,8 @@ const LEASE: &str = "errand-controller";
 const TAKEOVER_SLACK: SignedDuration = SignedDuration::from_millis(500);
 /// How long a leader reconciles before the next kill.
 const LEADING_BEFORE_KILL: Duration = Duration::from_secs(4);
+/// The lease duration of `errand controller` (`LeaseSettings::new`).
+const LEASE_DURATION: Duration = Duration::from_secs(15);
 /// What a controller logs when a reconcile hangs until its timeout.
 const STALLED_RECONCILE: &str = "the reconcile did not finish within";
 /// Bytes of random data each agent leaves, so that its uploads take a moment.
@@ -204,7 +206,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         replica.wait_ready().await;
     }
 
-    let (jobs_seen, job_watch) = record_jobs(namespace.api::<Job>());
+    let (jobs_seen, job_watch) = record_uids(namespace.api::<Job>());
     create(&client, &ns, json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
         "metadata": {"name": "steady"},
@@ -218,8 +220,9 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
     }))
     .await;
     let names: Vec<String> = (0..executions).map(|i| format!("run-{i}")).collect();
-    // The executions arrive over the first kills.
-    let spacing = LEADING_BEFORE_KILL * 2 / u32::try_from(executions.max(1)).unwrap();
+    // The executions arrive throughout the kills and takeovers.
+    let kill_period = (LEADING_BEFORE_KILL + LEASE_DURATION) * u32::try_from(kills).unwrap();
+    let spacing = kill_period / u32::try_from(executions.max(1)).unwrap();
     let creating = {
         let (client, ns, names) = (client.clone(), ns.clone(), names.clone());
         tokio::spawn(async move {
@@ -254,7 +257,6 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
                 .filter(|(holder, _, _)| *holder != leader)
         })
         .await;
-        let duration = SignedDuration::from_secs(15);
         let after_renewal = acquired.duration_since(last_renewal);
         let after_kill = acquired.duration_since(killed_at);
         println!(
@@ -264,7 +266,7 @@ async fn the_leader_killed_again_and_again_loses_no_run_and_no_result() {
         );
         takeovers.push((after_kill, after_renewal));
         assert!(
-            after_renewal <= duration + TAKEOVER_SLACK,
+            after_renewal <= SignedDuration::try_from(LEASE_DURATION).unwrap() + TAKEOVER_SLACK,
             "{successor} took over {after_renewal:?} after {leader}'s last renewal: not within the lease duration"
         );
         replica.start(&ns, &store_url, &blob_url, &log_of(&leader));

@@ -127,6 +127,8 @@ fn the_values_schema_refuses_bad_values() {
         "controller.storeSweep.interval=6y",
         "agentPods.serviceAccountName=Agents",
         "agentPods.imagePullSecrets[0].name=bad/name",
+        "controller.extraction.maxBytes=0",
+        "controller.extraction.maxEntries=lots",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -166,7 +168,7 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             "Secrets must never be listed or watched: {rule}"
         );
         if kind == "ClusterRole" {
-            assert_eq!(verbs, ["get", "create"], "{rule}");
+            assert_eq!(verbs, ["get", "create", "delete"], "{rule}");
         } else if verbs.contains(&"update") {
             assert_eq!(
                 strings(&rule["resourceNames"]),
@@ -199,6 +201,12 @@ fn a_watched_namespace_gets_a_role_instead_of_a_cluster_role() {
         .find(|r| strings(&r["rules"][0]["resources"]).contains(&"agentexecutions"))
         .unwrap();
     assert_eq!(role["metadata"]["namespace"], "team-a");
+    let (kind, rule) = rules_for(&objects, "priorityclasses").pop().unwrap();
+    assert_eq!(
+        (kind, strings(&rule["verbs"])),
+        ("ClusterRole", vec!["get"]),
+        "PriorityClasses are cluster-scoped: a Role cannot grant them"
+    );
     let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
     let selector = &configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"];
     assert_eq!(selector[1]["operator"], "In");
@@ -238,6 +246,14 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         args.contains(&"--create-lease=false"),
         "the chart owns the Lease"
     );
+    // Large integers render whole, not as floats.
+    for arg in [
+        "--staging-budget-seconds=900",
+        "--max-extract-bytes=17179869184",
+        "--max-extract-entries=1000000",
+    ] {
+        assert!(args.contains(&arg), "{arg} not in {args:?}");
+    }
     assert_eq!(
         of_kind(&objects, "Lease")[0]["metadata"]["name"],
         "errand-controller"

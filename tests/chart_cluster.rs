@@ -1,4 +1,4 @@
-//! The Helm chart on the real test cluster, start to finish: `helm install` with the locally built images brings two controller replicas Ready in a namespace that enforces the `restricted` Pod Security Standard; `kubectl apply` of each bad input is refused naming its field and creates nothing; a valid execution runs there and its result is in the store; `helm test` passes; the webhook's cost on a create is measured; with the controller scaled to zero CEL still refuses what it can and the webhook fails closed; `helm upgrade` puts a removed webhook back; `helm uninstall` leaves nothing behind but the CRDs.
+//! The Helm chart on the real test cluster, start to finish: `helm install` with the locally built images brings two controller replicas Ready in a namespace that enforces the `restricted` Pod Security Standard; `kubectl apply` of each bad input is refused naming its field and creates nothing; a valid execution runs there and its result is in the store; `helm test` passes; the webhook's cost on a create is measured; with the controller scaled to zero CEL still refuses what it can and the webhook fails closed; every API call the release made was permitted by the chart's RBAC (the audit log, then SubjectAccessReview); `helm upgrade` puts a removed webhook back; `helm uninstall` leaves nothing behind but the CRDs.
 //!
 //! One test, because every step needs the installed release and the steps run in this order.
 //! Needs `helm` and `kubectl` on PATH and the errand image in the node (`hack/test.sh` does
@@ -6,12 +6,14 @@
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
@@ -21,6 +23,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use support::audit;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, wait_for};
 use support::harness::execution_id;
@@ -322,6 +325,81 @@ async fn ca_bundle(client: &Client, configuration: &str) -> Vec<u8> {
         },
     )
     .await
+}
+
+/// Every API call the release's controller and webhook made during the test, as the API
+/// server's audit log recorded them, was permitted; and each kind of call the chart must allow
+/// in every tenant namespace is allowed in one no test used, asked with SubjectAccessReview.
+/// A call the code makes without a rule in the chart fails here.
+async fn assert_every_call_of_the_release_was_permitted(client: &Client, namespace: &str) {
+    let user = format!("system:serviceaccount:{namespace}:{RELEASE}");
+    let calls = audit::calls_of(&user);
+    assert!(
+        calls.keys().any(|c| c.resource == "agentexecutions/status"),
+        "the audit log holds the release's calls: {calls:?}"
+    );
+    // The authorizer's decision, not the code: a 403 also comes from admission (an event
+    // created in a namespace that is being deleted).
+    let refused: Vec<_> = calls
+        .iter()
+        .filter(|(_, answers)| answers.iter().any(|a| a.decision == "forbid"))
+        .map(|(call, _)| call)
+        .take(10)
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the chart's RBAC refused calls the release made (first 10): {refused:?}"
+    );
+    // Calls in tenant namespaces, as calls in any namespace: the grant must not depend on
+    // which namespaces this test happened to use.
+    let kinds: BTreeSet<audit::Call> = calls
+        .into_keys()
+        .map(|call| match &call.namespace {
+            Some(ns) if ns != namespace => audit::Call {
+                namespace: Some("errand-any-tenant".to_owned()),
+                name: None,
+                ..call
+            },
+            _ => call,
+        })
+        .collect();
+    let reviews = Api::<SubjectAccessReview>::all(client.clone());
+    let mut summary = Vec::new();
+    for call in &kinds {
+        let (resource, subresource) = match call.resource.split_once('/') {
+            Some((resource, sub)) => (resource, Some(sub.to_owned())),
+            None => (call.resource.as_str(), None),
+        };
+        let review: SubjectAccessReview = serde_json::from_value(json!({
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{namespace}"), "system:authenticated"],
+                "resourceAttributes": {
+                    "group": call.group, "resource": resource, "subresource": subresource,
+                    "verb": call.verb, "namespace": call.namespace, "name": call.name,
+                },
+            },
+        }))
+        .unwrap();
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .unwrap();
+        let allowed = answer.status.is_some_and(|s| s.allowed);
+        assert!(allowed, "the chart does not allow {call:?}");
+        let group = if call.group.is_empty() {
+            "core"
+        } else {
+            &call.group
+        };
+        summary.push(format!("{group}/{} {}", call.resource, call.verb));
+    }
+    summary.dedup();
+    eprintln!(
+        "the release made {} kinds of API calls, all permitted by the chart: {}",
+        summary.len(),
+        summary.join(", ")
+    );
 }
 
 #[tokio::test]
@@ -644,6 +722,7 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     );
     deployment_ready(&client, &ns, 2).await;
     closed.delete().await;
+    assert_every_call_of_the_release_was_permitted(&client, &ns).await;
 
     // helm uninstall leaves the CRDs and nothing else.
     succeed(

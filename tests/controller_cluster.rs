@@ -3,25 +3,30 @@
 //!
 //! These tests cover what does not need a pod to run, with an errand image the node does not
 //! have: invalid specs, children and their owners, create-only across a restart, snapshot
-//! immutability, secret hygiene, start timeout, Kueue-held cancel, deletion, and deletion when
-//! a finished execution's lifetime runs out. Runs of real pods are in `e2e_cluster.rs`.
+//! immutability, secret hygiene, start timeout, children the API server refuses (for good or
+//! for now), Kueue-held cancel, deletion, and deletion when a finished execution's lifetime
+//! runs out. Runs of real pods are in `e2e_cluster.rs`.
 
 mod support;
 
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ResourceQuota, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use support::cluster;
 use support::errand::{WAIT, wait_for};
-use support::harness::{Harness, Mode, phase_of, reason_of};
+use support::harness::{Harness, Mode, message_of, phase_of, reason_of};
 
 use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
+use errand::controller::status::conditions;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
 
@@ -254,6 +259,195 @@ async fn an_image_that_cannot_be_pulled_fails_after_the_start_timeout() {
     assert!(
         message.contains("ErrImageNeverPull") && message.contains("errand-stage"),
         "{message}"
+    );
+    harness.wait_for_no_jobs().await;
+    harness.finish().await;
+}
+
+/// A ValidatingAdmissionPolicy that refuses every Job created in `namespace`, removed again
+/// when dropped (it is cluster-scoped).
+struct JobsRefused {
+    client: kube::Client,
+    name: String,
+}
+
+/// What the policy answers.
+const REFUSED_BY_POLICY: &str = "Jobs are not allowed in this namespace (test policy)";
+
+impl JobsRefused {
+    async fn install(harness: &Harness) -> Self {
+        let namespace = harness.namespace.name();
+        let name = format!("refuse-jobs-{namespace}");
+        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": ["batch"], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["jobs"],
+                }]},
+                "validations": [{"expression": "false", "message": REFUSED_BY_POLICY}],
+            },
+        }))
+        .unwrap();
+        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": namespace},
+                }},
+            },
+        }))
+        .unwrap();
+        let client = harness.client.clone();
+        Api::<ValidatingAdmissionPolicy>::all(client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        // The API server loads a policy within a second or so: wait until a dry run is refused.
+        let jobs = harness.api::<Job>();
+        let probe: Job = serde_json::from_value(json!({
+            "metadata": {"name": "probe"},
+            "spec": {"template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "probe", "image": cluster::BUSYBOX_IMAGE}],
+            }}},
+        }))
+        .unwrap();
+        wait_for("the policy to refuse Jobs", WAIT, || {
+            let jobs = jobs.clone();
+            let probe = probe.clone();
+            async move {
+                let dry_run = PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                };
+                match jobs.create(&dry_run, &probe).await {
+                    Err(kube::Error::Api(status)) if status.code == 422 => Some(()),
+                    _ => None,
+                }
+            }
+        })
+        .await;
+        Self { client, name }
+    }
+
+    async fn remove(self) {
+        let params = DeleteParams::default();
+        Api::<ValidatingAdmissionPolicyBinding>::all(self.client.clone())
+            .delete(&self.name, &params)
+            .await
+            .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(self.client.clone())
+            .delete(&self.name, &params)
+            .await
+            .unwrap();
+    }
+}
+
+/// What admission cannot foresee (here a cluster policy) and the API server then refuses for
+/// good fails the execution with the API server's words, and no half-created child stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_refused_for_good_fails_the_execution_with_the_refusal_and_leaves_no_children() {
+    let Some(harness) = Harness::start("ctl-refused", Mode::WithoutPods).await else {
+        return;
+    };
+    create_catalog(&harness).await;
+    let policy = JobsRefused::install(&harness).await;
+    create_calculation(&harness, "refused", json!({})).await;
+    let execution = harness
+        .wait_for_failure("refused", Phase::Failed, Reason::CreateRejected)
+        .await;
+    let message = message_of(&execution);
+    assert!(
+        message.contains(REFUSED_BY_POLICY) && message.contains("Job"),
+        "{message}"
+    );
+    harness.wait_for_no_children().await;
+    policy.remove().await;
+    harness.finish().await;
+}
+
+/// A refusal that may pass with time (a quota) is retried, and the status shows it after a few
+/// attempts; once it passes, the run goes on. A Job whose pod can never be created (a pod quota
+/// of 0) ends at its start timeout with the Job controller's reason, read from the Job's events
+/// with the chart's permissions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_shows_as_retrying_and_a_pod_that_is_never_created_fails_naming_why() {
+    let Some(harness) = Harness::start("ctl-quota", Mode::WithoutPods).await else {
+        return;
+    };
+    create_catalog(&harness).await;
+    // The namespace's own kube-root-ca.crt takes the one ConfigMap allowed.
+    let quota: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": "tight"},
+        "spec": {"hard": {"configmaps": "1", "pods": "0"}},
+    }))
+    .unwrap();
+    let quotas = harness.api::<ResourceQuota>();
+    quotas.create(&PostParams::default(), &quota).await.unwrap();
+    wait_for("the quota to count kube-root-ca.crt", WAIT, || {
+        let quotas = quotas.clone();
+        async move {
+            let used = quotas.get("tight").await.ok()?.status?.used?;
+            (used.get("configmaps")?.0 == "1").then_some(())
+        }
+    })
+    .await;
+    create_calculation(&harness, "squeezed", json!({"startTimeoutSeconds": 5})).await;
+    let retrying = harness
+        .wait_for_execution("squeezed", "to show that it is retrying", |e| {
+            reason_of(e, ConditionType::Retrying).is_some()
+        })
+        .await;
+    assert_eq!(phase_of(&retrying), None, "nothing started yet");
+    let status = retrying.status.as_ref().unwrap();
+    let condition = conditions::get(&status.conditions, ConditionType::Retrying).unwrap();
+    assert!(
+        condition.message.contains("exceeded quota"),
+        "the last error: {}",
+        condition.message
+    );
+    // Written once for the same error: a status write wakes the controller past its backoff.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = harness
+        .api::<AgentExecution>()
+        .get("squeezed")
+        .await
+        .unwrap();
+    assert_eq!(
+        later.resource_version(),
+        retrying.resource_version(),
+        "no status write while the error stays the same"
+    );
+
+    quotas
+        .patch(
+            "tight",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"configmaps": null}}})),
+        )
+        .await
+        .unwrap();
+    let execution = harness
+        .wait_for_failure("squeezed", Phase::Failed, Reason::StartTimeout)
+        .await;
+    let message = message_of(&execution);
+    assert!(
+        message.contains("no pod was created")
+            && message.contains("FailedCreate")
+            && message.contains("exceeded quota"),
+        "{message}"
+    );
+    assert!(
+        reason_of(&execution, ConditionType::Retrying).is_none(),
+        "the condition goes once a reconcile succeeds"
     );
     harness.wait_for_no_jobs().await;
     harness.finish().await;

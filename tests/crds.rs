@@ -219,3 +219,122 @@ fn agent_spec_is_immutable() {
         vec!["Agent spec is immutable; delete and re-create the Agent to change it"]
     );
 }
+
+fn environment(compute: Value) -> Value {
+    json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "e"},
+           "spec": {"compute": compute}})
+}
+
+#[test]
+fn a_gpu_request_without_an_equal_limit_is_refused_with_the_environment() {
+    let schema = schema::<errand::api::AgentEnvironment>();
+    let gpu = "requests[nvidia.com/gpu] needs an equal limits[nvidia.com/gpu]: GPUs cannot be overcommitted";
+    let refused = [
+        json!({"requests": {"nvidia.com/gpu": "1"}}),
+        json!({"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "1"}}),
+        json!({"requests": {"nvidia.com/gpu": 1}, "limits": {"cpu": "1"}}),
+    ];
+    for resources in refused {
+        assert_eq!(
+            cel_messages(&schema, &environment(json!({"resources": resources})), None),
+            vec![gpu],
+            "{resources}"
+        );
+    }
+    let equal = json!({"resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": 1}}});
+    assert_eq!(
+        cel_messages(&schema, &environment(equal), None),
+        Vec::<String>::new()
+    );
+    let limit_only = json!({"resources": {"limits": {"nvidia.com/gpu": "4"}}});
+    assert_eq!(
+        cel_messages(&schema, &environment(limit_only), None),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn requests_above_limits_are_refused_in_cel_in_environments_and_inline() {
+    let inline = schema::<AgentExecution>();
+    let schema = schema::<errand::api::AgentEnvironment>();
+    let above = "requests must not exceed limits (cpu, memory)";
+    let with = |requests: Value, limits: Value| {
+        cel_messages(
+            &schema,
+            &environment(json!({"resources": {"requests": requests, "limits": limits}})),
+            None,
+        )
+    };
+    assert_eq!(with(json!({"cpu": "2"}), json!({"cpu": "1"})), vec![above]);
+    assert_eq!(
+        with(json!({"cpu": "1001m"}), json!({"cpu": 1})),
+        vec![above]
+    );
+    assert_eq!(
+        with(json!({"memory": "1025Mi"}), json!({"memory": "1Gi"})),
+        vec![above]
+    );
+    assert_eq!(
+        with(json!({"cpu": "500m"}), json!({"cpu": 1})),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        with(json!({"memory": "1Gi"}), json!({"memory": "1024Mi"})),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        with(json!({"cpu": "4"}), json!({"memory": "1Gi"})),
+        Vec::<String>::new(),
+        "no limit to exceed"
+    );
+
+    let mut spec = valid_spec();
+    spec["environment"] =
+        json!({"compute": {"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}}});
+    assert_eq!(cel_messages(&inline, &execution(spec), None), vec![above]);
+}
+
+#[test]
+fn toleration_operators_and_effects_are_refused_in_cel() {
+    let schema = schema::<errand::api::AgentEnvironment>();
+    let with = |tolerations: Value| {
+        cel_messages(
+            &schema,
+            &environment(json!({"tolerations": tolerations})),
+            None,
+        )
+    };
+    assert_eq!(
+        with(json!([{"key": "gpu", "operator": "Bogus"}])),
+        vec!["a toleration's operator must be one of Equal, Exists"]
+    );
+    assert_eq!(
+        with(json!([{"operator": "Exists", "effect": "NoRun"}])),
+        vec![
+            "a toleration's effect must be empty or one of NoSchedule, PreferNoSchedule, NoExecute"
+        ]
+    );
+    assert_eq!(
+        with(
+            json!([{"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}, {"operator": "Exists"}])
+        ),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn input_and_timeouts_have_documented_maximums_in_the_schema() {
+    let schema = schema::<AgentExecution>();
+    let spec = &schema["properties"]["spec"]["properties"];
+    assert_eq!(
+        spec["input"]["maxLength"],
+        json!(errand::api::MAX_INPUT_BYTES)
+    );
+    for field in ["timeoutSeconds", "startTimeoutSeconds"] {
+        assert_eq!(
+            spec[field]["maximum"].as_f64(),
+            Some(errand::api::MAX_TIMEOUT_SECONDS as f64),
+            "{field}"
+        );
+    }
+}

@@ -9,20 +9,23 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::DeleteParams;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{DeleteParams, EvictParams, ListParams};
 use serde_json::{Value, json};
 use support::cluster;
 use support::errand::wait_for;
 use support::harness::{
-    Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_jobs, result_names, tail,
+    Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_uids, result_names, tail,
 };
 
-use errand::api::contract::{ConditionType, Reason};
+use errand::api::contract::{self, ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::store::keys::ResultName;
 
 const SECRET_VALUE: &str = "sk-e2e-secret-value-7a7a7a";
+/// An agent that leaves a file and a line of output, then runs until it is stopped.
+const PATIENT_AGENT: &str = "echo partial > partial.txt; echo working; sleep 600";
 
 /// A manifest file of `examples/` as JSON.
 fn example(path: &str) -> Value {
@@ -143,6 +146,25 @@ async fn the_workdir_is_staged_from_filesets_in_the_pod() {
         e2e.result_json(&done, ResultName::RunResult).await["response"],
         "5"
     );
+
+    // A subpath the Fileset does not hold is refused from the path index pushed beside its
+    // blob, naming the field, before any pod runs.
+    let mut missing = example("examples/workdir/execution.yaml");
+    missing["metadata"]["name"] = json!("missing-subpath");
+    missing["spec"]["workdir"]["artifactMounts"][0]["ref"] = json!("datasets#no-such-dir/");
+    e2e.create(missing).await;
+    let refused = e2e.wait_for_phase("missing-subpath", Phase::Failed).await;
+    let message = message_of(&refused);
+    assert!(
+        message.contains(
+            "spec.workdir.artifactMounts[0].ref: Fileset \"datasets\" has no path \"no-such-dir/\""
+        ),
+        "{message}"
+    );
+    assert!(
+        refused.status.as_ref().unwrap().job_name.is_none(),
+        "no Job"
+    );
     e2e.finish().await;
 }
 
@@ -219,12 +241,8 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     let Some(e2e) = Harness::start("e2e-cancel", Mode::WithPods).await else {
         return;
     };
-    e2e.create_agent(
-        "patient",
-        cluster::BUSYBOX_IMAGE,
-        "echo partial > partial.txt; echo working; sleep 600",
-    )
-    .await;
+    e2e.create_agent("patient", cluster::BUSYBOX_IMAGE, PATIENT_AGENT)
+        .await;
     e2e.create_execution("patient", "patient", json!({})).await;
     e2e.wait_for_phase("patient", Phase::Running).await;
     // Running means the container started; give the agent a moment to write its file.
@@ -234,12 +252,105 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
         .wait_for_failure("patient", Phase::Cancelled, Reason::Cancelled)
         .await;
     assert!(message_of(&done).contains("partial results saved"));
+    // A cancel reaches the pod as its deletion; the runner cannot tell the two apart and
+    // records that its pod was stopped, the status says why.
     let error = e2e.result_json(&done, ResultName::RunError).await;
-    assert_eq!(error["type"], "Cancelled");
+    assert_eq!(error["type"], "Terminated", "{error}");
     let workdir = e2e.result_files(&done, ResultName::OutputWorkdir).await;
     assert_eq!(workdir["partial.txt"], "partial\n");
     let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
     assert!(artifacts["stdout.log"].contains("working"));
+    e2e.finish().await;
+}
+
+/// The pod of the execution `name`.
+async fn pod_of(e2e: &Harness, name: &str) -> Pod {
+    let uid = e2e
+        .api::<AgentExecution>()
+        .get(name)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let label = format!("{}={uid}", contract::EXECUTION_UID_LABEL);
+    let pods = e2e
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&label))
+        .await
+        .unwrap();
+    pods.items.into_iter().next().expect("the execution's pod")
+}
+
+/// Checks that a run whose pod was taken away under the agent lists the results the runner
+/// saved on its way out, and that its `run_error` agrees with the status.
+async fn assert_stopped_with_its_results(e2e: &Harness, done: &AgentExecution) {
+    let message = message_of(done);
+    assert!(
+        message.contains("while the agent was running") && message.contains("input_workdir"),
+        "{message}"
+    );
+    let names = result_names(done);
+    for name in [
+        "input_workdir",
+        "output_workdir",
+        "output_artifacts",
+        "run_error",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+    }
+    let error = e2e.result_json(done, ResultName::RunError).await;
+    assert_eq!(error["type"], "Terminated", "{error}");
+    let workdir = e2e.result_files(done, ResultName::OutputWorkdir).await;
+    assert_eq!(workdir["partial.txt"], "partial\n");
+}
+
+/// `kubectl delete pod` and an eviction during a run are reported as what they are, not as the
+/// agent failing (exit code 143), with the results saved on the way out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_or_evicted_pod_is_reported_as_such_with_the_results_it_saved() {
+    let Some(e2e) = Harness::start("e2e-disrupt", Mode::WithPods).await else {
+        return;
+    };
+    e2e.create_agent("patient", cluster::BUSYBOX_IMAGE, PATIENT_AGENT)
+        .await;
+    e2e.create_execution("deleted", "patient", json!({})).await;
+    e2e.create_execution("evicted", "patient", json!({})).await;
+    e2e.wait_for_phase("deleted", Phase::Running).await;
+    e2e.wait_for_phase("evicted", Phase::Running).await;
+    // Running means the container started; give the agent a moment to write its file.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pods = e2e.api::<Pod>();
+    pods.delete(
+        &pod_of(&e2e, "deleted").await.name_any(),
+        &DeleteParams::default(),
+    )
+    .await
+    .unwrap();
+    pods.evict(
+        &pod_of(&e2e, "evicted").await.name_any(),
+        &EvictParams::default(),
+    )
+    .await
+    .unwrap();
+
+    let deleted = e2e
+        .wait_for_failure("deleted", Phase::Failed, Reason::PodDeleted)
+        .await;
+    assert!(
+        message_of(&deleted).contains("the pod was deleted (not by errand)"),
+        "{}",
+        message_of(&deleted)
+    );
+    assert_stopped_with_its_results(&e2e, &deleted).await;
+    let evicted = e2e
+        .wait_for_failure("evicted", Phase::Failed, Reason::PodEvicted)
+        .await;
+    assert!(
+        message_of(&evicted).contains("EvictionByEvictionAPI"),
+        "the pod's DisruptionTarget condition: {}",
+        message_of(&evicted)
+    );
+    assert_stopped_with_its_results(&e2e, &evicted).await;
     e2e.finish().await;
 }
 
@@ -276,7 +387,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
     let Some(mut e2e) = Harness::start("e2e-restart", Mode::WithPods).await else {
         return;
     };
-    let (jobs_seen, job_watch) = record_jobs(e2e.api::<Job>());
+    let (jobs_seen, job_watch) = record_uids(e2e.api::<Job>());
     e2e.create(json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "model-keys"},

@@ -3,73 +3,14 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::local::Home;
 use support::store::tar_files;
 
-/// An isolated errand home (catalog, records, store) for one test.
-struct Home {
-    dir: tempfile::TempDir,
-}
-
+/// What these tests add to a [`Home`].
 impl Home {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
-        command
-            .args(args)
-            .env("ERRAND_HOME", self.path().join("home"))
-            .env("ERRAND_BACKEND", "local")
-            .env_remove("ERRAND_STORE")
-            .env_remove("ERRAND_NAMESPACE")
-            .current_dir(self.path());
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.command(args).output().unwrap()
-    }
-
-    /// Runs a command with `-o json` and returns (exit code, the one JSON object it printed).
-    fn json(&self, args: &[&str]) -> (i32, Value) {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        let output = self.run(&all);
-        let stdout = String::from_utf8(output.stdout).unwrap();
-        let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "exactly one JSON line expected from {args:?}, got: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let value: Value = serde_json::from_str(lines[0]).unwrap();
-        assert_eq!(value["schema_version"], 1);
-        assert!(
-            value["ok"].is_boolean() && value["type"].is_string(),
-            "{value}"
-        );
-        (output.status.code().unwrap(), value)
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.path().join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
     /// An Agent manifest file whose command is `sh -c SCRIPT`.
     fn agent(&self, name: &str, script: &str) -> String {
         let manifest = json!({
@@ -436,24 +377,25 @@ fn every_admission_rejection_is_a_clear_error_and_creates_nothing() {
                 json!({}),
                 json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}}),
             )),
-            "limits[ephemeral-storage]: \"ephemeral-storage\" is not allowed",
+            // The CRD's CEL rules refuse first, as the API server does before the webhook.
+            "spec.environment.compute.resources.limits: only cpu, memory and nvidia.com/gpu may be set",
         ),
         (
             spec(environment(
                 json!({"secrets": {"AGENT_CONFIG_PATH": "model-keys#openai"}}),
                 json!({}),
             )),
-            "secrets.AGENT_CONFIG_PATH: \"AGENT_CONFIG_PATH\" is reserved",
+            "spec.environment.overlay.secrets: ERRAND_* and AGENT_CONFIG_PATH are reserved",
         ),
         (
             spec(
                 json!({"workdir": {"artifactMounts": [{"ref": "repo", "mountPath": "a"}, {"ref": "repo", "mountPath": "a/b"}]}}),
             ),
-            "artifactMounts[1].mountPath: \"a/b\" overlaps mount path \"a\"",
+            "spec.workdir.artifactMounts: mount paths must not overlap",
         ),
         (
             spec(json!({"workdir": {"artifactMounts": [{"ref": "repo", "mountPath": "../x"}]}})),
-            "artifactMounts[0].mountPath: \"../x\" must not contain '..'",
+            "spec.workdir.artifactMounts[0].mountPath: mountPath must not contain '.' or '..' segments",
         ),
         (
             spec(json!({"agentRef": {"name": "calculator", "namespace": "other"}})),
@@ -463,7 +405,7 @@ fn every_admission_rejection_is_a_clear_error_and_creates_nothing() {
             spec(
                 json!({"agentRef": null, "agent": {"runtime": {"image": "i", "command": ["x"]}, "config": {"config_format": "yaml-v9"}}}),
             ),
-            "spec.agent.config.config_format: \"yaml-v9\" is not an accepted format",
+            "spec.agent.config.config_format: Unsupported value: \"yaml-v9\"",
         ),
     ];
     for (spec, expected) in cases {
@@ -595,6 +537,511 @@ fn agents_are_immutable_and_bad_manifests_are_refused_whole() {
         .map(|f| f["metadata"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["repo"], "nothing from the refused file was applied");
+}
+
+/// The one JSON error a refused command prints, with its exit code.
+fn refusal(home: &Home, args: &[&str]) -> (i32, String, String) {
+    let (code, answer) = home.json(args);
+    assert_eq!(answer["ok"], false, "{args:?} was accepted: {answer}");
+    (
+        code,
+        answer["error"]["code"].as_str().unwrap().to_owned(),
+        answer["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[test]
+fn spec_type_errors_and_unknown_fields_name_their_field() {
+    let home = catalog_home();
+    let (code, error, message) = refusal(
+        &home,
+        &[
+            "execute",
+            "--spec",
+            r#"{"agentRef": {"name": "calculator"}, "timeoutSeconds": "30"}"#,
+        ],
+    );
+    assert_eq!((code, error.as_str()), (2, "invalid_spec"));
+    assert!(
+        message.contains(r#"spec.timeoutSeconds: invalid type: string "30", expected an integer"#),
+        "{message}"
+    );
+
+    // A misspelled field is refused, not dropped (it ran on the 3600 s default before).
+    let file = home.write(
+        "typo.yaml",
+        "agentRef: {name: calculator}\ninput: x\ntimeout_seconds: 1\n",
+    );
+    let (code, _, message) = refusal(&home, &["execute", "--spec-file", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        message.contains(r#"spec.timeout_seconds: unknown field "timeout_seconds""#),
+        "{message}"
+    );
+    let manifest = home.write(
+        "execution.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: AgentExecution\nmetadata: {name: typo}\n\
+         spec: {agentRef: {name: calculator}, input: x, workdir: {bse: repo}}\n",
+    );
+    let (_, _, message) = refusal(
+        &home,
+        &["execute", "--spec-file", manifest.to_str().unwrap()],
+    );
+    assert!(
+        message.contains(r#"spec.workdir.bse: unknown field "bse""#),
+        "{message}"
+    );
+
+    // The same in an applied manifest and in an agent file, where `config` keeps its own
+    // unknown fields verbatim but the runtime does not.
+    let agent = home.write(
+        "agent.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: typo}\n\
+         spec: {runtime: {image: i, command: [sh], entrypoint: [x]}, config: {config_format: agents-spec-v1, anything: 1}}\n",
+    );
+    for args in [
+        vec!["apply", "-f", agent.to_str().unwrap()],
+        vec![
+            "execute",
+            "--agent",
+            agent.to_str().unwrap(),
+            "--input",
+            "x",
+        ],
+    ] {
+        let (code, error, message) = refusal(&home, &args);
+        assert_eq!((code, error.as_str()), (2, "invalid_manifest"), "{args:?}");
+        assert!(
+            message.contains(r#"spec.runtime.entrypoint: unknown field "entrypoint""#)
+                && !message.contains("anything"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(home.executions_dir())
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
+}
+
+#[test]
+fn an_oversize_spec_file_or_manifest_is_refused_unread_naming_the_limit() {
+    let home = Home::new();
+    let huge = home.path().join("huge.yaml");
+    // 5 GB without using the disk: a sparse file.
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(5_000_000_000)
+        .unwrap();
+    let huge = huge.to_str().unwrap();
+    for args in [
+        vec!["execute", "--spec-file", huge],
+        vec!["apply", "-f", huge],
+        vec!["execute", "--agent", huge, "--input", "x"],
+    ] {
+        let started = Instant::now();
+        let (code, error, message) = refusal(&home, &args);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert_eq!((code, error.as_str()), (2, "invalid_manifest"), "{args:?}");
+        assert!(message.contains("3 MiB"), "{message}");
+    }
+}
+
+#[test]
+fn argument_errors_with_json_output_are_one_json_error() {
+    let home = Home::new();
+    for args in [
+        &["status"][..],
+        &["execute", "--timeout-seconds", "abc"],
+        &["--bogus"],
+    ] {
+        let (code, error, message) = refusal(&home, args);
+        assert_eq!((code, error.as_str()), (2, "invalid_argument"), "{args:?}");
+        assert!(!message.contains("Usage"), "{message}");
+    }
+    // Without -o json, people get clap's usage text.
+    let output = home.run(&["status"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("Usage"));
+}
+
+#[test]
+fn quantities_are_read_as_kubernetes_reads_them() {
+    let home = catalog_home();
+    let spec = json!({"agentRef": {"name": "calculator"}, "input": "What is 2 plus 2?",
+        "environment": {"compute": {"resources": {"limits": {"cpu": "1e3", "memory": "1.5Gi", "nvidia.com/gpu": 1}, "requests": {"cpu": "100m", "nvidia.com/gpu": "1"}}}}});
+    let (code, answer) = home.json(&["execute", "--spec", &spec.to_string()]);
+    assert_eq!(code, 0, "{answer}");
+    let bad = json!({"agentRef": {"name": "calculator"}, "input": "x",
+        "environment": {"compute": {"resources": {"limits": {"cpu": "abc"}}}}});
+    let (code, _, message) = refusal(&home, &["execute", "--spec", &bad.to_string()]);
+    assert_eq!(code, 2);
+    assert!(
+        message.contains("amounts must be non-negative quantities"),
+        "{message}"
+    );
+}
+
+#[test]
+fn apply_is_all_or_nothing() {
+    let home = Home::new();
+    let mixed = home.write(
+        "mixed.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: good}\n\
+         spec: {runtime: {image: i, command: [sh]}, config: {config_format: agents-spec-v1}}\n---\n\
+         apiVersion: errand.dev/v1alpha1\nkind: AgentEnvironment\nmetadata: {name: Bad_Name}\nspec: {}\n",
+    );
+    let (code, error, message) = refusal(&home, &["apply", "-f", mixed.to_str().unwrap()]);
+    assert_eq!((code, error.as_str()), (2, "invalid_manifest"));
+    assert!(message.contains("document 2"), "{message}");
+    let (_, agents) = home.json(&["agents"]);
+    assert_eq!(
+        agents["agents"],
+        json!([]),
+        "the valid Agent was not stored"
+    );
+
+    // An Agent applied twice in one go with two specs is refused whole too.
+    let twice = home.write(
+        "twice.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\n\
+         spec: {runtime: {image: one, command: [sh]}, config: {config_format: agents-spec-v1}}\n---\n\
+         apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\n\
+         spec: {runtime: {image: two, command: [sh]}, config: {config_format: agents-spec-v1}}\n",
+    );
+    let (_, _, message) = refusal(&home, &["apply", "-f", twice.to_str().unwrap()]);
+    assert!(message.contains("spec is immutable"), "{message}");
+    let (_, agents) = home.json(&["agents"]);
+    assert_eq!(agents["agents"], json!([]));
+}
+
+#[test]
+fn apply_refuses_what_the_cluster_crds_refuse_with_their_messages() {
+    let home = Home::new();
+    let environment = |spec: &str| {
+        format!(
+            "apiVersion: errand.dev/v1alpha1\nkind: AgentEnvironment\nmetadata: {{name: e}}\nspec: {spec}\n"
+        )
+    };
+    let cases = [
+        (
+            environment("{compute: {resources: {limits: {ephemeral-storage: 1Gi}}}}"),
+            "spec.compute.resources.limits: only cpu, memory and nvidia.com/gpu may be set",
+        ),
+        (
+            environment("{compute: {resources: {requests: {cpu: abc}}}}"),
+            "spec.compute.resources.requests: amounts must be non-negative quantities, such as 500m, 2 or 4Gi",
+        ),
+        (
+            environment("{overlay: {env: {ERRAND_INPUT: x}}}"),
+            "spec.overlay.env: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner",
+        ),
+        (
+            "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\n\
+             spec: {runtime: {image: i, command: [sh]}, config: {config_format: yaml-v9}}\n"
+                .to_owned(),
+            "spec.config.config_format: Unsupported value: \"yaml-v9\": supported values: \"agents-spec-v1\", \"nemo-agents-spec-v1\"",
+        ),
+    ];
+    for (index, (text, expected)) in cases.iter().enumerate() {
+        let file = home.write(&format!("bad-{index}.yaml"), text);
+        let (code, error, message) = refusal(&home, &["apply", "-f", file.to_str().unwrap()]);
+        assert_eq!((code, error.as_str()), (2, "invalid_manifest"));
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in {message:?}"
+        );
+    }
+    let (_, environments) = home.json(&["environments"]);
+    assert_eq!(environments["agentenvironments"], json!([]));
+}
+
+#[test]
+fn every_valid_kubernetes_name_works_and_leaves_no_temporary_file() {
+    let home = Home::new();
+    let long = |c: char| format!("{}{}", c, "x".repeat(252));
+    let agent_name = long('a');
+    let agent = home.write(
+        "long.yaml",
+        &format!(
+            "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {{name: {agent_name}}}\n\
+             spec: {{runtime: {{image: i, command: [sh, -c, 'echo ok']}}, config: {{config_format: agents-spec-v1}}}}\n"
+        ),
+    );
+    let (code, answer) = home.json(&["apply", "-f", agent.to_str().unwrap()]);
+    assert_eq!(code, 0, "{answer}");
+    let dir = home.path().join("tree");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f.txt"), "f").unwrap();
+    let fileset = long('f');
+    let (code, answer) = home.json(&["filesets", "push", &fileset, dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{answer}");
+    let execution = long('e');
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        &agent_name,
+        "--workdir.base-workdir",
+        &fileset,
+        "--name",
+        &execution,
+        "--input",
+        "x",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["execution"]["name"], execution);
+    let (_, listed) = home.json(&["agents"]);
+    assert_eq!(listed["agents"][0]["metadata"]["name"], agent_name);
+
+    // Nothing half-written is left anywhere in the data directory.
+    let mut pending = vec![home.path().join("home")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(!name.starts_with(".tmp"), "left behind: {}", path.display());
+            if path.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+}
+
+#[test]
+fn reusing_an_execution_name_is_already_exists_naming_it() {
+    let home = Home::new();
+    let args = [
+        "execute",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 1 plus 1?",
+        "--name",
+        "once",
+    ];
+    let (code, answer) = home.json(&args);
+    assert_eq!(code, 0, "{answer}");
+    let (code, error, message) = refusal(&home, &args);
+    assert_eq!((code, error.as_str()), (4, "already_exists"));
+    assert!(
+        message.contains("execution \"once\" already exists"),
+        "{message}"
+    );
+    assert!(
+        !message.contains(home.path().to_str().unwrap()),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_execution_created_cancelled_is_refused_and_creates_nothing() {
+    let home = catalog_home();
+    let spec = json!({"agentRef": {"name": "calculator"}, "input": "x", "cancel": true});
+    let (code, answer) = home.json(&["execute", "--spec", &spec.to_string()]);
+    assert_eq!(code, 2, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_spec");
+    assert_eq!(answer["error"]["problems"][0]["field"], "spec.cancel");
+    assert_eq!(
+        answer["error"]["problems"][0]["message"],
+        errand::resolve::CANCELLED_AT_CREATION
+    );
+    let (_, list) = home.json(&["list"]);
+    assert_eq!(list["executions"], json!([]));
+}
+
+#[test]
+fn a_missing_base_workdir_directory_says_it_does_not_exist() {
+    let home = Home::new();
+    let (code, error, message) = refusal(
+        &home,
+        &[
+            "execute",
+            "--agent",
+            &calculator(),
+            "--input",
+            "x",
+            "--workdir.base-workdir",
+            "/no/such/dir",
+        ],
+    );
+    assert_eq!((code, error.as_str()), (2, "invalid_argument"));
+    assert!(
+        message.contains("/no/such/dir: the directory does not exist"),
+        "{message}"
+    );
+}
+
+#[test]
+fn local_agents_get_a_clean_environment_unless_the_caller_opts_in() {
+    let home = Home::new();
+    let agent = home.agent(
+        "envy",
+        "echo \"leak=${LEAK_ME:-unset} errand_home=${ERRAND_HOME:-unset} home=${HOME:+set} path=${PATH:+set} input=$ERRAND_INPUT\"",
+    );
+    let run = |extra: &[&str]| {
+        let mut args = vec!["execute", "--agent", &agent, "--input", "hi", "-o", "json"];
+        args.extend(extra);
+        let output = home
+            .command(&args)
+            .env("LEAK_ME", "caller-secret")
+            .output()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+        answer["execution"]["response"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        run(&[]),
+        "leak=unset errand_home=unset home=set path=set input=hi"
+    );
+    assert_eq!(
+        run(&["--inherit-env"]),
+        "leak=caller-secret errand_home=unset home=set path=set input=hi"
+    );
+}
+
+#[test]
+fn local_secrets_snapshots_and_records_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = catalog_home();
+    let inline = home.write(
+        "inline.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: inline}\n\
+         spec: {runtime: {image: i, command: [sh, -c, 'echo ok']}, config: {config_format: agents-spec-v1, env: {OPENAI_API_KEY: sk-inline}}}\n",
+    );
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        inline.to_str().unwrap(),
+        "--input",
+        "x",
+        "--name",
+        "private",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let data = home.path().join("home");
+    let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    let run = data.join("executions/default/private");
+    for file in [
+        data.join("catalog/default/secrets/model-keys/object.json"),
+        run.join("snapshot.json"),
+        run.join("agent-config.json"),
+        run.join("record.json"),
+    ] {
+        assert_eq!(mode(&file), 0o600, "{}", file.display());
+    }
+    for dir in [
+        data.clone(),
+        data.join("catalog/default/secrets"),
+        data.join("executions/default"),
+        run,
+    ] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+}
+
+#[test]
+fn a_killed_supervisor_is_reported_lost_and_watch_ends() {
+    let home = Home::new();
+    let agent = home.agent("orphan", "echo $$ > agent.pid; exec sleep 30");
+    let (code, answer) = home.json(&["execute", "--agent", &agent, "--input", "x", "--no-wait"]);
+    assert_eq!(code, 0, "{answer}");
+    let name = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let running = wait_for_phase(&home, &name, "Running");
+    let supervisor = running["supervisor"]["pid"]
+        .as_i64()
+        .expect("the supervisor is recorded");
+    assert!(running["supervisor"]["start_time"].is_u64(), "{running}");
+    let agent_pid = home
+        .executions_dir()
+        .join(&name)
+        .join("workspace/agent.pid");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !agent_pid.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kill = |pid: i64| {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    };
+    kill(supervisor);
+    if let Ok(pid) = std::fs::read_to_string(&agent_pid) {
+        kill(pid.trim().parse().unwrap());
+    }
+    // The killed supervisor was our child's child: it is reaped by init, not by us.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let started = Instant::now();
+    let output = home.run(&["watch", &name, "-o", "json"]);
+    assert!(started.elapsed() < Duration::from_secs(10), "watch ended");
+    assert_eq!(output.status.code(), Some(1));
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let execution = &answer["error"]["execution"];
+    assert_eq!(
+        (execution["phase"].as_str(), execution["reason"].as_str()),
+        (Some("Failed"), Some("SupervisorLost")),
+        "{answer}"
+    );
+    let (_, status) = home.json(&["status", &name]);
+    assert_eq!(status["execution"]["reason"], "SupervisorLost");
+    let (_, list) = home.json(&["list"]);
+    assert_eq!(list["executions"][0]["phase"], "Failed");
+}
+
+#[test]
+fn a_refused_execution_takes_back_the_workdir_it_pushed() {
+    let home = Home::new();
+    let dir = home.path().join("work");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), "n").unwrap();
+    let (code, error, _) = refusal(
+        &home,
+        &[
+            "execute",
+            "--agent",
+            "no-such-agent",
+            "--input",
+            "x",
+            "--workdir.base-workdir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!((code, error.as_str()), (2, "invalid_spec"));
+    let (_, filesets) = home.json(&["filesets", "list"]);
+    assert_eq!(
+        filesets["filesets"],
+        json!([]),
+        "no workdir Fileset is left"
+    );
+    let blobs = home.path().join("home/store/filesets/default");
+    let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "no blob is left in {}", blobs.display());
+}
+
+#[test]
+fn a_push_that_cannot_record_its_fileset_leaves_no_blob() {
+    let home = Home::new();
+    let dir = home.path().join("tree");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f.txt"), "f").unwrap();
+    // The catalog's Fileset directory is a file: the blob goes in, then the entry cannot
+    // (not even for root).
+    home.write("home/catalog/default/filesets", "in the way");
+    let (code, error, _) = refusal(&home, &["filesets", "push", "data", dir.to_str().unwrap()]);
+    assert_eq!((code, error.as_str()), (4, "io_error"));
+    let blobs = home.path().join("home/store/filesets/default");
+    let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "no blob is left in {}", blobs.display());
 }
 
 /// Runs the calculator once in the foreground; returns the execution's name.
@@ -856,7 +1303,7 @@ fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period()
     assert_eq!((code, swept(&answer)), (0, unreferenced));
     let after = store_keys(&home);
     let gone: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
-    assert_eq!(gone.len(), 8, "{gone:?}");
+    assert_eq!(gone.len(), 9, "{gone:?}");
     assert!(
         gone.iter()
             .all(|k| k.contains(&orphan_uid) || k.contains(&dropped) || k.starts_with("uploads/"))

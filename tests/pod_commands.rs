@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -17,6 +17,7 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use errand::resolve::Snapshot;
 use errand::runner::RunState;
@@ -27,6 +28,8 @@ use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
 use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
+
+use support::archives::{gzip, zeros_archive};
 use support::store::{NAMESPACE, collect, execution, read_all, tar_files};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.
@@ -300,7 +303,7 @@ async fn the_deadline_stops_the_agent_and_the_results_are_saved() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_cancels_the_run_and_saves_partial_results() {
+async fn sigterm_stops_the_run_as_terminated_and_saves_partial_results() {
     let pod = Pod::new(&[("a.txt", "a")], 60).await;
     assert!(run(pod.stage_command()).await.status.success());
     let mut command = pod.run_agent_command("echo partial > partial.txt; echo working; sleep 30");
@@ -329,13 +332,101 @@ async fn sigterm_cancels_the_run_and_saves_partial_results() {
     .unwrap();
     assert_eq!(status.code(), Some(143));
     let summary = pod.summary("termination-log");
-    assert_eq!(summary.state, RunState::Cancelled);
+    // A pod's SIGTERM is its deletion (a cancel, an eviction, a drain): the runner records
+    // that, and the controller, which sees the pod, says which.
+    assert_eq!(summary.state, RunState::Terminated);
     assert_eq!(
         pod.result_json(ResultName::RunError).await["type"],
-        "Cancelled"
+        "Terminated"
     );
     let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["partial.txt"], "partial\n");
+}
+
+/// Replaces the stored bytes of the Pod's pinned base blob.
+fn overwrite_base_blob(pod: &Pod, blob: &[u8]) {
+    let dir = pod.root.join("store/filesets").join(NAMESPACE);
+    let pinned = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path());
+    let pinned: Vec<_> = pinned
+        .filter(|p| p.to_string_lossy().ends_with(".tar.gz"))
+        .collect();
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+    std::fs::write(&pinned[0], blob).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_staging_within_two_seconds_and_nothing_grows() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    overwrite_base_blob(&pod, &zeros_archive(&[], "big.bin", 4 << 30));
+    let mut child = pod.stage_command().spawn().unwrap();
+    let big = pod.root.join("workspace/big.bin");
+    let waited = Instant::now();
+    while std::fs::metadata(&big).map_or(true, |m| m.len() < 64 << 20) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "staging never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let signalled = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    let latency = signalled.elapsed();
+    println!("SIGTERM during `errand stage`: exited {latency:?} after the signal");
+    assert!(latency <= Duration::from_secs(2), "{latency:?}");
+    assert_eq!(status.code(), Some(143));
+    // A pod's SIGTERM is its deletion: the controller says in the status why.
+    assert_eq!(
+        pod.summary("stage-termination-log").state,
+        RunState::Terminated
+    );
+    let size = std::fs::metadata(&big).unwrap().len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        std::fs::metadata(&big).unwrap().len(),
+        size,
+        "nothing grows"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_changed_after_its_push_fails_staging_naming_both_digests() {
+    let pod = Pod::new(&[("a.txt", "original")], 60).await;
+    let swapped = gzip_tar_of("a.txt", b"swapped in");
+    overwrite_base_blob(&pod, &swapped);
+    let staged = run(pod.stage_command()).await;
+    assert_eq!(staged.status.code(), Some(1));
+    assert_eq!(
+        pod.summary("stage-termination-log").state,
+        RunState::StageFailed
+    );
+    let message = pod.result_json(ResultName::RunError).await["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let actual = hex::encode(Sha256::digest(&swapped));
+    assert!(
+        message.contains("Fileset \"base\"")
+            && message.contains(&format!("sha256:{actual}"))
+            && message.contains("not the pinned sha256:"),
+        "{message}"
+    );
+}
+
+/// A `tar.gz` of one file.
+fn gzip_tar_of(name: &str, data: &[u8]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(data.len() as u64);
+    builder.append_data(&mut header, name, data).unwrap();
+    gzip(&builder.into_inner().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -782,7 +873,10 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
     let items = errand::archive::list_dir(&workdir).unwrap();
 
     let saved = urls
-        .put(ResultName::OutputWorkdir, ResultBody::packed(items))
+        .put(
+            ResultName::OutputWorkdir,
+            ResultBody::packed(items, errand::archive::PackOptions::default()).0,
+        )
         .await
         .unwrap();
 

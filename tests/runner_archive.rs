@@ -7,15 +7,24 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use errand::archive::{ArchiveError, Selection, Unpacker, pack_dir};
+use std::time::{Duration, Instant};
+
+use errand::archive::{
+    ArchiveError, ExtractLimits, Limit, PackOptions, Selection, Unpacker, pack_dir,
+};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use futures::TryStreamExt;
 use tar::{EntryType, Header};
+use tokio_util::sync::CancellationToken;
+
+mod support;
+
+use support::archives::{adversarial_symlink_archive, gzip, zeros_archive};
 
 /// Packs `dir` into memory.
 async fn pack(dir: &Path) -> Vec<u8> {
-    let packing = pack_dir(dir).unwrap();
+    let packing = pack_dir(dir, PackOptions::default()).unwrap();
     let chunks: Vec<bytes::Bytes> = packing.stream.try_collect().await.unwrap();
     packing.done.wait().await.unwrap();
     chunks.concat()
@@ -450,4 +459,318 @@ async fn corrupt_archives_are_read_errors() {
     archive[n - 6] ^= 0xff; // inside the last member's crc/size trailer
     let err = unpack(archive, &tmp.path().join("dest"), &Selection::default()).unwrap_err();
     assert!(matches!(err, ArchiveError::ReadArchive { .. }), "{err}");
+}
+
+fn unpack_with(
+    archive: Vec<u8>,
+    root: &Path,
+    limits: ExtractLimits,
+    label: &str,
+) -> Result<(), ArchiveError> {
+    let mut unpacker = Unpacker::new(root)?.with_limits(limits);
+    unpacker.unpack_tar_gz(Cursor::new(archive), &Selection::default(), label)?;
+    unpacker.finish().map(drop)
+}
+
+#[test]
+fn an_adversarial_symlink_chain_stages_in_linear_time() {
+    let archive = adversarial_symlink_archive();
+    assert!(archive.len() < 64 * 1024, "{} bytes", archive.len());
+    let sandbox = Sandbox::new();
+    let started = Instant::now();
+    unpack(archive, &sandbox.root, &Selection::default()).unwrap();
+    let took = started.elapsed();
+    // 71 s with a walk per link; well under a second with the memoized check.
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert_eq!(fs::read_dir(&sandbox.root).unwrap().count(), 1041);
+    sandbox.assert_outside_untouched();
+}
+
+#[test]
+fn a_gzip_bomb_stops_at_the_byte_limit_naming_the_archive_limit_and_progress() {
+    // 1 GiB of zeros in about 1 MiB, after a small file.
+    let mut head = tar::Builder::new(Vec::new());
+    let mut header = Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(4);
+    head.append_data(&mut header, "small.txt", &b"tiny"[..])
+        .unwrap();
+    let mut before = head.into_inner().unwrap();
+    before.truncate(before.len() - 1024);
+    let archive = zeros_archive(&before, "bomb.bin", 1 << 30);
+    assert!(archive.len() < 2 * 1024 * 1024, "{} bytes", archive.len());
+
+    let sandbox = Sandbox::new();
+    let limits = ExtractLimits {
+        max_bytes: 64 * 1024 * 1024,
+        max_entries: 100,
+    };
+    let err = unpack_with(archive, &sandbox.root, limits, "Fileset \"bomb\"").unwrap_err();
+    match &err {
+        ArchiveError::LimitExceeded {
+            archive,
+            entry,
+            limit,
+            entries,
+            bytes,
+        } => {
+            assert_eq!(archive, "Fileset \"bomb\"");
+            assert_eq!(entry, "bomb.bin");
+            assert_eq!(*limit, Limit::Bytes(64 * 1024 * 1024));
+            assert_eq!((*entries, *bytes), (1, 4));
+        }
+        other => panic!("expected the byte limit, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("Fileset \"bomb\"") && text.contains("67108864 bytes"),
+        "{text}"
+    );
+    assert!(
+        !sandbox.root.join("bomb.bin").exists(),
+        "nothing of the bomb is written"
+    );
+}
+
+use std::io::Read as _;
+
+/// A `tar.gz` of one 8 GiB file, compressed lazily as it is read.
+fn endless_gzip_file(name: &str) -> impl std::io::Read + Send + 'static {
+    let mut header = Header::new_gnu();
+    header.set_path(name).unwrap();
+    header.set_mode(0o644);
+    header.set_size(8 << 30);
+    header.set_cksum();
+    let tar = Cursor::new(header.as_bytes().to_vec()).chain(std::io::repeat(1).take(8 << 30));
+    flate2::read::GzEncoder::new(tar, Compression::fast())
+}
+
+#[test]
+fn a_sparse_entry_counts_at_its_logical_size() {
+    // A GNU sparse entry with no data and a 2 GiB hole: about a hundred bytes gzipped.
+    let mut header = Header::new_gnu();
+    header.set_entry_type(EntryType::GNUSparse);
+    header.set_mode(0o644);
+    header.set_size(0);
+    {
+        let gnu = header.as_gnu_mut().unwrap();
+        gnu.sparse[0].set_offset(2 << 30);
+        gnu.sparse[0].set_length(0);
+        gnu.set_real_size(2 << 30);
+    }
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.append_data(&mut header, "sparse.bin", &[][..]).unwrap();
+    let archive = gzip(&tar.into_inner().unwrap());
+    assert!(archive.len() < 200, "{} bytes", archive.len());
+
+    let sandbox = Sandbox::new();
+    let limits = ExtractLimits {
+        max_bytes: 1 << 30,
+        max_entries: 100,
+    };
+    let err = unpack_with(archive, &sandbox.root, limits, "Fileset \"sparse\"").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ArchiveError::LimitExceeded {
+                limit: Limit::Bytes(_),
+                bytes: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!sandbox.root.join("sparse.bin").exists());
+}
+
+#[test]
+fn the_entry_limit_counts_files_directories_and_links() {
+    let entries: Vec<(String, Vec<u8>)> = (0..10)
+        .map(|i| (format!("dir/f{i}"), b"x".to_vec()))
+        .collect();
+    let raw: Vec<Raw<'_>> = entries.iter().map(|(p, d)| file(p.as_bytes(), d)).collect();
+    let sandbox = Sandbox::new();
+    let limits = ExtractLimits {
+        max_bytes: 1 << 20,
+        max_entries: 5,
+    };
+    let err =
+        unpack_with(raw_archive(&raw), &sandbox.root, limits, "Fileset \"many\"").unwrap_err();
+    match err {
+        ArchiveError::LimitExceeded {
+            entry,
+            limit,
+            entries,
+            ..
+        } => {
+            assert_eq!(limit, Limit::Entries(5));
+            // dir/ and four files fit; the fifth file would be the sixth entry.
+            assert_eq!((entry.as_str(), entries), ("dir/f4", 5));
+        }
+        other => panic!("expected the entry limit, got {other}"),
+    }
+}
+
+#[test]
+fn odd_headers_are_refused_or_clamped_in_words() {
+    // An mtime at or past 2^63 seconds is clamped instead of panicking.
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(3);
+    header.set_mtime(1 << 63);
+    tar.append_data(&mut header, "future.txt", &b"hey"[..])
+        .unwrap();
+    let sandbox = Sandbox::new();
+    unpack(
+        gzip(&tar.into_inner().unwrap()),
+        &sandbox.root,
+        &Selection::default(),
+    )
+    .unwrap();
+    let modified = fs::metadata(sandbox.root.join("future.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(modified > std::time::SystemTime::now());
+
+    // A GNU volume label is named in words.
+    let sandbox = Sandbox::new();
+    sandbox.refuses(
+        raw_archive(&[link(b"label", EntryType::new(b'V'), b"")]),
+        "label",
+        "unsupported entry type: GNU volume label ('V')",
+    );
+
+    // A 5,000-character path is refused naming the entry, not with a raw OS error.
+    let long = "d/".repeat(2499) + "f";
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(1);
+    tar.append_data(&mut header, &long, &b"x"[..]).unwrap();
+    let sandbox = Sandbox::new();
+    sandbox.refuses(
+        gzip(&tar.into_inner().unwrap()),
+        &long,
+        "the path is 4999 bytes long; the longest path allowed is 4095 bytes",
+    );
+}
+
+#[test]
+fn a_mount_replaces_a_base_symlink_with_its_file() {
+    // The base: settings.json -> defaults/settings.json and defaults/settings.json.
+    let base = raw_archive(&[
+        Raw {
+            path: b"defaults/",
+            kind: EntryType::Directory,
+            link: b"",
+            data: b"",
+        },
+        file(b"defaults/settings.json", b"{\"default\": true}"),
+        link(
+            b"settings.json",
+            EntryType::Symlink,
+            b"defaults/settings.json",
+        ),
+        link(b"conf", EntryType::Symlink, b"defaults"),
+        file(b"plain", b"a file where the mount puts a directory"),
+    ]);
+    // The Fileset `cfg`: a file settings.json, and a directory `d` with one file.
+    let cfg = raw_archive(&[
+        file(b"settings.json", b"{\"mine\": true}"),
+        Raw {
+            path: b"d/",
+            kind: EntryType::Directory,
+            link: b"",
+            data: b"",
+        },
+        file(b"d/x", b"x"),
+    ]);
+    let sandbox = Sandbox::new();
+    let mut unpacker = Unpacker::new(&sandbox.root).unwrap();
+    unpacker
+        .unpack_tar_gz(Cursor::new(base), &Selection::default(), "base")
+        .unwrap();
+    for (subpath, mount) in [
+        ("settings.json", "settings.json"),
+        ("d/", "conf"),
+        ("d/", "plain"),
+    ] {
+        unpacker
+            .unpack_tar_gz(
+                Cursor::new(cfg.clone()),
+                &Selection::new(Some(subpath), Some(mount)).unwrap(),
+                "cfg",
+            )
+            .unwrap();
+    }
+    unpacker.finish().unwrap();
+    assert_eq!(
+        fs::read_to_string(sandbox.root.join("settings.json")).unwrap(),
+        "{\"mine\": true}"
+    );
+    assert_eq!(
+        fs::read_to_string(sandbox.root.join("defaults/settings.json")).unwrap(),
+        "{\"default\": true}",
+        "the link's old target is untouched"
+    );
+    for mount in ["conf", "plain"] {
+        let meta = fs::symlink_metadata(sandbox.root.join(mount)).unwrap();
+        assert!(meta.is_dir(), "{mount} is now the mounted directory");
+        assert_eq!(
+            fs::read_to_string(sandbox.root.join(mount).join("x")).unwrap(),
+            "x"
+        );
+    }
+    assert!(
+        !sandbox.root.join("defaults/x").exists(),
+        "nothing went through the link"
+    );
+}
+
+#[test]
+fn cancelling_stops_extraction_within_a_chunk() {
+    let cancel = CancellationToken::new();
+    let sandbox = Sandbox::new();
+    let mut unpacker = Unpacker::new(&sandbox.root)
+        .unwrap()
+        .with_cancel(cancel.clone());
+    let growing = sandbox.root.join("huge.bin");
+    let stopper = std::thread::spawn(move || {
+        // Cancel once the file is being written.
+        let waited = Instant::now();
+        while fs::metadata(&growing).map_or(true, |m| m.len() < 1 << 20) {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "extraction never started"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        cancel.cancel();
+        Instant::now()
+    });
+    let err = unpacker
+        .unpack_tar_gz(
+            endless_gzip_file("huge.bin"),
+            &Selection::default(),
+            "Fileset \"huge\"",
+        )
+        .unwrap_err();
+    let stopped = Instant::now();
+    let cancelled_at = stopper.join().unwrap();
+    assert!(matches!(err, ArchiveError::Cancelled { .. }), "{err}");
+    assert!(err.to_string().contains("Fileset \"huge\""), "{err}");
+    assert!(
+        stopped - cancelled_at < Duration::from_secs(2),
+        "{:?}",
+        stopped - cancelled_at
+    );
+    let size = fs::metadata(sandbox.root.join("huge.bin")).unwrap().len();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        fs::metadata(sandbox.root.join("huge.bin")).unwrap().len(),
+        size,
+        "nothing grows after the stop"
+    );
 }

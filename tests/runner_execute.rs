@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use errand::archive::{Selection, Unpacker};
 use errand::runner::{
-    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, execute,
+    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StageSettings,
+    StopRequest, execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
@@ -39,14 +40,20 @@ impl Env {
     }
 
     /// Pushes a fileset made of `files` (path → content).
-    async fn fileset(&self, name: &str, files: &[(&str, &str)]) -> String {
+    async fn fileset(&self, name: &str, files: &[(&str, &str)]) -> BlobRef {
         let dir = self.path(&format!("filesets/{name}"));
         for (path, content) in files {
             let path = dir.join(path);
             fs::create_dir_all(path.parent().unwrap()).unwrap();
             fs::write(path, content).unwrap();
         }
-        self.store.push_fileset(NAMESPACE, &dir).await.unwrap().key
+        let pushed = self.store.push_fileset(NAMESPACE, &dir).await.unwrap();
+        BlobRef {
+            fileset: name.to_owned(),
+            key: pushed.key,
+            sha256: pushed.digest,
+            subpath: None,
+        }
     }
 
     fn invocation(&self, uid: &str, script: &str, timeout: Duration) -> Invocation {
@@ -70,6 +77,8 @@ impl Env {
             workdir: self.path(&format!("runs/{uid}/workspace")),
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),
             passthrough: false,
+            stop: StopRequest::Cancel,
+            inherit_env: true,
         }
     }
 
@@ -80,7 +89,15 @@ impl Env {
         cancel: CancellationToken,
     ) -> RunSummary {
         let sink = StoreResults::new(self.store.clone(), invocation.execution.clone()).unwrap();
-        execute(invocation, plan, &self.store, &sink, cancel).await
+        execute(
+            invocation,
+            plan,
+            &self.store,
+            &sink,
+            &StageSettings::default(),
+            cancel,
+        )
+        .await
     }
 
     async fn result(&self, invocation: &Invocation, name: ResultName) -> Vec<u8> {
@@ -190,10 +207,7 @@ async fn a_successful_run_saves_every_result() {
         )
         .await;
     let plan = StagePlan {
-        base: Some(BlobRef {
-            key: base,
-            subpath: None,
-        }),
+        base: Some(base),
         mounts: vec![],
     };
     let script = r#"
@@ -429,21 +443,18 @@ async fn mounts_win_over_the_base_and_subpaths_reroot() {
         .await;
     let plan = StagePlan {
         base: Some(BlobRef {
-            key: base,
             subpath: Some("project/".into()),
+            ..base
         }),
         mounts: vec![
             MountRef {
-                blob: BlobRef {
-                    key: overlay,
-                    subpath: None,
-                },
+                blob: overlay,
                 mount_path: "conf".into(),
             },
             MountRef {
                 blob: BlobRef {
-                    key: single,
                     subpath: Some("deep/settings.json".into()),
+                    ..single
                 },
                 mount_path: "conf/settings.json".into(),
             },
@@ -482,7 +493,8 @@ async fn a_hostile_fileset_fails_staging_and_the_agent_never_runs() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     std::io::Write::write_all(&mut gz, &tar).unwrap();
     let blob = gz.finish().unwrap();
-    let key = keys::fileset(NAMESPACE, &hex::encode(Sha256::digest(&blob))).unwrap();
+    let digest = hex::encode(Sha256::digest(&blob));
+    let key = keys::fileset(NAMESPACE, &digest).unwrap();
     env.store
         .put_new(
             &key,
@@ -492,7 +504,12 @@ async fn a_hostile_fileset_fails_staging_and_the_agent_never_runs() {
         .unwrap();
 
     let plan = StagePlan {
-        base: Some(BlobRef { key, subpath: None }),
+        base: Some(BlobRef {
+            fileset: "hostile".into(),
+            key,
+            sha256: digest,
+            subpath: None,
+        }),
         mounts: vec![],
     };
     let inv = env.invocation(
@@ -594,10 +611,7 @@ async fn staging_from_a_streaming_source() {
         .fileset("base", &[("big.txt", big.as_str()), ("small.txt", "s")])
         .await;
     let plan = StagePlan {
-        base: Some(BlobRef {
-            key: base,
-            subpath: None,
-        }),
+        base: Some(base),
         mounts: vec![],
     };
     let inv = env.invocation(
@@ -611,6 +625,7 @@ async fn staging_from_a_streaming_source() {
         &plan,
         &Streaming(env.store.clone()),
         &sink,
+        &StageSettings::default(),
         CancellationToken::new(),
     )
     .await;
@@ -652,6 +667,7 @@ async fn a_failed_upload_does_not_stop_the_other_results() {
         &StagePlan::default(),
         &env.store,
         &sink,
+        &StageSettings::default(),
         CancellationToken::new(),
     )
     .await;

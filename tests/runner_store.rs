@@ -8,7 +8,7 @@ use std::fs;
 use bytes::Bytes;
 use errand::archive::ByteStream;
 use errand::store::keys::{self, ResultName};
-use errand::store::{BlobBody, Store, StoreError};
+use errand::store::{BlobBody, PushedFileset, Store, StoreError};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use support::store::{execution, read_all};
@@ -146,8 +146,16 @@ async fn filesets_are_content_addressed() {
     assert_eq!(hex::encode(Sha256::digest(&blob)), first.digest);
 
     // Pushing the same tree again changes nothing; a changed tree gets a new address.
+    assert!(first.created);
     let again = store.push_fileset("team-a", &dir).await.unwrap();
-    assert_eq!(again, first);
+    assert_eq!(
+        again,
+        PushedFileset {
+            created: false,
+            ..first.clone()
+        },
+        "the second push stored nothing"
+    );
     fs::write(dir.join("a.txt"), "changed").unwrap();
     let changed = store.push_fileset("team-a", &dir).await.unwrap();
     assert_ne!(changed.digest, first.digest);
@@ -155,11 +163,26 @@ async fn filesets_are_content_addressed() {
         .list(&keys::filesets_prefix("team-a").unwrap())
         .await
         .unwrap();
-    assert_eq!(
-        listed.len(),
-        2,
-        "no temporary uploads are left behind: {listed:?}"
-    );
+    // Each blob has its path index beside it, and no temporary upload is left behind.
+    let keys: Vec<&str> = listed.iter().map(|l| l.key.as_str()).collect();
+    let expected: Vec<String> = [&first.digest, &changed.digest]
+        .into_iter()
+        .flat_map(|d| {
+            [
+                keys::fileset("team-a", d).unwrap(),
+                keys::fileset_paths("team-a", d).unwrap(),
+            ]
+        })
+        .collect();
+    let mut expected: Vec<&str> = expected.iter().map(String::as_str).collect();
+    expected.sort();
+    assert_eq!(keys, expected);
+    let index = store
+        .fileset_paths("team-a", &first.digest)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(index.contains("sub/b.txt") && index.contains("sub/") && !index.contains("c.txt"));
     assert!(store.list("uploads/team-a/").await.unwrap().is_empty());
 
     let err = store

@@ -8,7 +8,11 @@
 # The cargo target directory is kept in the machine's cache
 # ($ERRAND_CACHE_DIR/errand-image/target, default /var/cache/errand), shared by
 # every checkout and CI run, so only changed code is rebuilt; a lock file
-# serializes builds so that one checkout never packs another's binary.
+# serializes builds so that one checkout never packs another's binary. Cargo
+# names and fingerprints the errand package alike in every checkout and judges
+# its freshness by file times, so another checkout's newer build would look
+# fresh here: when the last build was of another checkout, errand's own
+# artifacts are cleaned first (its dependencies stay).
 #
 # Usage: errand-image.sh [CONTAINERD_SOCKET]   (default: the test environment's)
 # Env:   ERRAND_IMAGE (default errand.local/errand:dev), ERRAND_IMAGE_NO_IMPORT=1
@@ -30,6 +34,11 @@ trap 'rm -rf "$work"' EXIT
 (
   flock 9
   log "building the static errand binary (cargo target dir $cache/target)"
+  if [[ "$(cat "$cache/last-checkout" 2>/dev/null)" != "$REPO_ROOT" ]]; then
+    (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$cache/target" cargo clean --quiet --release --target "$target" -p errand)
+  fi
+  # Before the build: a failed build may still leave some of this checkout's artifacts.
+  echo "$REPO_ROOT" >"$cache/last-checkout"
   # --target keeps RUSTFLAGS off build scripts and proc macros, which stay dynamic.
   (cd "$REPO_ROOT" && CARGO_TARGET_DIR="$cache/target" RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --release --locked --quiet --target "$target" --bin errand)

@@ -132,5 +132,7 @@ done
 etcd_version=$("$ETCD_BIN_DIR/etcd" --version)
 echo "${etcd_version%%$'\n'*}" >&2
 "$TOOLS_BIN_DIR/helm" version --short >&2
-"$TOOLS_BIN_DIR/coredns" -version | head -n 1 >&2
+# Not `| head -n 1`: under pipefail, head closing the pipe early fails the script (SIGPIPE, 141).
+coredns_version=$("$TOOLS_BIN_DIR/coredns" -version)
+echo "${coredns_version%%$'\n'*}" >&2
 printf '%s\n' "$TOOLS_BIN_DIR" "$ETCD_BIN_DIR"

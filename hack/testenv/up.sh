@@ -260,7 +260,25 @@ wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/hea
 # through their Services' ClusterIPs (kube-proxy), as on any cluster.
 # Node loss: DefaultTolerationSeconds gives pods 20 s (instead of 300 s) on a
 # NotReady or unreachable node; see the controller-manager below.
+# Audit: every request a ServiceAccount outside kube-system makes is logged
+# (metadata only: who, verb, resource, namespace, response code and the
+# authorizer's decision) to $LOGS/audit.log, so a test can derive the API
+# calls an installed controller made and check each against its RBAC
+# (tests/chart_cluster.rs). The log rotates at 100 MB, keeping one.
+cat >"$S/audit-policy.yaml" <<'EOF_POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: None
+    userGroups: ["system:serviceaccounts:kube-system", "system:nodes"]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+EOF_POLICY
 start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
+  --audit-policy-file="$S/audit-policy.yaml" --audit-log-path="$LOGS/audit.log" \
+  --audit-log-maxsize=100 --audit-log-maxbackup=1 --audit-log-format=json \
   --bind-address=0.0.0.0 --secure-port="$APISERVER_PORT" --advertise-address="$POD_GATEWAY" \
   --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
   --tls-cert-file="$PKI/kube-apiserver.crt" --tls-private-key-file="$PKI/kube-apiserver.key" \

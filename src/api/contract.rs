@@ -44,6 +44,9 @@ pub const SNAPSHOT_KEY: &str = "snapshot.json";
 /// Annotation on a Namespace: seconds its finished executions are kept when they set no
 /// `ttlSecondsAfterFinished` of their own (overrides the controller's default).
 pub const NAMESPACE_TTL_ANNOTATION: &str = "errand.dev/ttl-seconds-after-finished";
+/// The reason of a Job's failure when its pod failure policy failed it: errand's Jobs have one
+/// rule, a pod with condition `DisruptionTarget` (evicted, preempted, lost with its node).
+pub const JOB_FAILED_BY_DISRUPTION: &str = "PodFailurePolicy";
 
 /// Name of the init container that installs errand and stages the workdir.
 pub const STAGE_CONTAINER: &str = "errand-stage";
@@ -74,6 +77,9 @@ pub enum ConditionType {
     Failed,
     /// The results are saved (or not, with reason `ResultsUploadFailed`).
     ResultsSaved,
+    /// The controller's last attempts to move the execution on failed and it keeps retrying;
+    /// the message holds the last error. Present only while that lasts.
+    Retrying,
 }
 
 impl ConditionType {
@@ -85,6 +91,7 @@ impl ConditionType {
             ConditionType::Complete => "Complete",
             ConditionType::Failed => "Failed",
             ConditionType::ResultsSaved => "ResultsSaved",
+            ConditionType::Retrying => "Retrying",
         }
     }
 }
@@ -122,8 +129,20 @@ pub enum Reason {
     AgentFailed,
     /// The working directory could not be staged.
     StageFailed,
-    /// The pod was evicted, preempted or otherwise disrupted.
+    /// The pod was evicted, preempted or otherwise disrupted (its `DisruptionTarget` condition
+    /// says by what), or its Job was suspended under it.
     PodEvicted,
+    /// The pod was deleted by something other than errand (`kubectl delete pod`, a script).
+    PodDeleted,
+    /// The pod's node stopped responding for longer than the pod tolerates, and the pod was
+    /// evicted from it; errand never starts a second pod.
+    NodeLost,
+    /// The API server permanently refused one of the execution's children (a Job, ConfigMap
+    /// or Secret): an admission policy, or a spec the API server's validation refuses.
+    CreateRejected,
+    /// The controller failed to reconcile the execution several times in a row (condition
+    /// `Retrying`).
+    ReconcileError,
     /// The run was cancelled on request.
     Cancelled,
     /// The Job disappeared before the run ended; it is never re-created.
@@ -132,6 +151,8 @@ pub enum Reason {
     ResultsSaved,
     /// Some results could not be saved.
     ResultsUploadFailed,
+    /// A local run's supervising process ended before the run did.
+    SupervisorLost,
 }
 
 impl Reason {
@@ -151,10 +172,15 @@ impl Reason {
             Reason::AgentFailed => "AgentFailed",
             Reason::StageFailed => "StageFailed",
             Reason::PodEvicted => "PodEvicted",
+            Reason::PodDeleted => "PodDeleted",
+            Reason::NodeLost => "NodeLost",
+            Reason::CreateRejected => "CreateRejected",
+            Reason::ReconcileError => "ReconcileError",
             Reason::Cancelled => "Cancelled",
             Reason::JobDeleted => "JobDeleted",
             Reason::ResultsSaved => "ResultsSaved",
             Reason::ResultsUploadFailed => "ResultsUploadFailed",
+            Reason::SupervisorLost => "SupervisorLost",
         }
     }
 }

@@ -13,6 +13,16 @@ use super::contract;
 
 /// The only resource names an environment may request.
 pub const ALLOWED_COMPUTE_KEYS: [&str; 3] = ["cpu", "memory", "nvidia.com/gpu"];
+/// The resources whose request may be below their limit; GPUs may not (see [`GPU`]).
+pub const OVERCOMMITTABLE_COMPUTE_KEYS: [&str; 2] = ["cpu", "memory"];
+/// The extended resource of NVIDIA GPUs: its request, when given, must equal its limit.
+pub const GPU: &str = "nvidia.com/gpu";
+/// The toleration operators Kubernetes accepts (empty means `Equal`).
+pub const TOLERATION_OPERATORS: [&str; 2] = ["Equal", "Exists"];
+/// The taint effects a toleration may name (empty means all).
+pub const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// The most tolerations an environment may list.
+pub const MAX_TOLERATIONS: usize = 32;
 
 /// Environment settings merged into an agent's config, and the compute an execution gets.
 /// Executions keep the snapshot they were admitted with, so edits here never change a
@@ -120,8 +130,12 @@ pub struct Compute {
     /// Node labels the pod must match.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
-    /// Taints the pod tolerates.
+    /// Taints the pod tolerates (at most 32): operator `Equal` (the default) or `Exists`,
+    /// effect `NoSchedule`, `PreferNoSchedule`, `NoExecute` or empty (all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_TOLERATIONS))]
+    #[x_kube(validation = toleration_operator_rule())]
+    #[x_kube(validation = toleration_effect_rule())]
     pub tolerations: Vec<Toleration>,
     /// PriorityClass of the pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,18 +155,114 @@ pub struct Compute {
     pub service_account_name: Option<String>,
 }
 
-/// Limits and requests by resource name.
+/// Limits and requests by resource name. A request may not exceed its limit, and a GPU
+/// request needs a limit equal to it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = requests_within_limits_rule())]
+#[x_kube(validation = gpu_request_equals_limit_rule())]
 pub struct ComputeResources {
     /// Upper bounds: `cpu`, `memory`, `nvidia.com/gpu`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 3))]
     #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    #[x_kube(validation = quantities_rule())]
     pub limits: BTreeMap<String, Quantity>,
     /// Guaranteed amounts: `cpu`, `memory`, `nvidia.com/gpu`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 3))]
     #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    #[x_kube(validation = quantities_rule())]
     pub requests: BTreeMap<String, Quantity>,
+}
+
+/// CEL for quantity `key` of map `field` (`requests` or `limits`); quantities may be
+/// integers or strings, so both go through `string()`.
+fn cel_quantity(field: &str, key: &str) -> (String, String) {
+    let value = format!("string(self.{field}[{key}])");
+    (format!("isQuantity({value})"), format!("quantity({value})"))
+}
+
+/// The CEL rule that keeps every request at or below its limit, so the API server refuses the
+/// environment (or inline environment) rather than every Job built from it.
+fn requests_within_limits_rule() -> Rule {
+    let (request_ok, request) = cel_quantity("requests", "k");
+    let (limit_ok, limit) = cel_quantity("limits", "k");
+    let keys = OVERCOMMITTABLE_COMPUTE_KEYS
+        .iter()
+        .map(|k| format!("'{k}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Rule::new(format!(
+        "!has(self.requests) || !has(self.limits) || [{keys}].all(k, !(k in self.requests) || \
+         !(k in self.limits) || !{request_ok} || !{limit_ok} || {request}.compareTo({limit}) <= 0)"
+    ))
+    .message(
+        format!(
+            "requests must not exceed limits ({})",
+            OVERCOMMITTABLE_COMPUTE_KEYS.join(", ")
+        )
+        .as_str(),
+    )
+    .field_path(".requests")
+}
+
+/// The CEL rule that gives every GPU request an equal limit: Kubernetes cannot overcommit
+/// extended resources and refuses a pod whose GPU request differs from its limit.
+fn gpu_request_equals_limit_rule() -> Rule {
+    let key = format!("'{GPU}'");
+    let (request_ok, request) = cel_quantity("requests", &key);
+    let (limit_ok, limit) = cel_quantity("limits", &key);
+    Rule::new(format!(
+        "!has(self.requests) || !({key} in self.requests) || (has(self.limits) && {key} in self.limits \
+         && (!{request_ok} || !{limit_ok} || {request}.compareTo({limit}) == 0))"
+    ))
+    .message(format!("requests[{GPU}] needs an equal limits[{GPU}]: GPUs cannot be overcommitted").as_str())
+    .field_path(".requests")
+}
+
+fn quoted(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("'{v}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn toleration_operator_rule() -> Rule {
+    Rule::new(format!(
+        "self.all(t, !has(t.operator) || t.operator in ['', {}])",
+        quoted(&TOLERATION_OPERATORS)
+    ))
+    .message(
+        format!(
+            "a toleration's operator must be one of {}",
+            TOLERATION_OPERATORS.join(", ")
+        )
+        .as_str(),
+    )
+}
+
+fn toleration_effect_rule() -> Rule {
+    Rule::new(format!(
+        "self.all(t, !has(t.effect) || t.effect in ['', {}])",
+        quoted(&TAINT_EFFECTS)
+    ))
+    .message(
+        format!(
+            "a toleration's effect must be empty or one of {}",
+            TAINT_EFFECTS.join(", ")
+        )
+        .as_str(),
+    )
+}
+
+/// The CEL rule that makes every amount a non-negative Kubernetes quantity. The schema types
+/// them int-or-string only, so without it the API server would store `cpu: abc` and the
+/// execution's pod would be refused much later.
+fn quantities_rule() -> Rule {
+    Rule::new("self.all(k, isQuantity(string(self[k])) && !quantity(string(self[k])).isLessThan(quantity('0')))")
+        .message("amounts must be non-negative quantities, such as 500m, 2 or 4Gi")
 }
 
 /// Observed state of an AgentEnvironment.

@@ -13,6 +13,12 @@ use super::environment::AgentEnvironmentSpec;
 
 /// Timeout of an execution that sets none: one hour.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 3600;
+/// The longest `timeoutSeconds` and `startTimeoutSeconds`: seven days, which is also as long
+/// as an S3 or GCS presigned URL can last.
+pub const MAX_TIMEOUT_SECONDS: i64 = 7 * 24 * 3600;
+/// The largest `input`, in bytes of UTF-8: 256 KiB. It travels in the execution and in its
+/// snapshot ConfigMap, which the API server caps at 1 MiB; larger input belongs in a Fileset.
+pub const MAX_INPUT_BYTES: usize = 256 * 1024;
 
 /// The longest an execution may be kept after it finishes, when a lifetime is set: 366 days.
 /// Whoever needs results longer keeps them without a lifetime and deletes them by hand.
@@ -80,8 +86,10 @@ pub struct AgentExecutionSpec {
     /// An inline agent definition. Exactly one of `agentRef` or `agent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentSpec>,
-    /// The input given to the agent (`ERRAND_INPUT`, `ERRAND_INPUT_FILE`).
+    /// The input given to the agent (`ERRAND_INPUT`, `ERRAND_INPUT_FILE`): at most 256 KiB
+    /// (262144 bytes). Pass larger input as a file in the working directory (a Fileset).
     #[serde(default)]
+    #[schemars(length(max = MAX_INPUT_BYTES))]
     pub input: String,
     /// The AgentEnvironment to merge in, by name in this namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,14 +100,15 @@ pub struct AgentExecutionSpec {
     /// The working directory staged into `/workspace` before the agent starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<Workdir>,
-    /// Seconds the agent may run before it is stopped (SIGTERM, grace, SIGKILL). Results are
-    /// still saved after a timeout.
+    /// Seconds the agent may run before it is stopped (SIGTERM, grace, SIGKILL), at most
+    /// 604800 (7 days). Results are still saved after a timeout.
     #[serde(default = "default_timeout_seconds")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_SECONDS))]
     pub timeout_seconds: i64,
-    /// Seconds the pod may wait to start (scheduling, image pull) before the execution fails.
+    /// Seconds the pod may wait to start (scheduling, image pull) before the execution fails,
+    /// at most 604800 (7 days).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_SECONDS))]
     pub start_timeout_seconds: Option<i64>,
     /// Turn on the agent's telemetry export automatically.
     #[serde(default)]

@@ -14,12 +14,13 @@ pub use agent::{Agent, AgentConfig, AgentRuntime, AgentSpec, AgentStatus, Runtim
 pub use common::{Reference, ResultEntry};
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
-    ComputeResources, EnvironmentOverlay,
+    ComputeResources, EnvironmentOverlay, GPU, MAX_TOLERATIONS, OVERCOMMITTABLE_COMPUTE_KEYS,
+    TAINT_EFFECTS, TOLERATION_OPERATORS,
 };
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
-    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_TTL_SECONDS_AFTER_FINISHED, Phase, SnapshotRef,
-    Workdir,
+    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
+    MAX_TTL_SECONDS_AFTER_FINISHED, Phase, SnapshotRef, Workdir,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
 

@@ -206,6 +206,12 @@ impl Chunker {
         running.order.send(slot).map_err(|_| Closed)
     }
 
+    /// Ends the output stream with `error` instead of the rest of the archive.
+    pub(super) fn abort(self, error: io::Error) {
+        // The consumer may be gone already; then nobody needs to hear it.
+        let _ = self.out.blocking_send(Err(error));
+    }
+
     /// Sends the last partial chunk; the output stream ends once it is compressed.
     pub(super) fn finish(mut self) -> Result<(), Closed> {
         if self.running.is_none() {

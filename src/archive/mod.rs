@@ -2,8 +2,11 @@
 //! never writes outside its root.
 
 mod gzip;
+mod index;
+mod links;
 mod pack;
 mod readahead;
+mod rules;
 mod unpack;
 
 use std::io;
@@ -12,7 +15,12 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
-pub use pack::{PackDone, PackItem, PackStats, Packing, list_dir, pack_dir, pack_items};
+pub use index::PathIndex;
+pub use pack::{
+    PackDone, PackItem, PackOptions, PackStats, Packing, SkippedEntry, list_dir, pack_dir,
+    pack_items,
+};
+pub use rules::{ExtractLimits, Limit, entry_type_name};
 pub use unpack::{Selection, UnpackStats, Unpacker};
 
 /// A stream of bytes: a packed archive on its way out, or a blob or result on its way into or
@@ -40,10 +48,21 @@ pub enum ArchiveError {
     /// Packing stopped because the consumer of the stream went away.
     #[error("packing stopped before the end: the upload ended early")]
     Interrupted,
+    /// Packing stopped because it was cancelled.
+    #[error("packing was cancelled")]
+    PackingCancelled,
+    /// A file would be refused when the archive is staged, so it is refused now.
+    #[error("{path}: {reason}; staging would refuse it")]
+    Unstageable {
+        /// The file, relative to the directory packed.
+        path: String,
+        /// What staging would refuse.
+        reason: String,
+    },
     /// An archive entry would be unsafe to extract.
-    #[error("archive {archive}: entry {entry:?} is refused: {reason}")]
+    #[error("{archive}: entry {entry:?} is refused: {reason}")]
     UnsafeEntry {
-        /// The archive (its store key).
+        /// What the archive is (a Fileset, a directory being pushed).
         archive: String,
         /// The entry's path as written in the archive.
         entry: String,
@@ -51,9 +70,9 @@ pub enum ArchiveError {
         reason: String,
     },
     /// The archive is corrupt or could not be read.
-    #[error("reading archive {archive}: {source}")]
+    #[error("reading {archive}: {source}")]
     ReadArchive {
-        /// The archive (its store key).
+        /// What the archive is.
         archive: String,
         /// The underlying error.
         #[source]
@@ -69,12 +88,38 @@ pub enum ArchiveError {
         source: io::Error,
     },
     /// The selected subpath is not in the archive.
-    #[error("archive {archive} has nothing under {subpath:?}")]
+    #[error("{archive} has nothing under {subpath:?}")]
     SubpathNotFound {
-        /// The archive (its store key).
+        /// What the archive is.
         archive: String,
         /// The subpath asked for.
         subpath: String,
+    },
+    /// Extraction stopped before it would pass a limit.
+    #[error(
+        "{archive}: extraction stopped at entry {entry:?}, which would pass the limit of {limit}; {entries} entries and {bytes} bytes had been extracted"
+    )]
+    LimitExceeded {
+        /// What the archive is.
+        archive: String,
+        /// The entry that would have passed the limit.
+        entry: String,
+        /// The limit.
+        limit: Limit,
+        /// Entries extracted before it.
+        entries: u64,
+        /// Bytes extracted before it.
+        bytes: u64,
+    },
+    /// Extraction was cancelled.
+    #[error("{archive}: extraction was cancelled after {entries} entries and {bytes} bytes")]
+    Cancelled {
+        /// What the archive is.
+        archive: String,
+        /// Entries extracted before the stop.
+        entries: u64,
+        /// Bytes extracted before the stop.
+        bytes: u64,
     },
     /// A subpath or mount path is not a safe relative path.
     #[error("invalid {what} {value:?}: {reason}")]

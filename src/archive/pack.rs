@@ -1,5 +1,9 @@
 //! Packing a directory tree into a deterministic tar stream that feeds the parallel gzip
 //! pipeline, on dedicated threads, so the caller only sees a stream of compressed bytes.
+//!
+//! Packing stops within one entry or chunk of its cancellation token, and for a push refuses
+//! what staging would refuse, both by ending the stream with an error so that no upload
+//! completes.
 
 use std::ffi::OsString;
 use std::fs::{self, File, Metadata, OpenOptions};
@@ -9,11 +13,20 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::thread;
 
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
 use futures::StreamExt;
 use tar::{EntryType, Header};
+use tokio_util::sync::CancellationToken;
 
-use super::gzip::{self, Chunker, Closed};
+use super::gzip::{self, CHUNK, Chunker, Closed};
+use super::links::LinkCheck;
+use super::rules;
+use super::unpack::DirView;
 use super::{ArchiveError, ByteStream};
+
+/// Left-out entries listed by name; more are only counted.
+const MAX_LISTED_SKIPPED: usize = 1000;
 
 /// One top-level entry of an archive: `name` in the archive, `path` on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,8 +48,34 @@ pub struct PackStats {
     pub symlinks: u64,
     /// Bytes of regular file content.
     pub bytes: u64,
-    /// Entries left out (unreadable, vanished, sockets, fifos, devices), each logged.
+    /// Entries left out (unreadable, vanished, sockets, fifos, devices), each logged; the
+    /// first thousand are listed in [`PackStats::skipped_entries`].
     pub skipped: u64,
+    /// The entries left out and why, up to a thousand.
+    pub skipped_entries: Vec<SkippedEntry>,
+    /// Every path packed, directories with a trailing `/`, when [`PackOptions::index`] asks.
+    pub paths: Vec<String>,
+}
+
+/// An entry left out of an archive.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SkippedEntry {
+    /// Its path in the archive.
+    pub path: String,
+    /// Why it was left out.
+    pub reason: String,
+}
+
+/// How to pack.
+#[derive(Debug, Clone, Default)]
+pub struct PackOptions {
+    /// Stop within one entry or chunk once this fires; the stream then ends with an error.
+    pub cancel: CancellationToken,
+    /// Refuse, naming the file, what staging would refuse (absolute links, links leading out of
+    /// the tree, paths too long): for a push, whose archive is staged later.
+    pub stageable: bool,
+    /// List every path packed in [`PackStats::paths`] (a Fileset's path index).
+    pub index: bool,
 }
 
 /// A packing in progress: the compressed bytes, and how it ended.
@@ -83,8 +122,20 @@ pub fn list_dir(dir: &Path) -> Result<Vec<PackItem>, ArchiveError> {
 }
 
 /// Packs the contents of `dir` (not `dir` itself) as a `tar.gz` stream.
-pub fn pack_dir(dir: &Path) -> Result<Packing, ArchiveError> {
-    Ok(pack_items(list_dir(dir)?))
+pub fn pack_dir(dir: &Path, options: PackOptions) -> Result<Packing, ArchiveError> {
+    let items = list_dir(dir)?;
+    let links = if options.stageable {
+        let root = Dir::open_ambient_dir(dir, ambient_authority()).map_err(|source| {
+            ArchiveError::ReadTree {
+                path: dir.to_owned(),
+                source,
+            }
+        })?;
+        Some((dir.to_owned(), root))
+    } else {
+        None
+    };
+    Ok(pack(items, options, links))
 }
 
 /// Packs `items` as the top level of a `tar.gz` stream.
@@ -93,7 +144,13 @@ pub fn pack_dir(dir: &Path) -> Result<Packing, ArchiveError> {
 /// and symbolic links as they are and owners reset to 0, so the same tree always gives the
 /// same bytes. The stream is produced by background threads with a bounded amount of data in
 /// flight; dropping the stream stops them.
-pub fn pack_items(items: Vec<PackItem>) -> Packing {
+pub fn pack_items(items: Vec<PackItem>, options: PackOptions) -> Packing {
+    pack(items, options, None)
+}
+
+/// Packs `items`; `links` is the root the items are in and its capability, when the archive
+/// must be stageable and its links are checked over that tree at the end.
+fn pack(items: Vec<PackItem>, options: PackOptions, links: Option<(PathBuf, Dir)>) -> Packing {
     let workers = thread::available_parallelism()
         .map_or(2, |n| n.get())
         .min(8);
@@ -105,12 +162,24 @@ pub fn pack_items(items: Vec<PackItem>) -> Packing {
             let mut tar = TarWriter {
                 out: &mut chunker,
                 stats: PackStats::default(),
+                options,
+                links: Vec::new(),
             };
-            tar.tree(items).and_then(|()| tar.end()).map(|()| tar.stats)
+            tar.tree(items)
+                .and_then(|()| tar.check_links(links))
+                .and_then(|()| tar.end().map_err(ArchiveError::from))
+                .map(|()| tar.stats)
         };
-        let result = packed
-            .and_then(|stats| chunker.finish().map(|()| stats))
-            .map_err(|Closed| ArchiveError::Interrupted);
+        let result = match packed {
+            Ok(stats) => chunker.finish().map(|()| stats).map_err(ArchiveError::from),
+            Err(ArchiveError::Interrupted) => Err(ArchiveError::Interrupted),
+            Err(e) => {
+                // End the stream with the error, so that the upload fails instead of storing a
+                // truncated archive.
+                chunker.abort(std::io::Error::other(e.to_string()));
+                Err(e)
+            }
+        };
         // Nobody may be waiting for the outcome any more; that is fine.
         let _ = done_tx.send(result);
     });
@@ -120,13 +189,65 @@ pub fn pack_items(items: Vec<PackItem>) -> Packing {
     }
 }
 
+impl From<Closed> for ArchiveError {
+    fn from(Closed: Closed) -> Self {
+        ArchiveError::Interrupted
+    }
+}
+
 struct TarWriter<'a> {
     out: &'a mut Chunker,
     stats: PackStats,
+    options: PackOptions,
+    /// The archive names of the links packed, for the final check of a stageable archive.
+    links: Vec<Vec<u8>>,
 }
 
 impl TarWriter<'_> {
-    fn tree(&mut self, mut items: Vec<PackItem>) -> Result<(), Closed> {
+    fn stop_if_cancelled(&self) -> Result<(), ArchiveError> {
+        if self.options.cancel.is_cancelled() {
+            return Err(ArchiveError::PackingCancelled);
+        }
+        Ok(())
+    }
+
+    /// Refuses, for a stageable archive, what staging would refuse.
+    fn check_stageable(&self, name: &[u8], link: Option<&[u8]>) -> Result<(), ArchiveError> {
+        if !self.options.stageable {
+            return Ok(());
+        }
+        let unstageable = |reason| ArchiveError::Unstageable {
+            path: String::from_utf8_lossy(name).into_owned(),
+            reason,
+        };
+        let parts = rules::archive_components(name).map_err(unstageable)?;
+        if let Some(target) = link {
+            rules::check_link_target(parts.len().saturating_sub(1), target).map_err(unstageable)?;
+        }
+        Ok(())
+    }
+
+    /// For a stageable archive, every packed link resolved over the tree: a chain of links
+    /// that leads out is refused as staging would refuse it.
+    fn check_links(&mut self, links: Option<(PathBuf, Dir)>) -> Result<(), ArchiveError> {
+        let Some((_, root)) = links else {
+            return Ok(());
+        };
+        let mut check = LinkCheck::new(DirView(&root));
+        for link in &self.links {
+            self.stop_if_cancelled()?;
+            let parts = rules::archive_components(link).unwrap_or_default();
+            check
+                .check(&parts)
+                .map_err(|reason| ArchiveError::Unstageable {
+                    path: String::from_utf8_lossy(link).into_owned(),
+                    reason,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn tree(&mut self, mut items: Vec<PackItem>) -> Result<(), ArchiveError> {
         items.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
         let mut stack: Vec<(Vec<u8>, PathBuf)> = items
             .into_iter()
@@ -134,18 +255,21 @@ impl TarWriter<'_> {
             .map(|item| (item.name.as_bytes().to_vec(), item.path))
             .collect();
         while let Some((name, path)) = stack.pop() {
+            self.stop_if_cancelled()?;
             let meta = match fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) => {
-                    self.skip(&path, &e.to_string());
+                    self.skip(&name, &path, &e.to_string());
                     continue;
                 }
             };
             let kind = meta.file_type();
             if kind.is_dir() {
+                self.check_stageable(&name, None)?;
                 let mut dir_name = name.clone();
                 dir_name.push(b'/');
                 self.header(&dir_name, EntryType::Directory, 0, &meta, None)?;
+                self.indexed(&dir_name);
                 self.stats.dirs += 1;
                 match sorted_children(&path) {
                     Ok(children) => {
@@ -155,27 +279,33 @@ impl TarWriter<'_> {
                             stack.push((child_name, path.join(&child)));
                         }
                     }
-                    Err(e) => self.skip(&path, &format!("listing directory: {e}")),
+                    Err(e) => self.skip(&name, &path, &format!("listing directory: {e}")),
                 }
             } else if kind.is_file() {
+                self.check_stageable(&name, None)?;
                 self.file(&name, &path)?;
             } else if kind.is_symlink() {
                 match fs::read_link(&path) {
                     Ok(target) => {
                         let target = target.as_os_str().as_bytes();
+                        self.check_stageable(&name, Some(target))?;
                         self.header(&name, EntryType::Symlink, 0, &meta, Some(target))?;
                         self.stats.symlinks += 1;
+                        self.indexed(&name);
+                        if self.options.stageable {
+                            self.links.push(name);
+                        }
                     }
-                    Err(e) => self.skip(&path, &e.to_string()),
+                    Err(e) => self.skip(&name, &path, &e.to_string()),
                 }
             } else {
-                self.skip(&path, "not a regular file, directory or symbolic link");
+                self.skip(&name, &path, special_kind(&meta));
             }
         }
         Ok(())
     }
 
-    fn file(&mut self, name: &[u8], path: &Path) -> Result<(), Closed> {
+    fn file(&mut self, name: &[u8], path: &Path) -> Result<(), ArchiveError> {
         // O_NONBLOCK keeps a file swapped for a fifo since the lstat from blocking the open;
         // O_NOFOLLOW keeps a file swapped for a link from being followed.
         let opened = OpenOptions::new()
@@ -186,17 +316,31 @@ impl TarWriter<'_> {
         let (meta, mut file): (Metadata, File) = match opened {
             Ok((meta, file)) if meta.is_file() => (meta, file),
             Ok(_) => {
-                self.skip(path, "changed type while being packed");
+                self.skip(name, path, "changed type while being packed");
                 return Ok(());
             }
             Err(e) => {
-                self.skip(path, &e.to_string());
+                self.skip(name, path, &e.to_string());
                 return Ok(());
             }
         };
         let size = meta.len();
         self.header(name, EntryType::Regular, size, &meta, None)?;
-        let filled = self.out.fill_from(&mut file, size)?;
+        // A chunk at a time, so that a cancel stops a large file too.
+        let mut filled = gzip::Filled {
+            bytes: 0,
+            error: None,
+        };
+        while filled.bytes < size && filled.error.is_none() {
+            self.stop_if_cancelled()?;
+            let want = (size - filled.bytes).min(CHUNK as u64);
+            let piece = self.out.fill_from(&mut file, want)?;
+            filled.bytes += piece.bytes;
+            filled.error = piece.error;
+            if piece.bytes < want {
+                break;
+            }
+        }
         if filled.bytes < size {
             // The header already promised `size` bytes; keep the archive well-formed.
             let why = filled
@@ -206,6 +350,7 @@ impl TarWriter<'_> {
             self.zeros((size - filled.bytes) as usize)?;
         }
         self.pad(size)?;
+        self.indexed(name);
         self.stats.files += 1;
         self.stats.bytes += size;
         Ok(())
@@ -276,9 +421,38 @@ impl TarWriter<'_> {
         self.zeros(1024)
     }
 
-    fn skip(&mut self, path: &Path, why: &str) {
+    fn indexed(&mut self, name: &[u8]) {
+        if self.options.index
+            && let Ok(name) = std::str::from_utf8(name)
+        {
+            self.stats.paths.push(name.to_owned());
+        }
+    }
+
+    fn skip(&mut self, name: &[u8], path: &Path, why: &str) {
         tracing::warn!(path = %path.display(), "left out of the archive: {why}");
         self.stats.skipped += 1;
+        if self.stats.skipped_entries.len() < MAX_LISTED_SKIPPED {
+            self.stats.skipped_entries.push(SkippedEntry {
+                path: String::from_utf8_lossy(name).into_owned(),
+                reason: why.to_owned(),
+            });
+        }
+    }
+}
+
+/// Why an entry that is neither a file, a directory nor a link is left out, in words.
+fn special_kind(meta: &Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_fifo() {
+        "a fifo (named pipe) cannot be packed"
+    } else if kind.is_socket() {
+        "a socket cannot be packed"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device node cannot be packed"
+    } else {
+        "not a regular file, directory or symbolic link"
     }
 }
 

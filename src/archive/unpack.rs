@@ -1,29 +1,35 @@
 //! Safe extraction of `tar.gz` archives into a root directory.
 //!
-//! Nothing is ever written outside the root: entry paths must be relative without `..`;
-//! symbolic links must point inside the root (checked lexically per entry, and again against
-//! the extracted tree at the end, since a chain of individually harmless links can still lead
-//! out); hard links must name a regular file already extracted; device and fifo entries are
-//! refused; no path is ever created *through* a symbolic link or over a directory, and files
-//! are created with `O_EXCL`, so an existing link at the destination is replaced, not followed.
+//! Every file system call goes through a [`cap_std::fs::Dir`] of the root, which resolves
+//! each path beneath the root by construction (`openat2` with `RESOLVE_BENEATH`), so no entry
+//! can be written outside it whatever the archive holds. On top of that: entry paths must be
+//! relative without `..`; symbolic links must point inside the root (checked lexically per
+//! entry, and over the finished tree in [`super::links`], since a chain of individually
+//! harmless links can still lead out); hard links must name a regular file already extracted;
+//! device and fifo entries are refused; nothing is created *through* a symbolic link or over a
+//! directory, and files are created with `O_EXCL`, so an existing link at the destination is
+//! replaced, not followed. An artifact mount wins over whatever stood at its mount path.
+//!
+//! Extraction stops at the [`ExtractLimits`], and within one chunk of the cancellation token.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions, Permissions};
-use std::io::{self, BufReader, Read, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::Permissions;
+use std::io::{self, BufReader, Read, Seek, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
 
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use flate2::read::MultiGzDecoder;
 use tar::EntryType;
+use tokio_util::sync::CancellationToken;
 
 use super::ArchiveError;
+use super::links::{Kind, LinkCheck, TreeView};
 use super::readahead::ReadAhead;
-
-/// Symbolic links followed while checking where a link leads, as Linux's own limit.
-const MAX_LINK_HOPS: usize = 40;
+use super::rules::{self, ExtractLimits, Limit, archive_components};
 
 /// Which part of an archive to extract, and where under the root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,27 +68,16 @@ fn relative_components(what: &'static str, value: &str) -> Result<Vec<OsString>,
     if value.starts_with('/') {
         return Err(invalid("must be a relative path"));
     }
-    archive_components(value.as_bytes()).map_err(|_| invalid("must not contain '..'"))
-}
-
-/// The components of an archive path; refuses absolute paths and `..`.
-fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {
-    if raw.first() == Some(&b'/') {
-        return Err("absolute paths are not allowed".into());
-    }
-    let mut parts = Vec::new();
-    for part in raw.split(|&b| b == b'/') {
-        match part {
-            b"" | b"." => {}
-            b".." => return Err("'..' path components are not allowed".into()),
-            name => parts.push(OsStr::from_bytes(name).to_owned()),
-        }
-    }
-    Ok(parts)
+    archive_components(value.as_bytes())
+        .map_err(|_| invalid("must not contain '..' and must fit in 4095 bytes"))
 }
 
 fn display(parts: &[OsString]) -> String {
     parts.iter().collect::<PathBuf>().display().to_string()
+}
+
+fn rel(parts: &[OsString]) -> PathBuf {
+    parts.iter().collect()
 }
 
 /// What extraction wrote.
@@ -100,6 +95,13 @@ pub struct UnpackStats {
     pub bytes: u64,
 }
 
+impl UnpackStats {
+    /// Files, directories and links created.
+    pub fn entries(&self) -> u64 {
+        self.files + self.dirs + self.symlinks + self.hard_links
+    }
+}
+
 /// Why one entry could not be extracted.
 enum EntryError {
     Refused(String),
@@ -107,6 +109,10 @@ enum EntryError {
     Read(io::Error),
     /// Writing the tree failed.
     Io(io::Error),
+    /// A limit would be passed.
+    Limit(Limit),
+    /// The cancellation token fired.
+    Cancelled,
 }
 
 impl From<io::Error> for EntryError {
@@ -118,34 +124,60 @@ impl From<io::Error> for EntryError {
 /// Extracts one or more archives into one root, so later archives (artifact mounts) overwrite
 /// files of earlier ones (the base), and checks and finalizes the tree once at the end.
 pub struct Unpacker {
-    root: PathBuf,
-    /// Relative paths known to be real directories: checked once, never replaced afterwards.
+    root: Dir,
+    root_path: PathBuf,
+    /// Relative paths known to be real directories: checked once, never replaced afterwards
+    /// (except by a mount, which forgets what it replaced).
     dirs: HashSet<PathBuf>,
     /// Directory permissions and mtimes, applied at the end so that a read-only directory
     /// does not block its own contents.
     dir_meta: Vec<(PathBuf, u32, u64)>,
     /// Every link created, with the archive it came from, for the final check.
-    symlinks: Vec<(PathBuf, String)>,
+    symlinks: Vec<(Vec<OsString>, String)>,
     buf: Vec<u8>,
     stats: UnpackStats,
+    limits: ExtractLimits,
+    cancel: CancellationToken,
 }
 
 impl Unpacker {
-    /// Extraction into `root`, which is created if missing.
+    /// Extraction into `root`, which is created if missing, with the default
+    /// [`ExtractLimits`] and no cancellation.
     pub fn new(root: &Path) -> Result<Unpacker, ArchiveError> {
         let io_err = |source| ArchiveError::Write {
             path: root.to_owned(),
             source,
         };
-        fs::create_dir_all(root).map_err(io_err)?;
+        std::fs::create_dir_all(root).map_err(io_err)?;
         Ok(Unpacker {
-            root: root.canonicalize().map_err(io_err)?,
+            root: Dir::open_ambient_dir(root, ambient_authority()).map_err(io_err)?,
+            root_path: root.to_owned(),
             dirs: HashSet::new(),
             dir_meta: Vec::new(),
             symlinks: Vec::new(),
             buf: vec![0; 256 * 1024],
             stats: UnpackStats::default(),
+            limits: ExtractLimits::DEFAULT,
+            cancel: CancellationToken::new(),
         })
+    }
+
+    /// Stops with [`ArchiveError::LimitExceeded`] rather than pass `limits` (counted over
+    /// everything this unpacker extracts).
+    pub fn with_limits(mut self, limits: ExtractLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Stops with [`ArchiveError::Cancelled`] within one entry or chunk once `cancel` fires.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// What has been extracted so far.
+    pub fn stats(&self) -> &UnpackStats {
+        &self.stats
     }
 
     /// Extracts the selected part of the `tar.gz` read from `reader`. `archive` names it in
@@ -165,7 +197,7 @@ impl Unpacker {
 
     fn unpack_tar(
         &mut self,
-        tar: impl Read,
+        tar: impl Read + Seek,
         selection: &Selection,
         archive: &str,
     ) -> Result<(), ArchiveError> {
@@ -175,7 +207,10 @@ impl Unpacker {
         };
         let mut tar = tar::Archive::new(tar);
         let mut matched = false;
-        for entry in tar.entries().map_err(read_err)? {
+        for entry in tar.entries_with_seek().map_err(read_err)? {
+            if self.cancel.is_cancelled() {
+                return Err(self.cancelled(archive));
+            }
             let mut entry = entry.map_err(read_err)?;
             let raw = entry.path_bytes().into_owned();
             let refuse = |reason: String| ArchiveError::UnsafeEntry {
@@ -184,31 +219,37 @@ impl Unpacker {
                 reason,
             };
             let kind = entry.header().entry_type();
+            let type_name = || rules::entry_type_name(kind.as_byte());
             match kind {
                 // A pax global header carries only metadata defaults.
                 EntryType::XGlobalHeader => continue,
-                EntryType::Char | EntryType::Block => {
-                    return Err(refuse("device nodes are not allowed".into()));
+                EntryType::Char | EntryType::Block | EntryType::Fifo => {
+                    return Err(refuse(format!("{} entries are not allowed", type_name())));
                 }
-                EntryType::Fifo => return Err(refuse("fifos are not allowed".into())),
                 _ => {}
             }
             let path = archive_components(&raw).map_err(refuse)?;
             let Some((dest, selection_root)) = selection.map(&path) else {
                 continue;
             };
+            rules::check_length(&dest).map_err(refuse)?;
             matched = true;
             let header = entry.header();
             let mode = header.mode().map_err(read_err)? & 0o777;
             let mtime = header.mtime().map_err(read_err)?;
+            // A mount owns its mount path: whatever stood there or on the way gives way.
+            let owned = selection.dest.len();
             let result = match kind {
-                EntryType::Directory => self.dir(&dest, (!selection_root).then_some((mode, mtime))),
+                EntryType::Directory => {
+                    self.dir(&dest, owned, (!selection_root).then_some((mode, mtime)))
+                }
                 EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                    self.file(&dest, &mut entry, mode, mtime)
+                    let size = entry.size();
+                    self.file(&dest, owned, selection_root, &mut entry, size, mode, mtime)
                 }
                 EntryType::Symlink => {
                     let target = entry.link_name_bytes().unwrap_or_default().into_owned();
-                    self.symlink(&dest, &target, archive)
+                    self.symlink(&dest, owned, selection_root, &target, archive)
                 }
                 EntryType::Link => {
                     let target = entry.link_name_bytes().unwrap_or_default().into_owned();
@@ -219,21 +260,34 @@ impl Unpacker {
                                 "hard link target {} is outside the extracted part",
                                 display(&target)
                             ))),
-                            Some((target, _)) => self.hard_link(&dest, &target),
+                            Some((target, _)) => {
+                                self.hard_link(&dest, owned, selection_root, &target)
+                            }
                         },
                     }
                 }
-                other => Err(EntryError::Refused(format!(
-                    "unsupported entry type {other:?}"
+                _ => Err(EntryError::Refused(format!(
+                    "unsupported entry type: {}",
+                    type_name()
                 ))),
             };
             match result {
                 Ok(()) => {}
                 Err(EntryError::Refused(reason)) => return Err(refuse(reason)),
                 Err(EntryError::Read(source)) => return Err(read_err(source)),
+                Err(EntryError::Limit(limit)) => {
+                    return Err(ArchiveError::LimitExceeded {
+                        archive: archive.to_owned(),
+                        entry: String::from_utf8_lossy(&raw).into_owned(),
+                        limit,
+                        entries: self.stats.entries(),
+                        bytes: self.stats.bytes,
+                    });
+                }
+                Err(EntryError::Cancelled) => return Err(self.cancelled(archive)),
                 Err(EntryError::Io(source)) => {
                     return Err(ArchiveError::Write {
-                        path: self.root.join(dest.iter().collect::<PathBuf>()),
+                        path: self.root_path.join(rel(&dest)),
                         source,
                     });
                 }
@@ -250,42 +304,78 @@ impl Unpacker {
         Ok(())
     }
 
+    fn cancelled(&self, archive: &str) -> ArchiveError {
+        ArchiveError::Cancelled {
+            archive: archive.to_owned(),
+            entries: self.stats.entries(),
+            bytes: self.stats.bytes,
+        }
+    }
+
     /// Checks every extracted link against the finished tree and applies directory metadata.
     pub fn finish(mut self) -> Result<UnpackStats, ArchiveError> {
+        let mut links = LinkCheck::new(DirView(&self.root));
         for (link, archive) in &self.symlinks {
-            if let Err(reason) = self.resolves_inside(link) {
+            if let Err(reason) = links.check(link) {
                 return Err(ArchiveError::UnsafeEntry {
                     archive: archive.clone(),
-                    entry: link.display().to_string(),
+                    entry: display(link),
                     reason,
                 });
             }
         }
+        drop(links);
         // Deepest first, so no directory is made read-only before its children are done.
         self.dir_meta
             .sort_by_key(|(path, _, _)| std::cmp::Reverse(path.components().count()));
         for (rel, mode, mtime) in &self.dir_meta {
-            let path = self.root.join(rel);
             let apply = || -> io::Result<()> {
-                File::open(&path)?.set_modified(UNIX_EPOCH + Duration::from_secs(*mtime))?;
-                fs::set_permissions(&path, Permissions::from_mode(*mode))
+                if !self.root.symlink_metadata(rel)?.is_dir() {
+                    // A later layer put something else here.
+                    return Ok(());
+                }
+                let mut options = OpenOptions::new();
+                options
+                    .read(true)
+                    .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW);
+                let dir = self.root.open_with(rel, &options)?.into_std();
+                dir.set_modified(rules::mtime(*mtime))?;
+                dir.set_permissions(Permissions::from_mode(*mode))
             };
-            apply().map_err(|source| ArchiveError::Write { path, source })?;
+            apply().map_err(|source| ArchiveError::Write {
+                path: self.root_path.join(rel),
+                source,
+            })?;
         }
         Ok(self.stats)
     }
 
-    /// Makes sure every component of `rel` is a real directory, creating missing ones.
-    fn ensure_dirs(&mut self, rel: &[OsString]) -> Result<(), EntryError> {
+    /// Counts `entries` more entries and `bytes` more bytes against the limits, or refuses.
+    fn charge(&mut self, entries: u64, bytes: u64) -> Result<(), EntryError> {
+        if self.stats.entries().saturating_add(entries) > self.limits.max_entries {
+            return Err(EntryError::Limit(Limit::Entries(self.limits.max_entries)));
+        }
+        if self.stats.bytes.saturating_add(bytes) > self.limits.max_bytes {
+            return Err(EntryError::Limit(Limit::Bytes(self.limits.max_bytes)));
+        }
+        Ok(())
+    }
+
+    /// Makes sure every component of `dest` is a real directory, creating missing ones. The
+    /// first `owned` components belong to a mount path: whatever else stands there is removed.
+    fn ensure_dirs(&mut self, dest: &[OsString], owned: usize) -> Result<(), EntryError> {
         let mut current = PathBuf::new();
-        for part in rel {
+        for (index, part) in dest.iter().enumerate() {
             current.push(part);
             if self.dirs.contains(&current) {
                 continue;
             }
-            let path = self.root.join(&current);
-            match fs::symlink_metadata(&path) {
+            match self.root.symlink_metadata(&current) {
                 Ok(meta) if meta.is_dir() => {}
+                Ok(_) if index < owned => {
+                    self.root.remove_file(&current)?;
+                    self.create_dir(&current)?;
+                }
                 Ok(meta) if meta.file_type().is_symlink() => {
                     return Err(EntryError::Refused(format!(
                         "{} is a symbolic link; nothing is extracted through links",
@@ -298,10 +388,7 @@ impl Unpacker {
                         current.display()
                     )));
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    fs::create_dir(&path)?;
-                    self.stats.dirs += 1;
-                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => self.create_dir(&current)?,
                 Err(e) => return Err(e.into()),
             }
             self.dirs.insert(current.clone());
@@ -309,62 +396,87 @@ impl Unpacker {
         Ok(())
     }
 
-    fn dir(&mut self, dest: &[OsString], meta: Option<(u32, u64)>) -> Result<(), EntryError> {
-        self.ensure_dirs(dest)?;
+    fn create_dir(&mut self, path: &Path) -> Result<(), EntryError> {
+        self.charge(1, 0)?;
+        self.root.create_dir(path)?;
+        self.stats.dirs += 1;
+        Ok(())
+    }
+
+    fn dir(
+        &mut self,
+        dest: &[OsString],
+        owned: usize,
+        meta: Option<(u32, u64)>,
+    ) -> Result<(), EntryError> {
+        self.ensure_dirs(dest, owned)?;
         if let Some((mode, mtime)) = meta {
-            self.dir_meta.push((dest.iter().collect(), mode, mtime));
+            self.dir_meta.push((rel(dest), mode, mtime));
         }
         Ok(())
     }
 
-    /// The parent components of `dest`, created; refuses `dest` being the root itself.
-    fn prepare_leaf(&mut self, dest: &[OsString]) -> Result<PathBuf, EntryError> {
+    /// The parent components of `dest`, created; refuses `dest` being the root itself. When
+    /// `replace` (the entry is a mount's own root), whatever stands at `dest` is removed, a
+    /// directory tree included; otherwise only a file or link is.
+    fn prepare_leaf(
+        &mut self,
+        dest: &[OsString],
+        owned: usize,
+        replace: bool,
+    ) -> Result<PathBuf, EntryError> {
         let Some((_, parent)) = dest.split_last() else {
             return Err(EntryError::Refused(
                 "only a directory can be extracted at the root".into(),
             ));
         };
-        self.ensure_dirs(parent)?;
-        Ok(self.root.join(dest.iter().collect::<PathBuf>()))
+        self.ensure_dirs(parent, owned)?;
+        let path = rel(dest);
+        self.clear(&path, replace && owned > 0)?;
+        Ok(path)
     }
 
-    /// Removes what is at `path` so a new entry can take its place (later archives win), but
-    /// never a directory.
-    fn clear(&self, path: &Path) -> Result<(), EntryError> {
-        match fs::symlink_metadata(path) {
+    /// Removes what is at `path` so a new entry can take its place (later archives win); a
+    /// directory only when `replace_dir` (a mount's own path).
+    fn clear(&mut self, path: &Path, replace_dir: bool) -> Result<(), EntryError> {
+        match self.root.symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() && replace_dir => {
+                self.root.remove_dir_all(path)?;
+                self.dirs.retain(|d| !d.starts_with(path));
+                self.dir_meta.retain(|(d, _, _)| !d.starts_with(path));
+                Ok(())
+            }
             Ok(meta) if meta.is_dir() => Err(EntryError::Refused(
                 "a directory exists at this path".into(),
             )),
-            Ok(_) => Ok(fs::remove_file(path)?),
+            Ok(_) => Ok(self.root.remove_file(path)?),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn file(
         &mut self,
         dest: &[OsString],
+        owned: usize,
+        replace: bool,
         data: &mut impl Read,
+        size: u64,
         mode: u32,
         mtime: u64,
     ) -> Result<(), EntryError> {
-        let path = self.prepare_leaf(dest)?;
-        // O_EXCL never follows a link at the destination; an existing entry is removed first.
-        let create = || {
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-        };
-        let mut file = match create() {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                self.clear(&path)?;
-                create()?
-            }
-            other => other?,
-        };
+        // Sparse entries count at their logical size, which is what `size` is.
+        self.charge(1, size)?;
+        let path = self.prepare_leaf(dest, owned, replace)?;
+        // O_EXCL never follows a link at the destination; `clear` removed what stood there.
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true).mode(0o600);
+        let mut file = self.root.open_with(&path, &options)?.into_std();
         loop {
+            if self.cancel.is_cancelled() {
+                return Err(EntryError::Cancelled);
+            }
             let n = match data.read(&mut self.buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -375,7 +487,7 @@ impl Unpacker {
             self.stats.bytes += n as u64;
         }
         file.set_permissions(Permissions::from_mode(mode))?;
-        file.set_modified(UNIX_EPOCH + Duration::from_secs(mtime))?;
+        file.set_modified(rules::mtime(mtime))?;
         self.stats.files += 1;
         Ok(())
     }
@@ -383,44 +495,28 @@ impl Unpacker {
     fn symlink(
         &mut self,
         dest: &[OsString],
+        owned: usize,
+        replace: bool,
         target: &[u8],
         archive: &str,
     ) -> Result<(), EntryError> {
-        if target.is_empty() {
-            return Err(EntryError::Refused(
-                "symbolic link with an empty target".into(),
-            ));
-        }
-        if target[0] == b'/' {
-            return Err(EntryError::Refused(format!(
-                "symbolic link target {} is absolute",
-                String::from_utf8_lossy(target)
-            )));
-        }
-        let mut depth = dest.len().saturating_sub(1);
-        for part in target.split(|&b| b == b'/') {
-            match part {
-                b"" | b"." => {}
-                b".." if depth == 0 => {
-                    return Err(EntryError::Refused(format!(
-                        "symbolic link target {} leads outside the extraction root",
-                        String::from_utf8_lossy(target)
-                    )));
-                }
-                b".." => depth -= 1,
-                _ => depth += 1,
-            }
-        }
-        let path = self.prepare_leaf(dest)?;
-        self.clear(&path)?;
-        std::os::unix::fs::symlink(OsStr::from_bytes(target), &path)?;
-        self.symlinks
-            .push((dest.iter().collect(), archive.to_owned()));
+        rules::check_link_target(dest.len().saturating_sub(1), target)
+            .map_err(EntryError::Refused)?;
+        self.charge(1, 0)?;
+        let path = self.prepare_leaf(dest, owned, replace)?;
+        self.root.symlink(OsStr::from_bytes(target), &path)?;
+        self.symlinks.push((dest.to_vec(), archive.to_owned()));
         self.stats.symlinks += 1;
         Ok(())
     }
 
-    fn hard_link(&mut self, dest: &[OsString], target: &[OsString]) -> Result<(), EntryError> {
+    fn hard_link(
+        &mut self,
+        dest: &[OsString],
+        owned: usize,
+        replace: bool,
+        target: &[OsString],
+    ) -> Result<(), EntryError> {
         if dest == target {
             return Ok(());
         }
@@ -438,70 +534,37 @@ impl Unpacker {
                 return Err(not_file());
             }
         }
-        let target_path = self.root.join(target.iter().collect::<PathBuf>());
-        match fs::symlink_metadata(&target_path) {
+        let target_path = rel(target);
+        match self.root.symlink_metadata(&target_path) {
             Ok(meta) if meta.is_file() => {}
             _ => return Err(not_file()),
         }
-        let path = self.prepare_leaf(dest)?;
-        self.clear(&path)?;
-        fs::hard_link(&target_path, &path)?;
+        self.charge(1, 0)?;
+        let path = self.prepare_leaf(dest, owned, replace)?;
+        self.root.hard_link(&target_path, &self.root, &path)?;
         self.stats.hard_links += 1;
         Ok(())
     }
+}
 
-    /// Follows the link at `link` through the extracted tree; fails if the walk leaves the root.
-    fn resolves_inside(&self, link: &Path) -> Result<(), String> {
-        let escape = || {
-            format!(
-                "symbolic link {} resolves outside the extraction root",
-                link.display()
-            )
-        };
-        let mut resolved: Vec<OsString> = link
-            .parent()
-            .into_iter()
-            .flat_map(Path::components)
-            .map(|c| c.as_os_str().to_owned())
-            .collect();
-        let target = fs::read_link(self.root.join(link)).map_err(|e| e.to_string())?;
-        let mut queue: VecDeque<OsString> = target
-            .components()
-            .map(|c| c.as_os_str().to_owned())
-            .collect();
-        let mut hops = 0;
-        while let Some(part) = queue.pop_front() {
-            match part.as_bytes() {
-                b"/" => return Err(escape()),
-                b"" | b"." => {}
-                b".." => {
-                    if resolved.pop().is_none() {
-                        return Err(escape());
-                    }
-                }
-                _ => {
-                    resolved.push(part);
-                    let here = self.root.join(resolved.iter().collect::<PathBuf>());
-                    let is_link = fs::symlink_metadata(&here)
-                        .map(|m| m.file_type().is_symlink())
-                        .unwrap_or(false);
-                    if is_link {
-                        hops += 1;
-                        if hops > MAX_LINK_HOPS {
-                            return Err(format!(
-                                "symbolic link {} has too many levels of links",
-                                link.display()
-                            ));
-                        }
-                        let next = fs::read_link(&here).map_err(|e| e.to_string())?;
-                        resolved.pop();
-                        for c in next.components().rev() {
-                            queue.push_front(c.as_os_str().to_owned());
-                        }
-                    }
-                }
+/// A tree as the link check reads it, through the capability of its root.
+pub(super) struct DirView<'a>(pub(super) &'a Dir);
+
+impl TreeView for DirView<'_> {
+    fn kind(&mut self, path: &Path) -> io::Result<Kind> {
+        match self.0.symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => Ok(Kind::Link(
+                self.0.read_link_contents(path)?.into_os_string().into_vec(),
+            )),
+            Ok(meta) if meta.is_dir() => Ok(Kind::Dir),
+            Ok(_) => Ok(Kind::Other),
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+            {
+                Ok(Kind::Missing)
             }
+            Err(e) => Err(e),
         }
-        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::context::{Local, Target};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
-use crate::local::{ObjectKind, parse_manifests};
+use crate::local::{CheckedObject, ObjectKind, parse_manifests, read_manifest_file};
 
 /// What to do with Agents or AgentEnvironments.
 #[derive(Debug, clap::Subcommand)]
@@ -20,27 +20,41 @@ pub enum CatalogAction {
     },
 }
 
-/// `errand apply -f FILE...`: stores Agents, AgentEnvironments, Filesets and Secrets.
+/// `errand apply -f FILE...`: stores Agents, AgentEnvironments, Filesets and Secrets, all or
+/// nothing: every document is read and checked (its schema and CEL rules, its name, an Agent's
+/// immutability) before the first is written.
 pub fn apply(target: &Target, files: &[PathBuf], output: OutputArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
     let catalog = local.catalog();
-    // Parse everything first, so a bad document leaves nothing half-applied.
     let mut manifests = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(file)
-            .map_err(|e| CliError::argument(format!("-f {}: {e}", file.display())))?;
+        let text = read_manifest_file(file).map_err(|e| CliError::manifest_file("-f", e))?;
+        let source = file.display().to_string();
+        let parsed =
+            parse_manifests(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;
         manifests.extend(
-            parse_manifests(&text, &file.display().to_string())
-                .map_err(|e| CliError::new("invalid_manifest", e))?,
+            parsed
+                .into_iter()
+                .enumerate()
+                .map(|(index, m)| (format!("{source}: document {}", index + 1), m)),
         );
     }
-    let mut applied = Vec::new();
-    for manifest in &manifests {
-        let (kind, namespace, name) = catalog
-            .apply(manifest, &local.namespace)
-            .map_err(|e| CliError::new("invalid_manifest", e))?;
-        applied.push(json!({"kind": kind.kind(), "namespace": namespace, "name": name}));
+    let mut checked: Vec<CheckedObject> = Vec::new();
+    for (source, manifest) in &manifests {
+        let object = catalog
+            .check_apply(manifest, &local.namespace, &checked)
+            .map_err(|e| CliError::new("invalid_manifest", format!("{source}: {e}")))?;
+        checked.push(object);
     }
+    for object in &checked {
+        catalog
+            .store(object)
+            .map_err(|e| CliError::new("io_error", e))?;
+    }
+    let applied: Vec<serde_json::Value> = checked
+        .iter()
+        .map(|o| json!({"kind": o.kind.kind(), "namespace": o.namespace, "name": o.name}))
+        .collect();
     print_ok(output.format, "applied", &applied, || {
         applied
             .iter()
@@ -127,7 +141,7 @@ pub async fn push(
             dir.display()
         )));
     }
-    let (_, status) = local.push_fileset(Some(name), dir).await?;
+    let status = local.push_fileset(Some(name), dir).await?.status;
     print_ok(
         output.format,
         "fileset",

@@ -198,14 +198,22 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .unwrap_or_default(),
         store: store.unwrap_or_default().to_owned(),
         cancel_requested: execution.spec.cancel,
+        inherit_env: false,
+        supervisor: None,
     }
 }
 
 /// `errand execute` against the cluster: creates the AgentExecution and (unless `--no-wait`)
 /// waits for it to end.
 pub async fn execute(target: &Target, args: &ExecuteArgs) -> Result<(), CliError> {
+    if args.inherit_env {
+        return Err(CliError::argument(
+            "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
+        ));
+    }
     let cluster = Cluster::connect(target).await?;
-    let (spec, spec_name) = spec_from_args(args, None).await?;
+    let request = spec_from_args(args, None).await?;
+    let (spec, spec_name) = (request.spec, request.name);
     let agent = spec
         .agent_ref
         .as_ref()

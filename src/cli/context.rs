@@ -5,7 +5,8 @@ use std::path::Path;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::FilesetStatus;
-use crate::local::{DataDir, ExecutionRecord, LocalCatalog, RecordError, Records};
+use crate::local::{DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records};
+use crate::resolve::Catalog;
 use crate::store::{Store, StoreError};
 
 use super::output::CliError;
@@ -29,6 +30,18 @@ pub struct Target {
     pub local: bool,
 }
 
+/// A Fileset a command pushed, with what the push added.
+pub struct PushedFilesetEntry {
+    /// The Fileset's name.
+    pub name: String,
+    /// Its new status.
+    pub status: FilesetStatus,
+    /// Whether the catalog had no Fileset of this name before.
+    new_entry: bool,
+    /// The blob's digest, when this push stored it.
+    new_blob: Option<String>,
+}
+
 /// The local backend as the commands see it.
 pub struct Local {
     /// The data directory.
@@ -49,6 +62,15 @@ impl Local {
         crate::resolve::object_name(&namespace)
             .map_err(|e| CliError::argument(format!("--namespace: {e}")))?;
         let data = DataDir::from_env();
+        data.create().map_err(|e| {
+            CliError::new(
+                "io_error",
+                format!(
+                    "cannot create the data directory {}: {e}",
+                    data.root().display()
+                ),
+            )
+        })?;
         let store_url = target
             .store
             .clone()
@@ -76,17 +98,26 @@ impl Local {
     }
 
     /// Pushes `dir` as the content of Fileset `name` (by default `workdir-<digest prefix>`) and
-    /// returns the name with its new status.
+    /// returns what the push added. A push whose catalog entry cannot be written removes the
+    /// blob it stored.
     pub async fn push_fileset(
         &self,
         name: Option<&str>,
         dir: &Path,
-    ) -> Result<(String, FilesetStatus), CliError> {
-        let pushed = self
-            .store()?
+    ) -> Result<PushedFilesetEntry, CliError> {
+        let store = self.store()?;
+        let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
             .map_err(store_error)?;
+        for skipped in &pushed.skipped {
+            eprintln!(
+                "warning: {} left out of the Fileset: {}: {}",
+                dir.display(),
+                skipped.path,
+                skipped.reason
+            );
+        }
         let name = name.map_or_else(
             || format!("workdir-{}", &pushed.digest[..12]),
             str::to_owned,
@@ -97,19 +128,42 @@ impl Local {
             file_count: Some(pushed.file_count),
             pushed_at: Some(Time(jiff::Timestamp::now())),
         };
-        self.catalog()
-            .set_fileset(&self.namespace, &name, &status)
-            .map_err(|e| CliError::new("io_error", e))?;
-        Ok((name, status))
+        let catalog = self.catalog();
+        let entry = PushedFilesetEntry {
+            new_entry: catalog.fileset(&self.namespace, &name).is_none(),
+            new_blob: pushed.created.then_some(pushed.digest),
+            name,
+            status,
+        };
+        if let Err(e) = catalog.set_fileset(&self.namespace, &entry.name, &entry.status) {
+            self.undo_push(&entry).await;
+            return Err(CliError::new("io_error", e));
+        }
+        Ok(entry)
     }
 
-    /// The record of the execution named `name` (or the only one starting with it).
+    /// Takes back what a push of this command added (its catalog entry, its blob), for a command
+    /// that fails after pushing; what was there before stays.
+    pub async fn undo_push(&self, pushed: &PushedFilesetEntry) {
+        if pushed.new_entry {
+            self.catalog()
+                .delete(&self.namespace, ObjectKind::Fileset, &pushed.name);
+        }
+        if let (Some(digest), Ok(store)) = (&pushed.new_blob, self.store()) {
+            let _ = store.remove_pushed_fileset(&self.namespace, digest).await;
+        }
+    }
+
+    /// The record of the execution named `name` (or the only one starting with it), as it stands
+    /// (a run whose supervisor is gone has failed).
     pub fn find(&self, name: &str) -> Result<ExecutionRecord, CliError> {
         let records = self.records();
         let name = records
             .resolve_name(&self.namespace, name)
             .map_err(record_error)?;
-        records.read(&self.namespace, &name).map_err(record_error)
+        records
+            .read_current(&self.namespace, &name)
+            .map_err(record_error)
     }
 }
 
@@ -123,6 +177,7 @@ pub fn record_error(error: RecordError) -> CliError {
     let code = match error {
         RecordError::NotFound(..) => "not_found",
         RecordError::Ambiguous { .. } => "ambiguous_name",
+        RecordError::AlreadyExists(..) => "already_exists",
         RecordError::Io { .. } => "io_error",
     };
     CliError::new(code, error.to_string())

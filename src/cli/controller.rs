@@ -54,9 +54,14 @@ pub struct ControllerArgs {
     /// This replica's identity in the Lease and in events.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-    /// Seconds added to each Job's deadline for staging and uploading results.
-    #[arg(long, default_value_t = 900)]
+    /// Seconds staging may take in a pod (`errand stage` fails past it); also added to each
+    /// Job's deadline, with the time to upload results.
+    #[arg(long, default_value_t = crate::runner::DEFAULT_STAGING_BUDGET.as_secs() as i64,
+          value_parser = clap::value_parser!(i64).range(1..))]
     pub staging_budget_seconds: i64,
+    /// What staging may extract in each pod.
+    #[command(flatten)]
+    pub extract: super::staging::ExtractArgs,
     /// Seconds a cancelled pod gets to save its partial results.
     #[arg(long, default_value_t = 120)]
     pub termination_grace_seconds: i64,
@@ -184,6 +189,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.errand_binary = args.errand_binary;
     config.errand_image_pull_policy = args.errand_image_pull_policy;
     config.staging_budget_seconds = args.staging_budget_seconds;
+    config.extract_limits = args.extract.limits();
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
     config.default_ttl_seconds_after_finished = args.default_ttl_seconds_after_finished;

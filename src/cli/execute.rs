@@ -2,13 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
-use super::context::{Local, Target, record_error, store_error};
+use super::context::{Local, PushedFilesetEntry, Target, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, print_ok};
 use super::show::{print_record, record_outcome};
-use crate::api::{AgentExecutionSpec, Reference, Workdir};
+use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
-    ManifestObject, SuperviseError, parse_manifests, prepare, run_prepared, spawn_detached,
+    DocumentError, ManifestObject, SuperviseError, parse_document, parse_manifests, prepare,
+    read_manifest_file, run_prepared, spawn_detached,
 };
+use crate::resolve::{InvalidSpec, Problem, check_execution_spec_structure, decode};
 use crate::runner::signals::cancel_on_stop_signal;
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
@@ -27,8 +29,8 @@ pub struct ExecuteArgs {
     /// pushed as a Fileset first.
     #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
     pub base_workdir: Option<String>,
-    /// Seconds the agent may run.
-    #[arg(long)]
+    /// Seconds the agent may run, at most 604800 (7 days).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_TIMEOUT_SECONDS))]
     pub timeout_seconds: Option<i64>,
     /// Turn on the agent's telemetry export.
     #[arg(long)]
@@ -45,11 +47,21 @@ pub struct ExecuteArgs {
     /// Return at once, leaving the run going in the background.
     #[arg(long)]
     pub no_wait: bool,
+    /// Give a local agent this shell's whole environment (but errand's own `ERRAND_*`
+    /// variables). By default it gets what a pod would: its resolved environment with `PATH`,
+    /// `HOME`, `LANG` and `TZ`.
+    #[arg(long)]
+    pub inherit_env: bool,
+    #[command(flatten)]
+    pub staging: super::staging::StagingArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
 /// The spec and name from `--spec`/`--spec-file`: either a bare spec or an AgentExecution.
+/// Either is checked against the AgentExecution schema (types, unknown fields, bounds), each
+/// problem naming its field; the CEL rules hold for the spec the flags complete, when it is
+/// created.
 fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
@@ -63,31 +75,39 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
         )
     })?;
     if value.get("kind").is_some() {
-        return match parse_manifests(&text, &source)
-            .map_err(|e| CliError::new("invalid_manifest", e))?
-            .pop()
-        {
-            Some(ManifestObject::Execution(execution)) => {
+        return match parse_document(value) {
+            Ok(ManifestObject::Execution(execution)) => {
                 Ok((execution.spec, execution.metadata.name))
             }
-            _ => Err(CliError::new(
+            Ok(_) => Err(CliError::new(
                 "invalid_manifest",
                 format!("{source}: expected an AgentExecution"),
             )),
+            Err(DocumentError::Invalid { kind, problems, .. }) if kind == "AgentExecution" => {
+                Err(InvalidSpec { problems }.into())
+            }
+            Err(error) => Err(CliError::new(
+                "invalid_manifest",
+                format!("{source}: {error}"),
+            )),
         };
     }
-    let spec = serde_json::from_value(value).map_err(|e| {
-        CliError::new(
-            "invalid_manifest",
-            format!("{source}: not an AgentExecution spec: {e}"),
-        )
+    let problems = check_execution_spec_structure(&value);
+    if !problems.is_empty() {
+        return Err(InvalidSpec { problems }.into());
+    }
+    let spec = decode(value).map_err(|problem| InvalidSpec {
+        problems: vec![Problem::new(
+            format!("spec.{}", problem.field),
+            problem.message,
+        )],
     })?;
     Ok((spec, None))
 }
 
+/// A manifest file's text, refused when it is larger than the API server would take.
 fn read_text(path: &Path, flag: &str) -> Result<String, CliError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| CliError::argument(format!("{flag} {}: {e}", path.display())))
+    read_manifest_file(path).map_err(|e| CliError::manifest_file(flag, e))
 }
 
 /// Whether a flag value names a manifest file rather than an object.
@@ -128,23 +148,35 @@ fn manifest_file_object<T>(
         .ok_or_else(|| CliError::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
+/// The spec from `--spec`/`--spec-file` with the flags applied: the name the spec gives, if
+/// any, and the Fileset pushed for a base workdir directory (only with a local backend).
+pub struct ExecutionRequest {
+    /// The complete spec.
+    pub spec: AgentExecutionSpec,
+    /// The name an AgentExecution manifest gives.
+    pub name: Option<String>,
+    /// The Fileset this command pushed for `--workdir.base-workdir DIR`.
+    pub pushed: Option<PushedFilesetEntry>,
+}
+
 /// The spec (and the name it gives, if any) from `--spec`/`--spec-file` with the flags applied.
 /// With a local backend, a directory given as the base workdir is pushed as a Fileset.
 pub async fn spec_from_args(
     args: &ExecuteArgs,
     local: Option<&Local>,
-) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
+) -> Result<ExecutionRequest, CliError> {
     let (mut spec, name) = base_spec(args)?;
-    apply_flags(local, args, &mut spec).await?;
-    Ok((spec, name))
+    let pushed = apply_flags(local, args, &mut spec).await?;
+    Ok(ExecutionRequest { spec, name, pushed })
 }
 
-/// Applies the flags on top of the spec.
+/// Applies the flags on top of the spec; returns the Fileset it pushed, if any.
 async fn apply_flags(
     local: Option<&Local>,
     args: &ExecuteArgs,
     spec: &mut AgentExecutionSpec,
-) -> Result<(), CliError> {
+) -> Result<Option<PushedFilesetEntry>, CliError> {
+    let mut pushed = None;
     if let Some(agent) = &args.agent {
         let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
             ManifestObject::Agent(agent) => Some(agent.spec),
@@ -169,9 +201,13 @@ async fn apply_flags(
         spec.environment = inline;
     }
     if let Some(base) = &args.base_workdir {
+        refuse_missing_directory(base)?;
         let base = match local {
             Some(local) if Path::new(base).is_dir() => {
-                local.push_fileset(None, Path::new(base)).await?.0
+                let entry = local.push_fileset(None, Path::new(base)).await?;
+                let name = entry.name.clone();
+                pushed = Some(entry);
+                name
             }
             None if Path::new(base).is_dir() => {
                 return Err(CliError::argument(format!(
@@ -191,7 +227,26 @@ async fn apply_flags(
     if args.auto_telemetry {
         spec.auto_telemetry = true;
     }
-    Ok(())
+    Ok(pushed)
+}
+
+/// Refuses a `--workdir.base-workdir` that reads as a path (`/…`, `./…`, `../…`, `~…`) but
+/// names no directory, which would otherwise be taken for a `namespace/fileset` reference.
+fn refuse_missing_directory(base: &str) -> Result<(), CliError> {
+    let looks_like_path = ["/", "./", "../", "~"].iter().any(|p| base.starts_with(p))
+        || base.split('#').next().unwrap_or(base).matches('/').count() > 1;
+    let path = Path::new(base);
+    if path.is_dir() || !(looks_like_path || path.exists()) {
+        return Ok(());
+    }
+    let what = if path.exists() {
+        "is not a directory"
+    } else {
+        "does not exist"
+    };
+    Err(CliError::argument(format!(
+        "--workdir.base-workdir {base}: the directory {what} (give a directory to push, or a Fileset as NAME[#PATH/])"
+    )))
 }
 
 /// A supervision failure as a CLI error.
@@ -209,18 +264,35 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
     let local = Local::new(target)?;
     let format = args.output.format;
     super::gc::automatic(&local, format).await;
-    let (spec, spec_name) = spec_from_args(args, Some(&local)).await?;
-    let name = args.name.clone().or(spec_name);
-    let record = prepare(
+    let request = spec_from_args(args, Some(&local)).await?;
+    let name = args.name.clone().or(request.name);
+    let prepared = prepare(
         &local.data,
         &local.store_url,
         &local.namespace,
         name.as_deref(),
-        &spec,
+        &request.spec,
+        args.inherit_env,
     )
-    .map_err(supervise_error)?;
+    .await;
+    let record = match prepared {
+        Ok(record) => record,
+        Err(error) => {
+            // A refused execution leaves nothing behind, not even the workdir it pushed.
+            if let Some(pushed) = &request.pushed {
+                local.undo_push(pushed).await;
+            }
+            return Err(supervise_error(error));
+        }
+    };
     if args.no_wait {
-        spawn_detached(&local.data, &local.namespace, &record.name).map_err(supervise_error)?;
+        spawn_detached(
+            &local.data,
+            &local.namespace,
+            &record.name,
+            &args.staging.settings(),
+        )
+        .map_err(supervise_error)?;
         let record = local
             .records()
             .read(&local.namespace, &record.name)
@@ -241,6 +313,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         &local.namespace,
         &record.name,
         passthrough,
+        &args.staging.settings(),
         cancel,
     )
     .await

@@ -14,10 +14,13 @@ use super::show::{
 };
 use crate::api::contract::Reason;
 use crate::local::{ExecutionRecord, RemoveError, remove_execution, results_of, run_prepared};
+use crate::runner::StageSettings;
 use crate::runner::signals::cancel_on_stop_signal;
 
 /// How often waiting commands look at a record again.
 const POLL: Duration = Duration::from_millis(100);
+/// How long `cancel` and `delete` wait for a supervisor to exit once its record is final.
+const SUPERVISOR_EXIT: Duration = Duration::from_secs(10);
 
 /// `errand status NAME`.
 pub fn status(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
@@ -36,7 +39,7 @@ pub fn list(target: &Target, output: OutputArgs) -> Result<(), CliError> {
     let all: Vec<ExecutionRecord> = records
         .names(&local.namespace)
         .iter()
-        .filter_map(|n| records.read(&local.namespace, n).ok())
+        .filter_map(|n| records.read_current(&local.namespace, n).ok())
         .collect();
     print_executions(output.format, &all);
     Ok(())
@@ -81,7 +84,7 @@ pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<()
     let mut offset = 0u64;
     loop {
         let record = records
-            .read(&local.namespace, &name)
+            .read_current(&local.namespace, &name)
             .map_err(record_error)?;
         if output.format == Format::Human {
             offset = copy_new_output(&log_path(&local, &name, false), offset);
@@ -157,13 +160,31 @@ async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
         records.write(&record).map_err(record_error)?;
         return Ok(record);
     }
-    loop {
+    let record = loop {
         let record = records.read(&local.namespace, name).map_err(record_error)?;
         if record.phase.is_terminal() {
-            return Ok(record);
+            break record;
         }
         tokio::time::sleep(POLL).await;
+    };
+    // The record is the supervisor's last write; wait for it to be gone too, so that nothing
+    // of the run is left when this returns.
+    if let Some(pid) = records.supervisor_pid(&local.namespace, name) {
+        let deadline = std::time::Instant::now() + SUPERVISOR_EXIT;
+        while process_running(pid) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
+    Ok(record)
+}
+
+/// Whether process `pid` runs (a zombie, exited but not yet reaped, does not).
+fn process_running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// `errand cancel NAME`.
@@ -206,13 +227,18 @@ pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(
 }
 
 /// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
-pub async fn supervise(target: &Target, name: &str) -> Result<(), CliError> {
+pub async fn supervise(
+    target: &Target,
+    name: &str,
+    settings: StageSettings,
+) -> Result<(), CliError> {
     let local = Local::new(target)?;
     run_prepared(
         &local.data,
         &local.namespace,
         name,
         true,
+        &settings,
         cancel_on_stop_signal(),
     )
     .await

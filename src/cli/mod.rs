@@ -11,7 +11,9 @@ mod local;
 mod output;
 mod pod;
 mod show;
+mod staging;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -141,6 +143,8 @@ pub enum Command {
     Supervise {
         /// The prepared execution.
         name: String,
+        #[command(flatten)]
+        staging: staging::StagingArgs,
     },
 }
 
@@ -231,6 +235,62 @@ impl Command {
             | Command::RunAgent(_) => Format::Human,
         }
     }
+}
+
+/// Parses the command line `args` (the program name first) and runs it; returns the process
+/// exit code. Arguments the parser refuses are reported like any other failure: with `-o json`
+/// as exactly one JSON error object (`invalid_argument`, exit code 2).
+pub fn run_args(args: Vec<OsString>) -> i32 {
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => run(cli),
+        Err(error) => report_parse_error(&args, &error),
+    }
+}
+
+fn report_parse_error(args: &[OsString], error: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    let informational = matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    );
+    if informational || requested_format(args) == Format::Human {
+        // clap's own text: usage for people, and help or the version on request.
+        let _ = error.print();
+        return error.exit_code();
+    }
+    output::print_error(
+        Format::Json,
+        &CliError::argument(parse_error_message(error)),
+    )
+}
+
+/// The first paragraph of clap's message, on one line and without its `error: ` prefix.
+fn parse_error_message(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let paragraph = text.split("\n\n").next().unwrap_or_default();
+    let words: Vec<&str> = paragraph.split_whitespace().collect();
+    let line = words.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_owned()
+}
+
+/// The answer format the raw arguments ask for (`-o json`, `--output=json`, `--format json`),
+/// read before parsing so that a refused command line can still be answered in it. Arguments
+/// after `--` belong to the agent.
+fn requested_format(args: &[OsString]) -> Format {
+    let args: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .map(|a| a.to_str().unwrap_or_default())
+        .take_while(|a| *a != "--")
+        .collect();
+    let json = args.iter().enumerate().any(|(i, arg)| {
+        let next_is_json = args.get(i + 1) == Some(&"json");
+        match *arg {
+            "-o" | "--output" | "--format" => next_is_json,
+            _ => ["-ojson", "-o=json", "--output=json", "--format=json"].contains(arg),
+        }
+    });
+    if json { Format::Json } else { Format::Human }
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -332,7 +392,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             action: FilesetsAction::Delete { name, output },
         } => catalog::delete_fileset(target, &name, output),
         Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
-        Command::Supervise { name } => local::supervise(target, &name).await,
+        Command::Supervise { name, staging } => {
+            local::supervise(target, &name, staging.settings()).await
+        }
         Command::Stage(_) | Command::RunAgent(_) => {
             unreachable!("run() handles the pod commands before dispatching")
         }
@@ -364,6 +426,55 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_answer_format_is_read_from_raw_arguments() {
+        use super::{Format, requested_format};
+        let format = |args: &[&str]| {
+            let args: Vec<std::ffi::OsString> = std::iter::once("errand")
+                .chain(args.iter().copied())
+                .map(Into::into)
+                .collect();
+            requested_format(&args)
+        };
+        for json in [
+            &["status", "-o", "json"][..],
+            &["status", "-ojson"],
+            &["--output=json", "list"],
+            &["results", "download", "x", "--format", "json"],
+        ] {
+            assert_eq!(format(json), Format::Json, "{json:?}");
+        }
+        for human in [
+            &["status", "x"][..],
+            &["status", "-o", "human"],
+            &["run-agent", "--", "agent", "-o", "json"],
+        ] {
+            assert_eq!(format(human), Format::Human, "{human:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_argument_reads_as_one_line() {
+        let error = <super::Cli as clap::Parser>::try_parse_from([
+            "errand",
+            "execute",
+            "--timeout-seconds",
+            "abc",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            super::parse_error_message(&error),
+            "invalid value 'abc' for '--timeout-seconds <TIMEOUT_SECONDS>': invalid digit found in string"
+        );
+        let error =
+            <super::Cli as clap::Parser>::try_parse_from(["errand", "status", "-o", "json"])
+                .unwrap_err();
+        assert_eq!(
+            super::parse_error_message(&error),
+            "the following required arguments were not provided: <NAME>"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::local::ReadManifestError;
 use crate::resolve::InvalidSpec;
 
 /// Version of every JSON answer's schema.
@@ -50,6 +51,15 @@ impl CliError {
     /// Bad command-line input.
     pub fn argument(message: impl Into<String>) -> Self {
         Self::new("invalid_argument", message)
+    }
+
+    /// A manifest file given with `flag` that could not be read: a path that cannot be opened
+    /// is a bad argument; a file too large or not text is a bad manifest.
+    pub fn manifest_file(flag: &str, error: ReadManifestError) -> Self {
+        match error {
+            ReadManifestError::Unreadable { .. } => Self::argument(format!("{flag} {error}")),
+            _ => Self::new("invalid_manifest", format!("{flag} {error}")),
+        }
     }
 
     /// The process exit code of this failure.

@@ -44,6 +44,8 @@ pub struct StageArgs {
     pub bin_dir: PathBuf,
     #[command(flatten)]
     pub paths: PodPathArgs,
+    #[command(flatten)]
+    pub staging: super::staging::StagingArgs,
 }
 
 /// Options of `errand run-agent`.
@@ -62,7 +64,7 @@ pub struct RunAgentArgs {
 /// Runs `errand stage`; returns the exit code.
 pub async fn stage(args: StageArgs) -> i32 {
     init_logs();
-    pod::stage_in_pod(&args.paths.paths(), &args.bin_dir).await
+    pod::stage_in_pod(&args.paths.paths(), &args.bin_dir, &args.staging.settings()).await
 }
 
 /// Runs `errand run-agent`; returns the exit code.

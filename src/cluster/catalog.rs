@@ -6,9 +6,12 @@
 //! ([`live_catalog`]) before it becomes a terminal `InvalidSpec` or a rejected create, because
 //! an execution created right after the objects it names can arrive before they reach a cache.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
@@ -17,7 +20,16 @@ use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Fileset,
     FilesetStatus,
 };
-use crate::resolve::{Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef};
+use crate::archive::PathIndex;
+use crate::resolve::{
+    Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef, WithFilesetPaths, subpath_digests,
+};
+
+/// Path indexes kept in memory; the cache starts over when it is full.
+const PATH_INDEXES_CACHED: usize = 256;
+/// How long reading one resolution's path indexes may take; past it subpaths are checked at
+/// staging only, so that admission answers within its budget.
+const PATH_INDEX_BUDGET: Duration = Duration::from_secs(1);
 
 /// Reflector caches of the objects an execution can refer to, Secrets aside.
 #[derive(Clone)]
@@ -28,6 +40,73 @@ pub struct ClusterCatalog {
     pub environments: Store<AgentEnvironment>,
     /// Filesets.
     pub filesets: Store<Fileset>,
+    /// The path indexes pushed beside Fileset blobs.
+    pub fileset_paths: FilesetPaths,
+}
+
+/// Path indexes by namespace and digest.
+type PathIndexCache = HashMap<(String, String), Arc<PathIndex>>;
+
+/// The path indexes of Fileset contents, read from the store and kept by digest (a content
+/// never changes, nor do its paths).
+#[derive(Clone, Default)]
+pub struct FilesetPaths {
+    store: Option<crate::store::Store>,
+    cache: Arc<Mutex<PathIndexCache>>,
+}
+
+impl FilesetPaths {
+    /// Indexes read from `store`.
+    pub fn from_store(store: crate::store::Store) -> Self {
+        FilesetPaths {
+            store: Some(store),
+            cache: Arc::default(),
+        }
+    }
+
+    /// The indexes of `digests` in `namespace`, from the cache or the store, within
+    /// [`PATH_INDEX_BUDGET`].
+    async fn load(
+        &self,
+        namespace: &str,
+        digests: BTreeSet<String>,
+    ) -> Vec<(String, String, Arc<PathIndex>)> {
+        let Some(store) = &self.store else {
+            return Vec::new();
+        };
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        {
+            let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            for digest in digests {
+                match cache.get(&(namespace.to_owned(), digest.clone())) {
+                    Some(index) => found.push((namespace.to_owned(), digest, Arc::clone(index))),
+                    None => missing.push(digest),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return found;
+        }
+        let read = store.fileset_path_indexes(namespace, missing);
+        match tokio::time::timeout(PATH_INDEX_BUDGET, read).await {
+            Ok(read) => {
+                let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+                if cache.len() + read.len() > PATH_INDEXES_CACHED {
+                    cache.clear();
+                }
+                for (namespace, digest, index) in &read {
+                    cache.insert((namespace.clone(), digest.clone()), Arc::clone(index));
+                }
+                found.extend(read);
+            }
+            Err(_) => tracing::warn!(
+                namespace,
+                "reading Fileset path indexes took longer than {PATH_INDEX_BUDGET:?}; subpaths are checked at staging"
+            ),
+        }
+        found
+    }
 }
 
 impl ClusterCatalog {
@@ -39,11 +118,13 @@ impl ClusterCatalog {
     }
 }
 
-/// The caches plus the key names of the Secrets one execution binds, read for it.
+/// The caches plus what one execution names outside them, read for it: the key names of the
+/// Secrets it binds and whether its PriorityClass exists.
 struct WithSecrets<'a> {
     caches: &'a ClusterCatalog,
     namespace: &'a str,
     secrets: BTreeMap<String, BTreeSet<String>>,
+    priority_classes: BTreeMap<String, bool>,
 }
 
 impl Catalog for WithSecrets<'_> {
@@ -70,6 +151,10 @@ impl Catalog for WithSecrets<'_> {
             .get(&key)
             .map(|f| f.status.clone().unwrap_or_default())
     }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.priority_classes.get(name).copied()
+    }
 }
 
 /// Resolves `spec` submitted in `namespace`: from the caches and live reads of the Secrets it
@@ -94,15 +179,34 @@ pub async fn resolve(
             secrets.insert(name, keys);
         }
     }
+    let mut priority_classes = BTreeMap::new();
+    if let Some(class) = priority_class_name(cached_environment.as_ref()) {
+        let exists = priority_class_exists(client, class).await?;
+        priority_classes.insert(class.to_owned(), exists);
+    }
     let catalog = WithSecrets {
         caches,
         namespace,
         secrets,
+        priority_classes,
     };
-    if let Ok(snapshot) = crate::resolve::resolve_execution(namespace, spec, &catalog) {
+    let paths = caches
+        .fileset_paths
+        .load(namespace, subpath_digests(namespace, spec, &catalog))
+        .await;
+    let cached = {
+        let catalog = WithFilesetPaths::new(&catalog, paths);
+        crate::resolve::resolve_execution(namespace, spec, &catalog)
+    };
+    if let Ok(snapshot) = cached {
         return Ok(Ok(snapshot));
     }
     let live = live_catalog(client, namespace, spec).await?;
+    let paths = caches
+        .fileset_paths
+        .load(namespace, subpath_digests(namespace, spec, &live))
+        .await;
+    let live = WithFilesetPaths::new(&live, paths);
     Ok(crate::resolve::resolve_execution(namespace, spec, &live))
 }
 
@@ -113,6 +217,17 @@ fn bound_secret_names(environment: Option<&AgentEnvironmentSpec>) -> BTreeSet<St
         .flat_map(|e| e.overlay.secrets.values())
         .map(|target| StringRef::parse(target).name)
         .collect()
+}
+
+/// The PriorityClass an environment names, if it names one.
+fn priority_class_name(environment: Option<&AgentEnvironmentSpec>) -> Option<&str> {
+    environment?.compute.priority_class_name.as_deref()
+}
+
+/// Whether PriorityClass `name` exists (PriorityClasses are cluster-scoped).
+async fn priority_class_exists(client: &Client, name: &str) -> Result<bool, ApiError> {
+    let class = get(Api::<PriorityClass>::all(client.clone()), name).await?;
+    Ok(class.is_some())
 }
 
 /// The key names of a Secret (its values are dropped here, as the object arrives).
@@ -167,6 +282,13 @@ pub async fn live_catalog(
             let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "")).collect();
             catalog = catalog.with_secret(namespace, &name, &pairs);
         }
+    }
+    if let Some(class) = priority_class_name(environment.as_ref()) {
+        catalog = if priority_class_exists(client, class).await? {
+            catalog.with_priority_class(class)
+        } else {
+            catalog.without_priority_classes()
+        };
     }
     let workdir = spec.workdir.iter();
     let fileset_refs = workdir.flat_map(|w| {

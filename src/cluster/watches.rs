@@ -4,7 +4,7 @@ use std::fmt::Debug;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -100,9 +100,14 @@ pub fn executions_in_namespace(
     }
 }
 
-/// Keeps only what the status needs of a pod: its identity, labels, annotations and status.
+/// Keeps only what the status needs of a pod: its identity, labels, annotations, node and status.
 pub fn trim_pod(pod: &mut Pod) {
-    pod.spec = None;
+    // Only the node is kept of the spec: a lost node is named in the status.
+    let node_name = pod.spec.take().and_then(|spec| spec.node_name);
+    pod.spec = node_name.map(|node_name| PodSpec {
+        node_name: Some(node_name),
+        ..PodSpec::default()
+    });
     if let Some(status) = pod.status.as_mut() {
         status.pod_ip = None;
         status.pod_ips = None;

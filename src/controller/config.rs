@@ -2,7 +2,9 @@
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::archive::ExtractLimits;
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
+use crate::runner::DEFAULT_STAGING_BUDGET;
 use crate::store::grants::UrlSigner;
 
 /// The field manager of every server-side apply the controller makes.
@@ -30,6 +32,8 @@ pub struct ControllerConfig {
     /// results; the Job's `activeDeadlineSeconds` is only a backstop behind the runner's own
     /// deadline.
     pub staging_budget_seconds: i64,
+    /// What staging may extract in each pod (`errand stage --max-extract-*`).
+    pub extract_limits: ExtractLimits,
     /// Seconds a pod gets between SIGTERM and SIGKILL, long enough for the runner to stop the
     /// agent and upload partial results when an execution is cancelled.
     pub termination_grace_seconds: i64,
@@ -67,7 +71,8 @@ impl ControllerConfig {
             errand_image: errand_image.into(),
             errand_binary: "/usr/local/bin/errand".to_owned(),
             errand_image_pull_policy: None,
-            staging_budget_seconds: 900,
+            staging_budget_seconds: DEFAULT_STAGING_BUDGET.as_secs() as i64,
+            extract_limits: ExtractLimits::DEFAULT,
             termination_grace_seconds: 120,
             default_queue_name: None,
             default_ttl_seconds_after_finished: None,

@@ -171,6 +171,16 @@ impl Context {
             .remove(uid);
     }
 
+    /// How many reconciles of the object with `uid` failed in a row so far.
+    pub fn failures_of(&self, uid: &str) -> u32 {
+        self.failures
+            .lock()
+            .expect("no panics while holding the lock")
+            .get(uid)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Counts and logs a failed reconcile of `object` (`what` names the loop) and retries it
     /// with exponential backoff.
     pub fn retry_failed<K: ResourceExt>(&self, what: &str, object: &K, error: &Error) -> Action {

@@ -37,6 +37,17 @@ pub enum Error {
     /// A cache the status depends on stopped before it was filled.
     #[error("the {0} cache stopped before it was filled")]
     CacheStopped(&'static str),
+    /// The API server refused to create a child for good (400, 413 or 422: its validation or
+    /// an admission policy); retrying cannot help, so the execution fails.
+    #[error("the API server refused to create {kind} {name}: {message}")]
+    Rejected {
+        /// The child's kind.
+        kind: String,
+        /// The child's name.
+        name: String,
+        /// The API server's message.
+        message: String,
+    },
     /// A child with the deterministic name exists but belongs to another object (for example
     /// an execution of the same name that is still being deleted).
     #[error("{kind} {name} exists and is not owned by this execution")]
@@ -71,7 +82,14 @@ impl Error {
             Error::TimedOut(_) => "timeout",
             Error::CacheStopped(_) => "cache_stopped",
             Error::ForeignChild { .. } => "foreign_child",
+            Error::Rejected { .. } => "rejected",
         }
+    }
+
+    /// Whether the API server refused a create for good: its validation (400, 422) or the
+    /// request's size (413). Forbidden (403: RBAC, quota) and conflicts may pass with time.
+    pub fn is_permanent_refusal(status: &kube::core::Status) -> bool {
+        matches!(status.code, 400 | 413 | 422)
     }
 }
 

@@ -24,6 +24,8 @@ pub fn outcome_event(
         .clone();
     let action = if reason == Reason::InvalidSpec.as_str() {
         "Resolve"
+    } else if reason == Reason::CreateRejected.as_str() {
+        "Create"
     } else {
         "Run"
     };

@@ -1,12 +1,12 @@
-//! The local catalog: applied Agents, AgentEnvironments, Filesets and Secrets, one JSON file each.
+//! The local catalog: applied Agents, AgentEnvironments, Filesets and Secrets, one owner-only JSON file each.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
+use super::files::write_private;
 use super::manifest::ManifestObject;
 use super::paths::DataDir;
 use crate::api::{
@@ -49,12 +49,30 @@ impl ObjectKind {
     }
 }
 
-/// Applied objects on local disk. Secret values are kept in files only the owner can read,
-/// and are read back only to start an agent.
+/// Applied objects on local disk, one directory per object (`<plural>/<name>/object.json`, so
+/// that every valid Kubernetes name fits the file system), readable by the owner only. Secret
+/// values are read back only to start an agent.
 #[derive(Clone, Debug)]
 pub struct LocalCatalog {
     data: DataDir,
 }
+
+/// One object `apply` checked and will store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedObject {
+    /// Its kind.
+    pub kind: ObjectKind,
+    /// The namespace it goes to.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// What is stored: the spec (Agent, AgentEnvironment), the status kept from earlier pushes
+    /// (Fileset), or the values (Secret).
+    content: Value,
+}
+
+/// The file an object is stored in.
+const OBJECT_FILE: &str = "object.json";
 
 impl LocalCatalog {
     /// The catalog in `data`.
@@ -62,7 +80,12 @@ impl LocalCatalog {
         Self { data }
     }
 
-    fn path(&self, namespace: &str, kind: ObjectKind, name: &str) -> PathBuf {
+    fn dir(&self, namespace: &str, kind: ObjectKind, name: &str) -> PathBuf {
+        self.data.catalog(namespace, kind.plural()).join(name)
+    }
+
+    /// Where catalogs before one directory per object kept it: `<plural>/<name>.json`.
+    fn legacy_file(&self, namespace: &str, kind: ObjectKind, name: &str) -> PathBuf {
         self.data
             .catalog(namespace, kind.plural())
             .join(format!("{name}.json"))
@@ -74,31 +97,36 @@ impl LocalCatalog {
         kind: ObjectKind,
         name: &str,
     ) -> Option<T> {
-        let bytes = std::fs::read(self.path(namespace, kind, name)).ok()?;
+        let bytes = std::fs::read(self.dir(namespace, kind, name).join(OBJECT_FILE))
+            .or_else(|_| std::fs::read(self.legacy_file(namespace, kind, name)))
+            .ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
-    fn write<T: Serialize>(
+    fn write(
         &self,
         namespace: &str,
         kind: ObjectKind,
         name: &str,
-        value: &T,
+        value: &Value,
     ) -> Result<(), String> {
-        let path = self.path(namespace, kind, name);
+        let path = self.dir(namespace, kind, name).join(OBJECT_FILE);
         let bytes = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
-        let private = kind == ObjectKind::Secret;
-        write_atomic(&path, &bytes, private)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        write_private(&path, &bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let _ = std::fs::remove_file(self.legacy_file(namespace, kind, name));
+        Ok(())
     }
 
-    /// Stores one applied object (not an AgentExecution) in `default_namespace` unless it names
-    /// its own. Returns its kind, namespace and name.
-    pub fn apply(
+    /// Checks one object (not an AgentExecution) for `apply` in `default_namespace` unless it
+    /// names its own: its name, and that an Agent keeps the spec it was applied with (also
+    /// against the objects checked before it, in `earlier`). Nothing is written.
+    pub fn check_apply(
         &self,
         manifest: &ManifestObject,
         default_namespace: &str,
-    ) -> Result<(ObjectKind, String, String), String> {
+        earlier: &[CheckedObject],
+    ) -> Result<CheckedObject, String> {
         let (kind, metadata_name, namespace) = match manifest {
             ManifestObject::Agent(o) => (
                 ObjectKind::Agent,
@@ -130,30 +158,51 @@ impl LocalCatalog {
         object_name(&name).map_err(|e| format!("{} metadata.name: {e}", kind.kind()))?;
         let namespace = namespace.unwrap_or_else(|| default_namespace.to_owned());
         object_name(&namespace).map_err(|e| format!("{} metadata.namespace: {e}", kind.kind()))?;
-        match manifest {
-            ManifestObject::Agent(agent) => {
-                if self
-                    .agent(&namespace, &name)
-                    .is_some_and(|spec| spec != agent.spec)
-                {
-                    return Err(format!(
-                        "Agent {name:?}: spec is immutable; delete it (`errand agents delete {name}`) and apply again"
-                    ));
-                }
-                self.write(&namespace, kind, &name, &agent.spec)?;
-            }
-            ManifestObject::Environment(environment) => {
-                self.write(&namespace, kind, &name, &environment.spec)?
-            }
+        let content = match manifest {
+            ManifestObject::Agent(agent) => serde_json::to_value(&agent.spec),
+            ManifestObject::Environment(environment) => serde_json::to_value(&environment.spec),
+            // A Fileset's content comes from `filesets push`; applying it keeps what was pushed.
             ManifestObject::Fileset(_) => {
-                // A Fileset's content comes from `filesets push`; applying it keeps what was pushed.
-                let status = self.fileset(&namespace, &name).unwrap_or_default();
-                self.write(&namespace, kind, &name, &status)?;
+                serde_json::to_value(self.fileset(&namespace, &name).unwrap_or_default())
             }
-            ManifestObject::Secret { data, .. } => self.write(&namespace, kind, &name, data)?,
-            ManifestObject::Execution(_) => unreachable!("rejected above"),
+            ManifestObject::Secret { data, .. } => serde_json::to_value(data),
+            ManifestObject::Execution(_) => unreachable!("refused above"),
         }
-        Ok((kind, namespace, name))
+        .map_err(|e| e.to_string())?;
+        let checked = CheckedObject {
+            kind,
+            namespace,
+            name,
+            content,
+        };
+        if kind == ObjectKind::Agent {
+            let stored = self
+                .read::<Value>(&checked.namespace, kind, &checked.name)
+                .into_iter();
+            let pending = earlier
+                .iter()
+                .filter(|o| {
+                    o.kind == kind && o.namespace == checked.namespace && o.name == checked.name
+                })
+                .map(|o| o.content.clone());
+            if stored.chain(pending).any(|spec| spec != checked.content) {
+                let name = &checked.name;
+                return Err(format!(
+                    "Agent {name:?}: spec is immutable; delete it (`errand agents delete {name}`) and apply again"
+                ));
+            }
+        }
+        Ok(checked)
+    }
+
+    /// Stores objects checked with [`LocalCatalog::check_apply`].
+    pub fn store(&self, object: &CheckedObject) -> Result<(), String> {
+        self.write(
+            &object.namespace,
+            object.kind,
+            &object.name,
+            &object.content,
+        )
     }
 
     /// Records a pushed Fileset's content.
@@ -164,7 +213,8 @@ impl LocalCatalog {
         status: &FilesetStatus,
     ) -> Result<(), String> {
         object_name(name).map_err(|e| format!("fileset name: {e}"))?;
-        self.write(namespace, ObjectKind::Fileset, name, status)
+        let status = serde_json::to_value(status).map_err(|e| e.to_string())?;
+        self.write(namespace, ObjectKind::Fileset, name, &status)
     }
 
     /// Every namespace that has applied objects, sorted.
@@ -187,20 +237,28 @@ impl LocalCatalog {
         };
         let mut names: Vec<String> = entries
             .filter_map(|e| {
-                e.ok()?
-                    .file_name()
-                    .to_str()?
-                    .strip_suffix(".json")
-                    .map(str::to_owned)
+                let e = e.ok()?;
+                let file_name = e.file_name().to_str()?.to_owned();
+                if e.path().join(OBJECT_FILE).is_file() {
+                    Some(file_name)
+                } else if e.path().is_file() {
+                    file_name.strip_suffix(".json").map(str::to_owned)
+                } else {
+                    None
+                }
             })
+            .filter(|name| object_name(name).is_ok())
             .collect();
         names.sort();
+        names.dedup();
         names
     }
 
     /// Removes an object; false when there was none.
     pub fn delete(&self, namespace: &str, kind: ObjectKind, name: &str) -> bool {
-        std::fs::remove_file(self.path(namespace, kind, name)).is_ok()
+        let current = std::fs::remove_dir_all(self.dir(namespace, kind, name)).is_ok();
+        let legacy = std::fs::remove_file(self.legacy_file(namespace, kind, name)).is_ok();
+        current || legacy
     }
 
     /// The values of a Secret, to hand to an agent's environment when it starts.
@@ -251,27 +309,9 @@ impl Catalog for LocalCatalog {
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
         self.read(namespace, ObjectKind::Fileset, name)
     }
-}
 
-/// Writes `bytes` to `path` through a temporary file and a rename, so readers never see half a
-/// file; `private` files are readable by the owner only. There is no fsync: records are
-/// rewritten several times per run and a lost update after a power cut costs nothing that the
-/// stored results do not also hold.
-pub(super) fn write_atomic(path: &Path, bytes: &[u8], private: bool) -> io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = path
-        .parent()
-        .ok_or_else(|| io::Error::other("path has no parent"))?;
-    std::fs::create_dir_all(dir)?;
-    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{file_name}.{}.tmp", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(if private { 0o600 } else { 0o644 })
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    std::fs::rename(&tmp, path)
+    /// A local run has no scheduler, so a PriorityClass is neither needed nor known.
+    fn priority_class_exists(&self, _name: &str) -> Option<bool> {
+        None
+    }
 }

@@ -187,7 +187,7 @@ pub fn set_automatic_policy(data: &DataDir, policy: Option<&GcPolicy>) -> Result
     let result = match policy {
         Some(policy) => {
             let bytes = serde_json::to_vec_pretty(policy).expect("a policy always serializes");
-            super::catalog::write_atomic(&path, &bytes, false)
+            super::files::write_private(&path, &bytes)
         }
         None => match std::fs::remove_file(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -1,10 +1,13 @@
-//! Reading the same YAML manifests `kubectl apply` takes: errand resources and Secrets.
+//! Reading the same YAML manifests `kubectl apply` takes: errand resources and Secrets, bounded in size and checked against their schemas.
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
 
-use serde::Deserialize;
+use serde_json::Value;
 
 use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::resolve::{Problem, Resource, check_object, check_structure, decode};
 
 /// One Kubernetes object from a manifest file.
 #[derive(Clone, Debug)]
@@ -28,63 +31,194 @@ pub enum ManifestObject {
     },
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct TypeMeta {
-    api_version: Option<String>,
-    kind: Option<String>,
+/// The most a manifest (or spec file) may hold: what the Kubernetes API server accepts in one
+/// request (3 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 3 * 1024 * 1024;
+
+/// Why a manifest file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadManifestError {
+    /// The file could not be opened or read.
+    #[error("{path}: {message}")]
+    Unreadable {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The file is larger than [`MAX_MANIFEST_BYTES`].
+    #[error(
+        "{path}: larger than {MAX_MANIFEST_BYTES} bytes (3 MiB), the most the Kubernetes API server accepts in one request"
+    )]
+    TooLarge {
+        /// The file.
+        path: String,
+    },
+    /// The file is not UTF-8 text.
+    #[error("{path}: not UTF-8 text")]
+    NotText {
+        /// The file.
+        path: String,
+    },
+}
+
+/// Reads a manifest file, refusing one over [`MAX_MANIFEST_BYTES`] without reading it whole.
+pub fn read_manifest_file(path: &Path) -> Result<String, ReadManifestError> {
+    let shown = path.display().to_string();
+    let unreadable = |e: std::io::Error| ReadManifestError::Unreadable {
+        path: shown.clone(),
+        message: e.to_string(),
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ReadManifestError::TooLarge { path: shown });
+    }
+    String::from_utf8(bytes).map_err(|_| ReadManifestError::NotText { path: shown })
+}
+
+/// What is wrong with one document of a manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DocumentError {
+    /// The object breaks its schema or CEL rules (as the API server would refuse it).
+    Invalid {
+        /// Its kind.
+        kind: String,
+        /// Its name, if it has one.
+        name: Option<String>,
+        /// Every problem, each naming its field.
+        problems: Vec<Problem>,
+    },
+    /// The document is not an object errand reads.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for DocumentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DocumentError::Invalid {
+                kind,
+                name,
+                problems,
+            } => {
+                write!(f, "{kind}")?;
+                if let Some(name) = name {
+                    write!(f, " {name:?}")?;
+                }
+                f.write_str(" is invalid: ")?;
+                let listed: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                f.write_str(&listed.join("; "))
+            }
+            DocumentError::Unsupported(message) => f.write_str(message),
+        }
+    }
 }
 
 /// Parses every document of a YAML (or JSON) manifest stream; `source` names it in errors.
+/// Each object is checked as the API server would check it on create: its CRD's schema
+/// (types, unknown fields, enums, bounds) and CEL rules (an AgentExecution's when it is run).
 pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, String> {
-    let documents: Vec<serde_json::Value> =
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ReadManifestError::TooLarge {
+            path: source.to_owned(),
+        }
+        .to_string());
+    }
+    let documents: Vec<Value> =
         serde_saphyr::from_multiple(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
     documents
         .into_iter()
         .filter(|doc| !doc.is_null())
         .enumerate()
         .map(|(index, doc)| {
-            parse_one(doc).map_err(|e| format!("{source}: document {}: {e}", index + 1))
+            parse_document(doc).map_err(|e| format!("{source}: document {}: {e}", index + 1))
         })
         .collect()
 }
 
-fn parse_one(doc: serde_json::Value) -> Result<ManifestObject, String> {
-    let meta: TypeMeta = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
-    let api_version = meta.api_version.unwrap_or_default();
-    let kind = meta.kind.unwrap_or_default();
-    let typed = |e: serde_json::Error| format!("{kind}: {e}");
-    match (api_version.as_str(), kind.as_str()) {
-        ("errand.dev/v1alpha1", "Agent") => serde_json::from_value(doc)
-            .map(|o| ManifestObject::Agent(Box::new(o)))
-            .map_err(typed),
-        ("errand.dev/v1alpha1", "AgentEnvironment") => serde_json::from_value(doc)
-            .map(|o| ManifestObject::Environment(Box::new(o)))
-            .map_err(typed),
-        ("errand.dev/v1alpha1", "Fileset") => serde_json::from_value(doc)
-            .map(|o| ManifestObject::Fileset(Box::new(o)))
-            .map_err(typed),
-        ("errand.dev/v1alpha1", "AgentExecution") => serde_json::from_value(doc)
-            .map(|o| ManifestObject::Execution(Box::new(o)))
-            .map_err(typed),
-        ("v1", "Secret") => parse_secret(doc),
-        _ => Err(format!(
+/// Reads one document as the object it declares, checked against its schema.
+pub fn parse_document(doc: Value) -> Result<ManifestObject, DocumentError> {
+    let text_field = |field: &str| {
+        doc.get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (api_version, kind) = (text_field("apiVersion"), text_field("kind"));
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let invalid = |problems: Vec<Problem>| DocumentError::Invalid {
+        kind: kind.clone(),
+        name: name.clone(),
+        problems,
+    };
+    let resource = match (api_version.as_str(), kind.as_str()) {
+        ("v1", "Secret") => {
+            let problems = check_structure(&secret_schema(), &doc);
+            if !problems.is_empty() {
+                return Err(invalid(problems));
+            }
+            let secret = decode(doc).map_err(|p| invalid(vec![p]))?;
+            return secret_object(secret).map_err(|p| invalid(vec![p]));
+        }
+        ("errand.dev/v1alpha1", kind) => Resource::from_kind(kind),
+        _ => None,
+    };
+    let Some(resource) = resource else {
+        return Err(DocumentError::Unsupported(format!(
             "apiVersion {api_version:?} kind {kind:?} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, Fileset, AgentExecution, or v1 Secret)"
-        )),
+        )));
+    };
+    // An AgentExecution is not applied but run, and `errand execute`'s flags may complete it:
+    // its CEL rules hold when it is created, here only its structure.
+    let problems = match resource {
+        Resource::AgentExecution => check_structure(resource.schema(), &doc),
+        _ => check_object(resource, &doc),
+    };
+    if !problems.is_empty() {
+        return Err(invalid(problems));
     }
+    let typed = |p: Problem| invalid(vec![p]);
+    Ok(match resource {
+        Resource::Agent => ManifestObject::Agent(Box::new(decode(doc).map_err(typed)?)),
+        Resource::AgentEnvironment => {
+            ManifestObject::Environment(Box::new(decode(doc).map_err(typed)?))
+        }
+        Resource::Fileset => ManifestObject::Fileset(Box::new(decode(doc).map_err(typed)?)),
+        Resource::AgentExecution => {
+            ManifestObject::Execution(Box::new(decode(doc).map_err(typed)?))
+        }
+    })
 }
 
-fn parse_secret(doc: serde_json::Value) -> Result<ManifestObject, String> {
-    let secret: k8s_openapi::api::core::v1::Secret =
-        serde_json::from_value(doc).map_err(|e| format!("Secret: {e}"))?;
+/// The fields of a `v1` Secret manifest errand reads or allows.
+fn secret_schema() -> Value {
+    let strings = serde_json::json!({"type": "object", "additionalProperties": {"type": "string"}});
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "data": strings,
+            "stringData": strings,
+            "type": {"type": "string"},
+            "immutable": {"type": "boolean"},
+        },
+    })
+}
+
+fn secret_object(secret: k8s_openapi::api::core::v1::Secret) -> Result<ManifestObject, Problem> {
     let name = secret
         .metadata
         .name
-        .ok_or("Secret: metadata.name is required")?;
+        .ok_or_else(|| Problem::new("metadata.name", "Required value"))?;
     let mut data: BTreeMap<String, String> = BTreeMap::new();
     for (key, bytes) in secret.data.unwrap_or_default() {
         let value = String::from_utf8(bytes.0)
-            .map_err(|_| format!("Secret {name:?}: data.{key} is not UTF-8 text"))?;
+            .map_err(|_| Problem::new(format!("data[{key}]"), "is not UTF-8 text"))?;
         data.insert(key, value);
     }
     data.extend(secret.string_data.unwrap_or_default());
@@ -109,6 +243,23 @@ mod tests {
         );
         assert!(
             matches!(&parsed[1], ManifestObject::Fileset(f) if f.metadata.name.as_deref() == Some("repo"))
+        );
+    }
+
+    #[test]
+    fn type_errors_and_unknown_fields_name_their_field() {
+        let text = "apiVersion: errand.dev/v1alpha1\nkind: AgentExecution\nmetadata: {name: x}\n\
+                    spec: {agentRef: {name: a}, timeoutSeconds: \"30\", timeout_seconds: 1}\n";
+        let error = parse_manifests(text, "e.yaml").unwrap_err();
+        assert!(
+            error.starts_with("e.yaml: document 1: AgentExecution \"x\" is invalid: spec.timeoutSeconds: invalid type: string \"30\", expected an integer; spec.timeout_seconds: unknown field \"timeout_seconds\""),
+            "{error}"
+        );
+        let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringdata: {a: b}\n";
+        let error = parse_manifests(secret, "s.yaml").unwrap_err();
+        assert!(
+            error.starts_with("s.yaml: document 1: Secret \"s\" is invalid: stringdata: unknown field \"stringdata\""),
+            "{error}"
         );
     }
 

@@ -6,17 +6,24 @@
 //! still in use.
 
 mod catalog;
+mod environment;
+mod files;
 pub mod gc;
 mod manifest;
 mod paths;
+mod process;
 mod record;
 pub mod references;
 mod remove;
 mod supervise;
 
-pub use catalog::{LocalCatalog, ObjectKind};
-pub use manifest::{ManifestObject, parse_manifests};
+pub use catalog::{CheckedObject, LocalCatalog, ObjectKind};
+pub use manifest::{
+    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, parse_document,
+    parse_manifests, read_manifest_file,
+};
 pub use paths::DataDir;
+pub use process::ProcessIdentity;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use remove::{RemoveError, remove_execution, results_of};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

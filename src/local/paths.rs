@@ -26,6 +26,12 @@ impl DataDir {
         Self::new(data.join("errand"))
     }
 
+    /// Creates the directory, readable by its owner only, when it does not exist yet (one that
+    /// exists is left as it is).
+    pub fn create(&self) -> std::io::Result<()> {
+        super::files::create_private_dir_all(&self.root)
+    }
+
     /// The directory itself.
     pub fn root(&self) -> &Path {
         &self.root

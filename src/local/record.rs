@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::catalog::write_atomic;
+use super::files::{create_private_dir, create_private_dir_all, write_private};
 use super::paths::DataDir;
+use super::process::ProcessIdentity;
+use crate::api::contract::Reason;
 use crate::api::{Phase, ResultEntry};
 
 /// Version of the record document.
@@ -61,13 +63,69 @@ pub struct ExecutionRecord {
     /// Whether a cancel was requested.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// Whether the agent gets the caller's whole environment (`execute --inherit-env`) rather
+    /// than only its resolved environment with `PATH`, `HOME`, `LANG` and `TZ`.
+    #[serde(default)]
+    pub inherit_env: bool,
+    /// The process that supervises the run (the `execute` command itself, or the detached
+    /// supervisor of `--no-wait`). A run that is not finished while it no longer runs is
+    /// reported as failed with reason `SupervisorLost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<ProcessIdentity>,
 }
 
 impl ExecutionRecord {
+    /// A new execution that has not started, supervised by this process (which runs it, or
+    /// starts the detached supervisor that takes over).
+    pub fn pending(
+        name: String,
+        namespace: &str,
+        agent: &str,
+        snapshot_digest: String,
+        store: &str,
+        inherit_env: bool,
+    ) -> Self {
+        Self {
+            schema_version: RECORD_SCHEMA_VERSION,
+            uid: generate_uid(&name),
+            name,
+            namespace: namespace.to_owned(),
+            agent: agent.to_owned(),
+            phase: Phase::Pending,
+            reason: None,
+            message: None,
+            response: None,
+            exit_code: None,
+            timed_out: false,
+            created_at: jiff::Timestamp::now(),
+            started_at: None,
+            completed_at: None,
+            results: Vec::new(),
+            snapshot_digest,
+            store: store.to_owned(),
+            cancel_requested: false,
+            inherit_env,
+            supervisor: ProcessIdentity::current(),
+        }
+    }
+
     /// Seconds between start and end, when both are known.
     pub fn duration_seconds(&self) -> Option<f64> {
         let (start, end) = (self.started_at?, self.completed_at?);
         Some(end.duration_since(start).as_secs_f64())
+    }
+
+    /// The record of a run whose supervisor is gone before the run ended: failed, with reason
+    /// `SupervisorLost`. Its results are whatever the supervisor had saved.
+    pub fn supervisor_lost(mut self, now: jiff::Timestamp) -> Self {
+        let pid = self.supervisor.map(|s| s.pid).unwrap_or_default();
+        self.phase = Phase::Failed;
+        self.reason = Some(Reason::SupervisorLost.as_str().to_owned());
+        self.message = Some(format!(
+            "the process supervising the run (pid {pid}) ended before the run did; it was killed or the machine restarted"
+        ));
+        self.completed_at = Some(now);
+        self
     }
 }
 
@@ -87,6 +145,11 @@ pub enum RecordError {
         /// The names it matches.
         matches: String,
     },
+    /// An execution with this name exists already.
+    #[error(
+        "execution {0:?} already exists in namespace {1:?}; choose another name, or delete it first"
+    )]
+    AlreadyExists(String, String),
     /// The record file could not be read or written.
     #[error("execution record {path}: {message}")]
     Io {
@@ -114,18 +177,13 @@ impl Records {
         self.data.execution(namespace, name)
     }
 
-    /// The file holding the pid of the process that supervises the run.
-    pub fn pid_file(&self, namespace: &str, name: &str) -> PathBuf {
-        self.dir(namespace, name).join("supervisor.pid")
-    }
-
-    /// The pid of the process supervising the run, if one was started.
+    /// The pid of the process supervising the run, while that very process runs.
     pub fn supervisor_pid(&self, namespace: &str, name: &str) -> Option<i32> {
-        std::fs::read_to_string(self.pid_file(namespace, name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let supervisor = self.read(namespace, name).ok()?.supervisor?;
+        supervisor
+            .is_running()
+            .then(|| i32::try_from(supervisor.pid).ok())
+            .flatten()
     }
 
     fn file(&self, namespace: &str, name: &str) -> PathBuf {
@@ -144,17 +202,40 @@ impl Records {
                 message: e.to_string(),
             },
         })?;
-        serde_json::from_slice(&bytes).map_err(|e| RecordError::Io {
-            path,
-            message: e.to_string(),
-        })
+        serde_json::from_slice(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|value| crate::resolve::decode(value).map_err(|p| p.to_string()))
+            .map_err(|message| RecordError::Io { path, message })
+    }
+
+    /// Reads the record of `name` as it stands: a run that has not ended although its supervisor
+    /// is gone is recorded, from now on, as failed with reason `SupervisorLost`.
+    pub fn read_current(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<ExecutionRecord, RecordError> {
+        let record = self.read(namespace, name)?;
+        let lost =
+            !record.phase.is_terminal() && record.supervisor.is_some_and(|s| !s.is_running());
+        if !lost {
+            return Ok(record);
+        }
+        // A supervisor writes its last record before it exits: read again now that it is gone.
+        let record = self.read(namespace, name)?;
+        if record.phase.is_terminal() {
+            return Ok(record);
+        }
+        let record = record.supervisor_lost(jiff::Timestamp::now());
+        self.write(&record)?;
+        Ok(record)
     }
 
     /// Saves `record`, replacing the previous version atomically.
     pub fn write(&self, record: &ExecutionRecord) -> Result<(), RecordError> {
         let path = self.file(&record.namespace, &record.name);
         let bytes = serde_json::to_vec_pretty(record).expect("a record always serializes");
-        write_atomic(&path, &bytes, false).map_err(|e| RecordError::Io {
+        write_private(&path, &bytes).map_err(|e| RecordError::Io {
             path,
             message: e.to_string(),
         })
@@ -163,15 +244,15 @@ impl Records {
     /// Creates the record of a new execution; refuses a name that is taken.
     pub fn create(&self, record: &ExecutionRecord) -> Result<(), RecordError> {
         let dir = self.dir(&record.namespace, &record.name);
-        std::fs::create_dir_all(dir.parent().expect("an execution dir has a parent"))
-            .and_then(|()| std::fs::create_dir(&dir))
-            .map_err(|e| RecordError::Io {
-                path: dir,
-                message: match e.kind() {
-                    std::io::ErrorKind::AlreadyExists => {
-                        "an execution with this name already exists".into()
-                    }
-                    _ => e.to_string(),
+        create_private_dir_all(dir.parent().expect("an execution dir has a parent"))
+            .and_then(|()| create_private_dir(&dir))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => {
+                    RecordError::AlreadyExists(record.name.clone(), record.namespace.clone())
+                }
+                _ => RecordError::Io {
+                    path: dir,
+                    message: e.to_string(),
                 },
             })?;
         self.write(record)
@@ -267,7 +348,7 @@ pub fn generate_name(agent: &str) -> String {
 }
 
 /// A unique id for an execution (hex, 32 characters).
-pub fn generate_uid(name: &str) -> String {
+fn generate_uid(name: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(name.as_bytes());
     hasher.update(std::process::id().to_le_bytes());
@@ -278,6 +359,44 @@ pub fn generate_uid(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_whose_supervisor_is_gone_is_failed_and_its_record_says_so() {
+        let home = tempfile::tempdir().unwrap();
+        let records = Records::new(DataDir::new(home.path()));
+        let me = ProcessIdentity::current().unwrap();
+        let record = ExecutionRecord {
+            phase: Phase::Running,
+            ..ExecutionRecord::pending("run-1".into(), "default", "a", String::new(), "", false)
+        };
+        records.create(&record).unwrap();
+        assert_eq!(records.read_current("default", "run-1").unwrap(), record);
+        assert_eq!(
+            records.supervisor_pid("default", "run-1"),
+            Some(me.pid as i32)
+        );
+
+        let gone = ExecutionRecord {
+            supervisor: Some(ProcessIdentity {
+                start_time: me.start_time + 1,
+                ..me
+            }),
+            ..record
+        };
+        records.write(&gone).unwrap();
+        assert_eq!(records.supervisor_pid("default", "run-1"), None);
+        let current = records.read_current("default", "run-1").unwrap();
+        assert_eq!(
+            (current.phase, current.reason.as_deref()),
+            (Phase::Failed, Some("SupervisorLost"))
+        );
+        assert!(current.completed_at.is_some());
+        assert_eq!(
+            records.read("default", "run-1").unwrap(),
+            current,
+            "recorded"
+        );
+    }
 
     #[test]
     fn generated_names_are_valid_object_names() {

@@ -6,13 +6,21 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{LocalCatalog, write_atomic};
+use super::catalog::LocalCatalog;
+use super::environment::{base_environment, caller_environment};
+use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
-use super::record::{ExecutionRecord, RecordError, Records, generate_name, generate_uid};
+use super::process::ProcessIdentity;
+use super::record::{ExecutionRecord, RecordError, Records, generate_name};
 use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
-use crate::resolve::{InvalidSpec, Snapshot, resolve_execution};
-use crate::runner::{self, Invocation, RunState, RunSummary, ScratchDir};
+use crate::resolve::{
+    InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
+    resolve_execution, subpath_digests,
+};
+use crate::runner::{
+    self, Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+};
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
 
@@ -45,7 +53,7 @@ pub enum SuperviseError {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
-    write_atomic(path, bytes, false).map_err(|e| SuperviseError::File {
+    write_private(path, bytes).map_err(|e| SuperviseError::File {
         path: path.to_owned(),
         message: e.to_string(),
     })
@@ -53,40 +61,45 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SuperviseError> {
 
 /// Resolves `spec` against the local catalog and records a new execution with its snapshot.
 /// An invalid spec creates nothing.
-pub fn prepare(
+pub async fn prepare(
     data: &DataDir,
     store_url: &str,
     namespace: &str,
     name: Option<&str>,
     spec: &AgentExecutionSpec,
+    inherit_env: bool,
 ) -> Result<ExecutionRecord, SuperviseError> {
-    let snapshot = resolve_execution(namespace, spec, &LocalCatalog::new(data.clone()))?;
+    // What the API server checks first: the CRD's schema and CEL rules.
+    let problems = check_execution_spec(&serde_json::to_value(spec).expect("a spec serializes"));
+    if !problems.is_empty() {
+        return Err(InvalidSpec { problems }.into());
+    }
+    let catalog = LocalCatalog::new(data.clone());
+    // The paths of the Filesets a subpath is taken from, as the webhook reads them.
+    let digests = subpath_digests(namespace, spec, &catalog);
+    let paths = if digests.is_empty() {
+        Vec::new()
+    } else {
+        Store::open(store_url)?
+            .fileset_path_indexes(namespace, digests)
+            .await
+    };
+    let resolution = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths));
+    let snapshot = admit_creation(spec, resolution)?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
             problems: vec![crate::resolve::Problem::new("metadata.name", message)],
         })?;
     }
     let name = name.map_or_else(|| generate_name(&snapshot.agent.name), str::to_owned);
-    let record = ExecutionRecord {
-        schema_version: super::record::RECORD_SCHEMA_VERSION,
-        uid: generate_uid(&name),
+    let record = ExecutionRecord::pending(
         name,
-        namespace: namespace.to_owned(),
-        agent: snapshot.agent.name.clone(),
-        phase: Phase::Pending,
-        reason: None,
-        message: None,
-        response: None,
-        exit_code: None,
-        timed_out: false,
-        created_at: jiff::Timestamp::now(),
-        started_at: None,
-        completed_at: None,
-        results: Vec::new(),
-        snapshot_digest: snapshot.digest(),
-        store: store_url.to_owned(),
-        cancel_requested: false,
-    };
+        namespace,
+        &snapshot.agent.name,
+        snapshot.digest(),
+        store_url,
+        inherit_env,
+    );
     let records = Records::new(data.clone());
     records.create(&record)?;
     let dir = records.dir(namespace, &record.name);
@@ -103,6 +116,7 @@ pub async fn run_prepared(
     namespace: &str,
     name: &str,
     passthrough: bool,
+    settings: &StageSettings,
     cancel: CancellationToken,
 ) -> Result<ExecutionRecord, SuperviseError> {
     let records = Records::new(data.clone());
@@ -128,24 +142,29 @@ pub async fn run_prepared(
         command: snapshot.command(),
         input: snapshot.input.clone(),
         agent_config_path: dir.join("agent-config.json"),
-        env: agent_env(data, &snapshot)?,
+        env: agent_env(data, &snapshot, record.inherit_env)?,
         timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(1)),
         grace: GRACE,
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
         passthrough,
+        stop: StopRequest::Cancel,
+        inherit_env: false,
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
-    write_file(
-        &records.pid_file(namespace, name),
-        std::process::id().to_string().as_bytes(),
-    )?;
+    record.supervisor = ProcessIdentity::current();
     record.phase = Phase::Running;
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let summary = runner::execute(&invocation, &plan, &store, &sink, cancel).await;
+    let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    for skipped in &summary.skipped {
+        eprintln!(
+            "warning: {} left out {}: {}",
+            skipped.result, skipped.entry.path, skipped.entry.reason
+        );
+    }
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
@@ -153,9 +172,15 @@ pub async fn run_prepared(
     Ok(record)
 }
 
-/// The agent's environment: the merged plain env, the extension, then the bound Secret values.
-fn agent_env(data: &DataDir, snapshot: &Snapshot) -> Result<Vec<(String, String)>, SuperviseError> {
-    let mut env = runner::plan::plain_agent_env(snapshot);
+/// The agent's environment: what the machine gives it ([`base_environment`]), the merged
+/// plain env, the extension, then the bound Secret values.
+fn agent_env(
+    data: &DataDir,
+    snapshot: &Snapshot,
+    inherit_env: bool,
+) -> Result<Vec<(String, String)>, SuperviseError> {
+    let mut env = base_environment(&caller_environment(), inherit_env);
+    env.extend(runner::plan::plain_agent_env(snapshot));
     let catalog = LocalCatalog::new(data.clone());
     for binding in &snapshot.secrets {
         let value = catalog
@@ -196,7 +221,8 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
                 "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
             ))),
         ),
-        RunState::Cancelled => (
+        // A local run stops on `errand cancel` only (StopRequest::Cancel).
+        RunState::Cancelled | RunState::Terminated => (
             Phase::Cancelled,
             Some(Reason::Cancelled),
             Some("cancelled on request".to_owned()),
@@ -231,20 +257,38 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.results = summary.results.clone();
 }
 
+/// The flags that hand `settings` to a supervisor process.
+fn staging_args(settings: &StageSettings) -> [String; 6] {
+    [
+        "--max-extract-bytes".to_owned(),
+        settings.limits.max_bytes.to_string(),
+        "--max-extract-entries".to_owned(),
+        settings.limits.max_entries.to_string(),
+        "--staging-budget-seconds".to_owned(),
+        settings.budget.as_secs().to_string(),
+    ]
+}
+
 /// Starts a detached supervisor process (`errand __supervise`) for a prepared execution and
-/// returns its pid. It keeps running after this process exits; its own output goes to
-/// `supervisor.log` in the execution directory.
-pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32, SuperviseError> {
+/// returns its pid once it has recorded itself. It keeps running after this process exits;
+/// its own output goes to `supervisor.log` in the execution directory.
+pub fn spawn_detached(
+    data: &DataDir,
+    namespace: &str,
+    name: &str,
+    settings: &StageSettings,
+) -> Result<u32, SuperviseError> {
     let records = Records::new(data.clone());
     let log_path = records.dir(namespace, name).join("supervisor.log");
     let file_error = |e: std::io::Error| SuperviseError::File {
         path: log_path.clone(),
         message: e.to_string(),
     };
-    let log = std::fs::File::create(&log_path).map_err(file_error)?;
+    let log = create_private_file(&log_path).map_err(file_error)?;
     let exe = std::env::current_exe().map_err(file_error)?;
     let child = std::process::Command::new(exe)
         .args(["__supervise", "--namespace", namespace, name])
+        .args(staging_args(settings))
         .env("ERRAND_HOME", data.root())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().map_err(file_error)?)
@@ -254,7 +298,40 @@ pub fn spawn_detached(data: &DataDir, namespace: &str, name: &str) -> Result<u32
         .spawn()
         .map_err(file_error)?;
     let pid = child.id();
-    let pid_path = records.pid_file(namespace, name);
-    write_file(&pid_path, pid.to_string().as_bytes())?;
+    wait_until_supervised(&records, namespace, name, child)?;
     Ok(pid)
+}
+
+/// How long a detached supervisor may take to record itself.
+const SUPERVISOR_START: Duration = Duration::from_secs(10);
+
+/// Waits until the detached supervisor has recorded itself as the run's supervisor, so that
+/// this process (recorded until then) may exit without the run looking lost.
+fn wait_until_supervised(
+    records: &Records,
+    namespace: &str,
+    name: &str,
+    mut child: std::process::Child,
+) -> Result<(), SuperviseError> {
+    let deadline = std::time::Instant::now() + SUPERVISOR_START;
+    loop {
+        let record = records.read(namespace, name)?;
+        let recorded = record.supervisor.is_some_and(|s| s.pid == child.id());
+        // A supervisor that already ended has written its last record.
+        let ended = matches!(child.try_wait(), Ok(Some(_)));
+        if recorded || ended || record.phase.is_terminal() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(SuperviseError::File {
+                path: records.dir(namespace, name).join("supervisor.log"),
+                message: format!(
+                    "the detached supervisor (pid {}) did not start within {}s",
+                    child.id(),
+                    SUPERVISOR_START.as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -1,8 +1,10 @@
 //! What resolution may look up about other objects, and an in-memory catalog for tests and the local backend.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::api::{AgentEnvironmentSpec, AgentSpec, FilesetStatus};
+use crate::archive::PathIndex;
 
 /// Read-only lookups of the objects an execution refers to. Implementations answer from
 /// caches or memory: resolution itself does no I/O. Secrets are looked up by key *names* only;
@@ -16,6 +18,64 @@ pub trait Catalog {
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>>;
     /// The status of Fileset `name` in `namespace` (its digest once pushed).
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus>;
+    /// The paths of the Fileset content at `digest` (`sha256:<hex>`) in `namespace`, from the
+    /// index pushed beside it; `None` when unknown, and then a subpath is checked at staging.
+    fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
+        let _ = (namespace, digest);
+        None
+    }
+    /// Whether PriorityClass `name` exists; `None` when this catalog cannot tell (the local
+    /// backend, which schedules nothing, knows no PriorityClasses).
+    fn priority_class_exists(&self, name: &str) -> Option<bool>;
+}
+
+/// A catalog with the path indexes of some Fileset contents, read for one resolution.
+pub struct WithFilesetPaths<'a> {
+    inner: &'a dyn Catalog,
+    paths: BTreeMap<Key, Arc<PathIndex>>,
+}
+
+impl<'a> WithFilesetPaths<'a> {
+    /// `inner`, answering [`Catalog::fileset_paths`] from `paths` (namespace, digest, index).
+    pub fn new(
+        inner: &'a dyn Catalog,
+        paths: impl IntoIterator<Item = (String, String, Arc<PathIndex>)>,
+    ) -> Self {
+        let paths = paths
+            .into_iter()
+            .map(|(namespace, digest, index)| ((namespace, digest), index))
+            .collect();
+        WithFilesetPaths { inner, paths }
+    }
+}
+
+impl Catalog for WithFilesetPaths<'_> {
+    fn agent(&self, namespace: &str, name: &str) -> Option<AgentSpec> {
+        self.inner.agent(namespace, name)
+    }
+
+    fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
+        self.inner.environment(namespace, name)
+    }
+
+    fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
+        self.inner.secret_keys(namespace, name)
+    }
+
+    fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
+        self.inner.fileset(namespace, name)
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.inner.priority_class_exists(name)
+    }
+
+    fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
+        self.paths
+            .get(&key(namespace, digest))
+            .cloned()
+            .or_else(|| self.inner.fileset_paths(namespace, digest))
+    }
 }
 
 type Key = (String, String);
@@ -31,6 +91,9 @@ pub struct InMemoryCatalog {
     environments: BTreeMap<Key, AgentEnvironmentSpec>,
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
+    fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
+    /// The cluster's PriorityClasses, once one was added (until then, unknown).
+    priority_classes: Option<BTreeSet<String>>,
 }
 
 impl InMemoryCatalog {
@@ -67,6 +130,27 @@ impl InMemoryCatalog {
         self.filesets.insert(key(namespace, name), status);
         self
     }
+
+    /// Adds the path index of the Fileset content at `digest` (`sha256:<hex>`).
+    pub fn with_fileset_paths(mut self, namespace: &str, digest: &str, paths: PathIndex) -> Self {
+        self.fileset_paths
+            .insert(key(namespace, digest), Arc::new(paths));
+        self
+    }
+
+    /// Adds a PriorityClass; from then on the catalog knows which exist.
+    pub fn with_priority_class(mut self, name: &str) -> Self {
+        self.priority_classes
+            .get_or_insert_with(BTreeSet::new)
+            .insert(name.to_owned());
+        self
+    }
+
+    /// Knows the cluster's PriorityClasses, and none exists (yet).
+    pub fn without_priority_classes(mut self) -> Self {
+        self.priority_classes.get_or_insert_with(BTreeSet::new);
+        self
+    }
 }
 
 impl Catalog for InMemoryCatalog {
@@ -86,5 +170,63 @@ impl Catalog for InMemoryCatalog {
 
     fn fileset(&self, namespace: &str, name: &str) -> Option<FilesetStatus> {
         self.filesets.get(&key(namespace, name)).cloned()
+    }
+
+    fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
+        self.fileset_paths.get(&key(namespace, digest)).cloned()
+    }
+
+    fn priority_class_exists(&self, name: &str) -> Option<bool> {
+        self.priority_classes
+            .as_ref()
+            .map(|classes| classes.contains(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::AgentExecutionSpec;
+    use crate::resolve::resolve_execution;
+
+    #[test]
+    fn a_subpath_missing_from_the_path_index_names_its_field() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let status = FilesetStatus {
+            digest: Some(digest.clone()),
+            ..FilesetStatus::default()
+        };
+        let paths = PathIndex::new(vec!["docs/".into(), "docs/a.md".into()]);
+        let catalog = InMemoryCatalog::default().with_fileset("team-a", "data", status);
+        let spec: AgentExecutionSpec = serde_json::from_value(json!({
+            "agent": {"runtime": {"image": "busybox", "command": ["sh"]},
+                      "config": {"config_format": "agents-spec-v1", "name": "lister"}},
+            "workdir": {"base": "data#nope/", "artifactMounts": [
+                {"ref": "data#docs/", "mountPath": "docs"},
+                {"ref": "data#no-such-dir/", "mountPath": "more"},
+            ]},
+        }))
+        .unwrap();
+        // Without an index the subpaths are left to staging.
+        assert!(resolve_execution("team-a", &spec, &catalog).is_ok());
+        let indexed =
+            WithFilesetPaths::new(&catalog, [("team-a".to_owned(), digest, Arc::new(paths))]);
+        let problems = resolve_execution("team-a", &spec, &indexed)
+            .unwrap_err()
+            .problems;
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            ["spec.workdir.base", "spec.workdir.artifactMounts[1].ref"]
+        );
+        assert!(
+            problems[1]
+                .message
+                .contains("Fileset \"data\" has no path \"no-such-dir/\""),
+            "{}",
+            problems[1].message
+        );
     }
 }

@@ -5,33 +5,43 @@
 
 mod budget;
 mod catalog;
+mod compute;
 mod merge;
 mod problems;
+mod quantity;
 mod refs;
 mod rules;
+mod schema;
 mod snapshot;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{
-    AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Compute, Reference, Workdir,
+    AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
+    Reference, Workdir,
 };
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
-pub use catalog::{Catalog, InMemoryCatalog};
+pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
+pub use compute::{dns_subdomain, label_key, label_value};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
+pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths,
     object_name, relative_path,
 };
+pub use schema::{
+    Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
+    decode,
+};
 pub use snapshot::{
-    FilesetContent, MountedContent, ResolvedAgent, SNAPSHOT_VERSION, SecretBinding, Snapshot,
-    WorkdirPlan,
+    FilesetContent, MAX_SNAPSHOT_BYTES, MountedContent, ResolvedAgent, SNAPSHOT_VERSION,
+    SecretBinding, Snapshot, WorkdirPlan,
 };
 
 use problems::Problems;
@@ -72,7 +82,7 @@ pub fn resolve_execution(
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
 
-    problems.finish(Snapshot {
+    let snapshot = Snapshot {
         version: SNAPSHOT_VERSION.to_owned(),
         namespace: namespace.to_owned(),
         agent: ResolvedAgent {
@@ -92,7 +102,43 @@ pub fn resolve_execution(
         auto_telemetry: spec.auto_telemetry,
         extension: spec.extension.clone(),
         queue_name: spec.queue_name.clone(),
-    })
+    };
+    if problems.is_empty() {
+        problems.extend(snapshot.check_size(&agent_prefix(spec)));
+    }
+    problems.finish(snapshot)
+}
+
+/// Where the agent's config is in the spec, for problems about it.
+fn agent_prefix(spec: &AgentExecutionSpec) -> String {
+    match &spec.agent_ref {
+        Some(reference) => format!("Agent {:?} spec", reference.name),
+        None => "spec.agent".to_owned(),
+    }
+}
+
+/// The message of the one rule that holds only when an execution is created.
+pub const CANCELLED_AT_CREATION: &str = "must not be true when the execution is created: it would have nothing to stop; create it without cancel, then set cancel to true to stop it";
+
+/// Adds the rules that hold only when an execution is created to its `resolution`, so that one
+/// refusal lists every problem. An execution may not be created cancelled: both backends
+/// refuse it here (the webhook and the local backend), instead of creating something that
+/// never runs.
+pub fn admit_creation(
+    spec: &AgentExecutionSpec,
+    resolution: Result<Snapshot, InvalidSpec>,
+) -> Result<Snapshot, InvalidSpec> {
+    let mut problems = Problems::default();
+    if spec.cancel {
+        problems.push("spec.cancel", CANCELLED_AT_CREATION);
+    }
+    match resolution {
+        Ok(snapshot) => problems.finish(snapshot),
+        Err(invalid) => {
+            problems.extend(invalid.problems);
+            Err(problems.into_error())
+        }
+    }
 }
 
 /// Checks a reference's name and that it stays in `namespace`.
@@ -267,11 +313,23 @@ fn resolve_environment(
             "spec.environment".to_owned(),
         ),
     };
-    problems.extend(rules::compute(
-        &environment.compute,
-        &format!("{prefix}.compute"),
-    ));
-    check_pod_identity(&environment.compute, &prefix, problems);
+    let compute_problems = compute::compute(&environment.compute, &format!("{prefix}.compute"));
+    let class_readable = compute_problems
+        .iter()
+        .all(|p| !p.field.ends_with(".priorityClassName"));
+    problems.extend(compute_problems);
+    if let Some(class) = environment.compute.priority_class_name.as_deref()
+        && class_readable
+        && catalog.priority_class_exists(class) == Some(false)
+    {
+        problems.push(
+            format!("{prefix}.compute.priorityClassName"),
+            format!(
+                "PriorityClass {class:?} not found (PriorityClasses are cluster-wide; \
+                 `kubectl get priorityclasses` lists them)"
+            ),
+        );
+    }
     for name in environment.overlay.env.keys() {
         if let Err(message) = rules::env_name(name) {
             problems.push(format!("{prefix}.overlay.env.{name}"), message);
@@ -422,6 +480,20 @@ fn resolve_fileset(
         );
         return None;
     };
+    if let Some(path) = &reference.fragment
+        && let Some(index) = catalog.fileset_paths(namespace, &digest)
+        && !index.contains(path)
+    {
+        problems.push(
+            field,
+            format!(
+                "Fileset {:?} has no path {path:?} (its content {digest} holds {} paths)",
+                reference.name,
+                index.len()
+            ),
+        );
+        return None;
+    }
     Some(FilesetContent {
         fileset: reference.name,
         digest,
@@ -429,19 +501,52 @@ fn resolve_fileset(
     })
 }
 
-/// Timeouts and the extension kind.
+/// The digests (`sha256:<hex>`) of the Fileset contents `spec` selects a subpath of, as
+/// `catalog` pins them: the path indexes a resolution of `spec` needs.
+pub fn subpath_digests(
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+    catalog: &dyn Catalog,
+) -> BTreeSet<String> {
+    let refs = spec.workdir.iter().flat_map(|w| {
+        w.base
+            .iter()
+            .chain(w.artifact_mounts.iter().map(|m| &m.fileset_ref))
+    });
+    refs.map(|text| StringRef::parse(text))
+        .filter(|r| r.fragment.is_some())
+        .filter_map(|r| catalog.fileset(namespace, &r.name)?.digest)
+        .collect()
+}
+
+/// The input's size, the timeouts and the extension kind.
 fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
-    if spec.timeout_seconds < 1 {
+    if spec.input.len() > MAX_INPUT_BYTES {
         problems.push(
-            "spec.timeoutSeconds",
-            format!("{} must be at least 1", spec.timeout_seconds),
+            "spec.input",
+            format!(
+                "is {} bytes; at most {MAX_INPUT_BYTES} (256 KiB) are accepted. Pass larger input \
+                 as a file: push it in a Fileset and mount it into the working directory \
+                 (spec.workdir), then name the file in the input",
+                spec.input.len()
+            ),
         );
     }
-    if let Some(seconds) = spec.start_timeout_seconds.filter(|s| *s < 1) {
-        problems.push(
-            "spec.startTimeoutSeconds",
-            format!("{seconds} must be at least 1"),
-        );
+    let timeouts = [
+        ("spec.timeoutSeconds", Some(spec.timeout_seconds)),
+        ("spec.startTimeoutSeconds", spec.start_timeout_seconds),
+    ];
+    for (field, seconds) in timeouts {
+        match seconds {
+            Some(seconds) if seconds < 1 => {
+                problems.push(field, format!("{seconds} must be at least 1"));
+            }
+            Some(seconds) if seconds > MAX_TIMEOUT_SECONDS => problems.push(
+                field,
+                format!("{seconds} must be at most {MAX_TIMEOUT_SECONDS} (7 days)"),
+            ),
+            _ => {}
+        }
     }
     if let Some(extension) = &spec.extension
         && !KNOWN_EXTENSION_KINDS.contains(&extension.kind.as_str())
@@ -454,18 +559,6 @@ fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
                 rules::one_of(&KNOWN_EXTENSION_KINDS)
             ),
         );
-    }
-}
-
-/// The names of the image pull Secrets and the ServiceAccount an environment gives its pods.
-fn check_pod_identity(compute: &Compute, prefix: &str, problems: &mut Problems) {
-    for (i, name) in compute.image_pull_secrets.iter().enumerate() {
-        if let Err(message) = object_name(name) {
-            problems.push(format!("{prefix}.compute.imagePullSecrets[{i}]"), message);
-        }
-    }
-    if let Some(Err(message)) = compute.service_account_name.as_deref().map(object_name) {
-        problems.push(format!("{prefix}.compute.serviceAccountName"), message);
     }
 }
 

@@ -1,9 +1,7 @@
-//! The single-value rules of admission: names, paths, mount sets, environment variable names, compute, formats.
+//! The single-value rules of admission: names, paths, mount sets, environment variable names, formats.
 
+use crate::api::MAX_TTL_SECONDS_AFTER_FINISHED;
 use crate::api::contract::{RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX};
-use crate::api::{ALLOWED_COMPUTE_KEYS, Compute, MAX_TTL_SECONDS_AFTER_FINISHED};
-
-use super::problems::Problem;
 
 /// Model providers errand can wire up, checked on the config after the environment is merged.
 pub const SUPPORTED_PROVIDERS: [&str; 9] = [
@@ -36,20 +34,19 @@ pub fn lifetime_seconds(seconds: i64) -> Result<(), String> {
     ))
 }
 
+/// Whether `name` starts and ends with an ASCII letter or digit, as Kubernetes names do.
+pub fn alphanumeric_ends(name: &str) -> bool {
+    let alphanumeric = |b: &u8| b.is_ascii_alphanumeric();
+    name.as_bytes().first().is_some_and(alphanumeric)
+        && name.as_bytes().last().is_some_and(alphanumeric)
+}
+
 /// Checks a Kubernetes object name (DNS-1123 subdomain).
 pub fn object_name(name: &str) -> Result<(), String> {
     let valid_chars = name
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    let alnum_ends = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_alphanumeric())
-        && name
-            .bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_alphanumeric());
-    if name.is_empty() || name.len() > 253 || !valid_chars || !alnum_ends {
+    if name.is_empty() || name.len() > 253 || !valid_chars || !alphanumeric_ends(name) {
         return Err(format!(
             "{name:?} is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
         ));
@@ -146,66 +143,6 @@ pub fn secret_key(key: &str) -> Result<(), String> {
     }
 }
 
-/// Checks the syntax of a resource quantity such as `500m`, `2`, `4Gi`.
-pub fn quantity(text: &str) -> bool {
-    const SUFFIXES: [&str; 16] = [
-        "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "n", "u", "m", "k", "M", "G", "T", "P", "E", "",
-    ];
-    let Some(number) = SUFFIXES.iter().find_map(|s| text.strip_suffix(s)) else {
-        return false;
-    };
-    let digits_and_dot =
-        !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-    digits_and_dot && number.bytes().filter(|b| *b == b'.').count() <= 1 && number != "."
-}
-
-/// Checks the compute section: allowed keys, quantity syntax, whole GPUs, GPU requests equal to limits.
-pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let Some(resources) = &compute.resources else {
-        return problems;
-    };
-    for (kind, map) in [
-        ("limits", &resources.limits),
-        ("requests", &resources.requests),
-    ] {
-        for (name, value) in map {
-            let path = format!("{field}.resources.{kind}[{name}]");
-            if !ALLOWED_COMPUTE_KEYS.contains(&name.as_str()) {
-                problems.push(Problem::new(
-                    path,
-                    format!(
-                        "{name:?} is not allowed; only {} may be set",
-                        one_of(&ALLOWED_COMPUTE_KEYS)
-                    ),
-                ));
-            } else if !quantity(&value.0) {
-                problems.push(Problem::new(
-                    path,
-                    format!("{:?} is not a valid quantity", value.0),
-                ));
-            } else if name == "nvidia.com/gpu" && !value.0.bytes().all(|b| b.is_ascii_digit()) {
-                problems.push(Problem::new(
-                    path,
-                    format!("{:?} must be a whole number of GPUs", value.0),
-                ));
-            }
-        }
-    }
-    if let Some(request) = resources.requests.get("nvidia.com/gpu")
-        && resources.limits.get("nvidia.com/gpu") != Some(request)
-    {
-        problems.push(Problem::new(
-            format!("{field}.resources.requests[nvidia.com/gpu]"),
-            format!(
-                "{:?} must equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted)",
-                request.0
-            ),
-        ));
-    }
-    problems
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,15 +207,5 @@ mod tests {
             env_name("1X").unwrap_err(),
             "\"1X\" is not a valid environment variable name"
         );
-    }
-
-    #[test]
-    fn quantities() {
-        for ok in ["1", "500m", "0.5", "4Gi", "128974848", "129M"] {
-            assert!(quantity(ok), "{ok}");
-        }
-        for bad in ["", "Gi", "1.2.3", "-1", "1Xi", "."] {
-            assert!(!quantity(bad), "{bad}");
-        }
     }
 }

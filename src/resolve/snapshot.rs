@@ -6,10 +6,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::problems::Problem;
 use crate::api::{AgentRuntime, Compute, Extension};
 
 /// Version of the snapshot document, bumped on incompatible changes.
 pub const SNAPSHOT_VERSION: &str = "errand.dev/snapshot-v1";
+
+/// The most a snapshot may take in its ConfigMap: the API server refuses a ConfigMap whose
+/// data exceeds 1 MiB.
+pub const MAX_SNAPSHOT_BYTES: usize = 1024 * 1024;
 
 /// Everything a run needs, resolved at admission. Holds secret *references* only.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -134,6 +139,44 @@ impl Snapshot {
         let mut out = Vec::new();
         write_canonical(&value, &mut out);
         out
+    }
+
+    /// The merged agent config as the pod reads it (`AGENT_CONFIG_PATH`), pretty-printed.
+    pub fn agent_config_json(&self) -> String {
+        serde_json::to_string_pretty(&self.config).expect("a JSON object always serializes")
+    }
+
+    /// Bytes of data the snapshot's ConfigMap holds: the canonical snapshot and the agent
+    /// config, as the API server counts them against [`MAX_SNAPSHOT_BYTES`].
+    pub fn stored_size(&self) -> usize {
+        self.canonical_json().len() + self.agent_config_json().len()
+    }
+
+    /// A problem if the snapshot does not fit its ConfigMap, naming what takes the most room:
+    /// the input, or the agent config (found at `agent_prefix`, which it is stored twice).
+    pub fn check_size(&self, agent_prefix: &str) -> Option<Problem> {
+        let agent_config = self.agent_config_json().len();
+        let total = self.canonical_json().len() + agent_config;
+        if total <= MAX_SNAPSHOT_BYTES {
+            return None;
+        }
+        let input = serde_json::to_string(&self.input)
+            .expect("a string always serializes")
+            .len();
+        let config = agent_config * 2;
+        let field = if input >= config {
+            "spec.input".to_owned()
+        } else {
+            format!("{agent_prefix}.config (after merging the environment)")
+        };
+        Some(Problem::new(
+            field,
+            format!(
+                "the execution's snapshot would take {total} bytes (the input {input} as JSON, the \
+                 agent config {config} in its two copies), and a ConfigMap holds at most \
+                 {MAX_SNAPSHOT_BYTES}; pass large content as files in a Fileset"
+            ),
+        ))
     }
 
     /// `sha256:<hex>` of [`Snapshot::canonical_json`].

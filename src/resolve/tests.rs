@@ -308,7 +308,7 @@ fn compute_key_outside_the_three() {
 fn compute_quantities_and_gpus() {
     assert_eq!(
         only_problem(&with_compute(&[("memory", "lots")], &[])),
-        "spec.environment.compute.resources.limits[memory]: \"lots\" is not a valid quantity"
+        "spec.environment.compute.resources.limits[memory]: \"lots\" is not a valid quantity: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
     );
     assert_eq!(
         only_problem(&with_compute(&[("nvidia.com/gpu", "500m")], &[])),
@@ -319,7 +319,7 @@ fn compute_quantities_and_gpus() {
             &[("nvidia.com/gpu", "2")],
             &[("nvidia.com/gpu", "1")]
         )),
-        "spec.environment.compute.resources.requests[nvidia.com/gpu]: \"1\" must equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted)"
+        "spec.environment.compute.resources.requests[nvidia.com/gpu]: \"1\" needs an equal limits[nvidia.com/gpu] (GPUs cannot be overcommitted; set the limit alone)"
     );
     assert!(
         resolve_execution(
@@ -437,7 +437,7 @@ fn pull_secret_and_service_account_names_are_checked() {
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(
         problems[0].starts_with(
-            "AgentEnvironment \"prod\" spec.compute.imagePullSecrets[1]: \"Bad_Name\" is not a valid name"
+            "AgentEnvironment \"prod\" spec.compute.imagePullSecrets[1]: \"Bad_Name\" is not a valid DNS subdomain"
         ),
         "{problems:?}"
     );

@@ -245,7 +245,7 @@ mod tests {
         let listed = [
             object(&format!("filesets/team-a/{pinned}.tar.gz"), 10, 0),
             object(&format!("filesets/team-a/{loose}.tar.gz"), 10, 0),
-            object(&format!("filesets/team-a/{loose}.paths.json"), 1, 0),
+            object(&format!("filesets/team-a/{loose}.paths.json.gz"), 1, 0),
             object(&format!("filesets/team-b/{pinned}.tar.gz"), 10, 0),
         ];
         let sweep = plan(&listed, &references(), SignedDuration::ZERO, at(1));

@@ -1,15 +1,20 @@
 //! Saving a run's results: the output working directory, the artifacts with the logs, the JSON
 //! run record (`run_result` or `run_error`), and last the manifest of everything saved.
-//! Each result is attempted even when an earlier one failed.
+//! Each result is attempted even when an earlier one failed. A stop that arrives while the
+//! results are saved abandons the archives within a chunk; the run record and the manifest,
+//! small JSON, are still written.
+
+use std::time::Duration;
 
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use super::run::AgentRun;
-use super::{Invocation, RunState, RunSummary, ScratchDir, result_entry};
+use super::{Invocation, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{self, ArchiveError, PackItem};
+use crate::archive::{self, ArchiveError, PackItem, PackOptions, PackStats, SkippedEntry};
 use crate::store::keys::{ExecutionId, ResultName};
-use crate::store::{ResultBody, ResultSink};
+use crate::store::{ResultBody, ResultSink, StoredObject};
 
 /// `run_result`: the record of a run that completed, successfully or not.
 #[derive(Serialize)]
@@ -36,11 +41,24 @@ struct RunErrorRecord<'a> {
     execution: &'a ExecutionId,
 }
 
-/// `manifest.json`: every result saved before it, with size and sha256.
+/// `manifest.json`: every result saved before it, with size and sha256, and the entries the
+/// archives left out (fifos, sockets, unreadable files).
 #[derive(Serialize)]
 struct ResultsManifest<'a> {
     execution: &'a ExecutionId,
     results: &'a [ResultEntry],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    skipped: &'a [SkippedResultEntry],
+}
+
+/// An entry a result's archive left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SkippedResultEntry {
+    /// The result (`output_workdir`, ...).
+    pub result: ResultName,
+    /// The entry and why it was left out.
+    #[serde(flatten)]
+    pub entry: SkippedEntry,
 }
 
 /// Saves everything the finished run left and summarizes it.
@@ -49,20 +67,40 @@ pub(super) async fn collect<K: ResultSink>(
     run: AgentRun,
     staged: Vec<ResultEntry>,
     sink: &K,
+    stop: &CancellationToken,
 ) -> RunSummary {
     let mut saver = Saver::new(sink, staged);
     saver
-        .archive(ResultName::OutputWorkdir, archive::list_dir(&inv.workdir))
+        .archive(
+            ResultName::OutputWorkdir,
+            archive::list_dir(&inv.workdir),
+            stop,
+        )
         .await;
     saver
-        .archive(ResultName::OutputArtifacts, artifact_items(&inv.scratch))
+        .archive(
+            ResultName::OutputArtifacts,
+            artifact_items(&inv.scratch),
+            stop,
+        )
         .await;
+    let (state, error) = if stop.is_cancelled() {
+        (
+            RunState::Cancelled,
+            Some(
+                "stopped while the results were saved; the archives not yet saved were abandoned"
+                    .to_owned(),
+            ),
+        )
+    } else {
+        (run.state, run.error)
+    };
 
     let summary = RunSummary {
-        state: run.state,
+        state,
         exit_code: run.exit_code,
-        timed_out: run.state == RunState::TimedOut,
-        error: run.error,
+        timed_out: state == RunState::TimedOut,
+        error,
         response: run.response,
         started_at: run.started_at,
         finished_at: run.finished_at,
@@ -70,6 +108,7 @@ pub(super) async fn collect<K: ResultSink>(
         stderr_tail: run.stderr_tail,
         results: Vec::new(),
         results_error: None,
+        skipped: Vec::new(),
     };
     match (summary.state.error_type(), &summary.error) {
         (Some(kind), error) => {
@@ -132,6 +171,7 @@ pub async fn fail_before_run<K: ResultSink>(
         stderr_tail: String::new(),
         results: Vec::new(),
         results_error: None,
+        skipped: Vec::new(),
     };
     saver.finish(execution, summary).await
 }
@@ -168,10 +208,47 @@ fn artifact_items(scratch: &ScratchDir) -> Result<Vec<PackItem>, ArchiveError> {
     Ok(items)
 }
 
+/// Uploads `items` packed as result `name`; returns what was stored and what packing left
+/// out. Once `stop` fires, packing ends its stream with an error within a chunk, which fails
+/// the upload; an upload stuck on the network is dropped a second later.
+pub(super) async fn put_archive<K: ResultSink>(
+    sink: &K,
+    name: ResultName,
+    items: Vec<PackItem>,
+    stop: &CancellationToken,
+) -> Result<(StoredObject, PackStats), RunnerError> {
+    let options = PackOptions {
+        cancel: stop.clone(),
+        ..PackOptions::default()
+    };
+    let (body, report) = ResultBody::packed(items, options);
+    let put = tokio::select! {
+        put = sink.put(name, body) => Some(put),
+        () = async {
+            stop.cancelled().await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        } => None,
+    };
+    let stored = match put {
+        Some(Ok(stored)) => stored,
+        _ if stop.is_cancelled() => return Err(RunnerError::Stopped),
+        None => return Err(RunnerError::Stopped),
+        Some(Err(source)) => {
+            return Err(RunnerError::Save {
+                result: name,
+                source,
+            });
+        }
+    };
+    // A stored body was read to its end, so its packing reported.
+    Ok((stored, report.take().unwrap_or_default()))
+}
+
 /// Saves results one by one, remembering what was saved and what failed.
 struct Saver<'a, K> {
     sink: &'a K,
     saved: Vec<ResultEntry>,
+    skipped: Vec<SkippedResultEntry>,
     errors: Vec<String>,
 }
 
@@ -180,14 +257,33 @@ impl<'a, K: ResultSink> Saver<'a, K> {
         Saver {
             sink,
             saved: staged,
+            skipped: Vec::new(),
             errors: Vec::new(),
         }
     }
 
-    /// Saves `items` packed as result `name`.
-    async fn archive(&mut self, name: ResultName, items: Result<Vec<PackItem>, ArchiveError>) {
-        match items {
-            Ok(items) => self.put(name, ResultBody::packed(items)).await,
+    /// Saves `items` packed as result `name`, and what packing left out.
+    async fn archive(
+        &mut self,
+        name: ResultName,
+        items: Result<Vec<PackItem>, ArchiveError>,
+        stop: &CancellationToken,
+    ) {
+        let items = match items {
+            Ok(items) => items,
+            Err(e) => return self.failed(name, &e),
+        };
+        match put_archive(self.sink, name, items, stop).await {
+            Ok((stored, stats)) => {
+                for entry in stats.skipped_entries {
+                    tracing::warn!(result = %name, path = entry.path, "left out: {}", entry.reason);
+                    self.skipped.push(SkippedResultEntry {
+                        result: name,
+                        entry,
+                    });
+                }
+                self.saved.push(result_entry(name, stored));
+            }
             Err(e) => self.failed(name, &e),
         }
     }
@@ -219,10 +315,12 @@ impl<'a, K: ResultSink> Saver<'a, K> {
             &ResultsManifest {
                 execution,
                 results: &listed,
+                skipped: &self.skipped.clone(),
             },
         )
         .await;
         summary.results = self.saved;
+        summary.skipped = self.skipped;
         summary.results_error = (!self.errors.is_empty()).then(|| self.errors.join("; "));
         summary
     }

@@ -2,8 +2,8 @@
 //! results — the same code for local runs and inside pods.
 //!
 //! Locally, [`execute`] does everything in one process. In a pod the init container calls
-//! [`stage`] (or [`fail_before_run`] when staging fails) and the main container calls
-//! [`run_and_collect`] with the [`ResultEntry`] that staging produced.
+//! [`stage`] (or [`stage_failed`] when staging fails or is stopped) and the main container
+//! calls [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
 pub mod plan;
@@ -19,8 +19,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use collect::fail_before_run;
-pub use stage::stage;
+pub use collect::{SkippedResultEntry, fail_before_run};
+pub use stage::{DEFAULT_STAGING_BUDGET, StageSettings, stage};
 
 use crate::api::ResultEntry;
 use crate::store::keys::{ExecutionId, ResultName};
@@ -30,8 +30,10 @@ use crate::store::{BlobSource, ResultSink, StoreError, StoredObject};
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
     /// A blob could not be fetched.
-    #[error("fetching {key}: {source}")]
+    #[error("fetching Fileset {fileset:?} ({key}): {source}")]
     Fetch {
+        /// The Fileset.
+        fileset: String,
         /// The blob's key.
         key: String,
         /// The underlying error.
@@ -59,6 +61,33 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
+    /// A blob's bytes do not hash to the digest its Fileset was pinned at.
+    #[error(
+        "Fileset {fileset:?}: the stored content has sha256:{actual}, not the pinned sha256:{expected}; it was changed after it was pushed"
+    )]
+    DigestMismatch {
+        /// The Fileset.
+        fileset: String,
+        /// The pinned digest (hex).
+        expected: String,
+        /// The digest of the bytes read (hex).
+        actual: String,
+    },
+    /// Staging was cancelled.
+    #[error("cancelled while staging the working directory")]
+    Cancelled,
+    /// Staging ran out of its budget.
+    #[error("staging did not finish within its budget of {seconds}s ({detail})")]
+    StagingBudget {
+        /// The budget.
+        seconds: u64,
+        /// How far it got.
+        detail: String,
+    },
+    /// Staging was stopped by its token (reported as [`RunnerError::Cancelled`] or
+    /// [`RunnerError::StagingBudget`]).
+    #[error("staging was stopped")]
+    Stopped,
     /// A background task panicked or was cancelled.
     #[error("runner task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -67,10 +96,21 @@ pub enum RunnerError {
 /// A blob to extract: a store key and optionally one directory (or file) inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobRef {
+    /// The Fileset the blob holds, for messages.
+    pub fileset: String,
     /// Store key of the `tar.gz` blob.
     pub key: String,
+    /// The pinned sha256 of the blob (hex), checked as it streams.
+    pub sha256: String,
     /// Only this path inside the archive, re-rooted (`docs/` or `config/app.json`).
     pub subpath: Option<String>,
+}
+
+impl BlobRef {
+    /// How errors name the blob: by its Fileset, not its store key.
+    pub fn label(&self) -> String {
+        format!("Fileset {:?}", self.fileset)
+    }
 }
 
 /// A blob extracted at a path inside the working directory.
@@ -160,6 +200,42 @@ pub struct Invocation {
     pub scratch: ScratchDir,
     /// Copy the agent's stdout and stderr to ours as well as to the logs.
     pub passthrough: bool,
+    /// What a stop signal means here.
+    pub stop: StopRequest,
+    /// Whether the agent starts with the runner's own environment beneath `env`: in a pod,
+    /// what Kubernetes gave the container (its image's `PATH`, the bound secrets). Locally the
+    /// runner's environment is the caller's, so the local backend passes what the agent may
+    /// see in `env` and sets this to false.
+    pub inherit_env: bool,
+}
+
+/// What a stop signal (SIGTERM, Ctrl-C) means to the runner that receives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopRequest {
+    /// A cancel: a local run is only stopped by `errand cancel` or Ctrl-C.
+    Cancel,
+    /// The pod is being deleted. A cancel, an eviction, a node drain and `kubectl delete pod`
+    /// all arrive as the same SIGTERM, so the runner records only that; the controller, which
+    /// sees the pod, says in the status which it was.
+    PodDeletion,
+}
+
+impl StopRequest {
+    /// How a run stopped this way ended.
+    pub fn state(self) -> RunState {
+        match self {
+            StopRequest::Cancel => RunState::Cancelled,
+            StopRequest::PodDeletion => RunState::Terminated,
+        }
+    }
+
+    /// What happened, `when` it did (`before the agent started`, ...).
+    pub fn message(self, when: &str) -> String {
+        match self {
+            StopRequest::Cancel => format!("the run was cancelled {when}"),
+            StopRequest::PodDeletion => format!("the pod was being deleted (SIGTERM) {when}"),
+        }
+    }
 }
 
 /// How a run ended.
@@ -173,6 +249,9 @@ pub enum RunState {
     TimedOut,
     /// The run was cancelled; the agent was stopped (or never started).
     Cancelled,
+    /// The runner's pod was being deleted (SIGTERM); the agent was stopped (or never started).
+    /// The execution's status says why the pod was deleted.
+    Terminated,
     /// The agent command could not be started.
     StartFailed,
     /// The working directory could not be staged; the agent never started.
@@ -186,6 +265,7 @@ impl RunState {
             RunState::Succeeded | RunState::Failed => None,
             RunState::TimedOut => Some("DeadlineExceeded"),
             RunState::Cancelled => Some("Cancelled"),
+            RunState::Terminated => Some("Terminated"),
             RunState::StartFailed => Some("StartFailed"),
             RunState::StageFailed => Some("StageFailed"),
         }
@@ -228,6 +308,9 @@ pub struct RunSummary {
     pub results: Vec<ResultEntry>,
     /// Why some results could not be saved, if any could not.
     pub results_error: Option<String>,
+    /// Entries the results' archives left out (fifos, sockets, unreadable files).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedResultEntry>,
 }
 
 /// Stages, runs and collects one execution in this process.
@@ -239,34 +322,33 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
     plan: &StagePlan,
     source: &S,
     sink: &K,
+    settings: &StageSettings,
     cancel: CancellationToken,
 ) -> RunSummary {
-    let staged = tokio::select! {
-        staged = stage(plan, &invocation.workdir, source, sink) => staged,
-        () = cancel.cancelled() => {
-            return fail_before_run(
-                &invocation.execution,
-                RunState::Cancelled,
-                "cancelled while staging the working directory".into(),
-                Vec::new(),
-                sink,
-            )
-            .await;
-        }
-    };
-    match staged {
+    match stage(plan, &invocation.workdir, source, sink, settings, &cancel).await {
         Ok(input) => run_and_collect(invocation, vec![input], sink, cancel).await,
-        Err(e) => {
-            fail_before_run(
-                &invocation.execution,
-                RunState::StageFailed,
-                format!("staging the working directory: {e}"),
-                Vec::new(),
-                sink,
-            )
-            .await
-        }
+        Err(e) => stage_failed(&invocation.execution, invocation.stop, e, sink).await,
     }
+}
+
+/// Records a staging that did not finish: cancelled, or failed (its budget included).
+pub async fn stage_failed<K: ResultSink>(
+    execution: &ExecutionId,
+    stop: StopRequest,
+    error: RunnerError,
+    sink: &K,
+) -> RunSummary {
+    let (state, message) = match error {
+        RunnerError::Cancelled => (
+            stop.state(),
+            stop.message("while staging the working directory"),
+        ),
+        other => (
+            RunState::StageFailed,
+            format!("staging the working directory: {other}"),
+        ),
+    };
+    fail_before_run(execution, state, message, Vec::new(), sink).await
 }
 
 /// Runs the agent in an already staged working directory and saves its results; `staged` are
@@ -278,5 +360,12 @@ pub async fn run_and_collect<K: ResultSink>(
     cancel: CancellationToken,
 ) -> RunSummary {
     let run = run::supervise(invocation, &cancel).await;
-    collect::collect(invocation, run, staged, sink).await
+    // The stop that ended the agent leaves its partial results to be saved; a stop that
+    // arrives while they are saved abandons the archives.
+    let abandon = if cancel.is_cancelled() {
+        CancellationToken::new()
+    } else {
+        cancel
+    };
+    collect::collect(invocation, run, staged, sink, &abandon).await
 }

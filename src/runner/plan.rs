@@ -13,7 +13,9 @@ fn blob(namespace: &str, content: &FilesetContent) -> Result<BlobRef, KeyError> 
         .strip_prefix("sha256:")
         .unwrap_or(&content.digest);
     Ok(BlobRef {
+        fileset: content.fileset.clone(),
         key: keys::fileset(namespace, digest)?,
+        sha256: digest.to_owned(),
         subpath: content.path.clone(),
     })
 }

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::signals::cancel_on_stop_signal;
-use super::termination::TerminationSummary;
+use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, RunState, RunSummary, ScratchDir, fail_before_run, plan, run_and_collect, stage,
+    Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest, fail_before_run,
+    plan, run_and_collect, stage, stage_failed,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -101,9 +102,10 @@ fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| read_error(e.to_string()))
 }
 
-/// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants and
-/// saves `input_workdir`. Returns the process exit code.
-pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
+/// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants within
+/// `settings` and saves `input_workdir`. SIGTERM stops staging within a chunk. Returns the
+/// process exit code.
+pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path, settings: &StageSettings) -> i32 {
     let stop = cancel_on_stop_signal();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
@@ -131,24 +133,19 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
         Ok(plan) => plan,
         Err(e) => return fail(RunState::StageFailed, PodError::from(e).to_string()).await,
     };
-    let staged = tokio::select! {
-        staged = stage(&plan, &paths.workspace, &urls, &urls) => staged,
-        () = stop.cancelled() => {
-            return fail(RunState::Cancelled, "cancelled while staging the working directory".into()).await;
-        }
-    };
-    let saved = match staged {
+    let saved = match stage(&plan, &paths.workspace, &urls, &urls, settings, &stop).await {
         Ok(saved) => saved,
         Err(e) => {
-            return fail(
-                RunState::StageFailed,
-                format!("staging the working directory: {e}"),
-            )
-            .await;
+            tracing::error!("{e}");
+            let summary = stage_failed(&grants.execution, StopRequest::PodDeletion, e, &urls).await;
+            return report(paths, &summary);
         }
     };
     let record = paths.scratch.join(STAGED_FILE);
-    let json = serde_json::to_vec(&[saved]).expect("saved results always serialize");
+    let staged = StagedSummary {
+        staged: vec![saved],
+    };
+    let json = serde_json::to_vec(&staged.staged).expect("saved results always serialize");
     if let Err(source) = std::fs::write(&record, json) {
         let e = PodError::Record {
             path: record,
@@ -156,6 +153,7 @@ pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path) -> i32 {
         };
         return fail(RunState::StageFailed, e.to_string()).await;
     }
+    write_message(paths, &staged.to_termination_message());
     0
 }
 
@@ -222,6 +220,8 @@ fn invocation(
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
         passthrough: true,
+        stop: StopRequest::PodDeletion,
+        inherit_env: true,
     }
 }
 
@@ -287,7 +287,11 @@ fn report_unsaved(paths: &PodPaths, state: RunState, error: &PodError) -> i32 {
 }
 
 fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
-    if let Err(e) = std::fs::write(&paths.termination_log, summary.to_termination_message()) {
+    write_message(paths, &summary.to_termination_message());
+}
+
+fn write_message(paths: &PodPaths, message: &str) {
+    if let Err(e) = std::fs::write(&paths.termination_log, message) {
         tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
     }
 }
@@ -305,7 +309,7 @@ pub fn exit_code(summary: &RunSummary) -> i32 {
         // As timeout(1) reports a deadline.
         RunState::TimedOut => 124,
         // 128 + SIGTERM, as a process stopped by the signal would report.
-        RunState::Cancelled => 143,
+        RunState::Cancelled | RunState::Terminated => 143,
         // As a shell reports a command it could not run.
         RunState::StartFailed => 127,
         RunState::StageFailed => 1,
@@ -329,6 +333,7 @@ mod tests {
             stderr_tail: String::new(),
             results: Vec::new(),
             results_error: results_error.map(str::to_owned),
+            skipped: Vec::new(),
         }
     }
 
@@ -342,6 +347,7 @@ mod tests {
             (summary(RunState::Failed, None, None), 1),
             (summary(RunState::TimedOut, Some(143), None), 124),
             (summary(RunState::Cancelled, Some(143), None), 143),
+            (summary(RunState::Terminated, Some(143), None), 143),
             (summary(RunState::StartFailed, None, None), 127),
             (summary(RunState::StageFailed, None, None), 1),
         ];

@@ -70,8 +70,8 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
     };
     if cancel.is_cancelled() {
         return AgentRun::not_started(
-            RunState::Cancelled,
-            "the run was cancelled before the agent started".into(),
+            inv.stop.state(),
+            inv.stop.message("before the agent started"),
         );
     }
     let Some((program, args)) = inv.command.split_first() else {
@@ -80,6 +80,9 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
 
     let scratch = &inv.scratch;
     let mut command = Command::new(program);
+    if !inv.inherit_env {
+        command.env_clear();
+    }
     command
         .args(args)
         .current_dir(&inv.workdir)
@@ -184,8 +187,8 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
             )),
         ),
         (Ending::Cancelled, _) => (
-            RunState::Cancelled,
-            Some("the run was cancelled and the agent was stopped".into()),
+            inv.stop.state(),
+            Some(inv.stop.message("and the agent was stopped")),
         ),
     };
     AgentRun {

@@ -68,6 +68,27 @@ impl TerminationSummary {
     }
 }
 
+/// What `errand stage` writes to its termination message when staging succeeded: the results it
+/// saved. The agent's runner lists them again in its own summary; this one is what still shows
+/// them when the pod ends before that runner reports (deleted, or its node lost).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagedSummary {
+    /// The results staging saved (`input_workdir`).
+    pub staged: Vec<ResultEntry>,
+}
+
+impl StagedSummary {
+    /// The summary in a termination message, if the message is one.
+    pub fn parse(message: &str) -> Option<Self> {
+        serde_json::from_str(message.trim()).ok()
+    }
+
+    /// The summary as the termination message.
+    pub fn to_termination_message(&self) -> String {
+        serde_json::to_string(self).expect("a summary always serializes")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +126,7 @@ mod tests {
                 sha256: "e".repeat(64),
             }],
             results_error: None,
+            skipped: Vec::new(),
         };
         let summary = TerminationSummary::from_run(&run);
         assert_eq!(summary.state, RunState::TimedOut);
@@ -113,6 +135,20 @@ mod tests {
         let message = summary.to_termination_message();
         assert!(!message.contains("long response"));
         assert_eq!(TerminationSummary::parse(&message), Some(summary));
+    }
+
+    #[test]
+    fn a_staged_summary_is_not_a_run_summary_nor_the_other_way_round() {
+        let staged = StagedSummary {
+            staged: summary("").results,
+        };
+        let message = staged.to_termination_message();
+        assert_eq!(StagedSummary::parse(&message), Some(staged));
+        assert_eq!(TerminationSummary::parse(&message), None);
+        assert_eq!(
+            StagedSummary::parse(&summary("boom").to_termination_message()),
+            None
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use kube::{Api, Client};
 use tracing::info;
 
 use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
-use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::catalog::{ClusterCatalog, FilesetPaths};
 use crate::cluster::metrics::MetricsRegistry;
 use crate::cluster::watches;
 use crate::controller::config::ControllerConfig;
@@ -156,6 +156,7 @@ pub async fn run(
         agents,
         environments,
         filesets,
+        fileset_paths: FilesetPaths::from_store(options.results.clone()),
     };
 
     if let Some(address) = options.listen {

@@ -106,6 +106,14 @@ pub fn fileset(namespace: &str, digest: &str) -> Result<String, KeyError> {
     Ok(format!("{FILESETS}/{namespace}/{digest}.tar.gz"))
 }
 
+/// `filesets/<ns>/<digest>.paths.json.gz`: the path index of a fileset blob, written beside it
+/// at push time.
+pub fn fileset_paths(namespace: &str, digest: &str) -> Result<String, KeyError> {
+    check_name("namespace", namespace)?;
+    check_digest(digest)?;
+    Ok(format!("{FILESETS}/{namespace}/{digest}.paths.json.gz"))
+}
+
 /// `filesets/<ns>/`: every fileset blob of a namespace.
 pub fn filesets_prefix(namespace: &str) -> Result<String, KeyError> {
     check_name("namespace", namespace)?;

@@ -42,7 +42,7 @@ use url::Url;
 
 pub use fileset::PushedFileset;
 pub use presign::PresignedSigner;
-pub use transfer::{BlobSource, ResultBody, ResultSink, StoreResults};
+pub use transfer::{BlobSource, PackReport, ResultBody, ResultSink, StoreResults};
 
 use crate::archive::{ArchiveError, ByteStream};
 

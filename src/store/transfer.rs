@@ -2,13 +2,14 @@
 
 use std::future::Future;
 use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use futures::StreamExt;
 
 use super::keys::{self, ExecutionId, ResultName};
 use super::{BlobBody, Store, StoreError, StoredObject};
-use crate::archive::{self, ByteStream, PackItem, Packing};
+use crate::archive::{self, ByteStream, PackItem, PackOptions, PackStats, Packing};
 
 /// Where input blobs come from: the store directly, or (in pods) signed URLs.
 pub trait BlobSource: Sync {
@@ -40,22 +41,49 @@ impl ResultBody {
         }))
     }
 
-    /// `items` packed as a `tar.gz`, packed again at each opening. Packing is deterministic,
-    /// so every opening gives the same bytes while the files stay as they are. The stream
-    /// ends with an error if packing fails, also when its threads stop early.
-    pub fn packed(items: Vec<PackItem>) -> ResultBody {
-        ResultBody(Box::new(move || {
-            let Packing { stream, done } = archive::pack_items(items.clone());
-            let failure = futures::stream::once(done.wait()).filter_map(|packed| {
-                std::future::ready(packed.err().map(io::Error::other).map(Err))
+    /// `items` packed as a `tar.gz` with `options`, packed again at each opening. Packing is
+    /// deterministic, so every opening gives the same bytes while the files stay as they are.
+    /// The stream ends with an error if packing fails, also when its threads stop early or
+    /// `options.cancel` fires. The [`PackReport`] tells what the last packing that ran to its
+    /// end packed (the entries it left out).
+    pub fn packed(items: Vec<PackItem>, options: PackOptions) -> (ResultBody, PackReport) {
+        let report = PackReport::default();
+        let last = report.clone();
+        let body = ResultBody(Box::new(move || {
+            let Packing { stream, done } = archive::pack_items(items.clone(), options.clone());
+            let last = last.clone();
+            let end = futures::stream::once(done.wait()).filter_map(move |packed| {
+                std::future::ready(match packed {
+                    Ok(stats) => {
+                        last.set(stats);
+                        None
+                    }
+                    Err(e) => Some(Err(io::Error::other(e))),
+                })
             });
-            stream.chain(failure).boxed()
-        }))
+            stream.chain(end).boxed()
+        }));
+        (body, report)
     }
 
     /// The bytes, from the first.
     pub fn open(&self) -> ByteStream {
         (self.0)()
+    }
+}
+
+/// What the last packing of a [`ResultBody::packed`] that ran to its end packed.
+#[derive(Debug, Clone, Default)]
+pub struct PackReport(Arc<Mutex<Option<PackStats>>>);
+
+impl PackReport {
+    fn set(&self, stats: PackStats) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(stats);
+    }
+
+    /// The stats of the last packing that ran to its end, if one did.
+    pub fn take(&self) -> Option<PackStats> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 

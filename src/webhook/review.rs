@@ -92,7 +92,8 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
 fn execution(object: Option<&DynamicObject>, field: &str) -> Result<AgentExecution, String> {
     let object = object.ok_or_else(|| format!("the request has no {field}"))?;
     let value = serde_json::to_value(object).map_err(|e| format!("{field}: {e}"))?;
-    serde_json::from_value(value).map_err(|e| format!("{field} is not a valid AgentExecution: {e}"))
+    crate::resolve::decode(value)
+        .map_err(|problem| format!("{field} is not a valid AgentExecution: {problem}"))
 }
 
 /// An update may only set `cancel` (from false to true); the CRD's CEL rules say the same, and
@@ -122,11 +123,17 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
     }
 }
 
-/// The verdict on a create from its resolution and the cluster's `limits` (the same check
-/// the controller makes before it creates anything).
-pub fn verdict(resolution: Result<Snapshot, InvalidSpec>, limits: &RunLimits) -> Verdict {
-    match resolution.and_then(|snapshot| limits.check(&snapshot)) {
-        Ok(()) => Verdict::Allow,
+/// The verdict on a create of `spec` from its resolution and the cluster's `limits` (the same
+/// check the controller makes before it creates anything), with the rules that hold only at
+/// creation.
+pub fn verdict(
+    spec: &AgentExecutionSpec,
+    resolution: Result<Snapshot, InvalidSpec>,
+    limits: &RunLimits,
+) -> Verdict {
+    let checked = resolution.and_then(|snapshot| limits.check(&snapshot).map(|()| snapshot));
+    match crate::resolve::admit_creation(spec, checked) {
+        Ok(_) => Verdict::Allow,
         Err(invalid) => Verdict::Invalid(invalid),
     }
 }

@@ -91,7 +91,7 @@ impl Admission {
                         )
                         .await;
                         match resolution {
-                            Ok(Ok(resolution)) => review::verdict(resolution, &self.limits),
+                            Ok(Ok(resolution)) => review::verdict(&spec, resolution, &self.limits),
                             Ok(Err(message)) => Verdict::Unavailable(message),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",

@@ -10,6 +10,9 @@
 //!   the node has, serving the store's signed-URL blob endpoint on the pod bridge, so every
 //!   execution stages, runs and uploads in a real pod. Its log is kept.
 //!
+//! Either way the controller acts as a ServiceAccount bound by the Helm chart's own RBAC
+//! ([`chart_rbac`]), so a call the chart grants no rule for fails the test.
+//!
 //! ```ignore
 //! let Some(harness) = Harness::start("e2e-calc", Mode::WithPods).await else { return };
 //! ```
@@ -41,6 +44,7 @@ use errand::store::Store;
 use errand::store::grants::HmacSigner;
 use errand::store::keys::{ExecutionId, ResultName};
 
+use super::chart_rbac;
 use super::cluster::{self, TestNamespace};
 use super::errand::{self as errand_support, ERRAND_IMAGE, WAIT, install_crds, wait_for};
 use super::store::{read_all, tar_files};
@@ -110,6 +114,7 @@ impl Harness {
     ) -> Option<Self> {
         let client = cluster::client().await?;
         install_crds(&client).await;
+        chart_rbac::grant(&client).await;
         let namespace = TestNamespace::create_with_labels(&client, prefix, labels).await;
         let address = (mode == Mode::WithPods).then(cluster::free_pod_gateway_address);
         let mut harness = Self {
@@ -142,12 +147,12 @@ impl Harness {
         self.dir.path().join("controller.log")
     }
 
-    /// Starts a controller for this test's namespace; a [`Mode::WithPods`] one appends to its
-    /// log and is ready when this returns.
+    /// Starts a controller for this test's namespace, acting as the chart's ServiceAccount; a
+    /// [`Mode::WithPods`] one appends to its log and is ready when this returns.
     pub async fn start_controller(&mut self) {
         let Some(address) = self.address else {
             self.controller = Some(Controller::Task(spawn_controller(
-                self.client.clone(),
+                chart_rbac::client().await,
                 self.namespace.name(),
                 self.store(),
                 ABSENT_IMAGE,
@@ -155,6 +160,10 @@ impl Harness {
             )));
             return;
         };
+        // The controller runs as the chart's ServiceAccount (impersonated), so a call the
+        // chart's RBAC does not grant fails the test.
+        let kubeconfig = self.dir.path().join("controller.kubeconfig");
+        chart_rbac::write_kubeconfig(&kubeconfig);
         let child = controller_command(
             self.namespace.name(),
             &self.store_url(),
@@ -164,6 +173,7 @@ impl Harness {
         )
         .args(["--leader-elect", "false"])
         .args(["--staging-budget-seconds", "120"])
+        .env("KUBECONFIG", &kubeconfig)
         .spawn()
         .expect("the errand binary starts");
         self.controller = Some(Controller::Process(child));
@@ -546,26 +556,30 @@ pub async fn wait_until_ready(address: SocketAddr, who: &str, limit: Duration) {
     .await;
 }
 
-/// The uids of the Jobs seen, by Job name.
-pub type JobsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+/// The uids of the objects that ever existed, by name.
+pub type UidsSeen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
 
-/// Records the uid of every Job that ever appears through `api`, by name, until the task is
-/// aborted.
-pub fn record_jobs(api: Api<Job>) -> (JobsSeen, tokio::task::JoinHandle<()>) {
-    let seen = JobsSeen::default();
+/// Records the uid of every object of `api` that ever appears, by name, until the returned
+/// task is aborted: how a test counts the Jobs or pods that ever existed (a recreated one
+/// has a new uid under the same name).
+pub fn record_uids<K>(api: Api<K>) -> (UidsSeen, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let seen = UidsSeen::default();
     let record = Arc::clone(&seen);
     let task = tokio::spawn(async move {
-        let mut jobs = watcher(api, watcher::Config::default())
+        let mut objects = watcher(api, watcher::Config::default())
             .default_backoff()
             .applied_objects()
             .boxed();
-        while let Some(job) = jobs.next().await {
-            if let Ok(job) = job {
-                let uid = job.uid().unwrap_or_default();
+        while let Some(object) = objects.next().await {
+            if let Ok(object) = object {
+                let uid = object.uid().unwrap_or_default();
                 record
                     .lock()
                     .unwrap()
-                    .entry(job.name_any())
+                    .entry(object.name_any())
                     .or_default()
                     .insert(uid);
             }

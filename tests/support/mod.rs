@@ -4,8 +4,13 @@
 //! items are expected here and `dead_code` is allowed for the module.
 #![allow(dead_code)]
 
+pub mod archives;
+pub mod audit;
+pub mod chart_rbac;
 pub mod cluster;
 pub mod errand;
 pub mod harness;
+pub mod hostile;
+pub mod local;
 pub mod s3;
 pub mod store;

@@ -35,8 +35,7 @@ pub fn snapshot_config_map(execution: &ExecutionOwner, snapshot: &Snapshot) -> C
     meta.finalizers = Some(vec![RESULTS_FINALIZER.to_owned()]);
     let snapshot_json =
         String::from_utf8(snapshot.canonical_json()).expect("canonical JSON is UTF-8");
-    let agent_config =
-        serde_json::to_string_pretty(&snapshot.config).expect("a JSON object always serializes");
+    let agent_config = snapshot.agent_config_json();
     ConfigMap {
         metadata: meta,
         immutable: Some(true),

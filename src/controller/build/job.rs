@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::{
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -17,7 +19,10 @@ use crate::resolve::{RunBudget, Snapshot};
 /// starts a replacement pod while the old one is still terminating. Its deadline counts from
 /// the Job's start, which includes scheduling and image pulls, so it is the run's whole
 /// [`RunBudget`] but the termination grace: the runner's in-pod deadline always fires first and
-/// saves results.
+/// saves results. A pod Kubernetes disrupts (evicts, preempts, loses with its node: its
+/// `DisruptionTarget` condition) fails the Job by its pod failure policy, so the Job's failure
+/// reason ([`contract::JOB_FAILED_BY_DISRUPTION`]) still tells an eviction from a deletion
+/// once the pod is gone.
 pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerConfig) -> Job {
     let mut meta = execution.child_meta(names::job_name(&execution.name), &snapshot.agent.name);
     let annotations = BTreeMap::from([
@@ -45,6 +50,16 @@ pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerC
             completions: Some(1),
             parallelism: Some(1),
             pod_replacement_policy: Some("Failed".to_owned()),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![PodFailurePolicyRule {
+                    action: "FailJob".to_owned(),
+                    on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                        type_: "DisruptionTarget".to_owned(),
+                        status: "True".to_owned(),
+                    }]),
+                    on_exit_codes: None,
+                }],
+            }),
             active_deadline_seconds: Some(deadline),
             suspend: snapshot.queue_name.is_some().then_some(true),
             template: PodTemplateSpec {

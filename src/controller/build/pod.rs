@@ -102,6 +102,7 @@ fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
             ]
             .into_iter()
             .chain(pod_paths_args())
+            .chain(staging_args(config))
             .collect(),
         ),
         volume_mounts: Some(errand_mounts(false)),
@@ -110,6 +111,18 @@ fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         termination_message_policy: Some("File".to_owned()),
         ..Container::default()
     }
+}
+
+/// How `errand stage` is bounded: the controller's staging budget and extraction limits.
+fn staging_args(config: &ControllerConfig) -> [String; 6] {
+    [
+        "--staging-budget-seconds".to_owned(),
+        config.staging_budget_seconds.to_string(),
+        "--max-extract-bytes".to_owned(),
+        config.extract_limits.max_bytes.to_string(),
+        "--max-extract-entries".to_owned(),
+        config.extract_limits.max_entries.to_string(),
+    ]
 }
 
 /// The arguments both errand commands in the pod take: where the grants, the workspace and

@@ -188,6 +188,15 @@ fn the_job_runs_once_with_a_backstop_deadline() {
     let spec = job.spec.as_ref().unwrap();
     assert_eq!(spec.backoff_limit, Some(0));
     assert_eq!(spec.pod_replacement_policy.as_deref(), Some("Failed"));
+    let rules = &spec.pod_failure_policy.as_ref().unwrap().rules;
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].action, "FailJob");
+    let on = rules[0].on_pod_conditions.as_ref().unwrap();
+    assert_eq!(
+        (on[0].type_.as_str(), on[0].status.as_str()),
+        ("DisruptionTarget", "True"),
+        "a disrupted pod fails the Job with a reason of its own"
+    );
     assert_eq!(spec.ttl_seconds_after_finished, None);
     assert_eq!(spec.suspend, None);
     // start timeout 120 + run timeout 600 + staging budget 900
@@ -333,6 +342,12 @@ fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
             "/workspace",
             "--scratch",
             "/errand/scratch",
+            "--staging-budget-seconds",
+            "900",
+            "--max-extract-bytes",
+            "17179869184",
+            "--max-extract-entries",
+            "1000000",
         ]
     );
 

@@ -1,4 +1,4 @@
-//! Apply: create the children (create-only, concurrently) and stop what a decision says must stop.
+//! Apply: create the children (create-only, concurrently; none left behind when the API server refuses one for good) and stop what a decision says must stop.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -12,22 +12,54 @@ use super::build::Children;
 use crate::controller::error::{Error, Result};
 use crate::controller::status::Stop;
 
+/// What creating the children came to.
+pub(super) enum Creation {
+    /// All three exist: the snapshot ConfigMap and the Job as they are in the cluster, which
+    /// after a restart may be the ones an earlier reconcile created.
+    Created(Box<ConfigMap>, Box<Job>),
+    /// The API server refused one for good: which and why, in its words. Those that were
+    /// created are deleted again.
+    Rejected(String),
+}
+
 impl Reconciler<'_> {
     /// Creates the snapshot ConfigMap, the grants Secret and the Job, concurrently and
-    /// create-only. Returns the ConfigMap and the Job as they are in the cluster, which after
-    /// a restart may be the ones an earlier reconcile created.
-    pub(super) async fn create(&self, children: Children) -> Result<(ConfigMap, Job)> {
+    /// create-only. A permanent refusal of any of them removes the others; any other failure
+    /// is an error to retry (what was created stays, and is found again next time).
+    pub(super) async fn create(&self, children: Children) -> Result<Creation> {
         let (client, namespace, uid) = (
             &self.ctx.client,
             self.owner.namespace.as_str(),
             self.owner.uid.as_str(),
         );
-        let (config_map, _, job) = futures::try_join!(
+        let (config_map, secret, job) = futures::join!(
             create_owned(client, namespace, uid, children.config_map),
             create_owned(client, namespace, uid, children.secret),
             create_owned(client, namespace, uid, children.job),
-        )?;
-        Ok((config_map, job))
+        );
+        let rejection = [
+            config_map.as_ref().err(),
+            secret.as_ref().err(),
+            job.as_ref().err(),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|e| matches!(e, Error::Rejected { .. }))
+        .map(ToString::to_string);
+        let Some(rejection) = rejection else {
+            let (config_map, _, job) = (config_map?, secret?, job?);
+            return Ok(Creation::Created(Box::new(config_map), Box::new(job)));
+        };
+        if let Ok(created) = &config_map {
+            delete_if_present(client, namespace, created, &DeleteParams::default()).await?;
+        }
+        if let Ok(created) = &secret {
+            delete_if_present(client, namespace, created, &DeleteParams::default()).await?;
+        }
+        if let Ok(created) = &job {
+            delete_if_present(client, namespace, created, &DeleteParams::background()).await?;
+        }
+        Ok(Creation::Rejected(rejection))
     }
 
     /// Deletes the pod (gracefully, so the runner saves partial results) or the whole Job.
@@ -60,8 +92,33 @@ impl Reconciler<'_> {
     }
 }
 
+/// Deletes `object` unless it is gone already.
+async fn delete_if_present<K>(
+    client: &kube::Client,
+    namespace: &str,
+    object: &K,
+    params: &DeleteParams,
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = object.name_any();
+    match Api::<K>::namespaced(client.clone(), namespace)
+        .delete(&name, params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        Err(e) => Err(Error::kube(format!("deleting {} {name}", K::kind(&())))(e)),
+    }
+}
+
 /// Creates `object`; if it already exists and this execution owns it, that is success (a
-/// restarted controller never makes a second one).
+/// restarted controller never makes a second one). A permanent refusal is
+/// [`Error::Rejected`].
 async fn create_owned<K>(client: &kube::Client, namespace: &str, uid: &str, object: K) -> Result<K>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -96,6 +153,13 @@ where
                     name,
                 })
             }
+        }
+        Err(kube::Error::Api(status)) if Error::is_permanent_refusal(&status) => {
+            Err(Error::Rejected {
+                kind: kind.into_owned(),
+                name,
+                message: status.message,
+            })
         }
         Err(e) => Err(Error::kube(format!("creating {kind} {name}"))(e)),
     }

@@ -1,4 +1,4 @@
-//! Dereference: read what the execution names (to resolve its spec) and what became of its Job, its pods and, when a start timed out, their Warning events.
+//! Dereference: read what the execution names (to resolve its spec) and what became of its Job, its pods and, when a start timed out, their (or the Job's) Warning events.
 
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use crate::api::contract;
 use crate::cluster::catalog;
 use crate::controller::error::{Error, Result};
 use crate::controller::names;
-use crate::controller::status::PodWarning;
+use crate::controller::status::Warning;
 use crate::resolve::{InvalidSpec, Snapshot};
 
 /// The execution's Job and pods, as the caches (or, for a Job missing from its cache, the
@@ -89,20 +89,31 @@ impl Reconciler<'_> {
         })
     }
 
-    /// The Warning events about `pods`, oldest first: read only when a start timed out.
-    pub(super) async fn pod_warnings(&self, pods: &[&Pod]) -> Result<Vec<PodWarning>> {
+    /// The Warning events about `pods`, or about the Job (`job_uid`) when no pod was created,
+    /// oldest first: read only when a start timed out.
+    pub(super) async fn warnings(
+        &self,
+        pods: &[&Pod],
+        job_uid: Option<&str>,
+    ) -> Result<Vec<Warning>> {
         let api = Api::<Event>::namespaced(self.ctx.client.clone(), &self.owner.namespace);
         let mut warnings = Vec::new();
-        for uid in pods.iter().filter_map(|p| p.metadata.uid.as_deref()) {
+        let pod_uids = pods.iter().filter_map(|p| p.metadata.uid.as_deref());
+        let about: Vec<&str> = if pods.is_empty() {
+            job_uid.into_iter().collect()
+        } else {
+            pod_uids.collect()
+        };
+        for uid in about {
             let params =
                 ListParams::default().fields(&format!("involvedObject.uid={uid},type=Warning"));
             let mut events = api
                 .list(&params)
                 .await
-                .map_err(Error::kube(format!("reading the events of pod {uid}")))?
+                .map_err(Error::kube(format!("reading the events of {uid}")))?
                 .items;
             events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
-            warnings.extend(events.iter().filter_map(PodWarning::from_event));
+            warnings.extend(events.iter().filter_map(Warning::from_event));
         }
         Ok(warnings)
     }

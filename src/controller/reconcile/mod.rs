@@ -26,6 +26,8 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
+use apply::Creation;
+
 use super::context::Context;
 use super::error::{Error, Result};
 use super::status;
@@ -37,11 +39,64 @@ use crate::controller::build::ExecutionOwner;
 /// client's read timeout of nearly five minutes.
 pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Reconciles one execution, failing (and so retrying with backoff) if it hangs.
+/// From this many failed reconciles in a row on, the execution's status shows the last error
+/// (condition `Retrying`); fewer are routine (a conflict, a restarting API server).
+pub const FAILURES_BEFORE_RETRYING_SHOWS: u32 = 3;
+
+/// How long writing the `Retrying` condition may take: the API server may be what fails.
+const RETRYING_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Reconciles one execution, failing (and so retrying with backoff) if it hangs. Once it has
+/// failed several times in a row, its status says so.
 pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
-    tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_once(execution, ctx))
-        .await
-        .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)))
+    let result = tokio::time::timeout(
+        RECONCILE_TIMEOUT,
+        reconcile_once(Arc::clone(&execution), Arc::clone(&ctx)),
+    )
+    .await
+    .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)));
+    if let Err(error) = &result {
+        show_retrying(&execution, &ctx, error).await;
+    }
+    result
+}
+
+/// Writes condition `Retrying` with `error` once the execution has failed
+/// [`FAILURES_BEFORE_RETRYING_SHOWS`] times in a row (the error policy counts this failure
+/// after this returns), and again only when [`status::retrying`] has something new to show.
+/// Best effort: if the API server is what fails, the log still has it.
+async fn show_retrying(execution: &AgentExecution, ctx: &Context, error: &Error) {
+    let Ok(owner) = ExecutionOwner::of(execution) else {
+        return;
+    };
+    let attempt = ctx.failures_of(&owner.uid).saturating_add(1);
+    let execution = ctx.latest(Arc::new(execution.clone()));
+    let terminal = execution
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_some_and(Phase::is_terminal);
+    if attempt < FAILURES_BEFORE_RETRYING_SHOWS
+        || terminal
+        || execution.metadata.deletion_timestamp.is_some()
+    {
+        return;
+    }
+    let reconciler = Reconciler {
+        api: Api::namespaced(ctx.client.clone(), &owner.namespace),
+        execution: &execution,
+        owner,
+        ctx,
+    };
+    let Some(status) = status::retrying(&execution, attempt, &error.to_string(), Timestamp::now())
+    else {
+        return;
+    };
+    let written =
+        tokio::time::timeout(RETRYING_WRITE_TIMEOUT, reconciler.write_status(status)).await;
+    if !matches!(written, Ok(Ok(()))) {
+        debug!(execution = %reconciler.owner.name, "could not show the Retrying condition");
+    }
 }
 
 async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
@@ -109,7 +164,10 @@ impl Reconciler<'_> {
             Timestamp::now(),
         )
         .await?;
-        let (config_map, job) = self.create(children).await?;
+        let (config_map, job) = match self.create(children).await? {
+            Creation::Created(config_map, job) => (config_map, job),
+            Creation::Rejected(message) => return self.reject(&message).await,
+        };
         debug!(execution = %self.owner.name, namespace, "children created");
         let digest = config_map
             .annotations()
@@ -134,8 +192,9 @@ impl Reconciler<'_> {
         );
         self.write_status(status).await?;
         // No event may come while a pod waits, so look again when its start timeout passes.
-        let start_timeout = u64::try_from(snapshot.start_timeout_seconds).unwrap_or(0);
-        Ok(Action::requeue(Duration::from_secs(start_timeout + 1)))
+        Ok(Action::requeue(start_recheck(
+            snapshot.start_timeout_seconds,
+        )))
     }
 
     /// Later reconciles: decide the status from the Job and its pod, stop what must stop,
@@ -145,8 +204,9 @@ impl Reconciler<'_> {
         let pods = observed.pods();
         let mut facts = status::facts(observed.job.as_deref(), &pods, Timestamp::now());
         let mut decision = status::decide(self.execution, &facts);
-        if decision.needs_pod_warnings(&facts) {
-            facts.pod_warnings = self.pod_warnings(&pods).await?;
+        if decision.needs_warnings(&facts) {
+            let job_uid = facts.job.as_ref().and_then(|j| j.uid.as_deref());
+            facts.warnings = self.warnings(&pods, job_uid).await?;
             decision = status::decide(self.execution, &facts);
         }
         if let Some(stop) = &decision.stop {
@@ -165,10 +225,30 @@ impl Reconciler<'_> {
         );
         self.write_status(status).await?;
         Ok(match decision.recheck_after {
-            Some(after) if !terminal => Action::requeue(after + Duration::from_secs(1)),
+            Some(after) if !terminal => Action::requeue(recheck_delay(after)),
             _ => Action::await_change(),
         })
     }
+}
+
+/// The longest the controller waits before looking at an execution again on its own: a longer
+/// start timeout is watched over in several looks, and no requeue can overflow a clock.
+pub const MAX_RECHECK: Duration = Duration::from_secs(3600);
+
+/// How long to wait to look again at something due `after` from now: a second past it, so it
+/// has passed, and at most [`MAX_RECHECK`].
+pub fn recheck_delay(after: Duration) -> Duration {
+    after
+        .saturating_add(Duration::from_secs(1))
+        .min(MAX_RECHECK)
+}
+
+/// When to look again at an execution whose Job was just created: once its start timeout of
+/// `start_timeout_seconds` has passed (or [`MAX_RECHECK`] before that).
+pub fn start_recheck(start_timeout_seconds: i64) -> Duration {
+    recheck_delay(Duration::from_secs(
+        u64::try_from(start_timeout_seconds).unwrap_or(0),
+    ))
 }
 
 #[cfg(test)]

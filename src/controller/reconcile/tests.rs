@@ -34,14 +34,34 @@ type Log = Arc<Mutex<Vec<(Method, String)>>>;
 
 /// A client whose API server answers writes by echoing them and records every request.
 fn scripted_client(log: Log) -> Client {
+    refusing_client(log, &[])
+}
+
+/// A request path the scripted API server refuses, with the HTTP code and message it answers.
+type Refusal = (String, u16, &'static str);
+
+/// [`scripted_client`], except that a POST to each path of `refusals` is refused.
+fn refusing_client(log: Log, refusals: &[Refusal]) -> Client {
+    let refusals = refusals.to_vec();
     let service = tower::service_fn(move |request: Request<kube::client::Body>| {
         let log = Arc::clone(&log);
+        let refusals = refusals.clone();
         async move {
             let method = request.method().clone();
             let path = request.uri().path().to_owned();
             log.lock().unwrap().push((method.clone(), path.clone()));
             let body = request.into_body().collect().await.unwrap().to_bytes();
+            let refused = refusals
+                .iter()
+                .find(|(refused, _, _)| method == Method::POST && *refused == path);
             let (status, answer) = match method {
+                _ if refused.is_some() => {
+                    let (_, code, message) = refused.unwrap();
+                    (
+                        StatusCode::from_u16(*code).unwrap(),
+                        failure(*code, message),
+                    )
+                }
                 Method::POST => (StatusCode::CREATED, echo(&body, &path)),
                 Method::PATCH if path.ends_with("/status") => {
                     (StatusCode::OK, patched_status(&body))
@@ -50,6 +70,7 @@ fn scripted_client(log: Log) -> Client {
                     StatusCode::OK,
                     serde_json::to_vec(&execution(None)).unwrap(),
                 ),
+                Method::DELETE => (StatusCode::OK, success()),
                 Method::GET if path == format!("/api/v1/namespaces/{NS}/secrets/model-keys") => {
                     (StatusCode::OK, serde_json::to_vec(&model_keys()).unwrap())
                 }
@@ -90,7 +111,20 @@ fn patched_status(body: &[u8]) -> Vec<u8> {
 }
 
 fn not_found() -> Vec<u8> {
-    serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})).unwrap()
+    failure(404, "not found")
+}
+
+fn failure(code: u16, message: &str) -> Vec<u8> {
+    let reason = match code {
+        404 => "NotFound",
+        403 => "Forbidden",
+        _ => "Invalid",
+    };
+    serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code, "message": message})).unwrap()
+}
+
+fn success() -> Vec<u8> {
+    serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1", "status": "Success"})).unwrap()
 }
 
 /// [`AgentExecution::test`] with this status.
@@ -193,6 +227,7 @@ fn context_from(
         agents: filled(vec![agent]),
         environments: filled(vec![environment]),
         filesets: filled(Vec::<Fileset>::new()),
+        fileset_paths: Default::default(),
     };
     let recorder = Recorder::new(
         client.clone(),
@@ -555,4 +590,208 @@ async fn a_run_longer_than_the_stores_urls_last_is_refused_with_nothing_created(
         ],
         "the Failed status and its Warning event, no children"
     );
+}
+
+#[tokio::test]
+async fn a_child_refused_for_good_fails_the_execution_and_leaves_no_other_child() {
+    let log = Log::default();
+    let jobs = format!("/apis/batch/v1/namespaces/{NS}/jobs");
+    let refusal = "Job.batch \"errand-calc\" is invalid: spec.template.spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1";
+    let client = refusing_client(Arc::clone(&log), &[(jobs.clone(), 422, refusal)]);
+    let ctx = context(client, vec![], vec![]);
+    let action = reconcile(Arc::new(execution(None)), Arc::clone(&ctx))
+        .await
+        .unwrap();
+    assert_eq!(
+        action,
+        Action::await_change(),
+        "a retry would be refused the same way"
+    );
+    let status = ctx
+        .latest(Arc::new(execution(None)))
+        .status
+        .clone()
+        .unwrap();
+    assert_eq!(status.phase, Some(Phase::Failed));
+    let failed =
+        status::conditions::get(&status.conditions, contract::ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, contract::Reason::CreateRejected.as_str());
+    assert_eq!(
+        failed.message,
+        format!("the API server refused to create Job errand-calc: {refusal}")
+    );
+    let base = format!("/api/v1/namespaces/{NS}");
+    let mut writes: Vec<_> = requests(&log)
+        .into_iter()
+        .filter(|(method, _)| method != Method::GET)
+        .collect();
+    writes.sort();
+    assert_eq!(
+        writes,
+        vec![
+            (
+                Method::DELETE,
+                format!("{base}/configmaps/errand-calc-snapshot")
+            ),
+            (Method::DELETE, format!("{base}/secrets/errand-calc-grants")),
+            (
+                Method::PATCH,
+                format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
+            ),
+            (Method::POST, format!("{base}/configmaps")),
+            (Method::POST, format!("{base}/secrets")),
+            (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
+            (
+                Method::POST,
+                format!("/apis/events.k8s.io/v1/namespaces/{NS}/events")
+            ),
+        ],
+        "the two children that were created are deleted again, then Failed and its event"
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_that_may_pass_is_retried_and_shows_in_the_status_from_the_third_attempt() {
+    let log = Log::default();
+    let jobs = format!("/apis/batch/v1/namespaces/{NS}/jobs");
+    let quota = "jobs.batch \"errand-calc\" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1, used: count/jobs.batch=0, limited: count/jobs.batch=0";
+    let client = refusing_client(Arc::clone(&log), &[(jobs, 403, quota)]);
+    let ctx = context(client, vec![], vec![]);
+    let status_writes = |log: &Log| {
+        requests(log)
+            .iter()
+            .filter(|(method, path)| method == Method::PATCH && path.ends_with("/status"))
+            .count()
+    };
+    for attempt in 1..=3 {
+        let execution = ctx.latest(Arc::new(execution(None)));
+        let error = reconcile(Arc::clone(&execution), Arc::clone(&ctx))
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("exceeded quota"), "{error}");
+        let expected_writes = usize::from(attempt >= FAILURES_BEFORE_RETRYING_SHOWS);
+        assert_eq!(status_writes(&log), expected_writes, "attempt {attempt}");
+        let retry = error_policy(execution, &error, Arc::clone(&ctx));
+        assert_ne!(retry, Action::await_change(), "retried with backoff");
+    }
+    let status = ctx
+        .latest(Arc::new(execution(None)))
+        .status
+        .clone()
+        .unwrap();
+    let retrying =
+        status::conditions::get(&status.conditions, contract::ConditionType::Retrying).unwrap();
+    assert_eq!(retrying.reason, contract::Reason::ReconcileError.as_str());
+    assert!(
+        retrying.message.starts_with(
+            "reconciling failed 3 times in a row; retrying with backoff. Last error: \
+                 creating Job errand-calc:"
+        ) && retrying.message.contains("exceeded quota"),
+        "{}",
+        retrying.message
+    );
+    assert_eq!(status.phase, None, "nothing else changes");
+    assert!(
+        !requests(&log)
+            .iter()
+            .any(|(method, _)| method == Method::DELETE),
+        "what was created stays for the retry"
+    );
+}
+
+mod arithmetic {
+    //! Every deadline and budget the controller computes, over the whole `i64` range of both
+    //! timeouts: a spec is refused, or it becomes a valid Job, and nothing overflows.
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS};
+    use crate::controller::build::{self, ExecutionOwner};
+    use crate::resolve::{InMemoryCatalog, RunBudget, RunLimits, resolve_execution};
+
+    fn spec(timeout: i64, start: Option<i64>) -> AgentExecutionSpec {
+        let agent = serde_json::from_value(json!({
+            "runtime": {"image": "errand.local/calculator:dev", "command": ["sh"]},
+            "config": {"config_format": "agents-spec-v1", "name": "calculator"},
+        }))
+        .unwrap();
+        AgentExecutionSpec {
+            agent: Some(agent),
+            timeout_seconds: timeout,
+            start_timeout_seconds: start,
+            ..AgentExecutionSpec::default()
+        }
+    }
+
+    fn timeout_seconds() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            any::<i64>(),
+            Just(i64::MAX),
+            Just(i64::MIN),
+            Just(0),
+            -2i64..=2,
+            (MAX_TIMEOUT_SECONDS - 2)..=(MAX_TIMEOUT_SECONDS + 2),
+            1..=MAX_TIMEOUT_SECONDS,
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_timeouts_are_refused_or_make_a_valid_job(
+            timeout in timeout_seconds(),
+            start in prop::option::of(timeout_seconds()),
+            url_limit in prop::option::of(Just(MAX_TIMEOUT_SECONDS)),
+            now in 0i64..4_000_000_000,
+        ) {
+            let now = Timestamp::from_second(now).unwrap();
+            let config = ControllerConfig::new("errand.local/errand:dev");
+            let limits = RunLimits {
+                allowance: config.allowance(),
+                max_url_lifetime_seconds: url_limit,
+            };
+            let mut execution = execution(None);
+            execution.spec = spec(timeout, start);
+            let resolved = resolve_execution(NS, &execution.spec, &InMemoryCatalog::default())
+                .and_then(|s| validate::validate(s, &config, &limits));
+            let in_range = |s: i64| (1..=MAX_TIMEOUT_SECONDS).contains(&s);
+            match resolved {
+                Err(invalid) => {
+                    prop_assert!(
+                        !in_range(timeout) || !start.is_none_or(in_range) || url_limit.is_some(),
+                        "{invalid}"
+                    );
+                    prop_assert!(invalid.problems.iter().all(|p| p.field == "spec.timeoutSeconds"
+                        || p.field == "spec.startTimeoutSeconds"), "{invalid}");
+                }
+                Ok(snapshot) => {
+                    prop_assert!(in_range(timeout) && start.is_none_or(in_range));
+                    let owner = ExecutionOwner::of(&execution).unwrap();
+                    let job = build::job(&owner, &snapshot, &config);
+                    let deadline = job.spec.unwrap().active_deadline_seconds.unwrap();
+                    prop_assert!(deadline > snapshot.timeout_seconds);
+                    prop_assert!(deadline <= 2 * MAX_TIMEOUT_SECONDS + config.staging_budget_seconds);
+                    let budget = RunBudget::of(&snapshot, config.allowance());
+                    prop_assert!(budget.urls_expire_at(now) > now);
+                    prop_assert!(start_recheck(snapshot.start_timeout_seconds) <= MAX_RECHECK);
+                }
+            }
+            // What the shell computes without validation holds for anything.
+            prop_assert!(start_recheck(start.unwrap_or(timeout)) <= MAX_RECHECK);
+            let starting = status::starting(
+                &execution,
+                "calculator",
+                SnapshotRef::default(),
+                "errand-calc",
+                false,
+                now,
+            );
+            execution.status = Some(starting);
+            let facts = status::facts(Some(&owned_job()), &[], now);
+            let decision = status::decide(&execution, &facts);
+            if let Some(after) = decision.recheck_after {
+                prop_assert!(recheck_delay(after) <= MAX_RECHECK);
+            }
+        }
+    }
 }

@@ -24,6 +24,16 @@ impl Reconciler<'_> {
         Ok(Action::await_change())
     }
 
+    /// Records an execution one of whose children the API server refused for good as `Failed`
+    /// with reason `CreateRejected` and the API server's `message`; it waits for a change (in
+    /// practice its deletion), since a retry would be refused the same way.
+    pub(super) async fn reject(&self, message: &str) -> Result<Action> {
+        info!(execution = %self.owner.name, namespace = %self.owner.namespace, "children refused: {message}");
+        let status = status::rejected(self.execution, message, Timestamp::now());
+        self.write_status(status).await?;
+        Ok(Action::await_change())
+    }
+
     /// Writes `status` with server-side apply unless it equals the current one, then records
     /// completion metrics and publishes the failure event.
     pub(super) async fn write_status(&self, status: AgentExecutionStatus) -> Result<()> {

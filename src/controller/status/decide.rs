@@ -9,9 +9,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::message::with_tail;
-use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, PodWarning};
-use crate::api::contract::Reason;
-use crate::api::{AgentExecution, Phase};
+use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning};
+use crate::api::contract::{self, Reason};
+use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
 use crate::runner::RunState;
 use crate::runner::termination::TerminationSummary;
@@ -45,11 +45,11 @@ impl Decision {
         }
     }
 
-    /// Whether this failed the start for no reason the pod's status gave, so that the pod's
-    /// Warning events should be read into `facts` and the execution decided again with them.
-    pub fn needs_pod_warnings(&self, facts: &Facts) -> bool {
-        facts.pod_warnings.is_empty()
-            && facts.pod.is_some()
+    /// Whether this failed the start for no reason the pod's status gave, so that the Warning
+    /// events of the pod (or of the Job, when it has no pod) should be read into `facts` and
+    /// the execution decided again with them.
+    pub fn needs_warnings(&self, facts: &Facts) -> bool {
+        facts.warnings.is_empty()
             && matches!(&self.standing, Standing::Ended(ending) if ending.reason == Reason::StartTimeout)
     }
 }
@@ -89,6 +89,8 @@ pub struct Ending {
     pub exit_code: Option<i32>,
     /// The runner's summary, with the results it saved.
     pub summary: Option<TerminationSummary>,
+    /// What staging saved, listed when the runner left no summary.
+    pub staged: Vec<ResultEntry>,
     /// The agent's start and end, when the run had a pod.
     pub agent: Option<AgentTimes>,
 }
@@ -110,6 +112,7 @@ impl Ending {
             message,
             exit_code: None,
             summary: None,
+            staged: Vec::new(),
             agent: None,
         }
     }
@@ -128,15 +131,23 @@ impl Ending {
         }
     }
 
-    /// The ending with the agent's times from `pod`, if the run had one.
+    /// The ending with the agent's times and what staging saved from `pod`, if the run had one.
     fn on(self, pod: Option<&PodFacts>) -> Self {
         Self {
             agent: pod.map(|pod| AgentTimes {
                 started_at: pod.agent_started_at.clone(),
                 finished_at: pod.agent_finished_at.clone(),
             }),
+            staged: pod.map(|pod| pod.staged.clone()).unwrap_or_default(),
             ..self
         }
+    }
+
+    /// The results saved so far: the runner's, else staging's.
+    pub fn results(&self) -> &[ResultEntry] {
+        self.summary
+            .as_ref()
+            .map_or(self.staged.as_slice(), |s| s.results.as_slice())
     }
 }
 
@@ -162,8 +173,15 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
         Some(pod) if pod.finished => {
             Decision::settled(Standing::Ended(finished(execution, job, pod).on(Some(pod))))
         }
+        // A lost node never reports the pod finished: its run is over once Kubernetes evicts it.
+        Some(pod) if pod.node_lost() && !execution.spec.cancel => {
+            let ending = stopped(job, pod, None).unwrap_or_else(|| {
+                Ending::failed(Reason::NodeLost, "the pod's node was lost".into())
+            });
+            Decision::settled(Standing::Ended(ending.on(Some(pod))))
+        }
         Some(pod) if pod.agent_started_at.is_some() => running(execution, pod),
-        Some(_) => pending(execution, job, pod, &facts.pod_warnings, facts.now),
+        Some(_) => pending(execution, job, pod, &facts.warnings, facts.now),
         None => match &job.failure {
             Some(failure) => {
                 let ending = if execution.spec.cancel {
@@ -172,6 +190,25 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
                     Ending::failed(
                         Reason::DeadlineExceeded,
                         format!("the Job's deadline passed: {}", failure.message),
+                    )
+                } else if failure.reason == contract::JOB_FAILED_BY_DISRUPTION {
+                    Ending::failed(
+                        Reason::PodEvicted,
+                        format!(
+                            "the pod was evicted (its DisruptionTarget condition failed the Job: \
+                             {}) and was gone before errand saw how the run ended",
+                            failure.message
+                        ),
+                    )
+                } else if phase == Some(Phase::Running) {
+                    // Otherwise only a deletion takes a Job's pod away before errand saw it end.
+                    Ending::failed(
+                        Reason::PodDeleted,
+                        format!(
+                            "the pod was deleted before errand saw how the run ended, and the Job \
+                             failed ({}): {}",
+                            failure.reason, failure.message
+                        ),
                     )
                 } else {
                     Ending::failed(
@@ -184,7 +221,7 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
             // A pod that ran is gone but the Job has not failed yet: wait for the Job
             // controller rather than step back to Starting.
             None if phase == Some(Phase::Running) => Decision::settled(Standing::Unchanged),
-            None => pending(execution, job, None, &[], facts.now),
+            None => pending(execution, job, None, &facts.warnings, facts.now),
         },
     }
 }
@@ -212,7 +249,7 @@ fn pending(
     execution: &AgentExecution,
     job: &JobFacts,
     pod: Option<&PodFacts>,
-    warnings: &[PodWarning],
+    warnings: &[Warning],
     now: Timestamp,
 ) -> Decision {
     if execution.spec.cancel {
@@ -249,15 +286,18 @@ fn pending(
     }
 }
 
-/// Why the pod has not started after `limit` seconds, in the scheduler's or kubelet's words:
-/// from its status first, then from its Warning events.
-fn start_timeout(pod: Option<&PodFacts>, warnings: &[PodWarning], limit: i64) -> Ending {
+/// Why the pod has not started after `limit` seconds, in the scheduler's, kubelet's or Job
+/// controller's words: from its status first, then from the Warning events.
+fn start_timeout(pod: Option<&PodFacts>, warnings: &[Warning], limit: i64) -> Ending {
     let after = format!("the pod did not start within {limit}s");
     let Some(pod) = pod else {
-        return Ending::failed(
-            Reason::StartTimeout,
-            format!("{after}: no pod was created (see the Job's events)"),
-        );
+        // The Job controller's last word on why it could not create the pod (a missing
+        // PriorityClass, a quota, a policy).
+        let message = match warnings.last() {
+            Some(w) => format!("{after}: no pod was created: {}: {}", w.reason, w.message),
+            None => format!("{after}: no pod was created (see the Job's events)"),
+        };
+        return Ending::failed(Reason::StartTimeout, message);
     };
     let mut other = None;
     for waiting in &pod.waiting {
@@ -298,6 +338,64 @@ fn start_timeout(pod: Option<&PodFacts>, warnings: &[PodWarning], limit: i64) ->
     Ending::failed(Reason::StartTimeout, other.or(warned).unwrap_or(after))
 }
 
+/// How a run ended that Kubernetes stopped under the agent, if it did: its pod evicted,
+/// preempted, lost with its node or deleted, as the pod's `DisruptionTarget` condition, status
+/// reason and deletion say. A runner that reported a run it ended itself (`summary`) was not
+/// stopped, even if the pod was deleted afterwards.
+fn stopped(job: &JobFacts, pod: &PodFacts, summary: Option<&TerminationSummary>) -> Option<Ending> {
+    let stop_reported =
+        summary.is_some_and(|s| matches!(s.state, RunState::Terminated | RunState::Cancelled));
+    let deleted = summary.map_or(pod.deleting, |_| stop_reported);
+    let when = if pod.agent_started_at.is_some() {
+        "while the agent was running"
+    } else if pod.stage_exit_code == Some(0) {
+        "after staging, before the agent started"
+    } else {
+        "while the working directory was being staged"
+    };
+    let results = summary.map_or(pod.staged.as_slice(), |s| s.results.as_slice());
+    let saved = if results.is_empty() {
+        "no results were saved".to_owned()
+    } else {
+        let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
+        format!("saved: {}", names.join(", "))
+    };
+    let (reason, what) = match &pod.disruption {
+        Some(cause) if pod.node_lost() => {
+            let node = pod.node.as_deref().unwrap_or("its node");
+            (
+                Reason::NodeLost,
+                format!(
+                    "node {node} stopped responding for longer than the pod tolerates, and the pod \
+                     was evicted from it ({}: {}) {when}; errand never starts a second pod",
+                    cause.reason, cause.message
+                ),
+            )
+        }
+        Some(cause) => (
+            Reason::PodEvicted,
+            format!(
+                "the pod was evicted ({}: {}) {when}",
+                cause.reason, cause.message
+            ),
+        ),
+        None if pod.reason == "Evicted" => (
+            Reason::PodEvicted,
+            format!("the pod was evicted by its node ({}) {when}", pod.message),
+        ),
+        None if deleted && job.suspended => (
+            Reason::PodEvicted,
+            format!("the Job was suspended (Kueue preempted it) and its pod deleted {when}"),
+        ),
+        None if deleted => (
+            Reason::PodDeleted,
+            format!("the pod was deleted (not by errand) {when}"),
+        ),
+        None => return None,
+    };
+    Some(Ending::failed(reason, format!("{what}; {saved}")))
+}
+
 /// How a finished pod ended, most specific cause first. A success whose results could not be
 /// saved is a failure: the Succeeded phase promises saved results.
 fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Ending {
@@ -325,11 +423,8 @@ fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Endin
         Ending::cancelled("cancelled while running; partial results saved")
     } else if succeeded {
         Ending::succeeded()
-    } else if pod_reason == "Evicted" || pod.disrupted {
-        Ending::failed(
-            Reason::PodEvicted,
-            format!("the pod was evicted: {}", pod.message),
-        )
+    } else if let Some(ending) = stopped(job, pod, summary) {
+        ending
     } else if pod_reason.starts_with("OutOf") || pod_reason == "UnexpectedAdmissionError" {
         Ending::failed(
             Reason::Unschedulable,

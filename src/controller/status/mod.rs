@@ -11,8 +11,10 @@ mod render;
 
 pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide};
 pub use message::MESSAGE_LIMIT;
-pub use observe::{Cause, Facts, JobFacts, PodFacts, PodWarning, Waiting, facts};
-pub use render::{invalid, render, starting};
+pub use observe::{
+    Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
+};
+pub use render::{invalid, rejected, render, retrying, starting};
 
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::api::ResultEntry;
 use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
-use crate::runner::termination::TerminationSummary;
+use crate::runner::termination::{StagedSummary, TerminationSummary};
 
 /// Waiting reasons of a container whose image cannot be pulled.
 pub const IMAGE_PULL_REASONS: [&str; 4] = [
@@ -24,9 +25,10 @@ pub struct Facts {
     pub job: Option<JobFacts>,
     /// Its newest pod (at most one is expected).
     pub pod: Option<PodFacts>,
-    /// Warning events about its pods, oldest first; read only once a start timed out without
-    /// a reason in the pod's status (see [`Decision::needs_pod_warnings`](super::Decision::needs_pod_warnings)).
-    pub pod_warnings: Vec<PodWarning>,
+    /// Warning events about its pods, or about its Job when it has no pod, oldest first; read
+    /// only once a start timed out without a reason in the pod's status (see
+    /// [`Decision::needs_warnings`](super::Decision::needs_warnings)).
+    pub warnings: Vec<Warning>,
     /// The current time.
     pub now: Timestamp,
 }
@@ -34,6 +36,8 @@ pub struct Facts {
 /// What the Job says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct JobFacts {
+    /// Its uid (its events name it).
+    pub uid: Option<String>,
     /// Kueue holds it (`suspend: true`).
     pub suspended: bool,
     /// When it started, or else when it was created.
@@ -79,14 +83,20 @@ pub struct PodFacts {
     pub agent_finished_at: Option<Time>,
     /// The stage container's exit code, once it terminated.
     pub stage_exit_code: Option<i32>,
-    /// The runner's summary from the agent's termination message (else the stage's).
+    /// The runner's summary from the agent's termination message (else the stage's, when
+    /// staging failed).
     pub summary: Option<TerminationSummary>,
+    /// What staging saved, from the stage's termination message when it succeeded.
+    pub staged: Vec<ResultEntry>,
+    /// The node it was bound to.
+    pub node: Option<String>,
     /// The pod's status reason (`Evicted`, `OutOfnvidia.com/gpu`, ...), empty if none.
     pub reason: String,
     /// The pod's status message, empty if none.
     pub message: String,
-    /// It has condition `DisruptionTarget`.
-    pub disrupted: bool,
+    /// Its `DisruptionTarget` condition: why Kubernetes is deleting it (eviction, preemption,
+    /// node loss), if it is.
+    pub disruption: Option<Cause>,
     /// Its `PodScheduled: False` condition.
     pub unschedulable: Option<Cause>,
     /// Its waiting containers (init containers first).
@@ -104,11 +114,13 @@ pub struct Waiting {
     pub message: String,
 }
 
-/// A Warning event the kubelet or the scheduler published about a pod. The kubelet's container
-/// status can drop back to `PodInitializing` between two pull attempts, so the event is what
-/// still names the cause when the start timeout passes.
+/// A Warning event the kubelet or the scheduler published about a pod, or the Job controller
+/// about a Job it could not create a pod for. The kubelet's container status can drop back to
+/// `PodInitializing` between two pull attempts, and a pod the Job controller could not create
+/// has no status at all, so the event is what still names the cause when the start timeout
+/// passes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodWarning {
+pub struct Warning {
     /// The container the event is about, if it names one.
     pub container: Option<String>,
     /// The event's reason, e.g. `ErrImageNeverPull` or `Failed`.
@@ -117,7 +129,7 @@ pub struct PodWarning {
     pub message: String,
 }
 
-impl PodWarning {
+impl Warning {
     /// The warning an event carries, if it is a Warning.
     pub fn from_event(event: &Event) -> Option<Self> {
         if event.type_.as_deref() != Some("Warning") {
@@ -154,8 +166,22 @@ pub fn facts(job: Option<&Job>, pods: &[&Pod], now: Timestamp) -> Facts {
     Facts {
         job: job.map(job_facts),
         pod: newest.map(pod_facts),
-        pod_warnings: Vec::new(),
+        warnings: Vec::new(),
         now,
+    }
+}
+
+/// Reasons of a `DisruptionTarget` condition that mean the pod's node was lost: the taint
+/// manager evicts pods from a node that stayed NotReady or unreachable past their
+/// tolerations, and the pod garbage collector deletes pods bound to a node that is gone.
+pub const NODE_LOSS_DISRUPTIONS: [&str; 2] = ["DeletionByTaintManager", "DeletionByPodGC"];
+
+impl PodFacts {
+    /// Whether Kubernetes is deleting the pod because its node was lost.
+    pub fn node_lost(&self) -> bool {
+        self.disruption
+            .as_ref()
+            .is_some_and(|d| NODE_LOSS_DISRUPTIONS.contains(&d.reason.as_str()))
     }
 }
 
@@ -163,6 +189,7 @@ pub fn facts(job: Option<&Job>, pods: &[&Pod], now: Timestamp) -> Facts {
 fn job_facts(job: &Job) -> JobFacts {
     let status = job.status.as_ref();
     JobFacts {
+        uid: job.metadata.uid.clone(),
         suspended: job.spec.as_ref().and_then(|s| s.suspend) == Some(true),
         started: status
             .and_then(|s| s.start_time.as_ref())
@@ -200,13 +227,19 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         agent_finished_at: terminated(agent).and_then(|t| t.finished_at.clone()),
         stage_exit_code: terminated(stage).map(|t| t.exit_code),
         summary: termination_message(agent)
-            .or_else(|| termination_message(stage))
-            .and_then(TerminationSummary::parse),
+            .and_then(TerminationSummary::parse)
+            .or_else(|| termination_message(stage).and_then(TerminationSummary::parse)),
+        staged: termination_message(stage)
+            .and_then(StagedSummary::parse)
+            .map(|s| s.staged)
+            .unwrap_or_default(),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         reason: status.and_then(|s| s.reason.clone()).unwrap_or_default(),
         message: status.and_then(|s| s.message.clone()).unwrap_or_default(),
-        disrupted: conditions
+        disruption: conditions
             .iter()
-            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True"),
+            .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+            .map(|c| Cause::of(c.reason.as_ref(), c.message.as_ref())),
         unschedulable: conditions
             .iter()
             .find(|c| c.type_ == "PodScheduled" && c.status == "False")

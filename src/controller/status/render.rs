@@ -15,10 +15,14 @@ fn time(now: Timestamp) -> Time {
     Time(Timestamp::from_second(now.as_second()).expect("a whole second of a valid time"))
 }
 
-/// The status as written, for the current generation.
+/// The status as written, for the current generation, without the `Retrying` condition: a
+/// reconcile that renders a status succeeded.
 fn base_status(execution: &AgentExecution) -> AgentExecutionStatus {
     let mut status = execution.status.clone().unwrap_or_default();
     status.observed_generation = execution.metadata.generation;
+    status
+        .conditions
+        .retain(|c| c.type_ != ConditionType::Retrying.as_str());
     status
 }
 
@@ -37,21 +41,83 @@ pub fn invalid(
     error: &InvalidSpec,
     now: Timestamp,
 ) -> AgentExecutionStatus {
+    let message = bounded(&error.to_string());
+    failed_before_start(execution, false, Reason::InvalidSpec, message, now)
+}
+
+/// The status of an execution one of whose children the API server refused for good (the
+/// others were removed): Failed with reason `CreateRejected` and the API server's `message`.
+pub fn rejected(execution: &AgentExecution, message: &str, now: Timestamp) -> AgentExecutionStatus {
+    failed_before_start(
+        execution,
+        true,
+        Reason::CreateRejected,
+        bounded(message),
+        now,
+    )
+}
+
+/// Failed before anything ran, the spec `resolved` or not.
+fn failed_before_start(
+    execution: &AgentExecution,
+    resolved: bool,
+    reason: Reason,
+    message: String,
+    now: Timestamp,
+) -> AgentExecutionStatus {
     let mut status = base_status(execution);
     let now = time(now);
-    let message = bounded(&error.to_string());
     let mut conditions = writer(&mut status.conditions, execution, &now);
-    conditions.set(
-        ConditionType::Resolved,
-        false,
-        Reason::InvalidSpec,
-        &message,
-    );
-    conditions.set(ConditionType::Failed, true, Reason::InvalidSpec, &message);
+    if resolved {
+        conditions.set(ConditionType::Resolved, true, Reason::Resolved, "");
+    } else {
+        conditions.set(ConditionType::Resolved, false, reason, &message);
+    }
+    conditions.set(ConditionType::Failed, true, reason, &message);
     status.phase = Some(Phase::Failed);
     status.message = Some(message);
     finish(&mut status, execution, now);
     status
+}
+
+/// The status after reconcile `attempt` (of several in a row) failed with `error`: as it was,
+/// plus condition `Retrying` with the error, so that `kubectl describe` shows why the
+/// execution is not moving; `None` when there is nothing new to show. Every status write
+/// wakes the controller at once, past its backoff, so the condition is written when it first
+/// shows and then only for a new error, and that at most at attempts 4, 8, 16, ... The next
+/// reconcile that renders a status clears it.
+pub fn retrying(
+    execution: &AgentExecution,
+    attempt: u32,
+    error: &str,
+    now: Timestamp,
+) -> Option<AgentExecutionStatus> {
+    let message = bounded(&format!(
+        "reconciling failed {attempt} times in a row; retrying with backoff. Last error: {error}"
+    ));
+    let mut status = execution.status.clone().unwrap_or_default();
+    let shown = super::conditions::get(&status.conditions, ConditionType::Retrying);
+    let due = match shown {
+        None => true,
+        Some(shown) => attempt.is_power_of_two() && !same_error(&shown.message, &message),
+    };
+    if !due {
+        return None;
+    }
+    status.observed_generation = execution.metadata.generation;
+    writer(&mut status.conditions, execution, &time(now)).set(
+        ConditionType::Retrying,
+        true,
+        Reason::ReconcileError,
+        &message,
+    );
+    Some(status)
+}
+
+/// Whether two `Retrying` messages name the same last error (their attempt counts aside).
+fn same_error(a: &str, b: &str) -> bool {
+    let error = |m: &str| m.split_once("Last error: ").map(|(_, e)| e.to_owned());
+    error(a) == error(b)
 }
 
 /// The status right after the snapshot and the Job were created: Starting.
@@ -128,14 +194,16 @@ fn mark_waiting(
     status.phase = Some(Phase::Starting);
 }
 
-/// The terminal status: the results the runner saved, the ending's condition, the agent's
-/// start and the completion time.
+/// The terminal status: the results saved (by the runner, else by staging), the ending's
+/// condition, the agent's start and the completion time.
 fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecutionStatus {
     let mut status = base_status(execution);
     let message = bounded(&ending.message);
     let mut conditions = writer(&mut status.conditions, execution, &now);
+    if !ending.results().is_empty() {
+        status.results = ending.results().to_vec();
+    }
     if let Some(summary) = &ending.summary {
-        status.results.clone_from(&summary.results);
         match &summary.results_error {
             Some(error) => conditions.set(
                 ConditionType::ResultsSaved,

@@ -14,7 +14,7 @@ use super::message::with_tail;
 use super::observe::pod_facts;
 use super::render::format_duration;
 use super::*;
-use crate::api::contract::{ConditionType, Reason};
+use crate::api::contract::{self, ConditionType, Reason};
 use crate::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, Phase, ResultEntry, SnapshotRef,
 };
@@ -58,6 +58,7 @@ fn cancelled(mut execution: AgentExecution) -> AgentExecution {
 /// A Job created and started at +1.
 fn job() -> JobFacts {
     JobFacts {
+        uid: Some("job-uid".into()),
         suspended: false,
         started: Some(now(1)),
         failure: None,
@@ -153,7 +154,7 @@ fn facts_at(job: JobFacts, pod: Option<PodFacts>, offset: i64) -> Facts {
     Facts {
         job: Some(job),
         pod,
-        pod_warnings: Vec::new(),
+        warnings: Vec::new(),
         now: now(offset),
     }
 }
@@ -569,7 +570,7 @@ fn a_deleted_job_fails_the_execution_and_is_not_replaced() {
     let facts = Facts {
         job: None,
         pod: None,
-        pod_warnings: Vec::new(),
+        warnings: Vec::new(),
         now: now(50),
     };
     let (status, _) = assess(&execution(), &facts);
@@ -639,7 +640,7 @@ fn a_start_timeout_without_a_reason_in_the_status_takes_it_from_the_pods_warning
         condition(&first, ConditionType::Failed).unwrap().reason,
         Reason::StartTimeout.as_str()
     );
-    assert!(decision.needs_pod_warnings(&facts));
+    assert!(decision.needs_warnings(&facts));
 
     let event = Event {
         type_: Some("Warning".into()),
@@ -655,10 +656,10 @@ fn a_start_timeout_without_a_reason_in_the_status_takes_it_from_the_pods_warning
         type_: Some("Normal".into()),
         ..event.clone()
     };
-    assert_eq!(PodWarning::from_event(&normal), None);
-    let warning = PodWarning::from_event(&event).unwrap();
+    assert_eq!(Warning::from_event(&normal), None);
+    let warning = Warning::from_event(&event).unwrap();
     assert_eq!(warning.container.as_deref(), Some("agent"));
-    facts.pod_warnings = vec![warning];
+    facts.warnings = vec![warning];
     let (second, decision) = assess(&e, &facts);
     let failed = condition(&second, ConditionType::Failed).unwrap();
     assert_eq!(failed.reason, Reason::ImagePullFailed.as_str());
@@ -670,13 +671,13 @@ fn a_start_timeout_without_a_reason_in_the_status_takes_it_from_the_pods_warning
         failed.message
     );
     assert_eq!(decision.stop, Some(Stop::DeleteJob));
-    assert!(!decision.needs_pod_warnings(&facts), "read once");
+    assert!(!decision.needs_warnings(&facts), "read once");
 }
 
 #[test]
 fn other_warnings_explain_a_start_timeout_too() {
     let mut facts = facts_at(job(), Some(pod()), 123);
-    facts.pod_warnings = vec![PodWarning {
+    facts.warnings = vec![Warning {
         container: None,
         reason: "FailedMount".into(),
         message: "secret \"model-keys\" not found".into(),
@@ -813,6 +814,8 @@ fn a_waiting_pod_yields_why_it_waits() {
         PodCondition {
             type_: "DisruptionTarget".into(),
             status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            message: Some("The node was low on resource: memory.".into()),
             ..Default::default()
         },
     ]);
@@ -820,7 +823,14 @@ fn a_waiting_pod_yields_why_it_waits() {
     let facts = pod_facts(&waiting_pod);
     assert!(!facts.finished);
     assert!(facts.deleting);
-    assert!(facts.disrupted);
+    assert_eq!(
+        facts.disruption,
+        Some(Cause {
+            reason: "TerminationByKubelet".into(),
+            message: "The node was low on resource: memory.".into(),
+        })
+    );
+    assert!(!facts.node_lost());
     assert_eq!(
         facts.agent_started_at, None,
         "the stage's start is not the agent's"
@@ -857,6 +867,7 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
     let job = Job {
         metadata: ObjectMeta {
             name: Some("errand-calc".into()),
+            uid: Some("job-uid".into()),
             creation_timestamp: Some(at(1)),
             ..Default::default()
         },
@@ -890,6 +901,7 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
     assert_eq!(
         observed.job,
         Some(JobFacts {
+            uid: Some("job-uid".into()),
             suspended: true,
             started: Some(now(1)),
             failure: Some(Cause {
@@ -900,4 +912,367 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
         "a Job that has not started counts from its creation"
     );
     assert_eq!(facts(None, &[], now(60)).job, None);
+}
+
+// Pods that Kubernetes or someone else stopped under the agent.
+
+fn staged() -> Vec<ResultEntry> {
+    results().into_iter().take(1).collect()
+}
+
+/// What the runner reports after the pod's SIGTERM stopped the agent.
+fn stopped_summary() -> TerminationSummary {
+    TerminationSummary {
+        results: results()
+            .into_iter()
+            .filter(|r| r.name != "run_result")
+            .chain([ResultEntry {
+                name: "run_error".into(),
+                size: 120,
+                sha256: "e".repeat(64),
+            }])
+            .collect(),
+        ..summary(RunState::Terminated, 143, "")
+    }
+}
+
+fn disruption(reason: &str, message: &str) -> Option<Cause> {
+    Some(Cause {
+        reason: reason.into(),
+        message: message.into(),
+    })
+}
+
+/// A pod being deleted whose agent the runner stopped and reported.
+fn deleted_while_running(disruption: Option<Cause>) -> PodFacts {
+    PodFacts {
+        deleting: true,
+        disruption,
+        staged: staged(),
+        ..finished(143, Some(stopped_summary()))
+    }
+}
+
+#[test]
+fn a_pod_stopped_under_the_agent_says_by_what_and_lists_what_was_saved() {
+    let stage_done = PodFacts {
+        stage_exit_code: Some(0),
+        staged: staged(),
+        waiting: vec![waiting("agent", "ErrImageNeverPull", "not present")],
+        ..pod()
+    };
+    let node_lost = PodFacts {
+        deleting: true,
+        node: Some("localhost".into()),
+        disruption: disruption(
+            "DeletionByTaintManager",
+            "Taint manager: deleting due to NoExecute taint",
+        ),
+        ..running(10)
+    };
+    let cases: Vec<(&str, JobFacts, PodFacts, Reason, &str, usize)> = vec![
+        (
+            "kubectl delete pod while the agent runs",
+            failed_job("BackoffLimitExceeded"),
+            deleted_while_running(None),
+            Reason::PodDeleted,
+            "the pod was deleted (not by errand) while the agent was running; saved: input_workdir, output_workdir, output_artifacts, manifest.json, run_error",
+            5,
+        ),
+        (
+            "deleted after staging, before the agent started",
+            job(),
+            PodFacts {
+                finished: true,
+                deleting: true,
+                ..stage_done.clone()
+            },
+            Reason::PodDeleted,
+            "the pod was deleted (not by errand) after staging, before the agent started; saved: input_workdir",
+            1,
+        ),
+        (
+            "deleted while staging",
+            job(),
+            PodFacts {
+                finished: true,
+                deleting: true,
+                stage_exit_code: Some(143),
+                summary: Some(TerminationSummary {
+                    exit_code: None,
+                    results: vec![],
+                    ..summary(RunState::Terminated, 143, "")
+                }),
+                ..pod()
+            },
+            Reason::PodDeleted,
+            "while the working directory was being staged; no results were saved",
+            0,
+        ),
+        (
+            "evicted through the Eviction API (a drain)",
+            job(),
+            deleted_while_running(disruption(
+                "EvictionByEvictionAPI",
+                "Eviction API: evicting",
+            )),
+            Reason::PodEvicted,
+            "the pod was evicted (EvictionByEvictionAPI: Eviction API: evicting) while the agent was running",
+            5,
+        ),
+        (
+            "preempted by a higher-priority pod",
+            job(),
+            deleted_while_running(disruption(
+                "PreemptionByScheduler",
+                "default-scheduler: preempting to accommodate a higher priority pod",
+            )),
+            Reason::PodEvicted,
+            "PreemptionByScheduler",
+            5,
+        ),
+        (
+            "suspended by Kueue under the agent",
+            suspended_job(),
+            deleted_while_running(None),
+            Reason::PodEvicted,
+            "the Job was suspended (Kueue preempted it)",
+            5,
+        ),
+        (
+            "its node lost: it never finishes, and the run ends with what staging saved",
+            job(),
+            PodFacts {
+                staged: staged(),
+                ..node_lost.clone()
+            },
+            Reason::NodeLost,
+            "node localhost stopped responding for longer than the pod tolerates, and the pod was evicted from it (DeletionByTaintManager: Taint manager: deleting due to NoExecute taint) while the agent was running; errand never starts a second pod; saved: input_workdir",
+            1,
+        ),
+        (
+            "its node lost and the pod finished after all",
+            job(),
+            PodFacts {
+                finished: true,
+                ..deleted_while_running(disruption(
+                    "DeletionByPodGC",
+                    "PodGC: node no longer exists",
+                ))
+            },
+            Reason::NodeLost,
+            "DeletionByPodGC",
+            5,
+        ),
+    ];
+    for (name, job, pod, reason, message, saved) in cases {
+        let (status, decision) = assess(&execution(), &facts_at(job, Some(pod), 60));
+        assert_eq!(status.phase, Some(Phase::Failed), "{name}");
+        let failed = condition(&status, ConditionType::Failed).unwrap();
+        assert_eq!(failed.reason, reason.as_str(), "{name}: {}", failed.message);
+        assert!(
+            failed.message.contains(message),
+            "{name}: {}",
+            failed.message
+        );
+        assert_eq!(status.results.len(), saved, "{name}");
+        assert_eq!(decision.stop, None, "{name}: nothing of errand's to stop");
+    }
+}
+
+#[test]
+fn a_run_that_ended_on_its_own_before_its_pod_was_deleted_keeps_its_outcome() {
+    let pod = PodFacts {
+        deleting: true,
+        ..finished(3, Some(summary(RunState::Failed, 3, "boom")))
+    };
+    let (status, _) = assess(
+        &execution(),
+        &facts_at(failed_job("BackoffLimitExceeded"), Some(pod), 95),
+    );
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::AgentFailed.as_str());
+}
+
+#[test]
+fn a_cancel_is_still_a_cancel_although_its_runner_only_saw_the_pod_deleted() {
+    let (status, _) = assess(
+        &cancelled(execution()),
+        &facts_at(
+            failed_job("BackoffLimitExceeded"),
+            Some(deleted_while_running(None)),
+            60,
+        ),
+    );
+    assert_eq!(status.phase, Some(Phase::Cancelled));
+    assert_eq!(status.results.len(), 5);
+}
+
+#[test]
+fn a_pod_gone_under_a_running_agent_is_a_deleted_pod() {
+    let mut e = execution();
+    e.status = Some(assess(&e, &facts_at(job(), Some(running(10)), 30)).0);
+    let (waiting, _) = assess(&e, &facts_at(job(), None, 40));
+    assert_eq!(
+        waiting.phase,
+        Some(Phase::Running),
+        "until the Job controller has its say"
+    );
+    let (status, _) = assess(&e, &facts_at(failed_job("BackoffLimitExceeded"), None, 45));
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::PodDeleted.as_str());
+    assert!(
+        failed
+            .message
+            .contains("the pod was deleted before errand saw how the run ended")
+    );
+}
+
+#[test]
+fn a_pod_gone_after_an_eviction_is_an_evicted_pod_by_the_jobs_failure() {
+    let mut e = execution();
+    e.status = Some(assess(&e, &facts_at(job(), Some(running(10)), 30)).0);
+    let by_policy = JobFacts {
+        failure: Some(Cause {
+            reason: contract::JOB_FAILED_BY_DISRUPTION.into(),
+            message: "Pod team-a/errand-calc-x7k2p has condition DisruptionTarget matching \
+                      FailJob rule at index 0"
+                .into(),
+        }),
+        ..job()
+    };
+    let (status, _) = assess(&e, &facts_at(by_policy, None, 45));
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::PodEvicted.as_str());
+    assert!(
+        failed.message.contains("the pod was evicted")
+            && failed.message.contains("has condition DisruptionTarget"),
+        "{}",
+        failed.message
+    );
+}
+
+#[test]
+fn a_start_timeout_without_a_pod_names_why_the_job_made_none() {
+    let mut facts = facts_at(job(), None, 122);
+    let (_, decision) = assess(&execution(), &facts);
+    assert!(decision.needs_warnings(&facts), "the Job's events are read");
+    facts.warnings = vec![Warning {
+        container: None,
+        reason: "FailedCreate".into(),
+        message: "Error creating: pods \"errand-calc-x\" is forbidden: no PriorityClass with name batch-high was found".into(),
+    }];
+    let (status, decision) = assess(&execution(), &facts);
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::StartTimeout.as_str());
+    assert_eq!(
+        failed.message,
+        "the pod did not start within 120s: no pod was created: FailedCreate: Error creating: pods \"errand-calc-x\" is forbidden: no PriorityClass with name batch-high was found"
+    );
+    assert_eq!(decision.stop, Some(Stop::DeleteJob));
+}
+
+#[test]
+fn a_start_timeout_after_staging_lists_what_staging_saved() {
+    let pending = PodFacts {
+        stage_exit_code: Some(0),
+        staged: staged(),
+        waiting: vec![waiting("agent", "ImagePullBackOff", "Back-off")],
+        ..pod()
+    };
+    let (status, _) = assess(&execution(), &facts_at(job(), Some(pending), 123));
+    assert_eq!(status.results, staged());
+}
+
+fn retrying_again(
+    execution: &AgentExecution,
+    attempt: u32,
+    error: &str,
+) -> Option<AgentExecutionStatus> {
+    retrying(execution, attempt, error, now(50))
+}
+
+#[test]
+fn retrying_shows_the_last_error_until_a_reconcile_succeeds() {
+    let e = execution();
+    let quota = "creating Job errand-calc: exceeded quota: jobs";
+    let retrying = retrying(&e, 3, quota, now(40)).expect("shown from the third attempt");
+    let condition_of =
+        |status: &AgentExecutionStatus| condition(status, ConditionType::Retrying).cloned();
+    let shown = condition_of(&retrying).unwrap();
+    assert_eq!(
+        (shown.status.as_str(), shown.reason.as_str()),
+        ("True", Reason::ReconcileError.as_str())
+    );
+    assert_eq!(
+        shown.message,
+        "reconciling failed 3 times in a row; retrying with backoff. Last error: creating Job \
+         errand-calc: exceeded quota: jobs"
+    );
+    assert_eq!(
+        retrying.phase,
+        e.status.as_ref().unwrap().phase,
+        "the phase stays"
+    );
+
+    let mut stuck = e.clone();
+    stuck.status = Some(retrying);
+    // A status write wakes the controller past its backoff: nothing is written again for the
+    // same error, and a new one shows only at attempts 4, 8, 16, ...
+    for attempt in 4..=9 {
+        assert_eq!(retrying_again(&stuck, attempt, quota), None, "{attempt}");
+    }
+    let conflict = "patching status: conflict";
+    for attempt in [5, 6, 7] {
+        assert_eq!(retrying_again(&stuck, attempt, conflict), None, "{attempt}");
+    }
+    let newer = retrying_again(&stuck, 8, conflict).expect("a new error at attempt 8");
+    assert!(
+        condition_of(&newer)
+            .unwrap()
+            .message
+            .ends_with("Last error: patching status: conflict")
+    );
+    let (recovered, _) = assess(&stuck, &facts_at(job(), Some(pod()), 45));
+    assert_eq!(
+        condition_of(&recovered),
+        None,
+        "gone once a reconcile renders a status"
+    );
+    assert_ne!(
+        Some(&recovered),
+        stuck.status.as_ref(),
+        "so the status is written"
+    );
+}
+
+#[test]
+fn a_child_refused_for_good_fails_the_execution_with_the_api_servers_words() {
+    let mut e = execution();
+    e.status = None;
+    let message = "the API server refused to create Job errand-calc: admission policy denies Jobs";
+    let status = rejected(&e, message, now(3));
+    assert_eq!(status.phase, Some(Phase::Failed));
+    let failed = condition(&status, ConditionType::Failed).unwrap();
+    assert_eq!(failed.reason, Reason::CreateRejected.as_str());
+    assert_eq!(failed.message, message);
+    assert_eq!(status.message.as_deref(), Some(message));
+    assert_eq!(status.snapshot, None, "nothing of it is left");
+}
+
+#[test]
+fn the_stages_termination_message_lists_what_it_saved() {
+    let message =
+        crate::runner::termination::StagedSummary { staged: staged() }.to_termination_message();
+    let pending = k8s_pod(
+        "Pending",
+        vec![container(
+            "errand-stage",
+            terminated_state(0, Some(message)),
+        )],
+        vec![container("agent", waiting_state("ContainerCreating", ""))],
+    );
+    let facts = pod_facts(&pending);
+    assert_eq!(facts.staged, staged());
+    assert_eq!(facts.summary, None, "staging's report is not the runner's");
 }

@@ -54,7 +54,7 @@ fn answer_within(body: &[u8], catalog: &InMemoryCatalog, limits: &RunLimits) -> 
     let verdict = match step(&request) {
         Step::Decided(verdict) => verdict,
         Step::Resolve { namespace, spec } => {
-            verdict(resolve_execution(&namespace, &spec, catalog), limits)
+            verdict(&spec, resolve_execution(&namespace, &spec, catalog), limits)
         }
     };
     let review = respond(&request, verdict);
@@ -222,6 +222,22 @@ fn a_reference_to_another_namespace_is_refused() {
         message.contains(r#"spec.agentRef.namespace: "team-b" is another namespace"#),
         "{message}"
     );
+}
+
+#[test]
+fn a_create_that_is_already_cancelled_is_refused_with_every_other_problem() {
+    let mut spec = calculator_spec();
+    spec["cancel"] = json!(true);
+    spec["agentRef"]["name"] = json!("nope");
+    let response = answer(
+        &review_body("CREATE", Some(execution(spec)), None),
+        &InMemoryCatalog::test(),
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    let causes = &response["status"]["details"]["causes"];
+    assert_eq!(causes[0]["field"], "spec.cancel");
+    assert_eq!(causes[0]["message"], crate::resolve::CANCELLED_AT_CREATION);
+    assert_eq!(causes[1]["field"], "spec.agentRef.name");
 }
 
 #[test]

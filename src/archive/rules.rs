@@ -1,0 +1,253 @@
+//! What extraction accepts, as pure functions shared by the unpacker and by packing for a push: entry paths, link targets, entry types in words, timestamps, and the limits on what one staging may write.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The longest path Linux accepts (`PATH_MAX` less its terminating NUL).
+pub const MAX_PATH_BYTES: usize = 4095;
+/// The longest name of one path component Linux file systems accept (`NAME_MAX`).
+pub const MAX_NAME_BYTES: usize = 255;
+/// The latest modification time kept (9999-12-31T23:59:59Z); later ones are clamped to it.
+const MAX_MTIME_SECONDS: u64 = 253_402_300_799;
+
+/// How much one staging may write: bytes of file content (sparse files at their logical size)
+/// and entries (files, directories, links) created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtractLimits {
+    /// Bytes of file content.
+    pub max_bytes: u64,
+    /// Files, directories and links created.
+    pub max_entries: u64,
+}
+
+impl ExtractLimits {
+    /// 16 GiB of content in at most a million entries: well above a source tree with its
+    /// dependencies, well below what fills a node's disk or inode table.
+    pub const DEFAULT: ExtractLimits = ExtractLimits {
+        max_bytes: 16 * 1024 * 1024 * 1024,
+        max_entries: 1_000_000,
+    };
+}
+
+impl Default for ExtractLimits {
+    fn default() -> Self {
+        ExtractLimits::DEFAULT
+    }
+}
+
+/// Which limit an extraction reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// [`ExtractLimits::max_bytes`].
+    Bytes(u64),
+    /// [`ExtractLimits::max_entries`].
+    Entries(u64),
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Limit::Bytes(n) => write!(f, "{n} bytes of extracted content (max-extract-bytes)"),
+            Limit::Entries(n) => write!(f, "{n} extracted entries (max-extract-entries)"),
+        }
+    }
+}
+
+/// The components of an archive path; refuses absolute paths, `..`, and paths or names longer
+/// than Linux accepts.
+pub fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {
+    if raw.first() == Some(&b'/') {
+        return Err("absolute paths are not allowed".into());
+    }
+    let mut parts = Vec::new();
+    for part in raw.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => return Err("'..' path components are not allowed".into()),
+            name => parts.push(OsStr::from_bytes(name).to_owned()),
+        }
+    }
+    check_length(&parts)?;
+    Ok(parts)
+}
+
+/// Refuses a path Linux could not create: longer than [`MAX_PATH_BYTES`] in all, or with a
+/// name longer than [`MAX_NAME_BYTES`].
+pub fn check_length(parts: &[OsString]) -> Result<(), String> {
+    if let Some(long) = parts.iter().find(|p| p.len() > MAX_NAME_BYTES) {
+        return Err(format!(
+            "the name {:?}… is {} bytes long; the longest name allowed is {MAX_NAME_BYTES} bytes",
+            String::from_utf8_lossy(&long.as_bytes()[..32]),
+            long.len()
+        ));
+    }
+    let total = parts
+        .iter()
+        .map(|p| p.len() + 1)
+        .sum::<usize>()
+        .saturating_sub(1);
+    if total > MAX_PATH_BYTES {
+        return Err(format!(
+            "the path is {total} bytes long; the longest path allowed is {MAX_PATH_BYTES} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a symbolic link target that is empty, absolute, too long, or leads above the root
+/// from a link `depth` directories below it (checked lexically; chains are checked over the
+/// finished tree).
+pub fn check_link_target(depth: usize, target: &[u8]) -> Result<(), String> {
+    let shown = || String::from_utf8_lossy(target).into_owned();
+    if target.is_empty() {
+        return Err("symbolic link with an empty target".into());
+    }
+    if target[0] == b'/' {
+        return Err(format!("symbolic link target {} is absolute", shown()));
+    }
+    if target.len() > MAX_PATH_BYTES {
+        return Err(format!(
+            "symbolic link target is {} bytes long; the longest allowed is {MAX_PATH_BYTES} bytes",
+            target.len()
+        ));
+    }
+    // One pass over the bytes, tracking the length of the current component and whether it is
+    // all dots so far: a target can be 4 KiB of `d/../`, which an iterator of parts walks
+    // several times slower.
+    let outside = || {
+        format!(
+            "symbolic link target {} leads outside the extraction root",
+            shown()
+        )
+    };
+    let (mut depth, mut len, mut dots) = (depth, 0usize, true);
+    for &byte in target {
+        if byte == b'/' {
+            depth = step(depth, len, dots).ok_or_else(outside)?;
+            (len, dots) = (0, true);
+        } else {
+            len += 1;
+            dots &= byte == b'.';
+        }
+    }
+    step(depth, len, dots).ok_or_else(outside)?;
+    Ok(())
+}
+
+/// The depth after a component of `len` bytes, all of them dots when `dots`; `None` above the
+/// root.
+fn step(depth: usize, len: usize, dots: bool) -> Option<usize> {
+    match (len, dots) {
+        (0, _) | (1, true) => Some(depth),
+        (2, true) => depth.checked_sub(1),
+        _ => Some(depth + 1),
+    }
+}
+
+/// A tar entry type in words, for refusals.
+pub fn entry_type_name(byte: u8) -> String {
+    let name = match byte {
+        b'0' | b'\0' => "regular file",
+        b'1' => "hard link",
+        b'2' => "symbolic link",
+        b'3' => "character device",
+        b'4' => "block device",
+        b'5' => "directory",
+        b'6' => "fifo",
+        b'7' => "contiguous file",
+        b'x' => "pax extended header",
+        b'g' => "pax global header",
+        b'L' => "GNU long name",
+        b'K' => "GNU long link name",
+        b'S' => "GNU sparse file",
+        b'V' => "GNU volume label",
+        b'M' => "GNU multi-volume continuation",
+        b'D' => "GNU directory dump",
+        b'N' => "GNU old long name",
+        b'A' => "Solaris access control list",
+        b'E' => "Solaris extended attributes",
+        b'X' => "POSIX.1-2001 extended header (old)",
+        other if other.is_ascii_graphic() => {
+            return format!("unknown entry type '{}'", other as char);
+        }
+        other => return format!("unknown entry type byte {other:#04x}"),
+    };
+    format!("{name} ('{}')", (byte.max(b'0')) as char)
+}
+
+/// The modification time a tar header's seconds stand for, clamped to what a file system can
+/// hold.
+pub fn mtime(seconds: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(seconds.min(MAX_MTIME_SECONDS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_names_longer_than_linux_allows_are_refused() {
+        let long_path = "d/".repeat(2500);
+        let err = archive_components(long_path.as_bytes()).unwrap_err();
+        assert!(err.contains("4999 bytes long"), "{err}");
+        let long_name = format!("dir/{}", "n".repeat(300));
+        let err = archive_components(long_name.as_bytes()).unwrap_err();
+        assert!(err.contains("300 bytes long"), "{err}");
+        let fits = format!("{}/{}", "a".repeat(255), "b".repeat(255));
+        assert_eq!(archive_components(fits.as_bytes()).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn link_targets_are_checked_lexically_from_the_links_depth() {
+        assert!(check_link_target(0, b"a/../b").is_ok());
+        assert!(check_link_target(1, b"../x").is_ok());
+        assert!(check_link_target(0, b"./.../..x/./a//..").is_ok());
+        assert!(
+            check_link_target(0, b"a/./../..")
+                .unwrap_err()
+                .contains("outside")
+        );
+        assert!(check_link_target(2, b"a/../../..").is_ok());
+        assert!(
+            check_link_target(2, b"a/../../../..")
+                .unwrap_err()
+                .contains("outside")
+        );
+        assert!(
+            check_link_target(0, b"../x")
+                .unwrap_err()
+                .contains("outside")
+        );
+        assert!(
+            check_link_target(0, b"/usr/bin/python3")
+                .unwrap_err()
+                .contains("absolute")
+        );
+        assert!(check_link_target(0, b"").unwrap_err().contains("empty"));
+        let long = vec![b'a'; 5000];
+        assert!(
+            check_link_target(0, &long)
+                .unwrap_err()
+                .contains("5000 bytes")
+        );
+    }
+
+    #[test]
+    fn entry_types_are_named_in_words() {
+        assert_eq!(entry_type_name(b'V'), "GNU volume label ('V')");
+        assert_eq!(entry_type_name(b'0'), "regular file ('0')");
+        assert_eq!(entry_type_name(0), "regular file ('0')");
+        assert_eq!(entry_type_name(b'q'), "unknown entry type 'q'");
+        assert_eq!(entry_type_name(0x99), "unknown entry type byte 0x99");
+    }
+
+    #[test]
+    fn far_future_mtimes_are_clamped_not_a_panic() {
+        let latest = mtime(MAX_MTIME_SECONDS);
+        assert_eq!(mtime(u64::MAX), latest);
+        assert_eq!(mtime(1 << 63), latest);
+        assert_eq!(mtime(60), UNIX_EPOCH + Duration::from_secs(60));
+    }
+}

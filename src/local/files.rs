@@ -1,0 +1,90 @@
+//! The local backend's own files: owner-only directories (0700) and owner-only files (0600) replaced atomically, as kubectl keeps a kubeconfig.
+//!
+//! Secrets, snapshots (which may hold an inline config's API keys) and records all go through
+//! here, so none of them is ever readable by another user.
+
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Creates `dir` and its missing parents, each readable by the owner only.
+pub(super) fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Creates the directory `dir` (its parent must exist), readable by the owner only; fails with
+/// `AlreadyExists` when it does.
+pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// Creates (or truncates) `path` for writing, readable by the owner only.
+pub(super) fn create_private_file(path: &Path) -> io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so readers never see half a
+/// file. The temporary name is short whatever the final name is, so every name that fits the
+/// file system (a 253-character Kubernetes name does) can be written. There is no fsync:
+/// records are rewritten several times per run and a lost update after a power cut costs
+/// nothing that the stored results do not also hold.
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("path has no parent"))?;
+    create_private_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        SEQUENCE.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = create_private_file(&tmp)
+        .and_then(|mut file| file.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn files_and_directories_are_owner_only_and_long_names_fit() {
+        let root = tempfile::tempdir().unwrap();
+        let name = "n".repeat(253);
+        let path = root.path().join("a/b").join(&name);
+        write_private(&path, b"{}").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&root.path().join("a")), 0o700);
+        assert_eq!(mode(&root.path().join("a/b")), 0o700);
+        let left: Vec<_> = std::fs::read_dir(root.path().join("a/b"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            left,
+            [std::ffi::OsString::from(name)],
+            "no temporary file left"
+        );
+    }
+}

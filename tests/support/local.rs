@@ -1,0 +1,73 @@
+//! errand on the local backend for one test: an isolated home, the real binary run in it, and its one JSON answer.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// An isolated errand home (catalog, records, store) for one test.
+pub struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    /// A home in a new temporary directory, removed when dropped.
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// The temporary directory; the errand home is its `home/`.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `errand ARGS` on the local backend with this home, run in its directory.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+        command
+            .args(args)
+            .env("ERRAND_HOME", self.path().join("home"))
+            .env("ERRAND_BACKEND", "local")
+            .env_remove("ERRAND_STORE")
+            .env_remove("ERRAND_NAMESPACE")
+            .current_dir(self.path());
+        command
+    }
+
+    /// Runs `errand ARGS` to its end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    /// Runs a command with `-o json` and returns (exit code, the one JSON object it printed).
+    pub fn json(&self, args: &[&str]) -> (i32, Value) {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let output = self.run(&all);
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "exactly one JSON line expected from {args:?}, got: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let value: Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(value["schema_version"], 1);
+        assert!(
+            value["ok"].is_boolean() && value["type"].is_string(),
+            "{value}"
+        );
+        (output.status.code().unwrap(), value)
+    }
+
+    /// Writes `text` to `name` in the directory (parents created); returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path().join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
