@@ -1332,3 +1332,56 @@ fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period()
             .any(|k| k.contains(second.as_str()))
     );
 }
+
+#[test]
+fn rerun_runs_the_stored_snapshot_and_is_refused_once_it_is_gone() {
+    let home = Home::new();
+    let reader = home.agent("reader", "cat notes.txt");
+    push_fileset(&home, "ws", "first");
+    let spec = json!({"workdir": {"base": "ws"}}).to_string();
+    let (code, answer) = home.json(&[
+        "execute", "--agent", &reader, "--input", "read", "--spec", &spec,
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let original = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let digest = answer["execution"]["snapshot_digest"].clone();
+
+    // The Fileset moves on; a rerun still stages the content the original ran with.
+    push_fileset(&home, "ws", "second content");
+    let (code, answer) = home.json(&["rerun", &original[..original.len() - 2], "--name", "again"]);
+    assert_eq!(code, 0, "{answer}");
+    let rerun = &answer["execution"];
+    assert_eq!(
+        (rerun["name"].as_str(), rerun["response"].as_str()),
+        (Some("again"), Some("first"))
+    );
+    assert_eq!(rerun["rerun_of"], original.as_str());
+    assert_eq!(rerun["snapshot_digest"], digest, "the same snapshot");
+    let (_, status) = home.json(&["status", "again"]);
+    assert_eq!(status["execution"]["rerun_of"], original.as_str());
+    let human = home.run(&["status", "again"]);
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains(&format!("rerun of: {original}")),
+        "{human:?}"
+    );
+    // run_result records what ran: the snapshot and the command (a local run has no image).
+    let record: Value = serde_json::from_slice(&home.download("run_result", "again")).unwrap();
+    assert_eq!(record["snapshot_digest"], digest);
+    assert_eq!(record["command"], json!(["sh", "-c", "cat notes.txt"]));
+    assert_eq!(record["image"], Value::Null);
+
+    // A snapshot that is gone, or an execution that is, leaves nothing to rerun.
+    std::fs::remove_file(home.executions_dir().join("again/snapshot.json")).unwrap();
+    for (gone, expected) in [
+        ("again", "the snapshot of execution \"again\""),
+        (original.as_str(), "not found in namespace"),
+    ] {
+        if gone == original {
+            home.json(&["delete", &original]);
+        }
+        let (code, error, message) = refusal(&home, &["rerun", gone]);
+        assert_eq!((code, error.as_str()), (2, "invalid_spec"));
+        assert!(message.contains("spec.rerunOf.name: "), "{message}");
+        assert!(message.contains(expected), "{message}");
+    }
+}

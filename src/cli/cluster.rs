@@ -196,6 +196,8 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .snapshot
             .map(|SnapshotRef { digest, .. }| digest)
             .unwrap_or_default(),
+        image_id: status.image_id,
+        rerun_of: execution.spec.rerun_of.as_ref().map(|r| r.name.clone()),
         store: store.unwrap_or_default().to_owned(),
         cancel_requested: execution.spec.cancel,
         inherit_env: false,
@@ -223,6 +225,7 @@ pub async fn execute(target: &Target, args: &ExecuteArgs) -> Result<(), CliError
                 .as_ref()
                 .and_then(|a| a.config.name().map(str::to_owned))
         })
+        .or_else(|| spec.rerun_of.as_ref().map(|r| format!("{}-rerun", r.name)))
         .unwrap_or_else(|| "run".into());
     let name = args
         .name

@@ -9,10 +9,11 @@ use serde_json::Value;
 use super::files::write_private;
 use super::manifest::ManifestObject;
 use super::paths::DataDir;
+use super::record::Records;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentSpec, Fileset, FilesetStatus,
 };
-use crate::resolve::{Catalog, object_name};
+use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
 
 /// The kinds of object the local catalog keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -313,5 +314,18 @@ impl Catalog for LocalCatalog {
     /// A local run has no scheduler, so a PriorityClass is neither needed nor known.
     fn priority_class_exists(&self, _name: &str) -> Option<bool> {
         None
+    }
+
+    /// The record of execution `name` and the snapshot beside it; a local run has no image.
+    fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {
+        let records = Records::new(self.data.clone());
+        let record = records.read(namespace, name).ok()?;
+        let path = records.snapshot_file(namespace, name);
+        Some(RerunSource {
+            digest: Some(record.snapshot_digest),
+            snapshot: std::fs::read(&path).ok(),
+            location: path.display().to_string(),
+            image: ImageRun::NoImage,
+        })
     }
 }

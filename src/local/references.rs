@@ -47,7 +47,7 @@ pub fn references(data: &DataDir) -> Result<References, ReferencesError> {
         for name in records.names(&namespace) {
             let record = records.read(&namespace, &name)?;
             references.executions.insert(record.uid);
-            let path = records.dir(&namespace, &name).join("snapshot.json");
+            let path = records.snapshot_file(&namespace, &name);
             let bytes = match std::fs::read(&path) {
                 Ok(bytes) => bytes,
                 // Written right after the record: an execution being prepared pins only what

@@ -10,6 +10,7 @@ mod merge;
 mod problems;
 mod quantity;
 mod refs;
+mod rerun;
 mod rules;
 mod schema;
 mod snapshot;
@@ -31,6 +32,7 @@ pub use merge::{merge_environment, merge_maps, merge_values};
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
+pub use rerun::{ImageRun, RerunSource, pin_image, resolve_rerun};
 pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths,
     object_name, relative_path,
@@ -55,6 +57,10 @@ pub fn resolve_execution(
     spec: &AgentExecutionSpec,
     catalog: &dyn Catalog,
 ) -> Result<Snapshot, InvalidSpec> {
+    if let Some(rerun) = &spec.rerun_of {
+        let source = catalog.rerun_source(namespace, &rerun.name);
+        return resolve_rerun(namespace, spec, source.as_ref());
+    }
     let mut problems = Problems::default();
     let agent = resolve_agent(namespace, spec, catalog, &mut problems);
     let environment = resolve_environment(namespace, spec, catalog, &mut problems);
@@ -198,7 +204,10 @@ fn resolve_agent(
             (name, agent.clone(), "spec.agent".to_owned())
         }
         _ => {
-            problems.push("spec", "exactly one of agentRef or agent must be set");
+            problems.push(
+                "spec",
+                "exactly one of agentRef, agent or rerunOf must be set",
+            );
             return None;
         }
     };

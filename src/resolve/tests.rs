@@ -109,13 +109,13 @@ fn exactly_one_agent() {
     both.agent = Some(AgentSpec::test());
     assert_eq!(
         only_problem(&both),
-        "spec: exactly one of agentRef or agent must be set"
+        "spec: exactly one of agentRef, agent or rerunOf must be set"
     );
     let mut neither = AgentExecutionSpec::test();
     neither.agent_ref = None;
     assert_eq!(
         only_problem(&neither),
-        "spec: exactly one of agentRef or agent must be set"
+        "spec: exactly one of agentRef, agent or rerunOf must be set"
     );
 }
 

@@ -9,7 +9,7 @@ mod message;
 mod observe;
 mod render;
 
-pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide};
+pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide};
 pub use message::MESSAGE_LIMIT;
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
