@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["runner"],
     &["local"],
     &["cluster"],
-    &["controller", "webhook"],
+    &["controller", "webhook", "dataapi"],
     &["serve"],
     &["cli"],
 ];
