@@ -129,6 +129,9 @@ fn the_values_schema_refuses_bad_values() {
         "agentPods.imagePullSecrets[0].name=bad/name",
         "controller.extraction.maxBytes=0",
         "controller.extraction.maxEntries=lots",
+        "monitoring.serviceMonitor.interval=soon",
+        "monitoring.prometheusRule.severity=page",
+        "monitoring.prometheusRule.stuckStartingSeconds=5",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -423,6 +426,89 @@ fn finished_executions_live_as_long_as_the_chart_default_says() {
         strings(&namespaces["resourceNames"]),
         ["team-a"],
         "a controller of one namespace reads only that namespace"
+    );
+}
+
+#[test]
+fn monitoring_objects_are_off_by_default_and_scrape_and_alert_on_the_controllers_metrics() {
+    let Some(plain) = render(&[]) else { return };
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert!(of_kind(&plain, kind).is_empty(), "{kind} without asking");
+    }
+    let Some(objects) = render(&[
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.serviceMonitor.labels.release=kube-prometheus-stack",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.prometheusRule.stuckStartingSeconds=900",
+    ]) else {
+        return;
+    };
+
+    // The ServiceMonitor selects the controller's Service and scrapes its http port.
+    let monitor = of_kind(&objects, "ServiceMonitor")[0];
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let service = of_kind(&objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["labels"]["app.kubernetes.io/component"] == "controller")
+        .expect("the controller's Service");
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    for (key, value) in selector {
+        assert_eq!(&service["metadata"]["labels"][key], value, "{key}");
+    }
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(
+        (&endpoint["port"], &endpoint["path"]),
+        (&Value::from("http"), &Value::from("/metrics"))
+    );
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "http"),
+        "{service}"
+    );
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"]["matchNames"][0],
+        "errand-system"
+    );
+
+    // The rules alert on metrics the controller exports, with the values' thresholds.
+    let rule = of_kind(&objects, "PrometheusRule")[0];
+    let alerts: Vec<(&str, &str)> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["alert"].as_str().unwrap(), r["expr"].as_str().unwrap()))
+        .collect();
+    let names: Vec<&str> = alerts.iter().map(|(name, _)| *name).collect();
+    assert_eq!(
+        names,
+        [
+            "ErrandReconcileErrors",
+            "ErrandExecutionStuckStarting",
+            "ErrandStoreSweepFailing"
+        ]
+    );
+    for ((_, expr), metric) in alerts.iter().zip([
+        "errand_controller_reconcile_errors_total[10m])) > 0.05",
+        "errand_controller_longest_starting_seconds) > 900",
+        "errand_controller_store_sweeps_total{outcome=\"failed\"}[2h]) > 0",
+    ]) {
+        assert!(expr.contains(metric), "{expr}");
+    }
+    let annotations = &rule["spec"]["groups"][0]["rules"][0]["annotations"];
+    assert!(
+        annotations["summary"]
+            .as_str()
+            .unwrap()
+            .contains("{{ $labels.reason }}"),
+        "Prometheus's own templating reaches the rule: {annotations}"
     );
 }
 

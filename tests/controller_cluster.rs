@@ -698,23 +698,12 @@ async fn a_namespace_lifetime_takes_finished_executions_that_set_none_of_their_o
 /// `errand admin sweep-store` against this test's cluster namespace and store; returns the
 /// groups it removed (or would), as (kind, id), sorted.
 fn sweep_store(harness: &Harness, extra: &[&str]) -> Vec<(String, String)> {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_errand"))
-        .args(["admin", "sweep-store", "--grace", "0", "-o", "json"])
-        .args(["--namespace", harness.namespace.name()])
-        .arg(format!("--store=file://{}", harness.store_dir().display()))
-        .args(extra)
-        .env("KUBECONFIG", cluster::kubeconfig_path())
-        .env("ERRAND_BACKEND", "cluster")
-        .output()
-        .unwrap();
-    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    });
-    assert!(output.status.success(), "{answer}");
+    let args: Vec<&str> = ["admin", "sweep-store", "--grace", "0"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let (code, answer) = harness.cli(&args);
+    assert_eq!(code, 0, "{answer}");
     let mut groups: Vec<(String, String)> = answer["sweep"]["groups"]
         .as_array()
         .unwrap()

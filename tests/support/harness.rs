@@ -247,6 +247,27 @@ impl Harness {
         .await;
     }
 
+    /// Runs the `errand` CLI against this test's namespace and store, as a user on the cluster
+    /// would (`-o json`); returns its exit code and its one JSON answer.
+    pub fn cli(&self, args: &[&str]) -> (i32, Value) {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_errand"))
+            .args(args)
+            .args(["-o", "json", "--namespace", self.namespace.name()])
+            .arg(format!("--store=file://{}", self.store_dir().display()))
+            .env("KUBECONFIG", cluster::kubeconfig_path())
+            .env("ERRAND_BACKEND", "cluster")
+            .output()
+            .unwrap();
+        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "errand {args:?}: {e}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap_or(-1), answer)
+    }
+
     /// Applies a JSON merge patch to object `name` of kind `K`.
     pub async fn merge_patch<K>(&self, name: &str, patch: Value)
     where

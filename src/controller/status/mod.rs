@@ -8,6 +8,7 @@ mod decide;
 mod message;
 mod observe;
 mod render;
+mod timings;
 
 pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide};
 pub use message::MESSAGE_LIMIT;
@@ -15,6 +16,7 @@ pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
 };
 pub use render::{invalid, rejected, render, retrying, starting};
+pub use timings::{Timings, timings};
 
 #[cfg(test)]
 mod tests;
