@@ -158,13 +158,16 @@ fn stored_snapshot(
     Some(snapshot)
 }
 
-/// `image` pinned to the digest in `image_id` (the kubelet's `imageID`: `repo@sha256:<hex>`, or
-/// `sha256:<hex>` for an image it knows by no repository): `repo@sha256:<hex>`, the repository
-/// of `image` without its tag or digest.
+/// `image` pinned to what the kubelet reported in `image_id`. A registry digest
+/// (`repo@sha256:<hex>`, the manifest the node pulled) pins the repository of `image`, without
+/// its tag or digest: `repo@sha256:<hex>`. A bare image ID (`sha256:<hex>`: an image the node
+/// holds under no registry digest, such as one loaded into it directly) is itself the pin; only
+/// a node holding that image can run it.
 pub fn pin_image(image: &str, image_id: &str) -> Result<String, String> {
-    let digest = image_id
-        .rsplit_once('@')
-        .map_or(image_id, |(_, digest)| digest);
+    let (repository_digest, digest) = match image_id.rsplit_once('@') {
+        Some((_, digest)) => (true, digest),
+        None => (false, image_id),
+    };
     let valid = digest.strip_prefix("sha256:").is_some_and(|hex| {
         hex.len() == 64
             && hex
@@ -175,6 +178,9 @@ pub fn pin_image(image: &str, image_id: &str) -> Result<String, String> {
         return Err(format!(
             "the image digest {image_id:?} the kubelet reported is not sha256:<64 hex digits>"
         ));
+    }
+    if !repository_digest {
+        return Ok(digest.to_owned());
     }
     let repository = image.split_once('@').map_or(image, |(repo, _)| repo);
     // A tag is a `:` after the last `/` (a `:` before it belongs to a registry's port).
@@ -299,18 +305,14 @@ mod tests {
     }
 
     #[test]
-    fn images_are_pinned_by_repository_whatever_their_tag_or_registry_port() {
+    fn images_are_pinned_by_their_registry_digest_or_their_bare_image_id() {
         for (image, image_id, pinned) in [
             (
                 "agent:1.0",
                 format!("docker.io/library/agent@{DIGEST}"),
                 format!("agent@{DIGEST}"),
             ),
-            (
-                "registry:5000/agent",
-                DIGEST.to_owned(),
-                format!("registry:5000/agent@{DIGEST}"),
-            ),
+            ("registry:5000/agent", DIGEST.to_owned(), DIGEST.to_owned()),
             (
                 "registry:5000/agent:v2@sha256:ffff",
                 format!("x@{DIGEST}"),
