@@ -231,11 +231,11 @@ mod tests {
         let rerun = resolve_rerun(
             NS,
             &rerun_spec(),
-            Some(&source(&original, ImageRun::Reported(reported))),
+            Some(&source(&original, ImageRun::Reported(reported.clone()))),
         )
         .unwrap();
         let mut expected = original.clone();
-        expected.agent.runtime.image = pin_image(&original.agent.runtime.image, DIGEST).unwrap();
+        expected.agent.runtime.image = pin_image(&original.agent.runtime.image, &reported).unwrap();
         assert_eq!(rerun, expected);
         assert!(rerun.agent.runtime.image.ends_with(&format!("@{DIGEST}")));
 
