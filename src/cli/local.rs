@@ -15,7 +15,8 @@ use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::{
     CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records,
-    SuperviseError, parse_document, prepare, run_prepared, spawn_detached,
+    RemoveError, SuperviseError, parse_document, prepare, remove_execution, results_of,
+    run_prepared, spawn_detached,
 };
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
@@ -67,7 +68,8 @@ impl Local {
         })
     }
 
-    fn records(&self) -> Records {
+    /// The execution records.
+    pub fn records(&self) -> Records {
         Records::new(self.data.clone())
     }
 
@@ -75,7 +77,8 @@ impl Local {
         LocalCatalog::new(self.data.clone())
     }
 
-    fn store(&self) -> Result<Store, CliError> {
+    /// The store.
+    pub fn store(&self) -> Result<Store, CliError> {
         Store::open(&self.store_url).map_err(store_error)
     }
 
@@ -202,6 +205,7 @@ impl Backend for Local {
         request: &ExecutionRequest,
         args: &ExecuteArgs,
     ) -> Result<ExecutionRecord, CliError> {
+        super::gc::automatic(self, args.output.format).await;
         prepare(
             &self.data,
             &self.store_url,
@@ -296,7 +300,7 @@ impl Backend for Local {
         result: ResultName,
         file: &Path,
     ) -> Result<u64, CliError> {
-        let (store, execution) = results_of(record)?;
+        let (store, execution) = results_of(record).map_err(store_error)?;
         download_from_store(&store, &execution, result, file).await
     }
 
@@ -306,12 +310,12 @@ impl Backend for Local {
 
     async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
         let record = self.stop(&record.name).await?;
-        let (store, execution) = results_of(&record)?;
-        let prefix = keys::results_prefix(&execution).map_err(|e| store_error(e.into()))?;
-        let removed = store.delete_prefix(&prefix).await.map_err(store_error)?;
-        self.records()
-            .remove(&self.namespace, &record.name)
-            .map_err(record_error)?;
+        let removed = remove_execution(&self.records(), &record)
+            .await
+            .map_err(|e| match e {
+                RemoveError::Store(e) => store_error(e),
+                RemoveError::Record(e) => record_error(e),
+            })?;
         Ok(Some(removed))
     }
 
@@ -424,17 +428,6 @@ impl Backend for Local {
     }
 }
 
-/// Where the results of `record` are stored.
-fn results_of(record: &ExecutionRecord) -> Result<(Store, ExecutionId), CliError> {
-    let store = Store::open(&record.store).map_err(store_error)?;
-    let execution = ExecutionId {
-        namespace: record.namespace.clone(),
-        name: record.name.clone(),
-        uid: record.uid.clone(),
-    };
-    Ok((store, execution))
-}
-
 /// Streams one stored result of `execution` into `file`; returns its size. The local backend
 /// reads its own store; against a cluster only an operator's `--store` leads here.
 pub async fn download_from_store(
@@ -488,7 +481,7 @@ pub fn store_error(error: StoreError) -> CliError {
 }
 
 /// A record failure as a CLI error.
-fn record_error(error: RecordError) -> CliError {
+pub fn record_error(error: RecordError) -> CliError {
     let code = match error {
         RecordError::NotFound(..) => "not_found",
         RecordError::AlreadyExists(..) => "already_exists",

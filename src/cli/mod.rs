@@ -1,13 +1,16 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
+mod admin;
 mod backend;
 mod cluster;
 mod commands;
 mod controller;
 mod execute;
+mod gc;
 mod local;
 mod output;
 mod pod;
+mod rerun;
 mod show;
 mod staging;
 mod target;
@@ -90,6 +93,17 @@ pub enum Command {
     List {
         #[command(flatten)]
         output: OutputArgs,
+    },
+    /// Run an execution again from its snapshot: the same config, environment, workdir digests
+    /// and input, and on a cluster the image digest it ran; the new execution records which
+    /// one it reran (`rerunOf`).
+    Rerun(Box<rerun::RerunArgs>),
+    /// Remove finished local executions (records, files and results) by age, count or size.
+    Gc(Box<gc::GcArgs>),
+    /// Operator commands: `sweep-store`.
+    Admin {
+        #[command(subcommand)]
+        action: admin::AdminAction,
     },
     /// Store Agents, AgentEnvironments, Filesets and Secrets from manifest files.
     Apply {
@@ -197,6 +211,9 @@ impl Command {
     fn format(&self) -> Format {
         match self {
             Command::Execute(args) => args.output.format,
+            Command::Gc(args) => args.output.format,
+            Command::Rerun(args) => args.output.format,
+            Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
@@ -319,6 +336,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
                 .supervise(&name, staging.settings())
                 .await;
         }
+        // Local only (gc refuses a cluster), or an operator's store with either backend.
+        Command::Gc(args) => return gc::gc(target, &args).await,
+        Command::Admin { action } => return admin::admin(target, &action).await,
         Command::Stage(_) | Command::RunAgent(_) => {
             unreachable!("run() handles the pod commands before dispatching")
         }
@@ -351,6 +371,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Cancel { name, output } => commands::cancel(backend, &name, output).await,
         Command::Delete { name, output } => commands::delete(backend, &name, output).await,
         Command::List { output } => commands::list(backend, output).await,
+        Command::Rerun(args) => rerun::rerun(backend, *args).await,
         Command::Apply { files, output } => commands::apply(backend, &files, output).await,
         Command::Agents { action, output } => {
             commands::objects(backend, ObjectKind::Agent, action.as_ref(), output).await
@@ -369,6 +390,8 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         } => commands::delete_object(backend, ObjectKind::Fileset, &name, output).await,
         Command::Controller(_)
         | Command::Crds { .. }
+        | Command::Gc(_)
+        | Command::Admin { .. }
         | Command::Supervise { .. }
         | Command::Stage(_)
         | Command::RunAgent(_) => unreachable!("handled above"),

@@ -14,6 +14,12 @@ pub fn print_record(record: &ExecutionRecord) -> String {
     if let Some(seconds) = record.duration_seconds() {
         out.push_str(&format!("  ({seconds:.2}s)"));
     }
+    if let Some(rerun_of) = &record.rerun_of {
+        out.push_str(&format!("\nrerun of: {rerun_of}"));
+    }
+    if let Some(image_id) = &record.image_id {
+        out.push_str(&format!("\nimage: {image_id}"));
+    }
     // A success says so in its phase; how anything else ended is spelled out.
     if record.phase != crate::api::Phase::Succeeded {
         if let Some(reason) = &record.reason {

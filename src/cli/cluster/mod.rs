@@ -29,6 +29,7 @@ use crate::api::{
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
 use crate::store::Store;
 use crate::store::keys::{ExecutionId, ResultName};
@@ -337,6 +338,7 @@ impl Backend for Cluster {
                     .as_ref()
                     .and_then(|a| a.config.name().map(str::to_owned))
             })
+            .or_else(|| spec.rerun_of.as_ref().map(|r| format!("{}-rerun", r.name)))
             .unwrap_or_else(|| "run".into());
         let name = request
             .name
@@ -553,6 +555,22 @@ impl Backend for Cluster {
     }
 }
 
+/// The operator's store (`--store`, which the sweep needs) and what the cluster still
+/// references in it, for the store sweep.
+pub async fn store_references(target: &Target) -> Result<(Store, References), CliError> {
+    let cluster = Cluster::connect(target).await?;
+    let store = cluster.operator_store().unwrap_or_else(|| {
+        Err(CliError::argument(
+            "sweeping a cluster's store needs --store (or ERRAND_STORE): the store URL the operator configured",
+        ))
+    })?;
+    let references =
+        crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
+            .await
+            .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
+    Ok((store, references))
+}
+
 /// How a push packs a directory: refusing what staging would refuse, naming the file.
 fn push_options() -> PackOptions {
     PackOptions {
@@ -660,6 +678,8 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .snapshot
             .map(|SnapshotRef { digest, .. }| digest)
             .unwrap_or_default(),
+        image_id: status.image_id,
+        rerun_of: execution.spec.rerun_of.as_ref().map(|r| r.name.clone()),
         store: store.unwrap_or_default().to_owned(),
         cancel_requested: execution.spec.cancel,
         inherit_env: false,

@@ -7,13 +7,15 @@ pub mod conditions;
 mod decide;
 mod observe;
 mod render;
+mod timings;
 
 pub use crate::runner::outcome::MESSAGE_LIMIT;
-pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide};
+pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide};
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
 };
 pub use render::{invalid, rejected, render, retrying, starting};
+pub use timings::{Timings, timings};
 
 #[cfg(test)]
 mod tests;
