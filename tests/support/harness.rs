@@ -138,24 +138,6 @@ impl Harness {
         format!("file://{}", self.store_dir().display())
     }
 
-    /// `errand ARGS -o json` against this test's namespace as its operator: the admin's
-    /// kubeconfig, and the controller's store named with `--store`; the exit code and the
-    /// one JSON answer.
-    pub fn operator_cli(&self, args: &[&str]) -> (i32, Value) {
-        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
-            .arg("--kubeconfig")
-            .arg(cluster::kubeconfig_path())
-            .args(["--namespace", self.namespace.name()])
-            .args(["--store", &self.store_url()])
-            .args(args)
-            .args(["-o", "json"])
-            .env_remove("ERRAND_BACKEND")
-            .env_remove("ERRAND_NAMESPACE")
-            .output()
-            .expect("errand runs");
-        super::errand::one_json_answer(args, &output)
-    }
-
     /// The controller's store.
     pub fn store(&self) -> Store {
         Store::open(&self.store_url()).expect("a file store opens")
@@ -265,25 +247,22 @@ impl Harness {
         .await;
     }
 
-    /// Runs the `errand` CLI against this test's namespace and store, as a user on the cluster
-    /// would (`-o json`); returns its exit code and its one JSON answer.
+    /// `errand ARGS -o json` against this test's namespace as its operator: the admin's
+    /// kubeconfig, and the controller's store named with `--store`; the exit code and the one
+    /// JSON answer.
     pub fn cli(&self, args: &[&str]) -> (i32, Value) {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_errand"))
+        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
+            .arg("--kubeconfig")
+            .arg(cluster::kubeconfig_path())
+            .args(["--namespace", self.namespace.name()])
+            .args(["--store", &self.store_url()])
             .args(args)
-            .args(["-o", "json", "--namespace", self.namespace.name()])
-            .arg(format!("--store=file://{}", self.store_dir().display()))
-            .env("KUBECONFIG", cluster::kubeconfig_path())
-            .env("ERRAND_BACKEND", "cluster")
+            .args(["-o", "json"])
+            .env_remove("ERRAND_BACKEND")
+            .env_remove("ERRAND_NAMESPACE")
             .output()
-            .unwrap();
-        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "errand {args:?}: {e}: {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().unwrap_or(-1), answer)
+            .expect("errand runs");
+        super::errand::one_json_answer(args, &output)
     }
 
     /// Applies a JSON merge patch to object `name` of kind `K`.
@@ -306,7 +285,7 @@ impl Harness {
     /// status, which must be what it answered. Returns the digest's hex.
     pub async fn push_fileset(&self, name: &str, dir: &str) -> String {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-        let (code, answer) = self.operator_cli(&["filesets", "push", name, dir.to_str().unwrap()]);
+        let (code, answer) = self.cli(&["filesets", "push", name, dir.to_str().unwrap()]);
         assert_eq!(code, 0, "{answer}");
         let status = self
             .api::<Fileset>()
