@@ -2,11 +2,12 @@
 //!
 //! Its parts know nothing of each other: [`crate::controller`] and [`crate::webhook`] are
 //! peers over [`crate::cluster`], and this module, above them all, hands each the caches and
-//! the metrics registry it shares. The HTTP endpoints ([`http`]) and the signed-URL blob
-//! endpoint ([`blobs`]) are served here; [`leader`] decides which replica reconciles. The
+//! the metrics registry it shares. The HTTP endpoints ([`http`]), the grant endpoint
+//! ([`grants`]) and the signed-URL blob endpoint ([`blobs`]) are served here; [`leader`] decides which replica reconciles. The
 //! cluster components still to come (the data API server, the gateway) are wired here too.
 
 pub mod blobs;
+pub mod grants;
 pub mod http;
 pub mod leader;
 
@@ -170,6 +171,11 @@ pub async fn run(
             blobs: options
                 .serve_blobs
                 .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
+            grants: Some(Arc::new(grants::GrantEndpoint::new(
+                client.clone(),
+                Arc::clone(&options.signer),
+                options.config.allowance(),
+            ))),
         };
         tasks.spawn(http::serve(listener, probes));
     }

@@ -154,14 +154,7 @@ impl Reconciler<'_> {
             Ok(snapshot) => snapshot,
             Err(invalid) => return self.refuse(&invalid).await,
         };
-        let children = build::children(
-            &self.owner,
-            &snapshot,
-            &self.ctx.config,
-            self.ctx.signer.as_ref(),
-            Timestamp::now(),
-        )
-        .await?;
+        let children = build::children(&self.owner, &snapshot, &self.ctx.config);
         let (config_map, job) = match self.create(children).await? {
             Creation::Created(config_map, job) => (config_map, job),
             Creation::Rejected(message) => return self.reject(&message).await,
