@@ -140,11 +140,14 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     let jobs = harness.namespace.managed::<Job>().await;
     let config_maps = harness.namespace.managed::<ConfigMap>().await;
     let secrets = harness.namespace.managed::<Secret>().await;
-    assert_eq!((jobs.len(), config_maps.len(), secrets.len()), (1, 1, 1));
+    assert_eq!(
+        (jobs.len(), config_maps.len(), secrets.len()),
+        (1, 1, 0),
+        "no grants Secret: the pod asks for its grants when it starts"
+    );
     for owners in [
         jobs[0].owner_references(),
         config_maps[0].owner_references(),
-        secrets[0].owner_references(),
     ] {
         assert_eq!(owners.len(), 1);
         assert_eq!(owners[0].uid, uid);
@@ -200,7 +203,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         Some(&snapshot_ref)
     );
 
-    // Secret values appear in no status, event, snapshot, Job or grants Secret.
+    // Secret values appear in no status, event, snapshot, Job or Secret of errand's.
     let events = harness.events().await;
     let texts = [
         serde_json::to_string(&after).unwrap(),
