@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, EvictParams, ListParams};
 use serde_json::{Value, json};
 use support::cluster;
 use support::errand::wait_for;
@@ -102,8 +102,7 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
 }
 
 /// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
-/// creates Fileset `name` with the content's digest, size and file count in its status by hand
-/// (`errand filesets push` records Filesets only in the local backend's catalog).
+/// creates Fileset `name` with the content's digest, size and file count in its status.
 async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let pushed = e2e
@@ -111,24 +110,7 @@ async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
         .push_fileset(e2e.namespace.name(), &dir)
         .await
         .unwrap();
-    e2e.create(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
-        "metadata": {"name": name},
-        "spec": {},
-    }))
-    .await;
-    e2e.api::<errand::api::Fileset>()
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "digest": format!("sha256:{}", pushed.digest),
-                "size": pushed.size,
-                "fileCount": pushed.file_count,
-            }})),
-        )
-        .await
-        .unwrap();
+    support::errand::record_fileset(&e2e.client, e2e.namespace.name(), name, &pushed).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

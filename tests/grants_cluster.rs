@@ -47,33 +47,13 @@ async fn create_calculator(harness: &Harness) {
         .push_fileset(harness.namespace.name(), dir.path())
         .await
         .unwrap();
-    create_fileset(&harness.client, harness.namespace.name(), &pushed).await;
-}
-
-/// Fileset `question` with `pushed`'s content in its status, as `errand filesets push` records it.
-async fn create_fileset(client: &Client, namespace: &str, pushed: &errand::store::PushedFileset) {
-    errand_support::create(
-        client,
-        namespace,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
-            "metadata": {"name": "question"},
-            "spec": {},
-        }),
+    errand_support::record_fileset(
+        &harness.client,
+        harness.namespace.name(),
+        "question",
+        &pushed,
     )
     .await;
-    Api::<errand::api::Fileset>::namespaced(client.clone(), namespace)
-        .patch_status(
-            "question",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "digest": format!("sha256:{}", pushed.digest),
-                "size": pushed.size,
-                "fileCount": pushed.file_count,
-            }})),
-        )
-        .await
-        .expect("the Fileset's status");
 }
 
 /// Checks that the run staged the Fileset and saved every result.
@@ -138,7 +118,7 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_no_secret_is_written(
     let question = tempfile::tempdir().unwrap();
     std::fs::write(question.path().join("question.txt"), "What is 12 x 8?\n").unwrap();
     let pushed = store.push_fileset(&ns, question.path()).await.unwrap();
-    create_fileset(&client, &ns, &pushed).await;
+    errand_support::record_fileset(&client, &ns, "question", &pushed).await;
     // Created after the catalog, so only the execution's own requests are counted.
     tokio::time::sleep(Duration::from_secs(2)).await;
     writes.lock().unwrap().clear();
@@ -324,19 +304,20 @@ async fn only_a_token_of_the_executions_own_pod_for_errands_audience_gets_its_gr
         .create_execution("second", "calculator", workdir)
         .await;
     // A pod that is no execution's.
-    errand_support::create(
-        &harness.client,
-        harness.namespace.name(),
-        json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "bystander"},
-            "spec": {"automountServiceAccountToken": false, "containers": [{
-                "name": "sleep", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
-            }]},
-        }),
-    )
-    .await;
+    let bystander: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "bystander"},
+        "spec": {"automountServiceAccountToken": false, "containers": [{
+            "name": "sleep", "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+            "command": ["sleep", "3600"],
+        }]},
+    }))
+    .unwrap();
+    harness
+        .api::<Pod>()
+        .create(&PostParams::default(), &bystander)
+        .await
+        .expect("the bystander pod");
     let first = harness.wait_for_phase("first", Phase::Succeeded).await;
     let second = harness.wait_for_phase("second", Phase::Succeeded).await;
     assert_staged_and_saved(&harness, &first).await;

@@ -459,6 +459,19 @@ async fn unreadable_grants_are_reported_in_the_termination_message() {
     assert!(summary.stderr_tail.contains("grants"), "{summary:?}");
 }
 
+/// `stage` asking the stand-in controller at `url` for the grants with the token in `token`.
+fn asking_stage(pod: &Pod, url: &str, token: &str) -> Command {
+    std::fs::write(pod.root.join("token"), token).unwrap();
+    let mut stage = pod.stage_command();
+    stage
+        .args(["--controller-url", url])
+        .args(["--grant-token", &pod.path("token")])
+        .args(["--execution-namespace", &execution().namespace])
+        .args(["--execution-name", &execution().name])
+        .args(["--execution-uid", &execution().uid]);
+    stage
+}
+
 /// A stand-in for the controller's grant endpoint: it answers `POST /grants` with `grants` for
 /// the bearer token `pod-token` and the execution's id, 503 to its first request (a controller
 /// restarting), and 403 to anything else. Returns its URL and the requests it answered.
@@ -511,17 +524,8 @@ async fn stage_asks_the_controller_for_the_grants_and_the_agent_never_finds_them
     let grants_path = pod.root.join("mounted/grants.json");
     let grants = std::fs::read(&grants_path).unwrap();
     std::fs::remove_file(&grants_path).unwrap();
-    std::fs::write(pod.root.join("token"), "pod-token\n").unwrap();
     let (url, answered) = grant_server(grants.clone()).await;
-
-    let mut stage = pod.stage_command();
-    stage
-        .args(["--controller-url", &url])
-        .args(["--grant-token", &pod.path("token")])
-        .args(["--execution-namespace", &execution().namespace])
-        .args(["--execution-name", &execution().name])
-        .args(["--execution-uid", &execution().uid]);
-    let staged = run(stage).await;
+    let staged = run(asking_stage(&pod, &url, "pod-token\n")).await;
     assert!(staged.status.success(), "{staged:?}");
     assert_eq!(
         *answered.lock().unwrap(),
@@ -559,16 +563,8 @@ async fn stage_asks_the_controller_for_the_grants_and_the_agent_never_finds_them
 async fn a_refused_grant_request_fails_staging_at_once_with_the_controllers_reason() {
     let pod = Pod::new(&[("a.txt", "a")], 60).await;
     std::fs::remove_file(pod.root.join("mounted/grants.json")).unwrap();
-    std::fs::write(pod.root.join("token"), "someone-elses-token").unwrap();
     let (url, _) = grant_server(Vec::new()).await;
-    let mut stage = pod.stage_command();
-    stage
-        .args(["--controller-url", &url])
-        .args(["--grant-token", &pod.path("token")])
-        .args(["--execution-namespace", &execution().namespace])
-        .args(["--execution-name", &execution().name])
-        .args(["--execution-uid", &execution().uid]);
-    let staged = run(stage).await;
+    let staged = run(asking_stage(&pod, &url, "someone-elses-token")).await;
     assert_eq!(staged.status.code(), Some(2), "{staged:?}");
     let summary = pod.summary("stage-termination-log");
     assert_eq!(summary.state, RunState::StageFailed);

@@ -87,3 +87,36 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         .await
         .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
 }
+
+/// Creates Fileset `name` in `namespace` with `pushed`'s digest, size and file count in its
+/// status, set by hand (`errand filesets push` records Filesets only in the local backend's
+/// catalog).
+pub async fn record_fileset(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pushed: &errand::store::PushedFileset,
+) {
+    create(
+        client,
+        namespace,
+        serde_json::json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+            "metadata": {"name": name},
+            "spec": {},
+        }),
+    )
+    .await;
+    Api::<Fileset>::namespaced(client.clone(), namespace)
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {
+                "digest": format!("sha256:{}", pushed.digest),
+                "size": pushed.size,
+                "fileCount": pushed.file_count,
+            }})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the status of Fileset {name}: {e}"));
+}
