@@ -516,23 +516,44 @@ fn queued_run(timeouts: Value) -> Value {
     spec
 }
 
-/// Waits until the execution's Job is there and suspended by Kueue, its run phase `Starting`.
+/// Waits until the execution's Job is there, held (suspended) by Kueue, and the execution
+/// waits for it (not started, not ended).
 async fn wait_until_queued(harness: &Harness, name: &str) {
-    let execution = harness
-        .wait_for_execution(name, "to be queued", |e| {
-            phase_of(e) == Some(Phase::Starting)
-                && e.status
-                    .as_ref()
-                    .and_then(|s| s.job_name.as_ref())
-                    .is_some()
+    harness
+        .wait_for_execution(name, "to have its Job", |e| {
+            e.status
+                .as_ref()
+                .and_then(|s| s.job_name.as_ref())
+                .is_some()
         })
         .await;
-    assert_eq!(phase_of(&execution), Some(Phase::Starting));
-    let jobs = harness
-        .namespace
-        .managed::<k8s_openapi::api::batch::v1::Job>()
-        .await;
-    assert_eq!(jobs[0].spec.as_ref().unwrap().suspend, Some(true));
+    assert_still_queued(harness, name).await;
+}
+
+/// Checks that the execution has not started: its Job is suspended, it has no pod, and its
+/// phase is one of waiting.
+async fn assert_still_queued(harness: &Harness, name: &str) {
+    let execution = harness.api::<AgentExecution>().get(name).await.unwrap();
+    let phase = phase_of(&execution);
+    assert!(
+        phase.is_some_and(|p| !p.is_terminal() && p != Phase::Running),
+        "{name} is {phase:?}"
+    );
+    let job = harness
+        .api::<k8s_openapi::api::batch::v1::Job>()
+        .get(&job_name(name))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.spec.as_ref().unwrap().suspend,
+        Some(true),
+        "Kueue holds the Job"
+    );
+    assert!(
+        pods_of(&harness.client, harness.namespace.name(), name)
+            .await
+            .is_empty()
+    );
 }
 
 /// How long grants may last in [`an_execution_queued_longer_than_the_grant_lifetime_still_stages_and_saves`]:
@@ -588,17 +609,7 @@ async fn an_execution_queued_longer_than_the_grant_lifetime_still_stages_and_sav
     // Held by Kueue longer than any grant may last: grants signed at admission would have
     // expired before the pod could use them.
     tokio::time::sleep(Duration::from_secs(GRANT_LIFETIME as u64 + 10)).await;
-    let still = harness
-        .api::<AgentExecution>()
-        .get("patient")
-        .await
-        .unwrap();
-    assert_eq!(phase_of(&still), Some(Phase::Starting), "still queued");
-    assert!(
-        pods_of(&harness.client, harness.namespace.name(), "patient")
-            .await
-            .is_empty()
-    );
+    assert_still_queued(&harness, "patient").await;
     queue.open().await;
     let done = harness.wait_for_phase("patient", Phase::Succeeded).await;
     assert_staged_and_saved(&harness, &done).await;
