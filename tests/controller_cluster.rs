@@ -539,12 +539,42 @@ async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
     .await;
     let spec = pod.spec.unwrap();
     assert_eq!(spec.automount_service_account_token, Some(false));
+    // The one token is the stage container's, for errand's grant endpoint only: no API
+    // server token, and nothing the agent's container mounts.
+    let projected: Vec<_> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| v.projected.is_some())
+        .collect();
     assert!(
         spec.volumes
-            .unwrap()
             .iter()
-            .all(|v| v.name != "kube-api-access" && v.projected.is_none()),
-        "no service account token volume"
+            .flatten()
+            .all(|v| !v.name.starts_with("kube-api-access")),
+        "no API token volume"
+    );
+    assert_eq!(projected.len(), 1, "{projected:?}");
+    assert_eq!(projected[0].name, "errand-grant-token");
+    let sources = projected[0]
+        .projected
+        .as_ref()
+        .unwrap()
+        .sources
+        .as_ref()
+        .unwrap();
+    let token = sources[0].service_account_token.as_ref().unwrap();
+    assert_eq!(token.audience.as_deref(), Some("errand.dev/grants"));
+    let mounts_token = |c: &k8s_openapi::api::core::v1::Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "errand-grant-token")
+    };
+    assert!(mounts_token(&spec.init_containers.as_ref().unwrap()[0]));
+    assert!(
+        !mounts_token(&spec.containers[0]),
+        "the agent gets no token"
     );
     harness.finish().await;
 }
