@@ -325,18 +325,12 @@ impl GrantEndpoint {
             .map_err(|e| Unavailable::Api("reviewing the token".into(), e))?;
         let token = identity(&reviewed.status.unwrap_or_default())?;
         let namespace = execution.namespace.as_str();
-        if token.namespace != namespace {
-            return Err(check_pod(&token, execution, None, None).unwrap_err().into());
-        }
-        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
-            .get_opt(&token.pod_name)
-            .await
-            .map_err(|e| Unavailable::Api(format!("reading pod {}", token.pod_name), e))?;
-        let job_name = job_name(&execution.name);
-        let job = Api::<Job>::namespaced(self.client.clone(), namespace)
-            .get_opt(&job_name)
-            .await
-            .map_err(|e| Unavailable::Api(format!("reading Job {job_name}"), e))?;
+        // Nothing is read in another namespace than the token's: check_pod refuses that first.
+        let (pod, job) = if token.namespace == namespace {
+            self.pod_and_job(&token.pod_name, execution).await?
+        } else {
+            (None, None)
+        };
         check_pod(&token, execution, pod.as_ref(), job.as_ref())?;
         let snapshot = self.snapshot(execution).await?;
         let expires = RunBudget::of(&snapshot, self.allowance).urls_expire_at(Timestamp::now());
@@ -344,6 +338,25 @@ impl GrantEndpoint {
             .await
             .map_err(Unavailable::from)?;
         Ok(serde_json::to_vec(&grants).expect("grants always serialize"))
+    }
+
+    /// The pod `pod_name` and the execution's Job, in its namespace, if they exist.
+    async fn pod_and_job(
+        &self,
+        pod_name: &str,
+        execution: &ExecutionId,
+    ) -> Result<(Option<Pod>, Option<Job>), Unavailable> {
+        let namespace = execution.namespace.as_str();
+        let pod = Api::<Pod>::namespaced(self.client.clone(), namespace)
+            .get_opt(pod_name)
+            .await
+            .map_err(|e| Unavailable::Api(format!("reading pod {pod_name}"), e))?;
+        let job_name = job_name(&execution.name);
+        let job = Api::<Job>::namespaced(self.client.clone(), namespace)
+            .get_opt(&job_name)
+            .await
+            .map_err(|e| Unavailable::Api(format!("reading Job {job_name}"), e))?;
+        Ok((pod, job))
     }
 
     /// The execution's snapshot, from its ConfigMap (which the execution must own).
