@@ -24,6 +24,7 @@ use kube::{Api, Client};
 use super::blobs::{ResponseBody, text};
 use crate::api::contract::GRANT_TOKEN_AUDIENCE;
 use crate::controller::build::SNAPSHOT_KEY;
+use crate::controller::metrics::Metrics;
 use crate::controller::names::{job_name, snapshot_config_map_name};
 use crate::resolve::{RunAllowance, RunBudget, Snapshot};
 use crate::store::grants::{UrlSigner, issue_grants};
@@ -222,16 +223,24 @@ pub struct GrantEndpoint {
     client: Client,
     signer: Arc<dyn UrlSigner>,
     allowance: RunAllowance,
+    metrics: Arc<Metrics>,
 }
 
 impl GrantEndpoint {
-    /// The endpoint: it reviews tokens and reads pods, Jobs and snapshots with `client`, and
-    /// signs with `signer` for a run's budget with `allowance`.
-    pub fn new(client: Client, signer: Arc<dyn UrlSigner>, allowance: RunAllowance) -> Self {
+    /// The endpoint: it reviews tokens and reads pods, Jobs and snapshots with `client`, signs
+    /// with `signer` for a run's budget with `allowance`, and counts what it signed in
+    /// `metrics`.
+    pub fn new(
+        client: Client,
+        signer: Arc<dyn UrlSigner>,
+        allowance: RunAllowance,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             client,
             signer,
             allowance,
+            metrics,
         }
     }
 
@@ -334,9 +343,11 @@ impl GrantEndpoint {
         check_pod(&token, execution, pod.as_ref(), job.as_ref())?;
         let snapshot = self.snapshot(execution).await?;
         let expires = RunBudget::of(&snapshot, self.allowance).urls_expire_at(Timestamp::now());
-        let grants = issue_grants(self.signer.as_ref(), execution, &snapshot, expires)
-            .await
-            .map_err(Unavailable::from)?;
+        let signing = std::time::Instant::now();
+        let grants = issue_grants(self.signer.as_ref(), execution, &snapshot, expires).await;
+        self.metrics
+            .grants_issued(signing.elapsed().as_secs_f64(), grants.is_ok());
+        let grants = grants.map_err(Unavailable::from)?;
         Ok(serde_json::to_vec(&grants).expect("grants always serialize"))
     }
 
