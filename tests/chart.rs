@@ -129,6 +129,7 @@ fn the_values_schema_refuses_bad_values() {
         "agentPods.imagePullSecrets[0].name=bad/name",
         "controller.extraction.maxBytes=0",
         "controller.extraction.maxEntries=lots",
+        "controller.maxGrantLifetimeSeconds=-1",
         "monitoring.serviceMonitor.interval=soon",
         "monitoring.prometheusRule.severity=page",
         "monitoring.prometheusRule.stuckStartingSeconds=5",
@@ -171,7 +172,7 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             "Secrets must never be listed or watched: {rule}"
         );
         if kind == "ClusterRole" {
-            assert_eq!(verbs, ["get", "create", "delete"], "{rule}");
+            assert_eq!(verbs, ["get"], "the controller writes no Secret: {rule}");
         } else if verbs.contains(&"update") {
             assert_eq!(
                 strings(&rule["resourceNames"]),
@@ -180,6 +181,12 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             );
         }
     }
+    let (kind, review_rule) = rules_for(&objects, "tokenreviews").pop().unwrap();
+    assert_eq!(
+        (kind, strings(&review_rule["verbs"])),
+        ("ClusterRole", vec!["create"]),
+        "the grant endpoint reviews pod tokens"
+    );
     let (_, lease_rule) = rules_for(&objects, "leases").pop().unwrap();
     assert_eq!(strings(&lease_rule["verbs"]), ["get", "update"]);
     assert_eq!(strings(&lease_rule["resourceNames"]), ["errand-controller"]);

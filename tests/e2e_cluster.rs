@@ -530,7 +530,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
             serde_json::to_string(&config_map).unwrap(),
         ),
         (
-            "grants Secret",
+            "Secrets of errand's",
             serde_json::to_string(&e2e.namespace.managed::<Secret>().await).unwrap(),
         ),
         ("controller log", log),

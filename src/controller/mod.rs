@@ -3,7 +3,7 @@
 //! [`run`] drives the reconcile pipeline ([`reconcile`]), the results cleanup
 //! ([`results_cleanup`]) and the periodic [`store_sweep`] over the caches it is given; [`crate::serve`] starts it once this
 //! replica leads. The pure parts — [`build`], [`status`], [`names`] — take no client; the
-//! signed URLs come from [`crate::store::grants`].
+//! pods ask [`crate::serve::grants`] for their signed URLs when they start.
 
 pub mod build;
 pub mod config;
@@ -86,9 +86,7 @@ pub async fn run(
         watches::trim_pod,
     );
     // Snapshot ConfigMaps are watched by metadata only, and only for their deletion: their
-    // finalizer keeps the results until both they and their execution are going. The grants
-    // Secrets are not watched at all, so the controller needs no list or watch permission on
-    // Secrets; nothing about them changes an execution's status.
+    // finalizer keeps the results until both they and their execution are going.
     let (config_maps, config_map_stream) = watches::cache(
         watches::api::<PartialObjectMeta<ConfigMap>>(&client, namespace),
         all().labels(&managed),

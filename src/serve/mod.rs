@@ -3,11 +3,13 @@
 //! Its parts know nothing of each other: [`crate::controller`], [`crate::webhook`] and
 //! [`crate::dataapi`] are peers over [`crate::cluster`], and this module, above them all, hands
 //! each the caches, the metrics registry and the serving certificate it shares. The HTTP
-//! endpoints ([`http`]) and the signed-URL blob endpoint ([`blobs`]) are served here;
+//! endpoints ([`http`]), the grant endpoint ([`grants`]) and the signed-URL blob endpoint
+//! ([`blobs`]) are served here;
 //! [`leader`] decides which replica reconciles. The cluster components still to come (the
 //! gateway) are wired here too.
 
 pub mod blobs;
+pub mod grants;
 pub mod http;
 pub mod leader;
 
@@ -182,6 +184,7 @@ pub async fn run(
         let listener = tokio::net::TcpListener::bind(address)
             .await
             .map_err(|source| RunError::Listen { address, source })?;
+        let grant_metrics = Arc::clone(&metrics.controller);
         let (store, metrics) = (executions.clone(), Arc::clone(&metrics));
         let probes = http::Probes {
             ready: Arc::clone(&ready),
@@ -189,6 +192,12 @@ pub async fn run(
             blobs: options
                 .serve_blobs
                 .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
+            grants: Some(Arc::new(grants::GrantEndpoint::new(
+                client.clone(),
+                Arc::clone(&options.signer),
+                options.config.allowance(),
+                grant_metrics,
+            ))),
         };
         tasks.spawn(http::serve(listener, probes));
     }

@@ -87,3 +87,39 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         .await
         .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
 }
+
+/// Points Fileset `name` in `namespace` (created when missing) at `pushed`'s digest, size and
+/// file count, set by hand (`errand filesets push` records Filesets only in the local
+/// backend's catalog).
+pub async fn record_fileset(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pushed: &errand::store::PushedFileset,
+) {
+    let filesets = Api::<Fileset>::namespaced(client.clone(), namespace);
+    if filesets.get_opt(name).await.unwrap().is_none() {
+        create(
+            client,
+            namespace,
+            serde_json::json!({
+                "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+                "metadata": {"name": name},
+                "spec": {},
+            }),
+        )
+        .await;
+    }
+    filesets
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {
+                "digest": format!("sha256:{}", pushed.digest),
+                "size": pushed.size,
+                "fileCount": pushed.file_count,
+            }})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the status of Fileset {name}: {e}"));
+}

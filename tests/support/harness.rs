@@ -35,7 +35,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use errand::api::contract::{ConditionType, Reason};
-use errand::api::{AgentExecution, Fileset, Phase};
+use errand::api::{AgentExecution, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
 use errand::controller::status::conditions;
@@ -77,6 +77,8 @@ pub struct Harness {
     /// Where a [`Mode::WithPods`] controller serves, kept across restarts so that the URLs
     /// pods already have stay valid.
     address: Option<SocketAddr>,
+    /// What a [`Mode::WithPods`] controller is started with besides the harness's own flags.
+    controller_args: Vec<String>,
     controller: Option<Controller>,
 }
 
@@ -112,6 +114,21 @@ impl Harness {
         labels: &[(&str, &str)],
         mode: Mode,
     ) -> Option<Self> {
+        Self::start_with(prefix, labels, mode, &["--staging-budget-seconds", "120"]).await
+    }
+
+    /// A [`Mode::WithPods`] harness whose controller gets `args` (for example a staging budget
+    /// and a grant lifetime) instead of the default staging budget of 120 s.
+    pub async fn start_with_controller_args(prefix: &str, args: &[&str]) -> Option<Self> {
+        Self::start_with(prefix, &[], Mode::WithPods, args).await
+    }
+
+    async fn start_with(
+        prefix: &str,
+        labels: &[(&str, &str)],
+        mode: Mode,
+        controller_args: &[&str],
+    ) -> Option<Self> {
         let client = cluster::client().await?;
         install_crds(&client).await;
         chart_rbac::grant(&client).await;
@@ -123,10 +140,20 @@ impl Harness {
             mode,
             dir: tempfile::tempdir().expect("a temporary directory"),
             address,
+            controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
             controller: None,
         };
         harness.start_controller().await;
         Some(harness)
+    }
+
+    /// The URL of a [`Mode::WithPods`] controller's HTTP endpoint, as pods reach it.
+    ///
+    /// # Panics
+    /// In [`Mode::WithoutPods`], whose controller serves nothing.
+    pub fn controller_url(&self) -> String {
+        let address = self.address.expect("only a WithPods controller serves");
+        format!("http://{address}")
     }
 
     /// The directory of the controller's `file://` store.
@@ -172,7 +199,7 @@ impl Harness {
             &self.log_path(),
         )
         .args(["--leader-elect", "false"])
-        .args(["--staging-budget-seconds", "120"])
+        .args(&self.controller_args)
         .env("KUBECONFIG", &kubeconfig)
         .spawn()
         .expect("the errand binary starts");
@@ -294,27 +321,7 @@ impl Harness {
             .push_fileset(self.namespace.name(), &dir)
             .await
             .unwrap();
-        let filesets = self.api::<Fileset>();
-        if filesets.get_opt(name).await.unwrap().is_none() {
-            self.create(json!({
-                "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
-                "metadata": {"name": name},
-                "spec": {},
-            }))
-            .await;
-        }
-        filesets
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {
-                    "digest": format!("sha256:{}", pushed.digest),
-                    "size": pushed.size,
-                    "fileCount": pushed.file_count,
-                }})),
-            )
-            .await
-            .unwrap();
+        errand_support::record_fileset(&self.client, self.namespace.name(), name, &pushed).await;
         pushed.digest
     }
 
@@ -510,6 +517,7 @@ pub fn spawn_controller(
     let base_url = blobs.map_or_else(|| UNSERVED_BLOB_URL.to_owned(), |a| format!("http://{a}"));
     let signer = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
     let mut config = ControllerConfig::new(image);
+    config.controller_url = base_url;
     // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
     config.errand_image_pull_policy = Some("Never".into());
     let options = ServeOptions {

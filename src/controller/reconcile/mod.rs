@@ -156,19 +156,7 @@ impl Reconciler<'_> {
             Ok(snapshot) => snapshot,
             Err(invalid) => return self.refuse(&invalid).await,
         };
-        let signing = std::time::Instant::now();
-        let children = build::children(
-            &self.owner,
-            &snapshot,
-            &self.ctx.config,
-            self.ctx.signer.as_ref(),
-            Timestamp::now(),
-        )
-        .await;
-        self.ctx
-            .metrics
-            .grants_issued(signing.elapsed().as_secs_f64(), children.is_ok());
-        let children = children?;
+        let children = build::children(&self.owner, &snapshot, &self.ctx.config);
         let (config_map, job) = match self.create(children).await? {
             Creation::Created(config_map, job) => (config_map, job),
             Creation::Rejected(message) => return self.reject(&message).await,

@@ -297,7 +297,7 @@ fn requests(log: &Log) -> Vec<(Method, String)> {
 }
 
 #[tokio::test]
-async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
+async fn admitting_an_execution_costs_two_creates_and_one_status_write() {
     let log = Log::default();
     let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
     let action = reconcile(Arc::new(execution(None)), Arc::clone(&ctx))
@@ -326,10 +326,10 @@ async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
                 format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
             ),
             (Method::POST, format!("{base}/configmaps")),
-            (Method::POST, format!("{base}/secrets")),
             (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
         ],
-        "three creates and the Starting status: no finalizer write"
+        "two creates and the Starting status: no grants Secret (the pod asks for its grants), \
+         no finalizer write"
     );
 }
 
@@ -633,20 +633,18 @@ async fn a_child_refused_for_good_fails_the_execution_and_leaves_no_other_child(
                 Method::DELETE,
                 format!("{base}/configmaps/errand-calc-snapshot")
             ),
-            (Method::DELETE, format!("{base}/secrets/errand-calc-grants")),
             (
                 Method::PATCH,
                 format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
             ),
             (Method::POST, format!("{base}/configmaps")),
-            (Method::POST, format!("{base}/secrets")),
             (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
             (
                 Method::POST,
                 format!("/apis/events.k8s.io/v1/namespaces/{NS}/events")
             ),
         ],
-        "the two children that were created are deleted again, then Failed and its event"
+        "the child that was created is deleted again, then Failed and its event"
     );
 }
 

@@ -40,7 +40,9 @@ pub struct JobFacts {
     pub uid: Option<String>,
     /// Kueue holds it (`suspend: true`).
     pub suspended: bool,
-    /// When it started, or else when it was created.
+    /// When it started, or else when it was resumed (Kueue unsuspended it) or created; `None`
+    /// while a resume is on its way (not suspended any more, the Job controller not yet caught
+    /// up), which counts from now: a wait in Kueue's queue is no start time.
     pub started: Option<Timestamp>,
     /// Why the Job controller failed it (its `Failed` or `FailureTarget` condition), once it did.
     pub failure: Option<Cause>,
@@ -188,16 +190,34 @@ impl PodFacts {
     }
 }
 
+/// When the Job's start timeout counts from: its start time; for a Job Kueue held and let go,
+/// the time it was resumed (its `Suspended` condition turning false, `None` until then); for
+/// any other, its creation.
+fn job_started(job: &Job) -> Option<Timestamp> {
+    let status = job.status.as_ref();
+    if let Some(start) = status.and_then(|s| s.start_time.as_ref()) {
+        return Some(start.0);
+    }
+    let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+    let held = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Suspended"));
+    match held {
+        Some(condition) if !suspended => match condition.status.as_str() {
+            "False" => condition.last_transition_time.as_ref().map(|t| t.0),
+            _ => None,
+        },
+        _ => job.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    }
+}
+
 /// What `job` says.
 fn job_facts(job: &Job) -> JobFacts {
     let status = job.status.as_ref();
     JobFacts {
         uid: job.metadata.uid.clone(),
         suspended: job.spec.as_ref().and_then(|s| s.suspend) == Some(true),
-        started: status
-            .and_then(|s| s.start_time.as_ref())
-            .or(job.metadata.creation_timestamp.as_ref())
-            .map(|t| t.0),
+        started: job_started(job),
         failure: status
             .and_then(|s| s.conditions.as_ref())
             .and_then(|conditions| {

@@ -956,6 +956,49 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
     assert_eq!(facts(None, &[], now(60)).job, None);
 }
 
+#[test]
+fn a_job_kueue_let_go_counts_its_start_from_its_resume_not_its_creation() {
+    let job = |suspend: bool, condition: Option<(&str, i64)>, start: Option<i64>| Job {
+        metadata: ObjectMeta {
+            name: Some("errand-calc".into()),
+            creation_timestamp: Some(at(1)),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            suspend: Some(suspend),
+            ..Default::default()
+        }),
+        status: Some(JobStatus {
+            start_time: start.map(at),
+            conditions: condition.map(|(status, since)| {
+                vec![JobCondition {
+                    type_: "Suspended".into(),
+                    status: status.into(),
+                    last_transition_time: Some(at(since)),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }),
+    };
+    let started = |job: &Job| facts(Some(job), &[], now(600)).job.unwrap().started;
+    assert_eq!(started(&job(true, Some(("True", 1)), None)), Some(now(1)));
+    assert_eq!(
+        started(&job(false, Some(("True", 1)), None)),
+        None,
+        "just unsuspended: the wait in the queue does not count"
+    );
+    assert_eq!(
+        started(&job(false, Some(("False", 500)), None)),
+        Some(now(500))
+    );
+    assert_eq!(
+        started(&job(false, Some(("False", 500)), Some(510))),
+        Some(now(510))
+    );
+    assert_eq!(started(&job(false, None, None)), Some(now(1)));
+}
+
 // Pods that Kubernetes or someone else stopped under the agent.
 
 fn staged() -> Vec<ResultEntry> {
