@@ -42,7 +42,7 @@ use errand::store::Store;
 use errand::store::keys::{self, ResultName};
 use shared::{MIB, Rng, Timed, env_or, fmt_mib, fmt_s, generate, summarize, write_blob};
 use support::cluster::{self, TestNamespace};
-use support::errand::{DATA_API_SERVICE as API_SERVICE, wait_for_data_api};
+use support::errand::{DATA_API_SERVICE as API_SERVICE, wait_for, wait_for_data_api};
 use support::harness::{controller_command, execution_id, wait_until_ready};
 
 /// The Service the APIService points at, standing in for the chart's.
@@ -98,6 +98,8 @@ async fn bench() -> bool {
     let store = Store::open(&store_url).expect("a file store");
     let listen = cluster::free_pod_gateway_address();
     let data_api = cluster::free_pod_gateway_address();
+    // The APIService first: the controller puts its CA into it as it starts.
+    register(&client, &ns, data_api.port()).await;
     let mut controller = controller_command(
         &ns,
         &store_url,
@@ -112,7 +114,6 @@ async fn bench() -> bool {
     .spawn()
     .expect("errand controller starts");
     let pid = controller.id();
-    register(&client, &ns, data_api.port()).await;
     wait_until_ready(listen, "the controller", Duration::from_secs(60)).await;
     wait_for_data_api(&client).await;
     let http = Http::new(&kubeconfig).await;
@@ -121,13 +122,19 @@ async fn bench() -> bool {
     let execution = create_execution(&client, &ns).await;
     let key = keys::result(&execution_id(&ns, &execution), ResultName::OutputWorkdir).unwrap();
     let mut rng = Rng(0x5eed_0fda_7a00_0001);
-    write_blob(&store_dir.join(&key), total, |buf| rng.fill(buf));
+    let path = store_dir.join(&key);
+    std::fs::create_dir_all(path.parent().unwrap()).expect("the result's directory");
+    write_blob(&path, total, |buf| rng.fill(buf));
     let results = format!(
         "/apis/data.errand.dev/v1alpha1/namespaces/{ns}/agentexecutions/{EXECUTION}/results"
     );
-    // Warm-up: the page cache, the connections, the caches of both sides.
+    // Warm-up: the page cache, the connections, the caches of both sides (the listing answers
+    // once the controller's cache holds the execution).
     assert_eq!(read_from_store(&store, &key).await, total);
-    assert_eq!(http.download(&format!("{results}/run_error")).await, None);
+    wait_for("the results listing", Duration::from_secs(60), || {
+        http.download(&results)
+    })
+    .await;
     let pki = kubeconfig
         .parent()
         .expect("the test environment")
@@ -168,7 +175,7 @@ async fn bench() -> bool {
         );
         download_peak = download_peak.max(rss(pid).peak);
     }
-    std::fs::remove_file(store_dir.join(&key)).expect("removing the result");
+    std::fs::remove_file(&path).expect("removing the result");
 
     // (b) A 1 GiB directory: the runner benchmark's mixed tree.
     let tree = scratch.path().join("tree");
@@ -569,7 +576,10 @@ async fn create_execution(client: &Client, ns: &str) -> AgentExecution {
     let execution: AgentExecution = serde_json::from_value(json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
         "metadata": {"name": EXECUTION},
-        "spec": {"agentRef": {"name": "bench"}, "input": "x", "queueName": "nobody-admits"},
+        "spec": {
+            "agentRef": {"name": "bench"}, "input": "x",
+            "queueName": "nobody-admits", "startTimeoutSeconds": 3600,
+        },
     }))
     .unwrap();
     Api::<AgentExecution>::namespaced(client.clone(), ns)
