@@ -599,11 +599,23 @@ fn cert_manager_mode_issues_the_certificate_and_injects_the_ca() {
         strings(&certificate["spec"]["dnsNames"])[0],
         "errand.errand-system.svc"
     );
+    // One certificate for both endpoints, named for what it serves, mounted from its Secret.
+    assert_eq!(certificate["metadata"]["name"], "errand-serving");
+    assert_eq!(certificate["spec"]["secretName"], "errand-serving-cert");
+    let volumes = &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["volumes"];
+    assert!(
+        volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "errand-serving-cert"),
+        "{volumes}"
+    );
     assert_eq!(of_kind(&objects, "Issuer").len(), 1);
     let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
     assert_eq!(
         configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        "errand-system/errand-webhook"
+        "errand-system/errand-serving"
     );
     let args = strings(
         &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"],
@@ -616,7 +628,7 @@ fn cert_manager_mode_issues_the_certificate_and_injects_the_ca() {
     assert!(rules_for(&objects, "apiservices").is_empty());
     assert_eq!(
         of_kind(&objects, "APIService")[0]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        "errand-system/errand-webhook"
+        "errand-system/errand-serving"
     );
 }
 

@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use kube::Client;
 use kube::runtime::reflector;
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::{AgentExecution, Fileset};
@@ -57,38 +58,22 @@ pub struct Sources {
     pub namespace: Option<String>,
 }
 
-/// Why the data API could not start.
+/// Why the data API could not start: its TLS could not be configured.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The port could not be bound.
-    #[error("listening on {address}: {source}")]
-    Listen {
-        /// The address.
-        address: SocketAddr,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// TLS could not be configured.
-    #[error("configuring the data API's TLS: {0}")]
-    Tls(#[from] tokio_rustls::rustls::Error),
-}
+#[error("configuring the data API's TLS: {0}")]
+pub struct StartError(#[from] tokio_rustls::rustls::Error);
 
-/// Binds the data API's port and starts serving on `tasks` with `certificate`, with the front
-/// proxy's settings kept current alongside. Until they are first read, requests get 503.
-pub async fn start(
+/// Starts serving the data API on `listener` and `tasks` with `certificate`, uploads within
+/// `limits`, with the front proxy's settings kept current alongside. Until they are first
+/// read, requests get 503.
+pub fn start(
     client: Client,
     sources: Sources,
-    options: DataApiOptions,
+    listener: TcpListener,
+    limits: UploadLimits,
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), StartError> {
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .map_err(|source| StartError::Listen {
-            address: options.listen,
-            source,
-        })?;
     let front_proxy = Arc::new(FrontProxy::default());
     let acceptor = server::acceptor(certificate, Arc::clone(&front_proxy))?;
     let api = Arc::new(DataApi::new(
@@ -102,7 +87,7 @@ pub async fn start(
         }),
         sources.store,
         Arc::clone(&front_proxy),
-        options.limits,
+        limits,
         sources.namespace,
     ));
     tasks.spawn(server::serve(listener, acceptor, api));

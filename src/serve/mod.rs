@@ -109,6 +109,14 @@ impl RunError {
     }
 }
 
+/// Binds one of the process's ports: the probes' and blobs' HTTP, the webhook's and the data
+/// API's HTTPS.
+async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, RunError> {
+    tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| RunError::Listen { address, source })
+}
+
 /// The metrics of every part of the process, on one registry.
 struct ProcessMetrics {
     controller: Arc<Metrics>,
@@ -181,9 +189,7 @@ pub async fn run(
     };
 
     if let Some(address) = options.listen {
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| RunError::Listen { address, source })?;
+        let listener = bind(address).await?;
         let grant_metrics = Arc::clone(&metrics.controller);
         let (store, metrics) = (executions.clone(), Arc::clone(&metrics));
         let probes = http::Probes {
@@ -216,11 +222,10 @@ pub async fn run(
             catalog.clone(),
             Arc::clone(&metrics.admission),
             options.config.run_limits(options.signer.as_ref()),
-            webhook,
+            bind(webhook.listen).await?,
             Arc::clone(certificate),
             &mut tasks,
-        )
-        .await?;
+        )?;
     }
     if let (Some(data_api), Some(certificate)) = (options.data_api, &certificate) {
         let sources = dataapi::Sources {
@@ -232,11 +237,11 @@ pub async fn run(
         dataapi::start(
             client.clone(),
             sources,
-            data_api,
+            bind(data_api.listen).await?,
+            data_api.limits,
             Arc::clone(certificate),
             &mut tasks,
-        )
-        .await?;
+        )?;
     }
     if !catalog.wait_until_ready().await {
         return Err(RunError::CacheStopped);

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kube::Client;
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::cluster::catalog::ClusterCatalog;
@@ -29,40 +30,22 @@ pub struct WebhookOptions {
     pub listen: SocketAddr,
 }
 
-/// Why the webhook could not start.
+/// Why the webhook could not start: its TLS could not be configured.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The port could not be bound.
-    #[error("listening on {address}: {source}")]
-    Listen {
-        /// The address.
-        address: SocketAddr,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// TLS could not be configured.
-    #[error(transparent)]
-    Tls(#[from] TlsError),
-}
+#[error(transparent)]
+pub struct StartError(#[from] TlsError);
 
-/// Binds the webhook's port and starts serving on `tasks` with `certificate`. Creates are
+/// Starts serving the webhook on `listener` and `tasks` with `certificate`. Creates are
 /// checked against `limits`. Handshakes fail until the first certificate is loaded.
-pub async fn start(
+pub fn start(
     client: Client,
     catalog: ClusterCatalog,
     metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
-    options: WebhookOptions,
+    listener: TcpListener,
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), StartError> {
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .map_err(|source| StartError::Listen {
-            address: options.listen,
-            source,
-        })?;
     let acceptor = tls::acceptor(certificate)?;
     let admission = Arc::new(Admission {
         resolver: Box::new(ClusterResolver {

@@ -1,10 +1,11 @@
-//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, and polling until something holds.
+//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, its data API available, and polling until something holds.
 
 use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Api, Client, ResourceExt};
@@ -13,6 +14,32 @@ use errand::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
 
 /// The errand image `hack/images/errand-image.sh` imports into the node.
 pub const ERRAND_IMAGE: &str = "errand.local/errand:dev";
+
+/// The APIService of the data API (its name is fixed by its group and version).
+pub const DATA_API_SERVICE: &str = "v1alpha1.data.errand.dev";
+
+/// Waits until the aggregator reaches the data API: the APIService is `Available` (errand
+/// serves and its CA is in the bundle).
+pub async fn wait_for_data_api(client: &Client) {
+    let services = Api::<APIService>::all(client.clone());
+    wait_for(
+        "the data API's APIService to be Available",
+        Duration::from_secs(120),
+        || {
+            let services = services.clone();
+            async move {
+                let service = services.get(DATA_API_SERVICE).await.ok()?;
+                let available = service
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True");
+                available.then_some(())
+            }
+        },
+    )
+    .await;
+}
 
 /// How long [`wait_for`] polls by default.
 pub const WAIT: Duration = Duration::from_secs(90);

@@ -45,6 +45,12 @@ data API through. */}}
 {{- printf "%s-serving-tls" (include "errand.fullname" .) -}}
 {{- end -}}
 
+{{/* cert-manager's Certificate (and its Issuer, unless one is given) of the serving certificate
+of the webhook and the data API, and the Secret cert-manager keeps it in. */}}
+{{- define "errand.servingCertificateName" -}}
+{{- printf "%s-serving" (include "errand.fullname" .) -}}
+{{- end -}}
+
 {{/* The data API's APIService: its name is fixed by its group and version, so one release
 per cluster serves it. */}}
 {{- define "errand.apiServiceName" -}}v1alpha1.data.errand.dev{{- end -}}

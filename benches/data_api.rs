@@ -1,0 +1,602 @@
+//! Benchmark: the `data.errand.dev` API against the store itself, on the real test cluster, in
+//! one run with ratios:
+//! - downloading a 1 GiB result through the API server's aggregation layer (client → TLS →
+//!   kube-apiserver → TLS → errand → store) against reading the same object straight from the
+//!   store with errand's store client, as an operator holding the store's credentials does;
+//! - pushing a 1 GiB directory through the API (packed on the client, streamed in a PUT,
+//!   vetted and stored by errand) against `errand filesets push --local` of the same directory;
+//! - the peak RSS of errand's server (the `errand controller` process serving the API) during
+//!   each, above its RSS when idle (VmHWM after `clear_refs`, from `/proc/PID/status`).
+//!
+//! `cargo bench --bench data_api` with the test cluster up (`bash hack/testenv/up.sh`,
+//! `source /var/tmp/errand-testenv/env`), under the cluster lock. The controller runs as a
+//! process on this host, serving the data API on the pod bridge's address; a Service without a
+//! selector and an EndpointSlice for that address stand in for the chart's Service, and the
+//! APIService `v1alpha1.data.errand.dev` points at it (it is removed at the end).
+//! `ERRAND_BENCH_GIB` scales the data (default 1), `ERRAND_BENCH_RUNS` the timed runs per side
+//! (default 3, medians and the median of paired ratios), `ERRAND_BENCH_DIR` the scratch
+//! directory (default /var/tmp, removed at the end). Exits non-zero when a limit is missed.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod shared;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use kube::api::{DeleteParams, PostParams};
+use kube::client::ConfigExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use serde_json::json;
+
+use errand::api::{Agent, AgentExecution, Fileset};
+use errand::archive::{PackOptions, pack_dir};
+use errand::store::Store;
+use errand::store::keys::{self, ResultName};
+use shared::{MIB, Rng, Timed, env_or, fmt_mib, fmt_s, generate, summarize, write_blob};
+use support::cluster::{self, TestNamespace};
+use support::errand::{DATA_API_SERVICE as API_SERVICE, wait_for, wait_for_data_api};
+use support::harness::{controller_command, execution_id, wait_until_ready};
+
+/// The Service the APIService points at, standing in for the chart's.
+const SERVICE: &str = "errand-data-bench";
+/// The Fileset pushed through the API and locally.
+const FILESET: &str = "tree";
+/// The execution whose result is downloaded.
+const EXECUTION: &str = "big-result";
+
+/// Limits the issue sets: time ratios, and the server's peak RSS above idle.
+const RATIO_LIMIT: f64 = 1.5;
+const RSS_LIMIT: u64 = 64 * MIB;
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("data API benchmark: skipped outside `cargo bench --bench data_api`");
+        return;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let ok = runtime.block_on(bench());
+    if !ok {
+        std::process::exit(1);
+    }
+}
+
+async fn bench() -> bool {
+    let gib: f64 = env_or("ERRAND_BENCH_GIB", 1.0);
+    let runs: usize = env_or("ERRAND_BENCH_RUNS", 3);
+    let total = (gib * 1024.0 * MIB as f64) as u64;
+    let base = std::path::PathBuf::from(env_or("ERRAND_BENCH_DIR", "/var/tmp".to_owned()));
+    // Removed on every way out, a panic included: the data is 2-4 GiB.
+    let scratch = tempfile::Builder::new()
+        .prefix("errand-data-bench-")
+        .tempdir_in(&base)
+        .expect("a scratch directory");
+
+    let kubeconfig = cluster::kubeconfig_path();
+    let client = cluster::client_for(&kubeconfig, true)
+        .await
+        .expect("the test cluster is reachable");
+    support::errand::install_crds(&client).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let namespace = TestNamespace::create(&client, "bench-data").await;
+    let ns = namespace.name().to_owned();
+
+    // The controller, serving the data API on the bridge address the API server reaches.
+    let store_dir = scratch.path().join("store");
+    let store_url = format!("file://{}", store_dir.display());
+    let store = Store::open(&store_url).expect("a file store");
+    let listen = cluster::free_pod_gateway_address();
+    let data_api = cluster::free_pod_gateway_address();
+    // The APIService first: the controller puts its CA into it as it starts.
+    register(&client, &ns, data_api.port()).await;
+    let mut controller = controller_command(
+        &ns,
+        &store_url,
+        &format!("http://{listen}"),
+        listen,
+        &scratch.path().join("controller.log"),
+    )
+    .args(["--leader-elect", "false", "--lease-namespace", &ns])
+    .args(["--data-api-listen", &data_api.to_string()])
+    .args(["--serving-service", SERVICE])
+    .env("RUST_LOG", "warn")
+    .spawn()
+    .expect("errand controller starts");
+    let pid = controller.id();
+    wait_until_ready(listen, "the controller", Duration::from_secs(60)).await;
+    wait_for_data_api(&client).await;
+    let http = Http::new(&kubeconfig).await;
+
+    // (a) A 1 GiB result: written straight into the store as a run would have left it.
+    let execution = create_execution(&client, &ns).await;
+    let key = keys::result(&execution_id(&ns, &execution), ResultName::OutputWorkdir).unwrap();
+    let mut rng = Rng(0x5eed_0fda_7a00_0001);
+    let path = store_dir.join(&key);
+    std::fs::create_dir_all(path.parent().unwrap()).expect("the result's directory");
+    write_blob(&path, total, |buf| rng.fill(buf));
+    let results = format!(
+        "/apis/data.errand.dev/v1alpha1/namespaces/{ns}/agentexecutions/{EXECUTION}/results"
+    );
+    // Warm-up: the page cache, the connections, the caches of both sides (the listing answers
+    // once the controller's cache holds the execution).
+    assert_eq!(read_from_store(&store, &key).await, total);
+    wait_for("the results listing", Duration::from_secs(60), || {
+        http.download(&results)
+    })
+    .await;
+    let pki = kubeconfig
+        .parent()
+        .expect("the test environment")
+        .join("pki");
+    let direct = Http::front_proxy(&pki, data_api);
+    assert_eq!(direct.download(&format!("{results}/run_error")).await, None);
+    let idle = rss(pid).current;
+    let mut downloads = Vec::new();
+    let mut download_peak = 0;
+    let mut direct_downloads = Vec::new();
+    for run in 0..runs {
+        direct_downloads.push(
+            timed(async {
+                let bytes = direct.download(&format!("{results}/output_workdir")).await;
+                assert_eq!(bytes, Some(total), "the whole result from errand itself");
+            })
+            .await
+            .0,
+        );
+        shared::sync();
+        reset_peak(pid);
+        downloads.push(
+            paired_async(
+                run,
+                || async {
+                    let (wall, bytes) = timed(read_from_store(&store, &key)).await;
+                    assert_eq!(bytes, total);
+                    wall
+                },
+                || async {
+                    let (wall, bytes) =
+                        timed(http.download(&format!("{results}/output_workdir"))).await;
+                    assert_eq!(bytes, Some(total), "the whole result through the API");
+                    wall
+                },
+            )
+            .await,
+        );
+        download_peak = download_peak.max(rss(pid).peak);
+    }
+    std::fs::remove_file(&path).expect("removing the result");
+
+    // (b) A 1 GiB directory: the runner benchmark's mixed tree.
+    let tree = scratch.path().join("tree");
+    let (files, bytes) = generate(&tree, total);
+    eprintln!(
+        "tree: {files} files, {}; idle server RSS {}",
+        fmt_mib(bytes),
+        fmt_mib(idle)
+    );
+    create_fileset(&client, &ns).await;
+    let home = scratch.path().join("home");
+    let content =
+        format!("/apis/data.errand.dev/v1alpha1/namespaces/{ns}/filesets/{FILESET}/content");
+    let mut pushes = Vec::new();
+    let mut push_peak = 0;
+    let mut direct_pushes = Vec::new();
+    for run in 0..runs {
+        direct_pushes.push(timed(direct.push(&content, &tree)).await.0);
+        shared::sync();
+        reset_peak(pid);
+        pushes.push(
+            paired_async(
+                run,
+                || async { push_locally(&home, &tree) },
+                || async {
+                    let (wall, status) = timed(http.push(&content, &tree)).await;
+                    assert_eq!(status, 200, "the push through the API is stored");
+                    wall
+                },
+            )
+            .await,
+        );
+        push_peak = push_peak.max(rss(pid).peak);
+    }
+    let pushed = Api::<Fileset>::namespaced(client.clone(), &ns)
+        .get(FILESET)
+        .await
+        .expect("the Fileset");
+    let status = pushed.status.expect("the push recorded the content");
+    eprintln!(
+        "pushed through the API: {} ({}, {} files)",
+        status.digest.unwrap_or_default(),
+        fmt_mib(status.size.unwrap_or_default()),
+        status.file_count.unwrap_or_default()
+    );
+
+    let _ = controller.kill();
+    let _ = controller.wait();
+    unregister(&client).await;
+    namespace.delete().await;
+
+    let gib_label = format!("{gib} GiB");
+    let mut ok = true;
+    println!(
+        "\n| benchmark | through the API (median) | baseline (median) | ratio (median of paired runs) | limit | ok |\n|---|---|---|---|---|---|"
+    );
+    for (what, baseline, runs) in [
+        (
+            format!("download a {gib_label} result"),
+            "read from the store",
+            &downloads,
+        ),
+        (
+            format!("push a {gib_label} directory"),
+            "`errand filesets push --local`",
+            &pushes,
+        ),
+    ] {
+        let (theirs, ours, ratio) = summarize(runs);
+        let pass = ratio <= RATIO_LIMIT;
+        ok &= pass;
+        println!(
+            "| {what} | {} | {} ({baseline}) | {ratio:.2} | ≤ {RATIO_LIMIT} | {} |",
+            fmt_s(ours),
+            fmt_s(theirs),
+            yes(pass)
+        );
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    for (what, baseline, direct, runs) in [
+        (
+            "download",
+            "read from the store",
+            direct_downloads,
+            &downloads,
+        ),
+        (
+            "push",
+            "`errand filesets push --local`",
+            direct_pushes,
+            &pushes,
+        ),
+    ] {
+        let (theirs, ours, _) = summarize(runs);
+        let direct = median(direct);
+        println!(
+            "| {what} from errand itself, without the aggregator (front-proxy certificate; where the time goes) | {} ({:.2} of the way through the API) | {} ({baseline}) | {:.2} | - | - |",
+            fmt_s(direct),
+            direct.as_secs_f64() / ours.as_secs_f64(),
+            fmt_s(theirs),
+            direct.as_secs_f64() / theirs.as_secs_f64(),
+        );
+    }
+    for (what, peak) in [("downloads", download_peak), ("pushes", push_peak)] {
+        let above = peak.saturating_sub(idle);
+        let pass = above <= RSS_LIMIT;
+        ok &= pass;
+        println!(
+            "| server peak RSS during the {what} | {} above idle ({} peak, {} idle) | - | - | ≤ {} | {} |",
+            fmt_mib(above),
+            fmt_mib(peak),
+            fmt_mib(idle),
+            fmt_mib(RSS_LIMIT),
+            yes(pass)
+        );
+    }
+    let walls = |runs: &[(Timed, Timed)]| {
+        runs.iter()
+            .map(|(theirs, ours)| {
+                format!(
+                    "{:.2}/{:.2}",
+                    theirs.wall.as_secs_f64(),
+                    ours.wall.as_secs_f64()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "\nper run, baseline/API in s: downloads {}; pushes {}",
+        walls(&downloads),
+        walls(&pushes)
+    );
+    drop(scratch);
+    ok
+}
+
+fn yes(pass: bool) -> &'static str {
+    if pass { "yes" } else { "NO" }
+}
+
+/// Runs `work`, returning its wall time and result.
+async fn timed<T>(work: impl Future<Output = T>) -> (Duration, T) {
+    let started = Instant::now();
+    let out = work.await;
+    (started.elapsed(), out)
+}
+
+/// One paired run of `baseline` and `ours`: the baseline first on even runs, second on odd ones.
+async fn paired_async<B, O, FB, FO>(run: usize, baseline: B, ours: O) -> (Timed, Timed)
+where
+    B: FnOnce() -> FB,
+    O: FnOnce() -> FO,
+    FB: Future<Output = Duration>,
+    FO: Future<Output = Duration>,
+{
+    let timed = |wall| Timed {
+        wall,
+        cpu: Duration::ZERO,
+    };
+    shared::sync();
+    if run.is_multiple_of(2) {
+        let theirs = baseline().await;
+        shared::sync();
+        (timed(theirs), timed(ours().await))
+    } else {
+        let ours = ours().await;
+        shared::sync();
+        (timed(baseline().await), timed(ours))
+    }
+}
+
+/// Reads the whole object at `key` as the data API reads it from the store; its size.
+async fn read_from_store(store: &Store, key: &str) -> u64 {
+    let mut stream = store.get_range(key, None).await.expect("the result");
+    let mut bytes = 0;
+    while let Some(chunk) = stream.next().await {
+        bytes += chunk.expect("reading the store").len() as u64;
+    }
+    bytes
+}
+
+/// `errand filesets push --local` of `tree` into its own data directory `home`.
+fn push_locally(home: &Path, tree: &Path) -> Duration {
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_errand"))
+        .args(["filesets", "push", FILESET])
+        .arg(tree)
+        .args(["--local", "-o", "json"])
+        .env("ERRAND_HOME", home)
+        .output()
+        .expect("errand runs");
+    let wall = started.elapsed();
+    assert!(
+        output.status.success(),
+        "errand filesets push --local: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    wall
+}
+
+/// The API server as a tenant's HTTP client meets it, with the kubeconfig's credentials.
+struct Http {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Http {
+    async fn new(kubeconfig: &Path) -> Http {
+        let config = kube::Config::from_custom_kubeconfig(
+            Kubeconfig::read_from(kubeconfig).expect("the kubeconfig"),
+            &KubeConfigOptions::default(),
+        )
+        .await
+        .expect("the kubeconfig's cluster");
+        let tls = config.rustls_client_config().expect("its TLS settings");
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .build()
+            .expect("an HTTP client");
+        Http {
+            client,
+            base: config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_owned(),
+        }
+    }
+
+    /// errand's data API itself at `address`, as the aggregator calls it: with the front
+    /// proxy's client certificate and the user in headers. Where the time goes, not what a
+    /// tenant can do.
+    fn front_proxy(pki: &Path, address: std::net::SocketAddr) -> Http {
+        let mut pem = std::fs::read(pki.join("front-proxy-client.crt"))
+            .expect("the front proxy's certificate");
+        pem.extend(std::fs::read(pki.join("front-proxy-client.key")).expect("its key"));
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-remote-user", "errand-testenv-admin".parse().unwrap());
+        headers.insert("x-remote-group", "system:masters".parse().unwrap());
+        let client = reqwest::Client::builder()
+            .identity(reqwest::Identity::from_pem(&pem).expect("a client identity"))
+            // errand's self-signed serving certificate; only the timing matters here.
+            .danger_accept_invalid_certs(true)
+            .default_headers(headers)
+            .build()
+            .expect("an HTTP client");
+        Http {
+            client,
+            base: format!("https://{address}"),
+        }
+    }
+
+    /// GETs `path` to its end; the bytes received, `None` for an answer other than 200.
+    async fn download(&self, path: &str) -> Option<u64> {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("the API server answers");
+        if response.status() != 200 {
+            return None;
+        }
+        let mut stream = response.bytes_stream();
+        let mut bytes = 0;
+        while let Some(chunk) = stream.next().await {
+            bytes += chunk.expect("the download").len() as u64;
+        }
+        Some(bytes)
+    }
+
+    /// Packs `tree` as `errand filesets push` does and PUTs the stream to `path`; the status.
+    async fn push(&self, path: &str, tree: &Path) -> u16 {
+        let packing = pack_dir(
+            tree,
+            PackOptions {
+                stageable: true,
+                ..PackOptions::default()
+            },
+        )
+        .expect("packing the tree");
+        let response = self
+            .client
+            .put(format!("{}{path}", self.base))
+            .header("content-type", "application/gzip")
+            .body(reqwest::Body::wrap_stream(packing.stream))
+            .send()
+            .await
+            .expect("the API server answers");
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        packing.done.wait().await.expect("packing the tree");
+        assert_eq!(status, 200, "{body}");
+        status
+    }
+}
+
+/// The resident set of a process now and at its peak since [`reset_peak`], in bytes.
+struct Rss {
+    current: u64,
+    peak: u64,
+}
+
+fn rss(pid: u32) -> Rss {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server runs");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
+    };
+    Rss {
+        current: field("VmRSS:"),
+        peak: field("VmHWM:"),
+    }
+}
+
+/// Resets the process's peak RSS to its current RSS.
+fn reset_peak(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("resetting VmHWM");
+}
+
+/// The chart's Service and APIService for a data API on this host's bridge address at `port`.
+/// The Service and its EndpointSlice go with the namespace; [`unregister`] removes the rest.
+async fn register(client: &Client, ns: &str, port: u16) {
+    let services = Api::<APIService>::all(client.clone());
+    let _ = services.delete(API_SERVICE, &DeleteParams::default()).await;
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": SERVICE},
+        "spec": {"ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]},
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("the Service");
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{SERVICE}-host"),
+            "labels": {"kubernetes.io/service-name": SERVICE},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [cluster::POD_GATEWAY], "conditions": {"ready": true}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    }))
+    .unwrap();
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("the EndpointSlice");
+    let api_service: APIService = serde_json::from_value(json!({
+        "metadata": {"name": API_SERVICE},
+        "spec": {
+            "group": "data.errand.dev",
+            "version": "v1alpha1",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+            "service": {"name": SERVICE, "namespace": ns, "port": 443},
+        },
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &api_service)
+        .await
+        .expect("the APIService");
+}
+
+async fn unregister(client: &Client) {
+    let _ = Api::<APIService>::all(client.clone())
+        .delete(API_SERVICE, &DeleteParams::default())
+        .await;
+}
+
+/// An execution whose Job stays suspended (a Kueue queue nobody admits), so the run never
+/// starts and the result written into the store is what the API serves.
+async fn create_execution(client: &Client, ns: &str) -> AgentExecution {
+    let agent = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+        "metadata": {"name": "bench"},
+        "spec": {
+            "runtime": {"image": support::cluster::BUSYBOX_IMAGE, "command": ["true"]},
+            "config": {"config_format": "agents-spec-v1", "name": "bench"},
+        },
+    });
+    Api::<Agent>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(agent).unwrap(),
+        )
+        .await
+        .expect("the Agent");
+    let execution: AgentExecution = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+        "metadata": {"name": EXECUTION},
+        "spec": {
+            "agentRef": {"name": "bench"}, "input": "x",
+            "queueName": "nobody-admits", "startTimeoutSeconds": 3600,
+        },
+    }))
+    .unwrap();
+    Api::<AgentExecution>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &execution)
+        .await
+        .expect("the AgentExecution")
+}
+
+async fn create_fileset(client: &Client, ns: &str) {
+    let fileset: Fileset = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+        "metadata": {"name": FILESET},
+        "spec": {},
+    }))
+    .unwrap();
+    Api::<Fileset>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &fileset)
+        .await
+        .expect("the Fileset");
+}
