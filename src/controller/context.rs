@@ -17,6 +17,7 @@ use super::error::Error;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::kueue::Workload;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
 
@@ -35,6 +36,8 @@ pub struct Context {
     pub jobs: Store<Job>,
     /// Pods of errand's Jobs (specs stripped).
     pub pods: Store<Pod>,
+    /// Kueue's Workloads (conditions only), when the cluster runs Kueue.
+    pub workloads: Option<Store<Workload>>,
     /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
     caches_ready: CachesReady,
     /// Where results are kept; the finalizer deletes from it.
@@ -62,6 +65,7 @@ impl Context {
         catalog: ClusterCatalog,
         jobs: Store<Job>,
         pods: Store<Pod>,
+        workloads: Option<Store<Workload>>,
         caches_ready: CachesReady,
         results: crate::store::Store,
         signer: Arc<dyn UrlSigner>,
@@ -74,6 +78,7 @@ impl Context {
             catalog,
             jobs,
             pods,
+            workloads,
             caches_ready,
             results,
             signer,

@@ -150,6 +150,7 @@ pub async fn run_prepared(
         passthrough,
         stop: StopRequest::Cancel,
         inherit_env: false,
+        gpu_devices: Vec::new(),
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 

@@ -221,6 +221,7 @@ fn context_over(
         catalog,
         jobs,
         pods,
+        None,
         caches_ready,
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
         signer,
@@ -327,7 +328,12 @@ async fn a_finished_execution_costs_no_request() {
 /// The execution as it stands while `running_pod` runs its agent.
 fn running_execution() -> AgentExecution {
     let starting = execution(None);
-    let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
+    let facts = status::facts(
+        Some(&owned_job()),
+        &[&running_pod()],
+        None,
+        Timestamp::now(),
+    );
     let decision = status::decide(&starting, &facts);
     let mut running = status::render(&starting, &decision.standing, facts.now);
     running.snapshot = Some(SnapshotRef::test());
@@ -657,11 +663,11 @@ mod arithmetic {
                 "calculator",
                 SnapshotRef::default(),
                 "errand-calc",
-                false,
+                None,
                 now,
             );
             execution.status = Some(starting);
-            let facts = status::facts(Some(&owned_job()), &[], now);
+            let facts = status::facts(Some(&owned_job()), &[], None, now);
             let decision = status::decide(&execution, &facts);
             if let Some(after) = decision.recheck_after {
                 prop_assert!(recheck_delay(after) <= MAX_RECHECK);
