@@ -77,6 +77,8 @@ pub struct Harness {
     /// Where a [`Mode::WithPods`] controller serves, kept across restarts so that the URLs
     /// pods already have stay valid.
     address: Option<SocketAddr>,
+    /// Arguments added to the [`Mode::WithPods`] controller's command line.
+    controller_args: Vec<String>,
     controller: Option<Controller>,
 }
 
@@ -112,6 +114,21 @@ impl Harness {
         labels: &[(&str, &str)],
         mode: Mode,
     ) -> Option<Self> {
+        Self::start_with(prefix, labels, mode, &[]).await
+    }
+
+    /// [`Harness::start`] in a namespace with these labels, a [`Mode::WithPods`] controller
+    /// getting these extra arguments (e.g. `--default-queue-name q`).
+    pub async fn start_with(
+        prefix: &str,
+        labels: &[(&str, &str)],
+        mode: Mode,
+        controller_args: &[&str],
+    ) -> Option<Self> {
+        assert!(
+            controller_args.is_empty() || mode == Mode::WithPods,
+            "only the controller process takes arguments"
+        );
         let client = cluster::client().await?;
         install_crds(&client).await;
         chart_rbac::grant(&client).await;
@@ -123,6 +140,7 @@ impl Harness {
             mode,
             dir: tempfile::tempdir().expect("a temporary directory"),
             address,
+            controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
             controller: None,
         };
         harness.start_controller().await;
@@ -173,6 +191,7 @@ impl Harness {
         )
         .args(["--leader-elect", "false"])
         .args(["--staging-budget-seconds", "120"])
+        .args(&self.controller_args)
         .env("KUBECONFIG", &kubeconfig)
         .spawn()
         .expect("the errand binary starts");
