@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::run::AgentRun;
-use super::{Invocation, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
+use super::{Invocation, Provenance, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
 use crate::api::ResultEntry;
 use crate::archive::{self, ArchiveError, PackItem, PackOptions, PackStats, SkippedEntry};
 use crate::store::keys::{ExecutionId, ResultName};
@@ -28,6 +28,10 @@ struct RunResultRecord<'a> {
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     gpu_devices: &'a [String],
     execution: &'a ExecutionId,
+    /// The command that ran: locally, on this machine; in a pod, in `image`.
+    command: &'a [String],
+    #[serde(flatten)]
+    provenance: &'a Provenance,
 }
 
 /// `run_error`: the record of a run that could not start, timed out or was cancelled.
@@ -139,6 +143,8 @@ pub(super) async fn collect<K: ResultSink>(
                 duration_ms: summary.duration_ms,
                 gpu_devices: &summary.gpu_devices,
                 execution: &inv.execution,
+                command: &inv.command,
+                provenance: &inv.provenance,
             };
             saver.json(ResultName::RunResult, &record).await;
         }

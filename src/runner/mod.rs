@@ -210,6 +210,18 @@ pub struct Invocation {
     /// The GPUs the agent's container was given (see [`pod::visible_gpus`]), for the run
     /// record; none locally.
     pub gpu_devices: Vec<String>,
+    /// What the run came from, for `run_result`.
+    pub provenance: Provenance,
+}
+
+/// What a run came from, as `run_result` records it beside the command.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// Digest of the snapshot the run came from, `sha256:<hex>`.
+    pub snapshot_digest: String,
+    /// The agent's image as the pod named it (pinned by digest on a rerun); `None` locally,
+    /// where the agent's command runs on this machine and there is no image.
+    pub image: Option<String>,
 }
 
 /// What a stop signal (SIGTERM, Ctrl-C) means to the runner that receives it.

@@ -8,14 +8,16 @@ mod decide;
 mod message;
 mod observe;
 mod render;
+mod timings;
 
-pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide, queued_message};
+pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide, queued_message};
 pub use message::MESSAGE_LIMIT;
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, WorkloadFacts,
     facts, workload_facts,
 };
 pub use render::{invalid, rejected, render, retrying, starting};
+pub use timings::{Timings, timings};
 
 #[cfg(test)]
 mod tests;
