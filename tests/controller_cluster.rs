@@ -468,7 +468,12 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
             reason_of(e, ConditionType::Started) == Some("Queued")
         })
         .await;
-    assert_eq!(phase_of(&execution), Some(Phase::Starting));
+    assert_eq!(phase_of(&execution), Some(Phase::Queued));
+    assert!(
+        message_of(&execution).starts_with("waiting in Kueue LocalQueue team-queue"),
+        "{}",
+        message_of(&execution)
+    );
     let job = &harness.namespace.managed::<Job>().await[0];
     assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
     assert_eq!(job.labels()["kueue.x-k8s.io/queue-name"], "team-queue");

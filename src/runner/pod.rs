@@ -302,11 +302,28 @@ fn invocation(
         passthrough: true,
         stop: StopRequest::PodDeletion,
         inherit_env: true,
+        gpu_devices: visible_gpus(std::env::var(NVIDIA_VISIBLE_DEVICES).ok().as_deref()),
         provenance: Provenance {
             snapshot_digest: snapshot.digest(),
             image: Some(snapshot.agent.runtime.image.clone()),
         },
     }
+}
+
+/// The variable through which NVIDIA's device plugin (and the test node's fake one) tells a
+/// container which GPUs it was given.
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// The GPUs an `NVIDIA_VISIBLE_DEVICES` value names: its comma-separated ids (or `all`); none
+/// for an unset or empty value and NVIDIA's `void` and `none`.
+pub fn visible_gpus(value: Option<&str>) -> Vec<String> {
+    value
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && *id != "void" && *id != "none")
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Copies this executable into `bin_dir`, with the errand image's CA roots when it has them
@@ -365,6 +382,7 @@ fn report_unsaved(paths: &PodPaths, state: RunState, error: &PodError) -> i32 {
         stderr_tail: error.to_string(),
         results: Vec::new(),
         results_error: Some("nothing was saved: errand could not set up the run".into()),
+        gpu_devices: Vec::new(),
     };
     write_termination(paths, &summary);
     SETUP_FAILED
@@ -418,6 +436,20 @@ mod tests {
             results: Vec::new(),
             results_error: results_error.map(str::to_owned),
             skipped: Vec::new(),
+            gpu_devices: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_visible_gpus_are_the_ids_the_device_plugin_set() {
+        assert_eq!(visible_gpus(Some("fake-gpu-2")), ["fake-gpu-2"]);
+        assert_eq!(
+            visible_gpus(Some("GPU-a1b2, GPU-c3d4")),
+            ["GPU-a1b2", "GPU-c3d4"]
+        );
+        assert_eq!(visible_gpus(Some("all")), ["all"]);
+        for none in [None, Some(""), Some("void"), Some("none")] {
+            assert!(visible_gpus(none).is_empty(), "{none:?}");
         }
     }
 

@@ -77,7 +77,7 @@ pub struct Harness {
     /// Where a [`Mode::WithPods`] controller serves, kept across restarts so that the URLs
     /// pods already have stay valid.
     address: Option<SocketAddr>,
-    /// What a [`Mode::WithPods`] controller is started with besides the harness's own flags.
+    /// Arguments added to the [`Mode::WithPods`] controller's command line.
     controller_args: Vec<String>,
     controller: Option<Controller>,
 }
@@ -114,21 +114,28 @@ impl Harness {
         labels: &[(&str, &str)],
         mode: Mode,
     ) -> Option<Self> {
-        Self::start_with(prefix, labels, mode, &["--staging-budget-seconds", "120"]).await
+        Self::start_with(prefix, labels, mode, &[]).await
     }
 
     /// A [`Mode::WithPods`] harness whose controller gets `args` (for example a staging budget
-    /// and a grant lifetime) instead of the default staging budget of 120 s.
+    /// and a grant lifetime).
     pub async fn start_with_controller_args(prefix: &str, args: &[&str]) -> Option<Self> {
         Self::start_with(prefix, &[], Mode::WithPods, args).await
     }
 
-    async fn start_with(
+    /// [`Harness::start`] in a namespace with these labels, a [`Mode::WithPods`] controller
+    /// getting these extra arguments (e.g. `--default-queue-name q`; a staging budget of 120 s
+    /// unless they name one).
+    pub async fn start_with(
         prefix: &str,
         labels: &[(&str, &str)],
         mode: Mode,
         controller_args: &[&str],
     ) -> Option<Self> {
+        assert!(
+            controller_args.is_empty() || mode == Mode::WithPods,
+            "only the controller process takes arguments"
+        );
         let client = cluster::client().await?;
         install_crds(&client).await;
         chart_rbac::grant(&client).await;
@@ -199,6 +206,12 @@ impl Harness {
             &self.log_path(),
         )
         .args(["--leader-elect", "false"])
+        .args(
+            (!self.controller_args.iter().any(|a| a == "--staging-budget-seconds"))
+                .then_some(["--staging-budget-seconds", "120"])
+                .into_iter()
+                .flatten(),
+        )
         .args(&self.controller_args)
         .env("KUBECONFIG", &kubeconfig)
         .spawn()

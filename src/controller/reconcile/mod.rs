@@ -171,7 +171,8 @@ impl Reconciler<'_> {
             let after = Timestamp::now().duration_since(created.0);
             self.ctx.metrics.job_created(after.as_secs_f64());
         }
-        let queued = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let queue = snapshot.queue_name.as_deref().filter(|_| suspended);
         let status = status::starting(
             self.execution,
             &snapshot.agent.name,
@@ -180,7 +181,7 @@ impl Reconciler<'_> {
                 digest,
             },
             &job.name_any(),
-            queued,
+            queue,
             Timestamp::now(),
         );
         self.write_status(status).await?;
@@ -195,7 +196,12 @@ impl Reconciler<'_> {
     async fn progress(&self) -> Result<Action> {
         let observed = self.observe().await?;
         let pods = observed.pods();
-        let mut facts = status::facts(observed.job.as_deref(), &pods, Timestamp::now());
+        let mut facts = status::facts(
+            observed.job.as_deref(),
+            &pods,
+            observed.workload.as_deref(),
+            Timestamp::now(),
+        );
         let mut decision = status::decide(self.execution, &facts);
         if decision.needs_warnings(&facts) {
             let job_uid = facts.job.as_ref().and_then(|j| j.uid.as_deref());

@@ -245,6 +245,7 @@ fn context_from(
         catalog,
         jobs,
         pods,
+        None,
         caches_ready,
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
         signer,
@@ -453,7 +454,12 @@ async fn a_namespace_lifetime_wins_over_the_controller_default_and_a_bad_one_is_
 /// The execution as it stands while `running_pod` runs its agent.
 fn running_execution() -> AgentExecution {
     let starting = execution(None);
-    let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
+    let facts = status::facts(
+        Some(&owned_job()),
+        &[&running_pod()],
+        None,
+        Timestamp::now(),
+    );
     let decision = status::decide(&starting, &facts);
     let mut running = status::render(&starting, &decision.standing, facts.now);
     running.snapshot = Some(SnapshotRef::test());
@@ -781,11 +787,11 @@ mod arithmetic {
                 "calculator",
                 SnapshotRef::default(),
                 "errand-calc",
-                false,
+                None,
                 now,
             );
             execution.status = Some(starting);
-            let facts = status::facts(Some(&owned_job()), &[], now);
+            let facts = status::facts(Some(&owned_job()), &[], None, now);
             let decision = status::decide(&execution, &facts);
             if let Some(after) = decision.recheck_after {
                 prop_assert!(recheck_delay(after) <= MAX_RECHECK);
