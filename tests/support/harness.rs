@@ -207,10 +207,13 @@ impl Harness {
         )
         .args(["--leader-elect", "false"])
         .args(
-            (!self.controller_args.iter().any(|a| a == "--staging-budget-seconds"))
-                .then_some(["--staging-budget-seconds", "120"])
-                .into_iter()
-                .flatten(),
+            (!self
+                .controller_args
+                .iter()
+                .any(|a| a == "--staging-budget-seconds"))
+            .then_some(["--staging-budget-seconds", "120"])
+            .into_iter()
+            .flatten(),
         )
         .args(&self.controller_args)
         .env("KUBECONFIG", &kubeconfig)

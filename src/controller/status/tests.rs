@@ -1184,7 +1184,7 @@ fn a_job_kueue_let_go_counts_its_start_from_its_resume_not_its_creation() {
             ..Default::default()
         }),
     };
-    let started = |job: &Job| facts(Some(job), &[], now(600)).job.unwrap().started;
+    let started = |job: &Job| facts(Some(job), &[], None, now(600)).job.unwrap().started;
     assert_eq!(started(&job(true, Some(("True", 1)), None)), Some(now(1)));
     assert_eq!(
         started(&job(false, Some(("True", 1)), None)),
