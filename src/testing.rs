@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::api::{
     AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
-    AgentRuntime, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeSecurity,
+    RuntimeContainer, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeSecurity,
     SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
@@ -61,10 +61,10 @@ impl AgentSpec {
             "env": {"PRECISION": "2"},
         });
         Self {
-            runtime: AgentRuntime {
+            runtime: RuntimeContainer {
                 image: "errand.local/calculator:dev".into(),
                 command: vec!["python3".into(), "/agent/calculator.py".into()],
-                ..AgentRuntime::default()
+                ..RuntimeContainer::default()
             },
             config: AgentConfig(config.as_object().expect("an object").clone()),
         }

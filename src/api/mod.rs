@@ -1,4 +1,4 @@
-//! The `errand.dev/v1alpha1` custom resources: Agent, AgentEnvironment, Fileset and AgentExecution.
+//! The `errand.dev/v1alpha1` custom resources: Agent, AgentEnvironment, Fileset, AgentExecution and the cluster-scoped AgentRuntime.
 // kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
@@ -9,8 +9,9 @@ pub mod crds;
 mod environment;
 mod execution;
 mod fileset;
+mod runtime;
 
-pub use agent::{Agent, AgentConfig, AgentRuntime, AgentSpec, AgentStatus, RuntimeSecurity};
+pub use agent::{Agent, AgentConfig, RuntimeContainer, AgentSpec, AgentStatus, RuntimeSecurity};
 pub use common::{Reference, ResultEntry};
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
@@ -23,6 +24,7 @@ pub use execution::{
     Workdir,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
+pub use runtime::{AgentRuntime, AgentRuntimeSpec};
 
 /// The API group of every errand resource.
 pub const GROUP: &str = "errand.dev";

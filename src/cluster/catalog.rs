@@ -1,4 +1,4 @@
-//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments and Filesets, and Secret key names read on demand.
+//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments, AgentRuntimes and Filesets, and Secret key names read on demand.
 //!
 //! Secrets are never cached or listed: the controller may only `get` them, and only the key
 //! names survive the read ([`secret_key_names`] runs on arrival), so a Secret value is never
@@ -17,8 +17,8 @@ use kube::{Api, Client};
 
 use super::ApiError;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, Fileset,
-    FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentRuntime,
+    AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
@@ -38,6 +38,8 @@ pub struct ClusterCatalog {
     pub agents: Store<Agent>,
     /// AgentEnvironments.
     pub environments: Store<AgentEnvironment>,
+    /// AgentRuntimes (cluster-scoped).
+    pub runtimes: Store<AgentRuntime>,
     /// Filesets.
     pub filesets: Store<Fileset>,
     /// The path indexes pushed beside Fileset blobs.
@@ -114,6 +116,7 @@ impl ClusterCatalog {
     pub async fn wait_until_ready(&self) -> bool {
         self.agents.wait_until_ready().await.is_ok()
             && self.environments.wait_until_ready().await.is_ok()
+            && self.runtimes.wait_until_ready().await.is_ok()
             && self.filesets.wait_until_ready().await.is_ok()
     }
 }
@@ -136,6 +139,10 @@ impl Catalog for WithSecrets<'_> {
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
         let key = ObjectRef::new(name).within(namespace);
         self.caches.environments.get(&key).map(|e| e.spec.clone())
+    }
+
+    fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
+        runtime_specs(self.caches.runtimes.state().iter().map(|r| r.as_ref()))
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
@@ -210,6 +217,17 @@ pub async fn resolve(
     Ok(crate::resolve::resolve_execution(namespace, spec, &live))
 }
 
+/// The name and spec of each AgentRuntime, sorted by name.
+fn runtime_specs<'a>(
+    runtimes: impl Iterator<Item = &'a AgentRuntime>,
+) -> Vec<(String, AgentRuntimeSpec)> {
+    let mut specs: Vec<(String, AgentRuntimeSpec)> = runtimes
+        .filter_map(|r| Some((r.metadata.name.clone()?, r.spec.clone())))
+        .collect();
+    specs.sort_by(|a, b| a.0.cmp(&b.0));
+    specs
+}
+
 /// The names of the Secrets an environment binds.
 fn bound_secret_names(environment: Option<&AgentEnvironmentSpec>) -> BTreeSet<String> {
     environment
@@ -255,14 +273,26 @@ pub async fn live_catalog(
     spec: &AgentExecutionSpec,
 ) -> Result<InMemoryCatalog, ApiError> {
     let mut catalog = InMemoryCatalog::default();
+    let mut agent = spec.agent.clone();
     if let Some(reference) = &spec.agent_ref
-        && let Some(agent) = get(
+        && let Some(found) = get(
             Api::<Agent>::namespaced(client.clone(), namespace),
             &reference.name,
         )
         .await?
     {
-        catalog = catalog.with_agent(namespace, &reference.name, agent.spec);
+        agent = Some(found.spec.clone());
+        catalog = catalog.with_agent(namespace, &reference.name, found.spec);
+    }
+    // Only an agent without its own runtime needs the AgentRuntimes.
+    if agent.is_some_and(|a| a.runtime.is_none()) {
+        let runtimes = Api::<AgentRuntime>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(ApiError::during("listing AgentRuntimes to resolve an execution"))?;
+        for (name, runtime) in runtime_specs(runtimes.items.iter()) {
+            catalog = catalog.with_runtime(&name, runtime);
+        }
     }
     let environment = match &spec.environment_ref {
         Some(reference) => {

@@ -11,6 +11,7 @@ mod problems;
 mod quantity;
 mod refs;
 mod rules;
+mod runtime;
 mod schema;
 mod snapshot;
 
@@ -20,8 +21,8 @@ use serde_json::{Map, Value};
 
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{
-    AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
-    Reference, Workdir,
+    AgentConfig, AgentEnvironmentSpec, AgentExecutionSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
+    Reference, RuntimeContainer, Workdir,
 };
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
@@ -35,6 +36,7 @@ pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
     relative_path,
 };
+pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{
     Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
     decode,
@@ -80,18 +82,20 @@ pub fn resolve_execution(
     };
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
+    let runtime_defaults = agent.picked.as_ref().and_then(|p| p.spec.compute.as_ref());
 
     let snapshot = Snapshot {
         version: SNAPSHOT_VERSION.to_owned(),
         namespace: namespace.to_owned(),
         agent: ResolvedAgent {
             name: agent_name,
-            runtime: agent.runtime,
+            runtime: agent.container,
+            runtime_name: agent.picked.as_ref().map(|p| p.name.clone()),
         },
         environment: environment_name,
         config,
         secrets,
-        compute: environment.compute,
+        compute: with_runtime_defaults(environment.compute, runtime_defaults),
         workdir,
         input: spec.input.clone(),
         timeout_seconds: spec.timeout_seconds,
@@ -164,13 +168,21 @@ fn check_reference(
     ok
 }
 
-/// The agent's name and spec, from `agentRef` or the inline `agent`.
+/// An agent ready to run: its config and the container it runs in, its own `runtime` or the
+/// AgentRuntime picked for its harness kind.
+struct RunnableAgent {
+    config: AgentConfig,
+    container: RuntimeContainer,
+    picked: Option<PickedRuntime>,
+}
+
+/// The agent's name and what runs it, from `agentRef` or the inline `agent`.
 fn resolve_agent(
     namespace: &str,
     spec: &AgentExecutionSpec,
     catalog: &dyn Catalog,
     problems: &mut Problems,
-) -> Option<(String, AgentSpec)> {
+) -> Option<(String, RunnableAgent)> {
     let (name, agent, prefix) = match (&spec.agent_ref, &spec.agent) {
         (Some(reference), None) => {
             if !check_reference(namespace, reference, "spec.agentRef", problems) {
@@ -202,14 +214,34 @@ fn resolve_agent(
         }
     };
     let before = problems.len();
-    check_agent(&agent, &prefix, problems);
-    (problems.len() == before).then_some((name, agent))
+    check_config(&agent.config, &prefix, problems);
+    let (container, picked) = match agent.runtime {
+        Some(container) => {
+            check_container(&container, &format!("{prefix}.runtime"), problems);
+            (container, None)
+        }
+        None => match pick_runtime(&agent.config.0, &catalog.runtimes(), &prefix) {
+            Ok(picked) => (picked.spec.container.clone(), Some(picked)),
+            Err(problem) => {
+                problems.extend([problem]);
+                return None;
+            }
+        },
+    };
+    (problems.len() == before).then_some((
+        name,
+        RunnableAgent {
+            config: agent.config,
+            container,
+            picked,
+        },
+    ))
 }
 
-/// Checks an agent's own fields: config format, entrypoint, plain env names.
-fn check_agent(agent: &AgentSpec, prefix: &str, problems: &mut Problems) {
+/// Checks an agent's config: its format and plain env names.
+fn check_config(config: &AgentConfig, prefix: &str, problems: &mut Problems) {
     let format_field = format!("{prefix}.config.config_format");
-    match agent.config.0.get("config_format") {
+    match config.0.get("config_format") {
         None => problems.push(
             format_field,
             format!(
@@ -226,25 +258,26 @@ fn check_agent(agent: &AgentSpec, prefix: &str, problems: &mut Problems) {
             ),
         ),
     }
-    if agent.runtime.image.trim().is_empty() {
-        problems.push(format!("{prefix}.runtime.image"), "must not be empty");
+    if let Some(env) = config.0.get("env") {
+        check_env_object(env, &format!("{prefix}.config.env"), problems);
     }
-    if agent.runtime.command.is_empty() {
-        problems.push(
-            format!("{prefix}.runtime.command"),
-            "must name the agent's entrypoint",
-        );
+}
+
+/// Checks an agent's container (found at `field`): image, entrypoint, pull policy.
+fn check_container(container: &RuntimeContainer, field: &str, problems: &mut Problems) {
+    if container.image.trim().is_empty() {
+        problems.push(format!("{field}.image"), "must not be empty");
     }
-    if let Some(policy) = agent.runtime.image_pull_policy.as_deref()
+    if container.command.is_empty() {
+        problems.push(format!("{field}.command"), "must name the agent's entrypoint");
+    }
+    if let Some(policy) = container.image_pull_policy.as_deref()
         && !["Always", "IfNotPresent", "Never"].contains(&policy)
     {
         problems.push(
-            format!("{prefix}.runtime.imagePullPolicy"),
+            format!("{field}.imagePullPolicy"),
             format!("{policy:?} is not one of Always, IfNotPresent, Never"),
         );
-    }
-    if let Some(env) = agent.config.0.get("env") {
-        check_env_object(env, &format!("{prefix}.config.env"), problems);
     }
 }
 
