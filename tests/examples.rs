@@ -37,6 +37,8 @@ fn example_catalog() -> InMemoryCatalog {
         "calculator/agent.yaml",
         "environment/secret.yaml",
         "environment/environment.yaml",
+        "nemo/runtime.yaml",
+        "nemo/agent.yaml",
     ] {
         for manifest in manifests(&repo().join("examples").join(file)) {
             catalog = match manifest {
@@ -47,6 +49,10 @@ fn example_catalog() -> InMemoryCatalog {
                 ManifestObject::Environment(environment) => {
                     let name = environment.metadata.name.clone().unwrap();
                     catalog.with_environment(NS, &name, environment.spec)
+                }
+                ManifestObject::Runtime(runtime) => {
+                    let name = runtime.metadata.name.clone().unwrap();
+                    catalog.with_runtime(&name, runtime.spec)
                 }
                 ManifestObject::Secret { name, data, .. } => {
                     let pairs: Vec<(&str, &str)> =
@@ -84,6 +90,7 @@ fn every_valid_example_execution_resolves() {
         "calculator/execution.yaml",
         "environment/execution.yaml",
         "inline-agent/execution.yaml",
+        "nemo/execution.yaml",
         "workdir/execution.yaml",
     ];
     for file in valid {
@@ -97,6 +104,13 @@ fn every_valid_example_execution_resolves() {
     let limits = &snapshot.compute.resources.unwrap().limits;
     assert_eq!(limits["nvidia.com/gpu"].0, "1");
     assert_eq!(snapshot.secrets[0].env, "OPENAI_API_KEY");
+    // The NeMo calculator names no runtime: it runs with the `deepagents` AgentRuntime, whose
+    // default compute it gets.
+    let nemo = execution_in(&examples.join("nemo/execution.yaml"));
+    let snapshot = resolve_execution(NS, &nemo.spec, &catalog).unwrap();
+    assert_eq!(snapshot.agent.runtime_name.as_deref(), Some("deepagents"));
+    assert_eq!(snapshot.command(), ["/usr/local/bin/test-harness"]);
+    assert_eq!(snapshot.compute.resources.unwrap().limits["cpu"].0, "500m");
 }
 
 /// The header line `# refused: FIELD (by)` of an invalid example.
@@ -177,7 +191,7 @@ fn the_chart_test_runs_the_example_calculator() {
     else {
         panic!("the calculator example is an Agent");
     };
-    let script = &agent.spec.runtime.command[2];
+    let script = &agent.spec.runtime.as_ref().expect("a runtime").command[2];
     let shipped =
         std::fs::read_to_string(repo().join("charts/errand/files/calculator.sh")).unwrap();
     assert_eq!(

@@ -1,4 +1,4 @@
-//! The catalog commands: `apply -f`, `agents`, `environments`, `filesets push|list|delete`.
+//! The catalog commands: `apply -f`, `agents`, `environments`, `runtimes`, `filesets push|list|delete`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +8,7 @@ use super::context::{Local, Target};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
 use crate::local::{CheckedObject, ObjectKind, parse_manifests, read_manifest_file};
 
-/// What to do with Agents or AgentEnvironments.
+/// What to do with Agents, AgentEnvironments or AgentRuntimes.
 #[derive(Debug, clap::Subcommand)]
 pub enum CatalogAction {
     /// List them (the default).
@@ -71,7 +71,7 @@ pub fn apply(target: &Target, files: &[PathBuf], output: OutputArgs) -> Result<(
     Ok(())
 }
 
-/// `errand agents` / `errand environments`.
+/// `errand agents` / `errand environments` / `errand runtimes`.
 pub fn objects(
     target: &Target,
     kind: ObjectKind,
@@ -82,19 +82,26 @@ pub fn objects(
     let catalog = local.catalog();
     match action.unwrap_or(&CatalogAction::List) {
         CatalogAction::List => {
-            let objects: Vec<serde_json::Value> = catalog
-                .list(&local.namespace, kind)
-                .iter()
-                .filter_map(|name| match kind {
-                    ObjectKind::Agent => catalog
-                        .agent_object(&local.namespace, name)
-                        .map(|o| serde_json::to_value(o).ok()),
-                    _ => catalog
-                        .environment_object(&local.namespace, name)
-                        .map(|o| serde_json::to_value(o).ok()),
-                })
-                .flatten()
-                .collect();
+            let objects: Vec<serde_json::Value> = match kind {
+                ObjectKind::Runtime => catalog
+                    .runtime_objects()
+                    .iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect(),
+                _ => catalog
+                    .list(&local.namespace, kind)
+                    .iter()
+                    .filter_map(|name| match kind {
+                        ObjectKind::Agent => catalog
+                            .agent_object(&local.namespace, name)
+                            .map(|o| serde_json::to_value(o).ok()),
+                        _ => catalog
+                            .environment_object(&local.namespace, name)
+                            .map(|o| serde_json::to_value(o).ok()),
+                    })
+                    .flatten()
+                    .collect(),
+            };
             print_ok(output.format, kind.plural(), &objects, || {
                 objects
                     .iter()
