@@ -12,10 +12,7 @@ fn example(path: &str) -> String {
 /// An AgentRuntime manifest for `kind` whose command is the test harness script (locally the
 /// command runs on the machine and the image is not used).
 fn harness_runtime(home: &Home, name: &str, kind: &str) -> String {
-    let script = format!(
-        "{}/hack/images/test-harness.sh",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let script = format!("{}/hack/images/test-harness.sh", env!("CARGO_MANIFEST_DIR"));
     let manifest = json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "AgentRuntime", "metadata": {"name": name},
         "spec": {"harnessKind": kind, "image": "errand.local/test-harness:test",
@@ -38,8 +35,14 @@ fn the_nemo_calculator_runs_with_the_runtime_of_its_harness_kind() {
     applied(&home, &example("agent.yaml"));
     let (code, runtimes) = home.json(&["runtimes"]);
     assert_eq!(code, 0, "{runtimes}");
-    assert_eq!(runtimes["agentruntimes"][0]["metadata"]["name"], "deepagents");
-    assert_eq!(runtimes["agentruntimes"][0]["spec"]["harnessKind"], "deepagents");
+    assert_eq!(
+        runtimes["agentruntimes"][0]["metadata"]["name"],
+        "deepagents"
+    );
+    assert_eq!(
+        runtimes["agentruntimes"][0]["spec"]["harnessKind"],
+        "deepagents"
+    );
 
     let (code, answer) = home.json(&[
         "execute",
@@ -67,8 +70,9 @@ fn the_nemo_calculator_runs_with_the_runtime_of_its_harness_kind() {
     let artifacts = support::store::tar_files(&std::fs::read(&file).unwrap());
     // The harness answered from the config errand gave it: its name, harness and model.
     assert!(
-        artifacts["stdout.log"]
-            .contains("calculator-agent via deepagents (nvidia-nemotron-3-5-lightning-30b-a3b): 96"),
+        artifacts["stdout.log"].contains(
+            "calculator-agent via deepagents (nvidia-nemotron-3-5-lightning-30b-a3b): 96"
+        ),
         "{}",
         artifacts["stdout.log"]
     );
@@ -96,7 +100,10 @@ fn no_runtime_for_the_harness_kind_is_refused_naming_the_field_and_the_installed
         "What is 1 plus 1?",
     ];
     let (code, answer) = refusal(&home, &run);
-    assert_eq!((code, answer["error"]["code"].as_str()), (2, Some("invalid_spec")));
+    assert_eq!(
+        (code, answer["error"]["code"].as_str()),
+        (2, Some("invalid_spec"))
+    );
     let message = answer["error"]["message"].as_str().unwrap();
     assert!(
         message.contains(
@@ -108,7 +115,10 @@ fn no_runtime_for_the_harness_kind_is_refused_naming_the_field_and_the_installed
     applied(&home, &harness_runtime(&home, "codex", "codex"));
     let (_, answer) = refusal(&home, &run);
     let message = answer["error"]["message"].as_str().unwrap();
-    assert!(message.contains("installed kinds: claude, codex"), "{message}");
+    assert!(
+        message.contains("installed kinds: claude, codex"),
+        "{message}"
+    );
     // Nothing was left behind by the refusals.
     let (_, list) = home.json(&["list"]);
     assert_eq!(list["executions"], json!([]), "{list}");

@@ -11,7 +11,7 @@ mod execution;
 mod fileset;
 mod runtime;
 
-pub use agent::{Agent, AgentConfig, RuntimeContainer, AgentSpec, AgentStatus, RuntimeSecurity};
+pub use agent::{Agent, AgentConfig, AgentSpec, AgentStatus, RuntimeContainer, RuntimeSecurity};
 pub use common::{Reference, ResultEntry};
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,

@@ -289,7 +289,9 @@ pub async fn live_catalog(
         let runtimes = Api::<AgentRuntime>::all(client.clone())
             .list(&Default::default())
             .await
-            .map_err(ApiError::during("listing AgentRuntimes to resolve an execution"))?;
+            .map_err(ApiError::during(
+                "listing AgentRuntimes to resolve an execution",
+            ))?;
         for (name, runtime) in runtime_specs(runtimes.items.iter()) {
             catalog = catalog.with_runtime(&name, runtime);
         }

@@ -269,7 +269,10 @@ fn check_container(container: &RuntimeContainer, field: &str, problems: &mut Pro
         problems.push(format!("{field}.image"), "must not be empty");
     }
     if container.command.is_empty() {
-        problems.push(format!("{field}.command"), "must name the agent's entrypoint");
+        problems.push(
+            format!("{field}.command"),
+            "must name the agent's entrypoint",
+        );
     }
     if let Some(policy) = container.image_pull_policy.as_deref()
         && !["Always", "IfNotPresent", "Never"].contains(&policy)

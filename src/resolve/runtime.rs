@@ -176,7 +176,10 @@ mod tests {
         let installed = vec![
             ("zz-deep".to_owned(), runtime("deepagents", &[])),
             ("claude".to_owned(), runtime("claude", &[])),
-            ("deep".to_owned(), runtime("deepagents", &["nemo-agents-spec-v1"])),
+            (
+                "deep".to_owned(),
+                runtime("deepagents", &["nemo-agents-spec-v1"]),
+            ),
         ];
         let picked = pick_runtime(&calculator(), &installed, "spec.agent").unwrap();
         assert_eq!(picked.name, "deep");
@@ -217,7 +220,10 @@ mod tests {
     fn a_config_without_a_usable_harness_names_its_field() {
         let cases = [
             (json!({"name": "x"}), "spec.agent.runtime"),
-            (json!({"default_harness": 3}), "spec.agent.config.default_harness"),
+            (
+                json!({"default_harness": 3}),
+                "spec.agent.config.default_harness",
+            ),
             (
                 json!({"default_harness": "deepagents", "harnesses": {}}),
                 "spec.agent.config.default_harness",
@@ -235,10 +241,17 @@ mod tests {
 
     #[test]
     fn a_runtime_refuses_a_format_it_does_not_accept() {
-        let installed = vec![("deep".to_owned(), runtime("deepagents", &["agents-spec-v1"]))];
+        let installed = vec![(
+            "deep".to_owned(),
+            runtime("deepagents", &["agents-spec-v1"]),
+        )];
         let problem = pick_runtime(&calculator(), &installed, "spec.agent").unwrap_err();
         assert_eq!(problem.field, "spec.agent.config.config_format");
-        assert!(problem.message.contains("accepts: agents-spec-v1"), "{}", problem.message);
+        assert!(
+            problem.message.contains("accepts: agents-spec-v1"),
+            "{}",
+            problem.message
+        );
     }
 
     #[test]

@@ -538,11 +538,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            messages(check_object(
-                Resource::Agent,
-                &agent(json!({"config": {"config_format": "agents-spec-v1"}}))
-            )),
-            ["spec.runtime: Required value"]
+            messages(check_object(Resource::Agent, &agent(json!({"runtime": {}})))),
+            [
+                "spec.runtime.command: Required value",
+                "spec.runtime.image: Required value",
+                "spec.config: Required value"
+            ]
         );
         assert_eq!(
             messages(check_execution_spec(

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::problems::Problem;
-use crate::api::{RuntimeContainer, Compute, Extension};
+use crate::api::{Compute, Extension, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.
 pub const SNAPSHOT_VERSION: &str = "errand.dev/snapshot-v1";
