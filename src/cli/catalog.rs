@@ -6,13 +6,27 @@ use serde_json::json;
 
 use super::context::{Local, Target};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
-use crate::local::{CheckedObject, ObjectKind, parse_manifests, read_manifest_file};
+use crate::local::ManifestObject;
+use crate::local::{
+    CheckedObject, ObjectKind, parse_document, parse_manifests, read_manifest_file,
+};
 
 /// What to do with Agents, AgentEnvironments or AgentRuntimes.
 #[derive(Debug, clap::Subcommand)]
 pub enum CatalogAction {
     /// List them (the default).
     List,
+    /// Create an Agent from a bare agent config (as `nemo agents create` takes it); it names
+    /// no runtime, so it runs with the AgentRuntime of its config's harness kind.
+    Create {
+        /// The Agent's name.
+        #[arg(long)]
+        name: String,
+        /// The agent config file (`config_format`, `name`, `default_harness`, `harnesses`,
+        /// `models`, ...), YAML or JSON.
+        #[arg(long, value_name = "FILE")]
+        agent_config: PathBuf,
+    },
     /// Delete one by name.
     Delete {
         /// Its name.
@@ -110,6 +124,27 @@ pub fn objects(
                     .join("\n")
             });
         }
+        CatalogAction::Create { name, agent_config } if kind == ObjectKind::Agent => {
+            let manifest = agent_from_config(name, agent_config)?;
+            let object = catalog
+                .check_apply(&manifest, &local.namespace, &[])
+                .map_err(|e| CliError::new("invalid_manifest", e))?;
+            catalog
+                .store(&object)
+                .map_err(|e| CliError::new("io_error", e))?;
+            print_ok(
+                output.format,
+                "created",
+                &json!({"kind": "Agent", "namespace": object.namespace, "name": name}),
+                || format!("agent/{name} created"),
+            );
+        }
+        CatalogAction::Create { .. } => {
+            return Err(CliError::argument(format!(
+                "create makes Agents only; apply {} manifests with `errand apply -f`",
+                kind.plural()
+            )));
+        }
         CatalogAction::Delete { name } => {
             if !catalog.delete(&local.namespace, kind, name) {
                 return Err(CliError::new(
@@ -130,6 +165,33 @@ pub fn objects(
         }
     }
     Ok(())
+}
+
+/// The Agent `name` wrapping the bare agent config in `file`, checked as `apply` checks one.
+fn agent_from_config(name: &str, file: &Path) -> Result<ManifestObject, CliError> {
+    let text =
+        read_manifest_file(file).map_err(|e| CliError::manifest_file("--agent-config", e))?;
+    let source = file.display();
+    let config: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+        CliError::new(
+            "invalid_manifest",
+            format!("{source}: not valid YAML or JSON: {e}"),
+        )
+    })?;
+    if config.get("kind").is_some() || config.get("apiVersion").is_some() {
+        return Err(CliError::new(
+            "invalid_manifest",
+            format!(
+                "{source}: --agent-config takes a bare agent config (config_format, name, ...), not a manifest; apply manifests with `errand apply -f`"
+            ),
+        ));
+    }
+    let manifest = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+        "metadata": {"name": name}, "spec": {"config": config},
+    });
+    parse_document(manifest)
+        .map_err(|e| CliError::new("invalid_manifest", format!("--agent-config {source}: {e}")))
 }
 
 /// `errand filesets push NAME DIR`.

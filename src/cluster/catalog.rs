@@ -22,7 +22,8 @@ use crate::api::{
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
-    Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef, WithFilesetPaths, subpath_digests,
+    Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef, WithFilesetPaths, mcp_secret_refs,
+    merge_environment, subpath_digests,
 };
 
 /// Path indexes kept in memory; the cache starts over when it is full.
@@ -180,8 +181,15 @@ pub async fn resolve(
             .map(|e| e.spec.clone()),
         None => spec.environment.clone(),
     };
+    let cached_agent = match &spec.agent_ref {
+        Some(reference) => caches
+            .agents
+            .get(&ObjectRef::new(&reference.name).within(namespace))
+            .map(|a| a.spec.clone()),
+        None => spec.agent.clone(),
+    };
     let mut secrets = BTreeMap::new();
-    for name in bound_secret_names(cached_environment.as_ref()) {
+    for name in bound_secret_names(cached_agent.as_ref(), cached_environment.as_ref()) {
         if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
             secrets.insert(name, keys);
         }
@@ -228,13 +236,24 @@ fn runtime_specs<'a>(
     specs
 }
 
-/// The names of the Secrets an environment binds.
-fn bound_secret_names(environment: Option<&AgentEnvironmentSpec>) -> BTreeSet<String> {
-    environment
-        .iter()
-        .flat_map(|e| e.overlay.secrets.values())
+/// The names of the Secrets an execution binds: its environment's, and its MCP servers' in the
+/// agent config with the environment merged in.
+fn bound_secret_names(
+    agent: Option<&AgentSpec>,
+    environment: Option<&AgentEnvironmentSpec>,
+) -> BTreeSet<String> {
+    let overlay = environment.iter().flat_map(|e| e.overlay.secrets.values());
+    let mut names: BTreeSet<String> = overlay
         .map(|target| StringRef::parse(target).name)
-        .collect()
+        .collect();
+    if let Some(agent) = agent {
+        let default = AgentEnvironmentSpec::default();
+        let overlay = &environment.unwrap_or(&default).overlay;
+        let config = merge_environment(&agent.config.0, overlay);
+        let mcp = mcp_secret_refs(&config).into_iter();
+        names.extend(mcp.filter_map(|r| Some(StringRef::parse(r.target.as_str()?).name)));
+    }
+    names
 }
 
 /// The PriorityClass an environment names, if it names one.
@@ -285,7 +304,7 @@ pub async fn live_catalog(
         catalog = catalog.with_agent(namespace, &reference.name, found.spec);
     }
     // Only an agent without its own runtime needs the AgentRuntimes.
-    if agent.is_some_and(|a| a.runtime.is_none()) {
+    if agent.as_ref().is_some_and(|a| a.runtime.is_none()) {
         let runtimes = Api::<AgentRuntime>::all(client.clone())
             .list(&Default::default())
             .await
@@ -308,7 +327,7 @@ pub async fn live_catalog(
         }
         None => spec.environment.clone(),
     };
-    for name in bound_secret_names(environment.as_ref()) {
+    for name in bound_secret_names(agent.as_ref(), environment.as_ref()) {
         if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
             // The in-memory catalog models a whole Secret; empty values stand in for the real ones.
             let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "")).collect();
@@ -398,9 +417,24 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            bound_secret_names(Some(&environment)),
+            bound_secret_names(None, Some(&environment)),
             BTreeSet::from(["github".to_owned(), "model-keys".to_owned()])
         );
-        assert!(bound_secret_names(None).is_empty());
+        assert!(bound_secret_names(None, None).is_empty());
+        // MCP servers bind Secrets too, in the agent config and in the environment's overlay.
+        let agent: AgentSpec = serde_json::from_value(serde_json::json!({
+            "config": {"config_format": "nemo-agents-spec-v1", "mcp": {"servers": {
+                "search": {"secrets": {"SEARCH_TOKEN": "search-creds#token"}},
+            }}},
+        }))
+        .unwrap();
+        let environment: AgentEnvironmentSpec = serde_json::from_value(serde_json::json!({
+            "overlay": {"mcp": {"servers": {"calculator": {"secrets": {"CALC_KEY": "calc"}}}}},
+        }))
+        .unwrap();
+        assert_eq!(
+            bound_secret_names(Some(&agent), Some(&environment)),
+            BTreeSet::from(["calc".to_owned(), "search-creds".to_owned()])
+        );
     }
 }

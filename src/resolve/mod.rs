@@ -7,12 +7,14 @@ mod budget;
 mod catalog;
 mod compute;
 mod merge;
+mod nemo_spec;
 mod problems;
 mod quantity;
 mod refs;
 mod rules;
 mod runtime;
 mod schema;
+mod secrets;
 mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,6 +31,7 @@ pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
 pub use compute::{dns_subdomain, label_key, label_value};
 pub use merge::{merge_environment, merge_maps, merge_values};
+pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
@@ -41,6 +44,7 @@ pub use schema::{
     Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
     decode,
 };
+pub use secrets::{McpSecretRef, mcp_secret_refs};
 pub use snapshot::{
     FilesetContent, MAX_SNAPSHOT_BYTES, MountedContent, ResolvedAgent, SNAPSHOT_VERSION,
     SecretBinding, Snapshot, WorkdirPlan,
@@ -66,7 +70,7 @@ pub fn resolve_execution(
     // Secret bindings are checked even when the agent is unusable, so one rejection lists
     // every problem; only the merged config needs both halves.
     let secrets = match &environment {
-        Some((environment_name, environment)) => environment_secrets(
+        Some((environment_name, environment)) => secrets::environment_secrets(
             namespace,
             environment,
             environment_name.as_deref(),
@@ -82,6 +86,7 @@ pub fn resolve_execution(
     };
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
+    let secrets = secrets::with_mcp_secrets(namespace, secrets, &config, catalog, &mut problems);
     let runtime_defaults = agent.picked.as_ref().and_then(|p| p.spec.compute.as_ref());
 
     let snapshot = Snapshot {
@@ -371,60 +376,6 @@ fn resolve_environment(
         }
     }
     Some((name, environment))
-}
-
-/// The secret bindings of the environment, each checked for name, namespace and existence of Secret and key.
-fn environment_secrets(
-    namespace: &str,
-    environment: &AgentEnvironmentSpec,
-    environment_name: Option<&str>,
-    catalog: &dyn Catalog,
-    problems: &mut Problems,
-) -> Vec<SecretBinding> {
-    let prefix = match environment_name {
-        Some(name) => format!("AgentEnvironment {name:?} spec.overlay.secrets"),
-        None => "spec.environment.overlay.secrets".to_owned(),
-    };
-    let mut bindings = Vec::new();
-    for (env, target) in &environment.overlay.secrets {
-        let field = format!("{prefix}.{env}");
-        if let Err(message) = rules::env_name(env) {
-            problems.push(field, message);
-            continue;
-        }
-        let reference = StringRef::parse(target);
-        if let Some(other) = reference.namespace.as_deref().filter(|ns| *ns != namespace) {
-            problems.push(
-                field,
-                format!("{target:?} names Secret namespace {other:?}; references must stay in namespace {namespace:?}"),
-            );
-            continue;
-        }
-        let key = reference.fragment.clone().unwrap_or_else(|| env.clone());
-        if let Err(message) = object_name(&reference.name).and(rules::secret_key(&key)) {
-            problems.push(field, message);
-            continue;
-        }
-        match catalog.secret_keys(namespace, &reference.name) {
-            None => problems.push(
-                field,
-                format!(
-                    "Secret {:?} not found in namespace {namespace:?}",
-                    reference.name
-                ),
-            ),
-            Some(keys) if !keys.contains(&key) => problems.push(
-                field,
-                format!("Secret {:?} has no key {key:?}", reference.name),
-            ),
-            Some(_) => bindings.push(SecretBinding {
-                env: env.clone(),
-                secret: reference.name,
-                key,
-            }),
-        }
-    }
-    bindings
 }
 
 /// The workdir plan with each Fileset pinned to its current digest.

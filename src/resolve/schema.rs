@@ -538,7 +538,10 @@ mod tests {
             ]
         );
         assert_eq!(
-            messages(check_object(Resource::Agent, &agent(json!({"runtime": {}})))),
+            messages(check_object(
+                Resource::Agent,
+                &agent(json!({"runtime": {}}))
+            )),
             [
                 "spec.runtime.command: Required value",
                 "spec.runtime.image: Required value",
