@@ -199,3 +199,36 @@ fn the_chart_test_runs_the_example_calculator() {
         "charts/errand/files/calculator.sh differs from the calculator example's script"
     );
 }
+
+#[test]
+fn the_nemo_examples_are_the_calculator_config_and_a_job_spec_errand_reads() {
+    let nemo = repo().join("examples/nemo");
+    let read = |file: &str| -> serde_json::Value {
+        serde_saphyr::from_str(&std::fs::read_to_string(nemo.join(file)).unwrap()).unwrap()
+    };
+    // The Agent wraps the bare config exactly (what `errand agents create` makes of it).
+    let Some(ManifestObject::Agent(agent)) = manifests(&nemo.join("agent.yaml")).pop() else {
+        panic!("examples/nemo/agent.yaml is an Agent");
+    };
+    assert_eq!(
+        serde_json::to_value(&agent.spec.config).unwrap(),
+        read("calculator-agent.yaml")
+    );
+    let spec = errand::resolve::parse_spec(read("run.yaml"), "default").unwrap();
+    assert_eq!(spec.agent_ref.unwrap().name, "research-agent");
+    assert_eq!(spec.timeout_seconds, 600);
+    let workdir = spec.workdir.unwrap();
+    assert_eq!(workdir.base.as_deref(), Some("project-source"));
+    assert_eq!(
+        workdir.artifact_mounts[0].fileset_ref,
+        "config-artifact#config.yaml"
+    );
+    assert_eq!(workdir.artifact_mounts[0].mount_path, "app/config.yaml");
+    // In another namespace its `default/` references are refused, each naming its field.
+    let refused = errand::resolve::parse_spec(read("run.yaml"), NS).unwrap_err();
+    let fields: Vec<&str> = refused.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["workdir.artifact_mounts[0].ref", "workdir.base_workdir"]
+    );
+}
