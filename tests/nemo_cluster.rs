@@ -4,19 +4,13 @@ mod support;
 
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
+use support::errand::example;
 use support::harness::{Harness, Mode, message_of};
 
 use errand::api::contract::Reason;
 use errand::api::{AgentRuntime, Phase};
 use errand::store::keys::ResultName;
-
-/// A manifest file of `examples/` as JSON.
-fn example(path: &str) -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// Installs (or updates) the example's `deepagents` AgentRuntime: cluster-scoped, so shared by
 /// every test of the run; server-side apply keeps it the same whoever applies it.

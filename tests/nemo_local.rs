@@ -4,6 +4,7 @@ mod support;
 
 use serde_json::{Value, json};
 use support::local::Home;
+use support::store::tar_files;
 
 fn example(path: &str) -> String {
     format!("{}/examples/nemo/{path}", env!("CARGO_MANIFEST_DIR"))
@@ -56,18 +57,7 @@ fn the_nemo_calculator_runs_with_the_runtime_of_its_harness_kind() {
     assert_eq!(execution["phase"], "Succeeded", "{answer}");
     assert_eq!(execution["response"], "96");
     let name = execution["name"].as_str().unwrap();
-    let file = home.path().join("artifacts.tar.gz");
-    let output = home.run(&[
-        "results",
-        "download",
-        "output_artifacts",
-        "--execution",
-        name,
-        "-o",
-        file.to_str().unwrap(),
-    ]);
-    assert!(output.status.success(), "{output:?}");
-    let artifacts = support::store::tar_files(&std::fs::read(&file).unwrap());
+    let artifacts = tar_files(&home.download("output_artifacts", name));
     // The harness answered from the config errand gave it: its name, harness and model.
     assert!(
         artifacts["stdout.log"].contains(
@@ -240,18 +230,7 @@ fn the_documented_run_yaml_stages_its_workdir_and_flags_override_it() {
     assert_eq!(execution["response"], "Summarize the project.");
     let name = execution["name"].as_str().unwrap();
     assert!(name.starts_with("research-agent-"), "{name}");
-    let file = home.path().join("input.tar.gz");
-    let output = home.run(&[
-        "results",
-        "download",
-        "input_workdir",
-        "--execution",
-        name,
-        "-o",
-        file.to_str().unwrap(),
-    ]);
-    assert!(output.status.success(), "{output:?}");
-    let staged = support::store::tar_files(&std::fs::read(&file).unwrap());
+    let staged = tar_files(&home.download("input_workdir", name));
     assert_eq!(staged["README.md"], "the project\n");
     assert_eq!(staged["app/config.yaml"], "depth: 3\n");
     assert!(!staged.contains_key("app/other.yaml"), "{staged:?}");

@@ -16,13 +16,15 @@ use crate::runner::signals::cancel_on_stop_signal;
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
 #[derive(Debug, clap::Args)]
 pub struct ExecuteArgs {
-    /// The agent: the name of an applied Agent, or a manifest file holding one (run inline).
+    /// The agent: the name of an applied Agent (`NAME` or `NAMESPACE/NAME`, which must be the
+    /// target namespace), or a manifest file holding one (run inline).
     #[arg(long)]
     pub agent: Option<String>,
     /// The input given to the agent.
     #[arg(long)]
     pub input: Option<String>,
-    /// The environment: the name of an applied AgentEnvironment, or a manifest file holding one.
+    /// The environment: the name of an applied AgentEnvironment (`NAME` or `NAMESPACE/NAME`,
+    /// which must be the target namespace), or a manifest file holding one.
     #[arg(long)]
     pub environment: Option<String>,
     /// The base working directory: a Fileset (`name[#path/]`), or a local directory that is
