@@ -6,6 +6,7 @@ pub mod archive;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod dataapi;
 pub mod local;
 pub mod resolve;
 pub mod runner;

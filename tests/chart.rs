@@ -167,8 +167,8 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
         } else if verbs.contains(&"update") {
             assert_eq!(
                 strings(&rule["resourceNames"]),
-                ["errand-webhook-tls"],
-                "renewals are limited to the webhook's own Secret: {rule}"
+                ["errand-serving-tls"],
+                "renewals are limited to the serving certificate's own Secret: {rule}"
             );
         }
     }
@@ -276,7 +276,105 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(ports, ["webhook", "http"]);
+    assert_eq!(ports, ["webhook", "data-api", "http"]);
+}
+
+#[test]
+fn the_data_api_is_registered_delegates_its_auth_and_joins_the_built_in_roles() {
+    let Some(objects) = render(&[]) else { return };
+    let service = of_kind(&objects, "APIService")[0];
+    assert_eq!(service["metadata"]["name"], "v1alpha1.data.errand.dev");
+    let spec = &service["spec"];
+    assert_eq!(spec["group"], "data.errand.dev");
+    assert_eq!(spec["insecureSkipTLSVerify"], false);
+    assert!(
+        spec.get("caBundle").is_none(),
+        "the controller owns the CA bundle"
+    );
+    assert!(
+        spec["groupPriorityMinimum"].as_i64().unwrap() < 1000,
+        "below the CRDs"
+    );
+    assert_eq!(spec["service"]["port"], 8443);
+    let ports = &of_kind(&objects, "Service")[0]["spec"]["ports"];
+    assert!(
+        ports
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["port"] == 8443 && p["targetPort"] == "data-api")
+    );
+    let args = strings(
+        &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"],
+    );
+    assert!(
+        args.contains(&"--data-api-listen=0.0.0.0:10443"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--api-service=v1alpha1.data.errand.dev"),
+        "{args:?}"
+    );
+    let (_, ca_rule) = rules_for(&objects, "apiservices").pop().unwrap();
+    assert_eq!(
+        strings(&ca_rule["resourceNames"]),
+        ["v1alpha1.data.errand.dev"]
+    );
+    assert_eq!(strings(&ca_rule["verbs"]), ["get", "patch"]);
+    let (_, status_rule) = rules_for(&objects, "filesets/status").pop().unwrap();
+    assert_eq!(strings(&status_rule["verbs"]), ["patch"]);
+
+    let delegator = of_kind(&objects, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "system:auth-delegator")
+        .expect("the SubjectAccessReviews are delegated");
+    assert_eq!(delegator["subjects"][0]["name"], "errand");
+    let reader = of_kind(&objects, "RoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"] == "extension-apiserver-authentication-reader")
+        .expect("the front proxy's CA is readable");
+    assert_eq!(reader["metadata"]["namespace"], "kube-system");
+
+    let role = |suffix: &str| {
+        of_kind(&objects, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"].as_str().unwrap().ends_with(suffix))
+            .unwrap_or_else(|| panic!("a ClusterRole *{suffix}"))
+    };
+    let view = role("-view");
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    let data_read = view["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| strings(&r["apiGroups"]) == ["data.errand.dev"])
+        .unwrap();
+    assert_eq!(strings(&data_read["verbs"]), ["get"]);
+    assert!(strings(&data_read["resources"]).contains(&"agentexecutions/results"));
+    let edit = role("-edit");
+    assert!(
+        edit["metadata"]["labels"]
+            .get("rbac.authorization.k8s.io/aggregate-to-view")
+            .is_none(),
+        "viewers cannot push"
+    );
+    let push = edit["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| strings(&r["apiGroups"]) == ["data.errand.dev"])
+        .unwrap();
+    assert_eq!(strings(&push["resources"]), ["filesets/content"]);
+    assert_eq!(strings(&push["verbs"]), ["update"]);
+
+    let Some(without) = render(&["dataApi.enabled=false"]) else {
+        return;
+    };
+    assert!(of_kind(&without, "APIService").is_empty());
+    assert!(rules_for(&without, "apiservices").is_empty());
 }
 
 #[test]
@@ -333,10 +431,15 @@ fn cert_manager_mode_issues_the_certificate_and_injects_the_ca() {
         &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"],
     );
     assert!(
-        args.contains(&"--webhook-cert-dir=/etc/errand/webhook-tls"),
+        args.contains(&"--serving-cert-dir=/etc/errand/serving-tls"),
         "{args:?}"
     );
     assert!(rules_for(&objects, "validatingwebhookconfigurations").is_empty());
+    assert!(rules_for(&objects, "apiservices").is_empty());
+    assert_eq!(
+        of_kind(&objects, "APIService")[0]["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "errand-system/errand-webhook"
+    );
 }
 
 #[test]

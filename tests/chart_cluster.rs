@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -20,16 +21,18 @@ use k8s_openapi::api::core::v1::{
     ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+use support::archives::{sha256_hex, tar_gz};
 use support::audit;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 use support::errand::{ERRAND_IMAGE, wait_for};
 use support::harness::execution_id;
 use support::store::read_all;
 
-use errand::api::{AgentExecution, Phase};
+use errand::api::{AgentExecution, Fileset, Phase};
 use errand::store::Store;
 use errand::store::keys::ResultName;
 
@@ -433,7 +436,7 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     deployment_ready(&client, &ns, 2).await;
     let bundle = ca_bundle(&client, &configuration).await;
     let tls = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get(&format!("{RELEASE}-webhook-tls"))
+        .get(&format!("{RELEASE}-serving-tls"))
         .await
         .expect("the controller keeps its certificate in a Secret");
     assert_eq!(tls.data.as_ref().unwrap()["ca.crt"].0, bundle);
@@ -505,6 +508,14 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         "{record}"
     );
 
+    // Tenants reach the results and Fileset content through the data API, by their RBAC only.
+    let started = Instant::now();
+    data_api_serves_tenants_by_their_rbac(&client, team.name(), &ns, &done).await;
+    eprintln!(
+        "data API checks passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
     // helm test: the calculator again, from a hook pod, checked by its answer.
     let started = Instant::now();
     let output = tool(
@@ -564,8 +575,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     upgrade.extend(&settings);
     succeed("helm", &upgrade);
     ca_bundle(&client, &configuration).await;
-    // Deleting the configuration took the certificate's Secret with it (it is owned), so the
-    // replicas make and share a new one; each picks it up within a check period.
+    // The certificate's Secret outlived the configuration (the APIService owns it too); the
+    // replicas put its CA into the new configuration within a check period.
     let unknown_agent = repo().join("examples/invalid/unknown-agent.yaml");
     wait_for(
         "the webhook to refuse again",
@@ -811,4 +822,274 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
 
     release.delete().await;
     volume.delete().await;
+}
+
+/// `kubectl get --raw PATH --as USER`.
+fn raw_as(user: &str, path: &str) -> Output {
+    tool("kubectl", &["get", "--raw", path, "--as", user])
+}
+
+/// Sends `request` as the client's user; the status, headers and body.
+async fn send(client: &Client, request: http::Request<Vec<u8>>) -> http::Response<Bytes> {
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .expect("the API server answers");
+    let (parts, body) = response.into_parts();
+    let body = http_body_util::BodyExt::collect(body)
+        .await
+        .expect("the whole body")
+        .to_bytes();
+    http::Response::from_parts(parts, body)
+}
+
+/// The data API through the API server's aggregation layer, as tenants meet it: `alice` has
+/// the built-in `view` role in the team's namespace, `carol` `edit`, `bob` nothing there.
+async fn data_api_serves_tenants_by_their_rbac(
+    client: &Client,
+    team: &str,
+    release: &str,
+    done: &AgentExecution,
+) {
+    let services = Api::<APIService>::all(client.clone());
+    wait_for(
+        "the data API's APIService to be Available",
+        Duration::from_secs(120),
+        || {
+            let services = services.clone();
+            async move {
+                let service = services.get("v1alpha1.data.errand.dev").await.ok()?;
+                let available = service
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True");
+                available.then_some(())
+            }
+        },
+    )
+    .await;
+    // Not `succeed`: kubectl exits non-zero when any other aggregated API is unavailable.
+    let listed = String::from_utf8_lossy(
+        &tool("kubectl", &["api-resources", "--api-group=data.errand.dev"]).stdout,
+    )
+    .into_owned();
+    assert!(
+        listed.contains("agentexecutions") && listed.contains("filesets"),
+        "discovery lists the resources: {listed}"
+    );
+
+    for (user, role) in [("alice", "view"), ("carol", "edit")] {
+        succeed(
+            "kubectl",
+            &[
+                "create",
+                "rolebinding",
+                &format!("{user}-{role}"),
+                "--namespace",
+                team,
+                "--clusterrole",
+                role,
+                "--user",
+                user,
+            ],
+        );
+    }
+    // The built-in roles take errand's rules in once the aggregation controller has run.
+    wait_for(
+        "view and edit to include errand's rules",
+        Duration::from_secs(60),
+        || {
+            let can = |user: &str, verb: &str, resource: &str, subresource: &str| {
+                let output = tool(
+                    "kubectl",
+                    &[
+                        "auth",
+                        "can-i",
+                        verb,
+                        resource,
+                        "--subresource",
+                        subresource,
+                        "--namespace",
+                        team,
+                        "--as",
+                        user,
+                    ],
+                );
+                output.status.success()
+            };
+            let ready = can("alice", "get", "agentexecutions.data.errand.dev", "results")
+                && can("carol", "update", "filesets.data.errand.dev", "content");
+            std::future::ready(ready.then_some(()))
+        },
+    )
+    .await;
+
+    // The listing: every recorded result, with the digest the status records.
+    let name = done.name_any();
+    let base =
+        format!("/apis/data.errand.dev/v1alpha1/namespaces/{team}/agentexecutions/{name}/results");
+    let output = raw_as("alice", &base);
+    assert!(
+        output.status.success(),
+        "alice lists the results: {}",
+        text(&output)
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(listing["kind"], "AgentExecutionResults", "{listing}");
+    assert_eq!(listing["complete"], true);
+    let recorded = &done.status.as_ref().unwrap().results;
+    let listed: Vec<(String, String)> = listing["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["sha256"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = recorded
+        .iter()
+        .map(|r| (r.name.clone(), r.sha256.clone()))
+        .collect();
+    assert_eq!(listed, expected);
+
+    // A download: the bytes whose digest the status records.
+    let output = raw_as("alice", &format!("{base}/run_result"));
+    assert!(output.status.success(), "{}", text(&output));
+    let run_result = recorded.iter().find(|r| r.name == "run_result").unwrap();
+    assert_eq!(sha256_hex(&output.stdout), run_result.sha256);
+    let record: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(record["response"].as_str().map(str::trim), Some("96"));
+
+    // A byte range of a tarball, with its ETag; the same bytes as the whole download's.
+    let whole = raw_as("alice", &format!("{base}/output_workdir"));
+    assert!(whole.status.success(), "{}", text(&whole));
+    let workdir = recorded
+        .iter()
+        .find(|r| r.name == "output_workdir")
+        .unwrap();
+    assert_eq!(sha256_hex(&whole.stdout), workdir.sha256);
+    let alice = cluster::client_as("alice").await;
+    let ranged = send(
+        &alice,
+        http::Request::get(format!("{base}/output_workdir"))
+            .header(http::header::RANGE, "bytes=10-19")
+            .body(Vec::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(ranged.status(), 206, "{:?}", ranged.body());
+    assert_eq!(
+        ranged.headers()[http::header::CONTENT_RANGE],
+        format!("bytes 10-19/{}", workdir.size).as_str()
+    );
+    assert_eq!(
+        ranged.headers()[http::header::ETAG],
+        format!("\"{}\"", workdir.sha256).as_str()
+    );
+    assert_eq!(ranged.body().as_ref(), &whole.stdout[10..20]);
+
+    // Refusals: an unknown result names the valid ones; no RBAC is a 403 naming verb and
+    // resource; without the front proxy's certificate, 401.
+    let output = raw_as("alice", &format!("{base}/nonsense"));
+    assert!(!output.status.success());
+    assert!(
+        text(&output).contains("NotFound")
+            && text(&output).contains("has no result \"nonsense\"; its results are")
+            && text(&output).contains("run_result"),
+        "{}",
+        text(&output)
+    );
+    let output = raw_as("bob", &base);
+    assert!(!output.status.success(), "bob has no RBAC in {team}");
+    let refused = text(&output);
+    assert!(
+        refused.contains("Forbidden")
+            && refused.contains("cannot get resource \"agentexecutions/results\""),
+        "{refused}"
+    );
+    let pods = Api::<Pod>::namespaced(client.clone(), release)
+        .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+        .await
+        .unwrap();
+    let pod_ip = pods.items[0]
+        .status
+        .as_ref()
+        .unwrap()
+        .pod_ip
+        .clone()
+        .unwrap();
+    let direct = tool(
+        "curl",
+        &[
+            "--silent",
+            "--insecure",
+            "--header",
+            "X-Remote-User: mallory",
+            "--write-out",
+            "\n%{http_code}",
+            &format!("https://{pod_ip}:10443{base}"),
+        ],
+    );
+    let answer = String::from_utf8_lossy(&direct.stdout).into_owned();
+    assert!(
+        answer.ends_with("\n401") && answer.contains("front-proxy"),
+        "{answer}"
+    );
+
+    // Fileset content: `edit` pushes, `view` downloads but cannot push, a hostile archive is
+    // refused naming its entry and the content stays.
+    let filesets = Api::<Fileset>::namespaced(client.clone(), team);
+    filesets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "src"}, "spec": {}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let content = format!("/apis/data.errand.dev/v1alpha1/namespaces/{team}/filesets/src/content");
+    let archive = tar_gz(&[("main.py", b"print(12 * 8)\n")]);
+    let put = |user: &'static str, body: Vec<u8>| {
+        let content = content.clone();
+        async move {
+            let client = cluster::client_as(user).await;
+            send(
+                &client,
+                http::Request::put(content)
+                    .header(http::header::CONTENT_TYPE, "application/gzip")
+                    .body(body)
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let pushed = put("carol", archive.clone()).await;
+    assert_eq!(pushed.status(), 200, "{:?}", pushed.body());
+    let digest = format!("sha256:{}", sha256_hex(&archive));
+    let status = filesets.get("src").await.unwrap().status.unwrap();
+    assert_eq!(status.digest.as_deref(), Some(digest.as_str()));
+    assert_eq!(
+        (status.size, status.file_count),
+        (Some(archive.len() as u64), Some(1))
+    );
+    let downloaded = raw_as("alice", &content);
+    assert_eq!(downloaded.stdout, archive, "{}", text(&downloaded));
+    let refused = put("alice", archive.clone()).await;
+    assert_eq!(refused.status(), 403, "{:?}", refused.body());
+    let hostile = put("carol", tar_gz(&[("../escape", b"x")])).await;
+    assert_eq!(hostile.status(), 422, "{:?}", hostile.body());
+    let message = String::from_utf8_lossy(hostile.body()).into_owned();
+    assert!(
+        message.contains("../escape") && message.contains(&digest),
+        "{message}"
+    );
+    let after = filesets.get("src").await.unwrap().status.unwrap();
+    assert_eq!(
+        after.digest.as_deref(),
+        Some(digest.as_str()),
+        "the old digest stays"
+    );
 }

@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["runner"],
     &["local"],
     &["cluster"],
-    &["controller", "webhook"],
+    &["controller", "webhook", "dataapi"],
     &["serve"],
     &["cli"],
 ];

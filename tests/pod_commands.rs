@@ -658,12 +658,13 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
     let material =
-        errand::webhook::certs::generate(&["127.0.0.1".to_owned()], Timestamp::now()).unwrap();
-    let certificate = Arc::new(errand::webhook::tls::ServingCertificate::default());
+        errand::cluster::serving::certs::generate(&["127.0.0.1".to_owned()], Timestamp::now())
+            .unwrap();
+    let certificate = Arc::new(errand::cluster::serving::tls::ServingCertificate::default());
     certificate
         .load_pem(&material.cert_pem, &material.key_pem)
         .unwrap();
-    let acceptor = errand::webhook::tls::acceptor(certificate).unwrap();
+    let acceptor = errand::cluster::serving::tls::acceptor(certificate).unwrap();
     let (url, seen) = sized_server(b"over tls", Some(acceptor)).await;
     let dir = tempfile::tempdir().unwrap();
     let bundle = dir.path().join("ca.crt");

@@ -12,10 +12,10 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
 use errand::api::AgentExecutionSpec;
 use errand::cluster::metrics::MetricsRegistry;
+use errand::cluster::serving::{certs, tls};
 use errand::resolve::{InMemoryCatalog, InvalidSpec, RunLimits, Snapshot, resolve_execution};
 use errand::webhook::metrics::AdmissionMetrics;
 use errand::webhook::server::{self, Admission, Resolver, VALIDATE_PATH};
-use errand::webhook::{certs, tls};
 
 const SERVICE_NAME: &str = "errand-webhook.errand-system.svc";
 

@@ -1,4 +1,4 @@
-//! The `errand.dev/v1alpha1` custom resources: Agent, AgentEnvironment, Fileset, AgentExecution and the cluster-scoped AgentRuntime.
+//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution and the cluster-scoped AgentRuntime) and the objects of the `data.errand.dev/v1alpha1` API.
 // kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
@@ -6,6 +6,7 @@ mod agent;
 mod common;
 pub mod contract;
 pub mod crds;
+pub mod data;
 mod environment;
 mod execution;
 mod fileset;

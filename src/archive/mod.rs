@@ -1,6 +1,8 @@
-//! Directory trees as `tar.gz`: deterministic, parallel, streaming packing, and extraction that
-//! never writes outside its root.
+//! Directory trees as `tar.gz`: deterministic, parallel, streaming packing, extraction that
+//! never writes outside its root, and the same rules checked without extracting.
 
+mod check;
+mod chunks;
 mod gzip;
 mod index;
 mod links;
@@ -15,6 +17,8 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
+pub use check::{CheckStats, check_tar_gz};
+pub use chunks::ChunkReader;
 pub use index::PathIndex;
 pub use pack::{
     PackDone, PackItem, PackOptions, PackStats, Packing, SkippedEntry, list_dir, pack_dir,

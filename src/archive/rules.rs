@@ -5,6 +5,8 @@ use std::fmt;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tar::EntryType;
+
 /// The longest path Linux accepts (`PATH_MAX` less its terminating NUL).
 pub const MAX_PATH_BYTES: usize = 4095;
 /// The longest name of one path component Linux file systems accept (`NAME_MAX`).
@@ -143,6 +145,41 @@ fn step(depth: usize, len: usize, dots: bool) -> Option<usize> {
         (0, _) | (1, true) => Some(depth),
         (2, true) => depth.checked_sub(1),
         _ => Some(depth + 1),
+    }
+}
+
+/// What extraction does with an entry of one tar type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryAction {
+    /// Nothing: a pax global header carries only metadata defaults.
+    Skip,
+    /// Makes a directory.
+    Dir,
+    /// Writes a regular file (sparse and contiguous files too).
+    File,
+    /// Makes a symbolic link.
+    Symlink,
+    /// Makes a hard link to a regular file extracted before it.
+    HardLink,
+}
+
+/// What extraction does with an entry of type `kind`; devices, fifos and every other type are
+/// refused, naming the type.
+pub fn entry_action(kind: EntryType) -> Result<EntryAction, String> {
+    match kind {
+        EntryType::XGlobalHeader => Ok(EntryAction::Skip),
+        EntryType::Char | EntryType::Block | EntryType::Fifo => Err(format!(
+            "{} entries are not allowed",
+            entry_type_name(kind.as_byte())
+        )),
+        EntryType::Directory => Ok(EntryAction::Dir),
+        EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => Ok(EntryAction::File),
+        EntryType::Symlink => Ok(EntryAction::Symlink),
+        EntryType::Link => Ok(EntryAction::HardLink),
+        other => Err(format!(
+            "unsupported entry type: {}",
+            entry_type_name(other.as_byte())
+        )),
     }
 }
 

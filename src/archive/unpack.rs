@@ -6,7 +6,8 @@
 //! relative without `..`; symbolic links must point inside the root (checked lexically per
 //! entry, and over the finished tree in [`super::links`], since a chain of individually
 //! harmless links can still lead out); hard links must name a regular file already extracted;
-//! device and fifo entries are refused; nothing is created *through* a symbolic link or over a
+//! device, fifo and other unsupported entries are refused wherever they are in the archive
+//! ([`super::rules::entry_action`]); nothing is created *through* a symbolic link or over a
 //! directory, and files are created with `O_EXCL`, so an existing link at the destination is
 //! replaced, not followed. An artifact mount wins over whatever stood at its mount path.
 //!
@@ -23,13 +24,12 @@ use std::path::{Path, PathBuf};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use flate2::read::MultiGzDecoder;
-use tar::EntryType;
 use tokio_util::sync::CancellationToken;
 
 use super::ArchiveError;
 use super::links::{Kind, LinkCheck, TreeView};
 use super::readahead::ReadAhead;
-use super::rules::{self, ExtractLimits, Limit, archive_components};
+use super::rules::{self, EntryAction, ExtractLimits, Limit, archive_components};
 
 /// Which part of an archive to extract, and where under the root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -218,15 +218,9 @@ impl Unpacker {
                 entry: String::from_utf8_lossy(&raw).into_owned(),
                 reason,
             };
-            let kind = entry.header().entry_type();
-            let type_name = || rules::entry_type_name(kind.as_byte());
-            match kind {
-                // A pax global header carries only metadata defaults.
-                EntryType::XGlobalHeader => continue,
-                EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                    return Err(refuse(format!("{} entries are not allowed", type_name())));
-                }
-                _ => {}
+            let action = rules::entry_action(entry.header().entry_type()).map_err(refuse)?;
+            if action == EntryAction::Skip {
+                continue;
             }
             let path = archive_components(&raw).map_err(refuse)?;
             let Some((dest, selection_root)) = selection.map(&path) else {
@@ -239,19 +233,20 @@ impl Unpacker {
             let mtime = header.mtime().map_err(read_err)?;
             // A mount owns its mount path: whatever stood there or on the way gives way.
             let owned = selection.dest.len();
-            let result = match kind {
-                EntryType::Directory => {
+            let result = match action {
+                EntryAction::Skip => Ok(()),
+                EntryAction::Dir => {
                     self.dir(&dest, owned, (!selection_root).then_some((mode, mtime)))
                 }
-                EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+                EntryAction::File => {
                     let size = entry.size();
                     self.file(&dest, owned, selection_root, &mut entry, size, mode, mtime)
                 }
-                EntryType::Symlink => {
+                EntryAction::Symlink => {
                     let target = entry.link_name_bytes().unwrap_or_default().into_owned();
                     self.symlink(&dest, owned, selection_root, &target, archive)
                 }
-                EntryType::Link => {
+                EntryAction::HardLink => {
                     let target = entry.link_name_bytes().unwrap_or_default().into_owned();
                     match archive_components(&target) {
                         Err(why) => Err(EntryError::Refused(format!("hard link target: {why}"))),
@@ -266,10 +261,6 @@ impl Unpacker {
                         },
                     }
                 }
-                _ => Err(EntryError::Refused(format!(
-                    "unsupported entry type: {}",
-                    type_name()
-                ))),
             };
             match result {
                 Ok(()) => {}

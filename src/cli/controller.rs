@@ -4,13 +4,16 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::api::data::DATA_API_SERVICE;
+use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::controller::config::ControllerConfig;
+use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
 use crate::serve::{ServeOptions, run};
 use crate::store::Store;
 use crate::store::grants::{HmacSigner, UrlSigner};
-use crate::webhook::{Certificates, SelfSigned, WebhookOptions};
+use crate::webhook::WebhookOptions;
 
 use super::CliError;
 
@@ -42,7 +45,7 @@ pub struct ControllerArgs {
     /// Hold a Lease before reconciling, so only one replica acts.
     #[arg(long, env = "ERRAND_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_elect: bool,
-    /// The controller's own namespace: of the leader Lease and the webhook's Secret.
+    /// The controller's own namespace: of the leader Lease and the serving certificate's Secret.
     #[arg(long, env = "POD_NAMESPACE", default_value = "errand-system")]
     pub lease_namespace: String,
     /// Create the leader Lease when it is missing (off when an installer owns the Lease).
@@ -68,65 +71,87 @@ pub struct ControllerArgs {
     /// Serve the validating admission webhook over HTTPS at this address.
     #[arg(long, env = "ERRAND_WEBHOOK_LISTEN")]
     pub webhook_listen: Option<SocketAddr>,
-    /// Directory holding `tls.crt` and `tls.key` kept current by cert-manager; without it the
-    /// controller generates a self-signed certificate and puts its CA into the webhook
-    /// configuration itself.
-    #[arg(long, env = "ERRAND_WEBHOOK_CERT_DIR")]
-    pub webhook_cert_dir: Option<PathBuf>,
-    /// The Service the API server calls the webhook through (its DNS names go into the
-    /// self-signed certificate).
-    #[arg(long, env = "ERRAND_WEBHOOK_SERVICE")]
-    pub webhook_service: Option<String>,
-    /// The ValidatingWebhookConfiguration whose CA bundle the controller keeps.
-    #[arg(long, env = "ERRAND_WEBHOOK_CONFIGURATION")]
-    pub webhook_configuration: Option<String>,
+    /// Serve the `data.errand.dev` aggregated API (results and Fileset content) over HTTPS at
+    /// this address.
+    #[arg(long, env = "ERRAND_DATA_API_LISTEN")]
+    pub data_api_listen: Option<SocketAddr>,
+    /// The largest Fileset content the data API accepts, in bytes; a larger upload is refused
+    /// with 413.
+    #[arg(long, env = "ERRAND_MAX_UPLOAD_BYTES", default_value_t = DEFAULT_MAX_UPLOAD_BYTES)]
+    pub max_upload_bytes: u64,
+    /// Directory holding `tls.crt` and `tls.key` kept current by cert-manager, for the webhook
+    /// and the data API; without it the controller generates a self-signed certificate and puts
+    /// its CA into the webhook configuration and the APIService itself.
+    #[arg(long, alias = "webhook-cert-dir", env = "ERRAND_SERVING_CERT_DIR")]
+    pub serving_cert_dir: Option<PathBuf>,
+    /// The Service the API server calls the webhook and the data API through (its DNS names go
+    /// into the self-signed certificate).
+    #[arg(long, alias = "webhook-service", env = "ERRAND_SERVING_SERVICE")]
+    pub serving_service: Option<String>,
     /// The Secret in the controller's namespace that shares the self-signed certificate
     /// between replicas.
     #[arg(
         long,
-        env = "ERRAND_WEBHOOK_SECRET",
-        default_value = "errand-webhook-tls"
+        alias = "webhook-secret",
+        env = "ERRAND_SERVING_SECRET",
+        default_value = "errand-serving-tls"
     )]
-    pub webhook_secret: String,
+    pub serving_secret: String,
+    /// The ValidatingWebhookConfiguration whose CA bundle the controller keeps (self-signed
+    /// certificate, with --webhook-listen).
+    #[arg(long, env = "ERRAND_WEBHOOK_CONFIGURATION")]
+    pub webhook_configuration: Option<String>,
+    /// The APIService whose CA bundle the controller keeps (self-signed certificate, with
+    /// --data-api-listen).
+    #[arg(long, env = "ERRAND_API_SERVICE", default_value = DATA_API_SERVICE)]
+    pub api_service: String,
 }
 
 impl ControllerArgs {
-    /// How the webhook is served, if it is.
-    fn webhook(&self) -> Result<Option<WebhookOptions>, CliError> {
-        let Some(listen) = self.webhook_listen else {
+    /// Where the certificate of the HTTPS endpoints comes from, if any is served.
+    fn certificates(&self) -> Result<Option<Certificates>, CliError> {
+        if self.webhook_listen.is_none() && self.data_api_listen.is_none() {
             return Ok(None);
+        }
+        if let Some(dir) = &self.serving_cert_dir {
+            return Ok(Some(Certificates::Files(dir.clone())));
+        }
+        let missing = |what: &str| {
+            CliError::new(
+                "invalid_config",
+                format!(
+                    "--webhook-listen and --data-api-listen need either --serving-cert-dir \
+                     (cert-manager) or a self-signed certificate, for which {what}"
+                ),
+            )
         };
-        let certificates = match (
-            &self.webhook_cert_dir,
-            &self.webhook_service,
-            &self.webhook_configuration,
-        ) {
-            (Some(dir), _, _) => Certificates::Files(dir.clone()),
-            (None, Some(service), Some(configuration)) => Certificates::SelfSigned(SelfSigned {
-                namespace: self.lease_namespace.clone(),
-                secret: self.webhook_secret.clone(),
-                service: service.clone(),
-                configuration: configuration.clone(),
-            }),
-            _ => {
-                return Err(CliError::new(
-                    "invalid_config",
-                    "--webhook-listen needs either --webhook-cert-dir (cert-manager) or both \
-                     --webhook-service and --webhook-configuration (self-signed)",
-                ));
-            }
-        };
-        Ok(Some(WebhookOptions {
-            listen,
-            certificates,
-        }))
+        let service = self
+            .serving_service
+            .clone()
+            .ok_or_else(|| missing("--serving-service names the Service"))?;
+        let mut trusted_by = Vec::new();
+        if self.webhook_listen.is_some() {
+            let configuration = self.webhook_configuration.clone().ok_or_else(|| {
+                missing("--webhook-configuration names the ValidatingWebhookConfiguration")
+            })?;
+            trusted_by.push(CaBundleHolder::WebhookConfiguration(configuration));
+        }
+        if self.data_api_listen.is_some() {
+            trusted_by.push(CaBundleHolder::ApiService(self.api_service.clone()));
+        }
+        Ok(Some(Certificates::SelfSigned(SelfSigned {
+            namespace: self.lease_namespace.clone(),
+            secret: self.serving_secret.clone(),
+            service,
+            trusted_by,
+        })))
     }
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     init_json_logs();
-    let webhook = args.webhook()?;
+    let certificates = args.certificates()?;
     let results = Store::open(&args.store)
         .map_err(|e| CliError::new("invalid_config", format!("opening the store: {e}")))?;
     let signing = url_signing(
@@ -146,7 +171,8 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.errand_binary = args.errand_binary;
     config.errand_image_pull_policy = args.errand_image_pull_policy;
     config.staging_budget_seconds = args.staging_budget_seconds;
-    config.extract_limits = args.extract.limits();
+    let extract_limits = args.extract.limits();
+    config.extract_limits = extract_limits;
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
     tracing::info!(
@@ -161,7 +187,16 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         signer: signing.signer,
         serve_blobs: signing.serve_blobs,
         listen: Some(args.listen),
-        webhook,
+        certificates,
+        webhook: args.webhook_listen.map(|listen| WebhookOptions { listen }),
+        data_api: args.data_api_listen.map(|listen| DataApiOptions {
+            listen,
+            // An upload is refused when staging it would pass the pods' extraction limits.
+            limits: UploadLimits {
+                max_bytes: args.max_upload_bytes,
+                archive: extract_limits,
+            },
+        }),
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,

@@ -136,7 +136,7 @@ pub async fn download(
 ) -> Result<(), CliError> {
     let key = keys::result(execution, result_name).map_err(|e| store_error(e.into()))?;
     let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
-    let file = file.unwrap_or_else(|| PathBuf::from(default_file_name(result_name)));
+    let file = file.unwrap_or_else(|| PathBuf::from(result_name.file_name()));
     let io_error =
         |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
     let mut out = std::fs::File::create(&file).map_err(io_error)?;
@@ -153,14 +153,4 @@ pub async fn download(
         format!("wrote {} ({})", file.display(), human_size(size))
     });
     Ok(())
-}
-
-fn default_file_name(result: ResultName) -> String {
-    match result {
-        ResultName::InputWorkdir | ResultName::OutputWorkdir | ResultName::OutputArtifacts => {
-            format!("{}.tar.gz", result.as_str())
-        }
-        ResultName::RunResult | ResultName::RunError => format!("{}.json", result.as_str()),
-        ResultName::Manifest => result.as_str().to_owned(),
-    }
 }

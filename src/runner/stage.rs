@@ -10,7 +10,6 @@ use std::io::{self, Read};
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -18,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::collect::put_archive;
 use super::{BlobRef, RunnerError, StagePlan, result_entry};
 use crate::api::ResultEntry;
-use crate::archive::{self, ArchiveError, ByteStream, ExtractLimits, Selection, Unpacker};
+use crate::archive::{
+    self, ArchiveError, ByteStream, ChunkReader, ExtractLimits, Selection, Unpacker,
+};
 use crate::store::keys::ResultName;
 use crate::store::{BlobBody, BlobSource, ResultSink};
 
@@ -169,7 +170,7 @@ async fn open<S: BlobSource>(
         })?;
     let reader: Box<dyn Read + Send> = match body {
         BlobBody::File(file) => Box::new(file),
-        BlobBody::Stream(stream) => Box::new(StreamReader::spawn(stream, stop.clone())),
+        BlobBody::Stream(stream) => Box::new(stream_reader(stream, stop.clone())),
     };
     Ok(Box::new(DigestReader {
         inner: reader,
@@ -212,47 +213,22 @@ impl Read for DigestReader {
 
 /// Bridges an async byte stream to a blocking reader: a task pulls the stream a few items
 /// ahead into a channel that the reader drains, and stops (ending the reader) on `stop`.
-struct StreamReader {
-    items: tokio::sync::mpsc::Receiver<io::Result<Bytes>>,
-    current: Bytes,
-}
-
-impl StreamReader {
-    fn spawn(mut stream: ByteStream, stop: CancellationToken) -> StreamReader {
-        let (tx, items) = tokio::sync::mpsc::channel(4);
-        tokio::spawn(async move {
-            loop {
-                let item = tokio::select! {
-                    item = stream.next() => item,
-                    () = stop.cancelled() => {
-                        let _ = tx.send(Err(io::Error::other("staging was stopped"))).await;
-                        return;
-                    }
-                };
-                let Some(item) = item else { return };
-                if tx.send(item).await.is_err() {
+fn stream_reader(mut stream: ByteStream, stop: CancellationToken) -> ChunkReader {
+    let (tx, items) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                () = stop.cancelled() => {
+                    let _ = tx.send(Err(io::Error::other("staging was stopped"))).await;
                     return;
                 }
-            }
-        });
-        StreamReader {
-            items,
-            current: Bytes::new(),
-        }
-    }
-}
-
-impl Read for StreamReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.items.blocking_recv() {
-                Some(item) => self.current = item?,
-                None => return Ok(0),
+            };
+            let Some(item) = item else { return };
+            if tx.send(item).await.is_err() {
+                return;
             }
         }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        self.current.advance(n);
-        Ok(n)
-    }
+    });
+    ChunkReader::new(items)
 }

@@ -1,10 +1,11 @@
 //! The cluster process, wired: the shared caches, the HTTP endpoints, the admission webhook, leader election and the reconcilers, started in order and stopped together.
 //!
-//! Its parts know nothing of each other: [`crate::controller`] and [`crate::webhook`] are
-//! peers over [`crate::cluster`], and this module, above them all, hands each the caches and
-//! the metrics registry it shares. The HTTP endpoints ([`http`]) and the signed-URL blob
-//! endpoint ([`blobs`]) are served here; [`leader`] decides which replica reconciles. The
-//! cluster components still to come (the data API server, the gateway) are wired here too.
+//! Its parts know nothing of each other: [`crate::controller`], [`crate::webhook`] and
+//! [`crate::dataapi`] are peers over [`crate::cluster`], and this module, above them all, hands
+//! each the caches, the metrics registry and the serving certificate it shares. The HTTP
+//! endpoints ([`http`]) and the signed-URL blob endpoint ([`blobs`]) are served here;
+//! [`leader`] decides which replica reconciles. The cluster components still to come (the
+//! gateway) are wired here too.
 
 pub mod blobs;
 pub mod http;
@@ -23,10 +24,13 @@ use tracing::info;
 use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
 use crate::cluster::catalog::{ClusterCatalog, FilesetPaths};
 use crate::cluster::metrics::MetricsRegistry;
+use crate::cluster::serving::tls::ServingCertificate;
+use crate::cluster::serving::{Certificates, provision};
 use crate::cluster::watches;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, ControllerSettings};
+use crate::dataapi::{self, DataApiOptions};
 use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::metrics::AdmissionMetrics;
 use crate::webhook::{self, WebhookOptions};
@@ -47,8 +51,13 @@ pub struct ServeOptions {
     pub serve_blobs: Option<Arc<HmacSigner>>,
     /// Where to serve `/healthz`, `/readyz` and `/metrics` (not served when `None`).
     pub listen: Option<SocketAddr>,
+    /// Where the certificate of the HTTPS endpoints (the webhook, the data API) comes from;
+    /// needed when either is served.
+    pub certificates: Option<Certificates>,
     /// Serve the validating admission webhook (every replica does, leader or not).
     pub webhook: Option<WebhookOptions>,
+    /// Serve the `data.errand.dev` aggregated API (every replica does, leader or not).
+    pub data_api: Option<DataApiOptions>,
     /// The Lease to hold before reconciling, in its namespace (no election when `None`).
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
@@ -70,6 +79,12 @@ pub enum RunError {
     /// The admission webhook could not be served.
     #[error("starting the webhook: {0}")]
     Webhook(#[from] webhook::StartError),
+    /// The data API could not be served.
+    #[error("starting the data API: {0}")]
+    DataApi(#[from] dataapi::StartError),
+    /// An HTTPS endpoint is asked for without saying where its certificate comes from.
+    #[error("the webhook and the data API need a serving certificate (self-signed or files)")]
+    NoCertificate,
     /// A cache stopped before it was filled.
     #[error("a cache stopped before it was filled")]
     CacheStopped,
@@ -84,6 +99,8 @@ impl RunError {
         match self {
             RunError::Listen { .. } => "listen",
             RunError::Webhook(_) => "webhook",
+            RunError::DataApi(_) => "data_api",
+            RunError::NoCertificate => "no_certificate",
             RunError::CacheStopped => "cache_stopped",
             RunError::LostLease => "lost_lease",
         }
@@ -121,9 +138,10 @@ impl ProcessMetrics {
 /// Runs the process until `shutdown` completes (in-flight reconciles finish first) or the
 /// Lease is lost.
 ///
-/// Every replica fills the caches, serves the webhook and reports ready; only the one holding
-/// the Lease reconciles. Readiness therefore means "can answer admission reviews", which is
-/// what the webhook Service routes by.
+/// Every replica fills the caches, serves the webhook and the data API and reports ready; only
+/// the one holding the Lease reconciles. Readiness therefore means "can answer admission
+/// reviews", which is what the webhook Service routes by; the data API answers 503 until it
+/// has read the front proxy's CA.
 pub async fn run(
     client: Client,
     options: ServeOptions,
@@ -178,24 +196,47 @@ pub async fn run(
         };
         tasks.spawn(http::serve(listener, probes));
     }
-    let webhook_certificate = match options.webhook {
-        Some(webhook) => Some(
-            webhook::start(
-                client.clone(),
-                catalog.clone(),
-                Arc::clone(&metrics.admission),
-                options.config.run_limits(options.signer.as_ref()),
-                webhook,
-                &mut tasks,
-            )
-            .await?,
-        ),
-        None => None,
+    let certificate = if options.webhook.is_some() || options.data_api.is_some() {
+        let certificates = options.certificates.ok_or(RunError::NoCertificate)?;
+        let certificate = Arc::new(ServingCertificate::default());
+        let (kept, client) = (Arc::clone(&certificate), client.clone());
+        tasks.spawn(async move { provision::keep(client, certificates, &kept).await });
+        Some(certificate)
+    } else {
+        None
     };
+    if let (Some(webhook), Some(certificate)) = (options.webhook, &certificate) {
+        webhook::start(
+            client.clone(),
+            catalog.clone(),
+            Arc::clone(&metrics.admission),
+            options.config.run_limits(options.signer.as_ref()),
+            webhook,
+            Arc::clone(certificate),
+            &mut tasks,
+        )
+        .await?;
+    }
+    if let (Some(data_api), Some(certificate)) = (options.data_api, &certificate) {
+        let sources = dataapi::Sources {
+            executions: executions.clone(),
+            filesets: catalog.filesets.clone(),
+            store: options.results.clone(),
+            namespace: options.namespace.clone(),
+        };
+        dataapi::start(
+            client.clone(),
+            sources,
+            data_api,
+            Arc::clone(certificate),
+            &mut tasks,
+        )
+        .await?;
+    }
     if !catalog.wait_until_ready().await {
         return Err(RunError::CacheStopped);
     }
-    if let Some(certificate) = &webhook_certificate {
+    if let Some(certificate) = &certificate {
         certificate.wait_loaded().await;
     }
     ready.store(true, Ordering::Relaxed);

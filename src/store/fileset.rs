@@ -1,4 +1,4 @@
-//! Pushing a directory as a fileset: a content-addressed `tar.gz` blob and its path index beside it, refusing what staging would refuse.
+//! Pushing a directory as a fileset: a content-addressed `tar.gz` blob and its path index beside it, refusing what staging would refuse; the blob streams to a temporary key and moves to its address once its digest is known.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -46,7 +46,7 @@ impl Store {
         namespace: &str,
         dir: &Path,
     ) -> Result<PushedFileset, StoreError> {
-        let upload_key = keys::fileset_upload(namespace, &upload_token())?;
+        let upload_key = fileset_upload_key(namespace)?;
         let options = PackOptions {
             stageable: true,
             index: true,
@@ -67,29 +67,14 @@ impl Store {
             }
         };
 
-        let key = keys::fileset(namespace, &info.sha256)?;
-        let placed = async {
-            self.put_paths(namespace, &info.sha256, PathIndex::new(stats.paths))
-                .await?;
-            let created = !self.exists(&key).await?;
-            if created {
-                self.rename(&upload_key, &key).await?;
-            } else {
-                self.delete(&upload_key).await?;
-            }
-            Ok(created)
-        }
-        .await;
-        let created = match placed {
-            Ok(created) => created,
-            Err(e) => {
-                // Nothing of a failed push stays behind.
-                if let Err(cleanup) = self.delete(&upload_key).await {
-                    tracing::warn!(key = upload_key, error = %cleanup, "removing a failed push");
-                }
-                return Err(e);
-            }
-        };
+        let (key, created) = self
+            .place_fileset_upload(
+                namespace,
+                &upload_key,
+                &info.sha256,
+                PathIndex::new(stats.paths),
+            )
+            .await?;
         Ok(PushedFileset {
             key,
             digest: info.sha256,
@@ -98,6 +83,40 @@ impl Store {
             skipped: stats.skipped_entries,
             created,
         })
+    }
+
+    /// Moves the complete blob at `upload_key` (from [`fileset_upload_key`]) to its content
+    /// address `filesets/<namespace>/<sha256>.tar.gz` after writing its path `index` beside it,
+    /// and returns that key and whether the blob is new there. A blob already there has the
+    /// same bytes, so the upload is dropped instead. On failure nothing of the upload is left.
+    pub async fn place_fileset_upload(
+        &self,
+        namespace: &str,
+        upload_key: &str,
+        sha256: &str,
+        index: PathIndex,
+    ) -> Result<(String, bool), StoreError> {
+        let key = keys::fileset(namespace, sha256)?;
+        let placed = async {
+            self.put_paths(namespace, sha256, index).await?;
+            let created = !self.exists(&key).await?;
+            if created {
+                self.rename(upload_key, &key).await?;
+            } else {
+                self.delete(upload_key).await?;
+            }
+            Ok(created)
+        }
+        .await;
+        match placed {
+            Ok(created) => Ok((key, created)),
+            Err(e) => {
+                if let Err(cleanup) = self.delete(upload_key).await {
+                    tracing::warn!(key = upload_key, error = %cleanup, "removing a failed push");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Removes the blob `digest` of a namespace and its path index, for a command that fails
@@ -192,6 +211,12 @@ impl Store {
             .map(Some)
             .map_err(|e| corrupt_index(&key, &e.to_string()))
     }
+}
+
+/// A new key to stream a fileset blob of `namespace` to before its digest is known, which no
+/// concurrent push in this or another process shares.
+pub fn fileset_upload_key(namespace: &str) -> Result<String, StoreError> {
+    Ok(keys::fileset_upload(namespace, &upload_token())?)
 }
 
 fn corrupt_index(key: &str, why: &str) -> StoreError {

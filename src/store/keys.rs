@@ -80,6 +80,23 @@ impl ResultName {
     pub fn parse(name: &str) -> Option<ResultName> {
         ResultName::ALL.into_iter().find(|r| r.as_str() == name)
     }
+
+    /// Whether the result is a directory as a `tar.gz` (else it is a JSON document).
+    pub fn is_archive(self) -> bool {
+        matches!(
+            self,
+            ResultName::InputWorkdir | ResultName::OutputWorkdir | ResultName::OutputArtifacts
+        )
+    }
+
+    /// The file name a download of the result gets by default.
+    pub fn file_name(self) -> String {
+        match self {
+            _ if self.is_archive() => format!("{}.tar.gz", self.as_str()),
+            ResultName::Manifest => self.as_str().to_owned(),
+            _ => format!("{}.json", self.as_str()),
+        }
+    }
 }
 
 impl fmt::Display for ResultName {

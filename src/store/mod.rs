@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use url::Url;
 
-pub use fileset::PushedFileset;
+pub use fileset::{PushedFileset, fileset_upload_key};
 pub use presign::PresignedSigner;
 pub use transfer::{BlobSource, PackReport, ResultBody, ResultSink, StoreResults};
 
@@ -197,8 +197,8 @@ impl BlobBody {
     }
 }
 
-/// Reads a file in large blocks on the blocking pool.
-fn file_stream(file: std::fs::File) -> ByteStream {
+/// Reads a file (or a part of one) in large blocks on the blocking pool.
+fn file_stream(file: impl io::Read + Send + 'static) -> ByteStream {
     const BLOCK: usize = 1024 * 1024;
     futures::stream::try_unfold(Some(file), |file| async move {
         let Some(mut file) = file else {
@@ -487,6 +487,41 @@ impl Store {
         })
     }
 
+    /// Bytes `range` of the object at `key` (all of it without a range). The range must lie
+    /// inside the object.
+    pub async fn get_range(
+        &self,
+        key: &str,
+        range: Option<std::ops::Range<u64>>,
+    ) -> Result<ByteStream, StoreError> {
+        let path = object_path(key)?;
+        let options = GetOptions {
+            range: range.map(GetRange::Bounded),
+            ..GetOptions::default()
+        };
+        let result = self
+            .inner
+            .get_opts(&path, options)
+            .await
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => StoreError::NotFound {
+                    key: key.to_owned(),
+                },
+                source => backend("get", key, source),
+            })?;
+        // A local file is read in large blocks, as `get` reads it, rather than in
+        // object_store's small chunks.
+        let range = result.range.clone();
+        Ok(match result.payload {
+            GetResultPayload::File(mut file, _) => {
+                io::Seek::seek(&mut file, io::SeekFrom::Start(range.start))
+                    .map_err(|source| body_error(key, source))?;
+                file_stream(file.take(range.end - range.start))
+            }
+            GetResultPayload::Stream(stream) => stream.map_err(io::Error::other).boxed(),
+        })
+    }
+
     /// The bytes of the object at `key` from byte `offset` on, and the object's whole size;
     /// `None` when `offset` is at or past its end.
     pub async fn get_from(
@@ -507,19 +542,8 @@ impl Store {
         if offset >= size {
             return Ok(None);
         }
-        let options = GetOptions {
-            range: Some(GetRange::Offset(offset)),
-            ..GetOptions::default()
-        };
-        let result = self
-            .inner
-            .get_opts(&path, options)
-            .await
-            .map_err(|source| backend("get", key, source))?;
-        Ok(Some((
-            result.into_stream().map_err(io::Error::other).boxed(),
-            size,
-        )))
+        let stream = self.get_range(key, Some(offset..size)).await?;
+        Ok(Some((stream, size)))
     }
 
     /// Whether an object exists at `key`.

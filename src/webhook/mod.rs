@@ -3,15 +3,12 @@
 //! A create is resolved against the live API with the same rules the controller applies
 //! ([`crate::resolve`]), so a bad agent name, a missing Secret or key, a missing Fileset and
 //! the rest fail the `kubectl apply` with every problem listed instead of failing the run.
-//! [`review`] is the pure decision; [`server`] the HTTPS endpoint; [`certs`], [`tls`] and
-//! [`provision`] get a serving certificate in place without manual steps.
+//! [`review`] is the pure decision; [`server`] the HTTPS endpoint, served with the certificate
+//! [`crate::cluster::serving`] keeps in place.
 
-pub mod certs;
 pub mod metrics;
-pub mod provision;
 pub mod review;
 pub mod server;
-pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,19 +17,16 @@ use kube::Client;
 use tokio::task::JoinSet;
 
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::serving::tls::{self, ServingCertificate, TlsError};
 use crate::resolve::RunLimits;
 use metrics::AdmissionMetrics;
-pub use provision::{Certificates, SelfSigned};
 use server::{Admission, ClusterResolver};
-use tls::{ServingCertificate, TlsError};
 
 /// How the webhook is served.
 #[derive(Clone, Debug)]
 pub struct WebhookOptions {
     /// The HTTPS address (the Service's target port).
     pub listen: SocketAddr,
-    /// Where the serving certificate comes from.
-    pub certificates: Certificates,
 }
 
 /// Why the webhook could not start.
@@ -52,26 +46,24 @@ pub enum StartError {
     Tls(#[from] TlsError),
 }
 
-/// Binds the webhook's port and starts serving on `tasks`, with the certificate kept current
-/// alongside. Creates are checked against `limits`. Handshakes fail until the first certificate
-/// is loaded; wait for it with [`ServingCertificate::wait_loaded`] on the returned handle before
-/// reporting ready.
+/// Binds the webhook's port and starts serving on `tasks` with `certificate`. Creates are
+/// checked against `limits`. Handshakes fail until the first certificate is loaded.
 pub async fn start(
     client: Client,
     catalog: ClusterCatalog,
     metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
     options: WebhookOptions,
+    certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
-) -> Result<Arc<ServingCertificate>, StartError> {
+) -> Result<(), StartError> {
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|source| StartError::Listen {
             address: options.listen,
             source,
         })?;
-    let certificate = Arc::new(ServingCertificate::default());
-    let acceptor = tls::acceptor(Arc::clone(&certificate))?;
+    let acceptor = tls::acceptor(certificate)?;
     let admission = Arc::new(Admission {
         resolver: Box::new(ClusterResolver {
             client: client.clone(),
@@ -81,7 +73,5 @@ pub async fn start(
         limits,
     });
     tasks.spawn(server::serve(listener, acceptor, admission));
-    let kept = Arc::clone(&certificate);
-    tasks.spawn(async move { provision::keep(client, options.certificates, &kept).await });
-    Ok(certificate)
+    Ok(())
 }

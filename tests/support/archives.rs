@@ -1,10 +1,32 @@
-//! Hostile `tar.gz` archives built in memory: a file of zeros that expands a thousandfold, and a symlink chain that is quadratic to resolve link by link.
+//! `tar.gz` archives built in memory for tests: files written entry by entry with hostile paths kept as they are, a file of zeros that expands a thousandfold, a symlink chain that is quadratic to resolve link by link; and the digests the store records.
 
 use std::io::Write;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use sha2::{Digest, Sha256};
 use tar::{EntryType, Header};
+
+/// Lowercase hex sha256 of `bytes`, as the store and the statuses record it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// A `tar.gz` of `(path, content)` regular files. Paths are written raw into the header, so
+/// `../x` or `/etc/x` reach the archive as they are (the `tar` crate's setters refuse them).
+pub fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+    for (path, content) in files {
+        let mut header = Header::new_gnu();
+        header.set_entry_type(EntryType::Regular);
+        header.set_mode(0o644);
+        header.set_size(content.len() as u64);
+        header.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+        header.set_cksum();
+        builder.append(&header, *content).unwrap();
+    }
+    builder.into_inner().unwrap().finish().unwrap()
+}
 
 /// `data` gzipped.
 pub fn gzip(data: &[u8]) -> Vec<u8> {

@@ -122,6 +122,18 @@ pub async fn client_for(kubeconfig: &Path, required: bool) -> Option<Client> {
     }
 }
 
+/// A client of the test cluster acting as `user` (in `system:authenticated` only), by the
+/// admin's impersonation, as `kubectl --as` does: what that user's RBAC allows and nothing more.
+pub async fn client_as(user: &str) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig_path()).expect("the admin kubeconfig");
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("the admin kubeconfig loads");
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
+    Client::try_from(config).expect("a client")
+}
+
 async fn connect(path: &Path) -> Result<Client, String> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| format!("reading kubeconfig: {e}"))?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())

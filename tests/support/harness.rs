@@ -463,7 +463,9 @@ pub fn spawn_controller(
         signer: signer.clone(),
         serve_blobs: blobs.map(|_| signer),
         listen: blobs,
+        certificates: None,
         webhook: None,
+        data_api: None,
         leader_election: None,
         instance: format!("test-{namespace}"),
     };

@@ -39,9 +39,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-%s" (include "errand.fullname" .) .Release.Namespace | trunc 253 -}}
 {{- end -}}
 
-{{- define "errand.webhookSecretName" -}}
-{{- printf "%s-webhook-tls" (include "errand.fullname" .) -}}
+{{/* The Secret the replicas share the self-signed serving certificate of the webhook and the
+data API through. */}}
+{{- define "errand.servingSecretName" -}}
+{{- printf "%s-serving-tls" (include "errand.fullname" .) -}}
 {{- end -}}
+
+{{/* The data API's APIService: its name is fixed by its group and version, so one release
+per cluster serves it. */}}
+{{- define "errand.apiServiceName" -}}v1alpha1.data.errand.dev{{- end -}}
 
 {{- define "errand.signingKeySecretName" -}}
 {{- default (printf "%s-signing-key" (include "errand.fullname" .)) .Values.signingKey.existingSecret -}}

@@ -1,10 +1,10 @@
-//! Keeps the webhook's serving certificate in place: a self-signed one shared through a Secret with its CA patched into the ValidatingWebhookConfiguration, or files that cert-manager keeps current.
+//! Keeps the serving certificate in place: a self-signed one shared through a Secret with its CA patched into every object the API server calls errand through (the ValidatingWebhookConfiguration, the data API's APIService), or files that cert-manager keeps current.
 //!
 //! Every replica runs the same loop. The first to find no Secret creates it (the others get
-//! AlreadyExists and read it), so all replicas serve one certificate and the configuration
-//! trusts exactly one CA. The loop also repairs the CA bundle when something (a `helm
-//! upgrade`, a person) resets it. The Secret is owned by the configuration, so uninstalling
-//! the chart removes it too.
+//! AlreadyExists and read it), so all replicas serve one certificate and every caller trusts
+//! exactly one CA. The loop also repairs a CA bundle when something (a `helm upgrade`, a
+//! person) resets it. The Secret is owned by those objects, so uninstalling the chart removes
+//! it too.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,6 +12,8 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
 use tracing::{info, warn};
@@ -22,10 +24,11 @@ use super::tls::{ServingCertificate, TlsError};
 /// Where the serving certificate comes from.
 #[derive(Clone, Debug)]
 pub enum Certificates {
-    /// Generated here and shared through a Secret; the CA goes into the configuration.
+    /// Generated here and shared through a Secret; the CA goes into the objects that call
+    /// errand.
     SelfSigned(SelfSigned),
     /// `tls.crt` and `tls.key` in this directory, kept current by something else
-    /// (cert-manager, whose CA injector also fills the configuration's CA bundle).
+    /// (cert-manager, whose CA injector also fills the CA bundles).
     Files(PathBuf),
 }
 
@@ -38,8 +41,29 @@ pub struct SelfSigned {
     pub secret: String,
     /// Name of the Service the API server calls; the certificate is made for its DNS names.
     pub service: String,
-    /// Name of the ValidatingWebhookConfiguration whose CA bundle to keep.
-    pub configuration: String,
+    /// The objects whose CA bundle to keep (at least one).
+    pub trusted_by: Vec<CaBundleHolder>,
+}
+
+/// A cluster-scoped object through which the API server calls errand, with the CA bundle it
+/// checks errand's certificate against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaBundleHolder {
+    /// A ValidatingWebhookConfiguration, by name: the CA goes into each of its webhooks.
+    WebhookConfiguration(String),
+    /// An APIService (`v1alpha1.data.errand.dev`), by name.
+    ApiService(String),
+}
+
+impl std::fmt::Display for CaBundleHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaBundleHolder::WebhookConfiguration(name) => {
+                write!(f, "ValidatingWebhookConfiguration {name}")
+            }
+            CaBundleHolder::ApiService(name) => write!(f, "APIService {name}"),
+        }
+    }
 }
 
 /// Why a round of provisioning failed.
@@ -54,9 +78,9 @@ pub enum ProvisionError {
         #[source]
         source: kube::Error,
     },
-    /// The configuration to patch does not exist.
-    #[error("ValidatingWebhookConfiguration {0} not found (install it with the chart)")]
-    NoConfiguration(String),
+    /// An object whose CA bundle to keep does not exist.
+    #[error("{0} not found (install it with the chart)")]
+    NoHolder(CaBundleHolder),
     /// Another replica kept changing the Secret.
     #[error("Secret {0} kept changing while this replica tried to read or renew it")]
     Contended(String),
@@ -94,7 +118,7 @@ const RETRY: Duration = Duration::from_secs(2);
 pub async fn keep(client: Client, certificates: Certificates, serving: &ServingCertificate) {
     loop {
         if let Err(e) = sync(&client, &certificates, serving).await {
-            warn!("webhook certificate: {e}");
+            warn!("serving certificate: {e}");
         }
         let pause = if serving.chain_pem().is_some() {
             RECHECK
@@ -122,18 +146,84 @@ pub async fn sync(
             Ok(())
         }
         Certificates::SelfSigned(settings) => {
-            let configurations = Api::<ValidatingWebhookConfiguration>::all(client.clone());
-            let configuration = configurations
-                .get_opt(&settings.configuration)
-                .await
-                .map_err(kube_error(format!(
-                    "reading ValidatingWebhookConfiguration {}",
-                    settings.configuration
-                )))?
-                .ok_or_else(|| ProvisionError::NoConfiguration(settings.configuration.clone()))?;
-            let material = shared_material(client, settings, &configuration).await?;
+            let holders = read_holders(client, &settings.trusted_by).await?;
+            let owners = holders.iter().map(Holder::owner_ref).collect();
+            let material = shared_material(client, settings, owners).await?;
             serving.load_pem(&material.cert_pem, &material.key_pem)?;
-            trust_ca(&configurations, &configuration, &material.ca_pem).await
+            for holder in &holders {
+                holder.trust_ca(client, &material.ca_pem).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// An object whose CA bundle is kept, as read.
+enum Holder {
+    WebhookConfiguration(ValidatingWebhookConfiguration),
+    ApiService(APIService),
+}
+
+async fn read_holders(
+    client: &Client,
+    holders: &[CaBundleHolder],
+) -> Result<Vec<Holder>, ProvisionError> {
+    let mut read = Vec::with_capacity(holders.len());
+    for holder in holders {
+        let action = format!("reading {holder}");
+        let found = match holder {
+            CaBundleHolder::WebhookConfiguration(name) => {
+                Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                    .get_opt(name)
+                    .await
+                    .map_err(kube_error(action))?
+                    .map(Holder::WebhookConfiguration)
+            }
+            CaBundleHolder::ApiService(name) => Api::<APIService>::all(client.clone())
+                .get_opt(name)
+                .await
+                .map_err(kube_error(action))?
+                .map(Holder::ApiService),
+        };
+        read.push(found.ok_or_else(|| ProvisionError::NoHolder(holder.clone()))?);
+    }
+    Ok(read)
+}
+
+impl Holder {
+    fn owner_ref(&self) -> OwnerReference {
+        let owner = match self {
+            Holder::WebhookConfiguration(object) => object.owner_ref(&()),
+            Holder::ApiService(object) => object.owner_ref(&()),
+        };
+        owner.expect("an object read from the API server has a name and a uid")
+    }
+
+    /// Puts `ca_pem` into the object's CA bundle where it is missing.
+    async fn trust_ca(&self, client: &Client, ca_pem: &str) -> Result<(), ProvisionError> {
+        match self {
+            Holder::WebhookConfiguration(configuration) => {
+                let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+                trust_ca_in_webhooks(&api, configuration, ca_pem).await
+            }
+            Holder::ApiService(service) => {
+                let current = service.spec.as_ref().and_then(|s| s.ca_bundle.as_ref());
+                if current.map(|b| b.0.as_slice()) == Some(ca_pem.as_bytes()) {
+                    return Ok(());
+                }
+                let name = service.meta().name.clone().unwrap_or_default();
+                let patch = serde_json::json!({
+                    "spec": {"caBundle": ByteString(ca_pem.as_bytes().to_vec())},
+                });
+                Api::<APIService>::all(client.clone())
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(kube_error(format!(
+                        "patching the CA bundle of APIService {name}"
+                    )))?;
+                info!(apiservice = %name, "put the serving CA in the APIService");
+                Ok(())
+            }
         }
     }
 }
@@ -142,7 +232,7 @@ pub async fn sync(
 async fn shared_material(
     client: &Client,
     settings: &SelfSigned,
-    configuration: &ValidatingWebhookConfiguration,
+    owners: Vec<OwnerReference>,
 ) -> Result<TlsMaterial, ProvisionError> {
     let api = Api::<Secret>::namespaced(client.clone(), &settings.namespace);
     let names = certs::service_dns_names(&settings.service, &settings.namespace);
@@ -164,28 +254,25 @@ async fn shared_material(
         let fresh = certs::generate(&names, now)?;
         let written = match existing {
             None => {
-                let secret =
-                    Secret {
-                        metadata: ObjectMeta {
-                            name: Some(settings.secret.clone()),
-                            namespace: Some(settings.namespace.clone()),
-                            annotations: Some(fresh.annotations()),
-                            labels: Some(
-                                [(
-                                    "app.kubernetes.io/component".to_owned(),
-                                    "webhook".to_owned(),
-                                )]
-                                .into(),
-                            ),
-                            owner_references: Some(vec![configuration.owner_ref(&()).expect(
-                                "an object read from the API server has a name and a uid",
-                            )]),
-                            ..ObjectMeta::default()
-                        },
-                        type_: Some("kubernetes.io/tls".to_owned()),
-                        data: Some(fresh.secret_data()),
-                        ..Secret::default()
-                    };
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(settings.secret.clone()),
+                        namespace: Some(settings.namespace.clone()),
+                        annotations: Some(fresh.annotations()),
+                        labels: Some(
+                            [(
+                                "app.kubernetes.io/component".to_owned(),
+                                "controller".to_owned(),
+                            )]
+                            .into(),
+                        ),
+                        owner_references: Some(owners.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some("kubernetes.io/tls".to_owned()),
+                    data: Some(fresh.secret_data()),
+                    ..Secret::default()
+                };
                 api.create(&PostParams::default(), &secret).await
             }
             Some(mut secret) => {
@@ -201,7 +288,7 @@ async fn shared_material(
         };
         match written {
             Ok(_) => {
-                info!(secret = %settings.secret, not_after = %fresh.not_after, "generated the webhook certificate");
+                info!(secret = %settings.secret, not_after = %fresh.not_after, "generated the serving certificate");
                 return Ok(fresh);
             }
             Err(kube::Error::Api(status)) if status.is_already_exists() || status.is_conflict() => {
@@ -218,7 +305,7 @@ async fn shared_material(
 }
 
 /// Puts `ca_pem` into the CA bundle of every webhook of the configuration that lacks it.
-async fn trust_ca(
+async fn trust_ca_in_webhooks(
     api: &Api<ValidatingWebhookConfiguration>,
     configuration: &ValidatingWebhookConfiguration,
     ca_pem: &str,

@@ -1,4 +1,4 @@
-//! The webhook's self-signed serving certificate: generated with its own CA, kept in a Secret all replicas share, renewed before it expires or when the Service is renamed.
+//! The self-signed serving certificate of errand's HTTPS endpoints (the admission webhook, the data API): generated with its own CA, kept in a Secret all replicas share, renewed before it expires or when the Service is renamed.
 //!
 //! Pure: no client. The CA's key is thrown away after signing, because renewal makes a new CA
 //! as well; nothing else is ever signed with it.
@@ -23,7 +23,7 @@ pub const DNS_NAMES_ANNOTATION: &str = "errand.dev/dns-names";
 /// Annotation with the end of the certificate's validity (RFC 3339).
 pub const NOT_AFTER_ANNOTATION: &str = "errand.dev/not-after";
 
-/// How long a generated certificate is valid. Long, as self-signed webhook certificates
+/// How long a generated certificate is valid. Long, as self-signed serving certificates
 /// usually are: renewal is automatic but every replica picks it up only at its next check.
 pub const VALIDITY: SignedDuration = SignedDuration::from_hours(24 * 365 * 5);
 /// A certificate is renewed when less than this is left.
@@ -33,7 +33,7 @@ pub const RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(24 * 30);
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
     /// rcgen refused the parameters or failed to sign.
-    #[error("generating the webhook certificate: {0}")]
+    #[error("generating the serving certificate: {0}")]
     Generate(#[from] rcgen::Error),
     /// The validity period does not fit a certificate's time fields.
     #[error("the validity period starting {0} is out of range")]
@@ -55,7 +55,7 @@ pub struct TlsMaterial {
     pub not_after: Timestamp,
 }
 
-/// The names the API server may use to reach the webhook's Service.
+/// The names the API server may use to reach errand's Service.
 pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
     vec![
         service.to_owned(),
@@ -79,7 +79,7 @@ pub fn generate(dns_names: &[String], now: Timestamp) -> Result<TlsMaterial, Cer
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.distinguished_name = DistinguishedName::new();
     ca.distinguished_name
-        .push(DnType::CommonName, "errand webhook CA");
+        .push(DnType::CommonName, "errand serving CA");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     ca.not_before = offset_time(not_before)?;

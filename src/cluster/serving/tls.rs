@@ -1,4 +1,4 @@
-//! The webhook's TLS: a serving certificate that can be swapped while connections are served, and the acceptor built on it.
+//! The TLS of errand's HTTPS endpoints: a serving certificate that can be swapped while connections are served, and the acceptor built on it.
 //!
 //! The certificate changes under a running server when another replica renews the shared one
 //! or cert-manager rotates its Secret; new handshakes use the new one at once.
@@ -28,7 +28,7 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
 }
 
-/// The certificate the webhook serves; empty until the first one is loaded.
+/// The certificate errand serves; empty until the first one is loaded.
 #[derive(Debug)]
 pub struct ServingCertificate {
     current: RwLock<Option<(String, Arc<CertifiedKey>)>>,
@@ -116,7 +116,7 @@ pub fn acceptor(certificate: Arc<ServingCertificate>) -> Result<TlsAcceptor, Tls
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::certs;
+    use crate::cluster::serving::certs;
 
     #[tokio::test]
     async fn a_generated_certificate_loads_and_a_bad_one_is_refused() {
