@@ -324,3 +324,32 @@ fn an_environment_by_workspace_name_must_be_in_the_target_namespace() {
         "{message}"
     );
 }
+
+#[test]
+fn an_agent_runtime_is_checked_against_its_schema_when_applied() {
+    let home = Home::new();
+    for (spec, expected) in [
+        (
+            json!({"harnessKind": "deepagents", "image": "i", "command": ["run"], "configFormats": ["yaml-v9"]}),
+            "spec.configFormats[0]: Unsupported value: \"yaml-v9\"",
+        ),
+        (
+            json!({"image": "i", "command": ["run"]}),
+            "spec.harnessKind: Required value",
+        ),
+        (
+            json!({"harnessKind": "Deep Agents", "image": "i", "command": ["run"]}),
+            "spec.harnessKind: Invalid value: \"Deep Agents\"",
+        ),
+    ] {
+        let manifest = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentRuntime",
+                              "metadata": {"name": "bad"}, "spec": spec});
+        let file = home.write("bad.json", &manifest.to_string());
+        let (code, answer) = refusal(&home, &["apply", "-f", file.to_str().unwrap()]);
+        assert_eq!(code, 2, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{expected}: {message}");
+    }
+    let (_, runtimes) = home.json(&["runtimes"]);
+    assert_eq!(runtimes["agentruntimes"], json!([]));
+}

@@ -35,11 +35,21 @@ pub struct AgentRuntimeSpec {
     /// command runs on the machine and the image is not used.
     #[serde(flatten)]
     pub container: RuntimeContainer,
-    /// The `config_format`s this runtime accepts; empty accepts every format errand accepts.
+    /// The `config_format`s this runtime accepts (`agents-spec-v1`, `nemo-agents-spec-v1`);
+    /// empty accepts every format errand accepts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "config_formats_schema")]
     pub config_formats: Vec<String>,
     /// Compute an execution gets when its environment sets none of its own (the
     /// environment wins field by field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute: Option<Compute>,
+}
+
+fn config_formats_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "description": "The `config_format`s this runtime accepts (`agents-spec-v1`, `nemo-agents-spec-v1`); empty accepts every format errand accepts.",
+        "items": {"type": "string", "enum": super::contract::ACCEPTED_CONFIG_FORMATS},
+    })
 }
