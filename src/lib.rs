@@ -9,6 +9,7 @@ pub mod controller;
 pub mod dataapi;
 pub mod local;
 pub mod resolve;
+pub mod retention;
 pub mod runner;
 pub mod serve;
 pub mod store;

@@ -121,9 +121,18 @@ fn the_values_schema_refuses_bad_values() {
         "webhook.timeoutSeconds=60",
         "image.pullPolicy=Sometimes",
         "controller.unknownSetting=1",
+        "controller.ttlSecondsAfterFinished=-1",
+        "controller.ttlSecondsAfterFinished=31622401",
+        "agentPods.workspaceSizeLimit=20GB",
+        "controller.storeSweep.interval=6y",
+        "agentPods.serviceAccountName=Agents",
+        "agentPods.imagePullSecrets[0].name=bad/name",
         "controller.extraction.maxBytes=0",
         "controller.extraction.maxEntries=lots",
         "runtimes.deepagents.image=runner:1",
+        "monitoring.serviceMonitor.interval=soon",
+        "monitoring.prometheusRule.severity=page",
+        "monitoring.prometheusRule.stuckStartingSeconds=5",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -375,6 +384,175 @@ fn the_data_api_is_registered_delegates_its_auth_and_joins_the_built_in_roles() 
     };
     assert!(of_kind(&without, "APIService").is_empty());
     assert!(rules_for(&without, "apiservices").is_empty());
+}
+
+fn controller_args(objects: &[Value]) -> Vec<&str> {
+    strings(&of_kind(objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"])
+}
+
+#[test]
+fn finished_executions_live_as_long_as_the_chart_default_says() {
+    let Some(kept) = render(&[]) else { return };
+    assert!(
+        !controller_args(&kept)
+            .iter()
+            .any(|a| a.starts_with("--default-ttl-seconds-after-finished")),
+        "no default lifetime unless one is set"
+    );
+    let Some(objects) = render(&["controller.ttlSecondsAfterFinished=86400"]) else {
+        return;
+    };
+    assert!(controller_args(&objects).contains(&"--default-ttl-seconds-after-finished=86400"));
+    assert!(
+        !controller_args(&objects)
+            .iter()
+            .any(|a| a.starts_with("--store-sweep")),
+        "no periodic sweep unless an interval is set"
+    );
+    let Some(sweeping) = render(&["controller.storeSweep.interval=6h"]) else {
+        return;
+    };
+    let args = controller_args(&sweeping);
+    assert!(args.contains(&"--store-sweep-interval=6h"), "{args:?}");
+    assert!(args.contains(&"--store-sweep-grace=24h"), "{args:?}");
+    let (_, executions) = rules_for(&objects, "agentexecutions").pop().unwrap();
+    assert!(
+        strings(&executions["verbs"]).contains(&"delete"),
+        "{executions}"
+    );
+    let (kind, namespaces) = rules_for(&objects, "namespaces").pop().unwrap();
+    assert_eq!(kind, "ClusterRole");
+    assert_eq!(strings(&namespaces["verbs"]), ["get", "list", "watch"]);
+    assert!(namespaces.get("resourceNames").is_none(), "{namespaces}");
+
+    let Some(watched) = render(&["controller.watchNamespace=team-a"]) else {
+        return;
+    };
+    let (_, namespaces) = rules_for(&watched, "namespaces").pop().unwrap();
+    assert_eq!(
+        strings(&namespaces["resourceNames"]),
+        ["team-a"],
+        "a controller of one namespace reads only that namespace"
+    );
+}
+
+#[test]
+fn monitoring_objects_are_off_by_default_and_scrape_and_alert_on_the_controllers_metrics() {
+    let Some(plain) = render(&[]) else { return };
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        assert!(of_kind(&plain, kind).is_empty(), "{kind} without asking");
+    }
+    let Some(objects) = render(&[
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.serviceMonitor.labels.release=kube-prometheus-stack",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.prometheusRule.stuckStartingSeconds=900",
+    ]) else {
+        return;
+    };
+
+    // The ServiceMonitor selects the controller's Service and scrapes its http port.
+    let monitor = of_kind(&objects, "ServiceMonitor")[0];
+    assert_eq!(
+        monitor["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let service = of_kind(&objects, "Service")
+        .into_iter()
+        .find(|s| s["metadata"]["labels"]["app.kubernetes.io/component"] == "controller")
+        .expect("the controller's Service");
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
+    for (key, value) in selector {
+        assert_eq!(&service["metadata"]["labels"][key], value, "{key}");
+    }
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(
+        (&endpoint["port"], &endpoint["path"]),
+        (&Value::from("http"), &Value::from("/metrics"))
+    );
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "http"),
+        "{service}"
+    );
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"]["matchNames"][0],
+        "errand-system"
+    );
+
+    // The rules alert on metrics the controller exports, with the values' thresholds.
+    let rule = of_kind(&objects, "PrometheusRule")[0];
+    let alerts: Vec<(&str, &str)> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["alert"].as_str().unwrap(), r["expr"].as_str().unwrap()))
+        .collect();
+    let names: Vec<&str> = alerts.iter().map(|(name, _)| *name).collect();
+    assert_eq!(
+        names,
+        [
+            "ErrandReconcileErrors",
+            "ErrandExecutionStuckStarting",
+            "ErrandStoreSweepFailing"
+        ]
+    );
+    for ((_, expr), metric) in alerts.iter().zip([
+        "errand_controller_reconcile_errors_total[10m])) > 0.05",
+        "errand_controller_longest_starting_seconds) > 900",
+        "errand_controller_store_sweeps_total{outcome=\"failed\"}[2h]) > 0",
+    ]) {
+        assert!(expr.contains(metric), "{expr}");
+    }
+    let annotations = &rule["spec"]["groups"][0]["rules"][0]["annotations"];
+    assert!(
+        annotations["summary"]
+            .as_str()
+            .unwrap()
+            .contains("{{ $labels.reason }}"),
+        "Prometheus's own templating reaches the rule: {annotations}"
+    );
+}
+
+#[test]
+fn agent_pods_get_the_charts_pull_secrets_service_account_and_volume_limits() {
+    let Some(plain) = render(&[]) else { return };
+    let flags = [
+        "--agent-image-pull-secret",
+        "--agent-service-account",
+        "--workspace-size-limit",
+        "--scratch-size-limit",
+    ];
+    assert!(
+        !controller_args(&plain)
+            .iter()
+            .any(|a| flags.iter().any(|f| a.starts_with(f))),
+        "nothing set, nothing passed"
+    );
+    let Some(objects) = render(&[
+        "agentPods.imagePullSecrets[0].name=platform-registry",
+        "agentPods.imagePullSecrets[1].name=team-registry",
+        "agentPods.serviceAccountName=errand-agents",
+        "agentPods.workspaceSizeLimit=20Gi",
+        "agentPods.scratchSizeLimit=2Gi",
+    ]) else {
+        return;
+    };
+    let args = controller_args(&objects);
+    for expected in [
+        "--agent-image-pull-secret=platform-registry",
+        "--agent-image-pull-secret=team-registry",
+        "--agent-service-account=errand-agents",
+        "--workspace-size-limit=20Gi",
+        "--scratch-size-limit=2Gi",
+    ] {
+        assert!(args.contains(&expected), "{expected} not in {args:?}");
+    }
 }
 
 #[test]

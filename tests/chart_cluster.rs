@@ -32,6 +32,7 @@ use support::errand::{ERRAND_IMAGE, wait_for};
 use support::harness::execution_id;
 use support::store::read_all;
 
+use errand::api::contract::NAMESPACE_TTL_ANNOTATION;
 use errand::api::{AgentExecution, Fileset, Phase};
 use errand::store::Store;
 use errand::store::keys::ResultName;
@@ -513,6 +514,42 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     data_api_serves_tenants_by_their_rbac(&client, team.name(), &ns, &done).await;
     eprintln!(
         "data API checks passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // A lifetime set on the namespace (as its owner would, with kubectl) takes the finished
+    // calculator, and its results with it: the chart lets the controller read namespaces and
+    // delete executions, and the deletion goes through the results finalizer.
+    succeed(
+        "kubectl",
+        &[
+            "annotate",
+            "namespace",
+            team.name(),
+            &format!("{NAMESPACE_TTL_ANNOTATION}=1"),
+        ],
+    );
+    let started = Instant::now();
+    wait_for("the expired calculator to be deleted", RUN_WAIT, || {
+        let api = api.clone();
+        async move {
+            api.get_opt("calculator-12x8")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(
+        matches!(
+            volume.store().get(&key).await,
+            Err(errand::store::StoreError::NotFound { .. })
+        ),
+        "{key} outlived its execution"
+    );
+    eprintln!(
+        "a namespace lifetime of 1s deleted the finished calculator and its results {:.1}s after the annotation",
         started.elapsed().as_secs_f64()
     );
 

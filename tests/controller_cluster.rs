@@ -4,7 +4,8 @@
 //! These tests cover what does not need a pod to run, with an errand image the node does not
 //! have: invalid specs, children and their owners, create-only across a restart, snapshot
 //! immutability, secret hygiene, start timeout, children the API server refuses (for good or
-//! for now), Kueue-held cancel, and deletion. Runs of real pods are in `e2e_cluster.rs`.
+//! for now), Kueue-held cancel, deletion, and deletion when a finished execution's lifetime
+//! runs out. Runs of real pods are in `e2e_cluster.rs`.
 
 mod support;
 
@@ -15,7 +16,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ResourceQuota, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ResourceQuota, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -483,16 +484,8 @@ async fn deleting_an_execution_deletes_its_results_and_children() {
     create_catalog(&harness).await;
     create_calculation(&harness, "doomed", json!({})).await;
     let execution = harness.wait_for_phase("doomed", Phase::Starting).await;
-    let uid = execution.uid().unwrap();
-    let prefix = format!("results/{}/doomed/{uid}/", harness.namespace.name());
+    let prefix = store_a_result(&harness, &execution).await;
     let store = harness.store();
-    let record = bytes::Bytes::from_static(b"{\"state\":\"Succeeded\"}");
-    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
-    store
-        .put_new(&format!("{prefix}run_result"), body)
-        .await
-        .unwrap();
-    assert_eq!(store.list(&prefix).await.unwrap().len(), 1);
 
     // Foreground, as `errand delete` does: the snapshot ConfigMap blocks its owner's deletion
     // until its finalizer has deleted the results, so they are gone when the execution is.
@@ -589,5 +582,201 @@ async fn after_a_restart_every_execution_is_reconciled_as_soon_as_the_caches_are
         *last < Duration::from_secs(10),
         "every reconcile went on once the caches were filled: {cancelled_after:?}"
     );
+    harness.finish().await;
+}
+
+/// Puts a stand-in `run_result` into the store under `execution`'s results; returns the prefix.
+async fn store_a_result(harness: &Harness, execution: &AgentExecution) -> String {
+    let prefix = format!(
+        "results/{}/{}/{}/",
+        harness.namespace.name(),
+        execution.name_any(),
+        execution.uid().unwrap()
+    );
+    let record = bytes::Bytes::from_static(b"{\"state\":\"Succeeded\"}");
+    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
+    let store = harness.store();
+    store
+        .put_new(&format!("{prefix}run_result"), body)
+        .await
+        .unwrap();
+    assert_eq!(store.list(&prefix).await.unwrap().len(), 1);
+    prefix
+}
+
+/// Creates a queued calculation (Kueue is not installed, so its Job stays suspended), gives it
+/// a result and cancels it; returns it Cancelled with the prefix of its result.
+async fn create_finished(
+    harness: &Harness,
+    name: &str,
+    extra: serde_json::Value,
+) -> (AgentExecution, String) {
+    let mut spec = json!({"queueName": "team-queue"});
+    spec.as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    create_calculation(harness, name, spec).await;
+    let starting = harness.wait_for_phase(name, Phase::Starting).await;
+    let prefix = store_a_result(harness, &starting).await;
+    harness.cancel(name).await;
+    let cancelled = harness.wait_for_phase(name, Phase::Cancelled).await;
+    (cancelled, prefix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_execution_goes_with_its_results_when_its_lifetime_runs_out() {
+    let Some(harness) = Harness::start("ctl-ttl", Mode::WithoutPods).await else {
+        return;
+    };
+    create_catalog(&harness).await;
+    let (finished, prefix) = create_finished(
+        &harness,
+        "short-lived",
+        json!({"ttlSecondsAfterFinished": 3}),
+    )
+    .await;
+    let completed = finished.status.unwrap().completion_time.unwrap().0;
+
+    harness.wait_until_gone("short-lived").await;
+    let lived = jiff::Timestamp::now().duration_since(completed);
+    assert!(
+        lived.as_secs() >= 3,
+        "deleted {lived:?} after finishing, before its lifetime of 3s"
+    );
+    assert!(
+        harness.store().list(&prefix).await.unwrap().is_empty(),
+        "the results went with the execution"
+    );
+    harness.wait_for_no_children().await;
+    eprintln!(
+        "ttlSecondsAfterFinished=3: deleted with its results {:.1}s after finishing",
+        lived.as_secs_f64()
+    );
+    harness.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_lifetime_takes_finished_executions_that_set_none_of_their_own() {
+    let Some(harness) = Harness::start("ctl-ns-ttl", Mode::WithoutPods).await else {
+        return;
+    };
+    create_catalog(&harness).await;
+    let (_, inherits) = create_finished(&harness, "inherits", json!({})).await;
+    let (_, keeps) = create_finished(
+        &harness,
+        "own-lifetime",
+        json!({"ttlSecondsAfterFinished": 3600}),
+    )
+    .await;
+    // Both are finished and kept (no lifetime anywhere yet): setting one on the namespace
+    // afterwards reaches them.
+    Api::<Namespace>::all(harness.client.clone())
+        .patch(
+            harness.namespace.name(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                errand::api::contract::NAMESPACE_TTL_ANNOTATION: "1",
+            }}})),
+        )
+        .await
+        .unwrap();
+    harness.wait_until_gone("inherits").await;
+    assert!(harness.store().list(&inherits).await.unwrap().is_empty());
+    let kept = harness
+        .api::<AgentExecution>()
+        .get_opt("own-lifetime")
+        .await
+        .unwrap();
+    assert!(
+        kept.is_some_and(|e| e.metadata.deletion_timestamp.is_none()),
+        "an execution's own lifetime wins over its namespace's"
+    );
+    assert_eq!(harness.store().list(&keeps).await.unwrap().len(), 1);
+    harness.finish().await;
+}
+
+/// `errand admin sweep-store` against this test's cluster namespace and store; returns the
+/// groups it removed (or would), as (kind, id), sorted.
+fn sweep_store(harness: &Harness, extra: &[&str]) -> Vec<(String, String)> {
+    let args: Vec<&str> = ["admin", "sweep-store", "--grace", "0"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let (code, answer) = harness.cli(&args);
+    assert_eq!(code, 0, "{answer}");
+    let mut groups: Vec<(String, String)> = answer["sweep"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let field = |name: &str| g[name].as_str().unwrap().to_owned();
+            (field("kind"), field("id"))
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_sweep_keeps_what_executions_filesets_and_snapshots_reference() {
+    let Some(harness) = Harness::start("ctl-sweep", Mode::WithoutPods).await else {
+        return;
+    };
+    create_catalog(&harness).await;
+    // A live execution stages Fileset repo at its first content; a second push replaces it,
+    // so only the execution's snapshot pins the first blob.
+    let first = harness.push_fileset("repo", "examples/workdir/repo").await;
+    create_calculation(
+        &harness,
+        "live",
+        json!({"queueName": "team-queue", "workdir": {"base": "repo"}}),
+    )
+    .await;
+    let live = harness.wait_for_phase("live", Phase::Starting).await;
+    let live_results = store_a_result(&harness, &live).await;
+    let second = harness
+        .push_fileset("repo", "examples/workdir/datasets")
+        .await;
+    // Results of an execution that is gone, and a blob no Fileset points at.
+    let ghost_uid = "0b6c0a4e-8c43-4d7a-9a55-00000000dead";
+    let record = bytes::Bytes::from_static(b"{}");
+    let body = futures::stream::iter([Ok::<_, std::io::Error>(record)]).boxed();
+    let ghost = format!("results/{}/ghost/{ghost_uid}/", harness.namespace.name());
+    let store = harness.store();
+    store
+        .put_new(&format!("{ghost}run_result"), body)
+        .await
+        .unwrap();
+    let loose = store
+        .push_fileset(
+            harness.namespace.name(),
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/calculator"),
+        )
+        .await
+        .unwrap()
+        .digest;
+
+    let unreferenced = vec![
+        ("fileset".to_owned(), loose.clone()),
+        ("results".to_owned(), ghost_uid.to_owned()),
+    ];
+    assert_eq!(sweep_store(&harness, &["--dry-run"]), unreferenced);
+    assert_eq!(
+        store.list(&ghost).await.unwrap().len(),
+        1,
+        "a dry run removes nothing"
+    );
+    assert_eq!(sweep_store(&harness, &[]), unreferenced);
+    assert!(store.list(&ghost).await.unwrap().is_empty());
+    let blobs = store
+        .list(&format!("filesets/{}/", harness.namespace.name()))
+        .await
+        .unwrap();
+    let kept = |digest: &str| blobs.iter().any(|b| b.key.contains(digest));
+    assert!(!kept(&loose), "{blobs:?}");
+    assert!(kept(&first), "the live snapshot's blob was removed");
+    assert!(kept(&second), "the Fileset's blob was removed");
+    assert_eq!(store.list(&live_results).await.unwrap().len(), 1);
+    assert_eq!(sweep_store(&harness, &[]), vec![], "nothing left to sweep");
     harness.finish().await;
 }

@@ -27,7 +27,7 @@ fn committed_crds_match_generated() {
 fn crd_yaml_carries_cel_rules_descriptions_and_columns() {
     let yaml = crds::all_yaml().unwrap();
     for expected in [
-        "rule: has(self.agentRef) != has(self.agent)",
+        r#"rule: "(has(self.agentRef) ? 1 : 0) + (has(self.agent) ? 1 : 0) + (has(self.rerunOf) ? 1 : 0) == 1""#,
         "message: spec is immutable except cancel",
         "rule: self || !oldSelf",
         "message: mount paths must not overlap",
@@ -88,13 +88,44 @@ fn exactly_one_agent_source() {
     let neither = execution(json!({"input": "hi"}));
     assert_eq!(
         cel_messages(&schema, &neither, None),
-        vec!["exactly one of agentRef or agent must be set"]
+        vec!["exactly one of agentRef, agent or rerunOf must be set"]
     );
     let mut both = valid_spec();
     both["agent"] = json!({"runtime": {"image": "i", "command": ["a"]}, "config": {"config_format": "agents-spec-v1"}});
     assert_eq!(
         cel_messages(&schema, &execution(both), None),
-        vec!["exactly one of agentRef or agent must be set"]
+        vec!["exactly one of agentRef, agent or rerunOf must be set"]
+    );
+}
+
+#[test]
+fn a_rerun_sets_nothing_its_snapshot_holds() {
+    let schema = schema::<AgentExecution>();
+    let rerun = json!({"rerunOf": {"name": "first"}, "ttlSecondsAfterFinished": 60});
+    assert_eq!(
+        cel_messages(&schema, &execution(rerun.clone()), None),
+        Vec::<String>::new()
+    );
+    for (field, value) in [
+        ("input", json!("new")),
+        ("environmentRef", json!({"name": "prod"})),
+        ("workdir", json!({"base": "repo"})),
+        ("queueName", json!("gpu")),
+        ("autoTelemetry", json!(true)),
+    ] {
+        let mut spec = rerun.clone();
+        spec[field] = value;
+        assert_eq!(
+            cel_messages(&schema, &execution(spec), None),
+            vec![errand::api::RERUN_TAKES_THE_SNAPSHOT],
+            "{field}"
+        );
+    }
+    let mut both = rerun;
+    both["agentRef"] = json!({"name": "calculator"});
+    assert_eq!(
+        cel_messages(&schema, &execution(both), None),
+        vec!["exactly one of agentRef, agent or rerunOf must be set"]
     );
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, EvictParams, ListParams};
 use serde_json::json;
 use support::cluster;
 use support::errand::{example, wait_for};
@@ -94,43 +94,14 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
-/// Pushes `dir` into the controller's store with the `Store::push_fileset` the CLI uses, and
-/// creates Fileset `name` with the content's digest, size and file count in its status by hand
-/// (`errand filesets push` records Filesets only in the local backend's catalog).
-async fn push_fileset(e2e: &Harness, name: &str, dir: &str) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let pushed = e2e
-        .store()
-        .push_fileset(e2e.namespace.name(), &dir)
-        .await
-        .unwrap();
-    e2e.create(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
-        "metadata": {"name": name},
-        "spec": {},
-    }))
-    .await;
-    e2e.api::<errand::api::Fileset>()
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "digest": format!("sha256:{}", pushed.digest),
-                "size": pushed.size,
-                "fileCount": pushed.file_count,
-            }})),
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workdir_is_staged_from_filesets_in_the_pod() {
     let Some(e2e) = Harness::start("e2e-workdir", Mode::WithPods).await else {
         return;
     };
-    push_fileset(&e2e, "repo", "examples/workdir/repo").await;
-    push_fileset(&e2e, "datasets", "examples/workdir/datasets").await;
+    e2e.push_fileset("repo", "examples/workdir/repo").await;
+    e2e.push_fileset("datasets", "examples/workdir/datasets")
+        .await;
     let mut execution = example("examples/workdir/execution.yaml");
     // The example names a public image; the node has only the local busybox.
     execution["spec"]["agent"]["runtime"]["image"] = json!(cluster::BUSYBOX_IMAGE);
@@ -186,6 +157,70 @@ async fn the_workdir_is_staged_from_filesets_in_the_pod() {
     assert!(
         refused.status.as_ref().unwrap().job_name.is_none(),
         "no Job"
+    );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_runs_the_snapshot_on_the_image_digest_its_original_ran() {
+    let Some(e2e) = Harness::start("e2e-rerun", Mode::WithPods).await else {
+        return;
+    };
+    let script = "ls | tr '\\n' ' '";
+    e2e.create_agent("lister", cluster::BUSYBOX_IMAGE, script)
+        .await;
+    e2e.push_fileset("ws", "examples/workdir/repo").await;
+    e2e.create_execution("first", "lister", json!({"workdir": {"base": "ws"}}))
+        .await;
+    let first = e2e.wait_for_phase("first", Phase::Succeeded).await;
+    let status = first.status.clone().unwrap();
+    let image_id = status.image_id.clone().expect("status.imageID");
+    eprintln!("the kubelet reported imageID {image_id}");
+    let pinned = errand::resolve::pin_image(cluster::BUSYBOX_IMAGE, &image_id).unwrap();
+    let record = e2e.result_json(&first, ResultName::RunResult).await;
+    assert_eq!(record["image"], cluster::BUSYBOX_IMAGE, "{record}");
+    assert_eq!(record["snapshot_digest"], status.snapshot.unwrap().digest);
+    assert_eq!(record["command"], json!(["sh", "-c", script]));
+    let listing = record["response"].clone();
+
+    // The Fileset moves on; the rerun stages what the original staged, on its image digest.
+    e2e.push_fileset("ws", "examples/workdir/datasets").await;
+    let (code, answer) = e2e.cli(&["rerun", "first", "--name", "again"]);
+    assert_eq!(code, 0, "{answer}");
+    let again = &answer["execution"];
+    assert_eq!(
+        (again["rerun_of"].as_str(), again["image_id"].as_str()),
+        (Some("first"), Some(image_id.as_str())),
+        "{answer}"
+    );
+    let done = e2e.api::<AgentExecution>().get("again").await.unwrap();
+    assert_eq!(done.spec.rerun_of.as_ref().unwrap().name, "first");
+    let record = e2e.result_json(&done, ResultName::RunResult).await;
+    assert_eq!(
+        (&record["response"], &record["image"]),
+        (&listing, &json!(pinned))
+    );
+    let pod = pod_of(&e2e, "again").await;
+    let containers = pod.spec.unwrap().containers;
+    let agent = containers
+        .iter()
+        .find(|c| c.name == contract::AGENT_CONTAINER)
+        .unwrap();
+    assert_eq!(agent.image.as_deref(), Some(pinned.as_str()));
+    eprintln!("rerun \"again\" ran {pinned} and answered {listing}");
+
+    // Once the original is gone, its snapshot went with it: refused, naming the field.
+    e2e.api::<AgentExecution>()
+        .delete("first", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    e2e.wait_until_gone("first").await;
+    let (code, answer) = e2e.cli(&["rerun", "first", "--name", "orphan"]);
+    assert_ne!(code, 0, "{answer}");
+    let text = answer.to_string();
+    assert!(
+        text.contains("spec.rerunOf.name: execution \\\"first\\\" not found"),
+        "{answer}"
     );
     e2e.finish().await;
 }

@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["archive"],
     &["resolve"],
     &["store"],
+    &["retention"],
     &["runner"],
     &["local"],
     &["cluster"],

@@ -245,15 +245,7 @@ fn watch_follows_a_background_run_to_its_end() {
 #[test]
 fn delete_removes_the_record_and_the_stored_results() {
     let home = Home::new();
-    let (_, answer) = home.json(&[
-        "execute",
-        "--local",
-        "--agent",
-        &calculator(),
-        "--input",
-        "What is 2 plus 2?",
-    ]);
-    let name = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let name = run_calculator(&home);
     let results_dir = home.path().join("home/store/results/default").join(&name);
     assert!(results_dir.exists());
     let (code, answer) = home.json(&["delete", &name]);
@@ -1042,4 +1034,346 @@ fn a_push_that_cannot_record_its_fileset_leaves_no_blob() {
     let blobs = home.path().join("home/store/filesets/default");
     let left = std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0);
     assert_eq!(left, 0, "no blob is left in {}", blobs.display());
+}
+
+/// Runs the calculator once in the foreground; returns the execution's name.
+fn run_calculator(home: &Home) -> String {
+    let (code, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 2 plus 2?",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    answer["execution"]["name"].as_str().unwrap().to_owned()
+}
+
+/// The executions with a directory and the executions with stored results, each sorted.
+fn on_disk(home: &Home) -> (Vec<String>, Vec<String>) {
+    let names = |dir: PathBuf| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    };
+    (
+        names(home.executions_dir()),
+        names(home.path().join("home/store/results/default")),
+    )
+}
+
+fn sorted(names: &[&String]) -> Vec<String> {
+    let mut names: Vec<String> = names.iter().map(|n| (*n).clone()).collect();
+    names.sort();
+    names
+}
+
+/// Fields `a` and `b` of each object in the array `list`.
+fn pairs(list: &Value, a: &str, b: &str) -> Vec<(String, String)> {
+    let field = |item: &Value, name: &str| item[name].as_str().unwrap().to_owned();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|item| (field(item, a), field(item, b)))
+        .collect()
+}
+
+/// The executions a gc removed (or would), with why, oldest first.
+fn collected(answer: &Value) -> Vec<(String, String)> {
+    pairs(&answer["gc"]["removed"], "name", "reason")
+}
+
+#[test]
+fn gc_collects_finished_executions_by_count_age_and_size_and_a_dry_run_removes_nothing() {
+    let home = Home::new();
+    let [first, second, third] = [(); 3].map(|()| run_calculator(&home));
+    let sleeper = home.agent("sleeper", "sleep 60");
+    let (_, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &sleeper,
+        "--input",
+        "x",
+        "--no-wait",
+    ]);
+    let running = answer["execution"]["name"].as_str().unwrap().to_owned();
+    wait_for_phase(&home, &running, "Running");
+    // The runner saves input_workdir once it has staged, after the record says Running.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !on_disk(&home).1.contains(&running) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let everything = on_disk(&home);
+    assert_eq!(everything.0, sorted(&[&first, &second, &third, &running]));
+
+    // A dry run reports the two oldest finished and removes nothing.
+    let (code, answer) = home.json(&["gc", "--max-executions", "1", "--dry-run"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["gc"]["dry_run"], true);
+    let oldest_two = vec![
+        (first.clone(), "max_executions".to_owned()),
+        (second.clone(), "max_executions".to_owned()),
+    ];
+    assert_eq!(collected(&answer), oldest_two);
+    assert!(answer["gc"]["removed_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(on_disk(&home), everything, "a dry run removes nothing");
+
+    // The same limit for real: the newest finished and the running one remain.
+    let (code, answer) = home.json(&["gc", "--max-executions", "1"]);
+    assert_eq!((code, collected(&answer)), (0, oldest_two));
+    assert_eq!(
+        on_disk(&home),
+        (sorted(&[&third, &running]), sorted(&[&third, &running])),
+        "records and results of the collected executions are gone"
+    );
+
+    // A size budget of nothing takes every finished execution, never a running one.
+    let (_, answer) = home.json(&["gc", "--max-bytes", "0"]);
+    assert_eq!(collected(&answer), vec![(third, "max_bytes".to_owned())]);
+    assert_eq!(on_disk(&home).0, vec![running.clone()]);
+    assert_eq!(answer["gc"]["kept"], 1);
+
+    // Once it finishes, an age collects it.
+    home.json(&["cancel", &running]);
+    let (_, answer) = home.json(&["gc", "--older-than", "0s"]);
+    assert_eq!(collected(&answer), vec![(running, "older_than".to_owned())]);
+    assert_eq!(on_disk(&home), (vec![], vec![]));
+    let (_, answer) = home.json(&["gc", "--older-than", "7d"]);
+    assert_eq!(collected(&answer), vec![], "nothing is a week old");
+}
+
+#[test]
+fn the_automatic_gc_is_set_once_and_runs_before_every_local_execution() {
+    let home = Home::new();
+    let (code, answer) = home.json(&["gc", "--automatic", "--max-executions", "1"]);
+    assert_eq!(code, 0, "{answer}");
+    let first = run_calculator(&home);
+    let second = run_calculator(&home);
+    assert_eq!(
+        on_disk(&home).0,
+        sorted(&[&first, &second]),
+        "the gc before the second run kept the one finished then"
+    );
+    let third = run_calculator(&home);
+    assert_eq!(
+        on_disk(&home),
+        (sorted(&[&second, &third]), sorted(&[&second, &third])),
+        "the gc before the third run took the first"
+    );
+    // `errand gc` without limits applies the automatic ones.
+    let (_, answer) = home.json(&["gc", "--dry-run"]);
+    assert_eq!(
+        collected(&answer),
+        vec![(second.clone(), "max_executions".to_owned())]
+    );
+
+    let (code, _) = home.json(&["gc", "--no-automatic"]);
+    assert_eq!(code, 0);
+    let fourth = run_calculator(&home);
+    assert_eq!(on_disk(&home).0, sorted(&[&second, &third, &fourth]));
+}
+
+#[test]
+fn gc_refuses_bad_limits_naming_them() {
+    let home = Home::new();
+    for (args, named) in [
+        (vec!["gc", "--older-than", "7y"], "--older-than"),
+        (vec!["gc", "--max-bytes", "10P"], "--max-bytes"),
+        (vec!["gc", "--max-executions=-1"], "--max-executions"),
+        (vec!["gc"], "--older-than, --max-executions or --max-bytes"),
+        (vec!["gc", "--automatic"], "--automatic"),
+    ] {
+        let output = home.run(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_ne!(output.status.code(), Some(0), "{args:?} was accepted");
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+}
+
+/// Pushes `text` as the only file of Fileset `name`; returns its digest's hex.
+fn push_fileset(home: &Home, name: &str, text: &str) -> String {
+    let dir = home.path().join(format!("tree-{name}-{}", text.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("notes.txt"), text).unwrap();
+    let (code, answer) = home.json(&["filesets", "push", name, dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{answer}");
+    let digest = answer["fileset"]["status"]["digest"].as_str().unwrap();
+    digest.strip_prefix("sha256:").unwrap().to_owned()
+}
+
+/// Every key in the local store, sorted.
+fn store_keys(home: &Home) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, keys: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, keys);
+            } else {
+                keys.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let root = home.path().join("home/store");
+    let mut keys = Vec::new();
+    walk(&root, &root, &mut keys);
+    keys.sort();
+    keys
+}
+
+/// The groups a sweep removed (or would), by kind and id, sorted.
+fn swept(answer: &Value) -> Vec<(String, String)> {
+    let mut groups = pairs(&answer["sweep"]["groups"], "kind", "id");
+    groups.sort();
+    groups
+}
+
+#[test]
+fn the_store_sweep_removes_only_what_nothing_references_after_the_grace_period() {
+    let home = Home::new();
+    // Execution A stages Fileset ws at its first content, which a second push then replaces:
+    // only A's snapshot pins the first blob.
+    let first = push_fileset(&home, "ws", "first");
+    let spec = json!({"workdir": {"base": "ws"}});
+    let (code, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 1 plus 1?",
+        "--spec",
+        &spec.to_string(),
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let pinning = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let second = push_fileset(&home, "ws", "second content");
+    // A blob whose Fileset is deleted, the results of an execution whose record is lost, an
+    // upload that never finished, and a key outside the layout.
+    let dropped = push_fileset(&home, "dropped", "gone soon");
+    home.json(&["filesets", "delete", "dropped"]);
+    let orphan = run_calculator(&home);
+    let (_, answer) = home.json(&["status", &orphan]);
+    let orphan_uid = answer["execution"]["uid"].as_str().unwrap().to_owned();
+    std::fs::remove_dir_all(home.executions_dir().join(&orphan)).unwrap();
+    let store = home.path().join("home/store");
+    std::fs::create_dir_all(store.join("uploads/default")).unwrap();
+    std::fs::write(store.join("uploads/default/4242-1-0.tar.gz"), "partial").unwrap();
+    let partial = format!("results/default/{orphan}/{orphan_uid}/output_workdir.4242-1-1");
+    std::fs::create_dir_all(store.join("partial").join(&partial).parent().unwrap()).unwrap();
+    std::fs::write(store.join("partial").join(&partial), "cut off").unwrap();
+    std::fs::write(store.join("README.txt"), "the operator's note").unwrap();
+    std::fs::write(store.join("filesets/default/README.txt"), "another note").unwrap();
+    let before = store_keys(&home);
+
+    // Everything is younger than the default grace period: nothing goes.
+    let (code, answer) = home.json(&["admin", "sweep-store", "--dry-run"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(swept(&answer), vec![]);
+    assert_eq!(answer["sweep"]["in_grace"], 4);
+    assert_eq!(answer["sweep"]["unknown_keys"], 1);
+
+    let unreferenced = vec![
+        ("fileset".to_owned(), dropped.clone()),
+        ("partial".to_owned(), partial),
+        ("results".to_owned(), orphan_uid.clone()),
+        ("upload".to_owned(), "4242-1-0".to_owned()),
+    ];
+    let (_, answer) = home.json(&["admin", "sweep-store", "--grace", "0", "--dry-run"]);
+    assert_eq!(swept(&answer), unreferenced);
+    assert_eq!(answer["sweep"]["removed"]["results"]["objects"], 5);
+    assert_eq!(store_keys(&home), before, "a dry run removes nothing");
+
+    let (code, answer) = home.json(&["admin", "sweep-store", "--grace", "0"]);
+    assert_eq!((code, swept(&answer)), (0, unreferenced));
+    let after = store_keys(&home);
+    let gone: Vec<&String> = before.iter().filter(|k| !after.contains(k)).collect();
+    assert_eq!(gone.len(), 9, "{gone:?}");
+    assert!(
+        gone.iter()
+            .all(|k| k.contains(&orphan_uid) || k.contains(&dropped) || k.starts_with("uploads/"))
+    );
+    for kept in [&first, &second] {
+        assert!(
+            after.iter().any(|k| k.contains(kept.as_str())),
+            "{kept} was removed"
+        );
+    }
+    assert!(after.contains(&"README.txt".to_owned()));
+    assert!(after.contains(&"filesets/default/README.txt".to_owned()));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&home.download("run_result", &pinning)).unwrap()["response"],
+        "2",
+        "a live execution's results stay"
+    );
+
+    // Once the execution that pinned the first content is deleted, its blob goes too.
+    home.json(&["delete", &pinning]);
+    let (_, answer) = home.json(&["admin", "sweep-store", "--grace", "0"]);
+    assert_eq!(swept(&answer), vec![("fileset".to_owned(), first)]);
+    assert!(
+        store_keys(&home)
+            .iter()
+            .any(|k| k.contains(second.as_str()))
+    );
+}
+
+#[test]
+fn rerun_runs_the_stored_snapshot_and_is_refused_once_it_is_gone() {
+    let home = Home::new();
+    let reader = home.agent("reader", "cat notes.txt");
+    push_fileset(&home, "ws", "first");
+    let spec = json!({"workdir": {"base": "ws"}}).to_string();
+    let (code, answer) = home.json(&[
+        "execute", "--agent", &reader, "--input", "read", "--spec", &spec,
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let original = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let digest = answer["execution"]["snapshot_digest"].clone();
+
+    // The Fileset moves on; a rerun still stages the content the original ran with.
+    push_fileset(&home, "ws", "second content");
+    let (code, answer) = home.json(&["rerun", &original[..original.len() - 2], "--name", "again"]);
+    assert_eq!(code, 0, "{answer}");
+    let rerun = &answer["execution"];
+    assert_eq!(
+        (rerun["name"].as_str(), rerun["response"].as_str()),
+        (Some("again"), Some("first"))
+    );
+    assert_eq!(rerun["rerun_of"], original.as_str());
+    assert_eq!(rerun["snapshot_digest"], digest, "the same snapshot");
+    let (_, status) = home.json(&["status", "again"]);
+    assert_eq!(status["execution"]["rerun_of"], original.as_str());
+    let human = home.run(&["status", "again"]);
+    assert!(
+        String::from_utf8_lossy(&human.stdout).contains(&format!("rerun of: {original}")),
+        "{human:?}"
+    );
+    // run_result records what ran: the snapshot and the command (a local run has no image).
+    let record: Value = serde_json::from_slice(&home.download("run_result", "again")).unwrap();
+    assert_eq!(record["snapshot_digest"], digest);
+    assert_eq!(record["command"], json!(["sh", "-c", "cat notes.txt"]));
+    assert_eq!(record["image"], Value::Null);
+
+    // A snapshot that is gone, or an execution that is, leaves nothing to rerun.
+    std::fs::remove_file(home.executions_dir().join("again/snapshot.json")).unwrap();
+    for (gone, expected) in [
+        ("again", "the snapshot of execution \"again\""),
+        (original.as_str(), "not found in namespace"),
+    ] {
+        if gone == original {
+            home.json(&["delete", &original]);
+        }
+        let (code, error, message) = refusal(&home, &["rerun", gone]);
+        assert_eq!((code, error.as_str()), (2, "invalid_spec"));
+        assert!(message.contains("spec.rerunOf.name: "), "{message}");
+        assert!(message.contains(expected), "{message}");
+    }
 }

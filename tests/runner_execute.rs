@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use errand::archive::{Selection, Unpacker};
 use errand::runner::{
-    BlobRef, Invocation, MountRef, RunState, RunSummary, ScratchDir, StagePlan, StageSettings,
-    StopRequest, execute,
+    BlobRef, Invocation, MountRef, Provenance, RunState, RunSummary, ScratchDir, StagePlan,
+    StageSettings, StopRequest, execute,
 };
 use errand::store::keys::{self, ExecutionId, ResultName};
 use errand::store::{
@@ -79,6 +79,10 @@ impl Env {
             passthrough: false,
             stop: StopRequest::Cancel,
             inherit_env: true,
+            provenance: Provenance {
+                snapshot_digest: "sha256:5a".into(),
+                image: None,
+            },
         }
     }
 

@@ -39,6 +39,11 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+/// Key of the snapshot document (canonical JSON) in an execution's snapshot ConfigMap.
+pub const SNAPSHOT_KEY: &str = "snapshot.json";
+/// Annotation on a Namespace: seconds its finished executions are kept when they set no
+/// `ttlSecondsAfterFinished` of their own (overrides the controller's default).
+pub const NAMESPACE_TTL_ANNOTATION: &str = "errand.dev/ttl-seconds-after-finished";
 /// The reason of a Job's failure when its pod failure policy failed it: errand's Jobs have one
 /// rule, a pod with condition `DisruptionTarget` (evicted, preempted, lost with its node).
 pub const JOB_FAILED_BY_DISRUPTION: &str = "PodFailurePolicy";

@@ -120,7 +120,7 @@ fn config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     super::common::preserved_object("Other agent-config fields merged into the config.")
 }
 
-/// Resources and placement of an execution's pod.
+/// Resources, placement and identity of an execution's pod.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Compute {
@@ -143,6 +143,16 @@ pub struct Compute {
     /// RuntimeClass of the pod (for example a GPU or sandboxed runtime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_class_name: Option<String>,
+    /// Secrets of type `kubernetes.io/dockerconfigjson`, by name in the execution's namespace,
+    /// the kubelet pulls the agent's image with; added to the controller's defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub image_pull_secrets: Vec<String>,
+    /// ServiceAccount the pod runs as, instead of the controller's default. Its token is never
+    /// mounted: it gives the pod its image pull secrets and identity, not API access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
 }
 
 /// Limits and requests by resource name. A request may not exceed its limit, and a GPU

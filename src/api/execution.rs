@@ -20,8 +20,16 @@ pub const MAX_TIMEOUT_SECONDS: i64 = 7 * 24 * 3600;
 /// snapshot ConfigMap, which the API server caps at 1 MiB; larger input belongs in a Fileset.
 pub const MAX_INPUT_BYTES: usize = 256 * 1024;
 
+/// The longest an execution may be kept after it finishes, when a lifetime is set: 366 days.
+/// Whoever needs results longer keeps them without a lifetime and deletes them by hand.
+pub const MAX_TTL_SECONDS_AFTER_FINISHED: i64 = 366 * 24 * 3600;
+
+/// Why a rerun sets nothing but `rerunOf`, `ttlSecondsAfterFinished` and `cancel`.
+pub const RERUN_TAKES_THE_SNAPSHOT: &str = "a rerun takes its input, environment, workdir, \
+     extension, queue and timeouts from the snapshot of the execution it reruns: leave them unset";
+
 /// Spec fields that never change after creation (everything but `cancel`).
-const IMMUTABLE_SPEC_FIELDS: [&str; 11] = [
+const IMMUTABLE_SPEC_FIELDS: [&str; 13] = [
     "agentRef",
     "agent",
     "input",
@@ -33,6 +41,8 @@ const IMMUTABLE_SPEC_FIELDS: [&str; 11] = [
     "autoTelemetry",
     "extension",
     "queueName",
+    "ttlSecondsAfterFinished",
+    "rerunOf",
 ];
 
 /// The CEL transition rule that keeps every spec field but `cancel` as it was created.
@@ -68,9 +78,16 @@ fn immutable_except_cancel() -> Rule {
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
-    printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration")
+    printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration"),
+    printcolumn(
+        name = "Rerun-Of",
+        type_ = "string",
+        json_path = ".spec.rerunOf.name",
+        priority = "1"
+    )
 )]
-#[x_kube(validation = Rule::new("has(self.agentRef) != has(self.agent)").message("exactly one of agentRef or agent must be set"))]
+#[x_kube(validation = Rule::new("(has(self.agentRef) ? 1 : 0) + (has(self.agent) ? 1 : 0) + (has(self.rerunOf) ? 1 : 0) == 1").message("exactly one of agentRef, agent or rerunOf must be set"))]
+#[x_kube(validation = Rule::new("!has(self.rerunOf) || ((!has(self.input) || self.input == '') && !has(self.environmentRef) && !has(self.environment) && !has(self.workdir) && !has(self.extension) && !has(self.queueName) && !has(self.startTimeoutSeconds) && (!has(self.autoTelemetry) || !self.autoTelemetry))").message(RERUN_TAKES_THE_SNAPSHOT))]
 #[x_kube(validation = Rule::new("!(has(self.environmentRef) && has(self.environment))").message("at most one of environmentRef or environment may be set"))]
 #[x_kube(validation = immutable_except_cancel())]
 #[serde(rename_all = "camelCase")]
@@ -114,6 +131,21 @@ pub struct AgentExecutionSpec {
     /// Kueue LocalQueue to submit the Job to; the Job is then created suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_name: Option<String>,
+    /// Seconds after the run finishes (Succeeded, Failed or Cancelled) when the execution is
+    /// deleted, and its results and children with it. 0 deletes it as soon as it finishes.
+    /// Without it, the namespace's `errand.dev/ttl-seconds-after-finished` annotation applies,
+    /// else the controller's default (which may be none: kept until deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_TTL_SECONDS_AFTER_FINISHED))]
+    pub ttl_seconds_after_finished: Option<i64>,
+    /// Run again, in this namespace, the execution named here, exactly as it ran: everything
+    /// comes from its snapshot (agent config, environment, secrets references, compute, the
+    /// workdir at its digests, input, timeouts, queue), and on a cluster the agent's image is
+    /// pinned to the digest its run reported (`status.imageID`). Exactly one of `agentRef`,
+    /// `agent` or `rerunOf`; with `rerunOf`, only `ttlSecondsAfterFinished` and `cancel` may be
+    /// set besides (`timeoutSeconds` is not read). `errand rerun NAME` writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<Reference>,
     /// Set to true to stop the run; partial results are saved. Can only go from false to true.
     #[serde(default)]
     #[x_kube(validation = Rule::new("self || !oldSelf").message("cancel can only change from false to true"))]
@@ -139,6 +171,8 @@ impl Default for AgentExecutionSpec {
             auto_telemetry: false,
             extension: None,
             queue_name: None,
+            ttl_seconds_after_finished: None,
+            rerun_of: None,
             cancel: false,
         }
     }
@@ -231,6 +265,10 @@ pub struct AgentExecutionStatus {
     /// The immutable snapshot everything in the run comes from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotRef>,
+    /// The agent's image by digest, as the kubelet reported it when the agent's container
+    /// started (its container status `imageID`): what `errand rerun` pins the rerun to.
+    #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
     /// Name of the Job that runs the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,

@@ -21,8 +21,8 @@ pub use environment::{
 };
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
-    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS, Phase, SnapshotRef,
-    Workdir,
+    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
+    MAX_TTL_SECONDS_AFTER_FINISHED, Phase, RERUN_TAKES_THE_SNAPSHOT, SnapshotRef, Workdir,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
 pub use runtime::{AgentRuntime, AgentRuntimeSpec};

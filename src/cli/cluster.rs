@@ -17,6 +17,7 @@ use super::show::{
 use crate::api::contract::{AGENT_CONTAINER, ConditionType, EXECUTION_UID_LABEL, Reason};
 use crate::api::{AgentExecution, Phase, SnapshotRef};
 use crate::local::{ExecutionRecord, generate_name};
+use crate::retention::sweep::References;
 use crate::store::Store;
 use crate::store::keys::ExecutionId;
 
@@ -131,6 +132,17 @@ impl Cluster {
     }
 }
 
+/// The operator's store and what the cluster still references in it, for the store sweep.
+pub async fn store_references(target: &Target) -> Result<(Store, References), CliError> {
+    let cluster = Cluster::connect(target).await?;
+    let store = cluster.store()?;
+    let references =
+        crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
+            .await
+            .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
+    Ok((store, references))
+}
+
 /// An API error as a CLI error; a refused create names the field as the API server did.
 fn api_error(error: kube::Error) -> CliError {
     match &error {
@@ -184,6 +196,8 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .snapshot
             .map(|SnapshotRef { digest, .. }| digest)
             .unwrap_or_default(),
+        image_id: status.image_id,
+        rerun_of: execution.spec.rerun_of.as_ref().map(|r| r.name.clone()),
         store: store.unwrap_or_default().to_owned(),
         cancel_requested: execution.spec.cancel,
         inherit_env: false,
@@ -211,6 +225,7 @@ pub async fn execute(target: &Target, args: &ExecuteArgs) -> Result<(), CliError
                 .as_ref()
                 .and_then(|a| a.config.name().map(str::to_owned))
         })
+        .or_else(|| spec.rerun_of.as_ref().map(|r| format!("{}-rerun", r.name)))
         .unwrap_or_else(|| "run".into());
     let name = args
         .name

@@ -7,7 +7,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::FilesetStatus;
 use crate::local::{DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records};
 use crate::resolve::Catalog;
-use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError};
 
 use super::output::CliError;
@@ -165,17 +164,6 @@ impl Local {
         records
             .read_current(&self.namespace, &name)
             .map_err(record_error)
-    }
-
-    /// Where the results of `record` are stored.
-    pub fn results_of(record: &ExecutionRecord) -> Result<(Store, ExecutionId), CliError> {
-        let store = Store::open(&record.store).map_err(store_error)?;
-        let execution = ExecutionId {
-            namespace: record.namespace.clone(),
-            name: record.name.clone(),
-            uid: record.uid.clone(),
-        };
-        Ok((store, execution))
     }
 }
 

@@ -4,10 +4,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
-use crate::controller::config::ControllerConfig;
+use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
+use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
 use crate::serve::{ServeOptions, run};
@@ -68,6 +71,34 @@ pub struct ControllerArgs {
     /// Kueue LocalQueue for executions that name none.
     #[arg(long, env = "ERRAND_DEFAULT_QUEUE_NAME")]
     pub default_queue_name: Option<String>,
+    /// Seconds a finished execution is kept when neither its `ttlSecondsAfterFinished` nor its
+    /// namespace's `errand.dev/ttl-seconds-after-finished` annotation sets a lifetime (0 to
+    /// 31622400); unset keeps such executions until they are deleted.
+    #[arg(long, env = "ERRAND_DEFAULT_TTL_SECONDS_AFTER_FINISHED", value_parser = crate::retention::ttl::parse_seconds)]
+    pub default_ttl_seconds_after_finished: Option<i64>,
+    /// An image pull Secret (in each execution's namespace) every agent pod gets, before its
+    /// AgentEnvironment's own; repeat for several.
+    #[arg(long = "agent-image-pull-secret", value_name = "SECRET", value_parser = agent_object_name)]
+    pub agent_image_pull_secrets: Vec<String>,
+    /// ServiceAccount of agent pods whose AgentEnvironment names none (unset: the namespace's
+    /// `default`). Its token is never mounted.
+    #[arg(long, value_name = "NAME", value_parser = agent_object_name)]
+    pub agent_service_account: Option<String>,
+    /// `sizeLimit` of each execution's workspace `emptyDir`, as in `20Gi` (unset: none).
+    #[arg(long, value_name = "SIZE", value_parser = crate::controller::config::parse_size_limit)]
+    pub workspace_size_limit: Option<Quantity>,
+    /// `sizeLimit` of each execution's scratch `emptyDir` (input, logs, artifacts), as in `2Gi`.
+    #[arg(long, value_name = "SIZE", value_parser = crate::controller::config::parse_size_limit)]
+    pub scratch_size_limit: Option<Quantity>,
+    /// Sweep the store this often while leading (seconds, or a number with s, m, h, d or w):
+    /// remove the results of executions that are gone, Fileset blobs nothing pins and
+    /// abandoned uploads (in the watched namespace only, with --watch-namespace). Unset: no
+    /// periodic sweep (`errand admin sweep-store` runs one by hand).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub store_sweep_interval: Option<u64>,
+    /// Anything in the store written more recently than this stays, referenced or not.
+    #[arg(long, value_name = "AGE", value_parser = parse_age, default_value = "24h")]
+    pub store_sweep_grace: u64,
     /// Serve the validating admission webhook over HTTPS at this address.
     #[arg(long, env = "ERRAND_WEBHOOK_LISTEN")]
     pub webhook_listen: Option<SocketAddr>,
@@ -108,6 +139,17 @@ pub struct ControllerArgs {
 }
 
 impl ControllerArgs {
+    /// The periodic store sweep, if an interval is set.
+    fn store_sweep_schedule(&self) -> Option<StoreSweepSchedule> {
+        let interval = self.store_sweep_interval.filter(|s| *s > 0)?;
+        Some(StoreSweepSchedule {
+            interval: std::time::Duration::from_secs(interval),
+            grace: jiff::SignedDuration::from_secs(
+                i64::try_from(self.store_sweep_grace).unwrap_or(i64::MAX),
+            ),
+        })
+    }
+
     /// Where the certificate of the HTTPS endpoints comes from, if any is served.
     fn certificates(&self) -> Result<Option<Certificates>, CliError> {
         if self.webhook_listen.is_none() && self.data_api_listen.is_none() {
@@ -167,6 +209,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "errand-controller".to_owned());
+    let store_sweep = args.store_sweep_schedule();
     let mut config = ControllerConfig::new(args.errand_image);
     config.errand_binary = args.errand_binary;
     config.errand_image_pull_policy = args.errand_image_pull_policy;
@@ -175,6 +218,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.extract_limits = extract_limits;
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
+    config.default_ttl_seconds_after_finished = args.default_ttl_seconds_after_finished;
+    config.image_pull_secrets = args.agent_image_pull_secrets;
+    config.service_account_name = args.agent_service_account;
+    config.workspace_size_limit = args.workspace_size_limit;
+    config.scratch_size_limit = args.scratch_size_limit;
+    config.store_sweep = store_sweep;
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),
@@ -211,6 +260,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     run(client, options, stop_signal())
         .await
         .map_err(|e| CliError::new("controller_stopped", e.to_string()))
+}
+
+/// A Secret or ServiceAccount name, checked as the API server would.
+fn agent_object_name(value: &str) -> Result<String, String> {
+    crate::resolve::object_name(value)?;
+    Ok(value.to_owned())
 }
 
 /// How the pods' store URLs are signed, and whether the controller serves them itself.
@@ -267,6 +322,81 @@ mod tests {
     use super::*;
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+    fn parse(args: &[&str]) -> Result<ControllerArgs, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            args: ControllerArgs,
+        }
+        let base = ["controller", "--errand-image=e:1", "--store=file:///s"];
+        let all = base.iter().chain(args);
+        <Command as clap::Parser>::try_parse_from(all).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_default_lifetime_is_whole_seconds_within_bounds_and_named_when_bad() {
+        assert_eq!(parse(&[]).unwrap().default_ttl_seconds_after_finished, None);
+        let set = parse(&["--default-ttl-seconds-after-finished=86400"]).unwrap();
+        assert_eq!(set.default_ttl_seconds_after_finished, Some(86400));
+        for bad in ["-1", "1d", "99999999999"] {
+            let error = parse(&[&format!("--default-ttl-seconds-after-finished={bad}")])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                error.contains("--default-ttl-seconds-after-finished"),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn agent_pod_settings_are_checked_and_named_when_bad() {
+        let set = parse(&[
+            "--agent-image-pull-secret=platform-registry",
+            "--agent-image-pull-secret=team-registry",
+            "--agent-service-account=errand-agents",
+            "--workspace-size-limit=20Gi",
+            "--scratch-size-limit=2Gi",
+        ])
+        .unwrap();
+        assert_eq!(
+            set.agent_image_pull_secrets,
+            ["platform-registry", "team-registry"]
+        );
+        assert_eq!(set.agent_service_account.as_deref(), Some("errand-agents"));
+        assert_eq!(set.workspace_size_limit, Some(Quantity("20Gi".into())));
+        for (bad, flag) in [
+            (
+                "--agent-image-pull-secret=Registry!",
+                "--agent-image-pull-secret",
+            ),
+            ("--agent-service-account=a/b", "--agent-service-account"),
+            ("--workspace-size-limit=20GB", "--workspace-size-limit"),
+        ] {
+            let error = parse(&[bad]).err().unwrap().to_string();
+            assert!(error.contains(flag), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_periodic_store_sweep_is_off_unless_an_interval_is_set() {
+        assert_eq!(parse(&[]).unwrap().store_sweep_schedule(), None);
+        let set = parse(&["--store-sweep-interval=6h", "--store-sweep-grace=2d"]).unwrap();
+        assert_eq!(
+            set.store_sweep_schedule(),
+            Some(StoreSweepSchedule {
+                interval: std::time::Duration::from_secs(6 * 3600),
+                grace: jiff::SignedDuration::from_hours(48),
+            })
+        );
+        let error = parse(&["--store-sweep-interval=6y"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("--store-sweep-interval"), "{error}");
+    }
 
     #[test]
     fn a_cloud_store_signs_its_own_urls_and_needs_no_blob_endpoint() {

@@ -272,6 +272,7 @@ pub fn supervise_error(error: SuperviseError) -> CliError {
 pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), CliError> {
     let local = Local::new(target)?;
     let format = args.output.format;
+    super::gc::automatic(&local, format).await;
     let request = spec_from_args(args, Some(&local), &local.namespace).await?;
     let name = args.name.clone().or(request.name);
     let prepared = prepare(

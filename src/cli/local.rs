@@ -13,10 +13,9 @@ use super::show::{
     download, parse_result_name, print_executions, print_record, print_results, record_outcome,
 };
 use crate::api::contract::Reason;
-use crate::local::{ExecutionRecord, run_prepared};
+use crate::local::{ExecutionRecord, RemoveError, remove_execution, results_of, run_prepared};
 use crate::runner::StageSettings;
 use crate::runner::signals::cancel_on_stop_signal;
-use crate::store::keys;
 
 /// How often waiting commands look at a record again.
 const POLL: Duration = Duration::from_millis(100);
@@ -130,7 +129,7 @@ pub async fn results_download(
     let local = Local::new(target)?;
     let result_name = parse_result_name(result)?;
     let record = local.find(name)?;
-    let (store, execution) = Local::results_of(&record)?;
+    let (store, execution) = results_of(&record).map_err(store_error)?;
     download(&store, &execution, result_name, file, format).await
 }
 
@@ -214,13 +213,12 @@ pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(
     let local = Local::new(target)?;
     let name = local.find(name)?.name;
     let record = stop(&local, &name).await?;
-    let (store, execution) = Local::results_of(&record)?;
-    let prefix = keys::results_prefix(&execution).map_err(|e| store_error(e.into()))?;
-    let removed = store.delete_prefix(&prefix).await.map_err(store_error)?;
-    local
-        .records()
-        .remove(&local.namespace, &name)
-        .map_err(record_error)?;
+    let removed = remove_execution(&local.records(), &record)
+        .await
+        .map_err(|e| match e {
+            RemoveError::Store(e) => store_error(e),
+            RemoveError::Record(e) => record_error(e),
+        })?;
     let answer = json!({"execution": name, "results_removed": removed});
     print_ok(output.format, "deleted", &answer, || {
         format!("deleted execution {name} and {removed} stored results")

@@ -1,13 +1,16 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
+mod admin;
 mod catalog;
 mod cluster;
 mod context;
 mod controller;
 mod execute;
+mod gc;
 mod local;
 mod output;
 mod pod;
+mod rerun;
 mod show;
 mod staging;
 
@@ -89,6 +92,17 @@ pub enum Command {
     List {
         #[command(flatten)]
         output: OutputArgs,
+    },
+    /// Run an execution again from its snapshot: the same config, environment, workdir digests
+    /// and input, and on a cluster the image digest it ran; the new execution records which
+    /// one it reran (`rerunOf`).
+    Rerun(Box<rerun::RerunArgs>),
+    /// Remove finished local executions (records, files and results) by age, count or size.
+    Gc(Box<gc::GcArgs>),
+    /// Operator commands: `sweep-store`.
+    Admin {
+        #[command(subcommand)]
+        action: admin::AdminAction,
     },
     /// Store Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets from manifest files.
     Apply {
@@ -203,6 +217,9 @@ impl Command {
     fn format(&self) -> Format {
         match self {
             Command::Execute(args) => args.output.format,
+            Command::Gc(args) => args.output.format,
+            Command::Rerun(args) => args.output.format,
+            Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
@@ -370,6 +387,10 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Delete { name, output } => cluster::delete(target, &name, output).await,
         Command::List { output } if is_local => local::list(target, output),
         Command::List { output } => cluster::list(target, output).await,
+        Command::Rerun(args) if is_local => rerun::rerun_local(target, *args).await,
+        Command::Rerun(args) => rerun::rerun_cluster(target, *args).await,
+        Command::Gc(args) => gc::gc(target, &args).await,
+        Command::Admin { action } => admin::admin(target, &action).await,
         Command::Apply { files, output } => catalog::apply(target, &files, output),
         Command::Agents { action, output } => {
             catalog::objects(target, ObjectKind::Agent, action.as_ref(), output)

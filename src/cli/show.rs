@@ -21,6 +21,12 @@ pub fn print_record(record: &ExecutionRecord) -> String {
     if let Some(seconds) = record.duration_seconds() {
         out.push_str(&format!("  ({seconds:.2}s)"));
     }
+    if let Some(rerun_of) = &record.rerun_of {
+        out.push_str(&format!("\nrerun of: {rerun_of}"));
+    }
+    if let Some(image_id) = &record.image_id {
+        out.push_str(&format!("\nimage: {image_id}"));
+    }
     if let Some(reason) = &record.reason {
         out.push_str(&format!("\nreason: {reason}"));
     }

@@ -10,20 +10,21 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use super::ApiError;
+use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionSpec, AgentRuntime,
-    AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec,
+    AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
-    Catalog, InMemoryCatalog, InvalidSpec, Snapshot, StringRef, WithFilesetPaths, mcp_secret_refs,
-    merge_environment, subpath_digests,
+    Catalog, ImageRun, InMemoryCatalog, InvalidSpec, RerunSource, Snapshot, StringRef,
+    WithFilesetPaths, mcp_secret_refs, merge_environment, subpath_digests,
 };
 
 /// Path indexes kept in memory; the cache starts over when it is full.
@@ -174,6 +175,13 @@ pub async fn resolve(
     namespace: &str,
     spec: &AgentExecutionSpec,
 ) -> Result<Result<Snapshot, InvalidSpec>, ApiError> {
+    if let Some(rerun) = &spec.rerun_of {
+        let mut catalog = InMemoryCatalog::default();
+        if let Some(source) = read_rerun_source(client, namespace, &rerun.name).await? {
+            catalog = catalog.with_rerun_source(namespace, &rerun.name, source);
+        }
+        return Ok(crate::resolve::resolve_execution(namespace, spec, &catalog));
+    }
     let cached_environment = match &spec.environment_ref {
         Some(reference) => caches
             .environments
@@ -223,6 +231,40 @@ pub async fn resolve(
         .await;
     let live = WithFilesetPaths::new(&live, paths);
     Ok(crate::resolve::resolve_execution(namespace, spec, &live))
+}
+
+/// What execution `name` left for a rerun, read from the API server (snapshots are not
+/// cached): its status and its snapshot ConfigMap's document; `None` when it does not exist.
+async fn read_rerun_source(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<RerunSource>, ApiError> {
+    let executions = Api::<AgentExecution>::namespaced(client.clone(), namespace);
+    let Some(execution) = get(executions, name).await? else {
+        return Ok(None);
+    };
+    let status = execution.status.unwrap_or_default();
+    let image = status
+        .image_id
+        .map_or(ImageRun::NotReported, ImageRun::Reported);
+    let Some(snapshot) = status.snapshot else {
+        return Ok(Some(RerunSource {
+            image,
+            ..RerunSource::default()
+        }));
+    };
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let document = get(config_maps, &snapshot.config_map)
+        .await?
+        .and_then(|config_map| config_map.data)
+        .and_then(|mut data| data.remove(SNAPSHOT_KEY));
+    Ok(Some(RerunSource {
+        digest: Some(snapshot.digest),
+        snapshot: document.map(String::into_bytes),
+        location: format!("ConfigMap {:?}", snapshot.config_map),
+        image,
+    }))
 }
 
 /// The name and spec of each AgentRuntime, sorted by name.

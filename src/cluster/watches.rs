@@ -4,7 +4,7 @@ use std::fmt::Debug;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -74,7 +74,34 @@ pub fn trim_config_map(config_map: &mut PartialObjectMeta<ConfigMap>) {
     }
 }
 
-/// Keeps only what the status needs of a pod: its identity, labels, annotations, node and status.
+/// Keeps only what the lifetime of finished executions needs of a namespace: its name and
+/// annotations.
+pub fn trim_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
+    let meta = &mut namespace.metadata;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+}
+
+/// Maps a namespace to every cached execution in it (a change to the namespace can change
+/// their lifetime).
+pub fn executions_in_namespace(
+    executions: Store<AgentExecution>,
+) -> impl Fn(PartialObjectMeta<Namespace>) -> Vec<ObjectRef<AgentExecution>> + Send + Sync + 'static
+{
+    move |namespace| {
+        let name = namespace.name_any();
+        executions
+            .state()
+            .iter()
+            .filter(|e| e.metadata.namespace.as_deref() == Some(name.as_str()))
+            .map(|e| ObjectRef::from_obj(e.as_ref()))
+            .collect()
+    }
+}
+
+/// Keeps only what the status needs of a pod: its identity, labels, annotations, node and status
+/// (with the agent's image digest).
 pub fn trim_pod(pod: &mut Pod) {
     // Only the node is kept of the spec: a lost node is named in the status.
     let node_name = pod.spec.take().and_then(|spec| spec.node_name);
@@ -93,7 +120,10 @@ pub fn trim_pod(pod: &mut Pod) {
             .chain(status.init_container_statuses.iter_mut())
             .flatten()
         {
-            container.image_id = String::new();
+            // The agent's image digest is provenance (status.imageID); errand's own is not.
+            if container.name != contract::AGENT_CONTAINER {
+                container.image_id = String::new();
+            }
             container.container_id = None;
             container.volume_mounts = None;
             container.resources = None;
@@ -121,6 +151,34 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    #[test]
+    fn the_pod_cache_keeps_the_agents_image_digest_only() {
+        use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
+        let status = |name: &str| ContainerStatus {
+            name: name.to_owned(),
+            image_id: format!("{name}@sha256:1234"),
+            container_id: Some("containerd://abc".to_owned()),
+            ..Default::default()
+        };
+        let mut pod = Pod {
+            status: Some(PodStatus {
+                init_container_statuses: Some(vec![status(contract::STAGE_CONTAINER)]),
+                container_statuses: Some(vec![status(contract::AGENT_CONTAINER)]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        trim_pod(&mut pod);
+        let status = pod.status.unwrap();
+        let agent = &status.container_statuses.unwrap()[0];
+        assert_eq!(
+            agent.image_id,
+            format!("{}@sha256:1234", contract::AGENT_CONTAINER)
+        );
+        assert_eq!(agent.container_id, None);
+        assert_eq!(status.init_container_statuses.unwrap()[0].image_id, "");
+    }
 
     #[test]
     fn a_pod_maps_to_its_execution_by_annotation() {

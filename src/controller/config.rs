@@ -1,4 +1,6 @@
-//! Settings of the controller that shape every execution's pod: the errand image, budgets and defaults.
+//! Settings of the controller that shape every execution's pod and lifetime: the errand image, budgets and defaults.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::archive::ExtractLimits;
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
@@ -17,7 +19,7 @@ pub const RESULTS_FINALIZER: &str = "errand.dev/results";
 pub const DEFAULT_RUN_AS_USER: i64 = 65532;
 
 /// Settings that every Job the controller builds depends on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ControllerConfig {
     /// The errand image: its static binary is copied into each pod by the `errand-stage` init
     /// container.
@@ -37,6 +39,29 @@ pub struct ControllerConfig {
     pub termination_grace_seconds: i64,
     /// Kueue LocalQueue for executions that name none (`None`: such executions bypass Kueue).
     pub default_queue_name: Option<String>,
+    /// Seconds a finished execution is kept when neither it nor its namespace sets a lifetime
+    /// (`None`: kept until deleted).
+    pub default_ttl_seconds_after_finished: Option<i64>,
+    /// Image pull Secrets every execution's pod gets, before its environment's own.
+    pub image_pull_secrets: Vec<String>,
+    /// ServiceAccount of the pods whose environment names none (`None`: the namespace's
+    /// `default`). No pod ever mounts its token.
+    pub service_account_name: Option<String>,
+    /// `sizeLimit` of the workspace `emptyDir` (the staged and working directory).
+    pub workspace_size_limit: Option<Quantity>,
+    /// `sizeLimit` of the scratch `emptyDir` (input, response, logs, artifacts, spooled uploads).
+    pub scratch_size_limit: Option<Quantity>,
+    /// The leader's periodic store sweep (`None`: no periodic sweep).
+    pub store_sweep: Option<StoreSweepSchedule>,
+}
+
+/// How often the leader sweeps the store, and how old an unreferenced object must be to go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreSweepSchedule {
+    /// Time between sweeps (the first comes one interval after the controller starts leading).
+    pub interval: std::time::Duration,
+    /// Anything written more recently than this stays, referenced or not.
+    pub grace: jiff::SignedDuration,
 }
 
 impl ControllerConfig {
@@ -50,6 +75,12 @@ impl ControllerConfig {
             extract_limits: ExtractLimits::DEFAULT,
             termination_grace_seconds: 120,
             default_queue_name: None,
+            default_ttl_seconds_after_finished: None,
+            image_pull_secrets: Vec::new(),
+            service_account_name: None,
+            workspace_size_limit: None,
+            scratch_size_limit: None,
+            store_sweep: None,
         }
     }
 
@@ -79,6 +110,25 @@ impl ControllerConfig {
     }
 }
 
+/// Reads a volume size as Kubernetes writes it: a whole number with an optional binary
+/// (`Ki` .. `Ei`) or decimal (`k`, `M` .. `E`) suffix, as in `20Gi`.
+pub fn parse_size_limit(value: &str) -> Result<Quantity, String> {
+    const SUFFIXES: [&str; 13] = [
+        "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E",
+    ];
+    let digits = value
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(value.len());
+    let (number, suffix) = value.split_at(digits);
+    if number.is_empty() || number.len() > 18 || !SUFFIXES.contains(&suffix) {
+        return Err(format!(
+            "{value:?} is not a size: a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, \
+             Ei, k, M, G, T, P or E (as in 20Gi)"
+        ));
+    }
+    Ok(Quantity(value.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +137,19 @@ mod tests {
         Snapshot {
             queue_name: queue.map(str::to_owned),
             ..Snapshot::test()
+        }
+    }
+
+    #[test]
+    fn volume_sizes_are_kubernetes_quantities() {
+        for good in ["20Gi", "500Mi", "1000000", "10G", "3k"] {
+            assert_eq!(parse_size_limit(good), Ok(Quantity(good.to_owned())));
+        }
+        for bad in ["", "Gi", "20GB", "1.5Gi", "-1Gi", "20 Gi"] {
+            assert!(
+                parse_size_limit(bad).unwrap_err().contains("not a size"),
+                "{bad}"
+            );
         }
     }
 

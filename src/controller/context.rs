@@ -1,14 +1,15 @@
-//! What every reconcile shares: the client, caches, signer, results store, recorder, metrics, and the controller's memory of its own writes.
+//! What every reconcile shares: the client, caches (namespaces among them), signer, results store, recorder, metrics, and the controller's memory of its own writes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
@@ -16,6 +17,7 @@ use super::config::ControllerConfig;
 use super::error::Error;
 use super::metrics::Metrics;
 use crate::api::AgentExecution;
+use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
 use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
@@ -35,6 +37,8 @@ pub struct Context {
     pub jobs: Store<Job>,
     /// Pods of errand's Jobs (specs stripped).
     pub pods: Store<Pod>,
+    /// The metadata of the namespaces executions live in (for their lifetime annotation).
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
     caches_ready: CachesReady,
     /// Where results are kept; the finalizer deletes from it.
@@ -74,6 +78,7 @@ impl Context {
             catalog,
             jobs,
             pods,
+            namespaces: reflector::store().0,
             caches_ready,
             results,
             signer,
@@ -90,6 +95,29 @@ impl Context {
             .wait()
             .await
             .map_err(|CacheStopped(cache)| Error::CacheStopped(cache))
+    }
+
+    /// The same context reading namespaces from `namespaces` (without it, no namespace sets a
+    /// lifetime).
+    pub fn with_namespaces(mut self, namespaces: Store<PartialObjectMeta<Namespace>>) -> Self {
+        self.namespaces = namespaces;
+        self
+    }
+
+    /// The lifetime `namespace` gives its finished executions, from its annotation. A value
+    /// that is not a lifetime is logged and ignored, so the controller's default applies.
+    pub fn namespace_lifetime(&self, namespace: &str) -> Option<i64> {
+        let object = self.namespaces.get(&ObjectRef::new(namespace))?;
+        let value = object.annotations().get(NAMESPACE_TTL_ANNOTATION)?;
+        crate::retention::ttl::parse_seconds(value)
+            .inspect_err(|problem| {
+                warn!(
+                    namespace,
+                    annotation = NAMESPACE_TTL_ANNOTATION,
+                    "ignoring the namespace's lifetime: {problem}"
+                );
+            })
+            .ok()
     }
 
     /// `cached` with the status this controller wrote last, while the cache lags behind it.

@@ -1,7 +1,7 @@
 //! The reconcilers of the cluster backend: each AgentExecution runs once as a Job, and what happened is recorded in its status.
 //!
-//! [`run`] drives the reconcile pipeline ([`reconcile`]) and the results cleanup
-//! ([`results_cleanup`]) over the caches it is given; [`crate::serve`] starts it once this
+//! [`run`] drives the reconcile pipeline ([`reconcile`]), the results cleanup
+//! ([`results_cleanup`]) and the periodic [`store_sweep`] over the caches it is given; [`crate::serve`] starts it once this
 //! replica leads. The pure parts — [`build`], [`status`], [`names`] — take no client; the
 //! signed URLs come from [`crate::store::grants`].
 
@@ -15,13 +15,15 @@ pub mod names;
 pub mod reconcile;
 pub mod results_cleanup;
 pub mod status;
+pub mod store_sweep;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::Api;
 use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
@@ -92,6 +94,24 @@ pub async fn run(
         all().labels(&managed),
         watches::trim_config_map,
     );
+    // Namespaces by metadata, for the lifetime a namespace gives its finished executions; a
+    // change to one looks at its executions again.
+    let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
+    let namespace_config = match namespace {
+        Some(namespace) => all().fields(&format!("metadata.name={namespace}")),
+        None => all(),
+    };
+    let (namespaces, namespace_stream) =
+        watches::cache(namespace_api, namespace_config, watches::trim_namespace);
+    let sweep = settings.config.store_sweep.map(|schedule| {
+        store_sweep::run(
+            client.clone(),
+            settings.results.clone(),
+            settings.namespace.clone(),
+            schedule,
+            Arc::clone(&metrics),
+        )
+    });
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -103,18 +123,21 @@ pub async fn run(
     // them and tells all the others (`cluster::readiness` says why).
     let (caches_ready, report_ready) =
         CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
-    let ctx = Arc::new(Context::new(
-        client,
-        settings.config,
-        catalog,
-        jobs,
-        pods,
-        caches_ready,
-        settings.results,
-        settings.signer,
-        recorder,
-        metrics,
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            settings.config,
+            catalog,
+            jobs,
+            pods,
+            caches_ready,
+            settings.results,
+            settings.signer,
+            recorder,
+            metrics,
+        )
+        .with_namespaces(namespaces),
+    );
     let shutdown = shutdown.shared();
     let cleanup = Controller::for_stream(config_map_stream, config_maps)
         .with_config(controller::Config::default().concurrency(8))
@@ -125,14 +148,27 @@ pub async fn run(
             Arc::clone(&ctx),
         )
         .for_each(log_failure);
+    let sweeping = {
+        let shutdown = shutdown.clone();
+        async move {
+            if let Some(sweep) = sweep {
+                tokio::select! {
+                    () = sweep => {}
+                    () = shutdown => {}
+                }
+            }
+        }
+    };
+    let in_namespace = watches::executions_in_namespace(executions.clone());
     let reconciler = Controller::for_stream(execution_stream, executions)
         .owns_stream(job_stream)
         .watches_stream(pod_stream, watches::pod_execution)
+        .watches_stream(namespace_stream, in_namespace)
         .with_config(controller::Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(log_failure);
-    futures::join!(reconciler, cleanup, report_ready);
+    futures::join!(reconciler, cleanup, report_ready, sweeping);
 }
 
 /// Logs what the controller could not schedule. Failed reconciles were already logged by their

@@ -9,11 +9,12 @@ use serde_json::Value;
 use super::files::write_private;
 use super::manifest::ManifestObject;
 use super::paths::DataDir;
+use super::record::Records;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec,
     Fileset, FilesetStatus,
 };
-use crate::resolve::{Catalog, object_name};
+use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
 
 /// The kinds of object the local catalog keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,6 +240,19 @@ impl LocalCatalog {
         self.write(namespace, ObjectKind::Fileset, name, &status)
     }
 
+    /// Every namespace that has applied objects, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.data.all_catalogs()) else {
+            return Vec::new();
+        };
+        let mut namespaces: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str().map(str::to_owned))
+            .filter(|name| object_name(name).is_ok())
+            .collect();
+        namespaces.sort();
+        namespaces
+    }
+
     /// Names of the objects of `kind` in `namespace`, sorted.
     pub fn list(&self, namespace: &str, kind: ObjectKind) -> Vec<String> {
         let directory = self.data.catalog(scope(namespace, kind), kind.plural());
@@ -339,5 +353,18 @@ impl Catalog for LocalCatalog {
     /// A local run has no scheduler, so a PriorityClass is neither needed nor known.
     fn priority_class_exists(&self, _name: &str) -> Option<bool> {
         None
+    }
+
+    /// The record of execution `name` and the snapshot beside it; a local run has no image.
+    fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {
+        let records = Records::new(self.data.clone());
+        let record = records.read(namespace, name).ok()?;
+        let path = records.snapshot_file(namespace, name);
+        Some(RerunSource {
+            digest: Some(record.snapshot_digest),
+            snapshot: std::fs::read(&path).ok(),
+            location: path.display().to_string(),
+            image: ImageRun::NoImage,
+        })
     }
 }

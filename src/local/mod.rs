@@ -1,15 +1,20 @@
 //! The local backend: runs executions on this machine with the same resolve and runner code as the cluster.
 //!
 //! A data directory holds a catalog of applied objects, one record per execution and the
-//! working files of each run; results go to the store like anywhere else.
+//! working files of each run; results go to the store like anywhere else. [`gc`] collects
+//! finished executions by age, count and size; [`references`] tells the store sweep what is
+//! still in use.
 
 mod catalog;
 mod environment;
 mod files;
+pub mod gc;
 mod manifest;
 mod paths;
 mod process;
 mod record;
+pub mod references;
+mod remove;
 mod supervise;
 
 pub use catalog::{CheckedObject, LocalCatalog, ObjectKind};
@@ -20,4 +25,5 @@ pub use manifest::{
 pub use paths::DataDir;
 pub use process::ProcessIdentity;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
+pub use remove::{RemoveError, remove_execution, results_of};
 pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};

@@ -42,14 +42,29 @@ impl DataDir {
         format!("file://{}", self.root.join("store").display())
     }
 
+    /// The namespaces' applied objects.
+    pub fn all_catalogs(&self) -> PathBuf {
+        self.root.join("catalog")
+    }
+
     /// Applied objects of `kind` in `namespace`.
     pub fn catalog(&self, namespace: &str, kind: &str) -> PathBuf {
-        self.root.join("catalog").join(namespace).join(kind)
+        self.all_catalogs().join(namespace).join(kind)
+    }
+
+    /// The namespaces' execution directories.
+    pub fn all_executions(&self) -> PathBuf {
+        self.root.join("executions")
     }
 
     /// All execution directories of `namespace`.
     pub fn executions(&self, namespace: &str) -> PathBuf {
-        self.root.join("executions").join(namespace)
+        self.all_executions().join(namespace)
+    }
+
+    /// The automatic gc's limits, when they are set (`errand gc --automatic`).
+    pub fn automatic_gc(&self) -> PathBuf {
+        self.root.join("gc.json")
     }
 
     /// The directory of one execution: record, snapshot, workspace and scratch files.

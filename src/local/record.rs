@@ -58,6 +58,13 @@ pub struct ExecutionRecord {
     pub results: Vec<ResultEntry>,
     /// Digest of the snapshot the run came from.
     pub snapshot_digest: String,
+    /// The agent's image by digest as the kubelet reported it (`status.imageID`); a local run
+    /// has no image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
+    /// The execution this one reran (`errand rerun`), whose snapshot it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<String>,
     /// URL of the store holding the results.
     pub store: String,
     /// Whether a cancel was requested.
@@ -102,6 +109,8 @@ impl ExecutionRecord {
             completed_at: None,
             results: Vec::new(),
             snapshot_digest,
+            image_id: None,
+            rerun_of: None,
             store: store.to_owned(),
             cancel_requested: false,
             inherit_env,
@@ -190,6 +199,11 @@ impl Records {
         self.dir(namespace, name).join("record.json")
     }
 
+    /// The snapshot the execution runs from (canonical JSON), written right after its record.
+    pub fn snapshot_file(&self, namespace: &str, name: &str) -> PathBuf {
+        self.dir(namespace, name).join("snapshot.json")
+    }
+
     /// Reads the record of the execution named exactly `name`.
     pub fn read(&self, namespace: &str, name: &str) -> Result<ExecutionRecord, RecordError> {
         let path = self.file(namespace, name);
@@ -256,6 +270,19 @@ impl Records {
                 },
             })?;
         self.write(record)
+    }
+
+    /// Every namespace that has executions, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(self.data.all_executions()) else {
+            return Vec::new();
+        };
+        let mut namespaces: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str().map(str::to_owned))
+            .filter(|name| crate::resolve::object_name(name).is_ok())
+            .collect();
+        namespaces.sort();
+        namespaces
     }
 
     /// Every execution name in `namespace`, sorted.

@@ -19,7 +19,7 @@ use crate::resolve::{
     resolve_execution, subpath_digests,
 };
 use crate::runner::{
-    self, Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+    self, Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
 };
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -92,7 +92,7 @@ pub async fn prepare(
         })?;
     }
     let name = name.map_or_else(|| generate_name(&snapshot.agent.name), str::to_owned);
-    let record = ExecutionRecord::pending(
+    let mut record = ExecutionRecord::pending(
         name,
         namespace,
         &snapshot.agent.name,
@@ -100,10 +100,14 @@ pub async fn prepare(
         store_url,
         inherit_env,
     );
+    record.rerun_of = spec.rerun_of.as_ref().map(|r| r.name.clone());
     let records = Records::new(data.clone());
     records.create(&record)?;
     let dir = records.dir(namespace, &record.name);
-    write_file(&dir.join("snapshot.json"), &snapshot.canonical_json())?;
+    write_file(
+        &records.snapshot_file(namespace, &record.name),
+        &snapshot.canonical_json(),
+    )?;
     let config = serde_json::to_vec_pretty(&snapshot.config).expect("a config always serializes");
     write_file(&dir.join("agent-config.json"), &config)?;
     Ok(record)
@@ -122,7 +126,7 @@ pub async fn run_prepared(
     let records = Records::new(data.clone());
     let mut record = records.read(namespace, name)?;
     let dir = records.dir(namespace, name);
-    let snapshot_path = dir.join("snapshot.json");
+    let snapshot_path = records.snapshot_file(namespace, name);
     let snapshot: Snapshot = std::fs::read(&snapshot_path)
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
@@ -150,6 +154,10 @@ pub async fn run_prepared(
         passthrough,
         stop: StopRequest::Cancel,
         inherit_env: false,
+        provenance: Provenance {
+            snapshot_digest: record.snapshot_digest.clone(),
+            image: None,
+        },
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::rerun::RerunSource;
 use crate::api::{AgentEnvironmentSpec, AgentRuntimeSpec, AgentSpec, FilesetStatus};
 use crate::archive::PathIndex;
 
@@ -29,6 +30,13 @@ pub trait Catalog {
     /// Whether PriorityClass `name` exists; `None` when this catalog cannot tell (the local
     /// backend, which schedules nothing, knows no PriorityClasses).
     fn priority_class_exists(&self, name: &str) -> Option<bool>;
+    /// What execution `name` in `namespace` left for a rerun (its snapshot, the digest it
+    /// recorded, its image); `None` when there is no such execution. The cluster's caches do
+    /// not hold snapshots: `cluster::catalog::resolve` reads a rerun's source live.
+    fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {
+        let _ = (namespace, name);
+        None
+    }
 }
 
 /// A catalog with the path indexes of some Fileset contents, read for one resolution.
@@ -82,6 +90,10 @@ impl Catalog for WithFilesetPaths<'_> {
             .cloned()
             .or_else(|| self.inner.fileset_paths(namespace, digest))
     }
+
+    fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {
+        self.inner.rerun_source(namespace, name)
+    }
 }
 
 type Key = (String, String);
@@ -101,6 +113,7 @@ pub struct InMemoryCatalog {
     fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
     /// The cluster's PriorityClasses, once one was added (until then, unknown).
     priority_classes: Option<BTreeSet<String>>,
+    reruns: BTreeMap<Key, RerunSource>,
 }
 
 impl InMemoryCatalog {
@@ -164,6 +177,12 @@ impl InMemoryCatalog {
         self.priority_classes.get_or_insert_with(BTreeSet::new);
         self
     }
+
+    /// Adds what execution `name` left for a rerun.
+    pub fn with_rerun_source(mut self, namespace: &str, name: &str, source: RerunSource) -> Self {
+        self.reruns.insert(key(namespace, name), source);
+        self
+    }
 }
 
 impl Catalog for InMemoryCatalog {
@@ -200,6 +219,10 @@ impl Catalog for InMemoryCatalog {
         self.priority_classes
             .as_ref()
             .map(|classes| classes.contains(name))
+    }
+
+    fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {
+        self.reruns.get(&key(namespace, name)).cloned()
     }
 }
 

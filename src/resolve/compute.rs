@@ -1,4 +1,4 @@
-//! The rules of an environment's compute section, as the API server will apply them to the pod: resource names and quantities, requests within limits, node-selector labels, tolerations and class names.
+//! The rules of an environment's compute section, as the API server will apply them to the pod: resource names and quantities, requests within limits, node-selector labels, tolerations, class names, image pull Secrets and the ServiceAccount.
 //!
 //! Each is checked here so that an execution whose Job the API server would refuse is refused
 //! at submission, naming the environment's field, instead of failing at every child create.
@@ -51,6 +51,17 @@ pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
         {
             problems.push(Problem::new(format!("{field}.{name}"), message));
         }
+    }
+    for (index, secret) in compute.image_pull_secrets.iter().enumerate() {
+        if let Err(message) = dns_subdomain(secret) {
+            problems.push(Problem::new(
+                format!("{field}.imagePullSecrets[{index}]"),
+                message,
+            ));
+        }
+    }
+    if let Some(Err(message)) = compute.service_account_name.as_deref().map(dns_subdomain) {
+        problems.push(Problem::new(format!("{field}.serviceAccountName"), message));
     }
     problems
 }

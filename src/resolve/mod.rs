@@ -11,6 +11,7 @@ mod nemo_spec;
 mod problems;
 mod quantity;
 mod refs;
+mod rerun;
 mod rules;
 mod runtime;
 mod schema;
@@ -35,9 +36,10 @@ pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
+pub use rerun::{ImageRun, RerunSource, pin_image, resolve_rerun};
 pub use rules::{
-    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, mount_paths, object_name,
-    relative_path,
+    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths,
+    object_name, relative_path,
 };
 pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{
@@ -61,11 +63,16 @@ pub fn resolve_execution(
     spec: &AgentExecutionSpec,
     catalog: &dyn Catalog,
 ) -> Result<Snapshot, InvalidSpec> {
+    if let Some(rerun) = &spec.rerun_of {
+        let source = catalog.rerun_source(namespace, &rerun.name);
+        return resolve_rerun(namespace, spec, source.as_ref());
+    }
     let mut problems = Problems::default();
     let agent = resolve_agent(namespace, spec, catalog, &mut problems);
     let environment = resolve_environment(namespace, spec, catalog, &mut problems);
     let workdir = resolve_workdir(namespace, spec.workdir.as_ref(), catalog, &mut problems);
     check_run_settings(spec, &mut problems);
+    check_lifetime(spec, &mut problems);
 
     // Secret bindings are checked even when the agent is unusable, so one rejection lists
     // every problem; only the merged config needs both halves.
@@ -214,7 +221,10 @@ fn resolve_agent(
             (name, agent.clone(), "spec.agent".to_owned())
         }
         _ => {
-            problems.push("spec", "exactly one of agentRef or agent must be set");
+            problems.push(
+                "spec",
+                "exactly one of agentRef, agent or rerunOf must be set",
+            );
             return None;
         }
     };
@@ -545,6 +555,13 @@ fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
                 rules::one_of(&KNOWN_EXTENSION_KINDS)
             ),
         );
+    }
+}
+
+/// How long the execution is kept after it finishes.
+fn check_lifetime(spec: &AgentExecutionSpec, problems: &mut Problems) {
+    if let Some(Err(message)) = spec.ttl_seconds_after_finished.map(lifetime_seconds) {
+        problems.push("spec.ttlSecondsAfterFinished", message);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The single-value rules of admission: names, paths, mount sets, environment variable names, formats.
 
+use crate::api::MAX_TTL_SECONDS_AFTER_FINISHED;
 use crate::api::contract::{RESERVED_ENV_NAMES, RESERVED_ENV_PREFIX};
 
 /// Model providers errand can wire up, checked on the config after the environment is merged.
@@ -21,6 +22,16 @@ pub const KNOWN_EXTENSION_KINDS: [&str; 2] = ["evaluation", "tracing"];
 /// Renders a list of accepted values for a message.
 pub fn one_of(values: &[&str]) -> String {
     values.join(", ")
+}
+
+/// Checks how long a finished execution is kept: 0 (delete at once) to 366 days.
+pub fn lifetime_seconds(seconds: i64) -> Result<(), String> {
+    if (0..=MAX_TTL_SECONDS_AFTER_FINISHED).contains(&seconds) {
+        return Ok(());
+    }
+    Err(format!(
+        "{seconds} is out of range: 0 to {MAX_TTL_SECONDS_AFTER_FINISHED} (366 days)"
+    ))
 }
 
 /// Whether `name` starts and ends with an ASCII letter or digit, as Kubernetes names do.

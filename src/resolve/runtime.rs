@@ -135,6 +135,14 @@ pub fn with_runtime_defaults(environment: Compute, defaults: Option<&Compute>) -
         runtime_class_name: environment
             .runtime_class_name
             .or_else(|| defaults.runtime_class_name.clone()),
+        image_pull_secrets: if environment.image_pull_secrets.is_empty() {
+            defaults.image_pull_secrets.clone()
+        } else {
+            environment.image_pull_secrets
+        },
+        service_account_name: environment
+            .service_account_name
+            .or_else(|| defaults.service_account_name.clone()),
     }
 }
 

@@ -111,13 +111,13 @@ fn exactly_one_agent() {
     both.agent = Some(AgentSpec::test());
     assert_eq!(
         only_problem(&both),
-        "spec: exactly one of agentRef or agent must be set"
+        "spec: exactly one of agentRef, agent or rerunOf must be set"
     );
     let mut neither = AgentExecutionSpec::test();
     neither.agent_ref = None;
     assert_eq!(
         only_problem(&neither),
-        "spec: exactly one of agentRef or agent must be set"
+        "spec: exactly one of agentRef, agent or rerunOf must be set"
     );
 }
 
@@ -426,6 +426,43 @@ fn timeouts_must_be_positive() {
             "spec.timeoutSeconds: 0 must be at least 1",
             "spec.startTimeoutSeconds: -5 must be at least 1"
         ]
+    );
+}
+
+#[test]
+fn pull_secret_and_service_account_names_are_checked() {
+    let mut environment = AgentEnvironmentSpec::test();
+    environment.compute.image_pull_secrets = vec!["registry".into(), "Bad_Name".into()];
+    environment.compute.service_account_name = Some("agents/x".into());
+    let catalog = InMemoryCatalog::test().with_environment(NS, "prod", environment);
+    let problems = problems(&AgentExecutionSpec::test(), &catalog);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].starts_with(
+            "AgentEnvironment \"prod\" spec.compute.imagePullSecrets[1]: \"Bad_Name\" is not a valid DNS subdomain"
+        ),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("AgentEnvironment \"prod\" spec.compute.serviceAccountName:"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn the_lifetime_after_finishing_is_bounded() {
+    let mut spec = AgentExecutionSpec::test();
+    for fine in [0, 3600, crate::api::MAX_TTL_SECONDS_AFTER_FINISHED] {
+        spec.ttl_seconds_after_finished = Some(fine);
+        assert!(
+            resolve_execution(NS, &spec, &InMemoryCatalog::test()).is_ok(),
+            "{fine}"
+        );
+    }
+    spec.ttl_seconds_after_finished = Some(-1);
+    assert_eq!(
+        problems(&spec, &InMemoryCatalog::test()),
+        vec!["spec.ttlSecondsAfterFinished: -1 is out of range: 0 to 31622400 (366 days)"]
     );
 }
 

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::run::AgentRun;
-use super::{Invocation, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
+use super::{Invocation, Provenance, RunState, RunSummary, RunnerError, ScratchDir, result_entry};
 use crate::api::ResultEntry;
 use crate::archive::{self, ArchiveError, PackItem, PackOptions, PackStats, SkippedEntry};
 use crate::store::keys::{ExecutionId, ResultName};
@@ -26,6 +26,10 @@ struct RunResultRecord<'a> {
     finished_at: Option<jiff::Timestamp>,
     duration_ms: Option<u64>,
     execution: &'a ExecutionId,
+    /// The command that ran: locally, on this machine; in a pod, in `image`.
+    command: &'a [String],
+    #[serde(flatten)]
+    provenance: &'a Provenance,
 }
 
 /// `run_error`: the record of a run that could not start, timed out or was cancelled.
@@ -132,6 +136,8 @@ pub(super) async fn collect<K: ResultSink>(
                 finished_at: summary.finished_at,
                 duration_ms: summary.duration_ms,
                 execution: &inv.execution,
+                command: &inv.command,
+                provenance: &inv.provenance,
             };
             saver.json(ResultName::RunResult, &record).await;
         }

@@ -207,6 +207,18 @@ pub struct Invocation {
     /// runner's environment is the caller's, so the local backend passes what the agent may
     /// see in `env` and sets this to false.
     pub inherit_env: bool,
+    /// What the run came from, for `run_result`.
+    pub provenance: Provenance,
+}
+
+/// What a run came from, as `run_result` records it beside the command.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// Digest of the snapshot the run came from, `sha256:<hex>`.
+    pub snapshot_digest: String,
+    /// The agent's image as the pod named it (pinned by digest on a rerun); `None` locally,
+    /// where the agent's command runs on this machine and there is no image.
+    pub image: Option<String>,
 }
 
 /// What a stop signal (SIGTERM, Ctrl-C) means to the runner that receives it.

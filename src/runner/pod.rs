@@ -11,8 +11,8 @@ use std::time::Duration;
 use super::signals::cancel_on_stop_signal;
 use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, RunState, RunSummary, ScratchDir, StageSettings, StopRequest, fail_before_run,
-    plan, run_and_collect, stage, stage_failed,
+    Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+    fail_before_run, plan, run_and_collect, stage, stage_failed,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -222,6 +222,10 @@ fn invocation(
         passthrough: true,
         stop: StopRequest::PodDeletion,
         inherit_env: true,
+        provenance: Provenance {
+            snapshot_digest: snapshot.digest(),
+            image: Some(snapshot.agent.runtime.image.clone()),
+        },
     }
 }
 

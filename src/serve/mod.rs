@@ -130,7 +130,8 @@ impl ProcessMetrics {
 
     /// The text `/metrics` answers, with the phase gauge counted from `executions` first.
     fn render(&self, executions: &[Arc<AgentExecution>]) -> String {
-        self.controller.count_phases(executions);
+        self.controller
+            .count_phases(executions, jiff::Timestamp::now());
         self.registry.render()
     }
 }
@@ -287,7 +288,10 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
+    use crate::api::contract::{ConditionType, Reason};
     use crate::api::{AgentExecutionStatus, Phase};
 
     /// [`AgentExecution::test`] in `phase`.
@@ -307,7 +311,34 @@ mod tests {
         drop(metrics.reconcile_started());
         metrics.reconcile_failed("conflict");
         metrics.job_created(0.02);
-        metrics.completed(42.0);
+        metrics.observe(&crate::controller::status::Timings {
+            queue_wait: Some(30.0),
+            start_latency: Some(35.0),
+            run_duration: Some(7.0),
+            completed_after: Some(42.0),
+            results_bytes: Some(4096),
+        });
+        metrics.grants_issued(0.001, true);
+        metrics.expired("namespace");
+        let mut removed = std::collections::BTreeMap::new();
+        removed.insert(
+            "results",
+            crate::retention::sweep_store::Tally {
+                groups: 1,
+                objects: 5,
+                bytes: 700,
+            },
+        );
+        metrics.swept(&crate::retention::sweep_store::SweepReport {
+            dry_run: false,
+            grace_seconds: 0,
+            removed,
+            groups: vec![],
+            in_grace: 0,
+            referenced: 0,
+            unknown_keys: 0,
+        });
+        metrics.sweep_failed();
         process.admission.reviewed("invalid", 0.002);
         let text = process.render(&[
             execution(Some(Phase::Running)),
@@ -324,9 +355,59 @@ mod tests {
         assert!(text.contains("errand_controller_executions{phase=\"None\"} 1"));
         assert!(text.contains("errand_controller_job_created_after_seconds_count 1"));
         assert!(text.contains("errand_controller_completed_after_seconds_sum 42.0"));
+        for observed in [
+            "errand_controller_queue_wait_seconds_sum 30.0",
+            "errand_controller_start_latency_seconds_sum 35.0",
+            "errand_controller_run_duration_seconds_sum 7.0",
+            "errand_controller_results_bytes_sum 4096.0",
+            "errand_controller_grants_issued_total{outcome=\"ok\"} 1",
+            "errand_controller_grant_issue_duration_seconds_count 1",
+            "errand_controller_store_sweeps_total{outcome=\"failed\"} 1",
+        ] {
+            assert!(text.contains(observed), "{observed} in {text}");
+        }
+        assert!(
+            text.contains("errand_controller_executions_expired_total{source=\"namespace\"} 1")
+        );
         assert!(text.contains("errand_controller_admission_reviews_total{verdict=\"invalid\"} 1"));
         assert!(text.contains("errand_controller_admission_duration_seconds_count 1"));
         let later = process.render(&[execution(Some(Phase::Succeeded))]);
         assert!(!later.contains("phase=\"Running\""), "{later}");
+        assert!(
+            later.contains("errand_controller_longest_starting_seconds 0.0"),
+            "{later}"
+        );
+
+        // An execution Starting for an hour shows; one Kueue holds longer does not.
+        let hour_ago = Time(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(3600));
+        let starting = |reason: Reason, created: Time| {
+            let mut status = AgentExecutionStatus {
+                phase: Some(Phase::Starting),
+                ..Default::default()
+            };
+            crate::controller::status::conditions::ConditionWriter::new(
+                &mut status.conditions,
+                Some(1),
+                created.clone(),
+            )
+            .set(ConditionType::Started, false, reason, "");
+            Arc::new(
+                AgentExecution::test()
+                    .with_creation_timestamp(created)
+                    .with_status(Some(status)),
+            )
+        };
+        let day_ago = Time(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(86400));
+        let text = process.render(&[
+            starting(Reason::PodStarting, hour_ago),
+            starting(Reason::Queued, day_ago),
+        ]);
+        let longest: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("errand_controller_longest_starting_seconds "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((3600.0..3700.0).contains(&longest), "{longest}");
     }
 }

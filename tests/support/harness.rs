@@ -35,7 +35,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use errand::api::contract::{ConditionType, Reason};
-use errand::api::{AgentExecution, Phase};
+use errand::api::{AgentExecution, Fileset, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
 use errand::controller::status::conditions;
@@ -247,6 +247,27 @@ impl Harness {
         .await;
     }
 
+    /// Runs the `errand` CLI against this test's namespace and store, as a user on the cluster
+    /// would (`-o json`); returns its exit code and its one JSON answer.
+    pub fn cli(&self, args: &[&str]) -> (i32, Value) {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_errand"))
+            .args(args)
+            .args(["-o", "json", "--namespace", self.namespace.name()])
+            .arg(format!("--store=file://{}", self.store_dir().display()))
+            .env("KUBECONFIG", cluster::kubeconfig_path())
+            .env("ERRAND_BACKEND", "cluster")
+            .output()
+            .unwrap();
+        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "errand {args:?}: {e}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        (output.status.code().unwrap_or(-1), answer)
+    }
+
     /// Applies a JSON merge patch to object `name` of kind `K`.
     pub async fn merge_patch<K>(&self, name: &str, patch: Value)
     where
@@ -260,6 +281,41 @@ impl Harness {
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .unwrap_or_else(|e| panic!("patching {name}: {e}"));
+    }
+
+    /// Pushes `dir` (relative to the repository) into the controller's store with the
+    /// `Store::push_fileset` the CLI uses, and points Fileset `name` (created when missing) at
+    /// the content's digest, size and file count by hand (`errand filesets push` records
+    /// Filesets only in the local backend's catalog). Returns the digest's hex.
+    pub async fn push_fileset(&self, name: &str, dir: &str) -> String {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        let pushed = self
+            .store()
+            .push_fileset(self.namespace.name(), &dir)
+            .await
+            .unwrap();
+        let filesets = self.api::<Fileset>();
+        if filesets.get_opt(name).await.unwrap().is_none() {
+            self.create(json!({
+                "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+                "metadata": {"name": name},
+                "spec": {},
+            }))
+            .await;
+        }
+        filesets
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "digest": format!("sha256:{}", pushed.digest),
+                    "size": pushed.size,
+                    "fileCount": pushed.file_count,
+                }})),
+            )
+            .await
+            .unwrap();
+        pushed.digest
     }
 
     /// Asks for the execution to be cancelled, as `errand cancel` does.

@@ -9,8 +9,7 @@ use crate::api::contract;
 use crate::controller::config::RESULTS_FINALIZER;
 use crate::resolve::Snapshot;
 
-/// Key of the snapshot document (canonical JSON) in the ConfigMap.
-pub const SNAPSHOT_KEY: &str = "snapshot.json";
+pub use crate::api::contract::SNAPSHOT_KEY;
 /// Key of the merged agent config (JSON) in the ConfigMap; `AGENT_CONFIG_PATH` points at it.
 pub const AGENT_CONFIG_KEY: &str = "agent-config.json";
 

@@ -1,11 +1,13 @@
-//! The pod template: the `errand-stage` init container, the agent container wrapped by the runner, and their volumes.
+//! The pod template: the `errand-stage` init container, the agent container wrapped by the runner, their volumes, and the pod's pull secrets and ServiceAccount (never its token).
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec,
-    SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    LocalObjectReference, PodSpec, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{ExecutionOwner, names, resources, security};
+use crate::api::Compute;
 use crate::api::contract::{
     AGENT_CONTAINER, BIN_VOLUME, ENV_AGENT_CONFIG_PATH, GRANTS_VOLUME, SCRATCH_VOLUME,
     SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
@@ -44,19 +46,22 @@ fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-fn empty_dir(name: &str) -> Volume {
+fn empty_dir(name: &str, size_limit: Option<&Quantity>) -> Volume {
     Volume {
         name: name.to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: size_limit.cloned(),
+            ..EmptyDirVolumeSource::default()
+        }),
         ..Volume::default()
     }
 }
 
-fn volumes(execution: &ExecutionOwner) -> Vec<Volume> {
+fn volumes(execution: &ExecutionOwner, config: &ControllerConfig) -> Vec<Volume> {
     vec![
-        empty_dir(BIN_VOLUME),
-        empty_dir(WORKSPACE_VOLUME),
-        empty_dir(SCRATCH_VOLUME),
+        empty_dir(BIN_VOLUME, None),
+        empty_dir(WORKSPACE_VOLUME, config.workspace_size_limit.as_ref()),
+        empty_dir(SCRATCH_VOLUME, config.scratch_size_limit.as_ref()),
         Volume {
             name: SNAPSHOT_VOLUME.to_owned(),
             config_map: Some(ConfigMapVolumeSource {
@@ -207,6 +212,29 @@ fn agent_container(snapshot: &Snapshot) -> Container {
     }
 }
 
+/// The image pull Secrets of the pod: the controller's, then the environment's, each once.
+fn image_pull_secrets(
+    compute: &Compute,
+    config: &ControllerConfig,
+) -> Option<Vec<LocalObjectReference>> {
+    let mut names: Vec<&String> = Vec::new();
+    for name in config
+        .image_pull_secrets
+        .iter()
+        .chain(&compute.image_pull_secrets)
+    {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    (!names.is_empty()).then(|| {
+        names
+            .into_iter()
+            .map(|name| LocalObjectReference { name: name.clone() })
+            .collect()
+    })
+}
+
 /// The pod spec of an execution's Job.
 pub fn pod_spec(
     execution: &ExecutionOwner,
@@ -217,9 +245,16 @@ pub fn pod_spec(
     PodSpec {
         init_containers: Some(vec![stage_container(snapshot, config)]),
         containers: vec![agent_container(snapshot)],
-        volumes: Some(volumes(execution)),
+        volumes: Some(volumes(execution, config)),
         restart_policy: Some("Never".to_owned()),
+        // A ServiceAccount gives the pod pull secrets and an identity; no container gets its
+        // token.
+        service_account_name: compute
+            .service_account_name
+            .clone()
+            .or_else(|| config.service_account_name.clone()),
         automount_service_account_token: Some(false),
+        image_pull_secrets: image_pull_secrets(compute, config),
         enable_service_links: Some(false),
         termination_grace_period_seconds: Some(config.termination_grace_seconds),
         security_context: Some(security::pod_security(

@@ -42,6 +42,7 @@ fn gpu_environment() -> AgentEnvironmentSpec {
         }],
         priority_class_name: Some("batch-high".into()),
         runtime_class_name: Some("nvidia".into()),
+        ..Compute::default()
     })
 }
 
@@ -53,9 +54,18 @@ fn spec(queue: Option<&str>) -> AgentExecutionSpec {
 }
 
 fn resolve(spec: &AgentExecutionSpec, security: Option<RuntimeSecurity>) -> Snapshot {
+    resolve_in(spec, security, gpu_environment())
+}
+
+/// Resolves `spec` with the GPU environment replaced by `environment`.
+fn resolve_in(
+    spec: &AgentExecutionSpec,
+    security: Option<RuntimeSecurity>,
+    environment: AgentEnvironmentSpec,
+) -> Snapshot {
     let catalog = InMemoryCatalog::test()
         .with_agent(NS, "calculator", agent(security))
-        .with_environment(NS, "prod", gpu_environment());
+        .with_environment(NS, "prod", environment);
     resolve_execution(NS, spec, &catalog).expect("the fixture resolves")
 }
 
@@ -369,6 +379,97 @@ fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
         "the image's own args would follow ours"
     );
     assert_eq!(agent.working_dir.as_deref(), Some("/workspace"));
+}
+
+#[test]
+fn workspace_and_scratch_are_bounded_by_the_controllers_size_limits() {
+    let unbounded = built_job(&snapshot());
+    let size_limits = |job: &Job| -> Vec<(String, Option<String>)> {
+        let volumes = pod_spec(job).volumes.clone().unwrap();
+        volumes
+            .into_iter()
+            .filter_map(|v| Some((v.name, v.empty_dir?.size_limit.map(|q| q.0))))
+            .collect()
+    };
+    assert!(
+        size_limits(&unbounded)
+            .iter()
+            .all(|(_, limit)| limit.is_none()),
+        "{:?}",
+        size_limits(&unbounded)
+    );
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    config.workspace_size_limit = Some(Quantity("20Gi".into()));
+    config.scratch_size_limit = Some(Quantity("2Gi".into()));
+    let bounded = job(&identity(), &snapshot(), &config);
+    assert_eq!(
+        size_limits(&bounded),
+        vec![
+            ("errand-bin".to_owned(), None),
+            ("workspace".to_owned(), Some("20Gi".to_owned())),
+            ("scratch".to_owned(), Some("2Gi".to_owned())),
+        ]
+    );
+}
+
+#[test]
+fn pull_secrets_and_service_account_come_from_the_environment_over_the_chart_and_no_token() {
+    let names = |pod: &PodSpec| -> Vec<String> {
+        pod.image_pull_secrets
+            .iter()
+            .flatten()
+            .map(|r| r.name.clone())
+            .collect()
+    };
+    let plain = built_job(&snapshot());
+    let pod = pod_spec(&plain);
+    assert_eq!(
+        (names(pod), pod.service_account_name.as_deref()),
+        (vec![], None),
+        "the namespace's default ServiceAccount, no pull secrets"
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
+
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    config.image_pull_secrets = vec!["platform-registry".into(), "team-registry".into()];
+    config.service_account_name = Some("errand-agents".into());
+    let defaults = job(&identity(), &snapshot(), &config);
+    let pod = pod_spec(&defaults);
+    assert_eq!(names(pod), ["platform-registry", "team-registry"]);
+    assert_eq!(pod.service_account_name.as_deref(), Some("errand-agents"));
+
+    let mut own = gpu_environment();
+    own.compute.image_pull_secrets = vec!["team-registry".into(), "gpu-registry".into()];
+    own.compute.service_account_name = Some("gpu-agents".into());
+    let snapshot = resolve_in(&spec(None), None, own);
+    let chosen = job(&identity(), &snapshot, &config);
+    let pod = pod_spec(&chosen);
+    assert_eq!(
+        names(pod),
+        ["platform-registry", "team-registry", "gpu-registry"],
+        "the environment's are added, each once"
+    );
+    assert_eq!(pod.service_account_name.as_deref(), Some("gpu-agents"));
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(false),
+        "a chosen ServiceAccount still mounts no token"
+    );
+    for container in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        assert!(
+            container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .all(|m| !m.mount_path.contains("serviceaccount")),
+            "{}",
+            container.name
+        );
+    }
 }
 
 #[test]

@@ -3,16 +3,18 @@
 //! Each stage has its file: [`dereference`] reads what the execution names and what became of
 //! its Job; [`validate`] completes the snapshot with this cluster's defaults and checks it
 //! against its limits; [`build`] signs the grants and builds the children; [`apply`] creates
-//! them (create-only) or stops what must stop; [`update_status`] writes the status. Validate
-//! and build take no client.
+//! them (create-only) or stops what must stop; [`update_status`] writes the status; once it
+//! is finished, [`expire`] deletes it when its lifetime runs out. Validate and build take no
+//! client.
 //!
 //! Writes are few by construction: three creates (the snapshot ConfigMap carries the results
 //! finalizer from birth), one status write per phase, one Warning event per failure, and
-//! nothing at all for terminal executions.
+//! nothing at all for terminal executions but the one delete when their lifetime runs out.
 
 mod apply;
 mod build;
 mod dereference;
+mod expire;
 mod update_status;
 mod validate;
 
@@ -116,7 +118,7 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
         ctx: &ctx,
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
-        Action::await_change()
+        reconciler.retain().await?
     } else if status.snapshot.is_none() {
         reconciler.admit().await?
     } else {
@@ -154,6 +156,7 @@ impl Reconciler<'_> {
             Ok(snapshot) => snapshot,
             Err(invalid) => return self.refuse(&invalid).await,
         };
+        let signing = std::time::Instant::now();
         let children = build::children(
             &self.owner,
             &snapshot,
@@ -161,7 +164,11 @@ impl Reconciler<'_> {
             self.ctx.signer.as_ref(),
             Timestamp::now(),
         )
-        .await?;
+        .await;
+        self.ctx
+            .metrics
+            .grants_issued(signing.elapsed().as_secs_f64(), children.is_ok());
+        let children = children?;
         let (config_map, job) = match self.create(children).await? {
             Creation::Created(config_map, job) => (config_map, job),
             Creation::Rejected(message) => return self.reject(&message).await,

@@ -8,9 +8,10 @@ use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodStatus, Secret,
+    ContainerState, ContainerStateRunning, ContainerStatus, Namespace, Pod, PodStatus, Secret,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
@@ -178,6 +179,17 @@ fn context(client: Client, jobs: Vec<Job>, pods: Vec<Pod>) -> Arc<Context> {
     )
 }
 
+fn context_with_config(client: Client, config: ControllerConfig) -> Arc<Context> {
+    let signer = Arc::new(HmacSigner::new("http://errand", b"key"));
+    Arc::new(context_from(
+        client,
+        config,
+        filled(vec![]),
+        filled(vec![]),
+        signer,
+    ))
+}
+
 fn context_signing_with(
     client: Client,
     jobs: Vec<Job>,
@@ -194,6 +206,18 @@ fn context_over(
     pods: Store<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Arc<Context> {
+    let config = ControllerConfig::new("errand.local/errand:dev");
+    Arc::new(context_from(client, config, jobs, pods, signer))
+}
+
+/// A context with these settings over the Job and Pod caches given.
+fn context_from(
+    client: Client,
+    config: ControllerConfig,
+    jobs: Store<Job>,
+    pods: Store<Pod>,
+    signer: Arc<dyn UrlSigner>,
+) -> Context {
     let agent = namespaced(Agent::new("calculator", AgentSpec::test()), "calculator");
     let environment = namespaced(
         AgentEnvironment::new("prod", AgentEnvironmentSpec::test()),
@@ -216,9 +240,9 @@ fn context_over(
     let (caches_ready, report_ready) =
         CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
     tokio::spawn(report_ready);
-    Arc::new(Context::new(
+    Context::new(
         client,
-        ControllerConfig::new("errand.local/errand:dev"),
+        config,
         catalog,
         jobs,
         pods,
@@ -227,7 +251,7 @@ fn context_over(
         signer,
         recorder,
         Arc::new(Metrics::default()),
-    ))
+    )
 }
 
 fn owned_job() -> Job {
@@ -323,6 +347,108 @@ async fn a_finished_execution_costs_no_request() {
         .unwrap();
     assert_eq!(action, Action::await_change());
     assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+}
+
+fn finished_at(completed: Timestamp, ttl: Option<i64>) -> AgentExecution {
+    let mut done = execution(Some(AgentExecutionStatus {
+        phase: Some(Phase::Succeeded),
+        completion_time: Some(Time(completed)),
+        ..Default::default()
+    }));
+    done.spec.ttl_seconds_after_finished = ttl;
+    done
+}
+
+#[tokio::test]
+async fn a_finished_execution_within_its_lifetime_costs_no_request_and_is_looked_at_when_it_ends() {
+    let log = Log::default();
+    let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
+    let just_done = finished_at(Timestamp::now(), Some(600));
+    let action = reconcile(Arc::new(just_done), ctx).await.unwrap();
+    assert!(requests(&log).is_empty(), "{:?}", requests(&log));
+    // The time of the next look is the pure decision's (retention::ttl's tests pin it).
+    assert_ne!(
+        action,
+        Action::await_change(),
+        "looked at again when it ends"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_execution_costs_exactly_its_delete() {
+    let log = Log::default();
+    let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
+    let long_done = finished_at(
+        Timestamp::now() - jiff::SignedDuration::from_secs(61),
+        Some(60),
+    );
+    let action = reconcile(Arc::new(long_done), ctx).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert_eq!(
+        requests(&log),
+        vec![(
+            Method::DELETE,
+            format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc")
+        )]
+    );
+}
+
+#[tokio::test]
+async fn the_controller_default_lifetime_applies_to_an_execution_without_its_own() {
+    let log = Log::default();
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    config.default_ttl_seconds_after_finished = Some(0);
+    let ctx = context_with_config(scripted_client(Arc::clone(&log)), config);
+    reconcile(Arc::new(finished_at(Timestamp::now(), None)), ctx)
+        .await
+        .unwrap();
+    assert_eq!(requests(&log).len(), 1, "{:?}", requests(&log));
+    assert_eq!(requests(&log)[0].0, Method::DELETE);
+}
+
+/// A namespace as the controller caches it, with the lifetime annotation set to `ttl`.
+fn namespace_with_lifetime(ttl: &str) -> PartialObjectMeta<Namespace> {
+    let mut namespace: PartialObjectMeta<Namespace> = kube::core::ObjectMeta {
+        name: Some(NS.into()),
+        annotations: Some(
+            [(
+                contract::NAMESPACE_TTL_ANNOTATION.to_owned(),
+                ttl.to_owned(),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    }
+    .into_request_partial();
+    namespace.types = None;
+    namespace
+}
+
+#[tokio::test]
+async fn a_namespace_lifetime_wins_over_the_controller_default_and_a_bad_one_is_ignored() {
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    config.default_ttl_seconds_after_finished = Some(0);
+    let just_done = Arc::new(finished_at(Timestamp::now(), None));
+    for (annotation, deleted) in [("600", false), ("0", true), ("ten minutes", true)] {
+        let log = Log::default();
+        let signer = Arc::new(HmacSigner::new("http://errand", b"key"));
+        let ctx = context_from(
+            scripted_client(Arc::clone(&log)),
+            config.clone(),
+            filled(vec![]),
+            filled(vec![]),
+            signer,
+        )
+        .with_namespaces(filled(vec![namespace_with_lifetime(annotation)]));
+        reconcile(Arc::clone(&just_done), Arc::new(ctx))
+            .await
+            .unwrap();
+        let deletes = requests(&log)
+            .iter()
+            .filter(|(method, _)| method == Method::DELETE)
+            .count();
+        assert_eq!(deletes, usize::from(deleted), "annotation {annotation:?}");
+    }
 }
 
 /// The execution as it stands while `running_pod` runs its agent.

@@ -7,7 +7,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::Reconciler;
-use crate::api::{AgentExecutionStatus, Phase};
+use crate::api::AgentExecutionStatus;
 use crate::controller::config::FIELD_MANAGER;
 use crate::controller::error::{Error, Result};
 use crate::controller::events::outcome_event;
@@ -35,7 +35,7 @@ impl Reconciler<'_> {
     }
 
     /// Writes `status` with server-side apply unless it equals the current one, then records
-    /// completion metrics and publishes the failure event.
+    /// the latencies it shows and publishes the failure event.
     pub(super) async fn write_status(&self, status: AgentExecutionStatus) -> Result<()> {
         let (execution, ctx) = (self.execution, self.ctx);
         if execution.status.as_ref() == Some(&status) {
@@ -59,19 +59,12 @@ impl Reconciler<'_> {
             .map_err(Error::kube(format!("writing the status of {name}")))?;
         debug!(execution = %name, "status written");
         ctx.remember(updated);
-        let was_terminal = execution
-            .status
-            .as_ref()
-            .and_then(|s| s.phase)
-            .is_some_and(Phase::is_terminal);
-        if let (false, Some(created), Some(done)) = (
-            was_terminal,
-            &execution.metadata.creation_timestamp,
-            &status.completion_time,
-        ) {
-            ctx.metrics
-                .completed(done.0.duration_since(created.0).as_secs_f64());
-        }
+        ctx.metrics.observe(&status::timings(
+            execution.metadata.creation_timestamp.as_ref(),
+            execution.status.as_ref(),
+            &status,
+            Timestamp::now(),
+        ));
         if let Some(event) = outcome_event(execution.status.as_ref(), &status) {
             let reference = execution.object_ref(&());
             if let Err(e) = ctx.recorder.publish(&event, &reference).await {

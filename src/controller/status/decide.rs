@@ -70,6 +70,8 @@ pub enum Standing {
     Running {
         /// When, as the pod says.
         started_at: Option<Time>,
+        /// The image the agent runs, by digest, as the kubelet reports it.
+        image_id: Option<String>,
     },
     /// A terminal phase.
     Ended(Ending),
@@ -91,17 +93,19 @@ pub struct Ending {
     pub summary: Option<TerminationSummary>,
     /// What staging saved, listed when the runner left no summary.
     pub staged: Vec<ResultEntry>,
-    /// The agent's start and end, when the run had a pod.
-    pub agent: Option<AgentTimes>,
+    /// The agent's start, end and image, when the run had a pod.
+    pub agent: Option<AgentContainer>,
 }
 
-/// When the agent container started and terminated, as its pod says.
+/// When the agent container started and terminated and the image it ran, as its pod says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AgentTimes {
+pub struct AgentContainer {
     /// When the agent started.
     pub started_at: Option<Time>,
     /// When it terminated.
     pub finished_at: Option<Time>,
+    /// The image by digest, as the kubelet reports it (`imageID`), once the container exists.
+    pub image_id: Option<String>,
 }
 
 impl Ending {
@@ -134,9 +138,10 @@ impl Ending {
     /// The ending with the agent's times and what staging saved from `pod`, if the run had one.
     fn on(self, pod: Option<&PodFacts>) -> Self {
         Self {
-            agent: pod.map(|pod| AgentTimes {
+            agent: pod.map(|pod| AgentContainer {
                 started_at: pod.agent_started_at.clone(),
                 finished_at: pod.agent_finished_at.clone(),
+                image_id: pod.agent_image_id.clone(),
             }),
             staged: pod.map(|pod| pod.staged.clone()).unwrap_or_default(),
             ..self
@@ -238,6 +243,7 @@ fn running(execution: &AgentExecution, pod: &PodFacts) -> Decision {
     Decision {
         standing: Standing::Running {
             started_at: pod.agent_started_at.clone(),
+            image_id: pod.agent_image_id.clone(),
         },
         stop: (execution.spec.cancel && !pod.deleting).then(|| Stop::DeletePod(pod.name.clone())),
         recheck_after: None,

@@ -8,13 +8,15 @@ mod decide;
 mod message;
 mod observe;
 mod render;
+mod timings;
 
-pub use decide::{AgentTimes, Decision, Ending, Standing, Stop, decide};
+pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide};
 pub use message::MESSAGE_LIMIT;
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
 };
 pub use render::{invalid, rejected, render, retrying, starting};
+pub use timings::{Timings, timings};
 
 #[cfg(test)]
 mod tests;

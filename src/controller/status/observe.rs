@@ -81,6 +81,9 @@ pub struct PodFacts {
     pub agent_exit_code: Option<i32>,
     /// When the agent container terminated.
     pub agent_finished_at: Option<Time>,
+    /// The agent's image by digest, as the kubelet reports it (`imageID`), once the container
+    /// exists.
+    pub agent_image_id: Option<String>,
     /// The stage container's exit code, once it terminated.
     pub stage_exit_code: Option<i32>,
     /// The runner's summary from the agent's termination message (else the stage's, when
@@ -225,6 +228,9 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         agent_started_at: started_at(agent).cloned(),
         agent_exit_code: terminated(agent).map(|t| t.exit_code),
         agent_finished_at: terminated(agent).and_then(|t| t.finished_at.clone()),
+        agent_image_id: agent
+            .map(|a| a.image_id.clone())
+            .filter(|id| !id.is_empty()),
         stage_exit_code: terminated(stage).map(|t| t.exit_code),
         summary: termination_message(agent)
             .and_then(TerminationSummary::parse)

@@ -159,11 +159,17 @@ pub fn render(
             mark_waiting(&mut status, execution, *queued, &now);
             status
         }
-        Standing::Running { started_at } => {
+        Standing::Running {
+            started_at,
+            image_id,
+        } => {
             let mut status = base_status(execution);
             status.phase = Some(Phase::Running);
             if status.start_time.is_none() {
                 status.start_time.clone_from(started_at);
+            }
+            if image_id.is_some() {
+                status.image_id.clone_from(image_id);
             }
             writer(&mut status.conditions, execution, &now).set(
                 ConditionType::Started,
@@ -227,6 +233,9 @@ fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecuti
     if let Some(agent) = &ending.agent {
         if status.start_time.is_none() {
             status.start_time.clone_from(&agent.started_at);
+        }
+        if agent.image_id.is_some() {
+            status.image_id.clone_from(&agent.image_id);
         }
         if status.start_time.is_some() {
             conditions.set(ConditionType::Started, true, Reason::AgentStarted, "");

@@ -764,6 +764,48 @@ fn a_finished_pod_yields_the_agents_times_exit_code_and_summary() {
     );
 }
 
+const AGENT_IMAGE_ID: &str = "docker.io/library/agent@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+#[test]
+fn the_agents_image_digest_goes_from_its_container_status_into_the_status() {
+    let with_image = |mut status: ContainerStatus, image_id: &str| {
+        status.image_id = image_id.to_owned();
+        status
+    };
+    let message = summary(RunState::Succeeded, 0, "").to_termination_message();
+    let pod = k8s_pod(
+        "Succeeded",
+        vec![with_image(
+            container("errand-stage", terminated_state(0, None)),
+            "errand@sha256:feed",
+        )],
+        vec![with_image(
+            container("agent", terminated_state(0, Some(message))),
+            AGENT_IMAGE_ID,
+        )],
+    );
+    let facts = pod_facts(&pod);
+    assert_eq!(facts.agent_image_id.as_deref(), Some(AGENT_IMAGE_ID));
+    let (status, _) = assess(&execution(), &facts_at(job(), Some(facts), 100));
+    assert_eq!(status.phase, Some(Phase::Succeeded));
+    assert_eq!(status.image_id.as_deref(), Some(AGENT_IMAGE_ID));
+
+    // While it runs, the status already says it; a container the kubelet has not created yet
+    // reports an empty imageID, which is no digest.
+    let running = PodFacts {
+        agent_image_id: Some(AGENT_IMAGE_ID.to_owned()),
+        ..running(10)
+    };
+    let (status, _) = assess(&execution(), &facts_at(job(), Some(running), 20));
+    assert_eq!(status.image_id.as_deref(), Some(AGENT_IMAGE_ID));
+    let waiting = k8s_pod(
+        "Pending",
+        vec![],
+        vec![container("agent", waiting_state("", ""))],
+    );
+    assert_eq!(pod_facts(&waiting).agent_image_id, None);
+}
+
 #[test]
 fn a_failed_stage_reports_through_its_own_termination_message() {
     let message = summary(RunState::StageFailed, 1, "tar: path escapes the root");

@@ -1,0 +1,162 @@
+//! `errand gc`: collects finished local executions by age, count and size, once or automatically before every local execution.
+
+use jiff::Timestamp;
+
+use super::context::{Local, Target, record_error, store_error};
+use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use crate::local::gc::{GcError, GcReport, automatic_policy, collect, set_automatic_policy};
+use crate::retention::gc::{GcPolicy, parse_age, parse_size};
+
+/// Options of `errand gc`.
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// Collect executions that finished longer ago than this: seconds, or a number with s, m,
+    /// h, d or w (as in 7d).
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub older_than: Option<u64>,
+    /// Keep at most this many finished executions (the most recently finished).
+    #[arg(long, value_name = "N")]
+    pub max_executions: Option<usize>,
+    /// Collect the oldest finished executions until all executions take at most this: bytes,
+    /// or a number with K, M, G or T (powers of 1024, as in 10G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_bytes: Option<u64>,
+    /// Report what would be removed, and remove nothing.
+    #[arg(long, conflicts_with = "automatic")]
+    pub dry_run: bool,
+    /// Save these limits as the automatic gc, which runs before every local execution (all
+    /// namespaces), and apply them now.
+    #[arg(long, conflicts_with = "no_automatic")]
+    pub automatic: bool,
+    /// Turn the automatic gc off.
+    #[arg(long)]
+    pub no_automatic: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl GcArgs {
+    fn policy(&self) -> GcPolicy {
+        GcPolicy {
+            older_than_seconds: self.older_than,
+            max_executions: self.max_executions,
+            max_bytes: self.max_bytes,
+        }
+    }
+}
+
+/// `errand gc`: in `--namespace` if given, else in every namespace. Without limits it applies
+/// the automatic gc's.
+pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), CliError> {
+    if !target.is_local() {
+        return Err(CliError::new(
+            "local_only",
+            "errand gc collects local executions (pass --local); on a cluster, finished \
+             executions go when their ttlSecondsAfterFinished runs out",
+        ));
+    }
+    let local = Local::new(target)?;
+    let mut policy = args.policy();
+    if args.automatic {
+        if policy.is_empty() {
+            return Err(CliError::argument(
+                "--automatic needs at least one of --older-than, --max-executions or --max-bytes",
+            ));
+        }
+        set_automatic_policy(&local.data, Some(&policy)).map_err(gc_error)?;
+    }
+    if args.no_automatic {
+        set_automatic_policy(&local.data, None).map_err(gc_error)?;
+        if policy.is_empty() {
+            print_ok(
+                args.output.format,
+                "gc",
+                &serde_json::json!({"automatic": false}),
+                || "automatic gc is off".to_owned(),
+            );
+            return Ok(());
+        }
+    }
+    if policy.is_empty() {
+        policy = automatic_policy(&local.data)
+            .map_err(gc_error)?
+            .ok_or_else(|| {
+                CliError::argument(
+                    "errand gc needs at least one of --older-than, --max-executions or \
+                     --max-bytes (or automatic limits saved with --automatic)",
+                )
+            })?;
+    }
+    let report = collect(
+        &local.data,
+        target.namespace.as_deref(),
+        &policy,
+        args.dry_run,
+        Timestamp::now(),
+    )
+    .await
+    .map_err(gc_error)?;
+    print_ok(args.output.format, "gc", &report, || describe(&report));
+    Ok(())
+}
+
+/// Runs the automatic gc, if one is set, before a local execution. A gc that fails is
+/// reported on stderr and does not stop the execution.
+pub async fn automatic(local: &Local, format: Format) {
+    let policy = match automatic_policy(&local.data) {
+        Ok(Some(policy)) => policy,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("warning: automatic gc skipped: {e}");
+            return;
+        }
+    };
+    match collect(&local.data, None, &policy, false, Timestamp::now()).await {
+        Ok(report) if !report.removed.is_empty() && format == Format::Human => eprintln!(
+            "automatic gc removed {} finished executions ({})",
+            report.removed.len(),
+            human_size(report.removed_bytes)
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: automatic gc failed: {e}"),
+    }
+}
+
+fn describe(report: &GcReport) -> String {
+    let verb = if report.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    let mut lines: Vec<String> = report
+        .removed
+        .iter()
+        .map(|c| {
+            format!(
+                "{verb} {}/{} ({:?}, finished {}, {}): {}",
+                c.namespace,
+                c.name,
+                c.phase,
+                c.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
+                human_size(c.bytes),
+                c.reason.flag()
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "{verb} {} executions ({}); kept {} ({})",
+        report.removed.len(),
+        human_size(report.removed_bytes),
+        report.kept,
+        human_size(report.kept_bytes)
+    ));
+    lines.join("\n")
+}
+
+fn gc_error(error: GcError) -> CliError {
+    match error {
+        GcError::Record(e) => record_error(e),
+        GcError::Store(e) => store_error(e),
+        settings @ GcError::Settings { .. } => CliError::new("io_error", settings.to_string()),
+    }
+}

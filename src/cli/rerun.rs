@@ -1,0 +1,67 @@
+//! `errand rerun NAME`: a new execution from the snapshot another one ran from, pinned to the image digest it ran (on a cluster).
+
+use serde_json::json;
+
+use super::context::{Local, Target};
+use super::execute::ExecuteArgs;
+use super::output::{CliError, OutputArgs};
+use super::staging::StagingArgs;
+
+/// Flags of `errand rerun`.
+#[derive(Debug, clap::Args)]
+pub struct RerunArgs {
+    /// The execution to run again (locally also an unambiguous prefix). Its snapshot must still
+    /// exist: a deleted or expired execution cannot be rerun.
+    pub execution: String,
+    /// Name of the new execution; generated from the agent's name when not given.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Return at once, leaving the run going in the background.
+    #[arg(long)]
+    pub no_wait: bool,
+    #[command(flatten)]
+    pub staging: StagingArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl RerunArgs {
+    /// `errand execute` with the spec `{rerunOf: {name: execution}}`: the execution is
+    /// created, checked, run and reported like any other, and both backends resolve `rerunOf`
+    /// from the named execution's snapshot.
+    fn into_execute(self, execution: &str) -> ExecuteArgs {
+        ExecuteArgs {
+            agent: None,
+            input: None,
+            environment: None,
+            base_workdir: None,
+            timeout_seconds: None,
+            auto_telemetry: false,
+            spec: Some(json!({"rerunOf": {"name": execution}}).to_string()),
+            spec_file: None,
+            name: self.name,
+            no_wait: self.no_wait,
+            inherit_env: false,
+            staging: self.staging,
+            output: self.output,
+        }
+    }
+}
+
+/// Runs `errand rerun` on the local backend.
+pub async fn rerun_local(target: &Target, args: RerunArgs) -> Result<(), CliError> {
+    // A name that matches nothing goes on as it is, so that the refusal says the snapshot
+    // went with the execution.
+    let execution = match Local::new(target)?.find(&args.execution) {
+        Ok(record) => record.name,
+        Err(error) if error.code == "not_found" => args.execution.clone(),
+        Err(error) => return Err(error),
+    };
+    super::execute::execute_local(target, &args.into_execute(&execution)).await
+}
+
+/// Runs `errand rerun` against the cluster.
+pub async fn rerun_cluster(target: &Target, args: RerunArgs) -> Result<(), CliError> {
+    let execution = args.execution.clone();
+    super::cluster::execute(target, &args.into_execute(&execution)).await
+}

@@ -1,0 +1,56 @@
+//! What the cluster still references in the store, for the store sweep: the uids of its AgentExecutions, and the Fileset blobs its Filesets and live snapshots pin.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+use kube::{Client, ResourceExt};
+
+use super::ApiError;
+use super::watches::{self, managed_selector};
+use crate::api::contract::SNAPSHOT_KEY;
+use crate::api::{AgentExecution, Fileset};
+use crate::resolve::Snapshot;
+use crate::retention::sweep::References;
+
+/// Every AgentExecution in `namespace` (all namespaces when `None`) and every blob its
+/// Filesets and snapshot ConfigMaps pin, read in that order (a snapshot made while this runs pins what its Fileset pinned when
+/// it was read). A snapshot that does not parse fails the whole read: a sweep must not run on
+/// part of the references.
+pub async fn references(client: &Client, namespace: Option<&str>) -> Result<References, ApiError> {
+    let mut references = References::default();
+    let executions = watches::api::<AgentExecution>(client, namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(ApiError::during("listing AgentExecutions"))?;
+    references
+        .executions
+        .extend(executions.items.iter().filter_map(|e| e.uid()));
+    let filesets = watches::api::<Fileset>(client, namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(ApiError::during("listing Filesets"))?;
+    for fileset in &filesets.items {
+        let digest = fileset.status.as_ref().and_then(|s| s.digest.as_deref());
+        if let (Some(namespace), Some(digest)) = (fileset.namespace(), digest) {
+            references.pin(&namespace, digest);
+        }
+    }
+    let snapshots = watches::api::<ConfigMap>(client, namespace)
+        .list(&ListParams::default().labels(&managed_selector()))
+        .await
+        .map_err(ApiError::during("listing snapshot ConfigMaps"))?;
+    for config_map in &snapshots.items {
+        let Some(document) = config_map.data.as_ref().and_then(|d| d.get(SNAPSHOT_KEY)) else {
+            continue;
+        };
+        let snapshot: Snapshot = serde_json::from_str(document).map_err(|e| ApiError {
+            action: format!(
+                "reading the snapshot in ConfigMap {}/{}",
+                config_map.namespace().unwrap_or_default(),
+                config_map.name_any()
+            ),
+            source: kube::Error::SerdeError(e),
+        })?;
+        references.pin_snapshot(&snapshot);
+    }
+    Ok(references)
+}
