@@ -1,4 +1,4 @@
-//! The catalog commands: `apply -f`, `agents`, `environments`, `filesets push|list|delete`.
+//! The catalog commands: `apply -f`, `agents`, `environments`, `runtimes`, `filesets push|list|delete`.
 
 use std::path::{Path, PathBuf};
 
@@ -6,13 +6,27 @@ use serde_json::json;
 
 use super::context::{Local, Target};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
-use crate::local::{CheckedObject, ObjectKind, parse_manifests, read_manifest_file};
+use crate::local::ManifestObject;
+use crate::local::{
+    CheckedObject, ObjectKind, parse_document, parse_manifests, read_manifest_file,
+};
 
-/// What to do with Agents or AgentEnvironments.
+/// What to do with Agents, AgentEnvironments or AgentRuntimes.
 #[derive(Debug, clap::Subcommand)]
 pub enum CatalogAction {
     /// List them (the default).
     List,
+    /// Create an Agent from a bare agent config (as `nemo agents create` takes it); it names
+    /// no runtime, so it runs with the AgentRuntime of its config's harness kind.
+    Create {
+        /// The Agent's name.
+        #[arg(long)]
+        name: String,
+        /// The agent config file (`config_format`, `name`, `default_harness`, `harnesses`,
+        /// `models`, ...), YAML or JSON.
+        #[arg(long, value_name = "FILE")]
+        agent_config: PathBuf,
+    },
     /// Delete one by name.
     Delete {
         /// Its name.
@@ -71,7 +85,7 @@ pub fn apply(target: &Target, files: &[PathBuf], output: OutputArgs) -> Result<(
     Ok(())
 }
 
-/// `errand agents` / `errand environments`.
+/// `errand agents` / `errand environments` / `errand runtimes`.
 pub fn objects(
     target: &Target,
     kind: ObjectKind,
@@ -82,19 +96,26 @@ pub fn objects(
     let catalog = local.catalog();
     match action.unwrap_or(&CatalogAction::List) {
         CatalogAction::List => {
-            let objects: Vec<serde_json::Value> = catalog
-                .list(&local.namespace, kind)
-                .iter()
-                .filter_map(|name| match kind {
-                    ObjectKind::Agent => catalog
-                        .agent_object(&local.namespace, name)
-                        .map(|o| serde_json::to_value(o).ok()),
-                    _ => catalog
-                        .environment_object(&local.namespace, name)
-                        .map(|o| serde_json::to_value(o).ok()),
-                })
-                .flatten()
-                .collect();
+            let objects: Vec<serde_json::Value> = match kind {
+                ObjectKind::Runtime => catalog
+                    .runtime_objects()
+                    .iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect(),
+                _ => catalog
+                    .list(&local.namespace, kind)
+                    .iter()
+                    .filter_map(|name| match kind {
+                        ObjectKind::Agent => catalog
+                            .agent_object(&local.namespace, name)
+                            .map(|o| serde_json::to_value(o).ok()),
+                        _ => catalog
+                            .environment_object(&local.namespace, name)
+                            .map(|o| serde_json::to_value(o).ok()),
+                    })
+                    .flatten()
+                    .collect(),
+            };
             print_ok(output.format, kind.plural(), &objects, || {
                 objects
                     .iter()
@@ -102,6 +123,27 @@ pub fn objects(
                     .collect::<Vec<_>>()
                     .join("\n")
             });
+        }
+        CatalogAction::Create { name, agent_config } if kind == ObjectKind::Agent => {
+            let manifest = agent_from_config(name, agent_config)?;
+            let object = catalog
+                .check_apply(&manifest, &local.namespace, &[])
+                .map_err(|e| CliError::new("invalid_manifest", e))?;
+            catalog
+                .store(&object)
+                .map_err(|e| CliError::new("io_error", e))?;
+            print_ok(
+                output.format,
+                "created",
+                &json!({"kind": "Agent", "namespace": object.namespace, "name": name}),
+                || format!("agent/{name} created"),
+            );
+        }
+        CatalogAction::Create { .. } => {
+            return Err(CliError::argument(format!(
+                "create makes Agents only; apply {} manifests with `errand apply -f`",
+                kind.plural()
+            )));
         }
         CatalogAction::Delete { name } => {
             if !catalog.delete(&local.namespace, kind, name) {
@@ -123,6 +165,33 @@ pub fn objects(
         }
     }
     Ok(())
+}
+
+/// The Agent `name` wrapping the bare agent config in `file`, checked as `apply` checks one.
+fn agent_from_config(name: &str, file: &Path) -> Result<ManifestObject, CliError> {
+    let text =
+        read_manifest_file(file).map_err(|e| CliError::manifest_file("--agent-config", e))?;
+    let source = file.display();
+    let config: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+        CliError::new(
+            "invalid_manifest",
+            format!("{source}: not valid YAML or JSON: {e}"),
+        )
+    })?;
+    if config.get("kind").is_some() || config.get("apiVersion").is_some() {
+        return Err(CliError::new(
+            "invalid_manifest",
+            format!(
+                "{source}: --agent-config takes a bare agent config (config_format, name, ...), not a manifest; apply manifests with `errand apply -f`"
+            ),
+        ));
+    }
+    let manifest = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+        "metadata": {"name": name}, "spec": {"config": config},
+    });
+    parse_document(manifest)
+        .map_err(|e| CliError::new("invalid_manifest", format!("--agent-config {source}: {e}")))
 }
 
 /// `errand filesets push NAME DIR`.

@@ -214,7 +214,7 @@ pub async fn execute(target: &Target, args: &ExecuteArgs) -> Result<(), CliError
         ));
     }
     let cluster = Cluster::connect(target).await?;
-    let request = spec_from_args(args, None).await?;
+    let request = spec_from_args(args, None, &cluster.namespace).await?;
     let (spec, spec_name) = (request.spec, request.name);
     let agent = spec
         .agent_ref

@@ -104,7 +104,7 @@ pub enum Command {
         #[command(subcommand)]
         action: admin::AdminAction,
     },
-    /// Store Agents, AgentEnvironments, Filesets and Secrets from manifest files.
+    /// Store Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets from manifest files.
     Apply {
         /// Manifest files (YAML or JSON, several documents each).
         #[arg(short = 'f', long = "filename", required = true)]
@@ -121,6 +121,13 @@ pub enum Command {
     },
     /// List or delete AgentEnvironments.
     Environments {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List or delete AgentRuntimes (cluster-scoped: how each harness kind runs).
+    Runtimes {
         #[command(subcommand)]
         action: Option<CatalogAction>,
         #[command(flatten)]
@@ -222,6 +229,7 @@ impl Command {
             | Command::Apply { output, .. }
             | Command::Agents { output, .. }
             | Command::Environments { output, .. }
+            | Command::Runtimes { output, .. }
             | Command::Results {
                 action: ResultsAction::List { output, .. },
             }
@@ -389,6 +397,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         }
         Command::Environments { action, output } => {
             catalog::objects(target, ObjectKind::Environment, action.as_ref(), output)
+        }
+        Command::Runtimes { action, output } => {
+            catalog::objects(target, ObjectKind::Runtime, action.as_ref(), output)
         }
         Command::Filesets {
             action: FilesetsAction::Push { name, dir, output },

@@ -73,6 +73,13 @@ pub async fn install_crds(client: &Client) {
     }
 }
 
+/// A manifest file of the repository (`examples/...`) as JSON.
+pub fn example(path: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// Polls `probe` until it answers, failing the test after `limit`.
 pub async fn wait_for<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
 where
