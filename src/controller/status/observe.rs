@@ -46,7 +46,7 @@ pub struct JobFacts {
     /// The Kueue LocalQueue it was submitted to, if any.
     pub queue: Option<String>,
     /// When it started, or else when it was resumed (Kueue unsuspended it) or created; `None`
-    /// while a resume is on its way (not suspended any more, the Job controller not yet caught
+    /// while Kueue holds it (suspended) and while a resume is on its way (not suspended any more, the Job controller not yet caught
     /// up), which counts from now: a wait in Kueue's queue is no start time.
     pub started: Option<Timestamp>,
     /// Why the Job controller failed it (its `Failed` or `FailureTarget` condition), once it did.
@@ -243,12 +243,14 @@ fn job_started(job: &Job) -> Option<Timestamp> {
     if let Some(start) = status.and_then(|s| s.start_time.as_ref()) {
         return Some(start.0);
     }
-    let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+    if job.spec.as_ref().and_then(|s| s.suspend) == Some(true) {
+        return None; // held (by Kueue): not started, and the wait is no start time
+    }
     let held = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Suspended"));
     match held {
-        Some(condition) if !suspended => match condition.status.as_str() {
+        Some(condition) => match condition.status.as_str() {
             "False" => condition.last_transition_time.as_ref().map(|t| t.0),
             _ => None,
         },

@@ -1148,6 +1148,7 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
     );
     let mut created = job.clone();
     created.status = None;
+    created.spec = None;
     assert_eq!(
         facts(Some(&created), &[], None, now(60))
             .job
@@ -1185,7 +1186,11 @@ fn a_job_kueue_let_go_counts_its_start_from_its_resume_not_its_creation() {
         }),
     };
     let started = |job: &Job| facts(Some(job), &[], None, now(600)).job.unwrap().started;
-    assert_eq!(started(&job(true, Some(("True", 1)), None)), Some(now(1)));
+    assert_eq!(
+        started(&job(true, Some(("True", 1)), None)),
+        None,
+        "held by Kueue: not started"
+    );
     assert_eq!(
         started(&job(false, Some(("True", 1)), None)),
         None,
