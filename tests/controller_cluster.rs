@@ -654,7 +654,7 @@ async fn create_finished(
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
     create_calculation(harness, name, spec).await;
-    let starting = harness.wait_for_phase(name, Phase::Starting).await;
+    let starting = harness.wait_for_phase(name, Phase::Queued).await;
     let prefix = store_a_result(harness, &starting).await;
     harness.cancel(name).await;
     let cancelled = harness.wait_for_phase(name, Phase::Cancelled).await;
@@ -770,7 +770,7 @@ async fn the_store_sweep_keeps_what_executions_filesets_and_snapshots_reference(
         json!({"queueName": "team-queue", "workdir": {"base": "repo"}}),
     )
     .await;
-    let live = harness.wait_for_phase("live", Phase::Starting).await;
+    let live = harness.wait_for_phase("live", Phase::Queued).await;
     let live_results = store_a_result(&harness, &live).await;
     let second = harness
         .push_fileset("repo", "examples/workdir/datasets")
