@@ -8,7 +8,7 @@
 //! - the time until 500 executions created at once all have Jobs, over 500 direct Jobs at the
 //!   same client concurrency;
 //! - both also against the floor of this design: the client itself creating the execution and
-//!   then the children the controller would (snapshot ConfigMap, grants Secret, Job) and the
+//!   then the children the controller would (snapshot ConfigMap, Job) and the
 //!   status, in a namespace no controller watches: what a controller that reacted in no time
 //!   would cost;
 //! - the controller's API writes per execution over a whole life (create → pod runs →
@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -219,7 +219,7 @@ async fn bench() {
         be / bf
     );
     println!(
-        "| controller API writes per execution, whole life: create → Succeeded ({LIVES} real pods) | {writes_per_life:.2} | | | <= 6 |"
+        "| controller API writes per execution, whole life: create → Succeeded ({LIVES} real pods) | {writes_per_life:.2} | | | <= 5 |"
     );
     println!(
         "| controller API writes per execution, deletion (results and finalizer) | {writes_per_deletion:.2} | | | |"
@@ -470,11 +470,10 @@ async fn burst(client: &Client, ns: &str, prefix: &str, how: Submit<'_>, seen: &
     wait_jobs(seen, jobs).await - start
 }
 
-/// The snapshot ConfigMap, grants Secret and Job the controller created for one execution,
-/// as templates for the floor measurement (same sizes, same admission work).
+/// The snapshot ConfigMap and Job the controller created for one execution, as templates
+/// for the floor measurement (same sizes, same admission work).
 struct Children {
     config_map: ConfigMap,
-    secret: Secret,
     job: Job,
 }
 
@@ -485,12 +484,6 @@ impl Children {
                 client,
                 ns,
                 errand::controller::names::snapshot_config_map_name(execution),
-            )
-            .await,
-            secret: child(
-                client,
-                ns,
-                errand::controller::names::grants_secret_name(execution),
             )
             .await,
             job: child(client, ns, job_name(execution)).await,
@@ -543,31 +536,24 @@ fn fresh_job(template: &Job, name: String) -> Job {
 }
 
 /// The client does what errand's controller does for one execution: creates the execution,
-/// then its three children at once, then writes its status.
+/// then its two children at once, then writes its status.
 async fn submit_floor(client: &Client, ns: &str, name: &str, children: &Children) {
     create_execution(client, ns, name).await;
     let post = PostParams::default();
-    let (config_maps, secrets, jobs) = (
+    let (config_maps, jobs) = (
         Api::<ConfigMap>::namespaced(client.clone(), ns),
-        Api::<Secret>::namespaced(client.clone(), ns),
         Api::<Job>::namespaced(client.clone(), ns),
     );
     let config_map = fresh(
         &children.config_map,
         errand::controller::names::snapshot_config_map_name(name),
     );
-    let secret = fresh(
-        &children.secret,
-        errand::controller::names::grants_secret_name(name),
-    );
     let job = fresh_job(&children.job, job_name(name));
-    let (c, s, j) = futures::join!(
+    let (c, j) = futures::join!(
         config_maps.create(&post, &config_map),
-        secrets.create(&post, &secret),
         jobs.create(&post, &job),
     );
     c.expect("the floor's ConfigMap");
-    s.expect("the floor's Secret");
     j.expect("the floor's Job");
     let status = json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",

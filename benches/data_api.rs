@@ -42,13 +42,11 @@ use errand::store::Store;
 use errand::store::keys::{self, ResultName};
 use shared::{MIB, Rng, Timed, env_or, fmt_mib, fmt_s, generate, summarize, write_blob};
 use support::cluster::{self, TestNamespace};
-use support::errand::wait_for;
+use support::errand::{DATA_API_SERVICE as API_SERVICE, wait_for, wait_for_data_api};
 use support::harness::{controller_command, execution_id, wait_until_ready};
 
 /// The Service the APIService points at, standing in for the chart's.
 const SERVICE: &str = "errand-data-bench";
-/// The APIService of the data API (one per cluster).
-const API_SERVICE: &str = "v1alpha1.data.errand.dev";
 /// The Fileset pushed through the API and locally.
 const FILESET: &str = "tree";
 /// The execution whose result is downloaded.
@@ -100,6 +98,8 @@ async fn bench() -> bool {
     let store = Store::open(&store_url).expect("a file store");
     let listen = cluster::free_pod_gateway_address();
     let data_api = cluster::free_pod_gateway_address();
+    // The APIService first: the controller puts its CA into it as it starts.
+    register(&client, &ns, data_api.port()).await;
     let mut controller = controller_command(
         &ns,
         &store_url,
@@ -114,26 +114,47 @@ async fn bench() -> bool {
     .spawn()
     .expect("errand controller starts");
     let pid = controller.id();
-    register(&client, &ns, data_api.port()).await;
     wait_until_ready(listen, "the controller", Duration::from_secs(60)).await;
-    wait_available(&client).await;
+    wait_for_data_api(&client).await;
     let http = Http::new(&kubeconfig).await;
 
     // (a) A 1 GiB result: written straight into the store as a run would have left it.
     let execution = create_execution(&client, &ns).await;
     let key = keys::result(&execution_id(&ns, &execution), ResultName::OutputWorkdir).unwrap();
     let mut rng = Rng(0x5eed_0fda_7a00_0001);
-    write_blob(&store_dir.join(&key), total, |buf| rng.fill(buf));
+    let path = store_dir.join(&key);
+    std::fs::create_dir_all(path.parent().unwrap()).expect("the result's directory");
+    write_blob(&path, total, |buf| rng.fill(buf));
     let results = format!(
         "/apis/data.errand.dev/v1alpha1/namespaces/{ns}/agentexecutions/{EXECUTION}/results"
     );
-    // Warm-up: the page cache, the connections, the caches of both sides.
+    // Warm-up: the page cache, the connections, the caches of both sides (the listing answers
+    // once the controller's cache holds the execution).
     assert_eq!(read_from_store(&store, &key).await, total);
-    assert_eq!(http.download(&format!("{results}/run_error")).await, None);
+    wait_for("the results listing", Duration::from_secs(60), || {
+        http.download(&results)
+    })
+    .await;
+    let pki = kubeconfig
+        .parent()
+        .expect("the test environment")
+        .join("pki");
+    let direct = Http::front_proxy(&pki, data_api);
+    assert_eq!(direct.download(&format!("{results}/run_error")).await, None);
     let idle = rss(pid).current;
     let mut downloads = Vec::new();
     let mut download_peak = 0;
+    let mut direct_downloads = Vec::new();
     for run in 0..runs {
+        direct_downloads.push(
+            timed(async {
+                let bytes = direct.download(&format!("{results}/output_workdir")).await;
+                assert_eq!(bytes, Some(total), "the whole result from errand itself");
+            })
+            .await
+            .0,
+        );
+        shared::sync();
         reset_peak(pid);
         downloads.push(
             paired_async(
@@ -154,7 +175,7 @@ async fn bench() -> bool {
         );
         download_peak = download_peak.max(rss(pid).peak);
     }
-    std::fs::remove_file(store_dir.join(&key)).expect("removing the result");
+    std::fs::remove_file(&path).expect("removing the result");
 
     // (b) A 1 GiB directory: the runner benchmark's mixed tree.
     let tree = scratch.path().join("tree");
@@ -170,7 +191,10 @@ async fn bench() -> bool {
         format!("/apis/data.errand.dev/v1alpha1/namespaces/{ns}/filesets/{FILESET}/content");
     let mut pushes = Vec::new();
     let mut push_peak = 0;
+    let mut direct_pushes = Vec::new();
     for run in 0..runs {
+        direct_pushes.push(timed(direct.push(&content, &tree)).await.0);
+        shared::sync();
         reset_peak(pid);
         pushes.push(
             paired_async(
@@ -228,6 +252,34 @@ async fn bench() -> bool {
             fmt_s(ours),
             fmt_s(theirs),
             yes(pass)
+        );
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    for (what, baseline, direct, runs) in [
+        (
+            "download",
+            "read from the store",
+            direct_downloads,
+            &downloads,
+        ),
+        (
+            "push",
+            "`errand filesets push --local`",
+            direct_pushes,
+            &pushes,
+        ),
+    ] {
+        let (theirs, ours, _) = summarize(runs);
+        let direct = median(direct);
+        println!(
+            "| {what} from errand itself, without the aggregator (front-proxy certificate; where the time goes) | {} ({:.2} of the way through the API) | {} ({baseline}) | {:.2} | - | - |",
+            fmt_s(direct),
+            direct.as_secs_f64() / ours.as_secs_f64(),
+            fmt_s(theirs),
+            direct.as_secs_f64() / theirs.as_secs_f64(),
         );
     }
     for (what, peak) in [("downloads", download_peak), ("pushes", push_peak)] {
@@ -357,6 +409,29 @@ impl Http {
         }
     }
 
+    /// errand's data API itself at `address`, as the aggregator calls it: with the front
+    /// proxy's client certificate and the user in headers. Where the time goes, not what a
+    /// tenant can do.
+    fn front_proxy(pki: &Path, address: std::net::SocketAddr) -> Http {
+        let mut pem = std::fs::read(pki.join("front-proxy-client.crt"))
+            .expect("the front proxy's certificate");
+        pem.extend(std::fs::read(pki.join("front-proxy-client.key")).expect("its key"));
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("x-remote-user", "errand-testenv-admin".parse().unwrap());
+        headers.insert("x-remote-group", "system:masters".parse().unwrap());
+        let client = reqwest::Client::builder()
+            .identity(reqwest::Identity::from_pem(&pem).expect("a client identity"))
+            // errand's self-signed serving certificate; only the timing matters here.
+            .danger_accept_invalid_certs(true)
+            .default_headers(headers)
+            .build()
+            .expect("an HTTP client");
+        Http {
+            client,
+            base: format!("https://{address}"),
+        }
+    }
+
     /// GETs `path` to its end; the bytes received, `None` for an answer other than 200.
     async fn download(&self, path: &str) -> Option<u64> {
         let response = self
@@ -480,28 +555,6 @@ async fn unregister(client: &Client) {
         .await;
 }
 
-/// Waits until the aggregator reaches the data API (the controller put its CA in the bundle).
-async fn wait_available(client: &Client) {
-    let services = Api::<APIService>::all(client.clone());
-    wait_for(
-        "the APIService to be Available",
-        Duration::from_secs(120),
-        || {
-            let services = services.clone();
-            async move {
-                let service = services.get(API_SERVICE).await.ok()?;
-                let available = service
-                    .status?
-                    .conditions?
-                    .into_iter()
-                    .any(|c| c.type_ == "Available" && c.status == "True");
-                available.then_some(())
-            }
-        },
-    )
-    .await;
-}
-
 /// An execution whose Job stays suspended (a Kueue queue nobody admits), so the run never
 /// starts and the result written into the store is what the API serves.
 async fn create_execution(client: &Client, ns: &str) -> AgentExecution {
@@ -523,7 +576,10 @@ async fn create_execution(client: &Client, ns: &str) -> AgentExecution {
     let execution: AgentExecution = serde_json::from_value(json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
         "metadata": {"name": EXECUTION},
-        "spec": {"agentRef": {"name": "bench"}, "input": "x", "queueName": "nobody-admits"},
+        "spec": {
+            "agentRef": {"name": "bench"}, "input": "x",
+            "queueName": "nobody-admits", "startTimeoutSeconds": 3600,
+        },
     }))
     .unwrap();
     Api::<AgentExecution>::namespaced(client.clone(), ns)

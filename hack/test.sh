@@ -6,7 +6,8 @@
 # (hack/images/errand-image.sh), runs every cargo test target against it with
 # ERRAND_CLUSTER_TESTS=1, and tears the cluster down on exit (also on failure
 # or Ctrl-C). Extra arguments go to `cargo test --all-targets`, e.g.
-# `bash hack/test.sh --test cluster_smoke`.
+# `bash hack/test.sh --no-fail-fast`; arguments that choose targets replace
+# --all-targets, e.g. `bash hack/test.sh --test cluster_smoke`.
 #
 # Environment: ERRAND_TESTENV_KEEP=1 leaves the cluster running afterwards;
 # ERRAND_CACHE_DIR and ERRAND_TESTENV_DIR as in hack/testenv/lib.sh.
@@ -90,10 +91,19 @@ phase_done up
 bash hack/images/errand-image.sh
 phase_done errand-image
 
-log "running cargo test --all-targets $* against the test cluster"
+# Every target, unless the arguments choose some: cargo runs the union of --all-targets and
+# a --test, so `--test cluster_smoke` alone would still run everything.
+targets=(--all-targets)
+for arg in "$@"; do
+  [[ "$arg" == -- ]] && break
+  case "$arg" in
+    --lib | --bins | --tests | --benches | --examples | --doc | --bin | --bin=* | --test | --test=* | --bench | --bench=* | --example | --example=*) targets=() ;;
+  esac
+done
+log "running cargo test ${targets[*]} $* against the test cluster"
 # Tests may call the cluster's kubectl (v1.34) and helm from PATH.
 if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" PATH="$TOOLS_BIN_DIR:$PATH" \
-  cargo test --all-targets "$@"; then
+  cargo test "${targets[@]}" "$@"; then
   phase_done tests
   log "tests failed; the last lines of each test cluster log follow (all in $TESTENV_STATE_DIR/logs)"
   for f in "$TESTENV_STATE_DIR"/logs/*.log; do

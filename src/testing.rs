@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::api::{
     AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
-    AgentRuntime, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeSecurity,
+    AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeContainer, RuntimeSecurity,
     SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
@@ -61,24 +61,24 @@ impl AgentSpec {
             "env": {"PRECISION": "2"},
         });
         Self {
-            runtime: AgentRuntime {
+            runtime: Some(RuntimeContainer {
                 image: "errand.local/calculator:dev".into(),
                 command: vec!["python3".into(), "/agent/calculator.py".into()],
-                ..AgentRuntime::default()
-            },
+                ..RuntimeContainer::default()
+            }),
             config: AgentConfig(config.as_object().expect("an object").clone()),
         }
     }
 
     /// With arguments after the command.
     pub fn with_args(mut self, args: &[&str]) -> Self {
-        self.runtime.args = args.iter().map(|a| (*a).to_owned()).collect();
+        self.runtime.get_or_insert_default().args = args.iter().map(|a| (*a).to_owned()).collect();
         self
     }
 
     /// With the agent's own choice of user.
     pub fn with_security(mut self, security: Option<RuntimeSecurity>) -> Self {
-        self.runtime.security_context = security;
+        self.runtime.get_or_insert_default().security_context = security;
         self
     }
 

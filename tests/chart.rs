@@ -129,6 +129,8 @@ fn the_values_schema_refuses_bad_values() {
         "agentPods.imagePullSecrets[0].name=bad/name",
         "controller.extraction.maxBytes=0",
         "controller.extraction.maxEntries=lots",
+        "controller.maxGrantLifetimeSeconds=-1",
+        "runtimes.deepagents.image=runner:1",
         "monitoring.serviceMonitor.interval=soon",
         "monitoring.prometheusRule.severity=page",
         "monitoring.prometheusRule.stuckStartingSeconds=5",
@@ -171,7 +173,7 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             "Secrets must never be listed or watched: {rule}"
         );
         if kind == "ClusterRole" {
-            assert_eq!(verbs, ["get", "create", "delete"], "{rule}");
+            assert_eq!(verbs, ["get"], "the controller writes no Secret: {rule}");
         } else if verbs.contains(&"update") {
             assert_eq!(
                 strings(&rule["resourceNames"]),
@@ -180,6 +182,12 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
             );
         }
     }
+    let (kind, review_rule) = rules_for(&objects, "tokenreviews").pop().unwrap();
+    assert_eq!(
+        (kind, strings(&review_rule["verbs"])),
+        ("ClusterRole", vec!["create"]),
+        "the grant endpoint reviews pod tokens"
+    );
     let (_, lease_rule) = rules_for(&objects, "leases").pop().unwrap();
     assert_eq!(strings(&lease_rule["verbs"]), ["get", "update"]);
     assert_eq!(strings(&lease_rule["resourceNames"]), ["errand-controller"]);
@@ -209,6 +217,12 @@ fn a_watched_namespace_gets_a_role_instead_of_a_cluster_role() {
         (kind, strings(&rule["verbs"])),
         ("ClusterRole", vec!["get"]),
         "PriorityClasses are cluster-scoped: a Role cannot grant them"
+    );
+    let (kind, rule) = rules_for(&objects, "agentruntimes").pop().unwrap();
+    assert_eq!(
+        (kind, strings(&rule["verbs"])),
+        ("ClusterRole", vec!["get", "list", "watch"]),
+        "AgentRuntimes are cluster-scoped: a Role cannot grant them"
     );
     let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
     let selector = &configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"];
@@ -657,4 +671,32 @@ fn the_test_hook_runs_the_calculator_and_checks_the_answer() {
     let agent = config_map["data"]["agent.yaml"].as_str().unwrap();
     assert!(agent.contains(r#"[ "$answer" = 96 ]"#), "{agent}");
     assert_eq!(pod["spec"]["containers"][0]["args"][0], "delete");
+}
+
+#[test]
+fn the_chart_installs_agent_runtimes_from_values() {
+    let Some(objects) = render(&[
+        "runtimes.deepagents.harnessKind=deepagents",
+        "runtimes.deepagents.image=registry.example.com/deepagents-runner:1.0",
+        "runtimes.deepagents.command[0]=deepagents-runner",
+        "runtimes.deepagents.configFormats[0]=nemo-agents-spec-v1",
+    ]) else {
+        return;
+    };
+    let runtimes = of_kind(&objects, "AgentRuntime");
+    assert_eq!(runtimes.len(), 1);
+    let runtime = runtimes[0];
+    assert_eq!(runtime["metadata"]["name"], "deepagents");
+    assert!(runtime["metadata"].get("namespace").is_none(), "{runtime}");
+    assert_eq!(
+        runtime["spec"],
+        serde_json::json!({
+            "harnessKind": "deepagents",
+            "image": "registry.example.com/deepagents-runner:1.0",
+            "command": ["deepagents-runner"],
+            "configFormats": ["nemo-agents-spec-v1"],
+        })
+    );
+    let Some(defaults) = render(&[]) else { return };
+    assert!(of_kind(&defaults, "AgentRuntime").is_empty());
 }

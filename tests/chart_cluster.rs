@@ -21,14 +21,13 @@ use k8s_openapi::api::core::v1::{
     ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::archives::{sha256_hex, tar_gz};
 use support::audit;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
-use support::errand::{ERRAND_IMAGE, one_json_answer, wait_for};
+use support::errand::{ERRAND_IMAGE, one_json_answer, wait_for, wait_for_data_api};
 use support::harness::execution_id;
 use support::store::{read_all, tar_files};
 use support::tenant::Tenant;
@@ -897,24 +896,7 @@ async fn data_api_serves_tenants_by_their_rbac(
     release: &str,
     done: &AgentExecution,
 ) {
-    let services = Api::<APIService>::all(client.clone());
-    wait_for(
-        "the data API's APIService to be Available",
-        Duration::from_secs(120),
-        || {
-            let services = services.clone();
-            async move {
-                let service = services.get("v1alpha1.data.errand.dev").await.ok()?;
-                let available = service
-                    .status?
-                    .conditions?
-                    .into_iter()
-                    .any(|c| c.type_ == "Available" && c.status == "True");
-                available.then_some(())
-            }
-        },
-    )
-    .await;
+    wait_for_data_api(client).await;
     // Not `succeed`: kubectl exits non-zero when any other aggregated API is unavailable.
     let listed = String::from_utf8_lossy(
         &tool("kubectl", &["api-resources", "--api-group=data.errand.dev"]).stdout,

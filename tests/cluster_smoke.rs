@@ -19,12 +19,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::Api;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
-};
+use kube::api::{DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
 use support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, POD_GATEWAY, TestNamespace};
+use support::errand::wait_for;
+use support::kueue::{Queue, Quotas, has_condition};
 
 /// The spec of a one-container busybox pod that runs `script` once.
 fn busybox_pod_spec(script: &str) -> serde_json::Value {
@@ -534,74 +534,12 @@ async fn kueue_admits_a_queued_job() {
     };
     cluster::ensure_kueue().await;
     let ns = TestNamespace::create(&client, "smoke").await;
-    let kueue = |kind: &str| {
-        ApiResource::from_gvk(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta1", kind))
+    let quotas = Quotas {
+        cpu: "1",
+        memory: "1Gi",
+        gpus: 2,
     };
-    let object = |kind: &str, value: serde_json::Value| -> DynamicObject {
-        serde_json::from_value(value).unwrap_or_else(|e| panic!("a valid {kind}: {e}"))
-    };
-    // Cluster-scoped objects are named after the test's namespace.
-    let flavor = format!("{}-flavor", ns.name());
-    let cluster_queue = format!("{}-cq", ns.name());
-    let flavors = Api::<DynamicObject>::all_with(client.clone(), &kueue("ResourceFlavor"));
-    let cluster_queues = Api::<DynamicObject>::all_with(client.clone(), &kueue("ClusterQueue"));
-    flavors
-        .create(
-            &PostParams::default(),
-            &object(
-                "ResourceFlavor",
-                json!({
-                    "apiVersion": "kueue.x-k8s.io/v1beta1",
-                    "kind": "ResourceFlavor",
-                    "metadata": { "name": flavor },
-                }),
-            ),
-        )
-        .await
-        .expect("creating the ResourceFlavor");
-    cluster_queues
-        .create(
-            &PostParams::default(),
-            &object(
-                "ClusterQueue",
-                json!({
-                    "apiVersion": "kueue.x-k8s.io/v1beta1",
-                    "kind": "ClusterQueue",
-                    "metadata": { "name": cluster_queue },
-                    "spec": {
-                        "namespaceSelector": {},
-                        "resourceGroups": [{
-                            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                            "flavors": [{
-                                "name": flavor,
-                                "resources": [
-                                    { "name": "cpu", "nominalQuota": "1" },
-                                    { "name": "memory", "nominalQuota": "1Gi" },
-                                    { "name": "nvidia.com/gpu", "nominalQuota": "2" },
-                                ],
-                            }],
-                        }],
-                    },
-                }),
-            ),
-        )
-        .await
-        .expect("creating the ClusterQueue");
-    Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), &kueue("LocalQueue"))
-        .create(
-            &PostParams::default(),
-            &object(
-                "LocalQueue",
-                json!({
-                    "apiVersion": "kueue.x-k8s.io/v1beta1",
-                    "kind": "LocalQueue",
-                    "metadata": { "name": "queue" },
-                    "spec": { "clusterQueue": cluster_queue },
-                }),
-            ),
-        )
-        .await
-        .expect("creating the LocalQueue");
+    let queue = Queue::create(&client, ns.name(), "queue", quotas).await;
 
     let queued_job = |name: &str, suspend: bool| {
         let mut job = busybox_job(name, "echo ran");
@@ -623,58 +561,41 @@ async fn kueue_admits_a_queued_job() {
         cluster::wait_for_job_condition(&client, ns.name(), name, "Complete", DEFAULT_TIMEOUT)
             .await;
     }
+    // Kueue marks a Workload Finished after its Job completed, not with it: wait for both.
+    let workloads = wait_for("both Workloads to finish", DEFAULT_TIMEOUT, || async {
+        let workloads = queue.workloads().await;
+        let finished = workloads
+            .iter()
+            .filter(|w| has_condition(w, "Finished", Some("Succeeded")))
+            .count();
+        (finished == 2).then_some(workloads)
+    })
+    .await;
+    assert_eq!(workloads.len(), 2, "one Workload per Job: {workloads:?}");
     // Kueue records each admission as an Event on the Workload (once a Job
     // finished, its Workload's admission is cleared).
-    let workloads =
-        Api::<DynamicObject>::namespaced_with(client.clone(), ns.name(), &kueue("Workload"))
-            .list(&ListParams::default())
-            .await
-            .expect("listing Workloads");
-    assert_eq!(
-        workloads.items.len(),
-        2,
-        "one Workload per Job: {workloads:?}"
-    );
     let events = ns
         .api::<Event>()
         .list(&ListParams::default().fields("involvedObject.kind=Workload,reason=Admitted"))
         .await
         .expect("listing the Workloads' events");
-    for workload in &workloads.items {
+    for workload in &workloads {
         let name = workload.metadata.name.as_deref().expect("a named Workload");
         assert!(
             events.items.iter().any(|e| {
                 e.involved_object.name.as_deref() == Some(name)
                     && e.message.as_deref().is_some_and(|m| {
-                        m.starts_with(&format!("Admitted by ClusterQueue {cluster_queue}"))
+                        m.starts_with(&format!("Admitted by ClusterQueue {}", queue.cluster_queue))
                     })
             }),
-            "Workload {name} was not admitted by {cluster_queue}: {:?}",
-            workload.data["status"]
-        );
-        let finished = workload.data["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c["type"] == "Finished" && c["status"] == "True" && c["reason"] == "Succeeded"
-                })
-            });
-        assert!(
-            finished,
-            "Workload {name} did not finish: {:?}",
+            "Workload {name} was not admitted by {}: {:?}",
+            queue.cluster_queue,
             workload.data["status"]
         );
     }
 
     ns.delete().await;
-    cluster_queues
-        .delete(&cluster_queue, &DeleteParams::default())
-        .await
-        .expect("deleting the ClusterQueue");
-    flavors
-        .delete(&flavor, &DeleteParams::default())
-        .await
-        .expect("deleting the ResourceFlavor");
+    queue.delete().await;
 }
 
 /// The fake GPU device plugin (`tools/cluster/cmd/fake-gpu-plugin`): a pod

@@ -141,11 +141,14 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
     let jobs = harness.namespace.managed::<Job>().await;
     let config_maps = harness.namespace.managed::<ConfigMap>().await;
     let secrets = harness.namespace.managed::<Secret>().await;
-    assert_eq!((jobs.len(), config_maps.len(), secrets.len()), (1, 1, 1));
+    assert_eq!(
+        (jobs.len(), config_maps.len(), secrets.len()),
+        (1, 1, 0),
+        "no grants Secret: the pod asks for its grants when it starts"
+    );
     for owners in [
         jobs[0].owner_references(),
         config_maps[0].owner_references(),
-        secrets[0].owner_references(),
     ] {
         assert_eq!(owners.len(), 1);
         assert_eq!(owners[0].uid, uid);
@@ -201,7 +204,7 @@ async fn children_are_created_once_and_the_snapshot_holds_across_a_restart() {
         Some(&snapshot_ref)
     );
 
-    // Secret values appear in no status, event, snapshot, Job or grants Secret.
+    // Secret values appear in no status, event, snapshot, Job or Secret of errand's.
     let events = harness.events().await;
     let texts = [
         serde_json::to_string(&after).unwrap(),
@@ -465,7 +468,12 @@ async fn a_queued_execution_is_held_suspended_and_can_be_cancelled() {
             reason_of(e, ConditionType::Started) == Some("Queued")
         })
         .await;
-    assert_eq!(phase_of(&execution), Some(Phase::Starting));
+    assert_eq!(phase_of(&execution), Some(Phase::Queued));
+    assert!(
+        message_of(&execution).starts_with("waiting in Kueue LocalQueue team-queue"),
+        "{}",
+        message_of(&execution)
+    );
     let job = &harness.namespace.managed::<Job>().await[0];
     assert_eq!(job.spec.as_ref().unwrap().suspend, Some(true));
     assert_eq!(job.labels()["kueue.x-k8s.io/queue-name"], "team-queue");
@@ -529,12 +537,42 @@ async fn the_pod_is_admitted_under_the_restricted_pod_security_standard() {
     .await;
     let spec = pod.spec.unwrap();
     assert_eq!(spec.automount_service_account_token, Some(false));
+    // The one token is the stage container's, for errand's grant endpoint only: no API
+    // server token, and nothing the agent's container mounts.
+    let projected: Vec<_> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| v.projected.is_some())
+        .collect();
     assert!(
         spec.volumes
-            .unwrap()
             .iter()
-            .all(|v| v.name != "kube-api-access" && v.projected.is_none()),
-        "no service account token volume"
+            .flatten()
+            .all(|v| !v.name.starts_with("kube-api-access")),
+        "no API token volume"
+    );
+    assert_eq!(projected.len(), 1, "{projected:?}");
+    assert_eq!(projected[0].name, "errand-grant-token");
+    let sources = projected[0]
+        .projected
+        .as_ref()
+        .unwrap()
+        .sources
+        .as_ref()
+        .unwrap();
+    let token = sources[0].service_account_token.as_ref().unwrap();
+    assert_eq!(token.audience.as_deref(), Some("errand.dev/grants"));
+    let mounts_token = |c: &k8s_openapi::api::core::v1::Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "errand-grant-token")
+    };
+    assert!(mounts_token(&spec.init_containers.as_ref().unwrap()[0]));
+    assert!(
+        !mounts_token(&spec.containers[0]),
+        "the agent gets no token"
     );
     harness.finish().await;
 }
@@ -616,7 +654,7 @@ async fn create_finished(
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
     create_calculation(harness, name, spec).await;
-    let starting = harness.wait_for_phase(name, Phase::Starting).await;
+    let starting = harness.wait_for_phase(name, Phase::Queued).await;
     let prefix = store_a_result(harness, &starting).await;
     harness.cancel(name).await;
     let cancelled = harness.wait_for_phase(name, Phase::Cancelled).await;
@@ -732,7 +770,7 @@ async fn the_store_sweep_keeps_what_executions_filesets_and_snapshots_reference(
         json!({"queueName": "team-queue", "workdir": {"base": "repo"}}),
     )
     .await;
-    let live = harness.wait_for_phase("live", Phase::Starting).await;
+    let live = harness.wait_for_phase("live", Phase::Queued).await;
     let live_results = store_a_result(&harness, &live).await;
     let second = harness
         .push_fileset("repo", "examples/workdir/datasets")

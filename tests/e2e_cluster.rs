@@ -12,9 +12,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, EvictParams, ListParams};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::cluster;
-use support::errand::wait_for;
+use support::errand::{example, wait_for};
 use support::harness::{
     Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_uids, result_names, tail,
 };
@@ -26,13 +26,6 @@ use errand::store::keys::ResultName;
 const SECRET_VALUE: &str = "sk-e2e-secret-value-7a7a7a";
 /// An agent that leaves a file and a line of output, then runs until it is stopped.
 const PATIENT_AGENT: &str = "echo partial > partial.txt; echo working; sleep 600";
-
-/// A manifest file of `examples/` as JSON.
-fn example(path: &str) -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    let text = std::fs::read_to_string(&path).unwrap();
-    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everything() {
@@ -530,7 +523,7 @@ async fn a_restarted_controller_finishes_the_run_with_one_job_its_snapshot_and_n
             serde_json::to_string(&config_map).unwrap(),
         ),
         (
-            "grants Secret",
+            "Secrets of errand's",
             serde_json::to_string(&e2e.namespace.managed::<Secret>().await).unwrap(),
         ),
         ("controller log", log),

@@ -37,6 +37,8 @@ fn example_catalog() -> InMemoryCatalog {
         "calculator/agent.yaml",
         "environment/secret.yaml",
         "environment/environment.yaml",
+        "nemo/runtime.yaml",
+        "nemo/agent.yaml",
     ] {
         for manifest in manifests(&repo().join("examples").join(file)) {
             catalog = match manifest {
@@ -47,6 +49,10 @@ fn example_catalog() -> InMemoryCatalog {
                 ManifestObject::Environment(environment) => {
                     let name = environment.metadata.name.clone().unwrap();
                     catalog.with_environment(NS, &name, environment.spec)
+                }
+                ManifestObject::Runtime(runtime) => {
+                    let name = runtime.metadata.name.clone().unwrap();
+                    catalog.with_runtime(&name, runtime.spec)
                 }
                 ManifestObject::Secret { name, data, .. } => {
                     let pairs: Vec<(&str, &str)> =
@@ -84,6 +90,7 @@ fn every_valid_example_execution_resolves() {
         "calculator/execution.yaml",
         "environment/execution.yaml",
         "inline-agent/execution.yaml",
+        "nemo/execution.yaml",
         "workdir/execution.yaml",
     ];
     for file in valid {
@@ -97,6 +104,13 @@ fn every_valid_example_execution_resolves() {
     let limits = &snapshot.compute.resources.unwrap().limits;
     assert_eq!(limits["nvidia.com/gpu"].0, "1");
     assert_eq!(snapshot.secrets[0].env, "OPENAI_API_KEY");
+    // The NeMo calculator names no runtime: it runs with the `deepagents` AgentRuntime, whose
+    // default compute it gets.
+    let nemo = execution_in(&examples.join("nemo/execution.yaml"));
+    let snapshot = resolve_execution(NS, &nemo.spec, &catalog).unwrap();
+    assert_eq!(snapshot.agent.runtime_name.as_deref(), Some("deepagents"));
+    assert_eq!(snapshot.command(), ["/usr/local/bin/test-harness"]);
+    assert_eq!(snapshot.compute.resources.unwrap().limits["cpu"].0, "500m");
 }
 
 /// The header line `# refused: FIELD (by)` of an invalid example.
@@ -114,7 +128,7 @@ fn refused_field(path: &Path) -> String {
 fn every_invalid_example_is_refused_naming_its_field() {
     let catalog = example_catalog();
     let files = yaml_files(&repo().join("examples/invalid"));
-    assert_eq!(files.len(), 18, "the bad inputs of the admission rules");
+    assert_eq!(files.len(), 19, "the bad inputs of the admission rules");
     for path in files {
         let field = refused_field(&path);
         // Reading the manifest checks its schema, as the API server does first; what passes
@@ -177,11 +191,44 @@ fn the_chart_test_runs_the_example_calculator() {
     else {
         panic!("the calculator example is an Agent");
     };
-    let script = &agent.spec.runtime.command[2];
+    let script = &agent.spec.runtime.as_ref().expect("a runtime").command[2];
     let shipped =
         std::fs::read_to_string(repo().join("charts/errand/files/calculator.sh")).unwrap();
     assert_eq!(
         &shipped, script,
         "charts/errand/files/calculator.sh differs from the calculator example's script"
+    );
+}
+
+#[test]
+fn the_nemo_examples_are_the_calculator_config_and_a_job_spec_errand_reads() {
+    let nemo = repo().join("examples/nemo");
+    let read = |file: &str| -> serde_json::Value {
+        serde_saphyr::from_str(&std::fs::read_to_string(nemo.join(file)).unwrap()).unwrap()
+    };
+    // The Agent wraps the bare config exactly (what `errand agents create` makes of it).
+    let Some(ManifestObject::Agent(agent)) = manifests(&nemo.join("agent.yaml")).pop() else {
+        panic!("examples/nemo/agent.yaml is an Agent");
+    };
+    assert_eq!(
+        serde_json::to_value(&agent.spec.config).unwrap(),
+        read("calculator-agent.yaml")
+    );
+    let spec = errand::resolve::parse_spec(read("run.yaml"), "default").unwrap();
+    assert_eq!(spec.agent_ref.unwrap().name, "research-agent");
+    assert_eq!(spec.timeout_seconds, 600);
+    let workdir = spec.workdir.unwrap();
+    assert_eq!(workdir.base.as_deref(), Some("project-source"));
+    assert_eq!(
+        workdir.artifact_mounts[0].fileset_ref,
+        "config-artifact#config.yaml"
+    );
+    assert_eq!(workdir.artifact_mounts[0].mount_path, "app/config.yaml");
+    // In another namespace its `default/` references are refused, each naming its field.
+    let refused = errand::resolve::parse_spec(read("run.yaml"), NS).unwrap_err();
+    let fields: Vec<&str> = refused.problems.iter().map(|p| p.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        ["workdir.artifact_mounts[0].ref", "workdir.base_workdir"]
     );
 }

@@ -26,25 +26,6 @@ impl Home {
     fn executions_dir(&self) -> PathBuf {
         self.path().join("home/executions/default")
     }
-
-    fn download(&self, result: &str, job: &str) -> Vec<u8> {
-        let file = self.path().join(format!("dl-{job}-{result}"));
-        let output = self.run(&[
-            "results",
-            "download",
-            result,
-            "--job",
-            job,
-            "-o",
-            file.to_str().unwrap(),
-        ]);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        std::fs::read(file).unwrap()
-    }
 }
 
 fn calculator() -> String {
@@ -620,15 +601,26 @@ fn spec_type_errors_and_unknown_fields_name_their_field() {
         "{message}"
     );
 
-    // A misspelled field is refused, not dropped (it ran on the 3600 s default before).
+    // A misspelled field is refused, not dropped (it ran on the 3600 s default before); mixed
+    // with a NeMo job spec's field, the CRD's is the one unknown.
     let file = home.write(
         "typo.yaml",
+        "agentRef: {name: calculator}\ninput: x\ntimeOut: 1\n",
+    );
+    let (code, _, message) = refusal(&home, &["execute", "--spec-file", file.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        message.contains(r#"spec.timeOut: unknown field "timeOut""#),
+        "{message}"
+    );
+    let file = home.write(
+        "mixed.yaml",
         "agentRef: {name: calculator}\ninput: x\ntimeout_seconds: 1\n",
     );
     let (code, _, message) = refusal(&home, &["execute", "--spec-file", file.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(
-        message.contains(r#"spec.timeout_seconds: unknown field "timeout_seconds""#),
+        message.contains(r#"agentRef: unknown field "agentRef" in the NeMo job spec"#),
         "{message}"
     );
     let manifest = home.write(

@@ -64,6 +64,7 @@ impl Pod {
         let probes = Probes {
             ready: Arc::new(AtomicBool::new(true)),
             metrics: Arc::new(String::new),
+            grants: None,
             blobs: Some(Arc::new(BlobEndpoint::new(
                 store.clone(),
                 Arc::clone(&signer),
@@ -458,6 +459,123 @@ async fn unreadable_grants_are_reported_in_the_termination_message() {
     assert!(summary.stderr_tail.contains("grants"), "{summary:?}");
 }
 
+/// `stage` asking the stand-in controller at `url` for the grants with the token in `token`.
+fn asking_stage(pod: &Pod, url: &str, token: &str) -> Command {
+    std::fs::write(pod.root.join("token"), token).unwrap();
+    let mut stage = pod.stage_command();
+    stage
+        .args(["--controller-url", url])
+        .args(["--grant-token", &pod.path("token")])
+        .args(["--execution-namespace", &execution().namespace])
+        .args(["--execution-name", &execution().name])
+        .args(["--execution-uid", &execution().uid]);
+    stage
+}
+
+/// A stand-in for the controller's grant endpoint: it answers `POST /grants` with `grants` for
+/// the bearer token `pod-token` and the execution's id, 503 to its first request (a controller
+/// restarting), and 403 to anything else. Returns its URL and the requests it answered.
+async fn grant_server(grants: Vec<u8>) -> (String, Arc<Mutex<Vec<u16>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answered = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&answered);
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (grants, seen) = (grants.clone(), Arc::clone(&seen));
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                    let (grants, seen) = (grants.clone(), Arc::clone(&seen));
+                    async move {
+                        let token_ok = request.headers()["authorization"] == "Bearer pod-token";
+                        let path_ok = request.uri().path() == "/grants";
+                        let body = request.into_body().collect().await.unwrap().to_bytes();
+                        let id: Value = serde_json::from_slice(&body).unwrap_or_default();
+                        let id_ok = id == serde_json::to_value(execution()).unwrap();
+                        let first = seen.lock().unwrap().is_empty();
+                        let (status, body) = match (token_ok && path_ok && id_ok, first) {
+                            (true, true) => (503, Bytes::from_static(b"restarting")),
+                            (true, false) => (200, Bytes::from(grants)),
+                            (false, _) => (403, Bytes::from_static(b"not this pod")),
+                        };
+                        seen.lock().unwrap().push(status);
+                        Ok::<_, std::convert::Infallible>(
+                            Response::builder()
+                                .status(status)
+                                .body(Full::new(body))
+                                .unwrap(),
+                        )
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url, answered)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage_asks_the_controller_for_the_grants_and_the_agent_never_finds_them() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    // What the controller would issue; the pod starts without it.
+    let grants_path = pod.root.join("mounted/grants.json");
+    let grants = std::fs::read(&grants_path).unwrap();
+    std::fs::remove_file(&grants_path).unwrap();
+    let (url, answered) = grant_server(grants.clone()).await;
+    let staged = run(asking_stage(&pod, &url, "pod-token\n")).await;
+    assert!(staged.status.success(), "{staged:?}");
+    assert_eq!(
+        *answered.lock().unwrap(),
+        [503, 200],
+        "asked again after the controller could not answer"
+    );
+    assert_eq!(
+        std::fs::read(&grants_path).unwrap(),
+        grants,
+        "kept for run-agent"
+    );
+    let mode = std::fs::metadata(&grants_path).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+
+    let agent = format!(
+        "if [ -e {} ]; then echo found-grants; else echo no-grants; fi",
+        grants_path.display()
+    );
+    let ran = run(pod.run_agent_command(&agent)).await;
+    assert!(ran.status.success(), "{ran:?}");
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains("no-grants"),
+        "{ran:?}"
+    );
+    assert!(!grants_path.exists());
+    let summary = pod.summary("termination-log");
+    assert_eq!(summary.state, RunState::Succeeded);
+    assert_eq!(summary.results_error, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_grant_request_fails_staging_at_once_with_the_controllers_reason() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    std::fs::remove_file(pod.root.join("mounted/grants.json")).unwrap();
+    let (url, _) = grant_server(Vec::new()).await;
+    let staged = run(asking_stage(&pod, &url, "someone-elses-token")).await;
+    assert_eq!(staged.status.code(), Some(2), "{staged:?}");
+    let summary = pod.summary("stage-termination-log");
+    assert_eq!(summary.state, RunState::StageFailed);
+    assert!(
+        summary
+            .stderr_tail
+            .contains("refused the grants (403 Forbidden): not this pod"),
+        "{summary:?}"
+    );
+}
+
 /// What a sized-upload server saw of one PUT.
 #[derive(Debug, Clone)]
 struct SeenPut {
@@ -647,6 +765,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
     let probes = Probes {
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
+        grants: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer))),
     };
     tokio::spawn(serve(listener, probes));
@@ -849,6 +968,7 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
     let probes = Probes {
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
+        grants: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
     };
     tokio::spawn(serve(listener, probes));
@@ -932,6 +1052,7 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
     let probes = Probes {
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
+        grants: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
     };
     tokio::spawn(serve(listener, probes));

@@ -79,6 +79,7 @@ impl Env {
             passthrough: false,
             stop: StopRequest::Cancel,
             inherit_env: true,
+            gpu_devices: Vec::new(),
             provenance: Provenance {
                 snapshot_digest: "sha256:5a".into(),
                 image: None,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test environment's images without a registry and imports them
 # into containerd's k8s.io namespace: the pod sandbox image (a static pause
-# built from pause.c), a busybox image from Debian's busybox-static, and the
+# built from pause.c), a busybox image from Debian's busybox-static, the test
+# harness runtime (that busybox with test-harness.sh as /usr/local/bin/test-harness), and the
 # cluster add-ons' images (CoreDNS, local-path-provisioner), each the one
 # binary hack/testenv/build.sh made (cached: see binary_image in lib.sh). Run
 # by hack/testenv/up.sh once containerd is up; safe to rerun (imports retag).
@@ -40,7 +41,13 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 python3 "$oci_image" --name "$TESTENV_BUSYBOX_IMAGE" --rootfs "$rootfs" --mkdir /tmp \
   --cmd sh -o "$out/busybox.tar"
 
-archives=("$out/pause.tar" "$out/busybox.tar")
+mkdir -p "$rootfs/usr/local/bin"
+cp "$images_dir/test-harness.sh" "$rootfs/usr/local/bin/test-harness"
+chmod 0755 "$rootfs/usr/local/bin/test-harness"
+python3 "$oci_image" --name "$TESTENV_HARNESS_IMAGE" --rootfs "$rootfs" --mkdir /tmp \
+  --entrypoint /usr/local/bin/test-harness --user 65532:65532 -o "$out/test-harness.tar"
+
+archives=("$out/pause.tar" "$out/busybox.tar" "$out/test-harness.tar")
 archives+=("$(binary_image "$COREDNS_IMAGE" "$TOOLS_BIN_DIR/coredns")")
 archives+=("$(binary_image "$LOCAL_PATH_IMAGE" "$TOOLS_BIN_DIR/local-path-provisioner")")
 for archive in "${archives[@]}"; do

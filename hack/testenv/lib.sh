@@ -71,6 +71,8 @@ CONTAINERD_SOCKET="$TESTENV_STATE_DIR/containerd/containerd.sock"
 # Images built locally by hack/images/test-images.sh (no registry is reachable).
 TESTENV_PAUSE_IMAGE=errand.local/pause:1
 TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
+# The test harness runtime: busybox plus hack/images/test-harness.sh as /usr/local/bin/test-harness.
+TESTENV_HARNESS_IMAGE=errand.local/test-harness:test
 # The errand image the cluster tests run (hack/images/errand-image.sh).
 ERRAND_TEST_IMAGE=errand.local/errand:dev
 # Images of the cluster add-ons, each the one binary build.sh made.

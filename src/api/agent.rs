@@ -31,8 +31,11 @@ use serde_json::{Map, Value};
 #[x_kube(validation = Rule::new("self == oldSelf").message("Agent spec is immutable; delete and re-create the Agent to change it"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentSpec {
-    /// How to start the agent: its container image and entrypoint.
-    pub runtime: AgentRuntime,
+    /// How to start the agent: its container image and entrypoint. Optional: without it,
+    /// errand runs the agent with the cluster's AgentRuntime serving the config's harness kind
+    /// (`default_harness` → `harnesses.<h>.kind`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeContainer>,
     /// The agent definition document (`config_format`, `name`, `instructions`, `models`,
     /// `mcp.servers`, `tools`, `skills`, `env`, `provider`, `telemetry`, ...). Unknown fields
     /// are kept verbatim.
@@ -42,7 +45,7 @@ pub struct AgentSpec {
 /// The container that runs the agent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct AgentRuntime {
+pub struct RuntimeContainer {
     /// Container image of the agent.
     #[schemars(length(min = 1))]
     pub image: String,
@@ -130,7 +133,7 @@ impl schemars::JsonSchema for AgentConfig {
                 },
                 "name": text("Name of the agent."),
                 "description": text("What the agent does."),
-                "instructions": text("System instructions given to the agent."),
+                "instructions": any("System instructions given to the agent: text, or an object such as `system.content`."),
                 "default_harness": text("Harness used when the execution names none."),
                 "harnesses": any("Harnesses the agent can run under."),
                 "models": any("Models by alias (or a list), each with `provider`, `model`, `api_key_env`, `base_url`."),

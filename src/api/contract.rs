@@ -59,8 +59,15 @@ pub const BIN_VOLUME: &str = "errand-bin";
 pub const WORKSPACE_VOLUME: &str = "workspace";
 /// The snapshot ConfigMap's volume.
 pub const SNAPSHOT_VOLUME: &str = "snapshot";
-/// The grants Secret's volume.
+/// The in-memory volume where `errand stage` leaves the grants for `run-agent`, which removes
+/// them before the agent starts.
 pub const GRANTS_VOLUME: &str = "grants";
+/// The projected ServiceAccount token volume, mounted into the stage container only.
+pub const GRANT_TOKEN_VOLUME: &str = "errand-grant-token";
+/// The audience of that token: the controller's grant endpoint accepts no other, so a token
+/// meant for the API server (or anything else) cannot be traded for grants, nor this one used
+/// elsewhere.
+pub const GRANT_TOKEN_AUDIENCE: &str = "errand.dev/grants";
 /// The runner's scratch volume: input, response, logs and artifacts.
 pub const SCRATCH_VOLUME: &str = "scratch";
 

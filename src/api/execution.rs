@@ -80,6 +80,12 @@ fn immutable_except_cancel() -> Rule {
     ),
     printcolumn(name = "Duration", type_ = "string", json_path = ".status.duration"),
     printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.message",
+        priority = 1
+    ),
+    printcolumn(
         name = "Rerun-Of",
         type_ = "string",
         json_path = ".spec.rerunOf.name",
@@ -229,7 +235,10 @@ fn extension_config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 pub enum Phase {
     /// Accepted, not yet resolved.
     Pending,
-    /// Resolved; the pod is being scheduled, pulled or staged.
+    /// Resolved; Kueue holds the Job until its LocalQueue admits it. The message says why, in
+    /// Kueue's words. The start timeout does not count this wait.
+    Queued,
+    /// Resolved (and admitted, when queued); the pod is being scheduled, pulled or staged.
     Starting,
     /// The agent is running.
     Running,
@@ -284,12 +293,17 @@ pub struct AgentExecutionStatus {
     /// Exit code of the agent process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// A short human message; on failure it ends with the tail of the agent's stderr.
+    /// A short human message: while `Queued`, why Kueue has not admitted the Job yet; on
+    /// failure it ends with the tail of the agent's stderr.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The saved results.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ResultEntry>,
+    /// The GPUs the agent's container was given, as the runner saw them in
+    /// `NVIDIA_VISIBLE_DEVICES` (set by the node's device plugin), once the run ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<String>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

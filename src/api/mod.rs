@@ -1,4 +1,4 @@
-//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset and AgentExecution) and the objects of the `data.errand.dev/v1alpha1` API.
+//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution and the cluster-scoped AgentRuntime) and the objects of the `data.errand.dev/v1alpha1` API.
 // kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
@@ -10,8 +10,9 @@ pub mod data;
 mod environment;
 mod execution;
 mod fileset;
+mod runtime;
 
-pub use agent::{Agent, AgentConfig, AgentRuntime, AgentSpec, AgentStatus, RuntimeSecurity};
+pub use agent::{Agent, AgentConfig, AgentSpec, AgentStatus, RuntimeContainer, RuntimeSecurity};
 pub use common::{Reference, ResultEntry};
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
@@ -24,6 +25,7 @@ pub use execution::{
     MAX_TTL_SECONDS_AFTER_FINISHED, Phase, RERUN_TAKES_THE_SNAPSHOT, SnapshotRef, Workdir,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
+pub use runtime::{AgentRuntime, AgentRuntimeSpec};
 
 /// The API group of every errand resource.
 pub const GROUP: &str = "errand.dev";

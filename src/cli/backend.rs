@@ -38,8 +38,9 @@ pub struct Document {
 pub struct Applied {
     /// Its kind (`Agent`, `Secret`, ...).
     pub kind: String,
-    /// Its namespace.
-    pub namespace: String,
+    /// Its namespace; none for a cluster-scoped kind (AgentRuntime).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     /// Its name.
     pub name: String,
 }
@@ -134,10 +135,11 @@ pub trait Backend: Send + Sync {
     /// Applies every document, all or nothing: each is checked before the first is stored.
     async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError>;
 
-    /// The Agents or AgentEnvironments of the namespace, as objects.
+    /// The Agents or AgentEnvironments of the namespace, or every AgentRuntime (cluster-scoped),
+    /// as objects.
     async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError>;
 
-    /// Deletes one Agent, AgentEnvironment or Fileset.
+    /// Deletes one Agent, AgentEnvironment, AgentRuntime or Fileset.
     async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError>;
 
     /// Packs `dir` and stores it as the content of Fileset `name` (by default

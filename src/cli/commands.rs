@@ -12,11 +12,22 @@ use super::show::{
 };
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
 
-/// What to do with Agents or AgentEnvironments.
+/// What to do with Agents, AgentEnvironments or AgentRuntimes.
 #[derive(Debug, clap::Subcommand)]
 pub enum CatalogAction {
     /// List them (the default).
     List,
+    /// Create an Agent from a bare agent config (as `nemo agents create` takes it); it names
+    /// no runtime, so it runs with the AgentRuntime of its config's harness kind.
+    Create {
+        /// The Agent's name.
+        #[arg(long)]
+        name: String,
+        /// The agent config file (`config_format`, `name`, `default_harness`, `harnesses`,
+        /// `models`, ...), YAML or JSON.
+        #[arg(long, value_name = "FILE")]
+        agent_config: PathBuf,
+    },
     /// Delete one by name.
     Delete {
         /// Its name.
@@ -199,7 +210,8 @@ pub async fn apply(
     Ok(())
 }
 
-/// `errand agents` / `errand environments`: list, or delete one.
+/// `errand agents` / `errand environments` / `errand runtimes`: list, create (Agents), or
+/// delete one.
 pub async fn objects(
     backend: &dyn Backend,
     kind: ObjectKind,
@@ -217,12 +229,53 @@ pub async fn objects(
                     .join("\n")
             });
         }
+        CatalogAction::Create { name, agent_config } if kind == ObjectKind::Agent => {
+            let document = agent_from_config(name, agent_config)?;
+            let applied = backend.apply(&[document]).await?;
+            print_ok(output.format, "created", &applied.first(), || {
+                format!("agent/{name} created")
+            });
+        }
+        CatalogAction::Create { .. } => {
+            return Err(CliError::argument(format!(
+                "create makes Agents only; apply {} manifests with `errand apply -f`",
+                kind.plural()
+            )));
+        }
         CatalogAction::Delete { name } => delete_object(backend, kind, name, output).await?,
     }
     Ok(())
 }
 
-/// Deletes one Agent, AgentEnvironment or Fileset.
+/// The Agent `name` wrapping the bare agent config in `file`, to apply as `apply` applies one.
+fn agent_from_config(name: &str, file: &Path) -> Result<Document, CliError> {
+    let text =
+        read_manifest_file(file).map_err(|e| CliError::manifest_file("--agent-config", e))?;
+    let source = format!("--agent-config {}", file.display());
+    let config: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+        CliError::new(
+            "invalid_manifest",
+            format!("{source}: not valid YAML or JSON: {e}"),
+        )
+    })?;
+    if config.get("kind").is_some() || config.get("apiVersion").is_some() {
+        return Err(CliError::new(
+            "invalid_manifest",
+            format!(
+                "{source}: --agent-config takes a bare agent config (config_format, name, ...), not a manifest; apply manifests with `errand apply -f`"
+            ),
+        ));
+    }
+    Ok(Document {
+        source,
+        object: json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": name}, "spec": {"config": config},
+        }),
+    })
+}
+
+/// Deletes one Agent, AgentEnvironment, AgentRuntime or Fileset.
 pub async fn delete_object(
     backend: &dyn Backend,
     kind: ObjectKind,

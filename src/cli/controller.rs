@@ -35,10 +35,11 @@ pub struct ControllerArgs {
     /// Store URL (`file://`, `s3://`, `gs://`, `az://`) where results are kept.
     #[arg(long, env = "ERRAND_STORE")]
     pub store: String,
-    /// Base URL of this controller's blob endpoint as pods reach it (for example its Service);
-    /// needed for a `file://` store, whose signed URLs the controller serves itself.
+    /// Base URL of this controller's HTTP endpoint (`--listen`) as pods reach it, for example
+    /// its Service: pods ask it for their grants, and with a `file://` store fetch and upload
+    /// through its blob endpoint.
     #[arg(long, env = "ERRAND_BLOB_URL")]
-    pub blob_url: Option<String>,
+    pub blob_url: String,
     /// Reconcile only this namespace (all namespaces when unset).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
@@ -68,6 +69,12 @@ pub struct ControllerArgs {
     /// Seconds a cancelled pod gets to save its partial results.
     #[arg(long, default_value_t = 120)]
     pub termination_grace_seconds: i64,
+    /// The longest a pod's grants (signed store URLs) may last, in seconds; an execution whose
+    /// start timeout, timeout, staging budget and termination grace add up to more is refused.
+    /// Unset: as long as each run needs (within a presigning store's own limit).
+    #[arg(long, env = "ERRAND_MAX_GRANT_LIFETIME_SECONDS",
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub max_grant_lifetime_seconds: Option<i64>,
     /// Kueue LocalQueue for executions that name none.
     #[arg(long, env = "ERRAND_DEFAULT_QUEUE_NAME")]
     pub default_queue_name: Option<String>,
@@ -198,7 +205,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
         .map_err(|e| CliError::new("invalid_config", format!("opening the store: {e}")))?;
     let signing = url_signing(
         &results,
-        args.blob_url.as_deref(),
+        &args.blob_url,
         std::env::var("ERRAND_SIGNING_KEY").ok().as_deref(),
     )?;
     let client = kube::Client::try_default()
@@ -218,6 +225,8 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.extract_limits = extract_limits;
     config.termination_grace_seconds = args.termination_grace_seconds;
     config.default_queue_name = args.default_queue_name;
+    config.controller_url = args.blob_url;
+    config.max_grant_lifetime_seconds = args.max_grant_lifetime_seconds;
     config.default_ttl_seconds_after_finished = args.default_ttl_seconds_after_finished;
     config.image_pull_secrets = args.agent_image_pull_secrets;
     config.service_account_name = args.agent_service_account;
@@ -275,10 +284,10 @@ struct UrlSigning {
 }
 
 /// Cloud stores sign their own URLs; a `file://` store's URLs are HMAC-signed with
-/// `signing_key` and served by this controller at `blob_url`, so only it needs both.
+/// `signing_key` and served by this controller at `blob_url`, so only it needs the key.
 fn url_signing(
     store: &Store,
-    blob_url: Option<&str>,
+    blob_url: &str,
     signing_key: Option<&str>,
 ) -> Result<UrlSigning, CliError> {
     if let Some(presigned) = store.presigned_signer() {
@@ -293,9 +302,6 @@ fn url_signing(
             format!("the file:// store {} needs {message}", store.url()),
         )
     };
-    let blob_url = blob_url.ok_or_else(|| {
-        invalid("--blob-url (ERRAND_BLOB_URL): the controller's blob endpoint as pods reach it")
-    })?;
     let signing_key = signing_key.filter(|k| k.len() >= 32).ok_or_else(|| {
         invalid("ERRAND_SIGNING_KEY of at least 32 characters (mount it from a Secret)")
     })?;
@@ -329,7 +335,12 @@ mod tests {
             #[command(flatten)]
             args: ControllerArgs,
         }
-        let base = ["controller", "--errand-image=e:1", "--store=file:///s"];
+        let base = [
+            "controller",
+            "--errand-image=e:1",
+            "--store=file:///s",
+            "--blob-url=http://errand:8080",
+        ];
         let all = base.iter().chain(args);
         <Command as clap::Parser>::try_parse_from(all).map(|c| c.args)
     }
@@ -402,7 +413,7 @@ mod tests {
     fn a_cloud_store_signs_its_own_urls_and_needs_no_blob_endpoint() {
         let store =
             Store::open_with_options("s3://bucket/prefix", &[("aws_region", "us-east-1")]).unwrap();
-        let signing = url_signing(&store, None, None).unwrap();
+        let signing = url_signing(&store, "http://errand:8080", None).unwrap();
         assert!(signing.serve_blobs.is_none());
         assert_eq!(
             signing.signer.upload_mode(),
@@ -411,19 +422,13 @@ mod tests {
     }
 
     #[test]
-    fn a_file_store_is_served_here_and_needs_the_blob_url_and_the_signing_key() {
+    fn a_file_store_is_served_here_and_needs_the_signing_key() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
-        let signing = url_signing(&store, Some("http://errand:8080"), Some(KEY)).unwrap();
+        let signing = url_signing(&store, "http://errand:8080", Some(KEY)).unwrap();
         assert!(signing.serve_blobs.is_some());
 
-        let missing_url = url_signing(&store, None, Some(KEY)).err().unwrap();
-        assert!(
-            missing_url.message.contains("--blob-url"),
-            "{}",
-            missing_url.message
-        );
-        let short_key = url_signing(&store, Some("http://errand:8080"), Some("short"))
+        let short_key = url_signing(&store, "http://errand:8080", Some("short"))
             .err()
             .unwrap();
         assert!(

@@ -8,18 +8,20 @@ use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
 };
-use crate::resolve::{InvalidSpec, Problem, check_execution_spec_structure, decode};
+use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
 #[derive(Debug, clap::Args)]
 pub struct ExecuteArgs {
-    /// The agent: the name of an applied Agent, or a manifest file holding one (run inline).
+    /// The agent: the name of an applied Agent (`NAME` or `NAMESPACE/NAME`, which must be the
+    /// target namespace), or a manifest file holding one (run inline).
     #[arg(long)]
     pub agent: Option<String>,
     /// The input given to the agent.
     #[arg(long)]
     pub input: Option<String>,
-    /// The environment: the name of an applied AgentEnvironment, or a manifest file holding one.
+    /// The environment: the name of an applied AgentEnvironment (`NAME` or `NAMESPACE/NAME`,
+    /// which must be the target namespace), or a manifest file holding one.
     #[arg(long)]
     pub environment: Option<String>,
     /// The base working directory: a Fileset (`name[#path/]`), or a local directory that is
@@ -32,10 +34,12 @@ pub struct ExecuteArgs {
     /// Turn on the agent's telemetry export.
     #[arg(long)]
     pub auto_telemetry: bool,
-    /// The whole spec (or an AgentExecution) as JSON.
+    /// The whole spec as JSON: the AgentExecution's spec (camelCase), the NeMo job spec
+    /// (`agent`, `environment`, `workdir.base_workdir`, `timeout_seconds`, ...), or an
+    /// AgentExecution.
     #[arg(long, conflicts_with = "spec_file")]
     pub spec: Option<String>,
-    /// A file holding the spec (or an AgentExecution manifest), YAML or JSON.
+    /// A file holding the spec in either shape (or an AgentExecution manifest), YAML or JSON.
     #[arg(long)]
     pub spec_file: Option<PathBuf>,
     /// Name of the execution; generated from the agent's name when not given.
@@ -55,11 +59,14 @@ pub struct ExecuteArgs {
     pub output: OutputArgs,
 }
 
-/// The spec and name from `--spec`/`--spec-file`: either a bare spec or an AgentExecution.
-/// Either is checked against the AgentExecution schema (types, unknown fields, bounds), each
-/// problem naming its field; the CEL rules hold for the spec the flags complete, when it is
-/// created.
-fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
+/// The spec and name from `--spec`/`--spec-file`: an AgentExecution, or a bare spec in either
+/// shape (the CRD's camelCase spec or the NeMo job spec) for `namespace`. Either is checked
+/// against the AgentExecution schema (types, unknown fields, bounds), each problem naming its
+/// field; the CEL rules hold for the spec the flags complete, when it is created.
+fn base_spec(
+    args: &ExecuteArgs,
+    namespace: &str,
+) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
@@ -89,17 +96,7 @@ fn base_spec(args: &ExecuteArgs) -> Result<(AgentExecutionSpec, Option<String>),
             )),
         };
     }
-    let problems = check_execution_spec_structure(&value);
-    if !problems.is_empty() {
-        return Err(InvalidSpec { problems }.into());
-    }
-    let spec = decode(value).map_err(|problem| InvalidSpec {
-        problems: vec![Problem::new(
-            format!("spec.{}", problem.field),
-            problem.message,
-        )],
-    })?;
-    Ok((spec, None))
+    Ok((parse_spec(value, namespace)?, None))
 }
 
 /// A manifest file's text, refused when it is larger than the API server would take.
@@ -162,8 +159,9 @@ pub async fn spec_from_args(
     args: &ExecuteArgs,
     backend: &dyn Backend,
 ) -> Result<ExecutionRequest, CliError> {
-    let (mut spec, name) = base_spec(args)?;
-    let pushed = apply_flags(backend, args, &mut spec).await?;
+    let namespace = backend.namespace();
+    let (mut spec, name) = base_spec(args, namespace)?;
+    let pushed = apply_flags(backend, args, namespace, &mut spec).await?;
     Ok(ExecutionRequest {
         spec,
         name: args.name.clone().or(name),
@@ -175,15 +173,22 @@ pub async fn spec_from_args(
 async fn apply_flags(
     backend: &dyn Backend,
     args: &ExecuteArgs,
+    namespace: &str,
     spec: &mut AgentExecutionSpec,
 ) -> Result<Option<PushedFileset>, CliError> {
+    let in_namespace = |reference: &str, flag: &str| {
+        workspace_name(reference, flag, namespace).map_err(|p| InvalidSpec { problems: vec![p] })
+    };
     let mut pushed = None;
     if let Some(agent) = &args.agent {
         let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
             ManifestObject::Agent(agent) => Some(agent.spec),
             _ => None,
         })?;
-        spec.agent_ref = inline.is_none().then(|| Reference::named(agent.as_str()));
+        spec.agent_ref = match inline {
+            Some(_) => None,
+            None => Some(Reference::named(in_namespace(agent, "--agent")?)),
+        };
         spec.agent = inline;
     }
     if let Some(environment) = &args.environment {
@@ -196,9 +201,13 @@ async fn apply_flags(
                 _ => None,
             },
         )?;
-        spec.environment_ref = inline
-            .is_none()
-            .then(|| Reference::named(environment.as_str()));
+        spec.environment_ref = match inline {
+            Some(_) => None,
+            None => Some(Reference::named(in_namespace(
+                environment,
+                "--environment",
+            )?)),
+        };
         spec.environment = inline;
     }
     if let Some(base) = &args.base_workdir {

@@ -331,7 +331,7 @@ impl Backend for Local {
             .into_iter()
             .map(|o| Applied {
                 kind: o.kind.kind().to_owned(),
-                namespace: o.namespace,
+                namespace: (o.kind != ObjectKind::Runtime).then_some(o.namespace),
                 name: o.name,
             })
             .collect())
@@ -339,6 +339,13 @@ impl Backend for Local {
 
     async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
         let catalog = self.catalog();
+        if kind == ObjectKind::Runtime {
+            return Ok(catalog
+                .runtime_objects()
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect());
+        }
         Ok(catalog
             .list(&self.namespace, kind)
             .iter()

@@ -105,7 +105,7 @@ pub enum Command {
         #[command(subcommand)]
         action: admin::AdminAction,
     },
-    /// Store Agents, AgentEnvironments, Filesets and Secrets from manifest files.
+    /// Store Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets from manifest files.
     Apply {
         /// Manifest files (YAML or JSON, several documents each).
         #[arg(short = 'f', long = "filename", required = true)]
@@ -113,7 +113,7 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// List or delete Agents.
+    /// List, create (from a bare agent config) or delete Agents.
     Agents {
         #[command(subcommand)]
         action: Option<CatalogAction>,
@@ -122,6 +122,13 @@ pub enum Command {
     },
     /// List or delete AgentEnvironments.
     Environments {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List or delete AgentRuntimes (cluster-scoped: how each harness kind runs).
+    Runtimes {
         #[command(subcommand)]
         action: Option<CatalogAction>,
         #[command(flatten)]
@@ -223,6 +230,7 @@ impl Command {
             | Command::Apply { output, .. }
             | Command::Agents { output, .. }
             | Command::Environments { output, .. }
+            | Command::Runtimes { output, .. }
             | Command::Results {
                 action: ResultsAction::List { output, .. },
             }
@@ -378,6 +386,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         }
         Command::Environments { action, output } => {
             commands::objects(backend, ObjectKind::Environment, action.as_ref(), output).await
+        }
+        Command::Runtimes { action, output } => {
+            commands::objects(backend, ObjectKind::Runtime, action.as_ref(), output).await
         }
         Command::Filesets {
             action: FilesetsAction::Push { name, dir, output },

@@ -23,7 +23,7 @@ pub enum Format {
 #[derive(Clone, Copy, Debug, Default, clap::Args)]
 pub struct OutputArgs {
     /// Output format: `human` or `json`.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Human)]
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Human, global = true)]
     pub format: Format,
 }
 

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 
 use crate::runner::pod::{self, PodPaths};
+use crate::store::grant_request::GrantRequest;
+use crate::store::keys::ExecutionId;
 
 /// The mounted inputs both commands read.
 #[derive(Debug, clap::Args)]
@@ -10,7 +12,8 @@ pub struct PodPathArgs {
     /// The snapshot document (from the execution's snapshot ConfigMap).
     #[arg(long)]
     pub snapshot: PathBuf,
-    /// The grants document: signed URLs for the execution's inputs and results.
+    /// The grants document: signed URLs for the execution's inputs and results. `stage` writes
+    /// it when it asks the controller for them; `run-agent` removes it once read.
     #[arg(long)]
     pub grants: PathBuf,
     /// The working directory.
@@ -36,6 +39,44 @@ impl PodPathArgs {
     }
 }
 
+/// Where `errand stage` asks for the grants, and as which pod of which execution.
+#[derive(Debug, clap::Args)]
+pub struct GrantRequestArgs {
+    /// Ask the controller at this URL for the grants (and keep them at `--grants` for
+    /// `run-agent`); without it, `--grants` must hold them already.
+    #[arg(
+        long,
+        requires_all = ["grant_token", "execution_namespace", "execution_name", "execution_uid"]
+    )]
+    pub controller_url: Option<String>,
+    /// The pod's projected ServiceAccount token, with errand's audience.
+    #[arg(long)]
+    pub grant_token: Option<PathBuf>,
+    /// The execution's namespace.
+    #[arg(long)]
+    pub execution_namespace: Option<String>,
+    /// The execution's name.
+    #[arg(long)]
+    pub execution_name: Option<String>,
+    /// The execution's uid.
+    #[arg(long)]
+    pub execution_uid: Option<String>,
+}
+
+impl GrantRequestArgs {
+    fn request(&self) -> Option<GrantRequest> {
+        Some(GrantRequest {
+            controller_url: self.controller_url.clone()?,
+            token: self.grant_token.clone()?,
+            execution: ExecutionId {
+                namespace: self.execution_namespace.clone()?,
+                name: self.execution_name.clone()?,
+                uid: self.execution_uid.clone()?,
+            },
+        })
+    }
+}
+
 /// Options of `errand stage`.
 #[derive(Debug, clap::Args)]
 pub struct StageArgs {
@@ -44,6 +85,8 @@ pub struct StageArgs {
     pub bin_dir: PathBuf,
     #[command(flatten)]
     pub paths: PodPathArgs,
+    #[command(flatten)]
+    pub grants: GrantRequestArgs,
     #[command(flatten)]
     pub staging: super::staging::StagingArgs,
 }
@@ -64,7 +107,14 @@ pub struct RunAgentArgs {
 /// Runs `errand stage`; returns the exit code.
 pub async fn stage(args: StageArgs) -> i32 {
     init_logs();
-    pod::stage_in_pod(&args.paths.paths(), &args.bin_dir, &args.staging.settings()).await
+    let request = args.grants.request();
+    pod::stage_in_pod(
+        &args.paths.paths(),
+        request.as_ref(),
+        &args.bin_dir,
+        &args.staging.settings(),
+    )
+    .await
 }
 
 /// Runs `errand run-agent`; returns the exit code.

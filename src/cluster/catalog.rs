@@ -1,4 +1,4 @@
-//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments and Filesets, and Secret key names read on demand.
+//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments, AgentRuntimes and Filesets, and Secret key names read on demand.
 //!
 //! Secrets are never cached or listed: the controller may only `get` them, and only the key
 //! names survive the read ([`secret_key_names`] runs on arrival), so a Secret value is never
@@ -18,13 +18,13 @@ use kube::{Api, Client};
 use super::ApiError;
 use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentSpec,
-    Fileset, FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec,
+    AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
     Catalog, ImageRun, InMemoryCatalog, InvalidSpec, RerunSource, Snapshot, StringRef,
-    WithFilesetPaths, subpath_digests,
+    WithFilesetPaths, mcp_secret_refs, merge_environment, subpath_digests,
 };
 
 /// Path indexes kept in memory; the cache starts over when it is full.
@@ -40,6 +40,8 @@ pub struct ClusterCatalog {
     pub agents: Store<Agent>,
     /// AgentEnvironments.
     pub environments: Store<AgentEnvironment>,
+    /// AgentRuntimes (cluster-scoped).
+    pub runtimes: Store<AgentRuntime>,
     /// Filesets.
     pub filesets: Store<Fileset>,
     /// The path indexes pushed beside Fileset blobs.
@@ -116,6 +118,7 @@ impl ClusterCatalog {
     pub async fn wait_until_ready(&self) -> bool {
         self.agents.wait_until_ready().await.is_ok()
             && self.environments.wait_until_ready().await.is_ok()
+            && self.runtimes.wait_until_ready().await.is_ok()
             && self.filesets.wait_until_ready().await.is_ok()
     }
 }
@@ -138,6 +141,10 @@ impl Catalog for WithSecrets<'_> {
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
         let key = ObjectRef::new(name).within(namespace);
         self.caches.environments.get(&key).map(|e| e.spec.clone())
+    }
+
+    fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
+        runtime_specs(self.caches.runtimes.state().iter().map(|r| r.as_ref()))
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
@@ -182,8 +189,15 @@ pub async fn resolve(
             .map(|e| e.spec.clone()),
         None => spec.environment.clone(),
     };
+    let cached_agent = match &spec.agent_ref {
+        Some(reference) => caches
+            .agents
+            .get(&ObjectRef::new(&reference.name).within(namespace))
+            .map(|a| a.spec.clone()),
+        None => spec.agent.clone(),
+    };
     let mut secrets = BTreeMap::new();
-    for name in bound_secret_names(cached_environment.as_ref()) {
+    for name in bound_secret_names(cached_agent.as_ref(), cached_environment.as_ref()) {
         if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
             secrets.insert(name, keys);
         }
@@ -253,13 +267,35 @@ async fn read_rerun_source(
     }))
 }
 
-/// The names of the Secrets an environment binds.
-fn bound_secret_names(environment: Option<&AgentEnvironmentSpec>) -> BTreeSet<String> {
-    environment
-        .iter()
-        .flat_map(|e| e.overlay.secrets.values())
+/// The name and spec of each AgentRuntime, sorted by name.
+fn runtime_specs<'a>(
+    runtimes: impl Iterator<Item = &'a AgentRuntime>,
+) -> Vec<(String, AgentRuntimeSpec)> {
+    let mut specs: Vec<(String, AgentRuntimeSpec)> = runtimes
+        .filter_map(|r| Some((r.metadata.name.clone()?, r.spec.clone())))
+        .collect();
+    specs.sort_by(|a, b| a.0.cmp(&b.0));
+    specs
+}
+
+/// The names of the Secrets an execution binds: its environment's, and its MCP servers' in the
+/// agent config with the environment merged in.
+fn bound_secret_names(
+    agent: Option<&AgentSpec>,
+    environment: Option<&AgentEnvironmentSpec>,
+) -> BTreeSet<String> {
+    let overlay = environment.iter().flat_map(|e| e.overlay.secrets.values());
+    let mut names: BTreeSet<String> = overlay
         .map(|target| StringRef::parse(target).name)
-        .collect()
+        .collect();
+    if let Some(agent) = agent {
+        let default = AgentEnvironmentSpec::default();
+        let overlay = &environment.unwrap_or(&default).overlay;
+        let config = merge_environment(&agent.config.0, overlay);
+        let mcp = mcp_secret_refs(&config).into_iter();
+        names.extend(mcp.filter_map(|r| Some(StringRef::parse(r.target.as_str()?).name)));
+    }
+    names
 }
 
 /// The PriorityClass an environment names, if it names one.
@@ -298,14 +334,28 @@ pub async fn live_catalog(
     spec: &AgentExecutionSpec,
 ) -> Result<InMemoryCatalog, ApiError> {
     let mut catalog = InMemoryCatalog::default();
+    let mut agent = spec.agent.clone();
     if let Some(reference) = &spec.agent_ref
-        && let Some(agent) = get(
+        && let Some(found) = get(
             Api::<Agent>::namespaced(client.clone(), namespace),
             &reference.name,
         )
         .await?
     {
-        catalog = catalog.with_agent(namespace, &reference.name, agent.spec);
+        agent = Some(found.spec.clone());
+        catalog = catalog.with_agent(namespace, &reference.name, found.spec);
+    }
+    // Only an agent without its own runtime needs the AgentRuntimes.
+    if agent.as_ref().is_some_and(|a| a.runtime.is_none()) {
+        let runtimes = Api::<AgentRuntime>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(ApiError::during(
+                "listing AgentRuntimes to resolve an execution",
+            ))?;
+        for (name, runtime) in runtime_specs(runtimes.items.iter()) {
+            catalog = catalog.with_runtime(&name, runtime);
+        }
     }
     let environment = match &spec.environment_ref {
         Some(reference) => {
@@ -319,7 +369,7 @@ pub async fn live_catalog(
         }
         None => spec.environment.clone(),
     };
-    for name in bound_secret_names(environment.as_ref()) {
+    for name in bound_secret_names(agent.as_ref(), environment.as_ref()) {
         if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
             // The in-memory catalog models a whole Secret; empty values stand in for the real ones.
             let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "")).collect();
@@ -409,9 +459,24 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            bound_secret_names(Some(&environment)),
+            bound_secret_names(None, Some(&environment)),
             BTreeSet::from(["github".to_owned(), "model-keys".to_owned()])
         );
-        assert!(bound_secret_names(None).is_empty());
+        assert!(bound_secret_names(None, None).is_empty());
+        // MCP servers bind Secrets too, in the agent config and in the environment's overlay.
+        let agent: AgentSpec = serde_json::from_value(serde_json::json!({
+            "config": {"config_format": "nemo-agents-spec-v1", "mcp": {"servers": {
+                "search": {"secrets": {"SEARCH_TOKEN": "search-creds#token"}},
+            }}},
+        }))
+        .unwrap();
+        let environment: AgentEnvironmentSpec = serde_json::from_value(serde_json::json!({
+            "overlay": {"mcp": {"servers": {"calculator": {"secrets": {"CALC_KEY": "calc"}}}}},
+        }))
+        .unwrap();
+        assert_eq!(
+            bound_secret_names(Some(&agent), Some(&environment)),
+            BTreeSet::from(["calc".to_owned(), "search-creds".to_owned()])
+        );
     }
 }

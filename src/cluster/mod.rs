@@ -1,10 +1,11 @@
-//! What the cluster components share: the live-object catalog executions resolve against, the watches behind its caches and their readiness, the one metrics registry each component registers on, what the store sweep must keep, and the serving certificate of errand's HTTPS endpoints.
+//! What the cluster components share: the live-object catalog executions resolve against, the watches behind its caches and their readiness, Kueue's Workloads as errand reads them, the one metrics registry each component registers on, what the store sweep must keep, and the serving certificate of errand's HTTPS endpoints.
 //!
 //! The controller and the webhook (and the components still to come) sit above this module
 //! as peers; none of them imports another, and the process wiring in [`crate::serve`] hands
 //! each the same caches and registry.
 
 pub mod catalog;
+pub mod kueue;
 pub mod metrics;
 pub mod readiness;
 pub mod references;

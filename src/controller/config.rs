@@ -18,6 +18,10 @@ pub const RESULTS_FINALIZER: &str = "errand.dev/results";
 /// Pod Security Standard requires, and the conventional "nonroot" user of distroless images.
 pub const DEFAULT_RUN_AS_USER: i64 = 65532;
 
+/// The controller's URL as pods reach it when the chart is installed as release `errand` in
+/// `errand-system` (its Service); `errand controller --blob-url` sets the real one.
+pub const DEFAULT_CONTROLLER_URL: &str = "http://errand.errand-system.svc:8080";
+
 /// Settings that every Job the controller builds depends on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControllerConfig {
@@ -39,6 +43,12 @@ pub struct ControllerConfig {
     pub termination_grace_seconds: i64,
     /// Kueue LocalQueue for executions that name none (`None`: such executions bypass Kueue).
     pub default_queue_name: Option<String>,
+    /// Base URL of the controller's HTTP endpoint as pods reach it: `errand stage` asks it for
+    /// the execution's grants (`/grants`).
+    pub controller_url: String,
+    /// The longest grants may last, in seconds (`None`: as long as the run's budget needs,
+    /// within what the store's signatures allow). A run whose budget needs longer is refused.
+    pub max_grant_lifetime_seconds: Option<i64>,
     /// Seconds a finished execution is kept when neither it nor its namespace sets a lifetime
     /// (`None`: kept until deleted).
     pub default_ttl_seconds_after_finished: Option<i64>,
@@ -75,6 +85,8 @@ impl ControllerConfig {
             extract_limits: ExtractLimits::DEFAULT,
             termination_grace_seconds: 120,
             default_queue_name: None,
+            controller_url: DEFAULT_CONTROLLER_URL.to_owned(),
+            max_grant_lifetime_seconds: None,
             default_ttl_seconds_after_finished: None,
             image_pull_secrets: Vec::new(),
             service_account_name: None,
@@ -93,11 +105,19 @@ impl ControllerConfig {
     }
 
     /// The limits every run is checked against, by the webhook and before anything is created:
-    /// this allowance and how long `signer`'s URLs can last.
+    /// this allowance, and how long its grants may last: the shorter of what `signer`'s URLs
+    /// can last and [`ControllerConfig::max_grant_lifetime_seconds`].
     pub fn run_limits(&self, signer: &dyn UrlSigner) -> RunLimits {
+        let max = match (
+            signer.max_lifetime_seconds(),
+            self.max_grant_lifetime_seconds,
+        ) {
+            (Some(store), Some(configured)) => Some(store.min(configured)),
+            (store, configured) => store.or(configured),
+        };
         RunLimits {
             allowance: self.allowance(),
-            max_url_lifetime_seconds: signer.max_lifetime_seconds(),
+            max_url_lifetime_seconds: max,
         }
     }
 
@@ -167,5 +187,32 @@ mod tests {
         let mut queued = snapshot(Some("gpu-queue"));
         config.apply_default_queue(&mut queued);
         assert_eq!(queued.queue_name.as_deref(), Some("gpu-queue"));
+    }
+
+    #[test]
+    fn the_grant_lifetime_is_the_shorter_of_the_stores_and_the_configured_one() {
+        use crate::store::grants::HmacSigner;
+        let unlimited = HmacSigner::new("http://errand:8080", b"key");
+        let mut config = ControllerConfig::new("errand.local/errand:dev");
+        assert_eq!(config.run_limits(&unlimited).max_url_lifetime_seconds, None);
+        config.max_grant_lifetime_seconds = Some(90);
+        assert_eq!(
+            config.run_limits(&unlimited).max_url_lifetime_seconds,
+            Some(90)
+        );
+        let presigned =
+            crate::store::Store::open_with_options("s3://bucket", &[("aws_region", "us-east-1")])
+                .unwrap()
+                .presigned_signer()
+                .unwrap();
+        assert_eq!(
+            config.run_limits(&presigned).max_url_lifetime_seconds,
+            Some(90)
+        );
+        config.max_grant_lifetime_seconds = None;
+        assert_eq!(
+            config.run_limits(&presigned).max_url_lifetime_seconds,
+            Some(7 * 24 * 3600)
+        );
     }
 }

@@ -19,6 +19,7 @@ use super::metrics::Metrics;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::kueue::Workload;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
 
@@ -37,6 +38,8 @@ pub struct Context {
     pub jobs: Store<Job>,
     /// Pods of errand's Jobs (specs stripped).
     pub pods: Store<Pod>,
+    /// Kueue's Workloads (conditions only), when the cluster runs Kueue.
+    pub workloads: Option<Store<Workload>>,
     /// The metadata of the namespaces executions live in (for their lifetime annotation).
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
@@ -66,6 +69,7 @@ impl Context {
         catalog: ClusterCatalog,
         jobs: Store<Job>,
         pods: Store<Pod>,
+        workloads: Option<Store<Workload>>,
         caches_ready: CachesReady,
         results: crate::store::Store,
         signer: Arc<dyn UrlSigner>,
@@ -78,6 +82,7 @@ impl Context {
             catalog,
             jobs,
             pods,
+            workloads,
             namespaces: reflector::store().0,
             caches_ready,
             results,

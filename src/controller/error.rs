@@ -3,7 +3,6 @@
 use super::build::BuildError;
 use crate::cluster::ApiError;
 use crate::store::StoreError;
-use crate::store::grants::GrantError;
 use crate::store::keys::KeyError;
 
 /// Why a reconcile failed. All of these are retried with backoff; an invalid spec is not an
@@ -22,9 +21,6 @@ pub enum Error {
     /// The execution's children could not be built.
     #[error(transparent)]
     Build(#[from] BuildError),
-    /// The execution's store URLs could not be signed.
-    #[error(transparent)]
-    Grants(#[from] GrantError),
     /// The execution's results could not be deleted from the store.
     #[error("deleting results: {0}")]
     Store(#[from] StoreError),
@@ -76,7 +72,6 @@ impl Error {
                 _ => "transport",
             },
             Error::Build(e) => e.metric_label(),
-            Error::Grants(e) => e.metric_label(),
             Error::Store(_) => "store",
             Error::Key(_) => "store_key",
             Error::TimedOut(_) => "timeout",

@@ -320,6 +320,7 @@ impl Metrics {
 fn phase_label(phase: Phase) -> &'static str {
     match phase {
         Phase::Pending => "Pending",
+        Phase::Queued => "Queued",
         Phase::Starting => "Starting",
         Phase::Running => "Running",
         Phase::Succeeded => "Succeeded",

@@ -3,7 +3,7 @@
 //! [`run`] drives the reconcile pipeline ([`reconcile`]), the results cleanup
 //! ([`results_cleanup`]) and the periodic [`store_sweep`] over the caches it is given; [`crate::serve`] starts it once this
 //! replica leads. The pure parts — [`build`], [`status`], [`names`] — take no client; the
-//! signed URLs come from [`crate::store::grants`].
+//! pods ask [`crate::serve::grants`] for their signed URLs when they start.
 
 pub mod build;
 pub mod config;
@@ -24,16 +24,17 @@ use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::Api;
-use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 use tracing::{debug, warn};
 
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::kueue::{self, Workload};
 use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
 use crate::store::grants::UrlSigner;
@@ -86,14 +87,33 @@ pub async fn run(
         watches::trim_pod,
     );
     // Snapshot ConfigMaps are watched by metadata only, and only for their deletion: their
-    // finalizer keeps the results until both they and their execution are going. The grants
-    // Secrets are not watched at all, so the controller needs no list or watch permission on
-    // Secrets; nothing about them changes an execution's status.
+    // finalizer keeps the results until both they and their execution are going.
     let (config_maps, config_map_stream) = watches::cache(
         watches::api::<PartialObjectMeta<ConfigMap>>(&client, namespace),
         all().labels(&managed),
         watches::trim_config_map,
     );
+    // Kueue's Workloads say why a queued Job waits. Watched only where Kueue runs (found at
+    // start: a Kueue installed later is seen after a restart); without them a queued
+    // execution still shows Queued, without Kueue's reason.
+    let (workloads, workload_stream) = match kueue::workloads_served(&client).await {
+        Ok(true) => {
+            let (store, stream) = watches::cache(
+                watches::api::<Workload>(&client, namespace),
+                all(),
+                kueue::trim_workload,
+            );
+            (Some(store), stream.boxed())
+        }
+        served => {
+            if let Err(e) = served {
+                warn!("discovering Kueue's Workloads: {e}; queued executions show no Kueue reason");
+            } else {
+                debug!("Kueue is not installed: its Workloads are not watched");
+            }
+            (None, futures::stream::pending().boxed())
+        }
+    };
     // Namespaces by metadata, for the lifetime a namespace gives its finished executions; a
     // change to one looks at its executions again.
     let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
@@ -121,8 +141,13 @@ pub async fn run(
     );
     // Every reconcile waits for these two caches right after a start; one task waits for
     // them and tells all the others (`cluster::readiness` says why).
-    let (caches_ready, report_ready) =
-        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
+    let mut caches = vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)];
+    caches.extend(workloads.as_ref().map(|w| Cache::new("Workload", w)));
+    let (caches_ready, report_ready) = CachesReady::of(caches);
+    let workload_execution = {
+        let jobs = jobs.clone();
+        move |workload: Workload| job_execution(&jobs, &workload)
+    };
     let ctx = Arc::new(
         Context::new(
             client,
@@ -130,6 +155,7 @@ pub async fn run(
             catalog,
             jobs,
             pods,
+            workloads,
             caches_ready,
             settings.results,
             settings.signer,
@@ -163,12 +189,24 @@ pub async fn run(
     let reconciler = Controller::for_stream(execution_stream, executions)
         .owns_stream(job_stream)
         .watches_stream(pod_stream, watches::pod_execution)
+        .watches_stream(workload_stream, workload_execution)
         .watches_stream(namespace_stream, in_namespace)
         .with_config(controller::Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(log_failure);
     futures::join!(reconciler, cleanup, report_ready, sweeping);
+}
+
+/// The execution whose Job owns `workload`, as the Job cache knows it.
+fn job_execution(jobs: &Store<Job>, workload: &Workload) -> Option<ObjectRef<AgentExecution>> {
+    let namespace = workload.namespace()?;
+    let job = jobs.get(&ObjectRef::new(workload.job_name()?).within(&namespace))?;
+    let owner = job
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "AgentExecution")?;
+    Some(ObjectRef::new(&owner.name).within(&namespace))
 }
 
 /// Logs what the controller could not schedule. Failed reconciles were already logged by their

@@ -25,11 +25,6 @@ pub fn snapshot_config_map_name(execution: &str) -> String {
     child_name(execution, "-snapshot")
 }
 
-/// Name of the execution's Secret with its signed store URLs.
-pub fn grants_secret_name(execution: &str) -> String {
-    child_name(execution, "-grants")
-}
-
 /// `errand-<execution><suffix>`, shortened to 63 characters with a hash of the execution name
 /// when too long, so two long names with a common prefix never share children.
 fn child_name(execution: &str, suffix: &str) -> String {
@@ -102,24 +97,19 @@ mod tests {
     fn short_names_are_kept_readable() {
         assert_eq!(job_name("calc"), "errand-calc");
         assert_eq!(snapshot_config_map_name("calc"), "errand-calc-snapshot");
-        assert_eq!(grants_secret_name("calc"), "errand-calc-grants");
     }
 
     #[test]
     fn long_names_fit_and_stay_distinct() {
         let a = format!("{}-a", "x".repeat(200));
         let b = format!("{}-b", "x".repeat(200));
-        for name in [
-            job_name(&a),
-            snapshot_config_map_name(&a),
-            grants_secret_name(&a),
-        ] {
+        for name in [job_name(&a), snapshot_config_map_name(&a)] {
             assert!(name.len() <= 63, "{name} is {} long", name.len());
             assert!(name.starts_with("errand-xxx"));
         }
         assert_ne!(job_name(&a), job_name(&b));
         assert_eq!(job_name(&a), job_name(&a), "names are deterministic");
-        assert!(grants_secret_name(&a).ends_with("-grants"));
+        assert!(snapshot_config_map_name(&a).ends_with("-snapshot"));
     }
 
     #[test]

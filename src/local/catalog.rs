@@ -1,4 +1,4 @@
-//! The local catalog: applied Agents, AgentEnvironments, Filesets and Secrets, one owner-only JSON file each.
+//! The local catalog: applied Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets, one owner-only JSON file each.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -11,7 +11,8 @@ use super::manifest::ManifestObject;
 use super::paths::DataDir;
 use super::record::Records;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentSpec, Fileset, FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec,
+    Fileset, FilesetStatus,
 };
 use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
 
@@ -22,6 +23,8 @@ pub enum ObjectKind {
     Agent,
     /// `AgentEnvironment`
     Environment,
+    /// `AgentRuntime` (cluster-scoped)
+    Runtime,
     /// `Fileset`
     Fileset,
     /// `v1/Secret`
@@ -34,6 +37,7 @@ impl ObjectKind {
         match self {
             ObjectKind::Agent => "agents",
             ObjectKind::Environment => "agentenvironments",
+            ObjectKind::Runtime => "agentruntimes",
             ObjectKind::Fileset => "filesets",
             ObjectKind::Secret => "secrets",
         }
@@ -44,9 +48,22 @@ impl ObjectKind {
         match self {
             ObjectKind::Agent => "Agent",
             ObjectKind::Environment => "AgentEnvironment",
+            ObjectKind::Runtime => "AgentRuntime",
             ObjectKind::Fileset => "Fileset",
             ObjectKind::Secret => "Secret",
         }
+    }
+}
+
+/// The directory of cluster-scoped objects, beside the namespaces' (no namespace can be named
+/// so: a namespace name has no `_`).
+const CLUSTER_SCOPE: &str = "_cluster";
+
+/// The namespace an object of `kind` is kept under: its own, or none for a cluster-scoped kind.
+fn scope(namespace: &str, kind: ObjectKind) -> &str {
+    match kind {
+        ObjectKind::Runtime => CLUSTER_SCOPE,
+        _ => namespace,
     }
 }
 
@@ -82,13 +99,15 @@ impl LocalCatalog {
     }
 
     fn dir(&self, namespace: &str, kind: ObjectKind, name: &str) -> PathBuf {
-        self.data.catalog(namespace, kind.plural()).join(name)
+        self.data
+            .catalog(scope(namespace, kind), kind.plural())
+            .join(name)
     }
 
     /// Where catalogs before one directory per object kept it: `<plural>/<name>.json`.
     fn legacy_file(&self, namespace: &str, kind: ObjectKind, name: &str) -> PathBuf {
         self.data
-            .catalog(namespace, kind.plural())
+            .catalog(scope(namespace, kind), kind.plural())
             .join(format!("{name}.json"))
     }
 
@@ -139,6 +158,8 @@ impl LocalCatalog {
                 o.metadata.name.clone(),
                 o.metadata.namespace.clone(),
             ),
+            // Cluster-scoped: a namespace in the manifest is ignored, as the API server does.
+            ManifestObject::Runtime(o) => (ObjectKind::Runtime, o.metadata.name.clone(), None),
             ManifestObject::Fileset(o) => (
                 ObjectKind::Fileset,
                 o.metadata.name.clone(),
@@ -162,6 +183,7 @@ impl LocalCatalog {
         let content = match manifest {
             ManifestObject::Agent(agent) => serde_json::to_value(&agent.spec),
             ManifestObject::Environment(environment) => serde_json::to_value(&environment.spec),
+            ManifestObject::Runtime(runtime) => serde_json::to_value(&runtime.spec),
             // A Fileset's content comes from `filesets push`; applying it keeps what was pushed.
             ManifestObject::Fileset(_) => {
                 serde_json::to_value(self.fileset(&namespace, &name).unwrap_or_default())
@@ -233,7 +255,8 @@ impl LocalCatalog {
 
     /// Names of the objects of `kind` in `namespace`, sorted.
     pub fn list(&self, namespace: &str, kind: ObjectKind) -> Vec<String> {
-        let Ok(entries) = std::fs::read_dir(self.data.catalog(namespace, kind.plural())) else {
+        let directory = self.data.catalog(scope(namespace, kind), kind.plural());
+        let Ok(entries) = std::fs::read_dir(directory) else {
             return Vec::new();
         };
         let mut names: Vec<String> = entries
@@ -283,6 +306,14 @@ impl LocalCatalog {
         Some(environment)
     }
 
+    /// Every stored AgentRuntime as a full object, for listings, sorted by name.
+    pub fn runtime_objects(&self) -> Vec<AgentRuntime> {
+        self.runtimes()
+            .into_iter()
+            .map(|(name, spec)| AgentRuntime::new(&name, spec))
+            .collect()
+    }
+
     /// A stored Fileset as a full object, for listings.
     pub fn fileset_object(&self, namespace: &str, name: &str) -> Option<Fileset> {
         let status = self.fileset(namespace, name)?;
@@ -300,6 +331,14 @@ impl Catalog for LocalCatalog {
 
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
         self.read(namespace, ObjectKind::Environment, name)
+    }
+
+    fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
+        let kind = ObjectKind::Runtime;
+        self.list(CLUSTER_SCOPE, kind)
+            .into_iter()
+            .filter_map(|name| Some((name.clone(), self.read(CLUSTER_SCOPE, kind, &name)?)))
+            .collect()
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
 use crate::resolve::{Problem, Resource, check_object, check_structure, decode};
 
 /// One Kubernetes object from a manifest file.
@@ -16,6 +16,8 @@ pub enum ManifestObject {
     Agent(Box<Agent>),
     /// An `errand.dev/v1alpha1` AgentEnvironment.
     Environment(Box<AgentEnvironment>),
+    /// An `errand.dev/v1alpha1` AgentRuntime (cluster-scoped).
+    Runtime(Box<AgentRuntime>),
     /// An `errand.dev/v1alpha1` Fileset.
     Fileset(Box<Fileset>),
     /// An `errand.dev/v1alpha1` AgentExecution.
@@ -176,7 +178,7 @@ pub fn parse_document(doc: Value) -> Result<ManifestObject, DocumentError> {
     };
     let Some(resource) = resource else {
         return Err(DocumentError::Unsupported(format!(
-            "apiVersion {api_version:?} kind {kind:?} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, Fileset, AgentExecution, or v1 Secret)"
+            "apiVersion {api_version:?} kind {kind:?} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, AgentRuntime, Fileset, AgentExecution, or v1 Secret)"
         )));
     };
     // An AgentExecution is not applied but run, and `errand execute`'s flags may complete it:
@@ -194,6 +196,7 @@ pub fn parse_document(doc: Value) -> Result<ManifestObject, DocumentError> {
         Resource::AgentEnvironment => {
             ManifestObject::Environment(Box::new(decode(doc).map_err(typed)?))
         }
+        Resource::AgentRuntime => ManifestObject::Runtime(Box::new(decode(doc).map_err(typed)?)),
         Resource::Fileset => ManifestObject::Fileset(Box::new(decode(doc).map_err(typed)?)),
         Resource::AgentExecution => {
             ManifestObject::Execution(Box::new(decode(doc).map_err(typed)?))

@@ -154,6 +154,7 @@ pub async fn run_prepared(
         passthrough,
         stop: StopRequest::Cancel,
         inherit_env: false,
+        gpu_devices: Vec::new(),
         provenance: Provenance {
             snapshot_digest: record.snapshot_digest.clone(),
             image: None,

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::rerun::RerunSource;
-use crate::api::{AgentEnvironmentSpec, AgentSpec, FilesetStatus};
+use crate::api::{AgentEnvironmentSpec, AgentRuntimeSpec, AgentSpec, FilesetStatus};
 use crate::archive::PathIndex;
 
 /// Read-only lookups of the objects an execution refers to. Implementations answer from
@@ -15,6 +15,8 @@ pub trait Catalog {
     fn agent(&self, namespace: &str, name: &str) -> Option<AgentSpec>;
     /// The spec of AgentEnvironment `name` in `namespace`.
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec>;
+    /// Every AgentRuntime (they are cluster-scoped), by name.
+    fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)>;
     /// The key names of Secret `name` in `namespace`.
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>>;
     /// The status of Fileset `name` in `namespace` (its digest once pushed).
@@ -66,6 +68,10 @@ impl Catalog for WithFilesetPaths<'_> {
         self.inner.environment(namespace, name)
     }
 
+    fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
+        self.inner.runtimes()
+    }
+
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
         self.inner.secret_keys(namespace, name)
     }
@@ -101,6 +107,7 @@ fn key(namespace: &str, name: &str) -> Key {
 pub struct InMemoryCatalog {
     agents: BTreeMap<Key, AgentSpec>,
     environments: BTreeMap<Key, AgentEnvironmentSpec>,
+    runtimes: BTreeMap<String, AgentRuntimeSpec>,
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
     fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
@@ -124,6 +131,12 @@ impl InMemoryCatalog {
         spec: AgentEnvironmentSpec,
     ) -> Self {
         self.environments.insert(key(namespace, name), spec);
+        self
+    }
+
+    /// Adds (or replaces) an AgentRuntime.
+    pub fn with_runtime(mut self, name: &str, spec: AgentRuntimeSpec) -> Self {
+        self.runtimes.insert(name.to_owned(), spec);
         self
     }
 
@@ -179,6 +192,13 @@ impl Catalog for InMemoryCatalog {
 
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec> {
         self.environments.get(&key(namespace, name)).cloned()
+    }
+
+    fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
+        self.runtimes
+            .iter()
+            .map(|(name, spec)| (name.clone(), spec.clone()))
+            .collect()
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {

@@ -7,12 +7,15 @@ mod budget;
 mod catalog;
 mod compute;
 mod merge;
+mod nemo_spec;
 mod problems;
 mod quantity;
 mod refs;
 mod rerun;
 mod rules;
+mod runtime;
 mod schema;
+mod secrets;
 mod snapshot;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,14 +24,15 @@ use serde_json::{Map, Value};
 
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{
-    AgentEnvironmentSpec, AgentExecutionSpec, AgentSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
-    Reference, Workdir,
+    AgentConfig, AgentEnvironmentSpec, AgentExecutionSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
+    Reference, RuntimeContainer, Workdir,
 };
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
 pub use compute::{dns_subdomain, label_key, label_value};
 pub use merge::{merge_environment, merge_maps, merge_values};
+pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
@@ -37,10 +41,12 @@ pub use rules::{
     KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths,
     object_name, relative_path,
 };
+pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{
     Resource, check_execution_spec, check_execution_spec_structure, check_object, check_structure,
     decode,
 };
+pub use secrets::{McpSecretRef, mcp_secret_refs};
 pub use snapshot::{
     FilesetContent, MAX_SNAPSHOT_BYTES, MountedContent, ResolvedAgent, SNAPSHOT_VERSION,
     SecretBinding, Snapshot, WorkdirPlan,
@@ -71,7 +77,7 @@ pub fn resolve_execution(
     // Secret bindings are checked even when the agent is unusable, so one rejection lists
     // every problem; only the merged config needs both halves.
     let secrets = match &environment {
-        Some((environment_name, environment)) => environment_secrets(
+        Some((environment_name, environment)) => secrets::environment_secrets(
             namespace,
             environment,
             environment_name.as_deref(),
@@ -87,18 +93,21 @@ pub fn resolve_execution(
     };
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
+    let secrets = secrets::with_mcp_secrets(namespace, secrets, &config, catalog, &mut problems);
+    let runtime_defaults = agent.picked.as_ref().and_then(|p| p.spec.compute.as_ref());
 
     let snapshot = Snapshot {
         version: SNAPSHOT_VERSION.to_owned(),
         namespace: namespace.to_owned(),
         agent: ResolvedAgent {
             name: agent_name,
-            runtime: agent.runtime,
+            runtime: agent.container,
+            runtime_name: agent.picked.as_ref().map(|p| p.name.clone()),
         },
         environment: environment_name,
         config,
         secrets,
-        compute: environment.compute,
+        compute: with_runtime_defaults(environment.compute, runtime_defaults),
         workdir,
         input: spec.input.clone(),
         timeout_seconds: spec.timeout_seconds,
@@ -171,13 +180,21 @@ fn check_reference(
     ok
 }
 
-/// The agent's name and spec, from `agentRef` or the inline `agent`.
+/// An agent ready to run: its config and the container it runs in, its own `runtime` or the
+/// AgentRuntime picked for its harness kind.
+struct RunnableAgent {
+    config: AgentConfig,
+    container: RuntimeContainer,
+    picked: Option<PickedRuntime>,
+}
+
+/// The agent's name and what runs it, from `agentRef` or the inline `agent`.
 fn resolve_agent(
     namespace: &str,
     spec: &AgentExecutionSpec,
     catalog: &dyn Catalog,
     problems: &mut Problems,
-) -> Option<(String, AgentSpec)> {
+) -> Option<(String, RunnableAgent)> {
     let (name, agent, prefix) = match (&spec.agent_ref, &spec.agent) {
         (Some(reference), None) => {
             if !check_reference(namespace, reference, "spec.agentRef", problems) {
@@ -212,14 +229,34 @@ fn resolve_agent(
         }
     };
     let before = problems.len();
-    check_agent(&agent, &prefix, problems);
-    (problems.len() == before).then_some((name, agent))
+    check_config(&agent.config, &prefix, problems);
+    let (container, picked) = match agent.runtime {
+        Some(container) => {
+            check_container(&container, &format!("{prefix}.runtime"), problems);
+            (container, None)
+        }
+        None => match pick_runtime(&agent.config.0, &catalog.runtimes(), &prefix) {
+            Ok(picked) => (picked.spec.container.clone(), Some(picked)),
+            Err(problem) => {
+                problems.extend([problem]);
+                return None;
+            }
+        },
+    };
+    (problems.len() == before).then_some((
+        name,
+        RunnableAgent {
+            config: agent.config,
+            container,
+            picked,
+        },
+    ))
 }
 
-/// Checks an agent's own fields: config format, entrypoint, plain env names.
-fn check_agent(agent: &AgentSpec, prefix: &str, problems: &mut Problems) {
+/// Checks an agent's config: its format and plain env names.
+fn check_config(config: &AgentConfig, prefix: &str, problems: &mut Problems) {
     let format_field = format!("{prefix}.config.config_format");
-    match agent.config.0.get("config_format") {
+    match config.0.get("config_format") {
         None => problems.push(
             format_field,
             format!(
@@ -236,25 +273,29 @@ fn check_agent(agent: &AgentSpec, prefix: &str, problems: &mut Problems) {
             ),
         ),
     }
-    if agent.runtime.image.trim().is_empty() {
-        problems.push(format!("{prefix}.runtime.image"), "must not be empty");
+    if let Some(env) = config.0.get("env") {
+        check_env_object(env, &format!("{prefix}.config.env"), problems);
     }
-    if agent.runtime.command.is_empty() {
+}
+
+/// Checks an agent's container (found at `field`): image, entrypoint, pull policy.
+fn check_container(container: &RuntimeContainer, field: &str, problems: &mut Problems) {
+    if container.image.trim().is_empty() {
+        problems.push(format!("{field}.image"), "must not be empty");
+    }
+    if container.command.is_empty() {
         problems.push(
-            format!("{prefix}.runtime.command"),
+            format!("{field}.command"),
             "must name the agent's entrypoint",
         );
     }
-    if let Some(policy) = agent.runtime.image_pull_policy.as_deref()
+    if let Some(policy) = container.image_pull_policy.as_deref()
         && !["Always", "IfNotPresent", "Never"].contains(&policy)
     {
         problems.push(
-            format!("{prefix}.runtime.imagePullPolicy"),
+            format!("{field}.imagePullPolicy"),
             format!("{policy:?} is not one of Always, IfNotPresent, Never"),
         );
-    }
-    if let Some(env) = agent.config.0.get("env") {
-        check_env_object(env, &format!("{prefix}.config.env"), problems);
     }
 }
 
@@ -345,60 +386,6 @@ fn resolve_environment(
         }
     }
     Some((name, environment))
-}
-
-/// The secret bindings of the environment, each checked for name, namespace and existence of Secret and key.
-fn environment_secrets(
-    namespace: &str,
-    environment: &AgentEnvironmentSpec,
-    environment_name: Option<&str>,
-    catalog: &dyn Catalog,
-    problems: &mut Problems,
-) -> Vec<SecretBinding> {
-    let prefix = match environment_name {
-        Some(name) => format!("AgentEnvironment {name:?} spec.overlay.secrets"),
-        None => "spec.environment.overlay.secrets".to_owned(),
-    };
-    let mut bindings = Vec::new();
-    for (env, target) in &environment.overlay.secrets {
-        let field = format!("{prefix}.{env}");
-        if let Err(message) = rules::env_name(env) {
-            problems.push(field, message);
-            continue;
-        }
-        let reference = StringRef::parse(target);
-        if let Some(other) = reference.namespace.as_deref().filter(|ns| *ns != namespace) {
-            problems.push(
-                field,
-                format!("{target:?} names Secret namespace {other:?}; references must stay in namespace {namespace:?}"),
-            );
-            continue;
-        }
-        let key = reference.fragment.clone().unwrap_or_else(|| env.clone());
-        if let Err(message) = object_name(&reference.name).and(rules::secret_key(&key)) {
-            problems.push(field, message);
-            continue;
-        }
-        match catalog.secret_keys(namespace, &reference.name) {
-            None => problems.push(
-                field,
-                format!(
-                    "Secret {:?} not found in namespace {namespace:?}",
-                    reference.name
-                ),
-            ),
-            Some(keys) if !keys.contains(&key) => problems.push(
-                field,
-                format!("Secret {:?} has no key {key:?}", reference.name),
-            ),
-            Some(_) => bindings.push(SecretBinding {
-                env: env.clone(),
-                secret: reference.name,
-                key,
-            }),
-        }
-    }
-    bindings
 }
 
 /// The workdir plan with each Fileset pinned to its current digest.

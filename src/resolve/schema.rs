@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::problems::Problem;
-use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
 
 /// The errand resources with a CRD schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub enum Resource {
     Agent,
     /// `AgentEnvironment`
     AgentEnvironment,
+    /// `AgentRuntime`
+    AgentRuntime,
     /// `Fileset`
     Fileset,
     /// `AgentExecution`
@@ -36,6 +38,7 @@ impl Resource {
         match self {
             Resource::Agent => "Agent",
             Resource::AgentEnvironment => "AgentEnvironment",
+            Resource::AgentRuntime => "AgentRuntime",
             Resource::Fileset => "Fileset",
             Resource::AgentExecution => "AgentExecution",
         }
@@ -46,6 +49,7 @@ impl Resource {
         [
             Resource::Agent,
             Resource::AgentEnvironment,
+            Resource::AgentRuntime,
             Resource::Fileset,
             Resource::AgentExecution,
         ]
@@ -55,12 +59,13 @@ impl Resource {
 
     /// The `openAPIV3Schema` of the resource's generated CRD, built once.
     pub fn schema(self) -> &'static Value {
-        static SCHEMAS: [OnceLock<Value>; 4] = [const { OnceLock::new() }; 4];
+        static SCHEMAS: [OnceLock<Value>; 5] = [const { OnceLock::new() }; 5];
         let (index, crd): (usize, fn() -> CustomResourceDefinition) = match self {
             Resource::Agent => (0, Agent::crd),
             Resource::AgentEnvironment => (1, AgentEnvironment::crd),
             Resource::Fileset => (2, Fileset::crd),
             Resource::AgentExecution => (3, AgentExecution::crd),
+            Resource::AgentRuntime => (4, AgentRuntime::crd),
         };
         SCHEMAS[index].get_or_init(|| {
             let crd = crd();
@@ -535,9 +540,13 @@ mod tests {
         assert_eq!(
             messages(check_object(
                 Resource::Agent,
-                &agent(json!({"config": {"config_format": "agents-spec-v1"}}))
+                &agent(json!({"runtime": {}}))
             )),
-            ["spec.runtime: Required value"]
+            [
+                "spec.runtime.command: Required value",
+                "spec.runtime.image: Required value",
+                "spec.config: Required value"
+            ]
         );
         assert_eq!(
             messages(check_execution_spec(

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::problems::Problem;
-use crate::api::{AgentRuntime, Compute, Extension};
+use crate::api::{Compute, Extension, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.
 pub const SNAPSHOT_VERSION: &str = "errand.dev/snapshot-v1";
@@ -60,8 +60,11 @@ pub struct Snapshot {
 pub struct ResolvedAgent {
     /// The Agent's object name, or the inline config's `name` (`inline` when it has none).
     pub name: String,
-    /// Image and entrypoint.
-    pub runtime: AgentRuntime,
+    /// Image and entrypoint: the Agent's own `runtime`, or the picked AgentRuntime's.
+    pub runtime: RuntimeContainer,
+    /// The AgentRuntime the container comes from, when the Agent names no `runtime`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_name: Option<String>,
 }
 
 /// An environment variable taken from a Secret's key.

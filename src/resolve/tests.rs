@@ -5,7 +5,9 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::api::{AgentExecutionSpec, Compute, ComputeResources, Extension, Reference, Workdir};
+use crate::api::{
+    AgentExecutionSpec, AgentSpec, Compute, ComputeResources, Extension, Reference, Workdir,
+};
 use crate::testing::{NS, SECRET_VALUE, fileset_digest, workdir};
 
 fn problems(spec: &AgentExecutionSpec, catalog: &InMemoryCatalog) -> Vec<String> {

@@ -199,7 +199,12 @@ mod tests {
 
     #[test]
     fn running_executions_and_those_without_a_lifetime_are_kept() {
-        for phase in [Phase::Pending, Phase::Starting, Phase::Running] {
+        for phase in [
+            Phase::Pending,
+            Phase::Queued,
+            Phase::Starting,
+            Phase::Running,
+        ] {
             let live = finished(phase, None);
             assert_eq!(decide(&live, ttl(0), at(1_000_000)), Retention::Kept);
         }

@@ -25,6 +25,8 @@ struct RunResultRecord<'a> {
     started_at: Option<jiff::Timestamp>,
     finished_at: Option<jiff::Timestamp>,
     duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    gpu_devices: &'a [String],
     execution: &'a ExecutionId,
     /// The command that ran: locally, on this machine; in a pod, in `image`.
     command: &'a [String],
@@ -42,6 +44,8 @@ struct RunErrorRecord<'a> {
     exit_code: Option<i32>,
     started_at: Option<jiff::Timestamp>,
     finished_at: Option<jiff::Timestamp>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    gpu_devices: &'a [String],
     execution: &'a ExecutionId,
 }
 
@@ -113,6 +117,7 @@ pub(super) async fn collect<K: ResultSink>(
         results: Vec::new(),
         results_error: None,
         skipped: Vec::new(),
+        gpu_devices: inv.gpu_devices.clone(),
     };
     match (summary.state.error_type(), &summary.error) {
         (Some(kind), error) => {
@@ -123,6 +128,7 @@ pub(super) async fn collect<K: ResultSink>(
                 exit_code: summary.exit_code,
                 started_at: summary.started_at,
                 finished_at: summary.finished_at,
+                gpu_devices: &summary.gpu_devices,
                 execution: &inv.execution,
             };
             saver.json(ResultName::RunError, &record).await;
@@ -135,6 +141,7 @@ pub(super) async fn collect<K: ResultSink>(
                 started_at: summary.started_at,
                 finished_at: summary.finished_at,
                 duration_ms: summary.duration_ms,
+                gpu_devices: &summary.gpu_devices,
                 execution: &inv.execution,
                 command: &inv.command,
                 provenance: &inv.provenance,
@@ -162,6 +169,7 @@ pub async fn fail_before_run<K: ResultSink>(
         exit_code: None,
         started_at: None,
         finished_at: None,
+        gpu_devices: &[],
         execution,
     };
     saver.json(ResultName::RunError, &record).await;
@@ -178,6 +186,7 @@ pub async fn fail_before_run<K: ResultSink>(
         results: Vec::new(),
         results_error: None,
         skipped: Vec::new(),
+        gpu_devices: Vec::new(),
     };
     saver.finish(execution, summary).await
 }

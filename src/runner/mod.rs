@@ -208,6 +208,9 @@ pub struct Invocation {
     /// runner's environment is the caller's, so the local backend passes what the agent may
     /// see in `env` and sets this to false.
     pub inherit_env: bool,
+    /// The GPUs the agent's container was given (see [`pod::visible_gpus`]), for the run
+    /// record; none locally.
+    pub gpu_devices: Vec<String>,
     /// What the run came from, for `run_result`.
     pub provenance: Provenance,
 }
@@ -324,6 +327,9 @@ pub struct RunSummary {
     /// Entries the results' archives left out (fifos, sockets, unreadable files).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<SkippedResultEntry>,
+    /// The GPUs the agent's container was given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<String>,
 }
 
 /// Stages, runs and collects one execution in this process.

@@ -1,8 +1,10 @@
 //! errand's two processes in an execution's pod: `stage` (the init container) and `run-agent` (wrapping the agent's command in the agent's container).
 //!
-//! Both read the snapshot and the grants the controller mounted, reach the store only through
-//! the grants' signed URLs, and report how they ended in the container's termination message,
-//! which the controller copies into the execution's status.
+//! `stage` asks the controller for the execution's grants with the pod's projected token
+//! ([`GrantRequest`]) and keeps them in the pod's in-memory grants volume; `run-agent` reads
+//! them and removes the file before the agent starts, so the agent never finds them. Both reach
+//! the store only through the grants' signed URLs, and report how they ended in the
+//! container's termination message, which the controller copies into the execution's status.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use super::{
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
+use crate::store::grant_request::{GrantRequest, GrantRequestError};
 use crate::store::grants::Grants;
 use crate::store::signed::SignedUrls;
 
@@ -32,7 +35,7 @@ const BINARY_NAME: &str = "errand";
 const IMAGE_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// Name of the installed CA bundle in the shared bin directory.
 const CA_BUNDLE_NAME: &str = "ca-certificates.crt";
-/// Exit code when errand's own setup failed (its mounted inputs could not be read).
+/// Exit code when errand's own setup failed (its inputs or grants could not be had).
 const SETUP_FAILED: i32 = 2;
 
 /// Why a pod process could not start its work.
@@ -63,6 +66,20 @@ pub enum PodError {
     /// The signed-URL client could not be built.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// The controller gave no grants.
+    #[error("asking for the grants: {0}")]
+    Grants(#[from] GrantRequestError),
+    /// The grants could not be kept for `run-agent`, or removed before the agent starts.
+    #[error("{action} the grants {path}: {source}")]
+    GrantsFile {
+        /// Keeping or removing.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
     /// What staging saved could not be recorded for `run-agent`.
     #[error("recording the staged results in {path}: {source}")]
     Record {
@@ -79,7 +96,8 @@ pub enum PodError {
 pub struct PodPaths {
     /// The snapshot document.
     pub snapshot: PathBuf,
-    /// The grants document.
+    /// The grants document: written by `stage` when it asks the controller for the grants,
+    /// removed by `run-agent` once read.
     pub grants: PathBuf,
     /// The working directory.
     pub workspace: PathBuf,
@@ -102,13 +120,31 @@ fn read_json<T: serde::de::DeserializeOwned>(
     serde_json::from_slice(&bytes).map_err(|e| read_error(e.to_string()))
 }
 
-/// `errand stage`: installs errand into `bin_dir`, stages the workdir through the grants within
-/// `settings` and saves `input_workdir`. SIGTERM stops staging within a chunk. Returns the
-/// process exit code.
-pub async fn stage_in_pod(paths: &PodPaths, bin_dir: &Path, settings: &StageSettings) -> i32 {
+/// `errand stage`: obtains the grants (from the controller with `request`, which keeps them at
+/// `paths.grants` for `run-agent`; without it, from that file), installs errand into
+/// `bin_dir`, stages the workdir through the grants within `settings` and saves
+/// `input_workdir`. SIGTERM stops staging within a chunk. Returns the process exit code.
+pub async fn stage_in_pod(
+    paths: &PodPaths,
+    request: Option<&GrantRequest>,
+    bin_dir: &Path,
+    settings: &StageSettings,
+) -> i32 {
     let stop = cancel_on_stop_signal();
-    let (grants, snapshot) = match read_inputs(paths) {
-        Ok(inputs) => inputs,
+    let snapshot: Snapshot = match read_json("snapshot", &paths.snapshot) {
+        Ok(snapshot) => snapshot,
+        Err(e) => return report_unsaved(paths, RunState::StageFailed, &e),
+    };
+    let grants = match request {
+        Some(request) => ask_for_grants(request, &snapshot, &paths.grants, &stop).await,
+        None => read_json("grants", &paths.grants),
+    };
+    let grants: Grants = match grants {
+        Ok(grants) => grants,
+        Err(PodError::Grants(GrantRequestError::Stopped)) => {
+            let e = PodError::Grants(GrantRequestError::Stopped);
+            return report_unsaved(paths, RunState::Terminated, &e);
+        }
         Err(e) => return report_unsaved(paths, RunState::StageFailed, &e),
     };
     // The errand image's own roots serve staging.
@@ -167,6 +203,15 @@ pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Ve
         Ok(inputs) => inputs,
         Err(e) => return report_unsaved(paths, RunState::StartFailed, &e),
     };
+    // The agent runs as the same user in this container: it must not find the grants.
+    if let Err(source) = std::fs::remove_file(&paths.grants) {
+        let e = PodError::GrantsFile {
+            action: "removing",
+            path: paths.grants.clone(),
+            source,
+        };
+        return report_unsaved(paths, RunState::StartFailed, &e);
+    }
     let urls = match SignedUrls::new(
         grants.clone(),
         &paths.scratch,
@@ -179,6 +224,41 @@ pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Ve
     let invocation = invocation(&grants, &snapshot, paths, agent_config, command);
     let summary = run_and_collect(&invocation, staged, &urls, stop).await;
     report(paths, &summary)
+}
+
+/// Asks the controller for the grants, again and again until the run's start timeout from now
+/// if it cannot answer, and keeps them at `path` (readable by this user only) for `run-agent`.
+async fn ask_for_grants(
+    request: &GrantRequest,
+    snapshot: &Snapshot,
+    path: &Path,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Result<Grants, PodError> {
+    let window = jiff::SignedDuration::from_secs(snapshot.start_timeout_seconds.max(1));
+    let until = jiff::Timestamp::now()
+        .checked_add(window)
+        .unwrap_or(jiff::Timestamp::MAX);
+    let grants = request.send(until, stop).await?;
+    tracing::info!(expires_at = %grants.expires_at, "got the grants");
+    let keep_error = |source| PodError::GrantsFile {
+        action: "keeping",
+        path: path.to_owned(),
+        source,
+    };
+    let json = serde_json::to_vec(&grants).expect("grants always serialize");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(keep_error)?;
+        file.write_all(&json).map_err(keep_error)?;
+    }
+    Ok(grants)
 }
 
 fn read_inputs(paths: &PodPaths) -> Result<(Grants, Snapshot), PodError> {
@@ -222,11 +302,28 @@ fn invocation(
         passthrough: true,
         stop: StopRequest::PodDeletion,
         inherit_env: true,
+        gpu_devices: visible_gpus(std::env::var(NVIDIA_VISIBLE_DEVICES).ok().as_deref()),
         provenance: Provenance {
             snapshot_digest: snapshot.digest(),
             image: Some(snapshot.agent.runtime.image.clone()),
         },
     }
+}
+
+/// The variable through which NVIDIA's device plugin (and the test node's fake one) tells a
+/// container which GPUs it was given.
+pub const NVIDIA_VISIBLE_DEVICES: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// The GPUs an `NVIDIA_VISIBLE_DEVICES` value names: its comma-separated ids (or `all`); none
+/// for an unset or empty value and NVIDIA's `void` and `none`.
+pub fn visible_gpus(value: Option<&str>) -> Vec<String> {
+    value
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|id| !id.is_empty() && *id != "void" && *id != "none")
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Copies this executable into `bin_dir`, with the errand image's CA roots when it has them
@@ -284,7 +381,8 @@ fn report_unsaved(paths: &PodPaths, state: RunState, error: &PodError) -> i32 {
         timed_out: false,
         stderr_tail: error.to_string(),
         results: Vec::new(),
-        results_error: Some("nothing was saved: the pod's inputs could not be read".into()),
+        results_error: Some("nothing was saved: errand could not set up the run".into()),
+        gpu_devices: Vec::new(),
     };
     write_termination(paths, &summary);
     SETUP_FAILED
@@ -338,6 +436,20 @@ mod tests {
             results: Vec::new(),
             results_error: results_error.map(str::to_owned),
             skipped: Vec::new(),
+            gpu_devices: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_visible_gpus_are_the_ids_the_device_plugin_set() {
+        assert_eq!(visible_gpus(Some("fake-gpu-2")), ["fake-gpu-2"]);
+        assert_eq!(
+            visible_gpus(Some("GPU-a1b2, GPU-c3d4")),
+            ["GPU-a1b2", "GPU-c3d4"]
+        );
+        assert_eq!(visible_gpus(Some("all")), ["all"]);
+        for none in [None, Some(""), Some("void"), Some("none")] {
+            assert!(visible_gpus(none).is_empty(), "{none:?}");
         }
     }
 

@@ -29,6 +29,9 @@ pub struct TerminationSummary {
     /// Why some results could not be saved, if any could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results_error: Option<String>,
+    /// The GPUs the agent's container was given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<String>,
 }
 
 impl TerminationSummary {
@@ -41,6 +44,7 @@ impl TerminationSummary {
             stderr_tail: run.stderr_tail.clone(),
             results: run.results.clone(),
             results_error: run.results_error.clone(),
+            gpu_devices: run.gpu_devices.clone(),
         }
     }
 
@@ -105,6 +109,7 @@ mod tests {
                 sha256: "c".repeat(64),
             }],
             results_error: None,
+            gpu_devices: Vec::new(),
         }
     }
 
@@ -127,9 +132,11 @@ mod tests {
             }],
             results_error: None,
             skipped: Vec::new(),
+            gpu_devices: vec!["GPU-1".into()],
         };
         let summary = TerminationSummary::from_run(&run);
         assert_eq!(summary.state, RunState::TimedOut);
+        assert_eq!(summary.gpu_devices, ["GPU-1"]);
         assert!(summary.timed_out);
         assert_eq!(summary.results[0].name, "manifest.json");
         let message = summary.to_termination_message();

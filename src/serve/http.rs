@@ -1,4 +1,4 @@
-//! The process's small HTTP server: `/healthz`, `/readyz`, `/metrics` and, for `file://` stores, the signed-URL blob endpoint.
+//! The process's small HTTP server: `/healthz`, `/readyz`, `/metrics`, the grant endpoint pods ask for their signed URLs and, for `file://` stores, the signed-URL blob endpoint.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,6 +13,8 @@ use tokio::net::TcpListener;
 use tracing::debug;
 
 use super::blobs::{BLOBS_PATH, BlobEndpoint, ResponseBody, text};
+use super::grants::GrantEndpoint;
+use crate::store::grant_request::GRANTS_ENDPOINT;
 
 /// What the endpoints report.
 #[derive(Clone)]
@@ -25,11 +27,18 @@ pub struct Probes {
     pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
     /// The signed-URL blob endpoint, for `file://` stores.
     pub blobs: Option<Arc<BlobEndpoint>>,
+    /// The grant endpoint.
+    pub grants: Option<Arc<GrantEndpoint>>,
 }
 
 /// Answers one request.
 pub async fn route(probes: &Probes, request: Request<Incoming>) -> Response<ResponseBody> {
     let path = request.uri().path();
+    if path == GRANTS_ENDPOINT
+        && let Some(grants) = &probes.grants
+    {
+        return grants.handle(request).await;
+    }
     if path.starts_with(BLOBS_PATH)
         && let Some(blobs) = &probes.blobs
     {
@@ -99,6 +108,7 @@ mod tests {
             ready: Arc::new(AtomicBool::new(false)),
             metrics: Arc::new(|| "errand_controller_reconciles_total 3\n".to_owned()),
             blobs: None,
+            grants: None,
         };
         assert_eq!(probe(&probes, "/healthz").status(), StatusCode::OK);
         assert_eq!(

@@ -3,11 +3,13 @@
 //! Its parts know nothing of each other: [`crate::controller`], [`crate::webhook`] and
 //! [`crate::dataapi`] are peers over [`crate::cluster`], and this module, above them all, hands
 //! each the caches, the metrics registry and the serving certificate it shares. The HTTP
-//! endpoints ([`http`]) and the signed-URL blob endpoint ([`blobs`]) are served here;
+//! endpoints ([`http`]), the grant endpoint ([`grants`]) and the signed-URL blob endpoint
+//! ([`blobs`]) are served here;
 //! [`leader`] decides which replica reconciles. The cluster components still to come (the
 //! gateway) are wired here too.
 
 pub mod blobs;
+pub mod grants;
 pub mod http;
 pub mod leader;
 
@@ -21,7 +23,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::info;
 
-use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
 use crate::cluster::catalog::{ClusterCatalog, FilesetPaths};
 use crate::cluster::metrics::MetricsRegistry;
 use crate::cluster::serving::tls::ServingCertificate;
@@ -176,18 +178,24 @@ pub async fn run(
     );
     let (filesets, fileset_stream) =
         watches::cache(watches::api::<Fileset>(&client, namespace), all(), |_| {});
+    // AgentRuntimes are cluster-scoped: watched cluster-wide even for one namespace.
+    let (runtimes, runtime_stream) =
+        watches::cache(Api::<AgentRuntime>::all(client.clone()), all(), |_| {});
     tasks.spawn(watches::drive(agent_stream));
+    tasks.spawn(watches::drive(runtime_stream));
     tasks.spawn(watches::drive(environment_stream));
     tasks.spawn(watches::drive(fileset_stream));
     let catalog = ClusterCatalog {
         agents,
         environments,
+        runtimes,
         filesets,
         fileset_paths: FilesetPaths::from_store(options.results.clone()),
     };
 
     if let Some(address) = options.listen {
         let listener = bind(address).await?;
+        let grant_metrics = Arc::clone(&metrics.controller);
         let (store, metrics) = (executions.clone(), Arc::clone(&metrics));
         let probes = http::Probes {
             ready: Arc::clone(&ready),
@@ -195,6 +203,12 @@ pub async fn run(
             blobs: options
                 .serve_blobs
                 .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
+            grants: Some(Arc::new(grants::GrantEndpoint::new(
+                client.clone(),
+                Arc::clone(&options.signer),
+                options.config.allowance(),
+                grant_metrics,
+            ))),
         };
         tasks.spawn(http::serve(listener, probes));
     }

@@ -6,10 +6,11 @@
 //! are write-once.
 //!
 //! Pods never hold the store's credentials: [`grants`] and [`presign`] sign URLs for exactly
-//! an execution's blobs and results, and [`signed`] is the client errand's containers use
-//! them with. A run reads through a [`BlobSource`] and writes through a [`ResultSink`]: the
+//! an execution's blobs and results, [`grant_request`] is how a pod asks the controller for
+//! them when it starts, and [`signed`] is the client errand's containers use them with. A run reads through a [`BlobSource`] and writes through a [`ResultSink`]: the
 //! store itself locally, the signed URLs in a pod.
 
+pub mod grant_request;
 pub mod grants;
 pub mod keys;
 pub mod presign;

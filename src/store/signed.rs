@@ -514,14 +514,20 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// A refused request, with the start of the server's explanation.
 async fn refused(operation: &'static str, name: &str, response: reqwest::Response) -> StoreError {
-    let status = response.status();
-    let body = response.bytes().await.unwrap_or_default();
-    let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_LIMIT)]);
+    let (status, text) = failure_text(response).await;
     StoreError::Signed {
         operation,
         name: name.to_owned(),
-        reason: format!("{status}: {}", text.trim()),
+        reason: format!("{status}: {text}"),
     }
+}
+
+/// The status of a failed response and the start of its body, for a message.
+pub(super) async fn failure_text(response: reqwest::Response) -> (StatusCode, String) {
+    let status = response.status();
+    let body = response.bytes().await.unwrap_or_default();
+    let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_LIMIT)]);
+    (status, text.trim().to_owned())
 }
 
 /// Writes `body` to `path`, hashing it on the way; returns its size and sha256.

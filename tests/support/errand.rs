@@ -1,10 +1,11 @@
-//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, polling until something holds, and the one JSON answer of the `errand` command.
+//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, its data API available, polling until something holds, and the one JSON answer of the `errand` command.
 
 use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Api, Client, ResourceExt};
@@ -13,6 +14,32 @@ use errand::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
 
 /// The errand image `hack/images/errand-image.sh` imports into the node.
 pub const ERRAND_IMAGE: &str = "errand.local/errand:dev";
+
+/// The APIService of the data API (its name is fixed by its group and version).
+pub const DATA_API_SERVICE: &str = "v1alpha1.data.errand.dev";
+
+/// Waits until the aggregator reaches the data API: the APIService is `Available` (errand
+/// serves and its CA is in the bundle).
+pub async fn wait_for_data_api(client: &Client) {
+    let services = Api::<APIService>::all(client.clone());
+    wait_for(
+        "the data API's APIService to be Available",
+        Duration::from_secs(120),
+        || {
+            let services = services.clone();
+            async move {
+                let service = services.get(DATA_API_SERVICE).await.ok()?;
+                let available = service
+                    .status?
+                    .conditions?
+                    .into_iter()
+                    .any(|c| c.type_ == "Available" && c.status == "True");
+                available.then_some(())
+            }
+        },
+    )
+    .await;
+}
 
 /// How long [`wait_for`] polls by default.
 pub const WAIT: Duration = Duration::from_secs(90);
@@ -44,6 +71,13 @@ pub async fn install_crds(client: &Client) {
         })
         .await;
     }
+}
+
+/// A manifest file of the repository (`examples/...`) as JSON.
+pub fn example(path: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Polls `probe` until it answers, failing the test after `limit`.
@@ -106,4 +140,40 @@ pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, se
         "{value}"
     );
     (output.status.code().unwrap_or(-1), value)
+}
+
+/// Points Fileset `name` in `namespace` (created when missing) at `pushed`'s digest, size and
+/// file count, set by hand: for a test that runs the controller in its own process and pushes
+/// into its store directly (elsewhere `errand filesets push` does this).
+pub async fn record_fileset(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    pushed: &errand::store::PushedFileset,
+) {
+    let filesets = Api::<Fileset>::namespaced(client.clone(), namespace);
+    if filesets.get_opt(name).await.unwrap().is_none() {
+        create(
+            client,
+            namespace,
+            serde_json::json!({
+                "apiVersion": "errand.dev/v1alpha1", "kind": "Fileset",
+                "metadata": {"name": name},
+                "spec": {},
+            }),
+        )
+        .await;
+    }
+    filesets
+        .patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"status": {
+                "digest": format!("sha256:{}", pushed.digest),
+                "size": pushed.size,
+                "fileCount": pushed.file_count,
+            }})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the status of Fileset {name}: {e}"));
 }

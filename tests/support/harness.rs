@@ -77,6 +77,8 @@ pub struct Harness {
     /// Where a [`Mode::WithPods`] controller serves, kept across restarts so that the URLs
     /// pods already have stay valid.
     address: Option<SocketAddr>,
+    /// Arguments added to the [`Mode::WithPods`] controller's command line.
+    controller_args: Vec<String>,
     controller: Option<Controller>,
 }
 
@@ -112,6 +114,28 @@ impl Harness {
         labels: &[(&str, &str)],
         mode: Mode,
     ) -> Option<Self> {
+        Self::start_with(prefix, labels, mode, &[]).await
+    }
+
+    /// A [`Mode::WithPods`] harness whose controller gets `args` (for example a staging budget
+    /// and a grant lifetime).
+    pub async fn start_with_controller_args(prefix: &str, args: &[&str]) -> Option<Self> {
+        Self::start_with(prefix, &[], Mode::WithPods, args).await
+    }
+
+    /// [`Harness::start`] in a namespace with these labels, a [`Mode::WithPods`] controller
+    /// getting these extra arguments (e.g. `--default-queue-name q`; a staging budget of 120 s
+    /// unless they name one).
+    pub async fn start_with(
+        prefix: &str,
+        labels: &[(&str, &str)],
+        mode: Mode,
+        controller_args: &[&str],
+    ) -> Option<Self> {
+        assert!(
+            controller_args.is_empty() || mode == Mode::WithPods,
+            "only the controller process takes arguments"
+        );
         let client = cluster::client().await?;
         install_crds(&client).await;
         chart_rbac::grant(&client).await;
@@ -123,10 +147,20 @@ impl Harness {
             mode,
             dir: tempfile::tempdir().expect("a temporary directory"),
             address,
+            controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
             controller: None,
         };
         harness.start_controller().await;
         Some(harness)
+    }
+
+    /// The URL of a [`Mode::WithPods`] controller's HTTP endpoint, as pods reach it.
+    ///
+    /// # Panics
+    /// In [`Mode::WithoutPods`], whose controller serves nothing.
+    pub fn controller_url(&self) -> String {
+        let address = self.address.expect("only a WithPods controller serves");
+        format!("http://{address}")
     }
 
     /// The directory of the controller's `file://` store.
@@ -172,7 +206,16 @@ impl Harness {
             &self.log_path(),
         )
         .args(["--leader-elect", "false"])
-        .args(["--staging-budget-seconds", "120"])
+        .args(
+            (!self
+                .controller_args
+                .iter()
+                .any(|a| a == "--staging-budget-seconds"))
+            .then_some(["--staging-budget-seconds", "120"])
+            .into_iter()
+            .flatten(),
+        )
+        .args(&self.controller_args)
         .env("KUBECONFIG", &kubeconfig)
         .spawn()
         .expect("the errand binary starts");
@@ -282,7 +325,8 @@ impl Harness {
 
     /// `errand filesets push NAME DIR` as the operator, straight into the controller's store
     /// (`--store`): the CLI creates Fileset `name` when missing and records the content in its
-    /// status, which must be what it answered. Returns the digest's hex.
+    /// status, which must be what it answered. `dir` is absolute or relative to the repository.
+    /// Returns the digest's hex.
     pub async fn push_fileset(&self, name: &str, dir: &str) -> String {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
         let (code, answer) = self.cli(&["filesets", "push", name, dir.to_str().unwrap()]);
@@ -503,6 +547,7 @@ pub fn spawn_controller(
     let base_url = blobs.map_or_else(|| UNSERVED_BLOB_URL.to_owned(), |a| format!("http://{a}"));
     let signer = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
     let mut config = ControllerConfig::new(image);
+    config.controller_url = base_url;
     // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
     config.errand_image_pull_policy = Some("Never".into());
     let options = ServeOptions {

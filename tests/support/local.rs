@@ -48,6 +48,26 @@ impl Home {
         super::errand::one_json_answer(args, &self.run(&all))
     }
 
+    /// The bytes of result `result` of execution `job`, downloaded with `errand results download`.
+    pub fn download(&self, result: &str, job: &str) -> Vec<u8> {
+        let file = self.path().join(format!("dl-{job}-{result}"));
+        let output = self.run(&[
+            "results",
+            "download",
+            result,
+            "--job",
+            job,
+            "-o",
+            file.to_str().unwrap(),
+        ]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::read(file).unwrap()
+    }
+
     /// Writes `text` to `name` in the directory (parents created); returns its path.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.path().join(name);

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod errand;
 pub mod harness;
 pub mod hostile;
+pub mod kueue;
 pub mod local;
 pub mod s3;
 pub mod store;

@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::api_error;
-use crate::api::{Agent, AgentEnvironment, AgentExecution, Fileset};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
 use crate::cli::backend::{Applied, Document};
 use crate::cli::output::CliError;
 
@@ -22,14 +22,18 @@ pub const FIELD_MANAGER: &str = "errand";
 struct Planned<'a> {
     document: &'a Document,
     resource: ApiResource,
-    namespace: String,
+    /// `None` for a cluster-scoped kind (AgentRuntime).
+    namespace: Option<String>,
     name: String,
     object: Value,
 }
 
 impl Planned<'_> {
     fn api(&self, client: &Client) -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), &self.namespace, &self.resource)
+        match &self.namespace {
+            Some(namespace) => Api::namespaced_with(client.clone(), namespace, &self.resource),
+            None => Api::all_with(client.clone(), &self.resource),
+        }
     }
 
     fn applied(&self) -> Applied {
@@ -53,6 +57,7 @@ fn resource_of(object: &Value) -> Option<ApiResource> {
         ("v1", "Secret") => ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&()),
         ("errand.dev/v1alpha1", "Agent") => ApiResource::erase::<Agent>(&()),
         ("errand.dev/v1alpha1", "AgentEnvironment") => ApiResource::erase::<AgentEnvironment>(&()),
+        ("errand.dev/v1alpha1", "AgentRuntime") => ApiResource::erase::<AgentRuntime>(&()),
         ("errand.dev/v1alpha1", "Fileset") => ApiResource::erase::<Fileset>(&()),
         ("errand.dev/v1alpha1", "AgentExecution") => ApiResource::erase::<AgentExecution>(&()),
         _ => return None,
@@ -69,7 +74,7 @@ fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a
             };
             let resource = resource_of(&document.object).ok_or_else(|| {
                 refused(format!(
-                    "apiVersion {} kind {} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, Fileset, AgentExecution, or v1 Secret)",
+                    "apiVersion {} kind {} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, AgentRuntime, Fileset, AgentExecution, or v1 Secret)",
                     document.object["apiVersion"], document.object["kind"]
                 ))
             })?;
@@ -80,11 +85,19 @@ fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a
                 .ok_or_else(|| refused(format!("{}: metadata.name is required", resource.kind)))?
                 .to_owned();
             let mut object = document.object.clone();
-            let namespace = match object.pointer("/metadata/namespace").and_then(Value::as_str) {
-                Some(namespace) => namespace.to_owned(),
-                None => {
-                    object["metadata"]["namespace"] = json!(namespace);
-                    namespace.to_owned()
+            let namespace = if resource.kind == "AgentRuntime" {
+                // Cluster-scoped: a namespace in the manifest is ignored, as the API server does.
+                if let Some(metadata) = object["metadata"].as_object_mut() {
+                    metadata.remove("namespace");
+                }
+                None
+            } else {
+                match object.pointer("/metadata/namespace").and_then(Value::as_str) {
+                    Some(namespace) => Some(namespace.to_owned()),
+                    None => {
+                        object["metadata"]["namespace"] = json!(namespace);
+                        Some(namespace.to_owned())
+                    }
                 }
             };
             Ok(Planned {
@@ -208,7 +221,7 @@ mod tests {
             .map(|p| {
                 (
                     p.resource.kind.as_str(),
-                    p.namespace.as_str(),
+                    p.namespace.as_deref().unwrap_or("(cluster)"),
                     p.name.as_str(),
                 )
             })

@@ -24,8 +24,8 @@ use super::output::CliError;
 use super::target::Target;
 use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
 use crate::api::{
-    Agent, AgentEnvironment, AgentExecution, Fileset, FilesetSpec, FilesetStatus, Phase,
-    ResultEntry, SnapshotRef,
+    Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset, FilesetSpec, FilesetStatus,
+    Phase, ResultEntry, SnapshotRef,
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
@@ -275,6 +275,10 @@ impl Cluster {
             ObjectKind::Fileset => kube::core::ApiResource::erase::<Fileset>(&()),
             ObjectKind::Secret => {
                 kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+            }
+            ObjectKind::Runtime => {
+                let resource = kube::core::ApiResource::erase::<AgentRuntime>(&());
+                return Api::all_with(self.client.clone(), &resource);
             }
         };
         Api::namespaced_with(self.client.clone(), &self.namespace, &resource)

@@ -1,4 +1,4 @@
-//! Pure builders of an execution's children: the snapshot ConfigMap, the grants Secret and the Job.
+//! Pure builders of an execution's children: the snapshot ConfigMap and the Job.
 //!
 //! They take the execution, its snapshot and the controller's settings and return complete
 //! objects; the reconcile shell only creates them. Nothing here talks to the API server.
@@ -7,7 +7,6 @@ mod config_map;
 mod job;
 mod pod;
 mod resources;
-mod secret;
 mod security;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -18,10 +17,9 @@ use crate::api::AgentExecution;
 pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map};
 pub use job::job;
 pub use pod::{
-    AGENT_CONFIG_FILE, ERRAND_BIN_DIR, GRANTS_DIR, GRANTS_PATH, SCRATCH_DIR, SNAPSHOT_DIR,
-    SNAPSHOT_PATH, WORKSPACE_DIR,
+    AGENT_CONFIG_FILE, ERRAND_BIN_DIR, GRANT_TOKEN_DIR, GRANT_TOKEN_PATH, GRANTS_DIR, GRANTS_PATH,
+    SCRATCH_DIR, SNAPSHOT_DIR, SNAPSHOT_PATH, WORKSPACE_DIR,
 };
-pub use secret::{GRANTS_KEY, grants_secret};
 
 use super::names;
 

@@ -2,15 +2,16 @@
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    LocalObjectReference, PodSpec, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
+    LocalObjectReference, PodSpec, ProjectedVolumeSource, SecretKeySelector,
+    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{ExecutionOwner, names, resources, security};
 use crate::api::Compute;
 use crate::api::contract::{
-    AGENT_CONTAINER, BIN_VOLUME, ENV_AGENT_CONFIG_PATH, GRANTS_VOLUME, SCRATCH_VOLUME,
-    SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
+    AGENT_CONTAINER, BIN_VOLUME, ENV_AGENT_CONFIG_PATH, GRANT_TOKEN_AUDIENCE, GRANT_TOKEN_VOLUME,
+    GRANTS_VOLUME, SCRATCH_VOLUME, SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
 };
 use crate::controller::config::ControllerConfig;
 use crate::resolve::Snapshot;
@@ -25,17 +26,26 @@ pub const SNAPSHOT_DIR: &str = "/errand/snapshot";
 pub const SNAPSHOT_PATH: &str = "/errand/snapshot/snapshot.json";
 /// The merged agent config inside the pod (`AGENT_CONFIG_PATH` points at it).
 pub const AGENT_CONFIG_FILE: &str = "/errand/snapshot/agent-config.json";
-/// Where the grants Secret is mounted (read-only), only into errand's own processes' paths.
+/// Where `errand stage` leaves the grants for `run-agent` (an in-memory volume).
 pub const GRANTS_DIR: &str = "/errand/grants";
-/// The grants document inside the pod.
+/// The grants document inside the pod; `run-agent` removes it before the agent starts.
 pub const GRANTS_PATH: &str = "/errand/grants/grants.json";
+/// Where the stage container, and only it, finds its projected ServiceAccount token.
+pub const GRANT_TOKEN_DIR: &str = "/var/run/secrets/errand.dev/grant-token";
+/// The token file inside [`GRANT_TOKEN_DIR`].
+pub const GRANT_TOKEN_PATH: &str = "/var/run/secrets/errand.dev/grant-token/token";
+/// How long the token lasts (the API server's minimum); the stage container uses it within
+/// seconds of starting, and the kubelet renews it anyway.
+const GRANT_TOKEN_SECONDS: i64 = 600;
 /// The runner's scratch directory: input, response, logs and artifacts, outside the workdir.
 pub const SCRATCH_DIR: &str = "/errand/scratch";
 
 /// Read-only for everyone: the snapshot holds no secrets.
 const SNAPSHOT_MODE: i32 = 0o444;
-/// Readable by the pod's user and group only.
-const GRANTS_MODE: i32 = 0o440;
+/// The token: readable by the pod's user only.
+const GRANT_TOKEN_MODE: i32 = 0o400;
+/// The grants document is a few kilobytes.
+const GRANTS_SIZE_LIMIT: &str = "1Mi";
 
 fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
@@ -71,22 +81,46 @@ fn volumes(execution: &ExecutionOwner, config: &ControllerConfig) -> Vec<Volume>
             }),
             ..Volume::default()
         },
+        // In memory, so the signed URLs never reach the node's disk.
         Volume {
             name: GRANTS_VOLUME.to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(names::grants_secret_name(&execution.name)),
-                default_mode: Some(GRANTS_MODE),
-                ..SecretVolumeSource::default()
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity(GRANTS_SIZE_LIMIT.to_owned())),
+            }),
+            ..Volume::default()
+        },
+        // A token of the pod's ServiceAccount bound to this pod, for the grant endpoint only.
+        Volume {
+            name: GRANT_TOKEN_VOLUME.to_owned(),
+            projected: Some(ProjectedVolumeSource {
+                default_mode: Some(GRANT_TOKEN_MODE),
+                sources: Some(vec![VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        audience: Some(GRANT_TOKEN_AUDIENCE.to_owned()),
+                        expiration_seconds: Some(GRANT_TOKEN_SECONDS),
+                        path: "token".to_owned(),
+                    }),
+                    ..VolumeProjection::default()
+                }]),
             }),
             ..Volume::default()
         },
     ]
 }
 
-/// `errand stage`: copies the errand binary into the shared volume, downloads and extracts the
-/// workdir through the grants and uploads `input_workdir`, leaving what it saved in the scratch
-/// directory for `run-agent` (and spooling uploads there when the store needs sized bodies).
-fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container {
+/// `errand stage`: asks the controller for the execution's grants with the pod's token,
+/// copies the errand binary into the shared volume, downloads and extracts the workdir
+/// through the grants and uploads `input_workdir`, leaving the grants and what it saved for
+/// `run-agent` (and spooling uploads in the scratch directory when the store needs sized
+/// bodies). The only container with the token.
+fn stage_container(
+    execution: &ExecutionOwner,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> Container {
+    let mut mounts = errand_mounts(false);
+    mounts.push(mount(GRANT_TOKEN_VOLUME, GRANT_TOKEN_DIR, true));
     Container {
         name: STAGE_CONTAINER.to_owned(),
         image: Some(config.errand_image.clone()),
@@ -102,10 +136,11 @@ fn stage_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
             ]
             .into_iter()
             .chain(pod_paths_args())
+            .chain(grant_request_args(execution, config))
             .chain(staging_args(config))
             .collect(),
         ),
-        volume_mounts: Some(errand_mounts(false)),
+        volume_mounts: Some(mounts),
         resources: resources::stage_resources(&snapshot.compute),
         security_context: Some(security::container_security(true)),
         termination_message_policy: Some("File".to_owned()),
@@ -125,6 +160,23 @@ fn staging_args(config: &ControllerConfig) -> [String; 6] {
     ]
 }
 
+/// Where and as what `errand stage` asks for the grants: the controller, the token, and the
+/// execution the pod says it runs (the controller checks that against the token).
+fn grant_request_args(execution: &ExecutionOwner, config: &ControllerConfig) -> [String; 10] {
+    [
+        "--controller-url".to_owned(),
+        config.controller_url.clone(),
+        "--grant-token".to_owned(),
+        GRANT_TOKEN_PATH.to_owned(),
+        "--execution-namespace".to_owned(),
+        execution.namespace.clone(),
+        "--execution-name".to_owned(),
+        execution.name.clone(),
+        "--execution-uid".to_owned(),
+        execution.uid.clone(),
+    ]
+}
+
 /// The arguments both errand commands in the pod take: where the grants, the workspace and
 /// the scratch directory are.
 fn pod_paths_args() -> [String; 6] {
@@ -139,14 +191,15 @@ fn pod_paths_args() -> [String; 6] {
 }
 
 /// The volumes both errand containers mount; the bin directory read-only where errand only
-/// runs from it.
+/// runs from it. The grants directory is writable in both: `stage` writes the grants there and
+/// `run-agent` removes them before the agent starts.
 fn errand_mounts(bin_read_only: bool) -> Vec<VolumeMount> {
     vec![
         mount(BIN_VOLUME, ERRAND_BIN_DIR, bin_read_only),
         mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
         mount(SCRATCH_VOLUME, SCRATCH_DIR, false),
         mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
-        mount(GRANTS_VOLUME, GRANTS_DIR, true),
+        mount(GRANTS_VOLUME, GRANTS_DIR, false),
     ]
 }
 
@@ -243,7 +296,7 @@ pub fn pod_spec(
 ) -> PodSpec {
     let compute = &snapshot.compute;
     PodSpec {
-        init_containers: Some(vec![stage_container(snapshot, config)]),
+        init_containers: Some(vec![stage_container(execution, snapshot, config)]),
         containers: vec![agent_container(snapshot)],
         volumes: Some(volumes(execution, config)),
         restart_policy: Some("Never".to_owned()),

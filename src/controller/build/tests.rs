@@ -11,8 +11,6 @@ use crate::api::{
 };
 use crate::controller::config::ControllerConfig;
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
-use crate::store::grants::Grants;
-use crate::store::keys::ExecutionId;
 use crate::testing::{NS, SECRET_VALUE};
 
 fn agent(security: Option<RuntimeSecurity>) -> AgentSpec {
@@ -111,18 +109,9 @@ fn mount_paths(container: &Container) -> Vec<(&str, bool)> {
 #[test]
 fn children_are_owned_by_the_execution_as_controller() {
     let snapshot = snapshot();
-    let grants = Grants {
-        execution: ExecutionId::test(),
-        uploads: Default::default(),
-        put_headers: Default::default(),
-        inputs: Default::default(),
-        results: Default::default(),
-        expires_at: jiff::Timestamp::UNIX_EPOCH,
-    };
     let metas = [
         built_job(&snapshot).metadata,
         snapshot_config_map(&identity(), &snapshot).metadata,
-        grants_secret(&identity(), "calculator", &grants).metadata,
     ];
     for meta in metas {
         let owners = meta.owner_references.unwrap();
@@ -342,6 +331,16 @@ fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
             "/workspace",
             "--scratch",
             "/errand/scratch",
+            "--controller-url",
+            "http://errand.errand-system.svc:8080",
+            "--grant-token",
+            "/var/run/secrets/errand.dev/grant-token/token",
+            "--execution-namespace",
+            NS,
+            "--execution-name",
+            "calc",
+            "--execution-uid",
+            "0d9f6a52-1111-2222-3333-444455556666",
             "--staging-budget-seconds",
             "900",
             "--max-extract-bytes",
@@ -388,6 +387,7 @@ fn workspace_and_scratch_are_bounded_by_the_controllers_size_limits() {
         let volumes = pod_spec(job).volumes.clone().unwrap();
         volumes
             .into_iter()
+            .filter(|v| v.name != "grants")
             .filter_map(|v| Some((v.name, v.empty_dir?.size_limit.map(|q| q.0))))
             .collect()
     };
@@ -473,7 +473,7 @@ fn pull_secrets_and_service_account_come_from_the_environment_over_the_chart_and
 }
 
 #[test]
-fn volumes_are_shared_and_the_grants_reach_only_errand_paths() {
+fn volumes_are_shared_and_only_the_stage_container_gets_the_token() {
     let job = built_job(&snapshot());
     let pod = pod_spec(&job);
     let volumes = pod.volumes.as_ref().unwrap();
@@ -484,14 +484,24 @@ fn volumes_are_shared_and_the_grants_reach_only_errand_paths() {
         by_name("snapshot").config_map.as_ref().unwrap().name,
         "errand-calc-snapshot"
     );
+    let grants = by_name("grants").empty_dir.as_ref().unwrap();
     assert_eq!(
-        by_name("grants")
-            .secret
-            .as_ref()
-            .unwrap()
-            .secret_name
-            .as_deref(),
-        Some("errand-calc-grants")
+        grants.medium.as_deref(),
+        Some("Memory"),
+        "signed URLs never reach the node's disk"
+    );
+    let token = by_name("errand-grant-token").projected.as_ref().unwrap();
+    assert_eq!(token.default_mode, Some(0o400));
+    let sources = token.sources.as_ref().unwrap();
+    assert_eq!(sources.len(), 1);
+    let projection = sources[0].service_account_token.as_ref().unwrap();
+    assert_eq!(projection.audience.as_deref(), Some("errand.dev/grants"));
+    assert_eq!(projection.expiration_seconds, Some(600));
+    assert_eq!(projection.path, "token");
+    assert_eq!(
+        pod.automount_service_account_token,
+        Some(false),
+        "no API token anywhere"
     );
 
     let stage = mount_paths(container(&job, "errand-stage"));
@@ -499,11 +509,20 @@ fn volumes_are_shared_and_the_grants_reach_only_errand_paths() {
     assert!(stage.contains(&("/workspace", false)));
     assert!(stage.contains(&("/errand/scratch", false)));
     assert!(stage.contains(&("/errand/snapshot", true)));
-    assert!(stage.contains(&("/errand/grants", true)));
+    assert!(stage.contains(&("/errand/grants", false)));
+    assert!(stage.contains(&("/var/run/secrets/errand.dev/grant-token", true)));
     let agent = mount_paths(container(&job, "agent"));
     assert!(agent.contains(&("/errand/bin", true)));
     assert!(agent.contains(&("/workspace", false)));
     assert!(agent.contains(&("/errand/snapshot", true)));
+    assert!(
+        container(&job, "agent")
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != "errand-grant-token"),
+        "the agent's container gets no token"
+    );
     for c in [container(&job, "errand-stage"), container(&job, "agent")] {
         for m in c
             .volume_mounts

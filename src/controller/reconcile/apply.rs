@@ -14,7 +14,7 @@ use crate::controller::status::Stop;
 
 /// What creating the children came to.
 pub(super) enum Creation {
-    /// All three exist: the snapshot ConfigMap and the Job as they are in the cluster, which
+    /// Both exist: the snapshot ConfigMap and the Job as they are in the cluster, which
     /// after a restart may be the ones an earlier reconcile created.
     Created(Box<ConfigMap>, Box<Job>),
     /// The API server refused one for good: which and why, in its words. Those that were
@@ -23,37 +23,29 @@ pub(super) enum Creation {
 }
 
 impl Reconciler<'_> {
-    /// Creates the snapshot ConfigMap, the grants Secret and the Job, concurrently and
-    /// create-only. A permanent refusal of any of them removes the others; any other failure
-    /// is an error to retry (what was created stays, and is found again next time).
+    /// Creates the snapshot ConfigMap and the Job, concurrently and create-only. A permanent
+    /// refusal of either removes the other; any other failure is an error to retry (what was
+    /// created stays, and is found again next time).
     pub(super) async fn create(&self, children: Children) -> Result<Creation> {
         let (client, namespace, uid) = (
             &self.ctx.client,
             self.owner.namespace.as_str(),
             self.owner.uid.as_str(),
         );
-        let (config_map, secret, job) = futures::join!(
+        let (config_map, job) = futures::join!(
             create_owned(client, namespace, uid, children.config_map),
-            create_owned(client, namespace, uid, children.secret),
             create_owned(client, namespace, uid, children.job),
         );
-        let rejection = [
-            config_map.as_ref().err(),
-            secret.as_ref().err(),
-            job.as_ref().err(),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|e| matches!(e, Error::Rejected { .. }))
-        .map(ToString::to_string);
+        let rejection = [config_map.as_ref().err(), job.as_ref().err()]
+            .into_iter()
+            .flatten()
+            .find(|e| matches!(e, Error::Rejected { .. }))
+            .map(ToString::to_string);
         let Some(rejection) = rejection else {
-            let (config_map, _, job) = (config_map?, secret?, job?);
+            let (config_map, job) = (config_map?, job?);
             return Ok(Creation::Created(Box::new(config_map), Box::new(job)));
         };
         if let Ok(created) = &config_map {
-            delete_if_present(client, namespace, created, &DeleteParams::default()).await?;
-        }
-        if let Ok(created) = &secret {
             delete_if_present(client, namespace, created, &DeleteParams::default()).await?;
         }
         if let Ok(created) = &job {
@@ -145,11 +137,7 @@ where
                 Ok(existing)
             } else {
                 Err(Error::ForeignChild {
-                    kind: match kind.as_ref() {
-                        "Job" => "Job",
-                        "ConfigMap" => "ConfigMap",
-                        _ => "Secret",
-                    },
+                    kind: if kind == "Job" { "Job" } else { "ConfigMap" },
                     name,
                 })
             }

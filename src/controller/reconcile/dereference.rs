@@ -1,4 +1,4 @@
-//! Dereference: read what the execution names (to resolve its spec) and what became of its Job, its pods and, when a start timed out, their (or the Job's) Warning events.
+//! Dereference: read what the execution names (to resolve its spec) and what became of its Job, its pods, Kueue's Workload for the Job and, when a start timed out, their (or the Job's) Warning events.
 
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use kube::{Api, ResourceExt};
 use super::Reconciler;
 use crate::api::contract;
 use crate::cluster::catalog;
+use crate::cluster::kueue::Workload;
 use crate::controller::error::{Error, Result};
 use crate::controller::names;
 use crate::controller::status::Warning;
@@ -25,6 +26,8 @@ pub(super) struct Observed {
     pub job: Option<Arc<Job>>,
     /// The execution's pods.
     pub pods: Vec<Arc<Pod>>,
+    /// Kueue's Workload for the Job, when Kueue runs and has created one.
+    pub workload: Option<Arc<Workload>>,
 }
 
 impl Observed {
@@ -82,10 +85,23 @@ impl Reconciler<'_> {
             pod.namespace().as_deref() == Some(namespace)
                 && pod.labels().get(contract::EXECUTION_UID_LABEL) == Some(uid)
         });
+        let job_uid = job.as_ref().and_then(|j| j.metadata.uid.clone());
+        let workload = ctx
+            .workloads
+            .as_ref()
+            .zip(job_uid)
+            .and_then(|(workloads, job_uid)| {
+                workloads
+                    .state_filter(|w| {
+                        w.metadata.namespace.as_deref() == Some(namespace) && w.is_of_job(&job_uid)
+                    })
+                    .pop()
+            });
         Ok(Observed {
             job_name,
             job,
             pods,
+            workload,
         })
     }
 

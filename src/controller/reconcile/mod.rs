@@ -156,19 +156,7 @@ impl Reconciler<'_> {
             Ok(snapshot) => snapshot,
             Err(invalid) => return self.refuse(&invalid).await,
         };
-        let signing = std::time::Instant::now();
-        let children = build::children(
-            &self.owner,
-            &snapshot,
-            &self.ctx.config,
-            self.ctx.signer.as_ref(),
-            Timestamp::now(),
-        )
-        .await;
-        self.ctx
-            .metrics
-            .grants_issued(signing.elapsed().as_secs_f64(), children.is_ok());
-        let children = children?;
+        let children = build::children(&self.owner, &snapshot, &self.ctx.config);
         let (config_map, job) = match self.create(children).await? {
             Creation::Created(config_map, job) => (config_map, job),
             Creation::Rejected(message) => return self.reject(&message).await,
@@ -183,7 +171,8 @@ impl Reconciler<'_> {
             let after = Timestamp::now().duration_since(created.0);
             self.ctx.metrics.job_created(after.as_secs_f64());
         }
-        let queued = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let suspended = job.spec.as_ref().and_then(|s| s.suspend) == Some(true);
+        let queue = snapshot.queue_name.as_deref().filter(|_| suspended);
         let status = status::starting(
             self.execution,
             &snapshot.agent.name,
@@ -192,7 +181,7 @@ impl Reconciler<'_> {
                 digest,
             },
             &job.name_any(),
-            queued,
+            queue,
             Timestamp::now(),
         );
         self.write_status(status).await?;
@@ -207,7 +196,12 @@ impl Reconciler<'_> {
     async fn progress(&self) -> Result<Action> {
         let observed = self.observe().await?;
         let pods = observed.pods();
-        let mut facts = status::facts(observed.job.as_deref(), &pods, Timestamp::now());
+        let mut facts = status::facts(
+            observed.job.as_deref(),
+            &pods,
+            observed.workload.as_deref(),
+            Timestamp::now(),
+        );
         let mut decision = status::decide(self.execution, &facts);
         if decision.needs_warnings(&facts) {
             let job_uid = facts.job.as_ref().and_then(|j| j.uid.as_deref());

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentSpec, Fileset,
-    contract,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentRuntime, AgentSpec,
+    Fileset, contract,
 };
 use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::readiness::{Cache, CachesReady};
@@ -226,6 +226,7 @@ fn context_from(
     let catalog = ClusterCatalog {
         agents: filled(vec![agent]),
         environments: filled(vec![environment]),
+        runtimes: filled(Vec::<AgentRuntime>::new()),
         filesets: filled(Vec::<Fileset>::new()),
         fileset_paths: Default::default(),
     };
@@ -245,6 +246,7 @@ fn context_from(
         catalog,
         jobs,
         pods,
+        None,
         caches_ready,
         crate::store::Store::open("file:///tmp/errand-reconcile-tests").unwrap(),
         signer,
@@ -297,7 +299,7 @@ fn requests(log: &Log) -> Vec<(Method, String)> {
 }
 
 #[tokio::test]
-async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
+async fn admitting_an_execution_costs_two_creates_and_one_status_write() {
     let log = Log::default();
     let ctx = context(scripted_client(Arc::clone(&log)), vec![], vec![]);
     let action = reconcile(Arc::new(execution(None)), Arc::clone(&ctx))
@@ -326,10 +328,10 @@ async fn admitting_an_execution_costs_three_creates_and_one_status_write() {
                 format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
             ),
             (Method::POST, format!("{base}/configmaps")),
-            (Method::POST, format!("{base}/secrets")),
             (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
         ],
-        "three creates and the Starting status: no finalizer write"
+        "two creates and the Starting status: no grants Secret (the pod asks for its grants), \
+         no finalizer write"
     );
 }
 
@@ -453,7 +455,12 @@ async fn a_namespace_lifetime_wins_over_the_controller_default_and_a_bad_one_is_
 /// The execution as it stands while `running_pod` runs its agent.
 fn running_execution() -> AgentExecution {
     let starting = execution(None);
-    let facts = status::facts(Some(&owned_job()), &[&running_pod()], Timestamp::now());
+    let facts = status::facts(
+        Some(&owned_job()),
+        &[&running_pod()],
+        None,
+        Timestamp::now(),
+    );
     let decision = status::decide(&starting, &facts);
     let mut running = status::render(&starting, &decision.standing, facts.now);
     running.snapshot = Some(SnapshotRef::test());
@@ -633,20 +640,18 @@ async fn a_child_refused_for_good_fails_the_execution_and_leaves_no_other_child(
                 Method::DELETE,
                 format!("{base}/configmaps/errand-calc-snapshot")
             ),
-            (Method::DELETE, format!("{base}/secrets/errand-calc-grants")),
             (
                 Method::PATCH,
                 format!("/apis/errand.dev/v1alpha1/namespaces/{NS}/agentexecutions/calc/status")
             ),
             (Method::POST, format!("{base}/configmaps")),
-            (Method::POST, format!("{base}/secrets")),
             (Method::POST, format!("/apis/batch/v1/namespaces/{NS}/jobs")),
             (
                 Method::POST,
                 format!("/apis/events.k8s.io/v1/namespaces/{NS}/events")
             ),
         ],
-        "the two children that were created are deleted again, then Failed and its event"
+        "the child that was created is deleted again, then Failed and its event"
     );
 }
 
@@ -783,11 +788,11 @@ mod arithmetic {
                 "calculator",
                 SnapshotRef::default(),
                 "errand-calc",
-                false,
+                None,
                 now,
             );
             execution.status = Some(starting);
-            let facts = status::facts(Some(&owned_job()), &[], now);
+            let facts = status::facts(Some(&owned_job()), &[], None, now);
             let decision = status::decide(&execution, &facts);
             if let Some(after) = decision.recheck_after {
                 prop_assert!(recheck_delay(after) <= MAX_RECHECK);

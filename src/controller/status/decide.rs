@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning};
+use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning, WorkloadFacts};
 use crate::api::contract::{self, Reason};
 use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
@@ -61,11 +60,13 @@ pub enum Standing {
     Final,
     /// Nothing new: a pod that ran is gone, and the Job controller has not failed the Job yet.
     Unchanged,
-    /// Phase `Starting`: Kueue holds the Job (`queued`), or the pod is on its way.
-    Waiting {
-        /// Kueue holds the Job and no pod exists.
-        queued: bool,
+    /// Phase `Queued`: Kueue holds the Job and no pod exists.
+    Queued {
+        /// Why, in Kueue's words when it gave them ([`queued_message`]).
+        message: String,
     },
+    /// Phase `Starting`: the pod is on its way.
+    Starting,
     /// Phase `Running`: the agent started.
     Running {
         /// When, as the pod says.
@@ -173,7 +174,7 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
             Decision::settled(Standing::Ended(ending.on(Some(pod))))
         }
         Some(pod) if pod.agent_started_at.is_some() => running(execution, pod),
-        Some(_) => pending(execution, job, pod, &facts.warnings, facts.now),
+        Some(_) => pending(execution, job, pod, facts),
         None => match &job.failure {
             Some(failure) => {
                 let ending = if execution.spec.cancel {
@@ -213,7 +214,7 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
             // A pod that ran is gone but the Job has not failed yet: wait for the Job
             // controller rather than step back to Starting.
             None if phase == Some(Phase::Running) => Decision::settled(Standing::Unchanged),
-            None => pending(execution, job, None, &facts.warnings, facts.now),
+            None => pending(execution, job, None, facts),
         },
     }
 }
@@ -237,25 +238,36 @@ fn running(execution: &AgentExecution, pod: &PodFacts) -> Decision {
     }
 }
 
-/// Nothing runs yet: Starting, until the start timeout or a cancel ends it.
+/// Nothing runs yet: Queued while Kueue holds the Job, then Starting until the start timeout
+/// or a cancel ends it.
 fn pending(
     execution: &AgentExecution,
     job: &JobFacts,
     pod: Option<&PodFacts>,
-    warnings: &[Warning],
-    now: Timestamp,
+    facts: &Facts,
 ) -> Decision {
+    let (warnings, now) = (&facts.warnings, facts.now);
+    let queued = job.suspended && pod.is_none();
     if execution.spec.cancel {
+        let when = if queued {
+            "cancelled while queued in Kueue; no pod ran"
+        } else {
+            "cancelled before the agent started"
+        };
         return Decision {
-            standing: Standing::Ended(Ending::from(Outcome::cancelled_before_start()).on(pod)),
+            standing: Standing::Ended(Ending::from(Outcome::cancelled(when)).on(pod)),
             stop: Some(Stop::DeleteJob),
             recheck_after: None,
         };
     }
-    if job.suspended && pod.is_none() {
-        // Waiting for quota in Kueue is not a start failure.
-        return Decision::settled(Standing::Waiting { queued: true });
+    if queued {
+        // Waiting for quota in Kueue is not a start failure: the start timeout counts from the
+        // Job's start, which Kueue's admission (resuming the Job) sets.
+        return Decision::settled(Standing::Queued {
+            message: queued_message(job.queue.as_deref(), facts.workload.as_ref()),
+        });
     }
+    // A resuming Job not started yet (`started: None`) starts its timeout now.
     let since = pod.and_then(|p| p.created).or(job.started).unwrap_or(now);
     let limit = execution
         .spec
@@ -265,7 +277,7 @@ fn pending(
     if waited < limit {
         let remaining = u64::try_from(limit.saturating_sub(waited)).unwrap_or(0);
         return Decision {
-            standing: Standing::Waiting { queued: false },
+            standing: Standing::Starting,
             stop: None,
             recheck_after: Some(Duration::from_secs(remaining)),
         };
@@ -274,6 +286,37 @@ fn pending(
         standing: Standing::Ended(start_timeout(pod, warnings, limit).on(pod)),
         stop: Some(Stop::DeleteJob),
         recheck_after: None,
+    }
+}
+
+/// Why a Job waits in Kueue's `queue` (its LocalQueue), from its `workload`: Kueue's reason
+/// and message while it has not admitted the Job (no quota yet, an inadmissible Workload),
+/// else what Kueue has done so far.
+pub fn queued_message(queue: Option<&str>, workload: Option<&WorkloadFacts>) -> String {
+    let queue = queue.map_or_else(
+        || "Kueue".to_owned(),
+        |queue| format!("Kueue LocalQueue {queue}"),
+    );
+    match workload {
+        Some(WorkloadFacts {
+            name,
+            pending: Some(cause),
+            ..
+        }) => format!(
+            "waiting in {queue} (Workload {name}: {}): {}",
+            cause.reason, cause.message
+        ),
+        Some(workload) if workload.admitted => {
+            format!(
+                "admitted from {queue} (Workload {}); the Job resumes",
+                workload.name
+            )
+        }
+        Some(workload) => format!(
+            "waiting in {queue} (Workload {}): Kueue has not considered it yet",
+            workload.name
+        ),
+        None => format!("waiting in {queue}: Kueue has not created the Job's Workload yet"),
     }
 }
 

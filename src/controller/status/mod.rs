@@ -1,4 +1,4 @@
-//! The status of an execution in three pure steps: observe (Job, pods, events → facts), decide (facts → where the run stands, what to stop, when to look again), render (→ status and conditions).
+//! The status of an execution in three pure steps: observe (Job, pods, Kueue's Workload, events → facts), decide (facts → where the run stands, what to stop, when to look again), render (→ status and conditions).
 //!
 //! The reconcile shell reads the objects, hands them to [`facts`], carries out the
 //! [`Decision`] of [`decide`] and writes what [`render`] returns; nothing here does I/O.
@@ -10,9 +10,10 @@ mod render;
 mod timings;
 
 pub use crate::runner::outcome::MESSAGE_LIMIT;
-pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide};
+pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide, queued_message};
 pub use observe::{
-    Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, facts,
+    Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, WorkloadFacts,
+    facts, workload_facts,
 };
 pub use render::{invalid, rejected, render, retrying, starting};
 pub use timings::{Timings, timings};

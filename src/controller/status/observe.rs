@@ -1,4 +1,4 @@
-//! Observation: the execution's Job, its pods and their Warning events reduced to the plain facts its status is decided from.
+//! Observation: the execution's Job, its pods, Kueue's Workload for the Job and their Warning events reduced to the plain facts its status is decided from.
 
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -6,7 +6,8 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::ResultEntry;
-use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
+use crate::api::contract::{AGENT_CONTAINER, KUEUE_QUEUE_LABEL, STAGE_CONTAINER};
+use crate::cluster::kueue::Workload;
 use crate::runner::termination::{StagedSummary, TerminationSummary};
 
 /// Waiting reasons of a container whose image cannot be pulled.
@@ -25,6 +26,8 @@ pub struct Facts {
     pub job: Option<JobFacts>,
     /// Its newest pod (at most one is expected).
     pub pod: Option<PodFacts>,
+    /// What Kueue says of the Job, when Kueue runs and has a Workload for it.
+    pub workload: Option<WorkloadFacts>,
     /// Warning events about its pods, or about its Job when it has no pod, oldest first; read
     /// only once a start timed out without a reason in the pod's status (see
     /// [`Decision::needs_warnings`](super::Decision::needs_warnings)).
@@ -40,7 +43,11 @@ pub struct JobFacts {
     pub uid: Option<String>,
     /// Kueue holds it (`suspend: true`).
     pub suspended: bool,
-    /// When it started, or else when it was created.
+    /// The Kueue LocalQueue it was submitted to, if any.
+    pub queue: Option<String>,
+    /// When it started, or else when it was resumed (Kueue unsuspended it) or created; `None`
+    /// while Kueue holds it (suspended) and while a resume is on its way (not suspended any more, the Job controller not yet caught
+    /// up), which counts from now: a wait in Kueue's queue is no start time.
     pub started: Option<Timestamp>,
     /// Why the Job controller failed it (its `Failed` or `FailureTarget` condition), once it did.
     pub failure: Option<Cause>,
@@ -62,6 +69,19 @@ impl Cause {
             message: message.cloned().unwrap_or_default(),
         }
     }
+}
+
+/// What Kueue says of the Job's Workload.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadFacts {
+    /// The Workload's name.
+    pub name: String,
+    /// Why Kueue has not admitted it: its `QuotaReserved` condition while false (no quota yet,
+    /// or inadmissible), else its `Admitted` condition while false (admission checks pending).
+    /// `None` once admitted or before Kueue said anything.
+    pub pending: Option<Cause>,
+    /// Kueue admitted it (`Admitted` true): the Job resumes.
+    pub admitted: bool,
 }
 
 /// What the pod says.
@@ -160,8 +180,14 @@ impl Warning {
     }
 }
 
-/// The facts of `job` (`None`: gone) and the newest of `pods`, at `now`, without warnings.
-pub fn facts(job: Option<&Job>, pods: &[&Pod], now: Timestamp) -> Facts {
+/// The facts of `job` (`None`: gone), the newest of `pods` and Kueue's `workload` for the
+/// Job, at `now`, without warnings.
+pub fn facts(
+    job: Option<&Job>,
+    pods: &[&Pod],
+    workload: Option<&Workload>,
+    now: Timestamp,
+) -> Facts {
     let newest = pods
         .iter()
         .copied()
@@ -169,8 +195,29 @@ pub fn facts(job: Option<&Job>, pods: &[&Pod], now: Timestamp) -> Facts {
     Facts {
         job: job.map(job_facts),
         pod: newest.map(pod_facts),
+        workload: workload.map(workload_facts),
         warnings: Vec::new(),
         now,
+    }
+}
+
+/// What `workload` says.
+pub fn workload_facts(workload: &Workload) -> WorkloadFacts {
+    let unmet = |type_| {
+        workload
+            .condition(type_)
+            .filter(|c| c.status == "False")
+            .map(|c| Cause {
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+    };
+    WorkloadFacts {
+        name: workload.metadata.name.clone().unwrap_or_default(),
+        pending: unmet("QuotaReserved").or_else(|| unmet("Admitted")),
+        admitted: workload
+            .condition("Admitted")
+            .is_some_and(|c| c.status == "True"),
     }
 }
 
@@ -188,23 +235,48 @@ impl PodFacts {
     }
 }
 
+/// When the Job's start timeout counts from: its start time; for a Job Kueue held and let go,
+/// the time it was resumed (its `Suspended` condition turning false, `None` until then); for
+/// any other, its creation.
+fn job_started(job: &Job) -> Option<Timestamp> {
+    let status = job.status.as_ref();
+    if let Some(start) = status.and_then(|s| s.start_time.as_ref()) {
+        return Some(start.0);
+    }
+    if job.spec.as_ref().and_then(|s| s.suspend) == Some(true) {
+        return None; // held (by Kueue): not started, and the wait is no start time
+    }
+    let held = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Suspended"));
+    match held {
+        Some(condition) => match condition.status.as_str() {
+            "False" => condition.last_transition_time.as_ref().map(|t| t.0),
+            _ => None,
+        },
+        _ => job.metadata.creation_timestamp.as_ref().map(|t| t.0),
+    }
+}
+
 /// What `job` says.
 fn job_facts(job: &Job) -> JobFacts {
     let status = job.status.as_ref();
+    let conditions = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
     JobFacts {
         uid: job.metadata.uid.clone(),
         suspended: job.spec.as_ref().and_then(|s| s.suspend) == Some(true),
-        started: status
-            .and_then(|s| s.start_time.as_ref())
-            .or(job.metadata.creation_timestamp.as_ref())
-            .map(|t| t.0),
-        failure: status
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|conditions| {
-                conditions.iter().find(|c| {
-                    (c.type_ == "Failed" || c.type_ == "FailureTarget") && c.status == "True"
-                })
-            })
+        queue: job
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(KUEUE_QUEUE_LABEL))
+            .cloned(),
+        started: job_started(job),
+        failure: conditions
+            .iter()
+            .find(|c| (c.type_ == "Failed" || c.type_ == "FailureTarget") && c.status == "True")
             .map(|c| Cause::of(c.reason.as_ref(), c.message.as_ref())),
     }
 }

@@ -4,7 +4,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::conditions::ConditionWriter;
-use super::decide::{Ending, Standing};
+use super::decide::{Ending, Standing, queued_message};
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::InvalidSpec;
@@ -120,13 +120,14 @@ fn same_error(a: &str, b: &str) -> bool {
     error(a) == error(b)
 }
 
-/// The status right after the snapshot and the Job were created: Starting.
+/// The status right after the snapshot and the Job were created: Queued when the Job went to
+/// Kueue's LocalQueue `queue` (created suspended), else Starting.
 pub fn starting(
     execution: &AgentExecution,
     agent: &str,
     snapshot: SnapshotRef,
     job_name: &str,
-    queued: bool,
+    queue: Option<&str>,
     now: Timestamp,
 ) -> AgentExecutionStatus {
     let mut status = base_status(execution);
@@ -137,7 +138,8 @@ pub fn starting(
         Reason::Resolved,
         "",
     );
-    mark_waiting(&mut status, execution, queued, &now);
+    let message = queue.map(|queue| queued_message(Some(queue), None));
+    mark_waiting(&mut status, execution, message.as_deref(), &now);
     status.agent = Some(agent.to_owned());
     status.snapshot = Some(snapshot);
     status.job_name = Some(job_name.to_owned());
@@ -154,9 +156,14 @@ pub fn render(
     match standing {
         Standing::Final => execution.status.clone().unwrap_or_default(),
         Standing::Unchanged => base_status(execution),
-        Standing::Waiting { queued } => {
+        Standing::Queued { message } => {
             let mut status = base_status(execution);
-            mark_waiting(&mut status, execution, *queued, &now);
+            mark_waiting(&mut status, execution, Some(message), &now);
+            status
+        }
+        Standing::Starting => {
+            let mut status = base_status(execution);
+            mark_waiting(&mut status, execution, None, &now);
             status
         }
         Standing::Running {
@@ -165,6 +172,7 @@ pub fn render(
         } => {
             let mut status = base_status(execution);
             status.phase = Some(Phase::Running);
+            status.message = None;
             if status.start_time.is_none() {
                 status.start_time.clone_from(started_at);
             }
@@ -183,21 +191,28 @@ pub fn render(
     }
 }
 
-/// Phase Starting with condition Started false: `Queued` while Kueue holds the Job,
-/// `PodStarting` otherwise.
+/// Condition Started false, and the phase to match: `Queued` with Kueue's `queued` message
+/// (also the status message) while Kueue holds the Job, `Starting` with reason `PodStarting`
+/// otherwise.
 fn mark_waiting(
     status: &mut AgentExecutionStatus,
     execution: &AgentExecution,
-    queued: bool,
+    queued: Option<&str>,
     now: &Time,
 ) {
-    let waiting = if queued {
-        Reason::Queued
-    } else {
-        Reason::PodStarting
+    let (phase, reason) = match queued {
+        Some(_) => (Phase::Queued, Reason::Queued),
+        None => (Phase::Starting, Reason::PodStarting),
     };
-    writer(&mut status.conditions, execution, now).set(ConditionType::Started, false, waiting, "");
-    status.phase = Some(Phase::Starting);
+    let message = queued.map(bounded);
+    writer(&mut status.conditions, execution, now).set(
+        ConditionType::Started,
+        false,
+        reason,
+        message.as_deref().unwrap_or_default(),
+    );
+    status.phase = Some(phase);
+    status.message = message;
 }
 
 /// The terminal status: the results saved (by the runner, else by staging), the ending's
@@ -240,6 +255,13 @@ fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecuti
         if status.start_time.is_some() {
             conditions.set(ConditionType::Started, true, Reason::AgentStarted, "");
         }
+    }
+    if let Some(summary) = ending
+        .summary
+        .as_ref()
+        .filter(|s| !s.gpu_devices.is_empty())
+    {
+        status.gpu_devices.clone_from(&summary.gpu_devices);
     }
     status.phase = Some(ending.phase);
     status.exit_code = ending.exit_code;

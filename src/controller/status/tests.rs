@@ -43,7 +43,7 @@ fn execution() -> AgentExecution {
         "calculator",
         SnapshotRef::test(),
         "errand-calc",
-        false,
+        None,
         now(1),
     ));
     execution
@@ -60,16 +60,33 @@ fn job() -> JobFacts {
     JobFacts {
         uid: Some("job-uid".into()),
         suspended: false,
+        queue: None,
         started: Some(now(1)),
         failure: None,
     }
 }
 
-/// A Job Kueue holds, created at +1 and not started.
+/// A Job Kueue holds in LocalQueue `gpu`, created at +1 and not started.
 fn suspended_job() -> JobFacts {
     JobFacts {
         suspended: true,
+        queue: Some("gpu".into()),
+        started: None,
         ..job()
+    }
+}
+
+/// Kueue's Workload for a Job it has no quota for yet.
+fn workload_without_quota() -> WorkloadFacts {
+    WorkloadFacts {
+        name: "job-errand-calc-3f2a1".into(),
+        pending: Some(Cause {
+            reason: "Pending".into(),
+            message: "couldn't assign flavors to pod set main: insufficient unused quota for \
+                      nvidia.com/gpu in flavor gpu, 1 more needed"
+                .into(),
+        }),
+        admitted: false,
     }
 }
 
@@ -147,6 +164,7 @@ fn summary(state: RunState, exit_code: i32, stderr: &str) -> TerminationSummary 
         stderr_tail: stderr.into(),
         results: results(),
         results_error: None,
+        gpu_devices: Vec::new(),
     }
 }
 
@@ -154,6 +172,7 @@ fn facts_at(job: JobFacts, pod: Option<PodFacts>, offset: i64) -> Facts {
     Facts {
         job: Some(job),
         pod,
+        workload: None,
         warnings: Vec::new(),
         now: now(offset),
     }
@@ -237,10 +256,38 @@ fn phases_and_reasons() {
             job: suspended_job(),
             pod: None,
             at: 100_000,
-            phase: Phase::Starting,
+            phase: Phase::Queued,
             reason: Some((ConditionType::Started, Reason::Queued)),
+            message_contains: "waiting in Kueue LocalQueue gpu: Kueue has not created",
+            stop: None,
+        },
+        Row {
+            name: "a Job Kueue resumed after a long wait starts its start timeout then",
+            execution: execution(),
+            job: JobFacts {
+                suspended: false,
+                ..suspended_job()
+            },
+            pod: None,
+            at: 100_000,
+            phase: Phase::Starting,
+            reason: Some((ConditionType::Started, Reason::PodStarting)),
             message_contains: "",
             stop: None,
+        },
+        Row {
+            name: "a Job Kueue admitted long after its creation times out from its start",
+            execution: execution(),
+            job: JobFacts {
+                started: Some(now(100_000)),
+                ..job()
+            },
+            pod: None,
+            at: 100_121,
+            phase: Phase::Failed,
+            reason: Some((ConditionType::Failed, Reason::StartTimeout)),
+            message_contains: "within 120s",
+            stop: Some(Stop::DeleteJob),
         },
         Row {
             name: "staging is part of starting",
@@ -447,6 +494,17 @@ fn phases_and_reasons() {
             at: 60,
             phase: Phase::Cancelled,
             reason: Some((ConditionType::Failed, Reason::Cancelled)),
+            message_contains: "cancelled while queued in Kueue; no pod ran",
+            stop: Some(Stop::DeleteJob),
+        },
+        Row {
+            name: "cancelling a starting pod deletes the Job and is Cancelled at once",
+            execution: cancelled(execution()),
+            job: job(),
+            pod: Some(pod()),
+            at: 60,
+            phase: Phase::Cancelled,
+            reason: Some((ConditionType::Failed, Reason::Cancelled)),
             message_contains: "before the agent started",
             stop: Some(Stop::DeleteJob),
         },
@@ -512,6 +570,139 @@ fn a_finished_run_records_times_exit_code_and_results() {
 }
 
 #[test]
+fn a_queued_execution_shows_kueues_reason_until_admitted_then_starts() {
+    let mut e = execution();
+    e.status = Some(starting(
+        &e,
+        "calculator",
+        SnapshotRef::test(),
+        "errand-calc",
+        Some("gpu"),
+        now(1),
+    ));
+    assert_eq!(e.status.as_ref().unwrap().phase, Some(Phase::Queued));
+
+    let mut facts = facts_at(suspended_job(), None, 30);
+    facts.workload = Some(workload_without_quota());
+    let (queued, decision) = assess(&e, &facts);
+    assert_eq!(decision.recheck_after, None, "queue time is not start time");
+    assert_eq!(queued.phase, Some(Phase::Queued));
+    let started = condition(&queued, ConditionType::Started).unwrap();
+    assert_eq!(
+        (started.status.as_str(), started.reason.as_str()),
+        ("False", "Queued")
+    );
+    let expected = "waiting in Kueue LocalQueue gpu (Workload job-errand-calc-3f2a1: Pending): \
+                    couldn't assign flavors to pod set main: insufficient unused quota for \
+                    nvidia.com/gpu in flavor gpu, 1 more needed";
+    assert_eq!(started.message, expected);
+    assert_eq!(queued.message.as_deref(), Some(expected));
+    e.status = Some(queued.clone());
+    assert_eq!(
+        assess(&e, &facts).0,
+        queued,
+        "no new write while nothing changes"
+    );
+
+    facts.job = Some(JobFacts {
+        suspended: false,
+        started: Some(now(40)),
+        ..suspended_job()
+    });
+    facts.workload = Some(WorkloadFacts {
+        pending: None,
+        admitted: true,
+        ..workload_without_quota()
+    });
+    facts.now = now(45);
+    let (admitted, decision) = assess(&e, &facts);
+    assert_eq!(admitted.phase, Some(Phase::Starting));
+    assert_eq!(admitted.message, None, "Kueue's reason goes with the queue");
+    let started = condition(&admitted, ConditionType::Started).unwrap();
+    assert_eq!(
+        (started.reason.as_str(), started.message.as_str()),
+        ("PodStarting", "")
+    );
+    assert_eq!(
+        decision.recheck_after,
+        Some(Duration::from_secs(115)),
+        "the start timeout counts from Kueue's admission at +40"
+    );
+}
+
+#[test]
+fn kueues_words_are_read_from_the_workloads_conditions() {
+    let workload = |conditions: serde_json::Value| -> crate::cluster::kueue::Workload {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+            "metadata": {"name": "job-errand-calc-3f2a1", "namespace": "team-a"},
+            "spec": {},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    };
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| {
+        serde_json::json!({"type": type_, "status": status, "reason": reason,
+            "message": message, "lastTransitionTime": "2026-11-30T12:00:00Z"})
+    };
+    let pending = workload_facts(&workload(serde_json::json!([condition(
+        "QuotaReserved",
+        "False",
+        "Inadmissible",
+        "LocalQueue gpu doesn't exist"
+    )])));
+    assert_eq!(
+        pending.pending,
+        Some(Cause {
+            reason: "Inadmissible".into(),
+            message: "LocalQueue gpu doesn't exist".into()
+        })
+    );
+    assert!(!pending.admitted);
+    let checks = workload_facts(&workload(serde_json::json!([
+        condition(
+            "QuotaReserved",
+            "True",
+            "QuotaReserved",
+            "Quota reserved in ClusterQueue cq"
+        ),
+        condition(
+            "Admitted",
+            "False",
+            "NoChecks",
+            "waiting for admission checks"
+        ),
+    ])));
+    assert_eq!(
+        checks.pending.map(|c| c.message).as_deref(),
+        Some("waiting for admission checks")
+    );
+    let admitted = workload_facts(&workload(serde_json::json!([
+        condition(
+            "QuotaReserved",
+            "True",
+            "QuotaReserved",
+            "Quota reserved in ClusterQueue cq"
+        ),
+        condition("Admitted", "True", "Admitted", "The workload is admitted"),
+    ])));
+    assert_eq!((&admitted.pending, admitted.admitted), (&None, true));
+    assert!(queued_message(Some("gpu"), Some(&admitted)).contains("the Job resumes"));
+}
+
+#[test]
+fn the_gpus_the_agent_saw_are_in_the_status() {
+    let summary = TerminationSummary {
+        gpu_devices: vec!["fake-gpu-1".into()],
+        ..summary(RunState::Succeeded, 0, "")
+    };
+    let facts = facts_at(job(), Some(finished(0, Some(summary))), 95);
+    let (status, _) = assess(&execution(), &facts);
+    assert_eq!(status.phase, Some(Phase::Succeeded));
+    assert_eq!(status.gpu_devices, ["fake-gpu-1"]);
+}
+
+#[test]
 fn results_that_could_not_be_saved_fail_a_successful_run() {
     let summary = TerminationSummary {
         results_error: Some("PUT output_workdir: 403 Forbidden".into()),
@@ -570,6 +761,7 @@ fn a_deleted_job_fails_the_execution_and_is_not_replaced() {
     let facts = Facts {
         job: None,
         pod: None,
+        workload: None,
         warnings: Vec::new(),
         now: now(50),
     };
@@ -935,7 +1127,7 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
             ..Default::default()
         }),
     };
-    let observed = facts(Some(&job), &[&older, &newer], now(60));
+    let observed = facts(Some(&job), &[&older, &newer], None, now(60));
     assert_eq!(
         observed.pod.map(|p| p.name).as_deref(),
         Some("errand-calc-b2")
@@ -945,15 +1137,74 @@ fn the_newest_pod_and_the_jobs_failure_are_observed() {
         Some(JobFacts {
             uid: Some("job-uid".into()),
             suspended: true,
-            started: Some(now(1)),
+            queue: None,
+            started: None,
             failure: Some(Cause {
                 reason: "DeadlineExceeded".into(),
                 message: "Job was active longer than specified deadline".into(),
             }),
         }),
-        "a Job that has not started counts from its creation"
+        "a Job that was held starts when the Job controller starts it, not at its creation"
     );
-    assert_eq!(facts(None, &[], now(60)).job, None);
+    let mut created = job.clone();
+    created.status = None;
+    created.spec = None;
+    assert_eq!(
+        facts(Some(&created), &[], None, now(60))
+            .job
+            .unwrap()
+            .started,
+        Some(now(1)),
+        "a Job that was never held counts from its creation until it starts"
+    );
+    assert_eq!(facts(None, &[], None, now(60)).job, None);
+}
+
+#[test]
+fn a_job_kueue_let_go_counts_its_start_from_its_resume_not_its_creation() {
+    let job = |suspend: bool, condition: Option<(&str, i64)>, start: Option<i64>| Job {
+        metadata: ObjectMeta {
+            name: Some("errand-calc".into()),
+            creation_timestamp: Some(at(1)),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            suspend: Some(suspend),
+            ..Default::default()
+        }),
+        status: Some(JobStatus {
+            start_time: start.map(at),
+            conditions: condition.map(|(status, since)| {
+                vec![JobCondition {
+                    type_: "Suspended".into(),
+                    status: status.into(),
+                    last_transition_time: Some(at(since)),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }),
+    };
+    let started = |job: &Job| facts(Some(job), &[], None, now(600)).job.unwrap().started;
+    assert_eq!(
+        started(&job(true, Some(("True", 1)), None)),
+        None,
+        "held by Kueue: not started"
+    );
+    assert_eq!(
+        started(&job(false, Some(("True", 1)), None)),
+        None,
+        "just unsuspended: the wait in the queue does not count"
+    );
+    assert_eq!(
+        started(&job(false, Some(("False", 500)), None)),
+        Some(now(500))
+    );
+    assert_eq!(
+        started(&job(false, Some(("False", 500)), Some(510))),
+        Some(now(510))
+    );
+    assert_eq!(started(&job(false, None, None)), Some(now(1)));
 }
 
 // Pods that Kubernetes or someone else stopped under the agent.

@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn each_latency_is_observed_once_on_the_change_that_shows_it() {
         let created = at(0);
-        let queued = status(Phase::Starting, started(Reason::Queued, 1));
+        let queued = status(Phase::Queued, started(Reason::Queued, 1));
         // Admitted by Kueue at +31: the queue wait ends, nothing else yet.
         let starting = status(Phase::Starting, started(Reason::PodStarting, 1));
         let seen = timings(Some(&created), Some(&queued), &starting, at(31).0);

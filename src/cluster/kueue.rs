@@ -1,0 +1,123 @@
+//! Kueue's `Workload`, as much of it as errand reads (who owns it and its conditions), and whether the cluster serves it.
+//!
+//! Kueue admits a queued Job through the Workload it creates for it (owned by the Job): while
+//! the Job waits, the Workload's `QuotaReserved` condition says why, e.g. "couldn't assign
+//! flavors to pod set main: insufficient unused quota for nvidia.com/gpu ...". `v1beta1` is
+//! Kueue's storage version from v0.9 to v0.15 and still served after.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Client, CustomResource};
+use serde::{Deserialize, Serialize};
+
+/// The API group of Kueue's resources.
+pub const GROUP: &str = "kueue.x-k8s.io";
+/// The version of Kueue's API errand reads.
+pub const VERSION: &str = "v1beta1";
+
+/// What errand reads of a Workload's spec: nothing (serde drops the pod sets, so a cached
+/// Workload costs little).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta1",
+    kind = "Workload",
+    namespaced,
+    status = "WorkloadStatus",
+    schema = "disabled"
+)]
+pub struct WorkloadSpec {}
+
+/// What errand reads of a Workload's status: its conditions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadStatus {
+    /// `QuotaReserved`, `Admitted`, `Evicted`, `Finished`, ...
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+impl Workload {
+    /// Whether the Job with `job_uid` owns this Workload.
+    pub fn is_of_job(&self, job_uid: &str) -> bool {
+        self.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Job" && o.uid == job_uid)
+    }
+
+    /// The name of the Job that owns this Workload, if a Job does.
+    pub fn job_name(&self) -> Option<&str> {
+        self.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.kind == "Job")
+            .map(|o| o.name.as_str())
+    }
+
+    /// Its condition `type_`, if set.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+    }
+}
+
+/// Keeps only what the status needs of a Workload: its identity, owners and conditions.
+pub fn trim_workload(workload: &mut Workload) {
+    workload.metadata.annotations = None;
+    workload.metadata.labels = None;
+    workload.metadata.finalizers = None;
+}
+
+/// Whether the API server serves Kueue's Workloads (Kueue is installed), from discovery, which
+/// every authenticated client may read.
+pub async fn workloads_served(client: &Client) -> Result<bool, kube::Error> {
+    match client
+        .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
+        .await
+    {
+        Ok(resources) => Ok(resources.resources.iter().any(|r| r.name == "workloads")),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workload_reads_with_its_owner_and_conditions_and_without_its_pod_sets() {
+        let workload: Workload = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Workload",
+            "metadata": {
+                "name": "job-errand-calc-3f2a1",
+                "namespace": "team-a",
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1", "kind": "Job", "name": "errand-calc",
+                    "uid": "job-uid", "controller": true,
+                }],
+            },
+            "spec": {"queueName": "gpu", "podSets": [{"name": "main", "count": 1, "template": {}}]},
+            "status": {"conditions": [{
+                "type": "QuotaReserved", "status": "False", "reason": "Pending",
+                "message": "couldn't assign flavors to pod set main: insufficient unused quota \
+                            for nvidia.com/gpu in flavor gpu, 1 more needed",
+                "lastTransitionTime": "2026-11-30T12:00:00Z",
+            }]},
+        }))
+        .unwrap();
+        assert!(workload.is_of_job("job-uid"));
+        assert!(!workload.is_of_job("other"));
+        assert_eq!(workload.job_name(), Some("errand-calc"));
+        let reserved = workload.condition("QuotaReserved").unwrap();
+        assert_eq!(reserved.reason, "Pending");
+        assert!(workload.condition("Admitted").is_none());
+        let kept = serde_json::to_value(&workload).unwrap();
+        assert_eq!(kept["spec"], serde_json::json!({}), "{kept}");
+    }
+}
