@@ -112,8 +112,9 @@ async fn release_store(client: &Client, namespace: &str) -> Store {
         .expect("the chart's store claim");
     let spec = claim.spec.unwrap_or_default();
     assert_eq!(
-        spec.storage_class_name, None,
-        "the chart's claim names no StorageClass: the cluster's default binds it"
+        spec.storage_class_name.as_deref(),
+        Some("local-path"),
+        "the chart's claim names no StorageClass: admission gives it the cluster's default"
     );
     let volume = Api::<PersistentVolume>::all(client.clone())
         .get(&spec.volume_name.expect("the claim is bound"))
