@@ -10,7 +10,9 @@ mod observe;
 mod render;
 mod timings;
 
-pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide, queued_message};
+pub use decide::{
+    AgentContainer, Decision, Ending, RUNNING_SHOWN_AFTER, Standing, Stop, decide, queued_message,
+};
 pub use message::MESSAGE_LIMIT;
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, WorkloadFacts,
