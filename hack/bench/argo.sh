@@ -4,11 +4,12 @@
 # in hack/bench/tools/argo/go.mod, from the Go module proxy, cached outside the
 # repository like the test cluster's tools (keyed by version and by the
 # module's digest), and argoexec packaged as an image archive by
-# hack/images/oci-image.py. With a containerd socket, imports the image.
-# Prints the bin directory (workflow-controller, argoexec, argoexec.tar) and
-# the module directory (for Argo's CRDs) as NAME=VALUE lines.
+# hack/images/oci-image.py. With --import, imports the image into the test
+# cluster's containerd. Prints the bin directory (workflow-controller,
+# argoexec, argoexec.tar), the module directory (for Argo's CRDs) and the
+# image as NAME=VALUE lines.
 #
-# Usage: argo.sh [CONTAINERD_SOCKET]
+# Usage: argo.sh [--import]
 # Environment: ERRAND_CACHE_DIR (default /var/cache/errand), ERRAND_BUILD_JOBS (default 2)
 set -euo pipefail
 # shellcheck source=hack/testenv/lib.sh
@@ -49,10 +50,13 @@ if [[ ! -f "$bin/.complete" ]]; then
   chmod 755 "$scratch"
   mv "$scratch" "$bin"
   printf 'built %s with %s in %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(go version)" "$(($(date +%s) - start))" >"$bin/.complete"
+  for stale in "$(dirname "$(dirname "$bin")")"/argo-*; do
+    [[ "$stale" == "$(dirname "$bin")" ]] || rm -rf "$stale"
+  done
   log "argo $version: built in $(($(date +%s) - start))s into $bin"
 fi
-if [[ $# -ge 1 ]]; then
-  ctr --address "$1" --namespace k8s.io images import "$bin/argoexec.tar" >/dev/null
+if [[ "${1:-}" == --import ]]; then
+  ctr --address "$CONTAINERD_SOCKET" --namespace k8s.io images import "$bin/argoexec.tar" >/dev/null
 fi
 echo "ARGO_BIN_DIR=$bin"
 echo "ARGO_MODULE_DIR=$(cd "$module" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-workflows/v3)"

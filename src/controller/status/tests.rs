@@ -733,7 +733,7 @@ fn running_shows_once_the_agent_ran_for_the_window_and_is_rechecked_then() {
     let e = execution();
     // The agent started at +10 by the pod's clock; at +10.5 Running is held back.
     let mut facts = facts_at(job(), Some(running(10)), 10);
-    facts.now = facts.now + Duration::from_millis(500);
+    facts.now += Duration::from_millis(500);
     let (held, decision) = assess(&e, &facts);
     assert_eq!(held, *e.status.as_ref().unwrap(), "no write while held");
     assert_eq!(
