@@ -219,7 +219,7 @@ async fn bench() {
         be / bf
     );
     println!(
-        "| controller API writes per execution, whole life: create → Succeeded ({LIVES} real pods) | {writes_per_life:.2} | | | <= 5 |"
+        "| controller API writes per execution, whole life: create → Succeeded ({LIVES} real pods) | {writes_per_life:.2} | | | <= 4 |"
     );
     println!(
         "| controller API writes per execution, deletion (results and finalizer) | {writes_per_deletion:.2} | | | |"
