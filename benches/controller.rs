@@ -19,6 +19,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod shared;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +38,7 @@ use tokio::sync::Mutex;
 use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
+use shared::percentile;
 
 const SEQUENTIAL: usize = 200;
 const BURST: usize = 500;
@@ -48,17 +51,10 @@ const LIVES: usize = 10;
 type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("controller benchmark: skipped outside `cargo bench --bench controller`");
-        return;
-    }
-    // The controller runs in this process: its warnings (failed reconciles) go to stderr.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(bench());
+    shared::run_async("controller", || async {
+        bench().await;
+        true
+    });
 }
 
 async fn bench() {
@@ -609,13 +605,6 @@ async fn wait_terminal(client: &Client, ns: &str, count: usize) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-fn percentile(values: &[f64], p: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let index = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[index]
 }
 
 fn rss_kib() -> u64 {

@@ -18,6 +18,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod shared;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +42,7 @@ use errand::controller::names::job_name;
 use errand::controller::status::conditions;
 use errand::store::Store;
 use errand::store::keys::ResultName;
+use shared::percentile;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
 
 /// Runs of each kind.
@@ -108,16 +111,10 @@ impl Kind {
 }
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("e2e benchmark: skipped outside `cargo bench --bench e2e`");
-        return;
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    runtime.block_on(bench());
+    shared::run_async("e2e", || async {
+        bench().await;
+        true
+    });
 }
 
 /// What `hack/bench/argo.sh` built: binaries, the module's source (CRDs) and the image.
@@ -330,12 +327,14 @@ fn fail(seen: &Seen, name: &str, how: String) {
 }
 
 /// Spawns a task that feeds every applied object of `api` to `on` with the time it was seen.
-fn watch<K>(api: Api<K>, config: watcher::Config, on: impl Fn(&K, Timestamp) + Send + 'static)
+fn watch<K>(api: Api<K>, on: impl Fn(&K, Timestamp) + Send + 'static)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut events = watcher(api, config).applied_objects().boxed();
+        let mut events = watcher(api, watcher::Config::default())
+            .applied_objects()
+            .boxed();
         while let Ok(Some(object)) = events.try_next().await {
             on(&object, Timestamp::now());
         }
@@ -348,7 +347,6 @@ fn watch_pods(client: &Client, ns: &str, seen: &Seen) {
     let seen = seen.clone();
     watch(
         Api::<Pod>::namespaced(client.clone(), ns),
-        watcher::Config::default(),
         move |pod, at| {
             let labels = pod.labels();
             let Some(run) = labels
@@ -396,7 +394,6 @@ fn watch_executions(client: &Client, ns: &str, seen: &Seen) {
     let seen = seen.clone();
     watch(
         Api::<AgentExecution>::namespaced(client.clone(), ns),
-        watcher::Config::default(),
         move |execution, at| {
             let name = execution.name_any();
             let Some(status) = execution.status.as_ref() else {
@@ -428,7 +425,6 @@ fn watch_jobs(client: &Client, ns: &str, seen: &Seen) {
     let seen = seen.clone();
     watch(
         Api::<Job>::namespaced(client.clone(), ns),
-        watcher::Config::default(),
         move |job, at| {
             let name = job.name_any();
             if let Some(execution) = execution_of(&name) {
@@ -462,7 +458,6 @@ fn watch_workflows(client: &Client, ns: &str, seen: &Seen) {
     let seen = seen.clone();
     watch(
         Api::<DynamicObject>::namespaced_with(client.clone(), ns, &workflows()),
-        watcher::Config::default(),
         move |workflow, at| {
             let name = workflow.name_any();
             let status = &workflow.data["status"];
@@ -612,13 +607,6 @@ async fn check_artifacts(s3: &support::s3::S3Server, client: &Client, ns: &str) 
             "{key} holds the file: {files:?}"
         );
     }
-}
-
-fn percentile(values: &[f64], p: f64) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let index = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[index]
 }
 
 fn report(
