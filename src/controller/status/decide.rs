@@ -19,9 +19,11 @@ use crate::runner::termination::TerminationSummary;
 /// How long after its agent started a run shows phase `Running`. A run that ends sooner goes
 /// from `Starting` to its end in one status write instead of two, and still records its
 /// `startTime`, image and condition `Started` (from the pod's own timestamps); a longer run
-/// shows `Running` this much after the start the pod reports (in whole seconds), so between one
-/// and two seconds after its agent started.
-pub const RUNNING_SHOWN_AFTER: Duration = Duration::from_secs(2);
+/// shows `Running` this much after the start the pod reports (in whole seconds), so between
+/// four and five seconds after its agent started. Five seconds cover a short run's upload, its
+/// exit and the kubelet's report of it (its pod lifecycle relist runs every second) also on a
+/// busy node; an agent run is measured in minutes.
+pub const RUNNING_SHOWN_AFTER: Duration = Duration::from_secs(5);
 
 /// What must be stopped to carry out a decision.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -741,7 +741,8 @@ fn running_shows_once_the_agent_ran_for_the_window_and_is_rechecked_then() {
         Some(RUNNING_SHOWN_AFTER - Duration::from_millis(500))
     );
     // Once the window passed, Running shows with the agent's start time.
-    let (shown, decision) = assess(&e, &facts_at(job(), Some(running(10)), 12));
+    let shown_at = 10 + i64::try_from(RUNNING_SHOWN_AFTER.as_secs()).unwrap();
+    let (shown, decision) = assess(&e, &facts_at(job(), Some(running(10)), shown_at));
     assert_eq!(shown.phase, Some(Phase::Running));
     assert_eq!(shown.start_time, Some(at(10)));
     assert_eq!(decision.recheck_after, None);
