@@ -58,19 +58,7 @@ const RATIO_LIMIT: f64 = 1.5;
 const RSS_LIMIT: u64 = 64 * MIB;
 
 fn main() {
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("data API benchmark: skipped outside `cargo bench --bench data_api`");
-        return;
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
-    let ok = runtime.block_on(bench());
-    if !ok {
-        std::process::exit(1);
-    }
+    shared::run_async("data_api", bench);
 }
 
 async fn bench() -> bool {
