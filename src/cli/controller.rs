@@ -143,6 +143,10 @@ pub struct ControllerArgs {
     /// --data-api-listen).
     #[arg(long, env = "ERRAND_API_SERVICE", default_value = DATA_API_SERVICE)]
     pub api_service: String,
+    /// The OpenTelemetry collector executions with `autoTelemetry: true` send their traces to
+    /// (the runner's spans and the agent's own); without it such executions are refused.
+    #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
 }
 
 impl ControllerArgs {
@@ -233,6 +237,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.workspace_size_limit = args.workspace_size_limit;
     config.scratch_size_limit = args.scratch_size_limit;
     config.store_sweep = store_sweep;
+    config.otlp_endpoint = args.telemetry.otlp_endpoint;
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),

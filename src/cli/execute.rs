@@ -59,6 +59,8 @@ pub struct ExecuteArgs {
     #[command(flatten)]
     pub staging: super::staging::StagingArgs,
     #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 
@@ -282,6 +284,7 @@ pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), Cl
         name.as_deref(),
         &request.spec,
         args.inherit_env,
+        args.telemetry.otlp_endpoint.as_ref(),
     )
     .await;
     let record = match prepared {

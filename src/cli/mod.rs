@@ -13,6 +13,7 @@ mod pod;
 mod rerun;
 mod show;
 mod staging;
+mod telemetry;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
