@@ -1,6 +1,12 @@
 // Go tools module that pins the etcd release the test environment runs
 // (hack/testenv/build.sh builds it from here; etcd's own go.mod has replace
-// lines, so `go install` cannot build it directly).
+// lines, so `go install` cannot build it directly), and the OpenTelemetry
+// Collector of the telemetry tests (cmd/otelcol: core v0.165.0's otelcol with
+// the OTLP receiver and contrib's file exporter), which shares gRPC, protobuf
+// and the OpenTelemetry SDK with etcd, so one `go build` compiles them once.
+// Requiring the collector raised etcd's gRPC (1.83.2 -> 1.85.0) and OTel SDK
+// (1.45 -> 1.47) by minor versions; cloud.google.com/go is raised past
+// v0.26.0 only so that compute/metadata resolves to one module.
 module errand.dev/hack/testenv/tools/etcd
 
 go 1.26.0
