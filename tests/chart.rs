@@ -672,7 +672,8 @@ fn the_controller_gets_the_otlp_endpoint_only_when_one_is_set() {
         "{:?}",
         controller_args(&objects)
     );
-    let Some(objects) = render(&["telemetry.otlpEndpoint=http://otel-collector.observability.svc:4318"])
+    let Some(objects) =
+        render(&["telemetry.otlpEndpoint=http://otel-collector.observability.svc:4318"])
     else {
         return;
     };

@@ -36,7 +36,11 @@ async fn start_collector(namespace: &TestNamespace) -> String {
         "data": {"config.yaml": collector_config(&format!("0.0.0.0:{OTLP_PORT}"), "/data/traces.jsonl")},
     }))
     .unwrap();
-    namespace.api::<ConfigMap>().create(&create, &config_map).await.unwrap();
+    namespace
+        .api::<ConfigMap>()
+        .create(&create, &config_map)
+        .await
+        .unwrap();
     let restricted = json!({
         "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
@@ -70,7 +74,11 @@ async fn start_collector(namespace: &TestNamespace) -> String {
         "spec": {"selector": {"app": "otelcol"}, "ports": [{"port": OTLP_PORT, "targetPort": OTLP_PORT}]},
     }))
     .unwrap();
-    namespace.api::<Service>().create(&create, &service).await.unwrap();
+    namespace
+        .api::<Service>()
+        .create(&create, &service)
+        .await
+        .unwrap();
 
     let pods: Api<Pod> = namespace.api();
     let started = Instant::now();
@@ -124,7 +132,9 @@ async fn auto_telemetry_reaches_the_operators_collector_and_only_when_asked() {
     else {
         return;
     };
-    harness.create_agent("traced", BUSYBOX_IMAGE, AGENT_SCRIPT).await;
+    harness
+        .create_agent("traced", BUSYBOX_IMAGE, AGENT_SCRIPT)
+        .await;
     harness
         .create_execution("traced", "traced", json!({"autoTelemetry": true}))
         .await;

@@ -4,7 +4,9 @@ mod support;
 
 use serde_json::json;
 use support::local::Home;
-use support::telemetry::{AGENT_SCRIPT, ExpectedExecution, assert_execution_trace, local_collector, trace_id_of};
+use support::telemetry::{
+    AGENT_SCRIPT, ExpectedExecution, assert_execution_trace, local_collector, trace_id_of,
+};
 
 /// Applies the test agent (its command is [`AGENT_SCRIPT`]) as `traced`.
 fn apply_test_agent(home: &Home) {
@@ -28,8 +30,14 @@ async fn an_auto_telemetry_run_and_its_agent_report_into_the_executions_trace() 
     let home = Home::new();
     apply_test_agent(&home);
     let (code, answer) = home.json(&[
-        "execute", "--agent", "traced", "--input", "trace me", "--auto-telemetry",
-        "--otlp-endpoint", &collector.endpoint,
+        "execute",
+        "--agent",
+        "traced",
+        "--input",
+        "trace me",
+        "--auto-telemetry",
+        "--otlp-endpoint",
+        &collector.endpoint,
     ]);
     assert_eq!(code, 0, "{answer}");
     let execution = &answer["execution"];
@@ -54,8 +62,13 @@ async fn without_auto_telemetry_nothing_is_injected_or_sent() {
     apply_test_agent(&home);
     // The endpoint is configured, the execution does not ask for telemetry.
     let (code, answer) = home.json(&[
-        "execute", "--agent", "traced", "--input", "trace me",
-        "--otlp-endpoint", &collector.endpoint,
+        "execute",
+        "--agent",
+        "traced",
+        "--input",
+        "trace me",
+        "--otlp-endpoint",
+        &collector.endpoint,
     ]);
     assert_eq!(code, 0, "{answer}");
     let execution = &answer["execution"];
@@ -78,7 +91,16 @@ fn auto_telemetry_without_an_endpoint_is_refused_naming_the_field() {
     let home = Home::new();
     apply_test_agent(&home);
     let output = home
-        .command(&["execute", "--agent", "traced", "--input", "x", "--auto-telemetry", "-o", "json"])
+        .command(&[
+            "execute",
+            "--agent",
+            "traced",
+            "--input",
+            "x",
+            "--auto-telemetry",
+            "-o",
+            "json",
+        ])
         .env_remove("ERRAND_OTLP_ENDPOINT")
         .output()
         .unwrap();
@@ -89,13 +111,26 @@ fn auto_telemetry_without_an_endpoint_is_refused_naming_the_field() {
     assert!(message.contains("spec.autoTelemetry"), "{message}");
     assert!(message.contains("--otlp-endpoint"), "{message}");
     let (_, listed) = home.json(&["list"]);
-    assert_eq!(listed["executions"].as_array().map(Vec::len), Some(0), "{listed}");
+    assert_eq!(
+        listed["executions"].as_array().map(Vec::len),
+        Some(0),
+        "{listed}"
+    );
 
     let (code, answer) = home.json(&[
-        "execute", "--agent", "traced", "--input", "x", "--auto-telemetry",
-        "--otlp-endpoint", "collector:4318",
+        "execute",
+        "--agent",
+        "traced",
+        "--input",
+        "x",
+        "--auto-telemetry",
+        "--otlp-endpoint",
+        "collector:4318",
     ]);
     assert_ne!(code, 0);
-    let message = answer["error"]["message"].as_str().unwrap_or_default().to_owned();
+    let message = answer["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(message.contains("--otlp-endpoint"), "{answer}");
 }

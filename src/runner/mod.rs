@@ -411,8 +411,11 @@ pub async fn run_and_collect<K: ResultSink>(
     if let Some(code) = run.exit_code {
         run_span.set(ATTR_EXIT_CODE, i64::from(code));
     }
-    let failure = (run.state != RunState::Succeeded)
-        .then(|| run.error.clone().unwrap_or_else(|| format!("{:?}", run.state)));
+    let failure = (run.state != RunState::Succeeded).then(|| {
+        run.error
+            .clone()
+            .unwrap_or_else(|| format!("{:?}", run.state))
+    });
     run_span.end(failure.as_deref());
     // The stop that ended the agent leaves its partial results to be saved; a stop that
     // arrives while they are saved abandons the archives.

@@ -234,7 +234,8 @@ pub async fn run_agent_in_pod(
     };
     let staged = read_staged(&paths.scratch.join(STAGED_FILE));
     let mut invocation = invocation(&grants, &snapshot, paths, agent_config, command);
-    invocation.telemetry = ExecutionTelemetry::for_snapshot(telemetry, &snapshot, &grants.execution);
+    invocation.telemetry =
+        ExecutionTelemetry::for_snapshot(telemetry, &snapshot, &grants.execution);
     let summary = run_and_collect(&invocation, staged, &urls, stop).await;
     invocation.telemetry.shutdown().await;
     report(paths, &summary)

@@ -155,7 +155,10 @@ pub fn agent_env(
         (ENV_OTLP_ENDPOINT.into(), target.endpoint.clone()),
         (ENV_OTLP_PROTOCOL.into(), OTLP_PROTOCOL.into()),
         (ENV_SERVICE_NAME.into(), agent.to_owned()),
-        (ENV_RESOURCE_ATTRIBUTES.into(), resource_attributes(&attributes)),
+        (
+            ENV_RESOURCE_ATTRIBUTES.into(),
+            resource_attributes(&attributes),
+        ),
         (
             ENV_TRACEPARENT.into(),
             traceparent(&trace.trace_id, run_span_id),
@@ -225,8 +228,14 @@ mod tests {
 
     #[test]
     fn resource_attribute_values_are_percent_encoded_where_baggage_needs_it() {
-        assert_eq!(encode_baggage_value("a b,c;d=e\\f\"g"), "a%20b%2Cc%3Bd=e%5Cf%22g");
-        assert_eq!(encode_baggage_value("sha256:ab/c-d_e.f"), "sha256:ab/c-d_e.f");
+        assert_eq!(
+            encode_baggage_value("a b,c;d=e\\f\"g"),
+            "a%20b%2Cc%3Bd=e%5Cf%22g"
+        );
+        assert_eq!(
+            encode_baggage_value("sha256:ab/c-d_e.f"),
+            "sha256:ab/c-d_e.f"
+        );
     }
 
     #[test]
@@ -237,7 +246,12 @@ mod tests {
                 .traces_url(),
             "http://c:4318/v1/traces"
         );
-        for bad in ["collector:4318", "grpc://c:4317", "not a url", "file:///tmp/x"] {
+        for bad in [
+            "collector:4318",
+            "grpc://c:4317",
+            "not a url",
+            "file:///tmp/x",
+        ] {
             let error = TelemetryTarget::parse("--otlp-endpoint", bad).unwrap_err();
             assert!(error.starts_with("--otlp-endpoint: "), "{error}");
         }

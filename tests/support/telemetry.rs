@@ -107,11 +107,16 @@ fn attributes(list: &Value) -> BTreeMap<String, String> {
 pub fn parse_spans(output: &str) -> Vec<CollectedSpan> {
     let mut spans = Vec::new();
     for line in output.lines().filter(|l| !l.trim().is_empty()) {
-        let request: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("the collector wrote a line that is not JSON ({e}): {line}"));
+        let request: Value = serde_json::from_str(line).unwrap_or_else(|e| {
+            panic!("the collector wrote a line that is not JSON ({e}): {line}")
+        });
         for resource_spans in request["resourceSpans"].as_array().into_iter().flatten() {
             let resource = attributes(&resource_spans["resource"]["attributes"]);
-            for scope in resource_spans["scopeSpans"].as_array().into_iter().flatten() {
+            for scope in resource_spans["scopeSpans"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 for span in scope["spans"].as_array().into_iter().flatten() {
                     spans.push(CollectedSpan {
                         name: span["name"].as_str().unwrap_or_default().to_owned(),
@@ -192,11 +197,22 @@ where
     for name in ["stage", "run", "upload"] {
         let s = span(name);
         for (key, value) in execution_attributes {
-            assert_eq!(s.attributes.get(key).map(String::as_str), Some(value), "{name}: {s:?}");
-            assert_eq!(s.resource.get(key).map(String::as_str), Some(value), "{name}: {s:?}");
+            assert_eq!(
+                s.attributes.get(key).map(String::as_str),
+                Some(value),
+                "{name}: {s:?}"
+            );
+            assert_eq!(
+                s.resource.get(key).map(String::as_str),
+                Some(value),
+                "{name}: {s:?}"
+            );
         }
         assert_eq!(s.resource["service.name"], "errand", "{s:?}");
-        assert_eq!(&s.parent_span_id, root, "errand's spans share one parent: {s:?}");
+        assert_eq!(
+            &s.parent_span_id, root,
+            "errand's spans share one parent: {s:?}"
+        );
     }
     assert_eq!(span("run").attributes["errand.run.state"], "Succeeded");
     let agent = span(AGENT_SPAN_NAME);
@@ -208,7 +224,11 @@ where
     );
     assert_eq!(agent.resource["service.name"], expected.agent);
     for (key, value) in execution_attributes {
-        assert_eq!(agent.resource.get(key).map(String::as_str), Some(value), "{agent:?}");
+        assert_eq!(
+            agent.resource.get(key).map(String::as_str),
+            Some(value),
+            "{agent:?}"
+        );
     }
 }
 
