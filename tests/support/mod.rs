@@ -16,3 +16,4 @@ pub mod local;
 pub mod s3;
 pub mod store;
 pub mod telemetry;
+pub mod tenant;
