@@ -2,7 +2,7 @@
 
 mod support;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use support::local::Home;
 use support::telemetry::{
     AGENT_SCRIPT, ExpectedExecution, assert_execution_trace, local_collector, trace_id_of,
@@ -22,27 +22,27 @@ fn apply_test_agent(home: &Home) {
     assert_eq!(code, 0, "{answer}");
 }
 
+/// Runs the test agent with `--otlp-endpoint endpoint` and `extra` flags to success; returns
+/// the execution as `execute -o json` reports it.
+fn run_test_agent(home: &Home, endpoint: &str, extra: &[&str]) -> Value {
+    apply_test_agent(home);
+    let mut args = vec!["execute", "--agent", "traced", "--input", "trace me"];
+    args.extend(["--otlp-endpoint", endpoint]);
+    args.extend(extra);
+    let (code, answer) = home.json(&args);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["execution"]["phase"], "Succeeded", "{answer}");
+    answer["execution"].clone()
+}
+
 #[tokio::test]
 async fn an_auto_telemetry_run_and_its_agent_report_into_the_executions_trace() {
     let Some(collector) = local_collector().await else {
         return;
     };
     let home = Home::new();
-    apply_test_agent(&home);
-    let (code, answer) = home.json(&[
-        "execute",
-        "--agent",
-        "traced",
-        "--input",
-        "trace me",
-        "--auto-telemetry",
-        "--otlp-endpoint",
-        &collector.endpoint,
-    ]);
-    assert_eq!(code, 0, "{answer}");
-    let execution = &answer["execution"];
-    assert_eq!(execution["phase"], "Succeeded", "{answer}");
-    assert_eq!(execution["response"], "span sent", "{answer}");
+    let execution = run_test_agent(&home, &collector.endpoint, &["--auto-telemetry"]);
+    assert_eq!(execution["response"], "span sent", "{execution}");
     let expected = ExpectedExecution {
         name: execution["name"].as_str().unwrap(),
         namespace: execution["namespace"].as_str().unwrap(),
@@ -59,22 +59,10 @@ async fn without_auto_telemetry_nothing_is_injected_or_sent() {
         return;
     };
     let home = Home::new();
-    apply_test_agent(&home);
     // The endpoint is configured, the execution does not ask for telemetry.
-    let (code, answer) = home.json(&[
-        "execute",
-        "--agent",
-        "traced",
-        "--input",
-        "trace me",
-        "--otlp-endpoint",
-        &collector.endpoint,
-    ]);
-    assert_eq!(code, 0, "{answer}");
-    let execution = &answer["execution"];
-    assert_eq!(execution["phase"], "Succeeded", "{answer}");
+    let execution = run_test_agent(&home, &collector.endpoint, &[]);
     // The agent counted the OTEL_* and TRACEPARENT variables it got.
-    assert_eq!(execution["response"], "0", "{answer}");
+    assert_eq!(execution["response"], "0", "{execution}");
     // Give the collector's file exporter several flush intervals: nothing of this trace came.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let trace = trace_id_of(execution["uid"].as_str().unwrap());
@@ -86,21 +74,22 @@ async fn without_auto_telemetry_nothing_is_injected_or_sent() {
     );
 }
 
+/// `execute` of the test agent with `--auto-telemetry`.
+const TRACED_RUN: [&str; 6] = [
+    "execute",
+    "--agent",
+    "traced",
+    "--input",
+    "x",
+    "--auto-telemetry",
+];
+
 #[test]
 fn auto_telemetry_without_an_endpoint_is_refused_naming_the_field() {
     let home = Home::new();
     apply_test_agent(&home);
     let output = home
-        .command(&[
-            "execute",
-            "--agent",
-            "traced",
-            "--input",
-            "x",
-            "--auto-telemetry",
-            "-o",
-            "json",
-        ])
+        .command(&[&TRACED_RUN[..], &["-o", "json"]].concat())
         .env_remove("ERRAND_OTLP_ENDPOINT")
         .output()
         .unwrap();
@@ -117,16 +106,8 @@ fn auto_telemetry_without_an_endpoint_is_refused_naming_the_field() {
         "{listed}"
     );
 
-    let (code, answer) = home.json(&[
-        "execute",
-        "--agent",
-        "traced",
-        "--input",
-        "x",
-        "--auto-telemetry",
-        "--otlp-endpoint",
-        "collector:4318",
-    ]);
+    let (code, answer) =
+        home.json(&[&TRACED_RUN[..], &["--otlp-endpoint", "collector:4318"]].concat());
     assert_ne!(code, 0);
     let message = answer["error"]["message"]
         .as_str()
