@@ -127,8 +127,11 @@ async fn auto_telemetry_reaches_the_operators_collector_and_only_when_asked() {
         "http://otelcol.{}.svc.cluster.local:{OTLP_PORT}",
         collector_namespace.name()
     );
-    let Some(harness) =
-        Harness::start_with_controller_args("telemetry", &["--otlp-endpoint", &endpoint]).await
+    let Some(harness) = Harness::start_with_controller_args(
+        "telemetry",
+        &["--otlp-endpoint", &endpoint, "--export-reconcile-spans"],
+    )
+    .await
     else {
         return;
     };
@@ -154,6 +157,29 @@ async fn auto_telemetry_reaches_the_operators_collector_and_only_when_asked() {
         agent: "traced",
     };
     assert_execution_trace(&expected, || collected(&pod_ip)).await;
+    // The controller's reconciles of it (--export-reconcile-spans), beside errand's spans.
+    let started = Instant::now();
+    let of_trace = loop {
+        let of_trace: Vec<_> = parse_spans(&collected(&pod_ip).await)
+            .into_iter()
+            .filter(|s| s.trace_id == trace_id_of(&uid))
+            .collect();
+        // The controller's batches leave every 5 s.
+        if of_trace.iter().any(|s| s.name == "reconcile")
+            || started.elapsed() > Duration::from_secs(30)
+        {
+            break of_trace;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let stage = of_trace.iter().find(|s| s.name == "stage").unwrap();
+    let reconciles: Vec<_> = of_trace.iter().filter(|s| s.name == "reconcile").collect();
+    assert!(!reconciles.is_empty(), "no reconcile span: {of_trace:?}");
+    for reconcile in reconciles {
+        assert_eq!(reconcile.resource["service.name"], "errand-controller");
+        assert_eq!(reconcile.parent_span_id, stage.parent_span_id);
+        assert_eq!(reconcile.attributes["errand.execution.uid"], uid);
+    }
 
     let untraced = harness.wait_for_phase("untraced", Phase::Succeeded).await;
     // The agent counted the OTEL_* and TRACEPARENT variables it got.

@@ -67,6 +67,9 @@ pub struct ControllerConfig {
     /// The operator's OpenTelemetry collector: executions with `autoTelemetry: true` send
     /// their traces there (`None`: such executions are refused).
     pub otlp_endpoint: Option<TelemetryTarget>,
+    /// Export a span of each reconcile into the execution's trace, to
+    /// [`ControllerConfig::otlp_endpoint`] (off by default).
+    pub export_reconcile_spans: bool,
 }
 
 /// How often the leader sweeps the store, and how old an unreferenced object must be to go.
@@ -98,6 +101,7 @@ impl ControllerConfig {
             scratch_size_limit: None,
             store_sweep: None,
             otlp_endpoint: None,
+            export_reconcile_spans: false,
         }
     }
 

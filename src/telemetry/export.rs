@@ -1,4 +1,4 @@
-//! errand's own spans of an execution (stage, run, upload), exported over OTLP/HTTP (protobuf) into the execution's trace through the reqwest client errand already uses.
+//! errand's own spans of an execution (stage, run, upload; the controller's reconciles), exported over OTLP/HTTP (protobuf) into the execution's trace through the reqwest client errand already uses.
 
 use std::fmt;
 use std::sync::Arc;
@@ -68,6 +68,66 @@ struct Exporting {
     attributes: Vec<KeyValue>,
 }
 
+/// A tracer provider exporting to `target` in batches, with a resource of `service` and
+/// `attributes` only: not the SDK's detectors, so the process's own environment (an agent
+/// image's `OTEL_*` variables) cannot relabel errand's spans. Must be called within a tokio
+/// runtime, which carries the exports.
+fn tracer_provider(
+    target: &TelemetryTarget,
+    service: &'static str,
+    attributes: Vec<KeyValue>,
+) -> Result<SdkTracerProvider, String> {
+    let client = RuntimeHttpClient {
+        client: reqwest::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(|e| format!("the OTLP client: {e}"))?,
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(client)
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(target.traces_url())
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| format!("the OTLP exporter for {}: {e}", target.endpoint))?;
+    let resource = Resource::builder_empty()
+        .with_service_name(service)
+        .with_attributes(attributes)
+        .build();
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
+}
+
+/// The context errand's spans of the execution with `uid` start in: its trace, under its root
+/// span (both derived from the uid).
+fn execution_parent(uid: &str) -> Context {
+    let ids = ExecutionTrace::of_uid(uid);
+    Context::new().with_remote_span_context(SpanContext::new(
+        TraceId::from_bytes(ids.trace_id),
+        SpanId::from_bytes(ids.root_span_id),
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    ))
+}
+
+/// Sends the spans `provider` still holds and stops it; an unreachable collector costs at most
+/// the export timeout, and is only logged.
+async fn shut_down(provider: &SdkTracerProvider) {
+    let provider = provider.clone();
+    let result =
+        tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(EXPORT_TIMEOUT)).await;
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "exporting errand's spans"),
+        Err(e) => tracing::warn!(error = %e, "exporting errand's spans"),
+    }
+}
+
 /// The telemetry of one execution in this process: off (no `autoTelemetry`, or no endpoint)
 /// or exporting errand's spans into the execution's trace. Cheap to clone.
 #[derive(Clone, Default)]
@@ -99,44 +159,13 @@ impl ExecutionTelemetry {
         agent: &str,
         snapshot_digest: &str,
     ) -> Result<ExecutionTelemetry, String> {
-        let client = RuntimeHttpClient {
-            client: reqwest::Client::builder()
-                .timeout(EXPORT_TIMEOUT)
-                .build()
-                .map_err(|e| format!("the OTLP client: {e}"))?,
-            runtime: tokio::runtime::Handle::current(),
-        };
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(target.traces_url())
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()
-            .map_err(|e| format!("the OTLP exporter for {}: {e}", target.endpoint))?;
         let attributes: Vec<KeyValue> = trace::execution_attributes(execution, snapshot_digest)
             .into_iter()
             .map(|(key, value)| KeyValue::new(key, value))
             .collect();
-        // An empty resource, not the SDK's detectors: the runner's own environment (an agent
-        // image's OTEL_* variables) must not relabel errand's spans.
-        let resource = Resource::builder_empty()
-            .with_service_name(RUNNER_SERVICE_NAME)
-            .with_attributes(attributes.clone())
-            .build();
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(resource)
-            .build();
+        let provider = tracer_provider(target, RUNNER_SERVICE_NAME, attributes.clone())?;
         let tracer = provider.tracer("errand");
-        let ids = ExecutionTrace::of_uid(&execution.uid);
-        let parent = Context::new().with_remote_span_context(SpanContext::new(
-            TraceId::from_bytes(ids.trace_id),
-            SpanId::from_bytes(ids.root_span_id),
-            TraceFlags::SAMPLED,
-            true,
-            TraceState::default(),
-        ));
+        let parent = execution_parent(&execution.uid);
         Ok(ExecutionTelemetry {
             exporting: Some(Arc::new(Exporting {
                 provider,
@@ -171,8 +200,8 @@ impl ExecutionTelemetry {
 
     /// Starts errand's span `name` (`stage`, `run`, `upload`) in the execution's trace,
     /// carrying the execution's attributes.
-    pub fn span(&self, name: &'static str) -> RunnerSpan {
-        RunnerSpan {
+    pub fn span(&self, name: &'static str) -> ErrandSpan {
+        ErrandSpan {
             span: self.exporting.as_ref().map(|e| {
                 let mut span = e.tracer.start_with_context(name, &e.parent);
                 span.set_attributes(e.attributes.clone());
@@ -182,7 +211,7 @@ impl ExecutionTelemetry {
     }
 
     /// The variables the agent gets for a run under `run` (none when telemetry is off).
-    pub fn agent_env(&self, run: &RunnerSpan) -> Vec<(String, String)> {
+    pub fn agent_env(&self, run: &ErrandSpan) -> Vec<(String, String)> {
         let (Some(e), Some(span)) = (&self.exporting, &run.span) else {
             return Vec::new();
         };
@@ -196,31 +225,87 @@ impl ExecutionTelemetry {
         )
     }
 
-    /// Sends the spans still queued and stops exporting; an unreachable collector costs at
-    /// most the export timeout, and is only logged.
+    /// Sends the spans still queued and stops exporting.
     pub async fn shutdown(&self) {
         let Some(exporting) = &self.exporting else {
             return;
         };
-        let provider = exporting.provider.clone();
-        let result =
-            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(EXPORT_TIMEOUT))
-                .await;
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "exporting errand's spans"),
-            Err(e) => tracing::warn!(error = %e, "exporting errand's spans"),
+        shut_down(&exporting.provider).await;
+    }
+}
+
+/// The controller's reconcile spans (`errand controller --export-reconcile-spans`), service
+/// name `errand-controller`: each reconcile of an execution with `autoTelemetry: true` is a
+/// `reconcile` span in that execution's trace. Off by default. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct ReconcileSpans {
+    exporting: Option<Arc<(SdkTracerProvider, SdkTracer)>>,
+}
+
+impl fmt::Debug for ReconcileSpans {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = if self.exporting.is_some() {
+            "on"
+        } else {
+            "off"
+        };
+        write!(f, "ReconcileSpans({state})")
+    }
+}
+
+/// The service name of the controller's spans.
+pub const CONTROLLER_SERVICE_NAME: &str = "errand-controller";
+/// The controller's span of one reconcile of an execution.
+pub const SPAN_RECONCILE: &str = "reconcile";
+
+impl ReconcileSpans {
+    /// No reconcile spans.
+    pub fn off() -> ReconcileSpans {
+        ReconcileSpans::default()
+    }
+
+    /// Exports reconcile spans to `target`; within a tokio runtime.
+    pub fn start(target: &TelemetryTarget) -> Result<ReconcileSpans, String> {
+        let provider = tracer_provider(target, CONTROLLER_SERVICE_NAME, Vec::new())?;
+        let tracer = provider.tracer("errand-controller");
+        Ok(ReconcileSpans {
+            exporting: Some(Arc::new((provider, tracer))),
+        })
+    }
+
+    /// Starts the span of a reconcile of `execution`, with its name, uid and namespace.
+    pub fn span(&self, execution: &ExecutionId) -> ErrandSpan {
+        ErrandSpan {
+            span: self.exporting.as_ref().map(|exporting| {
+                let mut span = exporting
+                    .1
+                    .start_with_context(SPAN_RECONCILE, &execution_parent(&execution.uid));
+                span.set_attributes(
+                    trace::execution_attributes(execution, "")
+                        .into_iter()
+                        .filter(|(_, value)| !value.is_empty())
+                        .map(|(key, value)| KeyValue::new(key, value)),
+                );
+                span
+            }),
+        }
+    }
+
+    /// Sends the spans still queued and stops exporting.
+    pub async fn shutdown(&self) {
+        if let Some(exporting) = &self.exporting {
+            shut_down(&exporting.0).await;
         }
     }
 }
 
-/// One of errand's spans; ends when [`RunnerSpan::end`] is called or it is dropped.
+/// One of errand's spans; ends when [`ErrandSpan::end`] is called or it is dropped.
 #[derive(Debug)]
-pub struct RunnerSpan {
+pub struct ErrandSpan {
     span: Option<opentelemetry_sdk::trace::Span>,
 }
 
-impl RunnerSpan {
+impl ErrandSpan {
     /// Adds an attribute.
     pub fn set(&mut self, key: &'static str, value: impl Into<opentelemetry::Value>) {
         if let Some(span) = &mut self.span {

@@ -8,5 +8,5 @@
 pub mod export;
 pub mod trace;
 
-pub use export::{ExecutionTelemetry, RunnerSpan};
+pub use export::{ErrandSpan, ExecutionTelemetry, ReconcileSpans};
 pub use trace::{ExecutionTrace, OTLP_PROTOCOL, TelemetryTarget};
