@@ -14,6 +14,7 @@ pub mod signals;
 mod stage;
 pub mod termination;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -348,13 +349,22 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
     settings: &StageSettings,
     cancel: CancellationToken,
 ) -> RunSummary {
-    let span = invocation.telemetry.span(SPAN_STAGE);
-    let staged = stage(plan, &invocation.workdir, source, sink, settings, &cancel).await;
-    span.end(staged.as_ref().err().map(ToString::to_string).as_deref());
-    match staged {
+    let staged = stage(plan, &invocation.workdir, source, sink, settings, &cancel);
+    match traced_stage(&invocation.telemetry, staged).await {
         Ok(input) => run_and_collect(invocation, vec![input], sink, cancel).await,
         Err(e) => stage_failed(&invocation.execution, invocation.stop, e, sink).await,
     }
+}
+
+/// Runs `staging` (a [`stage`] call) inside errand's `stage` span of `telemetry`.
+pub async fn traced_stage(
+    telemetry: &ExecutionTelemetry,
+    staging: impl Future<Output = Result<ResultEntry, RunnerError>>,
+) -> Result<ResultEntry, RunnerError> {
+    let span = telemetry.span(SPAN_STAGE);
+    let staged = staging.await;
+    span.end(staged.as_ref().err().map(ToString::to_string).as_deref());
+    staged
 }
 
 /// errand's span of staging the working directory (and saving `input_workdir`).

@@ -13,8 +13,8 @@ use std::time::Duration;
 use super::signals::cancel_on_stop_signal;
 use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, Provenance, RunState, RunSummary, SPAN_STAGE, ScratchDir, StageSettings,
-    StopRequest, fail_before_run, plan, run_and_collect, stage, stage_failed,
+    Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+    fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -172,9 +172,8 @@ pub async fn stage_in_pod(
         Err(e) => return fail(RunState::StageFailed, PodError::from(e).to_string()).await,
     };
     let telemetry = ExecutionTelemetry::for_snapshot(telemetry, &snapshot, &grants.execution);
-    let span = telemetry.span(SPAN_STAGE);
-    let staged = stage(&plan, &paths.workspace, &urls, &urls, settings, &stop).await;
-    span.end(staged.as_ref().err().map(ToString::to_string).as_deref());
+    let staging = stage(&plan, &paths.workspace, &urls, &urls, settings, &stop);
+    let staged = traced_stage(&telemetry, staging).await;
     telemetry.shutdown().await;
     let saved = match staged {
         Ok(saved) => saved,
