@@ -25,8 +25,8 @@ const READER_PORT: u16 = 8080;
 
 /// The collector Pod (OTLP receiver, file exporter into a shared `emptyDir`) with a busybox
 /// `httpd` beside it serving that file, and a Service for the OTLP port; returns the Pod's
-/// address, where the test reads the file.
-async fn start_collector(namespace: &TestNamespace) -> String {
+/// address, where the test reads the file, and the Service's cluster IP.
+async fn start_collector(namespace: &TestNamespace) -> (String, String) {
     let image = std::env::var(OTELCOL_IMAGE_ENV).unwrap_or_else(|_| {
         panic!("{OTELCOL_IMAGE_ENV} is not set: hack/test.sh sets it to the collector image it imported")
     });
@@ -74,11 +74,12 @@ async fn start_collector(namespace: &TestNamespace) -> String {
         "spec": {"selector": {"app": "otelcol"}, "ports": [{"port": OTLP_PORT, "targetPort": OTLP_PORT}]},
     }))
     .unwrap();
-    namespace
+    let service = namespace
         .api::<Service>()
         .create(&create, &service)
         .await
         .unwrap();
+    let cluster_ip = service.spec.and_then(|s| s.cluster_ip).unwrap();
 
     let pods: Api<Pod> = namespace.api();
     let started = Instant::now();
@@ -91,7 +92,7 @@ async fn start_collector(namespace: &TestNamespace) -> String {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
         if let (true, Some(ip)) = (ready, status.pod_ip) {
-            return ip;
+            return (ip, cluster_ip);
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
@@ -121,12 +122,10 @@ async fn auto_telemetry_reaches_the_operators_collector_and_only_when_asked() {
         return;
     };
     let collector_namespace = TestNamespace::create(&client, "otelcol").await;
-    let pod_ip = start_collector(&collector_namespace).await;
-    // The chart's telemetry.otlpEndpoint: the collector's Service, as pods resolve it.
-    let endpoint = format!(
-        "http://otelcol.{}.svc.cluster.local:{OTLP_PORT}",
-        collector_namespace.name()
-    );
+    let (pod_ip, cluster_ip) = start_collector(&collector_namespace).await;
+    // The chart's telemetry.otlpEndpoint: the collector's Service, by its cluster IP, which
+    // the pods and this test's controller process (on the node, outside cluster DNS) reach.
+    let endpoint = format!("http://{cluster_ip}:{OTLP_PORT}");
     let Some(harness) = Harness::start_with_controller_args(
         "telemetry",
         &["--otlp-endpoint", &endpoint, "--export-reconcile-spans"],
