@@ -84,6 +84,7 @@ impl Env {
                 snapshot_digest: "sha256:5a".into(),
                 image: None,
             },
+            telemetry: errand::telemetry::ExecutionTelemetry::off(),
         }
     }
 

@@ -56,6 +56,8 @@ pub struct ExecuteArgs {
     #[command(flatten)]
     pub staging: super::staging::StagingArgs,
     #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
+    #[command(flatten)]
     pub output: OutputArgs,
 }
 

@@ -213,6 +213,7 @@ impl Backend for Local {
             request.name.as_deref(),
             &request.spec,
             args.inherit_env,
+            args.telemetry.otlp_endpoint.as_ref(),
         )
         .await
         .map_err(supervise_error)

@@ -14,6 +14,7 @@ mod rerun;
 mod show;
 mod staging;
 mod target;
+mod telemetry;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

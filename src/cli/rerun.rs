@@ -6,6 +6,7 @@ use super::backend::{Backend, find};
 use super::execute::ExecuteArgs;
 use super::output::{CliError, OutputArgs};
 use super::staging::StagingArgs;
+use super::telemetry::TelemetryArgs;
 
 /// Flags of `errand rerun`.
 #[derive(Debug, clap::Args)]
@@ -21,6 +22,8 @@ pub struct RerunArgs {
     pub no_wait: bool,
     #[command(flatten)]
     pub staging: StagingArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -43,6 +46,7 @@ impl RerunArgs {
             no_wait: self.no_wait,
             inherit_env: false,
             staging: self.staging,
+            telemetry: self.telemetry,
             output: self.output,
         }
     }

@@ -76,6 +76,9 @@ pub struct ExecutionRecord {
     /// than only its resolved environment with `PATH`, `HOME`, `LANG` and `TZ`.
     #[serde(default)]
     pub inherit_env: bool,
+    /// Where the run's auto telemetry goes (`autoTelemetry: true` with `--otlp-endpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
     /// The process that supervises the run (the `execute` command itself, or the detached
     /// supervisor of `--no-wait`). A run that is not finished while it no longer runs is
     /// reported as failed with reason `SupervisorLost`.
@@ -116,6 +119,7 @@ impl ExecutionRecord {
             store: store.to_owned(),
             cancel_requested: false,
             inherit_env,
+            otlp_endpoint: None,
             supervisor: ProcessIdentity::current(),
         }
     }

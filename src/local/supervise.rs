@@ -14,7 +14,7 @@ use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name};
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
-    InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
+    InvalidSpec, RunLimits, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
 use crate::runner::outcome::{RunReport, run_outcome};
@@ -23,6 +23,7 @@ use crate::runner::{
 };
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
+use crate::telemetry::{ExecutionTelemetry, TelemetryTarget};
 
 /// Time between SIGTERM and SIGKILL when a local run is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);
@@ -68,6 +69,7 @@ pub async fn prepare(
     name: Option<&str>,
     spec: &AgentExecutionSpec,
     inherit_env: bool,
+    telemetry: Option<&TelemetryTarget>,
 ) -> Result<ExecutionRecord, SuperviseError> {
     // What the API server checks first: the CRD's schema and CEL rules.
     let problems = check_execution_spec(&serde_json::to_value(spec).expect("a spec serializes"));
@@ -86,6 +88,12 @@ pub async fn prepare(
     };
     let resolution = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths));
     let snapshot = admit_creation(spec, resolution)?;
+    // The cluster's limits that apply on this machine: somewhere to send auto telemetry.
+    RunLimits {
+        telemetry_configured: telemetry.is_some(),
+        ..RunLimits::default()
+    }
+    .check(&snapshot)?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
             problems: vec![crate::resolve::Problem::new("metadata.name", message)],
@@ -101,6 +109,9 @@ pub async fn prepare(
         inherit_env,
     );
     record.rerun_of = spec.rerun_of.as_ref().map(|r| r.name.clone());
+    record.otlp_endpoint = telemetry
+        .filter(|_| snapshot.auto_telemetry)
+        .map(|t| t.endpoint.clone());
     let records = Records::new(data.clone());
     records.create(&record)?;
     let dir = records.dir(namespace, &record.name);
@@ -141,7 +152,7 @@ pub async fn run_prepared(
         uid: record.uid.clone(),
     };
     let sink = StoreResults::new(store.clone(), execution.clone())?;
-    let invocation = Invocation {
+    let mut invocation = Invocation {
         execution,
         command: snapshot.command(),
         input: snapshot.input.clone(),
@@ -159,7 +170,13 @@ pub async fn run_prepared(
             snapshot_digest: record.snapshot_digest.clone(),
             image: None,
         },
+        telemetry: ExecutionTelemetry::off(),
     };
+    invocation.telemetry = ExecutionTelemetry::for_snapshot(
+        record_telemetry(&record).as_ref(),
+        &snapshot,
+        &invocation.execution,
+    );
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
     record.supervisor = ProcessIdentity::current();
@@ -168,6 +185,7 @@ pub async fn run_prepared(
     records.write(&record)?;
 
     let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    invocation.telemetry.shutdown().await;
     for skipped in &summary.skipped {
         eprintln!(
             "warning: {} left out {}: {}",
@@ -179,6 +197,15 @@ pub async fn run_prepared(
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
     records.write(&record)?;
     Ok(record)
+}
+
+/// Where the record says the run's telemetry goes; an endpoint that no longer parses (a
+/// hand-edited record) turns telemetry off rather than failing the run.
+fn record_telemetry(record: &ExecutionRecord) -> Option<TelemetryTarget> {
+    let endpoint = record.otlp_endpoint.as_deref()?;
+    TelemetryTarget::parse("otlp_endpoint", endpoint)
+        .inspect_err(|e| tracing::warn!("{e}"))
+        .ok()
 }
 
 /// The agent's environment: what the machine gives it ([`base_environment`]), the merged

@@ -87,16 +87,20 @@ impl RunBudget {
     }
 }
 
-/// What a cluster puts around every run beyond its spec: the allowance it adds, and how long
-/// its store's signed URLs can last. The webhook and the controller check a snapshot against
-/// the same limits, so a run the store cannot serve is refused at submission, or failed as
-/// `InvalidSpec` before anything is created.
+/// What a cluster puts around every run beyond its spec: the allowance it adds, how long its
+/// store's signed URLs can last, and whether it has somewhere to send auto telemetry. The
+/// webhook and the controller (and the local backend, with its own settings) check a snapshot
+/// against the same limits, so a run the installation cannot serve is refused at submission,
+/// or failed as `InvalidSpec` before anything is created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunLimits {
     /// What the cluster adds to each run's timeouts.
     pub allowance: RunAllowance,
     /// The longest a signed store URL may last, in seconds (`None`: no limit).
     pub max_url_lifetime_seconds: Option<i64>,
+    /// Whether an OTLP endpoint is configured (the chart's `telemetry.otlpEndpoint`,
+    /// `--otlp-endpoint`): without one, `autoTelemetry: true` is refused rather than ignored.
+    pub telemetry_configured: bool,
 }
 
 impl RunLimits {
@@ -107,11 +111,25 @@ impl RunLimits {
 
     /// Checks that the run `snapshot` describes fits these limits.
     pub fn check(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
-        self.budget(snapshot)
+        let mut problems = Vec::new();
+        if let Err(problem) = self
+            .budget(snapshot)
             .check_url_lifetime(self.max_url_lifetime_seconds)
-            .map_err(|problem| InvalidSpec {
-                problems: vec![problem],
-            })
+        {
+            problems.push(problem);
+        }
+        if snapshot.auto_telemetry && !self.telemetry_configured {
+            problems.push(Problem::new(
+                "spec.autoTelemetry",
+                "no OpenTelemetry collector is configured to send the telemetry to (the chart's \
+                 telemetry.otlpEndpoint; locally --otlp-endpoint or ERRAND_OTLP_ENDPOINT)",
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidSpec { problems })
+        }
     }
 }
 

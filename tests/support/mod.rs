@@ -15,4 +15,5 @@ pub mod kueue;
 pub mod local;
 pub mod s3;
 pub mod store;
+pub mod telemetry;
 pub mod tenant;

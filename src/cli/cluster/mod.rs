@@ -687,6 +687,7 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         store: store.unwrap_or_default().to_owned(),
         cancel_requested: execution.spec.cancel,
         inherit_env: false,
+        otlp_endpoint: None,
         supervisor: None,
     }
 }

@@ -35,6 +35,7 @@ use super::error::{Error, Result};
 use super::status;
 use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
 use crate::controller::build::ExecutionOwner;
+use crate::store::keys::ExecutionId;
 
 /// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
 /// response) would otherwise hold the execution, and every later event for it, until the
@@ -51,6 +52,18 @@ const RETRYING_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconciles one execution, failing (and so retrying with backoff) if it hangs. Once it has
 /// failed several times in a row, its status says so.
 pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
+    // Only an execution that asked for telemetry has a trace.
+    let traced = execution
+        .spec
+        .auto_telemetry
+        .then(|| ExecutionOwner::of(&execution).ok());
+    let span = traced.flatten().map(|owner| {
+        ctx.reconcile_spans.span(&ExecutionId {
+            namespace: owner.namespace,
+            name: owner.name,
+            uid: owner.uid,
+        })
+    });
     let result = tokio::time::timeout(
         RECONCILE_TIMEOUT,
         reconcile_once(Arc::clone(&execution), Arc::clone(&ctx)),
@@ -59,6 +72,9 @@ pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Res
     .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)));
     if let Err(error) = &result {
         show_retrying(&execution, &ctx, error).await;
+    }
+    if let Some(span) = span {
+        span.end(result.as_ref().err().map(ToString::to_string).as_deref());
     }
     result
 }

@@ -754,6 +754,7 @@ mod arithmetic {
             let limits = RunLimits {
                 allowance: config.allowance(),
                 max_url_lifetime_seconds: url_limit,
+                telemetry_configured: false,
             };
             let mut execution = execution(None);
             execution.spec = spec(timeout, start);

@@ -119,6 +119,7 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
             grace_seconds: 120,
         },
         max_url_lifetime_seconds: Some(600),
+        telemetry_configured: false,
     };
     let response = answer_within(&body, &InMemoryCatalog::test(), &limits);
     assert_eq!(response["allowed"], false, "{response}");
@@ -135,6 +136,28 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
         ..limits
     };
     let response = answer_within(&body, &InMemoryCatalog::test(), &lasting);
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[test]
+fn auto_telemetry_is_refused_where_no_collector_is_configured_and_admitted_where_one_is() {
+    let mut spec = calculator_spec();
+    spec["autoTelemetry"] = json!(true);
+    let body = review_body("CREATE", Some(execution(spec)), None);
+    let response = answer_within(&body, &InMemoryCatalog::test(), &RunLimits::default());
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(
+        response["status"]["details"]["causes"][0]["field"],
+        "spec.autoTelemetry"
+    );
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("telemetry.otlpEndpoint"), "{message}");
+
+    let configured = RunLimits {
+        telemetry_configured: true,
+        ..RunLimits::default()
+    };
+    let response = answer_within(&body, &InMemoryCatalog::test(), &configured);
     assert_eq!(response["allowed"], true, "{response}");
 }
 
