@@ -23,6 +23,19 @@ pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
 /// The variables the runner sets outside the [`RESERVED_ENV_PREFIX`] family; reserved too.
 pub const RESERVED_ENV_NAMES: [&str; 1] = [ENV_AGENT_CONFIG_PATH];
 
+/// The results errand itself saves for every run (`store::keys::ResultName`); an
+/// AgentExtension may declare none of them.
+pub const RESULT_NAMES: [&str; 6] = [
+    "input_workdir",
+    "output_workdir",
+    "output_artifacts",
+    "run_result",
+    "run_error",
+    "manifest.json",
+];
+/// What an AgentExtension's result name looks like: a store key segment and a file name.
+pub const EXTENSION_RESULT_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$";
+
 /// Label on every object the controller creates.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
@@ -87,6 +100,9 @@ pub enum ConditionType {
     /// The controller's last attempts to move the execution on failed and it keeps retrying;
     /// the message holds the last error. Present only while that lasts.
     Retrying,
+    /// The execution's extension ran after the agent succeeded (reason `ExtensionSucceeded`),
+    /// or failed (`ExtensionFailed`). Absent without an extension or while it has not ended.
+    ExtensionSucceeded,
 }
 
 impl ConditionType {
@@ -99,6 +115,7 @@ impl ConditionType {
             ConditionType::Failed => "Failed",
             ConditionType::ResultsSaved => "ResultsSaved",
             ConditionType::Retrying => "Retrying",
+            ConditionType::ExtensionSucceeded => "ExtensionSucceeded",
         }
     }
 }
@@ -160,6 +177,11 @@ pub enum Reason {
     ResultsUploadFailed,
     /// A local run's supervising process ended before the run did.
     SupervisorLost,
+    /// The extension ran and saved its results.
+    ExtensionSucceeded,
+    /// The extension exited non-zero, timed out, could not start or did not save its results;
+    /// the execution is then `Failed` with this reason, and the agent's results stay.
+    ExtensionFailed,
 }
 
 impl Reason {
@@ -188,6 +210,8 @@ impl Reason {
             Reason::ResultsSaved => "ResultsSaved",
             Reason::ResultsUploadFailed => "ResultsUploadFailed",
             Reason::SupervisorLost => "SupervisorLost",
+            Reason::ExtensionSucceeded => "ExtensionSucceeded",
+            Reason::ExtensionFailed => "ExtensionFailed",
         }
     }
 }

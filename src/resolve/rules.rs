@@ -16,9 +16,6 @@ pub const SUPPORTED_PROVIDERS: [&str; 9] = [
     "vertex",
 ];
 
-/// Extension kinds errand knows. The extension's settings reach the agent as `ERRAND_EXTENSION`.
-pub const KNOWN_EXTENSION_KINDS: [&str; 2] = ["evaluation", "tracing"];
-
 /// Renders a list of accepted values for a message.
 pub fn one_of(values: &[&str]) -> String {
     values.join(", ")
