@@ -9,9 +9,9 @@ use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::api::{
-    AgentConfig, AgentEnvironmentSpec, AgentExtensionSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
-    AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeContainer, RuntimeSecurity,
-    SnapshotRef, Workdir,
+    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
+    AgentExtensionSpec, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference,
+    RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
 use crate::store::keys::ExecutionId;

@@ -84,6 +84,7 @@ impl Env {
                 snapshot_digest: "sha256:5a".into(),
                 image: None,
             },
+            extension_follows: false,
         }
     }
 

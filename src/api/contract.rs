@@ -20,6 +20,22 @@ pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
 pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
 /// Environment variable with the path of the agent configuration (the snapshot's merged config).
 pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
+/// Environment variable of an extension's step: the extension kind it runs as.
+pub const ENV_EXTENSION_KIND: &str = "ERRAND_EXTENSION_KIND";
+/// Environment variable of an extension's step: the execution's `extension.config` as JSON.
+pub const ENV_EXTENSION_CONFIG: &str = "ERRAND_EXTENSION_CONFIG";
+/// Environment variable of an extension's step: the file holding its config as JSON.
+pub const ENV_EXTENSION_CONFIG_FILE: &str = "ERRAND_EXTENSION_CONFIG_FILE";
+/// Environment variable of an extension's step: the directory holding the run's results as
+/// files (`output_workdir.tar.gz`, `run_result.json`, ...), read-only input.
+pub const ENV_EXTENSION_RESULTS_DIR: &str = "ERRAND_EXTENSION_RESULTS_DIR";
+/// Environment variable of an extension's step: the directory where it writes one file or
+/// directory per declared result name; errand saves each (a directory as a `tar.gz`).
+pub const ENV_EXTENSION_OUTPUT_DIR: &str = "ERRAND_EXTENSION_OUTPUT_DIR";
+/// Environment variable of an extension's step: the execution's name.
+pub const ENV_EXECUTION_NAME: &str = "ERRAND_EXECUTION_NAME";
+/// Environment variable of an extension's step: the execution's namespace.
+pub const ENV_EXECUTION_NAMESPACE: &str = "ERRAND_EXECUTION_NAMESPACE";
 /// The variables the runner sets outside the [`RESERVED_ENV_PREFIX`] family; reserved too.
 pub const RESERVED_ENV_NAMES: [&str; 1] = [ENV_AGENT_CONFIG_PATH];
 

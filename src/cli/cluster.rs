@@ -202,6 +202,7 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         cancel_requested: execution.spec.cancel,
         inherit_env: false,
         supervisor: None,
+        extension: None,
     }
 }
 

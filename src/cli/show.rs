@@ -10,7 +10,7 @@ use super::context::store_error;
 use super::output::{CliError, Format, human_size, print_ok};
 use crate::local::ExecutionRecord;
 use crate::store::Store;
-use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::keys::{AnyResult, ExecutionId, ResultName};
 
 /// Human summary of a record.
 pub fn print_record(record: &ExecutionRecord) -> String {
@@ -121,11 +121,12 @@ pub fn print_results(format: Format, record: &ExecutionRecord) {
 }
 
 /// The result called `name`, or an error listing the ones that exist.
-pub fn parse_result_name(result: &str) -> Result<ResultName, CliError> {
-    ResultName::parse(result).ok_or_else(|| {
+pub fn parse_result_name(result: &str) -> Result<AnyResult, CliError> {
+    AnyResult::parse(result).ok_or_else(|| {
         let known: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
         CliError::argument(format!(
-            "result {result:?} does not exist; results are {}",
+            "result {result:?} does not exist; results are {}, or one the execution's extension \
+             declares",
             known.join(", ")
         ))
     })
@@ -136,11 +137,13 @@ pub fn parse_result_name(result: &str) -> Result<ResultName, CliError> {
 pub async fn download(
     store: &Store,
     execution: &ExecutionId,
-    result_name: ResultName,
+    result_name: AnyResult,
     file: Option<PathBuf>,
     format: Format,
 ) -> Result<(), CliError> {
-    let key = keys::result(execution, result_name).map_err(|e| store_error(e.into()))?;
+    let key = result_name
+        .key(execution)
+        .map_err(|e| store_error(e.into()))?;
     let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
     let file = file.unwrap_or_else(|| PathBuf::from(result_name.file_name()));
     let io_error =

@@ -12,15 +12,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::core::object::HasSpec;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
 use super::ApiError;
 use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec,
-    AgentExtension, AgentExtensionSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
+    AgentExtension, AgentExtensionSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset,
+    FilesetStatus,
 };
 use crate::archive::PathIndex;
 use crate::resolve::{

@@ -11,8 +11,8 @@ use super::manifest::ManifestObject;
 use super::paths::DataDir;
 use super::record::Records;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtensionSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec,
-    Fileset, FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtensionSpec, AgentRuntime,
+    AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
 use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
 

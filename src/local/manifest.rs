@@ -6,12 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::api::{
-    Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
-};
-use crate::resolve::{
-    Problem, Resource, check_extension, check_object, check_structure, decode,
-};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
+use crate::resolve::{Problem, Resource, check_extension, check_object, check_structure, decode};
 
 /// One Kubernetes object from a manifest file.
 #[derive(Clone, Debug)]

@@ -79,6 +79,9 @@ pub struct ExecutionRecord {
     /// reported as failed with reason `SupervisorLost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supervisor: Option<ProcessIdentity>,
+    /// How the execution's extension step ended, once it ran (after the agent succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<crate::runner::ExtensionSummary>,
 }
 
 impl ExecutionRecord {
@@ -115,6 +118,7 @@ impl ExecutionRecord {
             cancel_requested: false,
             inherit_env,
             supervisor: ProcessIdentity::current(),
+            extension: None,
         }
     }
 

@@ -19,7 +19,8 @@ use crate::resolve::{
     resolve_execution, subpath_digests,
 };
 use crate::runner::{
-    self, Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+    self, ExtensionSummary, Invocation, Provenance, RunState, RunSummary, ScratchDir,
+    StageSettings, StopRequest,
 };
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -159,6 +160,7 @@ pub async fn run_prepared(
             snapshot_digest: record.snapshot_digest.clone(),
             image: None,
         },
+        extension_follows: snapshot.extension.is_some(),
     };
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
@@ -167,22 +169,45 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    let mut summary =
+        runner::execute(&invocation, &plan, &store, &sink, settings, cancel.clone()).await;
     for skipped in &summary.skipped {
         eprintln!(
             "warning: {} left out {}: {}",
             skipped.result, skipped.entry.path, skipped.entry.reason
         );
     }
+    // The extension runs only after the agent succeeded (and then saves the manifest).
+    let extension = match &snapshot.extension {
+        Some(extension) if summary.state == RunState::Succeeded => {
+            let env = base_environment(&caller_environment(), false);
+            let step = runner::run_extension(
+                extension,
+                &invocation,
+                &summary,
+                &sink,
+                env,
+                &dir.join("extension"),
+                cancel,
+            )
+            .await;
+            summary.results.extend(step.results.iter().cloned());
+            Some(step)
+        }
+        _ => None,
+    };
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
+    if let Some(step) = extension {
+        apply_extension(&mut record, step);
+    }
     records.write(&record)?;
     Ok(record)
 }
 
 /// The agent's environment: what the machine gives it ([`base_environment`]), the merged
-/// plain env, the extension, then the bound Secret values.
+/// plain env, then the bound Secret values.
 fn agent_env(
     data: &DataDir,
     snapshot: &Snapshot,
@@ -264,6 +289,32 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.started_at = summary.started_at.or(record.started_at);
     record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
     record.results = summary.results.clone();
+}
+
+/// Copies how the extension's step ended into the record of a run whose agent succeeded: a
+/// failed step fails the execution with reason `ExtensionFailed` (its results so far stay
+/// listed), a stopped one cancels it.
+fn apply_extension(record: &mut ExecutionRecord, step: ExtensionSummary) {
+    if !step.succeeded() && record.phase == Phase::Succeeded {
+        let (phase, reason) = match step.state {
+            RunState::Cancelled | RunState::Terminated => (Phase::Cancelled, Reason::Cancelled),
+            _ => (Phase::Failed, Reason::ExtensionFailed),
+        };
+        let tail = step.stderr_tail.trim();
+        let mut message = format!(
+            "extension {:?} (AgentExtension {:?}) failed after the agent succeeded: {}",
+            step.kind,
+            step.name,
+            step.failure.as_deref().unwrap_or("failed")
+        );
+        if !tail.is_empty() {
+            message = format!("{message}; stderr: {tail}");
+        }
+        record.phase = phase;
+        record.reason = Some(reason.as_str().to_owned());
+        record.message = Some(message);
+    }
+    record.extension = Some(step);
 }
 
 /// The flags that hand `settings` to a supervisor process.

@@ -107,11 +107,28 @@ impl RunLimits {
 
     /// Checks that the run `snapshot` describes fits these limits.
     pub fn check(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
-        self.budget(snapshot)
+        let mut problems: Vec<Problem> = self
+            .budget(snapshot)
             .check_url_lifetime(self.max_url_lifetime_seconds)
-            .map_err(|problem| InvalidSpec {
-                problems: vec![problem],
-            })
+            .err()
+            .into_iter()
+            .collect();
+        if let Some(extension) = &snapshot.extension {
+            problems.push(Problem::new(
+                "spec.extension",
+                format!(
+                    "extension {:?} runs on the local backend only in this version: a cluster \
+                     does not run extensions yet, and an execution must not be admitted to skip \
+                     its extension silently",
+                    extension.kind
+                ),
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidSpec { problems })
+        }
     }
 }
 

@@ -79,8 +79,11 @@ fn check_schema_into(schema: &Map<String, Value>, field: &str, problems: &mut Ve
             },
             "items" => nested.push((format!("{field}.{keyword}"), value)),
             "enum" => {
-                if !value.as_array().is_some_and(|a| !a.is_empty()) {
-                    push(keyword, format!("{value} must be a non-empty list of values"));
+                if value.as_array().is_none_or(|a| a.is_empty()) {
+                    push(
+                        keyword,
+                        format!("{value} must be a non-empty list of values"),
+                    );
                 }
             }
             "minimum" | "maximum" => {
@@ -111,7 +114,10 @@ fn check_schema_into(schema: &Map<String, Value>, field: &str, problems: &mut Ve
     for (sub_field, sub) in nested {
         match sub.as_object() {
             Some(sub) => check_schema_into(sub, &sub_field, problems),
-            None => problems.push(Problem::new(sub_field, format!("{sub} must be a schema (an object)"))),
+            None => problems.push(Problem::new(
+                sub_field,
+                format!("{sub} must be a schema (an object)"),
+            )),
         }
     }
 }
@@ -140,7 +146,12 @@ fn has_type(value: &Value, wanted: &str) -> bool {
     actual == wanted || (wanted == "number" && actual == "integer")
 }
 
-fn validate_into(schema: &Map<String, Value>, value: &Value, field: &str, problems: &mut Vec<Problem>) {
+fn validate_into(
+    schema: &Map<String, Value>,
+    value: &Value,
+    field: &str,
+    problems: &mut Vec<Problem>,
+) {
     let mut push = |message: String| problems.push(Problem::new(field, message));
     if let Some(wanted) = schema.get("type").and_then(Value::as_str)
         && !has_type(value, wanted)
@@ -169,7 +180,12 @@ fn validate_into(schema: &Map<String, Value>, value: &Value, field: &str, proble
     }
     let count = |keyword: &str| schema.get(keyword).and_then(Value::as_u64);
     let length = match value {
-        Value::String(text) => Some((text.chars().count() as u64, "minLength", "maxLength", "characters")),
+        Value::String(text) => Some((
+            text.chars().count() as u64,
+            "minLength",
+            "maxLength",
+            "characters",
+        )),
         Value::Array(items) => Some((items.len() as u64, "minItems", "maxItems", "items")),
         _ => None,
     };
@@ -213,7 +229,10 @@ fn validate_object(
     }
     for (name, item) in object {
         let item_field = format!("{field}.{name}");
-        match (properties.and_then(|p| p.get(name)), schema.get("additionalProperties")) {
+        match (
+            properties.and_then(|p| p.get(name)),
+            schema.get("additionalProperties"),
+        ) {
             (Some(Value::Object(sub)), _) => validate_into(sub, item, &item_field, problems),
             (_, Some(Value::Bool(false))) => {
                 let known: Vec<&str> = properties
@@ -224,7 +243,11 @@ fn validate_object(
                     item_field,
                     format!(
                         "is not a setting of the extension; its config schema allows: {}",
-                        if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                        if known.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            known.join(", ")
+                        }
                     ),
                 ));
             }
@@ -299,14 +322,27 @@ mod tests {
                 "spec.configSchema.properties.tags.items",
             ]
         );
-        assert!(problems[0].message.contains("not a keyword errand checks"), "{}", problems[0].message);
-        assert!(problems[5].message.contains("\"map\" must be one of object"), "{}", problems[5].message);
+        assert!(
+            problems[0].message.contains("not a keyword errand checks"),
+            "{}",
+            problems[0].message
+        );
+        assert!(
+            problems[5]
+                .message
+                .contains("\"map\" must be one of object"),
+            "{}",
+            problems[5].message
+        );
     }
 
     #[test]
     fn a_config_that_meets_the_schema_has_no_problems() {
         let config = json!({"format": "markdown", "maxFiles": 10, "title": "R", "include": ["a"], "ratio": 2});
-        assert_eq!(validate(&report_schema(), &config, "spec.extension.config"), []);
+        assert_eq!(
+            validate(&report_schema(), &config, "spec.extension.config"),
+            []
+        );
     }
 
     #[test]
@@ -333,7 +369,11 @@ mod tests {
         );
         let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
         assert_eq!(messages[0], "is required by the extension's config schema");
-        assert!(messages[1].contains("allows: format, include, maxFiles, ratio, title"), "{}", messages[1]);
+        assert!(
+            messages[1].contains("allows: format, include, maxFiles, ratio, title"),
+            "{}",
+            messages[1]
+        );
         assert_eq!(messages[2], "has 3 items; at most 2 are allowed");
         assert_eq!(messages[3], "2 must be of type string");
         assert_eq!(messages[4], "0 must be at least 1");
@@ -343,8 +383,15 @@ mod tests {
 
     #[test]
     fn an_enum_and_a_wrong_top_level_type_are_reported() {
-        let problems = validate(&report_schema(), &json!({"format": "pdf"}), "spec.extension.config");
-        assert_eq!(problems[0].message, "\"pdf\" must be one of \"markdown\", \"json\"");
+        let problems = validate(
+            &report_schema(),
+            &json!({"format": "pdf"}),
+            "spec.extension.config",
+        );
+        assert_eq!(
+            problems[0].message,
+            "\"pdf\" must be one of \"markdown\", \"json\""
+        );
         let problems = validate(&report_schema(), &json!([1]), "spec.extension.config");
         assert_eq!(fields(&problems), ["spec.extension.config"]);
     }

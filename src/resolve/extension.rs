@@ -155,8 +155,11 @@ pub fn pick_extension(
     }
     let config = extension.config.clone().unwrap_or_default();
     if let Some(schema) = &spec.config_schema {
-        let problems =
-            config_schema::validate(schema, &Value::Object(config.clone()), "spec.extension.config");
+        let problems = config_schema::validate(
+            schema,
+            &Value::Object(config.clone()),
+            "spec.extension.config",
+        );
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -225,7 +228,11 @@ mod tests {
                 "spec.results[6]",
             ]
         );
-        assert!(problems[0].message.contains("one of errand's own results"), "{}", problems[0].message);
+        assert!(
+            problems[0].message.contains("one of errand's own results"),
+            "{}",
+            problems[0].message
+        );
         assert!(problems[1].message.contains("one of errand's own results"));
         assert!(problems[2].message.contains("not a valid result name"));
         assert_eq!(problems[4].message, "\"analysis-report\" is named twice");
@@ -270,7 +277,11 @@ mod tests {
              kinds: analysis"
         );
         let problems = pick_extension(&unknown, &[]).unwrap_err();
-        assert!(problems[0].message.ends_with("no AgentExtension is installed"));
+        assert!(
+            problems[0]
+                .message
+                .ends_with("no AgentExtension is installed")
+        );
         let known = Extension {
             kind: "analysis".into(),
             config: None,
@@ -288,8 +299,8 @@ mod tests {
             kind: "analysis".into(),
             config: config.as_object().cloned(),
         };
-        let problems = pick_extension(&extension(json!({"depth": 0, "x": 1})), &installed)
-            .unwrap_err();
+        let problems =
+            pick_extension(&extension(json!({"depth": 0, "x": 1})), &installed).unwrap_err();
         assert_eq!(
             fields(&problems),
             ["spec.extension.config.depth", "spec.extension.config.x"]

@@ -15,9 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::problems::Problem;
-use crate::api::{
-    Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
-};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
 
 /// The errand resources with a CRD schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::problems::Problem;
 use super::extension::ResolvedExtension;
+use super::problems::Problem;
 use crate::api::{Compute, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.

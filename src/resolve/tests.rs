@@ -431,7 +431,10 @@ fn the_extension_is_snapshotted_with_its_checked_config() {
     let extension = snapshot.extension.unwrap();
     assert_eq!(extension.name, "analysis");
     assert_eq!(extension.results, ["analysis-report"]);
-    assert_eq!(extension.container.image, "errand.local/test-extension:test");
+    assert_eq!(
+        extension.container.image,
+        "errand.local/test-extension:test"
+    );
     assert_eq!(extension.config["depth"], 3);
 }
 

@@ -307,6 +307,9 @@ fn invocation(
             snapshot_digest: snapshot.digest(),
             image: Some(snapshot.agent.runtime.image.clone()),
         },
+        // A cluster refuses executions with an extension (see `RunLimits`): in a pod the agent's
+        // run always saves the manifest.
+        extension_follows: false,
     }
 }
 

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentExtension, AgentRuntime, AgentSpec,
-    Fileset, contract,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentExtension,
+    AgentRuntime, AgentSpec, Fileset, contract,
 };
 use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::readiness::{Cache, CachesReady};

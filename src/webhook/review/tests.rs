@@ -376,7 +376,10 @@ fn extension_review(operation: &str, spec: Value) -> Vec<u8> {
 fn an_agent_extension_is_checked_on_create_and_update() {
     let good = serde_json::to_value(crate::api::AgentExtensionSpec::test()).unwrap();
     for operation in ["CREATE", "UPDATE"] {
-        let response = answer(&extension_review(operation, good.clone()), &InMemoryCatalog::test());
+        let response = answer(
+            &extension_review(operation, good.clone()),
+            &InMemoryCatalog::test(),
+        );
         assert_eq!(response["allowed"], true, "{operation}: {response}");
     }
     let mut bad = good;
