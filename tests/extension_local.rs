@@ -19,6 +19,12 @@ fn applied(home: &Home, file: &str) {
 fn home_with_analysis() -> Home {
     let home = Home::new();
     applied(&home, &example("extension/extension.yaml"));
+    let (code, listed) = home.json(&["extensions"]);
+    assert_eq!(code, 0, "{listed}");
+    assert_eq!(
+        listed["agentextensions"][0]["spec"]["extensionKind"], "analysis",
+        "{listed}"
+    );
     home
 }
 

@@ -11,8 +11,8 @@ use super::manifest::ManifestObject;
 use super::paths::DataDir;
 use super::record::Records;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtensionSpec, AgentRuntime,
-    AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtension, AgentExtensionSpec,
+    AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
 use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
 
@@ -59,6 +59,13 @@ impl ObjectKind {
     }
 }
 
+impl ObjectKind {
+    /// Whether objects of this kind belong to no namespace (AgentRuntimes, AgentExtensions).
+    pub fn is_cluster_scoped(self) -> bool {
+        matches!(self, ObjectKind::Runtime | ObjectKind::Extension)
+    }
+}
+
 /// The directory of cluster-scoped objects, beside the namespaces' (no namespace can be named
 /// so: a namespace name has no `_`).
 const CLUSTER_SCOPE: &str = "_cluster";
@@ -66,7 +73,7 @@ const CLUSTER_SCOPE: &str = "_cluster";
 /// The namespace an object of `kind` is kept under: its own, or none for a cluster-scoped kind.
 fn scope(namespace: &str, kind: ObjectKind) -> &str {
     match kind {
-        ObjectKind::Runtime | ObjectKind::Extension => CLUSTER_SCOPE,
+        kind if kind.is_cluster_scoped() => CLUSTER_SCOPE,
         _ => namespace,
     }
 }
@@ -325,6 +332,14 @@ impl LocalCatalog {
         self.runtimes()
             .into_iter()
             .map(|(name, spec)| AgentRuntime::new(&name, spec))
+            .collect()
+    }
+
+    /// Every stored AgentExtension as a full object, for listings, sorted by name.
+    pub fn extension_objects(&self) -> Vec<AgentExtension> {
+        self.extensions()
+            .into_iter()
+            .map(|(name, spec)| AgentExtension::new(&name, spec))
             .collect()
     }
 

@@ -12,12 +12,12 @@ use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name};
-use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
     InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
+use crate::runner::outcome::{RunReport, extension_outcome, run_outcome};
 use crate::runner::{
     self, ExtensionSummary, Invocation, Provenance, RunState, RunSummary, ScratchDir,
     StageSettings, StopRequest,
@@ -228,61 +228,20 @@ fn agent_env(
     Ok(env)
 }
 
-/// Copies how the run ended into the record.
+/// Copies how the run ended into the record, decided as for a pod ([`run_outcome`]).
 fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_seconds: i64) {
-    let tail = summary.stderr_tail.trim();
-    let with_tail = |message: String| {
-        if tail.is_empty() {
-            message
-        } else {
-            format!("{message}; stderr: {tail}")
-        }
-    };
-    let (phase, reason, message) = match summary.state {
-        RunState::Succeeded => (Phase::Succeeded, None, None),
-        RunState::Failed => (
-            Phase::Failed,
-            Some(Reason::AgentFailed),
-            Some(with_tail(format!(
-                "agent exited with code {}",
-                summary.exit_code.unwrap_or(-1)
-            ))),
-        ),
-        RunState::TimedOut => (
-            Phase::Failed,
-            Some(Reason::DeadlineExceeded),
-            Some(with_tail(format!(
-                "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
-            ))),
-        ),
-        // A local run stops on `errand cancel` only (StopRequest::Cancel).
-        RunState::Cancelled | RunState::Terminated => (
-            Phase::Cancelled,
-            Some(Reason::Cancelled),
-            Some("cancelled on request".to_owned()),
-        ),
-        RunState::StartFailed => (
-            Phase::Failed,
-            Some(Reason::AgentFailed),
-            summary.error.clone(),
-        ),
-        RunState::StageFailed => (
-            Phase::Failed,
-            Some(Reason::StageFailed),
-            summary.error.clone(),
-        ),
-    };
-    let (phase, reason, message) = match &summary.results_error {
-        Some(error) if phase == Phase::Succeeded => (
-            Phase::Failed,
-            Some(Reason::ResultsUploadFailed),
-            Some(format!("saving results: {error}")),
-        ),
-        _ => (phase, reason, message),
-    };
-    record.phase = phase;
-    record.reason = reason.map(|r| r.as_str().to_owned());
-    record.message = message;
+    let outcome = run_outcome(&RunReport {
+        state: Some(summary.state),
+        exit_code: summary.exit_code,
+        timed_out: summary.timed_out,
+        error: summary.error.as_deref(),
+        stderr_tail: &summary.stderr_tail,
+        results_error: summary.results_error.as_deref(),
+        results_saved: summary.results.len(),
+        timeout_seconds,
+        cancel_requested: record.cancel_requested,
+    });
+    record.set_outcome(&outcome);
     record.response = summary.response.clone();
     record.exit_code = summary.exit_code;
     record.timed_out = summary.timed_out;
@@ -291,28 +250,13 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.results = summary.results.clone();
 }
 
-/// Copies how the extension's step ended into the record of a run whose agent succeeded: a
-/// failed step fails the execution with reason `ExtensionFailed` (its results so far stay
-/// listed), a stopped one cancels it.
+/// Copies how the extension's step ended into the record of a run whose agent succeeded
+/// ([`extension_outcome`]); the results it saved so far stay listed.
 fn apply_extension(record: &mut ExecutionRecord, step: ExtensionSummary) {
-    if !step.succeeded() && record.phase == Phase::Succeeded {
-        let (phase, reason) = match step.state {
-            RunState::Cancelled | RunState::Terminated => (Phase::Cancelled, Reason::Cancelled),
-            _ => (Phase::Failed, Reason::ExtensionFailed),
-        };
-        let tail = step.stderr_tail.trim();
-        let mut message = format!(
-            "extension {:?} (AgentExtension {:?}) failed after the agent succeeded: {}",
-            step.kind,
-            step.name,
-            step.failure.as_deref().unwrap_or("failed")
-        );
-        if !tail.is_empty() {
-            message = format!("{message}; stderr: {tail}");
-        }
-        record.phase = phase;
-        record.reason = Some(reason.as_str().to_owned());
-        record.message = Some(message);
+    if record.phase == Phase::Succeeded
+        && let Some(outcome) = extension_outcome(&step)
+    {
+        record.set_outcome(&outcome);
     }
     record.extension = Some(step);
 }

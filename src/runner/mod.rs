@@ -7,6 +7,7 @@
 
 mod collect;
 pub mod extension;
+pub mod outcome;
 pub mod plan;
 pub mod pod;
 mod run;
