@@ -208,4 +208,20 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn a_cluster_refuses_an_execution_with_an_extension() {
+        use crate::api::{AgentExecutionSpec, Extension};
+        use crate::resolve::{InMemoryCatalog, resolve_execution};
+        let mut spec = AgentExecutionSpec::test();
+        spec.extension = Some(Extension {
+            kind: "analysis".into(),
+            config: None,
+        });
+        let snapshot =
+            resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
+        let refused = RunLimits::default().check(&snapshot).unwrap_err();
+        assert_eq!(refused.problems[0].field, "spec.extension");
+        assert!(refused.problems[0].message.contains("local backend only"));
+    }
 }

@@ -118,30 +118,23 @@ pub fn pick_extension(
     extension: &Extension,
     installed: &[(String, AgentExtensionSpec)],
 ) -> Result<ResolvedExtension, Vec<Problem>> {
-    let mut serving: Vec<&(String, AgentExtensionSpec)> = installed
-        .iter()
-        .filter(|(_, spec)| spec.extension_kind == extension.kind)
-        .collect();
-    serving.sort_by(|a, b| a.0.cmp(&b.0));
-    let Some((name, spec)) = serving.first() else {
-        let mut kinds: Vec<&str> = installed
-            .iter()
-            .map(|(_, spec)| spec.extension_kind.as_str())
-            .collect();
-        kinds.sort_unstable();
-        kinds.dedup();
-        let installed = if kinds.is_empty() {
-            "no AgentExtension is installed".to_owned()
-        } else {
-            format!("installed kinds: {}", rules::one_of(&kinds))
-        };
-        return Err(vec![Problem::new(
-            "spec.extension.kind",
-            format!(
-                "{:?} names no installed AgentExtension; {installed}",
-                extension.kind
-            ),
-        )]);
+    let serving = rules::first_serving(
+        installed,
+        &extension.kind,
+        |spec: &AgentExtensionSpec| spec.extension_kind.as_str(),
+        "AgentExtension",
+    );
+    let (name, spec) = match serving {
+        Ok(found) => found,
+        Err(installed) => {
+            return Err(vec![Problem::new(
+                "spec.extension.kind",
+                format!(
+                    "{:?} names no installed AgentExtension; {installed}",
+                    extension.kind
+                ),
+            )]);
+        }
     };
     if !check_extension(spec).is_empty() {
         return Err(vec![Problem::new(

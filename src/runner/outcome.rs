@@ -396,4 +396,38 @@ mod tests {
         }
         assert_eq!(Reason::parse("Whatever"), None);
     }
+
+    #[test]
+    fn a_failed_extension_fails_the_execution_and_a_stopped_one_cancels_it() {
+        let step = |state: RunState, failure: Option<&str>| super::super::ExtensionSummary {
+            kind: "analysis".into(),
+            name: "analysis".into(),
+            state,
+            exit_code: Some(3),
+            failure: failure.map(str::to_owned),
+            stderr_tail: "cannot analyse\n".into(),
+            results: Vec::new(),
+        };
+        assert_eq!(extension_outcome(&step(RunState::Succeeded, None)), None);
+        let failed =
+            extension_outcome(&step(RunState::Failed, Some("exited with code 3"))).unwrap();
+        assert_eq!(failed.phase, Phase::Failed);
+        assert_eq!(failed.reason, Reason::ExtensionFailed);
+        assert_eq!(
+            failed.message,
+            "extension \"analysis\" (AgentExtension \"analysis\") failed after the agent \
+             succeeded: exited with code 3; stderr: cannot analyse"
+        );
+        // A step that exited 0 but left a declared result unwritten failed too.
+        let unwritten = step(
+            RunState::Succeeded,
+            Some("results: analysis-report: not written"),
+        );
+        assert_eq!(
+            extension_outcome(&unwritten).unwrap().reason,
+            Reason::ExtensionFailed
+        );
+        let stopped = extension_outcome(&step(RunState::Cancelled, Some("stopped"))).unwrap();
+        assert_eq!(stopped.phase, Phase::Cancelled);
+    }
 }

@@ -354,4 +354,32 @@ mod tests {
         }
         assert_eq!(ResultName::parse("nope"), None);
     }
+
+    #[test]
+    fn an_extension_result_is_keyed_beside_errands_own_and_never_as_one_of_them() {
+        let execution = ExecutionId {
+            namespace: "team-a".into(),
+            name: "calc".into(),
+            uid: "00000000-0000-0000-0000-000000000001".into(),
+        };
+        assert_eq!(
+            AnyResult::parse("analysis-report")
+                .unwrap()
+                .key(&execution)
+                .unwrap(),
+            "results/team-a/calc/00000000-0000-0000-0000-000000000001/analysis-report"
+        );
+        assert_eq!(
+            AnyResult::parse("run_result"),
+            Some(AnyResult::Errand(ResultName::RunResult))
+        );
+        assert_eq!(AnyResult::parse("../x"), None);
+        assert!(extension_result(&execution, "manifest.json").is_err());
+        assert!(extension_result(&execution, "a/b").is_err());
+        assert_eq!(
+            crate::api::contract::RESULT_NAMES.to_vec(),
+            ResultName::ALL.map(ResultName::as_str).to_vec(),
+            "the contract lists errand's own results"
+        );
+    }
 }
