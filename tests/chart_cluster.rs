@@ -420,6 +420,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         "calculator/agent.yaml",
         "environment/secret.yaml",
         "environment/environment.yaml",
+        // Cluster-scoped: the unknown extension kind's refusal lists its kind.
+        "extension/extension.yaml",
     ] {
         let output = apply(team.name(), &repo().join("examples").join(file));
         assert!(output.status.success(), "{file}: {}", text(&output));
@@ -437,6 +439,13 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
             "{}: the refusal does not name {field}: {message}",
             file.display()
         );
+        if file.ends_with("unknown-extension-kind.yaml") {
+            assert!(
+                message.contains("installed kinds: analysis"),
+                "{}: the refusal does not list the installed kinds: {message}",
+                file.display()
+            );
+        }
         eprintln!(
             "refused in {:>4}ms by {by:7} {}",
             started.elapsed().as_millis(),
@@ -670,7 +679,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         assert!(!output.status.success(), "{} was admitted", file.display());
         if by == "webhook" {
             assert!(
-                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
+                message.contains("failed calling webhook \"agentexecutions.errand.dev\"")
+                    || message.contains("failed calling webhook \"agentextensions.errand.dev\""),
                 "{}: not a clear fail-closed message: {message}",
                 file.display()
             );

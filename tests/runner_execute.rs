@@ -85,6 +85,7 @@ impl Env {
                 image: None,
             },
             telemetry: errand::telemetry::ExecutionTelemetry::off(),
+            extension_follows: false,
         }
     }
 

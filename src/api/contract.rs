@@ -20,8 +20,37 @@ pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
 pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
 /// Environment variable with the path of the agent configuration (the snapshot's merged config).
 pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
+/// Environment variable of an extension's step: the extension kind it runs as.
+pub const ENV_EXTENSION_KIND: &str = "ERRAND_EXTENSION_KIND";
+/// Environment variable of an extension's step: the execution's `extension.config` as JSON.
+pub const ENV_EXTENSION_CONFIG: &str = "ERRAND_EXTENSION_CONFIG";
+/// Environment variable of an extension's step: the file holding its config as JSON.
+pub const ENV_EXTENSION_CONFIG_FILE: &str = "ERRAND_EXTENSION_CONFIG_FILE";
+/// Environment variable of an extension's step: the directory holding the run's results as
+/// files (`output_workdir.tar.gz`, `run_result.json`, ...), read-only input.
+pub const ENV_EXTENSION_RESULTS_DIR: &str = "ERRAND_EXTENSION_RESULTS_DIR";
+/// Environment variable of an extension's step: the directory where it writes one file or
+/// directory per declared result name; errand saves each (a directory as a `tar.gz`).
+pub const ENV_EXTENSION_OUTPUT_DIR: &str = "ERRAND_EXTENSION_OUTPUT_DIR";
+/// Environment variable of an extension's step: the execution's name.
+pub const ENV_EXECUTION_NAME: &str = "ERRAND_EXECUTION_NAME";
+/// Environment variable of an extension's step: the execution's namespace.
+pub const ENV_EXECUTION_NAMESPACE: &str = "ERRAND_EXECUTION_NAMESPACE";
 /// The variables the runner sets outside the [`RESERVED_ENV_PREFIX`] family; reserved too.
 pub const RESERVED_ENV_NAMES: [&str; 1] = [ENV_AGENT_CONFIG_PATH];
+
+/// The results errand itself saves for every run (`store::keys::ResultName`); an
+/// AgentExtension may declare none of them.
+pub const RESULT_NAMES: [&str; 6] = [
+    "input_workdir",
+    "output_workdir",
+    "output_artifacts",
+    "run_result",
+    "run_error",
+    "manifest.json",
+];
+/// What an AgentExtension's result name looks like: a store key segment and a file name.
+pub const EXTENSION_RESULT_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$";
 
 /// Label on every object the controller creates.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -87,6 +116,9 @@ pub enum ConditionType {
     /// The controller's last attempts to move the execution on failed and it keeps retrying;
     /// the message holds the last error. Present only while that lasts.
     Retrying,
+    /// The execution's extension ran after the agent succeeded (reason `ExtensionSucceeded`),
+    /// or failed (`ExtensionFailed`). Absent without an extension or while it has not ended.
+    ExtensionSucceeded,
 }
 
 impl ConditionType {
@@ -99,6 +131,7 @@ impl ConditionType {
             ConditionType::Failed => "Failed",
             ConditionType::ResultsSaved => "ResultsSaved",
             ConditionType::Retrying => "Retrying",
+            ConditionType::ExtensionSucceeded => "ExtensionSucceeded",
         }
     }
 }
@@ -160,11 +193,16 @@ pub enum Reason {
     ResultsUploadFailed,
     /// A local run's supervising process ended before the run did.
     SupervisorLost,
+    /// The extension ran and saved its results.
+    ExtensionSucceeded,
+    /// The extension exited non-zero, timed out, could not start or did not save its results;
+    /// the execution is then `Failed` with this reason, and the agent's results stay.
+    ExtensionFailed,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 24] = [
         Reason::InvalidSpec,
         Reason::Resolved,
         Reason::Queued,
@@ -187,6 +225,8 @@ impl Reason {
         Reason::ResultsSaved,
         Reason::ResultsUploadFailed,
         Reason::SupervisorLost,
+        Reason::ExtensionSucceeded,
+        Reason::ExtensionFailed,
     ];
 
     /// The reason as it appears in conditions, events and records (PascalCase).
@@ -214,6 +254,8 @@ impl Reason {
             Reason::ResultsSaved => "ResultsSaved",
             Reason::ResultsUploadFailed => "ResultsUploadFailed",
             Reason::SupervisorLost => "SupervisorLost",
+            Reason::ExtensionSucceeded => "ExtensionSucceeded",
+            Reason::ExtensionFailed => "ExtensionFailed",
         }
     }
 

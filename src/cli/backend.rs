@@ -12,7 +12,7 @@ use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::output::CliError;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
-use crate::store::keys::ResultName;
+use crate::store::keys::AnyResult;
 
 /// Which of the agent's output streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -121,7 +121,7 @@ pub trait Backend: Send + Sync {
     async fn download(
         &self,
         record: &ExecutionRecord,
-        result: ResultName,
+        result: AnyResult,
         file: &Path,
     ) -> Result<u64, CliError>;
 

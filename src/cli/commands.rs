@@ -136,9 +136,9 @@ pub async fn results_download(
     let result = parse_result_name(result)?;
     let record = find(backend, name).await?;
     let file = file.unwrap_or_else(|| PathBuf::from(result.file_name()));
+    let shown = result.as_str().to_owned();
     let size = backend.download(&record, result, &file).await?;
-    let answer =
-        json!({"execution": record.name, "result": result.as_str(), "file": file, "size": size});
+    let answer = json!({"execution": record.name, "result": shown, "file": file, "size": size});
     print_ok(format, "download", &answer, || {
         format!("wrote {} ({})", file.display(), human_size(size))
     });

@@ -22,7 +22,7 @@ use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
 use crate::runner::signals::cancel_on_stop_signal;
-use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::keys::{AnyResult, ExecutionId};
 use crate::store::{Store, StoreError};
 
 /// How often waiting commands look at a record again.
@@ -298,11 +298,11 @@ impl Backend for Local {
     async fn download(
         &self,
         record: &ExecutionRecord,
-        result: ResultName,
+        result: AnyResult,
         file: &Path,
     ) -> Result<u64, CliError> {
         let (store, execution) = results_of(record).map_err(store_error)?;
-        download_from_store(&store, &execution, result, file).await
+        download_from_store(&store, &execution, &result, file).await
     }
 
     async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
@@ -332,7 +332,7 @@ impl Backend for Local {
             .into_iter()
             .map(|o| Applied {
                 kind: o.kind.kind().to_owned(),
-                namespace: (o.kind != ObjectKind::Runtime).then_some(o.namespace),
+                namespace: (!o.kind.is_cluster_scoped()).then_some(o.namespace),
                 name: o.name,
             })
             .collect())
@@ -340,12 +340,13 @@ impl Backend for Local {
 
     async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
         let catalog = self.catalog();
-        if kind == ObjectKind::Runtime {
-            return Ok(catalog
-                .runtime_objects()
-                .iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect());
+        let cluster_scoped: Option<Vec<serde_json::Value>> = match kind {
+            ObjectKind::Runtime => Some(json_objects(&catalog.runtime_objects())),
+            ObjectKind::Extension => Some(json_objects(&catalog.extension_objects())),
+            _ => None,
+        };
+        if let Some(objects) = cluster_scoped {
+            return Ok(objects);
         }
         Ok(catalog
             .list(&self.namespace, kind)
@@ -436,15 +437,23 @@ impl Backend for Local {
     }
 }
 
+/// Each of `objects` as JSON.
+fn json_objects<T: serde::Serialize>(objects: &[T]) -> Vec<serde_json::Value> {
+    objects
+        .iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect()
+}
+
 /// Streams one stored result of `execution` into `file`; returns its size. The local backend
 /// reads its own store; against a cluster only an operator's `--store` leads here.
 pub async fn download_from_store(
     store: &Store,
     execution: &ExecutionId,
-    result: ResultName,
+    result: &AnyResult,
     file: &Path,
 ) -> Result<u64, CliError> {
-    let key = keys::result(execution, result).map_err(|e| store_error(e.into()))?;
+    let key = result.key(execution).map_err(|e| store_error(e.into()))?;
     let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
     let io_error =
         |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));

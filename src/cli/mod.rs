@@ -106,7 +106,7 @@ pub enum Command {
         #[command(subcommand)]
         action: admin::AdminAction,
     },
-    /// Store Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets from manifest files.
+    /// Store Agents, AgentEnvironments, AgentRuntimes, AgentExtensions, Filesets and Secrets from manifest files.
     Apply {
         /// Manifest files (YAML or JSON, several documents each).
         #[arg(short = 'f', long = "filename", required = true)]
@@ -130,6 +130,13 @@ pub enum Command {
     },
     /// List or delete AgentRuntimes (cluster-scoped: how each harness kind runs).
     Runtimes {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// List or delete AgentExtensions (cluster-scoped: the trusted steps after an agent run).
+    Extensions {
         #[command(subcommand)]
         action: Option<CatalogAction>,
         #[command(flatten)]
@@ -232,6 +239,7 @@ impl Command {
             | Command::Agents { output, .. }
             | Command::Environments { output, .. }
             | Command::Runtimes { output, .. }
+            | Command::Extensions { output, .. }
             | Command::Results {
                 action: ResultsAction::List { output, .. },
             }
@@ -390,6 +398,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         }
         Command::Runtimes { action, output } => {
             commands::objects(backend, ObjectKind::Runtime, action.as_ref(), output).await
+        }
+        Command::Extensions { action, output } => {
+            commands::objects(backend, ObjectKind::Extension, action.as_ref(), output).await
         }
         Command::Filesets {
             action: FilesetsAction::Push { name, dir, output },

@@ -3,7 +3,7 @@
 use super::output::{CliError, Format, human_size, print_ok};
 use crate::api::ResultEntry;
 use crate::local::ExecutionRecord;
-use crate::store::keys::ResultName;
+use crate::store::keys::{AnyResult, ResultName};
 
 /// Human summary of a record.
 pub fn print_record(record: &ExecutionRecord) -> String {
@@ -117,11 +117,12 @@ pub fn print_results(format: Format, results: &[ResultEntry]) {
 }
 
 /// The result called `name`, or an error listing the ones that exist.
-pub fn parse_result_name(result: &str) -> Result<ResultName, CliError> {
-    ResultName::parse(result).ok_or_else(|| {
+pub fn parse_result_name(result: &str) -> Result<AnyResult, CliError> {
+    AnyResult::parse(result).ok_or_else(|| {
         let known: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
         CliError::argument(format!(
-            "result {result:?} does not exist; results are {}",
+            "result {result:?} does not exist; results are {}, or one the execution's extension \
+             declares",
             known.join(", ")
         ))
     })

@@ -84,6 +84,9 @@ pub struct ExecutionRecord {
     /// reported as failed with reason `SupervisorLost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supervisor: Option<ProcessIdentity>,
+    /// How the execution's extension step ended, once it ran (after the agent succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<crate::runner::ExtensionSummary>,
 }
 
 impl ExecutionRecord {
@@ -121,6 +124,7 @@ impl ExecutionRecord {
             inherit_env,
             otlp_endpoint: None,
             supervisor: ProcessIdentity::current(),
+            extension: None,
         }
     }
 

@@ -17,9 +17,10 @@ use crate::resolve::{
     InvalidSpec, RunLimits, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
-use crate::runner::outcome::{RunReport, run_outcome};
+use crate::runner::outcome::{RunReport, extension_outcome, run_outcome};
 use crate::runner::{
-    self, Invocation, Provenance, RunSummary, ScratchDir, StageSettings, StopRequest,
+    self, ExtensionSummary, Invocation, Provenance, RunState, RunSummary, ScratchDir,
+    StageSettings, StopRequest,
 };
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -171,6 +172,7 @@ pub async fn run_prepared(
             image: None,
         },
         telemetry: ExecutionTelemetry::off(),
+        extension_follows: snapshot.extension.is_some(),
     };
     invocation.telemetry = ExecutionTelemetry::for_snapshot(
         record_telemetry(&record).as_ref(),
@@ -184,7 +186,8 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    let mut summary =
+        runner::execute(&invocation, &plan, &store, &sink, settings, cancel.clone()).await;
     invocation.telemetry.shutdown().await;
     for skipped in &summary.skipped {
         eprintln!(
@@ -192,9 +195,31 @@ pub async fn run_prepared(
             skipped.result, skipped.entry.path, skipped.entry.reason
         );
     }
+    // The extension runs only after the agent succeeded (and then saves the manifest).
+    let extension = match &snapshot.extension {
+        Some(extension) if summary.state == RunState::Succeeded => {
+            let env = base_environment(&caller_environment(), false);
+            let step = runner::run_extension(
+                extension,
+                &invocation,
+                &summary,
+                &sink,
+                env,
+                &dir.join("extension"),
+                cancel,
+            )
+            .await;
+            summary.results.extend(step.results.iter().cloned());
+            Some(step)
+        }
+        _ => None,
+    };
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
+    if let Some(step) = extension {
+        apply_extension(&mut record, step);
+    }
     records.write(&record)?;
     Ok(record)
 }
@@ -209,7 +234,7 @@ fn record_telemetry(record: &ExecutionRecord) -> Option<TelemetryTarget> {
 }
 
 /// The agent's environment: what the machine gives it ([`base_environment`]), the merged
-/// plain env, the extension, then the bound Secret values.
+/// plain env, then the bound Secret values.
 fn agent_env(
     data: &DataDir,
     snapshot: &Snapshot,
@@ -250,6 +275,17 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.started_at = summary.started_at.or(record.started_at);
     record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
     record.results = summary.results.clone();
+}
+
+/// Copies how the extension's step ended into the record of a run whose agent succeeded
+/// ([`extension_outcome`]); the results it saved so far stay listed.
+fn apply_extension(record: &mut ExecutionRecord, step: ExtensionSummary) {
+    if record.phase == Phase::Succeeded
+        && let Some(outcome) = extension_outcome(&step)
+    {
+        record.set_outcome(&outcome);
+    }
+    record.extension = Some(step);
 }
 
 /// The flags that hand `settings` to a supervisor process.

@@ -111,12 +111,22 @@ impl RunLimits {
 
     /// Checks that the run `snapshot` describes fits these limits.
     pub fn check(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
-        let mut problems = Vec::new();
-        if let Err(problem) = self
+        let mut problems: Vec<Problem> = self
             .budget(snapshot)
             .check_url_lifetime(self.max_url_lifetime_seconds)
-        {
-            problems.push(problem);
+            .err()
+            .into_iter()
+            .collect();
+        if let Some(extension) = &snapshot.extension {
+            problems.push(Problem::new(
+                "spec.extension",
+                format!(
+                    "extension {:?} runs on the local backend only in this version: a cluster \
+                     does not run extensions yet, and an execution must not be admitted to skip \
+                     its extension silently",
+                    extension.kind
+                ),
+            ));
         }
         if snapshot.auto_telemetry && !self.telemetry_configured {
             problems.push(Problem::new(
@@ -208,5 +218,21 @@ mod tests {
                 prop_assert_eq!(fits, (1..=max).contains(&lifetime));
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_refuses_an_execution_with_an_extension() {
+        use crate::api::{AgentExecutionSpec, Extension};
+        use crate::resolve::{InMemoryCatalog, resolve_execution};
+        let mut spec = AgentExecutionSpec::test();
+        spec.extension = Some(Extension {
+            kind: "analysis".into(),
+            config: None,
+        });
+        let snapshot =
+            resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
+        let refused = RunLimits::default().check(&snapshot).unwrap_err();
+        assert_eq!(refused.problems[0].field, "spec.extension");
+        assert!(refused.problems[0].message.contains("local backend only"));
     }
 }

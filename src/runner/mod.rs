@@ -6,6 +6,7 @@
 //! calls [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
+pub mod extension;
 pub mod outcome;
 pub mod plan;
 pub mod pod;
@@ -21,7 +22,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use collect::{SkippedResultEntry, fail_before_run};
+pub use collect::{ResultsManifest, SkippedResultEntry, fail_before_run};
+pub use extension::{ExtensionSummary, run_extension};
 pub use stage::{DEFAULT_STAGING_BUDGET, StageSettings, stage};
 
 use crate::api::ResultEntry;
@@ -218,6 +220,9 @@ pub struct Invocation {
     /// Auto telemetry: errand's spans of the run and the agent's `OTEL_*` settings (off
     /// without `autoTelemetry`).
     pub telemetry: ExecutionTelemetry,
+    /// An extension runs after a successful agent: the manifest is then left to its step,
+    /// which lists the extension's results too.
+    pub extension_follows: bool,
 }
 
 /// What a run came from, as `run_result` records it beside the command.

@@ -322,6 +322,9 @@ fn invocation(
             image: Some(snapshot.agent.runtime.image.clone()),
         },
         telemetry: ExecutionTelemetry::off(),
+        // A cluster refuses executions with an extension (see `RunLimits`): in a pod the agent's
+        // run always saves the manifest.
+        extension_follows: false,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The admission decision for AgentExecutions as pure functions of the AdmissionReview: what to check, and the response that reports it.
+//! The admission decision for AgentExecutions and AgentExtensions as pure functions of the AdmissionReview: what to check, and the response that reports it.
 //!
 //! A create is resolved against the live objects it names (the caller does the lookups and
 //! hands the outcome to [`verdict`]); an update only needs the old and new objects, because
@@ -11,7 +11,7 @@ use kube::core::admission::{
 };
 use kube::core::response::{Status, StatusCause, StatusDetails};
 
-use crate::api::{AgentExecution, AgentExecutionSpec};
+use crate::api::{AgentExecution, AgentExecutionSpec, AgentExtension};
 use crate::resolve::{InvalidSpec, Problem, RunLimits, Snapshot};
 
 /// Why a request body could not be read as an AdmissionReview.
@@ -65,6 +65,12 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
         // Only the main resource is registered; status writes are the controller's own.
         return Step::Decided(Verdict::Allow);
     }
+    if request.kind.kind == "AgentExtension" {
+        return Step::Decided(match request.operation {
+            Operation::Create | Operation::Update => check_extension(request.object.as_ref()),
+            Operation::Delete | Operation::Connect => Verdict::Allow,
+        });
+    }
     match request.operation {
         Operation::Create => match execution(request.object.as_ref(), "object") {
             Ok(execution) => Step::Resolve {
@@ -86,6 +92,32 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
             }
         }
         Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
+    }
+}
+
+/// An AgentExtension (created or changed) must declare valid result names, none of errand's
+/// own, and a config schema of the subset errand checks; running executions keep the
+/// definition they were admitted with.
+fn check_extension(object: Option<&DynamicObject>) -> Verdict {
+    let Some(object) = object else {
+        return Verdict::Malformed("the request has no object".to_owned());
+    };
+    let extension: Result<AgentExtension, String> = serde_json::to_value(object)
+        .map_err(|e| format!("object: {e}"))
+        .and_then(|value| {
+            crate::resolve::decode(value)
+                .map_err(|problem| format!("object is not a valid AgentExtension: {problem}"))
+        });
+    match extension {
+        Ok(extension) => {
+            let problems = crate::resolve::check_extension(&extension.spec);
+            if problems.is_empty() {
+                Verdict::Allow
+            } else {
+                Verdict::Invalid(InvalidSpec { problems })
+            }
+        }
+        Err(message) => Verdict::Malformed(message),
     }
 }
 
@@ -158,7 +190,7 @@ pub fn respond(
                 })
                 .collect();
             (
-                Status::failure(&invalid.to_string(), "Invalid").with_code(422),
+                Status::failure(&invalid.describe(&request.kind.kind), "Invalid").with_code(422),
                 causes,
             )
         }
@@ -179,7 +211,7 @@ pub fn respond(
     response.result = status.with_details(StatusDetails {
         name: request.name.clone(),
         group: crate::api::GROUP.to_owned(),
-        kind: "AgentExecution".to_owned(),
+        kind: request.kind.kind.clone(),
         uid: String::new(),
         causes,
         retry_after_seconds: 0,

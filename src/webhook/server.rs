@@ -22,8 +22,10 @@ use crate::api::AgentExecutionSpec;
 use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
-/// The path the ValidatingWebhookConfiguration points at.
+/// The path the ValidatingWebhookConfiguration's AgentExecution webhook points at.
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
+/// The path its AgentExtension webhook points at (the review tells the kinds apart).
+pub const VALIDATE_EXTENSION_PATH: &str = "/validate-agentextension";
 
 /// Largest request body read: an AdmissionReview holds the object twice at most, and an
 /// object is at most 1.5 MiB in etcd.
@@ -107,7 +109,8 @@ impl Admission {
                         name = %request.name,
                         operation = ?request.operation,
                         verdict = label,
-                        "refused an AgentExecution"
+                        kind = %request.kind.kind,
+                        "refused an object"
                     );
                 }
                 (review::respond(&request, verdict), label)
@@ -140,7 +143,7 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
 
 /// Answers one HTTP request.
 async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
-    if request.uri().path() != VALIDATE_PATH {
+    if ![VALIDATE_PATH, VALIDATE_EXTENSION_PATH].contains(&request.uri().path()) {
         return plain(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {

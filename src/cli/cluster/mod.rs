@@ -24,15 +24,15 @@ use super::output::CliError;
 use super::target::Target;
 use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
 use crate::api::{
-    Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset, FilesetSpec, FilesetStatus,
-    Phase, ResultEntry, SnapshotRef,
+    Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset, FilesetSpec,
+    FilesetStatus, Phase, ResultEntry, SnapshotRef,
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
 use crate::store::Store;
-use crate::store::keys::{ExecutionId, ResultName};
+use crate::store::keys::{AnyResult, ExecutionId, ResultName};
 
 pub use apply::FIELD_MANAGER;
 use data::DataApi;
@@ -280,6 +280,10 @@ impl Cluster {
                 let resource = kube::core::ApiResource::erase::<AgentRuntime>(&());
                 return Api::all_with(self.client.clone(), &resource);
             }
+            ObjectKind::Extension => {
+                let resource = kube::core::ApiResource::erase::<AgentExtension>(&());
+                return Api::all_with(self.client.clone(), &resource);
+            }
         };
         Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
     }
@@ -442,7 +446,7 @@ impl Backend for Cluster {
     async fn download(
         &self,
         record: &ExecutionRecord,
-        result: ResultName,
+        result: AnyResult,
         file: &Path,
     ) -> Result<u64, CliError> {
         match self.operator_store() {
@@ -452,9 +456,9 @@ impl Backend for Cluster {
                     name: record.name.clone(),
                     uid: record.uid.clone(),
                 };
-                download_from_store(&store?, &execution, result, file).await
+                download_from_store(&store?, &execution, &result, file).await
             }
-            None => self.data.download(&record.name, result, file).await,
+            None => self.data.download(&record.name, &result, file).await,
         }
     }
 
@@ -689,6 +693,7 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         inherit_env: false,
         otlp_endpoint: None,
         supervisor: None,
+        extension: None,
     }
 }
 

@@ -375,3 +375,54 @@ fn deletes_and_status_writes_are_allowed_untouched() {
     let request = parse(&serde_json::to_vec(&status).unwrap()).unwrap();
     assert_eq!(step(&request), Step::Decided(Verdict::Allow));
 }
+
+/// An AdmissionReview of an AgentExtension (cluster-scoped) with this spec.
+fn extension_review(operation: &str, spec: Value) -> Vec<u8> {
+    let mut body: Value = serde_json::from_slice(&review_body(operation, None, None)).unwrap();
+    let request = &mut body["request"];
+    request["kind"]["kind"] = json!("AgentExtension");
+    request["requestKind"]["kind"] = json!("AgentExtension");
+    request["resource"]["resource"] = json!("agentextensions");
+    request["requestResource"]["resource"] = json!("agentextensions");
+    request["name"] = json!("analysis");
+    request["namespace"] = Value::Null;
+    request["object"] = json!({
+        "apiVersion": "errand.dev/v1alpha1",
+        "kind": "AgentExtension",
+        "metadata": {"name": "analysis"},
+        "spec": spec,
+    });
+    serde_json::to_vec(&body).unwrap()
+}
+
+#[test]
+fn an_agent_extension_is_checked_on_create_and_update() {
+    let good = serde_json::to_value(crate::api::AgentExtensionSpec::test()).unwrap();
+    for operation in ["CREATE", "UPDATE"] {
+        let response = answer(
+            &extension_review(operation, good.clone()),
+            &InMemoryCatalog::test(),
+        );
+        assert_eq!(response["allowed"], true, "{operation}: {response}");
+    }
+    let mut bad = good;
+    bad["results"] = json!(["analysis-report", "output_workdir"]);
+    bad["configSchema"] = json!({"type": "object", "oneOf": []});
+    let response = answer(&extension_review("UPDATE", bad), &InMemoryCatalog::test());
+    assert_eq!(response["allowed"], false, "{response}");
+    let status = &response["status"];
+    assert_eq!(status["code"], 422);
+    assert_eq!(status["details"]["kind"], "AgentExtension");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("invalid AgentExtension (2 problems): spec.results[1]: \"output_workdir\" is one of errand's own results"),
+        "{message}"
+    );
+    let fields: Vec<&str> = status["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["spec.results[1]", "spec.configSchema.oneOf"]);
+}
