@@ -89,9 +89,11 @@ pub async fn prepare(
     };
     let resolution = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths));
     let snapshot = admit_creation(spec, resolution)?;
-    // The cluster's limits that apply on this machine: somewhere to send auto telemetry.
+    // The cluster's limits that apply on this machine: somewhere to send auto telemetry (this
+    // backend runs extensions itself).
     RunLimits {
         telemetry_configured: telemetry.is_some(),
+        runs_extensions: true,
         ..RunLimits::default()
     }
     .check(&snapshot)?;

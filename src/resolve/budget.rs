@@ -101,6 +101,9 @@ pub struct RunLimits {
     /// Whether an OTLP endpoint is configured (the chart's `telemetry.otlpEndpoint`,
     /// `--otlp-endpoint`): without one, `autoTelemetry: true` is refused rather than ignored.
     pub telemetry_configured: bool,
+    /// Whether this backend runs extensions after the agent (the local backend does; a
+    /// cluster does not yet, so an execution with one is refused rather than run without it).
+    pub runs_extensions: bool,
 }
 
 impl RunLimits {
@@ -117,7 +120,11 @@ impl RunLimits {
             .err()
             .into_iter()
             .collect();
-        if let Some(extension) = &snapshot.extension {
+        if let Some(extension) = snapshot
+            .extension
+            .as_ref()
+            .filter(|_| !self.runs_extensions)
+        {
             problems.push(Problem::new(
                 "spec.extension",
                 format!(

@@ -237,6 +237,8 @@ fn step_invocation(
         gpu_devices: Vec::new(),
         provenance: Provenance::default(),
         extension_follows: false,
+        // The extension's step is errand's own: the agent's telemetry settings stay with it.
+        telemetry: crate::telemetry::ExecutionTelemetry::off(),
     }
 }
 
