@@ -4,6 +4,7 @@
 //! items are expected here and `dead_code` is allowed for the module.
 #![allow(dead_code)]
 
+pub mod answers;
 pub mod archives;
 pub mod audit;
 pub mod chart_rbac;
