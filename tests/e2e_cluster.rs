@@ -728,3 +728,64 @@ async fn a_bounded_wait_returns_a_running_execution_with_its_log_and_the_run_goe
     );
     e2e.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_runs_an_agent_on_the_cluster_and_the_run_outlives_the_server() {
+    let Some(e2e) = Harness::start("e2e-mcp", Mode::WithPods).await else {
+        return;
+    };
+    e2e.create_agent(
+        "mcp-agent",
+        cluster::BUSYBOX_IMAGE,
+        "sleep 5; echo from-the-pod",
+    )
+    .await;
+    let mcp = support::mcp::McpSession::start(e2e.command(&["mcp", "--max-wait", "20"])).await;
+    let (error, answer) = mcp
+        .call(
+            "execute",
+            json!({"agent": "mcp-agent", "input": "x", "name": "via-mcp", "until": 1}),
+        )
+        .await;
+    assert!(!error, "{answer}");
+    assert_eq!(
+        answer["execution"]["observation"]["ended"], false,
+        "{answer}"
+    );
+    // The server goes away; the controller runs the execution on.
+    assert!(mcp.close().await.success());
+
+    let mcp = support::mcp::McpSession::start(e2e.command(&["mcp", "--max-wait", "20"])).await;
+    let deadline = std::time::Instant::now() + RUN_WAIT;
+    let execution = loop {
+        let (error, answer) = mcp
+            .call("wait", json!({"name": "via-mcp", "until": 15}))
+            .await;
+        assert!(!error, "{answer}");
+        if answer["execution"]["observation"]["ended"] == true {
+            break answer["execution"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ended: {answer}"
+        );
+    };
+    assert_eq!(execution["phase"], "Succeeded", "{execution}");
+    let response = execution["response"].as_str().unwrap_or_default();
+    assert!(response.contains("from-the-pod"), "{execution}");
+    assert_eq!(execution["output"][0]["excerpt"]["data"], "from-the-pod\n");
+    let (_, answer) = mcp.call("results_list", json!({"name": "via-mcp"})).await;
+    assert!(
+        answer["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "run_result"),
+        "{answer}"
+    );
+    let (error, answer) = mcp.call("status", json!({"name": "nothing-like-it"})).await;
+    assert!(error);
+    assert_eq!(answer["error"]["code"], "not_found");
+    assert!(mcp.close().await.success());
+    e2e.finish().await;
+}

@@ -10,6 +10,7 @@ mod excerpt;
 mod execute;
 mod gc;
 mod local;
+mod mcp;
 mod observe;
 mod output;
 mod pod;
@@ -150,6 +151,9 @@ pub enum Command {
     },
     /// Print the JSON Schema of every answer `-o json` prints.
     Schema,
+    /// Serve errand's commands as MCP tools on stdin/stdout (execute, status, tail, wait,
+    /// cancel, results_list, results_download, list); runs outlive the server.
+    Mcp(Box<mcp::McpArgs>),
     /// Print every errand CustomResourceDefinition as YAML (or write one file each).
     Crds {
         /// Write `<plural>.errand.dev.yaml` files into this directory instead of printing.
@@ -257,6 +261,7 @@ impl Command {
             } => *format,
             Command::Crds { .. }
             | Command::Schema
+            | Command::Mcp(_)
             | Command::Supervise { .. }
             | Command::Controller(_)
             | Command::Stage(_)
@@ -356,6 +361,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             println!("{:#}", schema::answers_schema());
             return Ok(());
         }
+        Command::Mcp(args) => return mcp::serve(target, &args).await,
         Command::Supervise { name, staging } => {
             return local::Local::new(target)?
                 .supervise(&name, staging.settings())
@@ -424,6 +430,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Controller(_)
         | Command::Crds { .. }
         | Command::Schema
+        | Command::Mcp(_)
         | Command::Gc(_)
         | Command::Admin { .. }
         | Command::Supervise { .. }

@@ -14,6 +14,7 @@ pub mod harness;
 pub mod hostile;
 pub mod kueue;
 pub mod local;
+pub mod mcp;
 pub mod s3;
 pub mod store;
 pub mod tenant;
