@@ -9,7 +9,7 @@ use super::answers::{
 };
 use super::backend::{Backend, Document, LogStream, find};
 use super::execute::{ExecuteArgs, spec_from_args};
-use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts};
+use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
 use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
 use super::show::{
     parse_result_name, print_executions, print_record, print_results, record_outcome,
@@ -85,10 +85,7 @@ pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Cl
 /// their sizes alone, never from the logs).
 pub async fn status(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let record = find(backend, name).await?;
-    let view = ExecutionView {
-        output: backend.output(&record, None).await?,
-        ..ExecutionView::of(record)
-    };
+    let view = with_sizes(backend, record).await?;
     print_ok(output.format, "execution", &view, || {
         print_record(&view.record)
     });
@@ -190,10 +187,7 @@ pub async fn cancel(backend: &dyn Backend, name: &str, output: OutputArgs) -> Re
         ));
     }
     let record = backend.cancel(&record).await?;
-    let view = ExecutionView {
-        output: backend.output(&record, None).await?,
-        ..ExecutionView::of(record)
-    };
+    let view = with_sizes(backend, record).await?;
     print_ok(output.format, "execution", &view, || {
         print_record(&view.record)
     });

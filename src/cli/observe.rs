@@ -107,15 +107,37 @@ pub async fn observe(
     Ok((record, observation))
 }
 
-/// The execution with the excerpts `excerpt` selects of its output.
+/// The execution with the excerpts `excerpt` selects of its output. Output that cannot be read
+/// (a pod's log the caller may not read) is left out with a warning: it never fails an answer
+/// about a run.
 pub async fn with_excerpts(
     backend: &dyn Backend,
     record: ExecutionRecord,
     excerpt: &ExcerptArgs,
 ) -> Result<ExecutionView, CliError> {
-    let output = backend.output(&record, Some(excerpt.window())).await?;
+    let output = match backend.output(&record, Some(excerpt.window())).await {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!(
+                "warning: the output of execution {} could not be read: {}",
+                record.name, e.message
+            );
+            Vec::new()
+        }
+    };
     Ok(ExecutionView {
         output,
+        ..ExecutionView::of(record)
+    })
+}
+
+/// The execution with the sizes of its output streams, read without reading the streams.
+pub async fn with_sizes(
+    backend: &dyn Backend,
+    record: ExecutionRecord,
+) -> Result<ExecutionView, CliError> {
+    Ok(ExecutionView {
+        output: backend.output(&record, None).await?,
         ..ExecutionView::of(record)
     })
 }
