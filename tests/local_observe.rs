@@ -7,18 +7,6 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::local::Home;
 
-/// An Agent manifest file whose command is `sh -c SCRIPT`.
-fn agent(home: &Home, name: &str, script: &str) -> String {
-    let manifest = json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent", "metadata": {"name": name},
-        "spec": {"runtime": {"image": "busybox", "command": ["sh", "-c", script]},
-                 "config": {"config_format": "agents-spec-v1", "name": name}}
-    });
-    home.write(&format!("{name}.json"), &manifest.to_string())
-        .display()
-        .to_string()
-}
-
 /// The stream called `name` in an execution's `output`.
 fn stream<'a>(execution: &'a Value, name: &str) -> &'a Value {
     execution["output"]
@@ -33,8 +21,7 @@ fn stream<'a>(execution: &'a Value, name: &str) -> &'a Value {
 fn execute_until_returns_the_run_as_it_stands_and_wait_follows_it_to_its_end() {
     let home = Home::new();
     // stdout: "begin\n" at once, "finished\n" after 3 s; stderr: one byte that is not UTF-8.
-    let agent = agent(
-        &home,
+    let agent = home.agent(
         "slow",
         "echo begin; printf '\\377' >&2; sleep 3; echo finished",
     );
@@ -112,7 +99,7 @@ fn execute_until_returns_the_run_as_it_stands_and_wait_follows_it_to_its_end() {
 #[test]
 fn waiting_to_the_end_is_the_default_and_a_failed_run_carries_its_excerpts() {
     let home = Home::new();
-    let fine = agent(&home, "fine", "echo all good");
+    let fine = home.agent("fine", "echo all good");
     let (code, answer) = home.json(&["execute", "--local", "--agent", &fine, "--input", "x"]);
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["execution"]["phase"], "Succeeded");
@@ -134,7 +121,7 @@ fn waiting_to_the_end_is_the_default_and_a_failed_run_carries_its_excerpts() {
         (0, &json!("Succeeded"))
     );
 
-    let failing = agent(&home, "failing", "echo oops >&2; exit 3");
+    let failing = home.agent("failing", "echo oops >&2; exit 3");
     let (code, answer) = home.json(&["execute", "--local", "--agent", &failing, "--input", "x"]);
     assert_eq!(code, 1, "{answer}");
     assert_eq!(answer["error"]["code"], "execution_failed");
@@ -154,7 +141,7 @@ fn waiting_to_the_end_is_the_default_and_a_failed_run_carries_its_excerpts() {
 #[test]
 fn observation_flags_are_refused_naming_them() {
     let home = Home::new();
-    let fine = agent(&home, "fine", "true");
+    let fine = home.agent("fine", "true");
     for (args, named) in [
         (&["wait", "x", "--until=-1"][..], "--until"),
         (&["wait", "x", "--until", "soon"], "--until"),

@@ -6,18 +6,6 @@ use serde_json::{Value, json};
 use support::local::Home;
 use support::mcp::McpSession;
 
-/// An Agent manifest file whose command is `sh -c SCRIPT`.
-fn agent(home: &Home, name: &str, script: &str) -> String {
-    let manifest = json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent", "metadata": {"name": name},
-        "spec": {"runtime": {"image": "busybox", "command": ["sh", "-c", script]},
-                 "config": {"config_format": "agents-spec-v1", "name": name}}
-    });
-    home.write(&format!("{name}.json"), &manifest.to_string())
-        .display()
-        .to_string()
-}
-
 async fn session(home: &Home) -> McpSession {
     McpSession::start(home.command(&["mcp", "--max-wait", "20"])).await
 }
@@ -25,8 +13,7 @@ async fn session(home: &Home) -> McpSession {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_client_runs_an_agent_through_every_tool() {
     let home = Home::new();
-    let agent = agent(
-        &home,
+    let agent = home.agent(
         "stepper",
         "echo begin; sleep 2; echo 42 > answer.txt; echo done",
     );
@@ -128,7 +115,7 @@ async fn an_mcp_client_runs_an_agent_through_every_tool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_the_transport_or_killing_the_server_never_stops_a_run() {
     let home = Home::new();
-    let agent = agent(&home, "slow", "sleep 3; echo finished");
+    let agent = home.agent("slow", "sleep 3; echo finished");
     let mcp = session(&home).await;
     let (error, answer) = mcp
         .call(
