@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::output::CliError;
 use super::target::Target;
@@ -284,11 +285,35 @@ impl Backend for Local {
             .iter()
             .map(|l| (*l).to_owned())
             .collect();
-        let label = match stream {
-            LogStream::Stdout => "stdout",
-            LogStream::Stderr => "stderr",
-        };
-        Ok((label, last))
+        Ok((stream.label(), last))
+    }
+
+    async fn output(
+        &self,
+        record: &ExecutionRecord,
+        window: Option<ByteWindow>,
+    ) -> Result<Vec<StreamOutput>, CliError> {
+        [LogStream::Stdout, LogStream::Stderr]
+            .into_iter()
+            .map(|stream| {
+                let path = self.log_path(&record.name, stream);
+                let (total, excerpt) = match window {
+                    // A log not written yet is empty.
+                    None => (std::fs::metadata(&path).map_or(0, |m| m.len()), None),
+                    Some(window) => {
+                        let (total, excerpt) = read_window(&path, window).map_err(|e| {
+                            CliError::new("io_error", format!("{}: {e}", path.display()))
+                        })?;
+                        (total, Some(excerpt))
+                    }
+                };
+                Ok(StreamOutput {
+                    stream: stream.label().to_owned(),
+                    total_bytes: Some(total),
+                    excerpt,
+                })
+            })
+            .collect()
     }
 
     async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
@@ -467,6 +492,24 @@ pub async fn download_from_store(
     }
     out.sync_all().map_err(io_error)?;
     Ok(size)
+}
+
+/// The size of the file at `path` and the excerpt `window` selects of it (a file not written
+/// yet is empty); reads only the bytes it shows.
+fn read_window(path: &Path, window: ByteWindow) -> std::io::Result<(u64, Excerpt)> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((0, Excerpt::of(&[], 0, 0)));
+        }
+        Err(e) => return Err(e),
+    };
+    let total = file.metadata()?.len();
+    let (start, end) = window.range(total);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(end - start).read_to_end(&mut bytes)?;
+    Ok((total, Excerpt::of(&bytes, start, total)))
 }
 
 /// Prints what was appended to `path` since `offset`; returns the new offset.

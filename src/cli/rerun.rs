@@ -44,6 +44,12 @@ impl RerunArgs {
             spec_file: None,
             name: self.name,
             no_wait: self.no_wait,
+            until: None,
+            forever: false,
+            excerpt: super::observe::ExcerptArgs {
+                max_bytes: super::excerpt::DEFAULT_MAX_BYTES,
+                from_byte: None,
+            },
             inherit_env: false,
             staging: self.staging,
             telemetry: self.telemetry,

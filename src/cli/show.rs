@@ -1,5 +1,6 @@
 //! How executions are shown, the same for both backends: records, tables and results.
 
+use super::answers::ExecutionView;
 use super::output::{CliError, Format, human_size, print_ok};
 use crate::api::ResultEntry;
 use crate::local::ExecutionRecord;
@@ -43,14 +44,16 @@ pub fn print_record(record: &ExecutionRecord) -> String {
     out
 }
 
-/// Prints a finished record; a run that did not succeed is a failed command (exit code 1).
+/// Prints a finished execution; a run that did not succeed is a failed command (exit code 1)
+/// whose error carries the execution.
 pub fn record_outcome(
     format: Format,
-    record: &ExecutionRecord,
+    view: &ExecutionView,
     human: impl FnOnce() -> String,
 ) -> Result<(), CliError> {
+    let record = &view.record;
     if record.phase == crate::api::Phase::Succeeded {
-        print_ok(format, "execution", record, human);
+        print_ok(format, "execution", view, human);
         return Ok(());
     }
     let message = format!(
@@ -71,7 +74,7 @@ pub fn record_outcome(
         message,
         details: Some((
             "execution",
-            serde_json::to_value(record).expect("records serialize"),
+            serde_json::to_value(view).expect("records serialize"),
         )),
     })
 }

@@ -17,7 +17,7 @@ pub const RECORD_SCHEMA_VERSION: u32 = 1;
 
 /// What the local backend knows about one execution; the same fields `errand status` shows for
 /// a cluster execution.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecutionRecord {
     /// Always [`RECORD_SCHEMA_VERSION`].
     pub schema_version: u32,

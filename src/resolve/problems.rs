@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// One thing wrong with a submitted execution.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Problem {
     /// Path of the offending field, for example `spec.workdir.artifactMounts[0].mountPath`.
     pub field: String,

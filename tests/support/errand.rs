@@ -138,7 +138,7 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
 }
 
 /// The exit code of `errand ARGS -o json` and the one JSON answer it printed, checked to be
-/// exactly one line with `schema_version`, `ok` and `type`.
+/// exactly one line with `schema_version`, `ok` and `type` that conforms to `errand schema`.
 pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, serde_json::Value) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -154,6 +154,7 @@ pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, se
         value["ok"].is_boolean() && value["type"].is_string(),
         "{value}"
     );
+    super::answers::assert_conforms(&value);
     (output.status.code().unwrap_or(-1), value)
 }
 

@@ -290,19 +290,27 @@ impl Harness {
         .await;
     }
 
-    /// `errand ARGS -o json` against this test's namespace as its operator: the admin's
-    /// kubeconfig, and the controller's store named with `--store`; the exit code and the one
-    /// JSON answer.
-    pub fn cli(&self, args: &[&str]) -> (i32, Value) {
-        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
+    /// `errand ARGS` against this test's namespace as its operator: the admin's kubeconfig, and
+    /// the controller's store named with `--store`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+        command
             .arg("--kubeconfig")
             .arg(cluster::kubeconfig_path())
             .args(["--namespace", self.namespace.name()])
             .args(["--store", &self.store_url()])
             .args(args)
-            .args(["-o", "json"])
             .env_remove("ERRAND_BACKEND")
-            .env_remove("ERRAND_NAMESPACE")
+            .env_remove("ERRAND_NAMESPACE");
+        command
+    }
+
+    /// `errand ARGS -o json` as [`Harness::command`] runs it: the exit code and the one JSON
+    /// answer.
+    pub fn cli(&self, args: &[&str]) -> (i32, Value) {
+        let output = self
+            .command(args)
+            .args(["-o", "json"])
             .output()
             .expect("errand runs");
         super::errand::one_json_answer(args, &output)

@@ -18,6 +18,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::local::{download_from_store, store_error};
 use super::output::CliError;
@@ -36,6 +37,9 @@ use crate::store::keys::{AnyResult, ExecutionId, ResultName};
 
 pub use apply::FIELD_MANAGER;
 use data::DataApi;
+
+/// The one log a pod keeps of the agent's stdout and stderr together.
+const COMBINED_LOG: &str = "stdout+stderr";
 
 /// How often waiting commands look at an execution again.
 const POLL: Duration = Duration::from_millis(500);
@@ -424,7 +428,49 @@ impl Backend for Cluster {
             .logs(&pod.metadata.name.unwrap_or_default(), &params)
             .await
             .map_err(api_error)?;
-        Ok(("stdout+stderr", text.lines().map(str::to_owned).collect()))
+        Ok((COMBINED_LOG, text.lines().map(str::to_owned).collect()))
+    }
+
+    async fn output(
+        &self,
+        record: &ExecutionRecord,
+        window: Option<ByteWindow>,
+    ) -> Result<Vec<StreamOutput>, CliError> {
+        // A pod's log has no size the API reports: without reading it, its size is unknown.
+        let unknown = StreamOutput {
+            stream: COMBINED_LOG.to_owned(),
+            total_bytes: None,
+            excerpt: None,
+        };
+        let Some(window) = window else {
+            return Ok(vec![unknown]);
+        };
+        // The kubelet keeps a bounded log (containerLogMaxSize, 10 MiB by default), so it is read
+        // whole and cut here. Without a pod, or before the agent's container starts, there is none.
+        let Some(pod) = self.pod(&record.uid).await? else {
+            return Ok(vec![unknown]);
+        };
+        let params = LogParams {
+            container: Some(AGENT_CONTAINER.into()),
+            ..Default::default()
+        };
+        let pods = self.api::<Pod>();
+        let mut bytes = Vec::new();
+        match pods
+            .log_stream(&pod.metadata.name.unwrap_or_default(), &params)
+            .await
+        {
+            Ok(stream) => {
+                futures::AsyncReadExt::read_to_end(&mut std::pin::pin!(stream), &mut bytes)
+                    .await
+                    .map_err(|e| {
+                        CliError::new("cluster_error", format!("reading the agent's log: {e}"))
+                    })?;
+            }
+            Err(kube::Error::Api(status)) if status.code == 400 => return Ok(vec![unknown]),
+            Err(e) => return Err(api_error(e)),
+        }
+        Ok(vec![StreamOutput::from_bytes(COMBINED_LOG, &bytes, window)])
     }
 
     async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
