@@ -32,7 +32,7 @@ use crate::store::keys::ResultName;
 use crate::store::{ResultBody, ResultSink, StoreResults};
 
 /// How an extension's step ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExtensionSummary {
     /// The extension kind.

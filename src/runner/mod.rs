@@ -265,7 +265,7 @@ impl StopRequest {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum RunState {
     /// The agent exited with code 0.
     Succeeded,
