@@ -16,8 +16,8 @@ use super::answers::{
 use super::backend::Applied;
 use super::output::SCHEMA_VERSION;
 use crate::api::{Fileset, ResultEntry};
-use crate::local::ExecutionRecord;
 use crate::local::gc::GcReport;
+use crate::local::{ExecutionRecord, ObjectKind};
 use crate::resolve::Problem;
 use crate::retention::sweep_store::SweepReport;
 
@@ -80,9 +80,15 @@ pub fn answers_schema() -> Value {
         answer::<SweepReport>(g, "sweep"),
     ];
     // The catalog lists are the objects as stored (an Agent's config keeps unknown fields).
-    for plural in ["agents", "agentenvironments", "agentruntimes"] {
+    let catalog = [
+        ObjectKind::Agent,
+        ObjectKind::Environment,
+        ObjectKind::Runtime,
+        ObjectKind::Extension,
+    ];
+    for kind in catalog {
         answers.push(envelope(
-            plural,
+            kind.plural(),
             true,
             json!({"type": "array", "items": {"type": "object"}}),
         ));
