@@ -966,6 +966,7 @@ async fn a_run_survives_the_controller_pods_being_replaced(
         saved,
         BTreeSet::from([
             "input_workdir",
+            "manifest.json",
             "output_artifacts",
             "output_workdir",
             "run_result"

@@ -713,8 +713,18 @@ async fn a_bounded_wait_returns_a_running_execution_with_its_log_and_the_run_goe
         json!([{"stream": "stdout+stderr", "total_bytes": null}])
     );
 
-    // A long enough wait sees the end, within --max-bytes.
-    let (code, answer) = e2e.cli(&["wait", "stepping", "--until", "120", "--max-bytes", "9"]);
+    // A long enough wait sees the end; --from-byte continues after the first excerpt, within
+    // --max-bytes (errand's own last log line follows the agent's in the pod's log).
+    let (code, answer) = e2e.cli(&[
+        "wait",
+        "stepping",
+        "--until",
+        "120",
+        "--from-byte",
+        "6",
+        "--max-bytes",
+        "9",
+    ]);
     assert_eq!(code, 0, "{answer}");
     let execution = &answer["execution"];
     assert_eq!(
@@ -773,7 +783,11 @@ async fn an_mcp_client_runs_an_agent_on_the_cluster_and_the_run_outlives_the_ser
     assert_eq!(execution["phase"], "Succeeded", "{execution}");
     let response = execution["response"].as_str().unwrap_or_default();
     assert!(response.contains("from-the-pod"), "{execution}");
-    assert_eq!(execution["output"][0]["excerpt"]["data"], "from-the-pod\n");
+    // The pod's log: the agent's output, then errand's own last line.
+    let log = execution["output"][0]["excerpt"]["data"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(log.starts_with("from-the-pod\n"), "{execution}");
     let (_, answer) = mcp.call("results_list", json!({"name": "via-mcp"})).await;
     assert!(
         answer["results"]
