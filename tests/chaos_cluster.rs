@@ -11,6 +11,7 @@
 
 mod support;
 
+use errand::api::contract::COMPLETED_RUN_RESULTS;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Child;
@@ -141,13 +142,7 @@ async fn missing_results(
         .unwrap_or_default();
     let mut wrong = Vec::new();
     let names: Vec<&str> = listed.iter().map(|r| r.name.as_str()).collect();
-    let expected = [
-        "input_workdir",
-        "output_workdir",
-        "output_artifacts",
-        "run_result",
-        "manifest.json",
-    ];
+    let expected = COMPLETED_RUN_RESULTS;
     if names != expected {
         wrong.push(format!("{}: results {names:?}", id.name));
     }

@@ -32,7 +32,7 @@ use support::harness::execution_id;
 use support::store::{read_all, tar_files};
 use support::tenant::Tenant;
 
-use errand::api::contract::NAMESPACE_TTL_ANNOTATION;
+use errand::api::contract::{COMPLETED_RUN_RESULTS, NAMESPACE_TTL_ANNOTATION};
 use errand::api::{AgentExecution, Fileset, Phase};
 use errand::store::Store;
 use errand::store::keys::ResultName;
@@ -962,17 +962,7 @@ async fn a_run_survives_the_controller_pods_being_replaced(
     let status = done.status.clone().unwrap();
     assert_eq!(status.phase, Some(Phase::Succeeded), "{status:?}");
     let saved: BTreeSet<&str> = status.results.iter().map(|r| r.name.as_str()).collect();
-    assert_eq!(
-        saved,
-        BTreeSet::from([
-            "input_workdir",
-            "manifest.json",
-            "output_artifacts",
-            "output_workdir",
-            "run_result"
-        ]),
-        "{status:?}"
-    );
+    assert_eq!(saved, BTreeSet::from(COMPLETED_RUN_RESULTS), "{status:?}");
     let id = execution_id(team, &done);
     let record: serde_json::Value = serde_json::from_slice(
         &read_all(
@@ -1318,16 +1308,7 @@ async fn a_tenant_runs_the_whole_journey_with_the_cli(client: &Client, team: &st
         .iter()
         .map(|r| r["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result",
-            "manifest.json"
-        ]
-    );
+    assert_eq!(names, COMPLETED_RUN_RESULTS);
 
     // 5. Download output_workdir and the manifest; the sha256 is the manifest's.
     let download = |tenant: &Tenant, result: &str| {

@@ -19,7 +19,9 @@ use support::harness::{
     Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_uids, result_names, tail,
 };
 
-use errand::api::contract::{self, ConditionType, Reason};
+use errand::api::contract::{
+    self, COMPLETED_RUN_RESULTS, ConditionType, INTERRUPTED_RUN_RESULTS, Reason,
+};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
 use errand::store::keys::ResultName;
 
@@ -46,16 +48,7 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     let status = done.status.clone().unwrap();
     assert_eq!(status.exit_code, Some(0));
     assert!(status.start_time.is_some() && status.completion_time.is_some());
-    assert_eq!(
-        result_names(&done),
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result",
-            "manifest.json"
-        ]
-    );
+    assert_eq!(result_names(&done), COMPLETED_RUN_RESULTS);
     let record = e2e.result_json(&done, ResultName::RunResult).await;
     assert_eq!(record["response"], "96", "{record}");
     assert_eq!(record["state"], "Succeeded");
@@ -347,12 +340,7 @@ async fn assert_stopped_with_its_results(e2e: &Harness, done: &AgentExecution) {
         "{message}"
     );
     let names = result_names(done);
-    for name in [
-        "input_workdir",
-        "output_workdir",
-        "output_artifacts",
-        "run_error",
-    ] {
+    for name in &INTERRUPTED_RUN_RESULTS[..4] {
         assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
     }
     let error = e2e.result_json(done, ResultName::RunError).await;
@@ -628,15 +616,7 @@ async fn controller_killed_during_a_result_upload_loses_no_result() {
     let manifest = e2e.result_json(&done, ResultName::Manifest).await;
     let listed = manifest["results"].as_array().unwrap();
     let names: Vec<&str> = listed.iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result"
-        ]
-    );
+    assert_eq!(names, COMPLETED_RUN_RESULTS[..4]);
     for entry in listed {
         let name = entry["name"].as_str().unwrap();
         let bytes = e2e.result(&done, ResultName::parse(name).unwrap()).await;

@@ -2,18 +2,10 @@
 
 mod support;
 
+use errand::api::contract::COMPLETED_RUN_RESULTS;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use support::local::Home;
-
-/// What a run without an extension's step saves.
-const AGENT_RUN_RESULTS: [&str; 5] = [
-    "input_workdir",
-    "output_workdir",
-    "output_artifacts",
-    "run_result",
-    "manifest.json",
-];
 
 fn example(path: &str) -> String {
     format!("{}/examples/{path}", env!("CARGO_MANIFEST_DIR"))
@@ -217,7 +209,7 @@ fn an_extension_that_fails_fails_the_execution_and_keeps_the_agents_results() {
     );
     assert_eq!(execution["extension"]["state"], "Failed", "{status}");
     // The agent's results stay, and the manifest lists them without the missing report.
-    assert_eq!(result_names(execution), AGENT_RUN_RESULTS);
+    assert_eq!(result_names(execution), COMPLETED_RUN_RESULTS);
     let name = execution["name"].as_str().unwrap();
     let run: Value = serde_json::from_slice(&home.download("run_result", name)).unwrap();
     assert_eq!(run["state"], "Succeeded");
@@ -235,5 +227,5 @@ fn an_extension_never_runs_after_a_failed_agent() {
     let execution = &status["executions"][0];
     assert_eq!(execution["reason"], "AgentFailed", "{status}");
     assert!(execution.get("extension").is_none(), "{status}");
-    assert_eq!(result_names(execution), AGENT_RUN_RESULTS);
+    assert_eq!(result_names(execution), COMPLETED_RUN_RESULTS);
 }

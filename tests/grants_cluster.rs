@@ -5,6 +5,7 @@
 
 mod support;
 
+use errand::api::contract::COMPLETED_RUN_RESULTS;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,16 +50,7 @@ async fn create_calculator(harness: &Harness) {
 
 /// Checks that the run staged the Fileset and saved every result.
 async fn assert_staged_and_saved(harness: &Harness, done: &AgentExecution) {
-    assert_eq!(
-        result_names(done),
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result",
-            "manifest.json"
-        ]
-    );
+    assert_eq!(result_names(done), COMPLETED_RUN_RESULTS);
     let input = harness.result_files(done, ResultName::InputWorkdir).await;
     assert_eq!(input["question.txt"], "What is 12 x 8?\n");
     let record = harness.result_json(done, ResultName::RunResult).await;

@@ -2,6 +2,7 @@
 
 mod support;
 
+use errand::api::contract::COMPLETED_RUN_RESULTS;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -46,16 +47,7 @@ fn calculator_answers_and_keeps_every_result() {
         .iter()
         .map(|r| r["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result",
-            "manifest.json"
-        ]
-    );
+    assert_eq!(names, COMPLETED_RUN_RESULTS);
 
     let name = execution["name"].as_str().unwrap();
     assert!(name.starts_with("calculator-"), "{name}");

@@ -4,6 +4,7 @@
 
 mod support;
 
+use errand::api::contract::COMPLETED_RUN_RESULTS;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -221,16 +222,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     assert_eq!(summary.state, RunState::Succeeded);
     assert_eq!(summary.exit_code, Some(0));
     assert_eq!(summary.results_error, None);
-    assert_eq!(
-        names(&summary),
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result",
-            "manifest.json"
-        ]
-    );
+    assert_eq!(names(&summary), COMPLETED_RUN_RESULTS);
     let record = pod.result_json(ResultName::RunResult).await;
     assert_eq!(record["response"], "96");
     assert_eq!(record["execution"]["uid"], execution().uid);
@@ -246,15 +238,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
         .iter()
         .map(|r| r["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        listed,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result"
-        ]
-    );
+    assert_eq!(listed, COMPLETED_RUN_RESULTS[..4]);
     // Sizes and digests reported are those of the stored bytes.
     for entry in &summary.results {
         if entry.name == "manifest.json" {

@@ -3,6 +3,7 @@
 
 mod support;
 
+use errand::api::contract::{COMPLETED_RUN_RESULTS, INTERRUPTED_RUN_RESULTS};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Cursor;
@@ -242,15 +243,7 @@ async fn a_successful_run_saves_every_result() {
     assert_eq!(summary.results_error, None);
 
     let names = env.assert_manifest_matches(&inv, &summary).await;
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result"
-        ]
-    );
+    assert_eq!(names, COMPLETED_RUN_RESULTS[..4]);
 
     let record = env.json(&inv, ResultName::RunResult).await;
     assert_eq!(record["state"], "Succeeded");
@@ -319,15 +312,7 @@ async fn a_failing_agent_still_saves_results() {
     assert_eq!(summary.exit_code, Some(3));
     assert_eq!(summary.stderr_tail, "cannot divide by zero");
     let names = env.assert_manifest_matches(&inv, &summary).await;
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_result"
-        ]
-    );
+    assert_eq!(names, COMPLETED_RUN_RESULTS[..4]);
     let record = env.json(&inv, ResultName::RunResult).await;
     assert_eq!(record["state"], "Failed");
     assert_eq!(record["exit_code"], 3);
@@ -361,15 +346,7 @@ async fn the_deadline_kills_an_agent_that_ignores_sigterm() {
     assert!((1400..10_000).contains(&duration), "ran {duration} ms");
 
     let names = env.assert_manifest_matches(&inv, &summary).await;
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_error"
-        ]
-    );
+    assert_eq!(names, INTERRUPTED_RUN_RESULTS[..4]);
     let record = env.json(&inv, ResultName::RunError).await;
     assert_eq!(record["type"], "DeadlineExceeded");
     assert_eq!(record["timed_out"], true);
@@ -409,15 +386,7 @@ async fn cancelling_stops_the_agent_and_saves_results() {
     assert_eq!(summary.exit_code, Some(128 + 15));
     assert!(started.elapsed() < Duration::from_secs(10));
     let names = env.assert_manifest_matches(&inv, &summary).await;
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_error"
-        ]
-    );
+    assert_eq!(names, INTERRUPTED_RUN_RESULTS[..4]);
     let record = env.json(&inv, ResultName::RunError).await;
     assert_eq!(record["type"], "Cancelled");
     assert_eq!(record["timed_out"], false);
@@ -564,15 +533,7 @@ async fn a_command_that_cannot_start_is_recorded() {
     let record = env.json(&inv, ResultName::RunError).await;
     assert_eq!(record["type"], "StartFailed");
     let names = env.assert_manifest_matches(&inv, &summary).await;
-    assert_eq!(
-        names,
-        [
-            "input_workdir",
-            "output_workdir",
-            "output_artifacts",
-            "run_error"
-        ]
-    );
+    assert_eq!(names, INTERRUPTED_RUN_RESULTS[..4]);
 }
 
 #[tokio::test]

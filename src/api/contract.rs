@@ -49,6 +49,24 @@ pub const RESULT_NAMES: [&str; 6] = [
     "run_error",
     "manifest.json",
 ];
+/// What a run whose agent ran to its end saves, in the order it saves them: the manifest last,
+/// listing all the others (`&COMPLETED_RUN_RESULTS[..4]` is what a manifest lists).
+pub const COMPLETED_RUN_RESULTS: [&str; 5] = [
+    "input_workdir",
+    "output_workdir",
+    "output_artifacts",
+    "run_result",
+    "manifest.json",
+];
+/// What a run that did not get to its end (timed out, cancelled, failed to start) saves: as
+/// [`COMPLETED_RUN_RESULTS`], with `run_error` in place of `run_result`.
+pub const INTERRUPTED_RUN_RESULTS: [&str; 5] = [
+    "input_workdir",
+    "output_workdir",
+    "output_artifacts",
+    "run_error",
+    "manifest.json",
+];
 /// What an AgentExtension's result name looks like: a store key segment and a file name.
 pub const EXTENSION_RESULT_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$";
 

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time
 use super::observe::pod_facts;
 use super::render::format_duration;
 use super::*;
-use crate::api::contract::{self, ConditionType, Reason};
+use crate::api::contract::{self, COMPLETED_RUN_RESULTS, ConditionType, Reason};
 use crate::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, Phase, ResultEntry, SnapshotRef,
 };
@@ -140,20 +140,14 @@ fn finished(exit_code: i32, summary: Option<TerminationSummary>) -> PodFacts {
 }
 
 fn results() -> Vec<ResultEntry> {
-    [
-        "input_workdir",
-        "output_workdir",
-        "output_artifacts",
-        "run_result",
-        "manifest.json",
-    ]
-    .iter()
-    .map(|name| ResultEntry {
-        name: (*name).into(),
-        size: 100,
-        sha256: "d".repeat(64),
-    })
-    .collect()
+    COMPLETED_RUN_RESULTS
+        .iter()
+        .map(|name| ResultEntry {
+            name: (*name).into(),
+            size: 100,
+            sha256: "d".repeat(64),
+        })
+        .collect()
 }
 
 fn summary(state: RunState, exit_code: i32, stderr: &str) -> TerminationSummary {
