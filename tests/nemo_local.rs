@@ -72,10 +72,23 @@ fn the_nemo_calculator_runs_with_the_runtime_of_its_harness_kind() {
     );
 }
 
-fn refusal(home: &Home, args: &[&str]) -> (i32, Value) {
+/// Runs `args`, which must be refused; the exit code and the error's message.
+fn refusal(home: &Home, args: &[&str]) -> (i32, String) {
     let (code, answer) = home.json(args);
     assert_eq!(answer["ok"], false, "{args:?} was accepted: {answer}");
-    (code, answer)
+    let message = answer["error"]["message"].as_str().unwrap().to_owned();
+    (code, message)
+}
+
+/// Runs `args`, which must be refused as an invalid spec (exit 2); the error's message.
+fn invalid_spec(home: &Home, args: &[&str]) -> String {
+    let (code, answer) = home.json(args);
+    assert_eq!(
+        (code, answer["error"]["code"].as_str()),
+        (2, Some("invalid_spec")),
+        "{args:?}: {answer}"
+    );
+    answer["error"]["message"].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -89,12 +102,7 @@ fn no_runtime_for_the_harness_kind_is_refused_naming_the_field_and_the_installed
         "--input",
         "What is 1 plus 1?",
     ];
-    let (code, answer) = refusal(&home, &run);
-    assert_eq!(
-        (code, answer["error"]["code"].as_str()),
-        (2, Some("invalid_spec"))
-    );
-    let message = answer["error"]["message"].as_str().unwrap();
+    let message = invalid_spec(&home, &run);
     assert!(
         message.contains(
             "Agent \"calculator-agent\" spec.runtime: is not set and no AgentRuntime serves harness kind \"deepagents\""
@@ -103,8 +111,7 @@ fn no_runtime_for_the_harness_kind_is_refused_naming_the_field_and_the_installed
     );
     applied(&home, &harness_runtime(&home, "claude", "claude"));
     applied(&home, &harness_runtime(&home, "codex", "codex"));
-    let (_, answer) = refusal(&home, &run);
-    let message = answer["error"]["message"].as_str().unwrap();
+    let (_, message) = refusal(&home, &run);
     assert!(
         message.contains("installed kinds: claude, codex"),
         "{message}"
@@ -148,43 +155,20 @@ fn agents_create_wraps_the_bare_nemo_calculator_config_and_it_runs() {
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["execution"]["response"], "96");
     // A manifest is not a bare config, and a config the schema refuses names its field.
-    let (code, answer) = refusal(
-        &home,
-        &[
-            "agents",
-            "create",
-            "--name",
-            "x",
-            "--agent-config",
-            &example("agent.yaml"),
-        ],
-    );
+    let create = |config: &str| {
+        refusal(
+            &home,
+            &["agents", "create", "--name", "x", "--agent-config", config],
+        )
+    };
+    let (code, message) = create(&example("agent.yaml"));
     assert_eq!(code, 2);
-    assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("takes a bare agent config"),
-        "{answer}"
-    );
+    assert!(message.contains("takes a bare agent config"), "{message}");
     let bad = home.write("bad.yaml", "config_format: yaml-v9\nname: x\n");
-    let (_, answer) = refusal(
-        &home,
-        &[
-            "agents",
-            "create",
-            "--name",
-            "x",
-            "--agent-config",
-            bad.to_str().unwrap(),
-        ],
-    );
+    let (_, message) = create(bad.to_str().unwrap());
     assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("spec.config.config_format: Unsupported value: \"yaml-v9\""),
-        "{answer}"
+        message.contains("spec.config.config_format: Unsupported value: \"yaml-v9\""),
+        "{message}"
     );
 }
 
@@ -303,12 +287,7 @@ fn an_environment_by_workspace_name_must_be_in_the_target_namespace() {
 
     let mut args = vec!["execute", "--environment", "other/research"];
     args.extend(ask);
-    let (code, answer) = refusal(&home, &args);
-    assert_eq!(
-        (code, answer["error"]["code"].as_str()),
-        (2, Some("invalid_spec"))
-    );
-    let message = answer["error"]["message"].as_str().unwrap();
+    let message = invalid_spec(&home, &args);
     assert!(
         message.contains("--environment: \"other/research\" names workspace \"other\"; the target namespace is \"default\""),
         "{message}"
@@ -316,8 +295,7 @@ fn an_environment_by_workspace_name_must_be_in_the_target_namespace() {
     // The same rule in a NeMo job spec names its field, as does an unknown field.
     let spec = json!({"agent": "calculator-agent", "environment": "other/research",
                       "input": "What is 2 plus 2?", "priority": "high"});
-    let (_, answer) = refusal(&home, &["execute", "--spec", &spec.to_string()]);
-    let message = answer["error"]["message"].as_str().unwrap();
+    let (_, message) = refusal(&home, &["execute", "--spec", &spec.to_string()]);
     assert!(
         message.contains("environment: \"other/research\" names workspace \"other\"")
             && message.contains("priority: unknown field \"priority\" in the NeMo job spec"),
@@ -345,9 +323,8 @@ fn an_agent_runtime_is_checked_against_its_schema_when_applied() {
         let manifest = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentRuntime",
                               "metadata": {"name": "bad"}, "spec": spec});
         let file = home.write("bad.json", &manifest.to_string());
-        let (code, answer) = refusal(&home, &["apply", "-f", file.to_str().unwrap()]);
-        assert_eq!(code, 2, "{answer}");
-        let message = answer["error"]["message"].as_str().unwrap();
+        let (code, message) = refusal(&home, &["apply", "-f", file.to_str().unwrap()]);
+        assert_eq!(code, 2, "{message}");
         assert!(message.contains(expected), "{expected}: {message}");
     }
     let (_, runtimes) = home.json(&["runtimes"]);
