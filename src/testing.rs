@@ -13,7 +13,7 @@ use crate::api::{
     AgentExtensionSpec, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference,
     RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
 };
-use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
+use crate::resolve::{InMemoryCatalog, Problem, Snapshot, resolve_execution};
 use crate::store::keys::ExecutionId;
 
 /// The namespace every fixture lives in.
@@ -242,6 +242,22 @@ impl ExecutionId {
             uid: UID.into(),
         }
     }
+}
+
+/// The fields `problems` name, in order: what a validation test compares first.
+pub fn fields(problems: &[Problem]) -> Vec<&str> {
+    problems.iter().map(|p| p.field.as_str()).collect()
+}
+
+/// Asserts that `problem`'s message says `text`, showing the whole message when it does not.
+#[track_caller]
+pub fn assert_says(problem: &Problem, text: &str) {
+    assert!(
+        problem.message.contains(text),
+        "{}: {:?} does not say {text:?}",
+        problem.field,
+        problem.message
+    );
 }
 
 impl Snapshot {

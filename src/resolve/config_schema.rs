@@ -262,13 +262,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::testing::{assert_says, fields};
 
     fn schema(value: Value) -> Map<String, Value> {
         value.as_object().unwrap().clone()
-    }
-
-    fn fields(problems: &[Problem]) -> Vec<&str> {
-        problems.iter().map(|p| p.field.as_str()).collect()
     }
 
     fn report_schema() -> Map<String, Value> {
@@ -322,18 +319,8 @@ mod tests {
                 "spec.configSchema.properties.tags.items",
             ]
         );
-        assert!(
-            problems[0].message.contains("not a keyword errand checks"),
-            "{}",
-            problems[0].message
-        );
-        assert!(
-            problems[5]
-                .message
-                .contains("\"map\" must be one of object"),
-            "{}",
-            problems[5].message
-        );
+        assert_says(&problems[0], "not a keyword errand checks");
+        assert_says(&problems[5], "\"map\" must be one of object");
     }
 
     #[test]

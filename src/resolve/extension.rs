@@ -172,6 +172,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::testing::{assert_says, fields};
 
     fn analysis() -> AgentExtensionSpec {
         serde_json::from_value(json!({
@@ -186,10 +187,6 @@ mod tests {
             },
         }))
         .unwrap()
-    }
-
-    fn fields(problems: &[Problem]) -> Vec<&str> {
-        problems.iter().map(|p| p.field.as_str()).collect()
     }
 
     #[test]
@@ -210,24 +207,11 @@ mod tests {
             "a".repeat(64),
         ];
         let problems = check_extension(&spec);
-        assert_eq!(
-            fields(&problems),
-            [
-                "spec.results[1]",
-                "spec.results[2]",
-                "spec.results[3]",
-                "spec.results[4]",
-                "spec.results[5]",
-                "spec.results[6]",
-            ]
-        );
-        assert!(
-            problems[0].message.contains("one of errand's own results"),
-            "{}",
-            problems[0].message
-        );
-        assert!(problems[1].message.contains("one of errand's own results"));
-        assert!(problems[2].message.contains("not a valid result name"));
+        let refused: Vec<String> = (1..=6).map(|i| format!("spec.results[{i}]")).collect();
+        assert_eq!(fields(&problems), refused);
+        assert_says(&problems[0], "one of errand's own results");
+        assert_says(&problems[1], "one of errand's own results");
+        assert_says(&problems[2], "not a valid result name");
         assert_eq!(problems[4].message, "\"analysis-report\" is named twice");
         spec.results.clear();
         assert_eq!(fields(&check_extension(&spec)), ["spec.results"]);
