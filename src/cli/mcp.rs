@@ -117,11 +117,21 @@ pub struct ErrandMcp {
     max_wait: f64,
 }
 
-/// Pushes `--flag value` when `value` is given.
-fn flag(args: &mut Vec<String>, name: &str, value: Option<impl ToString>) {
-    if let Some(value) = value {
-        args.extend([name.to_owned(), value.to_string()]);
+/// The arguments of one tool call: `words` (the command and its positional arguments), then
+/// `--flag value` for each flag of the table `flags` that has a value.
+fn command(words: &[&str], flags: Vec<(&str, Option<String>)>) -> Vec<String> {
+    let mut args: Vec<String> = words.iter().map(|word| (*word).to_owned()).collect();
+    for (name, value) in flags {
+        if let Some(value) = value {
+            args.extend([name.to_owned(), value]);
+        }
     }
+    args
+}
+
+/// A flag's value as its text.
+fn text(value: Option<impl ToString>) -> Option<String> {
+    value.map(|value| value.to_string())
 }
 
 impl ErrandMcp {
@@ -192,19 +202,19 @@ impl ErrandMcp {
 
 /// The target flags that choose the same backend and namespace for every tool call.
 fn target_args(target: &Target) -> Vec<String> {
-    let mut args = Vec::new();
-    if target.local {
-        args.push("--local".to_owned());
-    }
-    flag(&mut args, "--namespace", target.namespace.as_ref());
-    flag(
-        &mut args,
-        "--kubeconfig",
-        target.kubeconfig.as_ref().map(|p| p.display()),
-    );
-    flag(&mut args, "--context", target.context.as_ref());
-    flag(&mut args, "--store", target.store.as_ref());
-    args
+    let local: &[&str] = if target.local { &["--local"] } else { &[] };
+    command(
+        local,
+        vec![
+            ("--namespace", target.namespace.clone()),
+            (
+                "--kubeconfig",
+                text(target.kubeconfig.as_ref().map(|p| p.display())),
+            ),
+            ("--context", target.context.clone()),
+            ("--store", target.store.clone()),
+        ],
+    )
 }
 
 /// An error the server itself refuses a call with, in the command line's error answer.
@@ -225,16 +235,19 @@ impl ErrandMcp {
         Parameters(tool): Parameters<ExecuteTool>,
     ) -> Result<CallToolResult, ErrorData> {
         let args = self.until(tool.until).map(|until| {
-            let mut args = vec!["execute".to_owned(), "--until".to_owned(), until];
-            flag(&mut args, "--agent", tool.agent);
-            flag(&mut args, "--input", tool.input);
-            flag(&mut args, "--environment", tool.environment);
-            flag(&mut args, "--workdir.base-workdir", tool.workdir);
-            flag(&mut args, "--timeout-seconds", tool.timeout_seconds);
-            flag(&mut args, "--name", tool.name);
-            flag(&mut args, "--spec", tool.spec.map(|s| s.to_string()));
-            flag(&mut args, "--max-bytes", tool.max_bytes);
-            args
+            command(
+                &["execute", "--until", &until],
+                vec![
+                    ("--agent", tool.agent),
+                    ("--input", tool.input),
+                    ("--environment", tool.environment),
+                    ("--workdir.base-workdir", tool.workdir),
+                    ("--timeout-seconds", text(tool.timeout_seconds)),
+                    ("--name", tool.name),
+                    ("--spec", text(tool.spec)),
+                    ("--max-bytes", text(tool.max_bytes)),
+                ],
+            )
         });
         self.run(args).await
     }
@@ -244,7 +257,7 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(vec!["status".to_owned(), tool.name])).await
+        self.run(Ok(command(&["status", &tool.name], vec![]))).await
     }
 
     #[tool(description = "The last lines of an execution's output.")]
@@ -252,8 +265,7 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<TailTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        let mut args = vec!["tail".to_owned(), tool.name];
-        flag(&mut args, "--tail", tool.lines);
+        let args = command(&["tail", &tool.name], vec![("--tail", text(tool.lines))]);
         self.run(Ok(args)).await
     }
 
@@ -265,11 +277,14 @@ impl ErrandMcp {
         Parameters(tool): Parameters<WaitTool>,
     ) -> Result<CallToolResult, ErrorData> {
         let args = self.until(tool.until).map(|until| {
-            let mut args = vec!["wait".to_owned(), tool.name, "--until".to_owned(), until];
-            flag(&mut args, "--poll", tool.poll);
-            flag(&mut args, "--max-bytes", tool.max_bytes);
-            flag(&mut args, "--from-byte", tool.from_byte);
-            args
+            command(
+                &["wait", &tool.name, "--until", &until],
+                vec![
+                    ("--poll", text(tool.poll)),
+                    ("--max-bytes", text(tool.max_bytes)),
+                    ("--from-byte", text(tool.from_byte)),
+                ],
+            )
         });
         self.run(args).await
     }
@@ -279,7 +294,7 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(vec!["cancel".to_owned(), tool.name])).await
+        self.run(Ok(command(&["cancel", &tool.name], vec![]))).await
     }
 
     #[tool(description = "The results an execution saved, with size and sha256.")]
@@ -287,7 +302,7 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(vec!["results".into(), "list".into(), tool.name]))
+        self.run(Ok(command(&["results", "list", &tool.name], vec![])))
             .await
     }
 
@@ -298,21 +313,19 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<DownloadTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        let args = vec![
-            "results".into(),
-            "download".into(),
-            tool.result,
-            "--execution".into(),
-            tool.name,
-            "--out".into(),
-            tool.path.display().to_string(),
-        ];
+        let args = command(
+            &["results", "download", &tool.result],
+            vec![
+                ("--execution", Some(tool.name)),
+                ("--out", Some(tool.path.display().to_string())),
+            ],
+        );
         self.run(Ok(args)).await
     }
 
     #[tool(description = "The executions of the namespace.")]
     async fn list(&self, Parameters(_): Parameters<ListTool>) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(vec!["list".to_owned()])).await
+        self.run(Ok(command(&["list"], vec![]))).await
     }
 }
 
