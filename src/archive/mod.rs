@@ -3,6 +3,7 @@
 
 mod check;
 mod chunks;
+mod entry;
 mod gzip;
 mod index;
 mod links;
