@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 
 use flate2::read::MultiGzDecoder;
 
-use super::entry::{look, read_error};
 use super::links::{Kind, LinkCheck, TreeView};
 use super::rules::{self, EntryAction, ExtractLimits, Limit, archive_components};
 use super::{ArchiveError, UnpackStats};
@@ -66,7 +65,10 @@ pub fn check_tar_gz(
     archive: &str,
     limits: ExtractLimits,
 ) -> Result<CheckStats, ArchiveError> {
-    let read_err = read_error(archive);
+    let read_err = |source| ArchiveError::ReadArchive {
+        archive: archive.to_owned(),
+        source,
+    };
     let mut tar = tar::Archive::new(MultiGzDecoder::new(BufReader::with_capacity(
         256 * 1024,
         reader,
@@ -77,34 +79,49 @@ pub fn check_tar_gz(
         stats: UnpackStats::default(),
         limits,
     };
-    for entry in tar.entries().map_err(&read_err)? {
-        let entry = entry.map_err(&read_err)?;
-        let Some(looked) = look(&entry, archive)? else {
-            continue;
+    for entry in tar.entries().map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        let raw = entry.path_bytes().into_owned();
+        let refuse = |reason: String| ArchiveError::UnsafeEntry {
+            archive: archive.to_owned(),
+            entry: String::from_utf8_lossy(&raw).into_owned(),
+            reason,
         };
-        let path = &looked.path;
+        let action = rules::entry_action(entry.header().entry_type()).map_err(refuse)?;
+        if action == EntryAction::Skip {
+            continue;
+        }
+        let path = archive_components(&raw).map_err(refuse)?;
         let header = entry.header();
-        header.mode().map_err(&read_err)?;
-        header.mtime().map_err(&read_err)?;
+        header.mode().map_err(read_err)?;
+        header.mtime().map_err(read_err)?;
         let link = || entry.link_name_bytes().unwrap_or_default().into_owned();
-        let result = match looked.action {
+        let result = match action {
             EntryAction::Skip => Ok(()),
-            EntryAction::Dir => tree.ensure_dirs(path),
-            EntryAction::File => tree.file(path, entry.size()),
-            EntryAction::Symlink => tree.symlink(path, &link()),
+            EntryAction::Dir => tree.ensure_dirs(&path),
+            EntryAction::File => tree.file(&path, entry.size()),
+            EntryAction::Symlink => tree.symlink(&path, &link()),
             EntryAction::HardLink => match archive_components(&link()) {
                 Err(why) => Err(Refused::Rule(format!("hard link target: {why}"))),
-                Ok(target) => tree.hard_link(path, &target),
+                Ok(target) => tree.hard_link(&path, &target),
             },
         };
         match result {
             Ok(()) => {}
-            Err(Refused::Rule(reason)) => return Err(looked.refuse(reason)),
-            Err(Refused::Limit(limit)) => return Err(looked.over(limit, &tree.stats)),
+            Err(Refused::Rule(reason)) => return Err(refuse(reason)),
+            Err(Refused::Limit(limit)) => {
+                return Err(ArchiveError::LimitExceeded {
+                    archive: archive.to_owned(),
+                    entry: String::from_utf8_lossy(&raw).into_owned(),
+                    limit,
+                    entries: tree.stats.entries(),
+                    bytes: tree.stats.bytes,
+                });
+            }
         }
     }
     // Read to the end so the checksum of the last gzip member is verified too.
-    io::copy(tar.into_inner().by_ref(), &mut io::sink()).map_err(&read_err)?;
+    io::copy(tar.into_inner().by_ref(), &mut io::sink()).map_err(read_err)?;
     let links = std::mem::take(&mut tree.links);
     let mut check = LinkCheck::new(&tree);
     for link in &links {
@@ -127,12 +144,13 @@ fn joined(parts: &[OsString]) -> PathBuf {
 impl Tree {
     /// Counts `entries` more entries and `bytes` more bytes against the limits, or refuses.
     fn charge(&mut self, entries: u64, bytes: u64) -> Result<(), Refused> {
-        self.limits
-            .admit(
-                self.stats.entries().saturating_add(entries),
-                self.stats.bytes.saturating_add(bytes),
-            )
-            .map_err(Refused::Limit)
+        if self.stats.entries().saturating_add(entries) > self.limits.max_entries {
+            return Err(Refused::Limit(Limit::Entries(self.limits.max_entries)));
+        }
+        if self.stats.bytes.saturating_add(bytes) > self.limits.max_bytes {
+            return Err(Refused::Limit(Limit::Bytes(self.limits.max_bytes)));
+        }
+        Ok(())
     }
 
     /// Makes every component of `rel` a directory, refusing to pass through a link or a file.

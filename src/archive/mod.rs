@@ -3,7 +3,6 @@
 
 mod check;
 mod chunks;
-mod entry;
 mod gzip;
 mod index;
 mod links;

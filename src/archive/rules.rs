@@ -31,18 +31,6 @@ impl ExtractLimits {
         max_bytes: 16 * 1024 * 1024 * 1024,
         max_entries: 1_000_000,
     };
-
-    /// Whether `entries` entries holding `bytes` bytes in all stay within these limits; the
-    /// limit they pass if not.
-    pub fn admit(&self, entries: u64, bytes: u64) -> Result<(), Limit> {
-        if entries > self.max_entries {
-            return Err(Limit::Entries(self.max_entries));
-        }
-        if bytes > self.max_bytes {
-            return Err(Limit::Bytes(self.max_bytes));
-        }
-        Ok(())
-    }
 }
 
 impl Default for ExtractLimits {

@@ -27,7 +27,6 @@ use flate2::read::MultiGzDecoder;
 use tokio_util::sync::CancellationToken;
 
 use super::ArchiveError;
-use super::entry::{look, read_error};
 use super::links::{Kind, LinkCheck, TreeView};
 use super::readahead::ReadAhead;
 use super::rules::{self, EntryAction, ExtractLimits, Limit, archive_components};
@@ -202,28 +201,39 @@ impl Unpacker {
         selection: &Selection,
         archive: &str,
     ) -> Result<(), ArchiveError> {
-        let read_err = read_error(archive);
+        let read_err = |source| ArchiveError::ReadArchive {
+            archive: archive.to_owned(),
+            source,
+        };
         let mut tar = tar::Archive::new(tar);
         let mut matched = false;
-        for entry in tar.entries_with_seek().map_err(&read_err)? {
+        for entry in tar.entries_with_seek().map_err(read_err)? {
             if self.cancel.is_cancelled() {
                 return Err(self.cancelled(archive));
             }
-            let mut entry = entry.map_err(&read_err)?;
-            let Some(looked) = look(&entry, archive)? else {
+            let mut entry = entry.map_err(read_err)?;
+            let raw = entry.path_bytes().into_owned();
+            let refuse = |reason: String| ArchiveError::UnsafeEntry {
+                archive: archive.to_owned(),
+                entry: String::from_utf8_lossy(&raw).into_owned(),
+                reason,
+            };
+            let action = rules::entry_action(entry.header().entry_type()).map_err(refuse)?;
+            if action == EntryAction::Skip {
+                continue;
+            }
+            let path = archive_components(&raw).map_err(refuse)?;
+            let Some((dest, selection_root)) = selection.map(&path) else {
                 continue;
             };
-            let Some((dest, selection_root)) = selection.map(&looked.path) else {
-                continue;
-            };
-            rules::check_length(&dest).map_err(|r| looked.refuse(r))?;
+            rules::check_length(&dest).map_err(refuse)?;
             matched = true;
             let header = entry.header();
-            let mode = header.mode().map_err(&read_err)? & 0o777;
-            let mtime = header.mtime().map_err(&read_err)?;
+            let mode = header.mode().map_err(read_err)? & 0o777;
+            let mtime = header.mtime().map_err(read_err)?;
             // A mount owns its mount path: whatever stood there or on the way gives way.
             let owned = selection.dest.len();
-            let result = match looked.action {
+            let result = match action {
                 EntryAction::Skip => Ok(()),
                 EntryAction::Dir => {
                     self.dir(&dest, owned, (!selection_root).then_some((mode, mtime)))
@@ -254,9 +264,17 @@ impl Unpacker {
             };
             match result {
                 Ok(()) => {}
-                Err(EntryError::Refused(reason)) => return Err(looked.refuse(reason)),
+                Err(EntryError::Refused(reason)) => return Err(refuse(reason)),
                 Err(EntryError::Read(source)) => return Err(read_err(source)),
-                Err(EntryError::Limit(limit)) => return Err(looked.over(limit, &self.stats)),
+                Err(EntryError::Limit(limit)) => {
+                    return Err(ArchiveError::LimitExceeded {
+                        archive: archive.to_owned(),
+                        entry: String::from_utf8_lossy(&raw).into_owned(),
+                        limit,
+                        entries: self.stats.entries(),
+                        bytes: self.stats.bytes,
+                    });
+                }
                 Err(EntryError::Cancelled) => return Err(self.cancelled(archive)),
                 Err(EntryError::Io(source)) => {
                     return Err(ArchiveError::Write {
@@ -267,7 +285,7 @@ impl Unpacker {
             }
         }
         // Read to the end so the checksum of the last gzip member is verified too.
-        io::copy(tar.into_inner().by_ref(), &mut io::sink()).map_err(&read_err)?;
+        io::copy(tar.into_inner().by_ref(), &mut io::sink()).map_err(read_err)?;
         if !matched && !selection.subpath.is_empty() {
             return Err(ArchiveError::SubpathNotFound {
                 archive: archive.to_owned(),
@@ -325,12 +343,13 @@ impl Unpacker {
 
     /// Counts `entries` more entries and `bytes` more bytes against the limits, or refuses.
     fn charge(&mut self, entries: u64, bytes: u64) -> Result<(), EntryError> {
-        self.limits
-            .admit(
-                self.stats.entries().saturating_add(entries),
-                self.stats.bytes.saturating_add(bytes),
-            )
-            .map_err(EntryError::Limit)
+        if self.stats.entries().saturating_add(entries) > self.limits.max_entries {
+            return Err(EntryError::Limit(Limit::Entries(self.limits.max_entries)));
+        }
+        if self.stats.bytes.saturating_add(bytes) > self.limits.max_bytes {
+            return Err(EntryError::Limit(Limit::Bytes(self.limits.max_bytes)));
+        }
+        Ok(())
     }
 
     /// Makes sure every component of `dest` is a real directory, creating missing ones. The
