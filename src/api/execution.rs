@@ -156,6 +156,55 @@ pub struct AgentExecutionSpec {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self || !oldSelf").message("cancel can only change from false to true"))]
     pub cancel: bool,
+    /// With `cancel`: stop the agent at once with SIGKILL, without its grace period (`errand
+    /// kill --signal KILL`); partial results are still saved. Can only go from false to true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("self || !oldSelf").message("kill can only change from false to true"))]
+    pub kill: bool,
+    /// Defined but not started (`errand create`): the controller creates nothing and shows
+    /// phase `Created` until this is cleared (`errand start`). Can only go from true to false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("!self || oldSelf").message("held can only change from true to false"))]
+    pub held: bool,
+    /// A change of the run's deadline (`errand deadline set|clear`), accepted by the controller
+    /// in `status.deadline`; may change while the execution runs, never after a cancel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineChange>,
+}
+
+/// A change of a running execution's deadline. The controller accepts it once (per `request`)
+/// and records in `status.deadline` when, and the deadline from then on; the agent's runner
+/// learns it through the pod's `errand.dev/control` annotation, and the Job's
+/// `activeDeadlineSeconds` backstop moves with it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadlineChange {
+    /// Seconds from the moment the controller accepts the change, at most 604800 (7 days);
+    /// none: back to the deadline `timeoutSeconds` gives (counted from the agent's start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_SECONDS))]
+    pub in_seconds: Option<i64>,
+    /// Tells this change apart from earlier ones (any new value each time, such as a random id).
+    #[schemars(length(min = 1, max = 64))]
+    pub request: String,
+}
+
+/// How the controller answered the last deadline change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadlineStatus {
+    /// The `spec.deadline.request` this answers.
+    pub request: String,
+    /// When the controller accepted it: the moment `inSeconds` counts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<Time>,
+    /// The deadline in effect from then on (none: `timeoutSeconds` from the agent's start, not
+    /// fixed before it starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Time>,
+    /// Why the change was refused (termination had begun, or the run had ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 fn default_timeout_seconds() -> i64 {
@@ -180,6 +229,9 @@ impl Default for AgentExecutionSpec {
             ttl_seconds_after_finished: None,
             rerun_of: None,
             cancel: false,
+            kill: false,
+            held: false,
+            deadline: None,
         }
     }
 }
@@ -233,6 +285,8 @@ fn extension_config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 /// Lifecycle phase of an execution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Phase {
+    /// Defined but held back (`spec.held`, `errand create`): nothing runs until it is started.
+    Created,
     /// Accepted, not yet resolved.
     Pending,
     /// Resolved; Kueue holds the Job until its LocalQueue admits it. The message says why, in
@@ -307,6 +361,9 @@ pub struct AgentExecutionStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How the controller answered the last `spec.deadline` change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineStatus>,
 }
 
 /// Where the execution's snapshot is.

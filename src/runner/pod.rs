@@ -310,6 +310,7 @@ fn invocation(
         // passes its own environment on.
         env: plan::plain_agent_env(snapshot),
         timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(0).max(1)),
+        control: None,
         grace: AGENT_GRACE,
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
