@@ -28,7 +28,8 @@ pub const MAX_TTL_SECONDS_AFTER_FINISHED: i64 = 366 * 24 * 3600;
 pub const RERUN_TAKES_THE_SNAPSHOT: &str = "a rerun takes its input, environment, workdir, \
      extension, queue and timeouts from the snapshot of the execution it reruns: leave them unset";
 
-/// Spec fields that never change after creation (everything but `cancel`).
+/// Spec fields that never change after creation (everything but `cancel`, `kill`, `held` and
+/// `deadline`, which have their own transition rules).
 const IMMUTABLE_SPEC_FIELDS: [&str; 13] = [
     "agentRef",
     "agent",
@@ -96,6 +97,9 @@ fn immutable_except_cancel() -> Rule {
 #[x_kube(validation = Rule::new("!has(self.rerunOf) || ((!has(self.input) || self.input == '') && !has(self.environmentRef) && !has(self.environment) && !has(self.workdir) && !has(self.extension) && !has(self.queueName) && !has(self.startTimeoutSeconds) && (!has(self.autoTelemetry) || !self.autoTelemetry))").message(RERUN_TAKES_THE_SNAPSHOT))]
 #[x_kube(validation = Rule::new("!(has(self.environmentRef) && has(self.environment))").message("at most one of environmentRef or environment may be set"))]
 #[x_kube(validation = immutable_except_cancel())]
+#[x_kube(validation = Rule::new("!has(self.kill) || !self.kill || self.cancel").message("kill needs cancel: a kill is a cancel without the grace period"))]
+#[x_kube(validation = Rule::new("!has(self.held) || !self.held || (has(oldSelf.held) && oldSelf.held)").message("held can only be set when the execution is created"))]
+#[x_kube(validation = Rule::new("!oldSelf.cancel || (has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || self.deadline == oldSelf.deadline))").message("the deadline cannot change after a cancel: termination began"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentExecutionSpec {
     /// The Agent to run, by name in this namespace. Exactly one of `agentRef` or `agent`.
