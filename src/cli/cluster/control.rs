@@ -90,13 +90,18 @@ impl Cluster {
                 if let Some(refused) = &answer.refused {
                     return Err(CliError::new("invalid_state", refused.clone()));
                 }
+                // Cleared: the deadline timeoutSeconds gives, once the agent started.
+                let timeout = u64::try_from(execution.spec.timeout_seconds).unwrap_or(0);
+                let own = status
+                    .and_then(|s| s.start_time.as_ref())
+                    .map(|started| started.0 + Duration::from_secs(timeout));
                 return Ok(DeadlineChanged {
                     execution: name.clone(),
                     accepted_at: answer
                         .accepted_at
                         .as_ref()
                         .map_or_else(jiff::Timestamp::now, |t| t.0),
-                    deadline_at: answer.deadline.as_ref().map(|t| t.0),
+                    deadline_at: answer.deadline.as_ref().map(|t| t.0).or(own),
                     cleared: in_seconds.is_none(),
                 });
             }
