@@ -10,7 +10,6 @@ use serde_json::json;
 use super::Reconciler;
 use crate::api::contract::CONTROL_ANNOTATION;
 use crate::api::{AgentExecutionStatus, Phase};
-use crate::controller::config::FIELD_MANAGER;
 use crate::controller::error::{Error, Result};
 use crate::controller::status::{self, ControlPlan, Facts};
 
@@ -53,11 +52,7 @@ impl Reconciler<'_> {
         {
             let patch = json!({"spec": {"activeDeadlineSeconds": seconds}});
             Api::<Job>::namespaced(self.ctx.client.clone(), namespace)
-                .patch(
-                    job_name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Merge(&patch),
-                )
+                .patch(job_name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(Error::kube(format!(
                     "moving the deadline of Job {job_name}"
