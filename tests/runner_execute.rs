@@ -74,6 +74,7 @@ impl Env {
             agent_config_path: config,
             env: vec![("CALC_MODE".into(), "strict".into())],
             timeout,
+            control: None,
             grace: Duration::from_millis(500),
             workdir: self.path(&format!("runs/{uid}/workspace")),
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),

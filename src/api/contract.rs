@@ -84,6 +84,13 @@ pub const AGENT_LABEL: &str = "errand.dev/agent";
 pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Annotation with the execution's full name; pods map back to their execution through it.
 pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
+/// Annotation of an agent's pod with its run control (a JSON `RunControl`: a changed deadline,
+/// a kill), which a downward-API volume projects into the agent container for the runner.
+pub const CONTROL_ANNOTATION: &str = "errand.dev/control";
+/// The volume of the projected run control, and where the agent container mounts it.
+pub const CONTROL_VOLUME: &str = "errand-control";
+/// Where the agent container finds its projected run control file (`<mount>/control`).
+pub const CONTROL_MOUNT_PATH: &str = "/errand/control";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Key of the snapshot document (canonical JSON) in an execution's snapshot ConfigMap.

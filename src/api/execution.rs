@@ -28,7 +28,8 @@ pub const MAX_TTL_SECONDS_AFTER_FINISHED: i64 = 366 * 24 * 3600;
 pub const RERUN_TAKES_THE_SNAPSHOT: &str = "a rerun takes its input, environment, workdir, \
      extension, queue and timeouts from the snapshot of the execution it reruns: leave them unset";
 
-/// Spec fields that never change after creation (everything but `cancel`).
+/// Spec fields that never change after creation (everything but `cancel`, `kill`, `held` and
+/// `deadline`, which have their own transition rules).
 const IMMUTABLE_SPEC_FIELDS: [&str; 13] = [
     "agentRef",
     "agent",
@@ -96,6 +97,9 @@ fn immutable_except_cancel() -> Rule {
 #[x_kube(validation = Rule::new("!has(self.rerunOf) || ((!has(self.input) || self.input == '') && !has(self.environmentRef) && !has(self.environment) && !has(self.workdir) && !has(self.extension) && !has(self.queueName) && !has(self.startTimeoutSeconds) && (!has(self.autoTelemetry) || !self.autoTelemetry))").message(RERUN_TAKES_THE_SNAPSHOT))]
 #[x_kube(validation = Rule::new("!(has(self.environmentRef) && has(self.environment))").message("at most one of environmentRef or environment may be set"))]
 #[x_kube(validation = immutable_except_cancel())]
+#[x_kube(validation = Rule::new("!has(self.kill) || !self.kill || self.cancel").message("kill needs cancel: a kill is a cancel without the grace period"))]
+#[x_kube(validation = Rule::new("!has(self.held) || !self.held || (has(oldSelf.held) && oldSelf.held)").message("held can only be set when the execution is created"))]
+#[x_kube(validation = Rule::new("!oldSelf.cancel || (has(self.deadline) == has(oldSelf.deadline) && (!has(self.deadline) || self.deadline == oldSelf.deadline))").message("the deadline cannot change after a cancel: termination began"))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentExecutionSpec {
     /// The Agent to run, by name in this namespace. Exactly one of `agentRef` or `agent`.
@@ -156,6 +160,55 @@ pub struct AgentExecutionSpec {
     #[serde(default)]
     #[x_kube(validation = Rule::new("self || !oldSelf").message("cancel can only change from false to true"))]
     pub cancel: bool,
+    /// With `cancel`: stop the agent at once with SIGKILL, without its grace period (`errand
+    /// kill --signal KILL`); partial results are still saved. Can only go from false to true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("self || !oldSelf").message("kill can only change from false to true"))]
+    pub kill: bool,
+    /// Defined but not started (`errand create`): the controller creates nothing and shows
+    /// phase `Created` until this is cleared (`errand start`). Can only go from true to false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[x_kube(validation = Rule::new("!self || oldSelf").message("held can only change from true to false"))]
+    pub held: bool,
+    /// A change of the run's deadline (`errand deadline set|clear`), accepted by the controller
+    /// in `status.deadline`; may change while the execution runs, never after a cancel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineChange>,
+}
+
+/// A change of a running execution's deadline. The controller accepts it once (per `request`)
+/// and records in `status.deadline` when, and the deadline from then on; the agent's runner
+/// learns it through the pod's `errand.dev/control` annotation, and the Job's
+/// `activeDeadlineSeconds` backstop moves with it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadlineChange {
+    /// Seconds from the moment the controller accepts the change, at most 604800 (7 days);
+    /// none: back to the deadline `timeoutSeconds` gives (counted from the agent's start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_TIMEOUT_SECONDS))]
+    pub in_seconds: Option<i64>,
+    /// Tells this change apart from earlier ones (any new value each time, such as a random id).
+    #[schemars(length(min = 1, max = 64))]
+    pub request: String,
+}
+
+/// How the controller answered the last deadline change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadlineStatus {
+    /// The `spec.deadline.request` this answers.
+    pub request: String,
+    /// When the controller accepted it: the moment `inSeconds` counts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<Time>,
+    /// The deadline in effect from then on (none: `timeoutSeconds` from the agent's start, not
+    /// fixed before it starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Time>,
+    /// Why the change was refused (termination had begun, or the run had ended).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 fn default_timeout_seconds() -> i64 {
@@ -180,6 +233,9 @@ impl Default for AgentExecutionSpec {
             ttl_seconds_after_finished: None,
             rerun_of: None,
             cancel: false,
+            kill: false,
+            held: false,
+            deadline: None,
         }
     }
 }
@@ -233,6 +289,8 @@ fn extension_config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 /// Lifecycle phase of an execution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Phase {
+    /// Defined but held back (`spec.held`, `errand create`): nothing runs until it is started.
+    Created,
     /// Accepted, not yet resolved.
     Pending,
     /// Resolved; Kueue holds the Job until its LocalQueue admits it. The message says why, in
@@ -307,6 +365,9 @@ pub struct AgentExecutionStatus {
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How the controller answered the last `spec.deadline` change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<DeadlineStatus>,
 }
 
 /// Where the execution's snapshot is.

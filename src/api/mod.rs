@@ -22,8 +22,9 @@ pub use environment::{
 };
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
-    DEFAULT_TIMEOUT_SECONDS, Extension, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
-    MAX_TTL_SECONDS_AFTER_FINISHED, Phase, RERUN_TAKES_THE_SNAPSHOT, SnapshotRef, Workdir,
+    DEFAULT_TIMEOUT_SECONDS, DeadlineChange, DeadlineStatus, Extension, MAX_INPUT_BYTES,
+    MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS_AFTER_FINISHED, Phase, RERUN_TAKES_THE_SNAPSHOT,
+    SnapshotRef, Workdir,
 };
 pub use extension::{
     AgentExtension, AgentExtensionSpec, DEFAULT_EXTENSION_TIMEOUT_SECONDS, MAX_EXTENSION_RESULTS,

@@ -80,6 +80,21 @@ pub struct Deleted {
     pub results_removed: Option<usize>,
 }
 
+/// `kill`: what a signal did.
+#[derive(Serialize, JsonSchema)]
+pub struct Killed {
+    /// The execution.
+    pub execution: String,
+    /// The signal sent (`SIGTERM`, `SIGKILL`, `SIGUSR1`, ...).
+    pub signal: String,
+    /// `cancel` (TERM: stopped with the grace period, results saved), `cancel_without_grace`
+    /// (KILL), or `process_group` (any other signal, sent to the agent's process group; the run
+    /// goes on).
+    pub effect: &'static str,
+    /// The execution's phase afterwards.
+    pub phase: crate::api::Phase,
+}
+
 /// `delete --all`: the finished executions removed (or, with `--dry-run`, that would be).
 #[derive(Serialize, JsonSchema)]
 pub struct DeletedAll {

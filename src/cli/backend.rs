@@ -56,6 +56,21 @@ pub struct Applied {
     pub name: String,
 }
 
+/// A deadline change the backend accepted.
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
+pub struct DeadlineChanged {
+    /// The execution.
+    pub execution: String,
+    /// When the change was accepted (written locally, recorded by the controller on a
+    /// cluster): the moment `--in` counts from.
+    pub accepted_at: jiff::Timestamp,
+    /// The deadline in effect now; none when it was cleared before the agent started (then
+    /// `timeoutSeconds` counts from the start).
+    pub deadline_at: Option<jiff::Timestamp>,
+    /// Whether the change cleared the deadline back to the one `timeoutSeconds` gives.
+    pub cleared: bool,
+}
+
 /// A Fileset a command pushed, and how to take the push back.
 #[derive(Clone, Debug)]
 pub struct PushedFileset {
@@ -146,6 +161,38 @@ pub trait Backend: Send + Sync {
 
     /// Asks a running execution to stop and waits until it has saved its results.
     async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError>;
+
+    /// Sends `signal` to a running execution: `SIGKILL` stops it without the agent's grace
+    /// period and waits until its results are saved; any other signal but `SIGTERM` (which is
+    /// [`Backend::cancel`]) goes to the agent's process group where the backend can send it.
+    async fn signal(
+        &self,
+        record: &ExecutionRecord,
+        signal: nix::sys::signal::Signal,
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Sets the deadline of an execution that has not ended to `in_seconds` from the moment the
+    /// change is accepted, or with `None` back to the one `timeoutSeconds` gives.
+    async fn change_deadline(
+        &self,
+        record: &ExecutionRecord,
+        in_seconds: Option<u64>,
+    ) -> Result<DeadlineChanged, CliError>;
+
+    /// Starts an execution `create` defined (phase `Created`).
+    async fn start(
+        &self,
+        record: &ExecutionRecord,
+        staging: &super::staging::StagingArgs,
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Runs a finished execution again in place, from the same snapshot (local only: on a
+    /// cluster a run happens at most once, and `rerun` makes a new execution).
+    async fn restart(
+        &self,
+        record: &ExecutionRecord,
+        staging: &super::staging::StagingArgs,
+    ) -> Result<ExecutionRecord, CliError>;
 
     /// Deletes an execution with its results (stopping it first); returns how many stored
     /// results were removed, when the backend knows.

@@ -8,12 +8,14 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::output::CliError;
+use super::staging::StagingArgs;
 use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
+use crate::local::lifecycle::{self, LifecycleError};
 use crate::local::{
     CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records,
     RemoveError, SuperviseError, parse_document, prepare, remove_execution, results_of,
@@ -142,6 +144,15 @@ impl Local {
         Ok(record)
     }
 
+    /// Hands the prepared execution `name` to a detached supervisor; its record once it has.
+    fn spawn(&self, name: &str, staging: &StagingArgs) -> Result<ExecutionRecord, CliError> {
+        spawn_detached(&self.data, &self.namespace, name, &staging.settings())
+            .map_err(supervise_error)?;
+        self.records()
+            .read(&self.namespace, name)
+            .map_err(record_error)
+    }
+
     /// Checks every document for the catalog: its schema, name, namespace and an Agent's
     /// immutability, also against the documents before it.
     fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, CliError> {
@@ -207,7 +218,7 @@ impl Backend for Local {
         args: &ExecuteArgs,
     ) -> Result<ExecutionRecord, CliError> {
         super::gc::automatic(self, args.output.format).await;
-        prepare(
+        let record = prepare(
             &self.data,
             &self.store_url,
             &self.namespace,
@@ -217,7 +228,11 @@ impl Backend for Local {
             args.telemetry.otlp_endpoint.as_ref(),
         )
         .await
-        .map_err(supervise_error)
+        .map_err(supervise_error)?;
+        if !request.spec.held {
+            return Ok(record);
+        }
+        lifecycle::hold_created(&self.records(), record).map_err(record_error)
     }
 
     async fn detach(
@@ -225,16 +240,7 @@ impl Backend for Local {
         record: &ExecutionRecord,
         args: &ExecuteArgs,
     ) -> Result<ExecutionRecord, CliError> {
-        spawn_detached(
-            &self.data,
-            &self.namespace,
-            &record.name,
-            &args.staging.settings(),
-        )
-        .map_err(supervise_error)?;
-        self.records()
-            .read(&self.namespace, &record.name)
-            .map_err(record_error)
+        self.spawn(&record.name, &args.staging)
     }
 
     async fn run(
@@ -332,6 +338,66 @@ impl Backend for Local {
 
     async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
         self.stop(&record.name).await
+    }
+
+    async fn signal(
+        &self,
+        record: &ExecutionRecord,
+        signal: nix::sys::signal::Signal,
+    ) -> Result<ExecutionRecord, CliError> {
+        use nix::sys::signal::Signal;
+        let records = self.records();
+        if signal == Signal::SIGKILL {
+            lifecycle::request_signal(&records, record, None).map_err(lifecycle_error)?;
+            return self.stop(&record.name).await;
+        }
+        lifecycle::request_signal(&records, record, Some(signal.as_str()))
+            .map_err(lifecycle_error)?;
+        self.execution(&record.name).await
+    }
+
+    async fn change_deadline(
+        &self,
+        record: &ExecutionRecord,
+        in_seconds: Option<u64>,
+    ) -> Result<DeadlineChanged, CliError> {
+        let records = self.records();
+        let snapshot = records
+            .snapshot(&self.namespace, &record.name)
+            .map_err(record_error)?;
+        let accepted =
+            lifecycle::change_deadline(&records, record, snapshot.timeout_seconds, in_seconds)
+                .map_err(lifecycle_error)?;
+        Ok(DeadlineChanged {
+            execution: record.name.clone(),
+            accepted_at: accepted.accepted_at,
+            deadline_at: accepted.deadline_at,
+            cleared: in_seconds.is_none(),
+        })
+    }
+
+    async fn start(
+        &self,
+        record: &ExecutionRecord,
+        staging: &StagingArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        let records = self.records();
+        lifecycle::release_created(&records, &self.namespace, &record.name)
+            .map_err(lifecycle_error)?;
+        self.spawn(&record.name, staging)
+    }
+
+    async fn restart(
+        &self,
+        record: &ExecutionRecord,
+        staging: &StagingArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        // The old run ends first (a running one is stopped as a cancel would stop it).
+        let ended = self.stop(&record.name).await?;
+        lifecycle::reset_for_restart(&self.records(), &ended)
+            .await
+            .map_err(lifecycle_error)?;
+        self.spawn(&record.name, staging)
     }
 
     async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
@@ -548,6 +614,16 @@ pub fn record_error(error: RecordError) -> CliError {
         RecordError::Io { .. } => "io_error",
     };
     CliError::new(code, error.to_string())
+}
+
+/// A refused or failed lifecycle change as a CLI error.
+fn lifecycle_error(error: LifecycleError) -> CliError {
+    match error {
+        LifecycleError::InvalidState(message) => CliError::new("invalid_state", message),
+        LifecycleError::Record(error) => record_error(error),
+        LifecycleError::Store(error) => store_error(error),
+        LifecycleError::Io(error) => CliError::new("io_error", error.to_string()),
+    }
 }
 
 /// A supervision failure as a CLI error.

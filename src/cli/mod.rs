@@ -5,6 +5,7 @@ mod answers;
 mod backend;
 mod cluster;
 mod commands;
+mod control;
 mod controller;
 mod excerpt;
 mod execute;
@@ -103,6 +104,36 @@ pub enum Command {
         name: Option<String>,
         #[command(flatten)]
         all: housekeeping::DeleteAllArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Stop a running execution (`--signal TERM`, the default: a cancel), stop it without the
+    /// grace period (`KILL`), or locally send its agent's process group any other signal.
+    Kill(Box<control::KillArgs>),
+    /// Move a running execution's deadline (`set --in SECONDS --acknowledge-result-loss`) or
+    /// go back to its timeoutSeconds (`clear`).
+    Deadline {
+        #[command(subcommand)]
+        action: control::DeadlineAction,
+    },
+    /// Define an execution without starting it (phase `Created`); takes `execute`'s flags.
+    Create(Box<ExecuteArgs>),
+    /// Start an execution `create` defined.
+    Start {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        staging: staging::StagingArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Run a finished local execution again in place, from the same snapshot, once its old
+    /// processes are gone (a running one is cancelled first). On a cluster use `rerun`.
+    Restart {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        staging: staging::StagingArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -252,7 +283,10 @@ impl Command {
     /// The output format the command answers in, for reporting its errors the same way.
     fn format(&self) -> Format {
         match self {
-            Command::Execute(args) => args.output.format,
+            Command::Execute(args) | Command::Create(args) => args.output.format,
+            Command::Kill(args) => args.output.format,
+            Command::Deadline { action } => action.output().format,
+            Command::Start { output, .. } | Command::Restart { output, .. } => output.format,
             Command::Gc(args) => args.output.format,
             Command::Rerun(args) => args.output.format,
             Command::Wait(args) => args.output.format,
@@ -419,6 +453,19 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             output,
         } => commands::watch(backend, &name, &excerpt, output).await,
         Command::Wait(args) => observe::wait(backend, &args).await,
+        Command::Kill(args) => control::kill(backend, &args).await,
+        Command::Deadline { action } => control::deadline(backend, &action).await,
+        Command::Create(args) => control::create(backend, &args).await,
+        Command::Start {
+            name,
+            staging,
+            output,
+        } => control::start(backend, &name, false, &staging, output).await,
+        Command::Restart {
+            name,
+            staging,
+            output,
+        } => control::start(backend, &name, true, &staging, output).await,
         Command::Status { name, output } => commands::status(backend, &name, output).await,
         Command::Tail {
             name,

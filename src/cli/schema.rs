@@ -11,10 +11,10 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
 use super::answers::{
-    AutomaticGcOff, Deleted, DeletedAll, DeletedObject, Downloaded, ExecutionView, Logs,
+    AutomaticGcOff, Deleted, DeletedAll, DeletedObject, Downloaded, ExecutionView, Killed, Logs,
     PushedFilesetAnswer,
 };
-use super::backend::Applied;
+use super::backend::{Applied, DeadlineChanged};
 use super::output::SCHEMA_VERSION;
 use crate::api::{Fileset, ResultEntry};
 use crate::local::gc::GcReport;
@@ -73,6 +73,8 @@ pub fn answers_schema() -> Value {
         answer::<Deleted>(g, "deleted"),
         answer::<DeletedObject>(g, "deleted"),
         answer::<DeletedAll>(g, "deleted_all"),
+        answer::<Killed>(g, "killed"),
+        answer::<DeadlineChanged>(g, "deadline"),
         answer::<Vec<Applied>>(g, "applied"),
         answer::<Option<Applied>>(g, "created"),
         answer::<PushedFilesetAnswer>(g, "fileset"),

@@ -319,6 +319,7 @@ impl Metrics {
 
 fn phase_label(phase: Phase) -> &'static str {
     match phase {
+        Phase::Created => "Created",
         Phase::Pending => "Pending",
         Phase::Queued => "Queued",
         Phase::Starting => "Starting",

@@ -9,6 +9,7 @@ mod catalog;
 mod environment;
 mod files;
 pub mod gc;
+pub mod lifecycle;
 mod manifest;
 mod paths;
 mod process;

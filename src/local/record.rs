@@ -212,6 +212,19 @@ impl Records {
         self.dir(namespace, name).join("snapshot.json")
     }
 
+    /// Reads the snapshot the execution runs from.
+    pub fn snapshot(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<crate::resolve::Snapshot, RecordError> {
+        let path = self.snapshot_file(namespace, name);
+        std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+            .map_err(|message| RecordError::Io { path, message })
+    }
+
     /// Reads the record of the execution named exactly `name`.
     pub fn read(&self, namespace: &str, name: &str) -> Result<ExecutionRecord, RecordError> {
         let path = self.file(namespace, name);

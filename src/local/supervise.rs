@@ -17,6 +17,7 @@ use crate::resolve::{
     InvalidSpec, RunLimits, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
+use crate::runner::control::ControlFile;
 use crate::runner::outcome::{RunReport, extension_outcome, run_outcome};
 use crate::runner::{
     self, ExtensionSummary, Invocation, Provenance, RunState, RunSummary, ScratchDir,
@@ -140,14 +141,7 @@ pub async fn run_prepared(
     let records = Records::new(data.clone());
     let mut record = records.read(namespace, name)?;
     let dir = records.dir(namespace, name);
-    let snapshot_path = records.snapshot_file(namespace, name);
-    let snapshot: Snapshot = std::fs::read(&snapshot_path)
-        .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-        .map_err(|message| SuperviseError::File {
-            path: snapshot_path,
-            message,
-        })?;
+    let snapshot = records.snapshot(namespace, name)?;
     let store = Store::open(&record.store)?;
     let execution = ExecutionId {
         namespace: namespace.to_owned(),
@@ -162,6 +156,7 @@ pub async fn run_prepared(
         agent_config_path: dir.join("agent-config.json"),
         env: agent_env(data, &snapshot, record.inherit_env)?,
         timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(1)),
+        control: Some(ControlFile::local(&dir)),
         grace: GRACE,
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),

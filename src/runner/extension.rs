@@ -228,6 +228,7 @@ fn step_invocation(
         agent_config_path: agent.agent_config_path.clone(),
         env,
         timeout: Duration::from_secs(u64::try_from(extension.timeout_seconds).unwrap_or(1).max(1)),
+        control: None,
         grace: agent.grace,
         workdir: layout.work.clone(),
         scratch: layout.scratch.clone(),

@@ -6,6 +6,7 @@
 //! calls [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
+pub mod control;
 pub mod extension;
 pub mod outcome;
 pub mod plan;
@@ -178,6 +179,12 @@ impl ScratchDir {
     pub fn response_file(&self) -> PathBuf {
         self.root.join("response.txt")
     }
+
+    /// The id of the agent's process group, written when it starts: what a local restart
+    /// checks is empty before it runs the agent again.
+    pub fn agent_group_file(&self) -> PathBuf {
+        self.root.join("agent.pgid")
+    }
 }
 
 /// One agent run.
@@ -195,8 +202,11 @@ pub struct Invocation {
     /// environment; the variables the runner sets (see [`crate::api::contract`]) always carry
     /// the runner's values.
     pub env: Vec<(String, String)>,
-    /// How long the agent may run.
+    /// How long the agent may run, unless `control` moves its deadline.
     pub timeout: Duration,
+    /// The file that may change the run while it goes (its deadline, a kill, signals); none:
+    /// nothing changes it.
+    pub control: Option<control::ControlFile>,
     /// Time between SIGTERM and SIGKILL when the deadline passes or the run is cancelled.
     pub grace: Duration,
     /// The working directory the agent runs in.

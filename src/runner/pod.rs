@@ -17,6 +17,7 @@ use super::{
     fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
 };
 use crate::api::ResultEntry;
+use crate::api::contract::CONTROL_MOUNT_PATH;
 use crate::resolve::Snapshot;
 use crate::store::grant_request::{GrantRequest, GrantRequestError};
 use crate::store::grants::Grants;
@@ -310,6 +311,10 @@ fn invocation(
         // passes its own environment on.
         env: plan::plain_agent_env(snapshot),
         timeout: Duration::from_secs(u64::try_from(snapshot.timeout_seconds).unwrap_or(0).max(1)),
+        // The pod's control annotation as the downward API projects it (absent outside a pod).
+        control: Some(super::control::ControlFile::projected(
+            Path::new(CONTROL_MOUNT_PATH).join("control"),
+        )),
         grace: AGENT_GRACE,
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),

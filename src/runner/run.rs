@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use super::control::{CONTROL_POLL, ControlFile, parse_signal};
 use super::{Invocation, RunState};
 use crate::api::contract::{
     ENV_AGENT_CONFIG_PATH, ENV_ARTIFACTS_DIR, ENV_INPUT, ENV_INPUT_FILE, ENV_RESPONSE_FILE,
@@ -60,6 +61,78 @@ enum Ending {
     Exited,
     TimedOut,
     Cancelled,
+    Killed,
+}
+
+/// Waits for the agent to exit, or stops it at its deadline (which the control file may move),
+/// on a cancel, or at once on a kill; delivers the signals the control file asks for.
+async fn watch_until_end(
+    inv: &Invocation,
+    child: &mut Child,
+    group: Option<Pid>,
+    started: Instant,
+    cancel: &CancellationToken,
+) -> (Ending, io::Result<ExitStatus>) {
+    let own_deadline = started + inv.timeout;
+    let mut control = inv
+        .control
+        .as_ref()
+        .map(ControlFile::read)
+        .unwrap_or_default();
+    let mut deadline = control.deadline_instant(own_deadline);
+    let mut signalled = 0;
+    loop {
+        for name in control.signals.iter().skip(signalled) {
+            match parse_signal(name) {
+                Ok(signal) => signal_group(group, signal),
+                Err(e) => tracing::warn!("run control: {e}"),
+            }
+        }
+        signalled = signalled.max(control.signals.len());
+        if control.kill {
+            mark_terminating(inv, "kill");
+            return (
+                Ending::Killed,
+                terminate(child, group, Duration::ZERO).await,
+            );
+        }
+        tokio::select! {
+            status = child.wait() => {
+                mark_terminating(inv, "exited");
+                return (Ending::Exited, status);
+            }
+            () = tokio::time::sleep_until(deadline.into()) => {
+                let Some(file) = &inv.control else {
+                    return (Ending::TimedOut, terminate(child, group, inv.grace).await);
+                };
+                match file.begin_termination("deadline", true) {
+                    Ok(()) => return (Ending::TimedOut, terminate(child, group, inv.grace).await),
+                    Err(moved) => control = moved,
+                }
+            }
+            () = cancel.cancelled() => {
+                mark_terminating(inv, "cancel");
+                // A kill asked for just before the stop signal skips the grace too.
+                let grace = if inv.control.as_ref().is_some_and(|f| f.read().kill) {
+                    Duration::ZERO
+                } else {
+                    inv.grace
+                };
+                return (Ending::Cancelled, terminate(child, group, grace).await);
+            }
+            () = tokio::time::sleep(CONTROL_POLL), if inv.control.is_some() => {
+                control = inv.control.as_ref().map(ControlFile::read).unwrap_or_default();
+            }
+        }
+        deadline = control.deadline_instant(own_deadline);
+    }
+}
+
+/// Records in the control file that the agent is being stopped, so later changes are refused.
+fn mark_terminating(inv: &Invocation, why: &str) {
+    if let Some(file) = &inv.control {
+        let _ = file.begin_termination(why, false);
+    }
 }
 
 /// Runs the agent to its end, whatever that end is.
@@ -119,6 +192,12 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
+    if let Some(group) = group {
+        let file = scratch.agent_group_file();
+        if let Err(e) = fs::write(&file, group.as_raw().to_string()) {
+            tracing::warn!(path = %file.display(), error = %e, "recording the agent's process group");
+        }
+    }
     let stop_tee = CancellationToken::new();
     let stdout_tee = tokio::spawn(tee(
         child.stdout.take(),
@@ -135,15 +214,7 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
         stop_tee.clone(),
     ));
 
-    let (ending, status) = tokio::select! {
-        status = child.wait() => (Ending::Exited, status),
-        () = tokio::time::sleep(inv.timeout) => {
-            (Ending::TimedOut, terminate(&mut child, group, inv.grace).await)
-        }
-        () = cancel.cancelled() => {
-            (Ending::Cancelled, terminate(&mut child, group, inv.grace).await)
-        }
-    };
+    let (ending, status) = watch_until_end(inv, &mut child, group, started, cancel).await;
     let finished_at = jiff::Timestamp::now();
     let duration = started.elapsed();
 
@@ -181,14 +252,23 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
         ),
         (Ending::TimedOut, _) => (
             RunState::TimedOut,
-            Some(format!(
-                "the agent did not finish within {}s and was stopped",
-                inv.timeout.as_secs_f64()
-            )),
+            Some(match inv.control.as_ref().and_then(|f| f.read().deadline) {
+                Some(at) => {
+                    format!("the agent did not finish by its changed deadline {at} and was stopped")
+                }
+                None => format!(
+                    "the agent did not finish within {}s and was stopped",
+                    inv.timeout.as_secs_f64()
+                ),
+            }),
         ),
         (Ending::Cancelled, _) => (
             inv.stop.state(),
             Some(inv.stop.message("and the agent was stopped")),
+        ),
+        (Ending::Killed, _) => (
+            RunState::Cancelled,
+            Some("the run was killed (SIGKILL, no grace) and the agent was stopped".to_owned()),
         ),
     };
     AgentRun {

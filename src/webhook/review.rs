@@ -128,15 +128,19 @@ fn execution(object: Option<&DynamicObject>, field: &str) -> Result<AgentExecuti
         .map_err(|problem| format!("{field} is not a valid AgentExecution: {problem}"))
 }
 
-/// An update may only set `cancel` (from false to true); the CRD's CEL rules say the same, and
-/// this holds even where they were relaxed.
+/// An update may only set `cancel` and `kill` (from false to true), clear `held`, and change
+/// `deadline` until a cancel; the CRD's CEL rules say the same, and this holds even where they
+/// were relaxed.
 pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdict {
     let mut problems = Vec::new();
-    let without_cancel = |spec: &AgentExecutionSpec| AgentExecutionSpec {
+    let fixed = |spec: &AgentExecutionSpec| AgentExecutionSpec {
         cancel: false,
+        kill: false,
+        held: false,
+        deadline: None,
         ..spec.clone()
     };
-    if without_cancel(old) != without_cancel(new) {
+    if fixed(old) != fixed(new) {
         problems.push(Problem::new(
             "spec",
             "is immutable except cancel; delete and re-create the execution to change it",
@@ -146,6 +150,30 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
         problems.push(Problem::new(
             "spec.cancel",
             "true cannot change back to false",
+        ));
+    }
+    if old.kill && !new.kill {
+        problems.push(Problem::new(
+            "spec.kill",
+            "true cannot change back to false",
+        ));
+    }
+    if new.kill && !new.cancel {
+        problems.push(Problem::new(
+            "spec.kill",
+            "needs cancel: a kill is a cancel without the grace period",
+        ));
+    }
+    if new.held && !old.held {
+        problems.push(Problem::new(
+            "spec.held",
+            "can only be set when the execution is created",
+        ));
+    }
+    if old.cancel && old.deadline != new.deadline {
+        problems.push(Problem::new(
+            "spec.deadline",
+            "cannot change after a cancel: termination began",
         ));
     }
     if problems.is_empty() {

@@ -4,6 +4,7 @@
 //! with `--store` to read results from it directly instead.
 
 mod apply;
+mod control;
 mod data;
 
 use std::path::Path;
@@ -17,7 +18,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::local::{download_from_store, store_error};
@@ -516,6 +517,38 @@ impl Backend for Cluster {
             .map_err(api_error)?;
         let done = self.wait(&record.name).await?;
         Ok(self.record(&done).await)
+    }
+
+    async fn signal(
+        &self,
+        record: &ExecutionRecord,
+        signal: nix::sys::signal::Signal,
+    ) -> Result<ExecutionRecord, CliError> {
+        self.kill(record, signal).await
+    }
+
+    async fn change_deadline(
+        &self,
+        record: &ExecutionRecord,
+        in_seconds: Option<u64>,
+    ) -> Result<DeadlineChanged, CliError> {
+        Cluster::change_deadline(self, record, in_seconds).await
+    }
+
+    async fn start(
+        &self,
+        record: &ExecutionRecord,
+        _staging: &super::staging::StagingArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        self.start_held(record).await
+    }
+
+    async fn restart(
+        &self,
+        record: &ExecutionRecord,
+        _staging: &super::staging::StagingArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        Err(control::restart_refused(&record.name))
     }
 
     async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {

@@ -1,17 +1,19 @@
 //! The pod template: the `errand-stage` init container, the agent container wrapped by the runner, their volumes, and the pod's pull secrets and ServiceAccount (never its token).
 
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    LocalObjectReference, PodSpec, ProjectedVolumeSource, SecretKeySelector,
-    ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
+    ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
+    EmptyDirVolumeSource, EnvVar, EnvVarSource, LocalObjectReference, ObjectFieldSelector, PodSpec,
+    ProjectedVolumeSource, SecretKeySelector, ServiceAccountTokenProjection, Volume, VolumeMount,
+    VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{ExecutionOwner, names, resources, security};
 use crate::api::Compute;
 use crate::api::contract::{
-    AGENT_CONTAINER, BIN_VOLUME, ENV_AGENT_CONFIG_PATH, GRANT_TOKEN_AUDIENCE, GRANT_TOKEN_VOLUME,
-    GRANTS_VOLUME, SCRATCH_VOLUME, SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
+    AGENT_CONTAINER, BIN_VOLUME, CONTROL_ANNOTATION, CONTROL_MOUNT_PATH, CONTROL_VOLUME,
+    ENV_AGENT_CONFIG_PATH, GRANT_TOKEN_AUDIENCE, GRANT_TOKEN_VOLUME, GRANTS_VOLUME, SCRATCH_VOLUME,
+    SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
 };
 use crate::controller::config::ControllerConfig;
 use crate::resolve::Snapshot;
@@ -87,6 +89,23 @@ fn volumes(execution: &ExecutionOwner, config: &ControllerConfig) -> Vec<Volume>
             empty_dir: Some(EmptyDirVolumeSource {
                 medium: Some("Memory".to_owned()),
                 size_limit: Some(Quantity(GRANTS_SIZE_LIMIT.to_owned())),
+            }),
+            ..Volume::default()
+        },
+        // The pod's run control annotation (a changed deadline, a kill), which the kubelet
+        // refreshes when the controller changes it; the runner watches it.
+        Volume {
+            name: CONTROL_VOLUME.to_owned(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                default_mode: Some(SNAPSHOT_MODE),
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: "control".to_owned(),
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: format!("metadata.annotations['{CONTROL_ANNOTATION}']"),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..DownwardAPIVolumeFile::default()
+                }]),
             }),
             ..Volume::default()
         },
@@ -270,7 +289,11 @@ fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         command: Some(command),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
         env: Some(agent_env(snapshot)),
-        volume_mounts: Some(errand_mounts(true)),
+        volume_mounts: Some({
+            let mut mounts = errand_mounts(true);
+            mounts.push(mount(CONTROL_VOLUME, CONTROL_MOUNT_PATH, true));
+            mounts
+        }),
         resources: resources::agent_resources(&snapshot.compute),
         security_context: Some(security::container_security(false)),
         termination_message_policy: Some("File".to_owned()),

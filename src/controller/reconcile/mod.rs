@@ -15,6 +15,7 @@
 
 mod apply;
 mod build;
+mod control;
 mod dereference;
 mod expire;
 mod update_status;
@@ -137,6 +138,8 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
         reconciler.retain().await?
+    } else if status.snapshot.is_none() && execution.spec.held {
+        reconciler.hold().await?
     } else if status.snapshot.is_none() {
         reconciler.admit().await?
     } else {
@@ -230,6 +233,16 @@ impl Reconciler<'_> {
             self.stop(stop, &observed.job_name).await?;
         }
         let status = status::render(self.execution, &decision.standing, facts.now);
+        let plan = status::plan_control(self.execution, facts.pod.as_ref(), facts.now);
+        let status = self
+            .apply_control(
+                &plan,
+                &facts,
+                observed.job.as_deref(),
+                &observed.job_name,
+                status,
+            )
+            .await?;
         let terminal = status.phase.is_some_and(Phase::is_terminal);
         debug!(
             execution = %self.owner.name,

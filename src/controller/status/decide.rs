@@ -262,7 +262,10 @@ fn running(execution: &AgentExecution, pod: &PodFacts, now: Timestamp) -> Decisi
             started_at: pod.agent_started_at.clone(),
             image_id: pod.agent_image_id.clone(),
         },
-        stop: (execution.spec.cancel && !pod.deleting).then(|| Stop::DeletePod(pod.name.clone())),
+        // A kill reaches the runner through the pod's control annotation: deleting the pod
+        // would give the agent its grace period.
+        stop: (execution.spec.cancel && !execution.spec.kill && !pod.deleting)
+            .then(|| Stop::DeletePod(pod.name.clone())),
         recheck_after: None,
     }
 }

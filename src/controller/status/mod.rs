@@ -4,12 +4,14 @@
 //! [`Decision`] of [`decide`] and writes what [`render`] returns; nothing here does I/O.
 
 pub mod conditions;
+mod control;
 mod decide;
 mod observe;
 mod render;
 mod timings;
 
 pub use crate::runner::outcome::MESSAGE_LIMIT;
+pub use control::{ACCEPT_MARGIN, ControlPlan, job_deadline_seconds, plan_control};
 pub use decide::{
     AgentContainer, Decision, Ending, RUNNING_SHOWN_AFTER, Standing, Stop, decide, queued_message,
 };

@@ -124,6 +124,8 @@ pub struct PodFacts {
     pub unschedulable: Option<Cause>,
     /// Its waiting containers (init containers first).
     pub waiting: Vec<Waiting>,
+    /// Its run control annotation (`errand.dev/control`), as the runner reads it.
+    pub control: Option<String>,
 }
 
 /// A container that waits, with the kubelet's reason.
@@ -297,6 +299,12 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             Some("Succeeded" | "Failed")
         ),
         deleting: pod.metadata.deletion_timestamp.is_some(),
+        control: pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::api::contract::CONTROL_ANNOTATION))
+            .cloned(),
         agent_started_at: started_at(agent).cloned(),
         agent_exit_code: terminated(agent).map(|t| t.exit_code),
         agent_finished_at: terminated(agent).and_then(|t| t.finished_at.clone()),

@@ -427,3 +427,59 @@ fn an_agent_extension_is_checked_on_create_and_update() {
         .collect();
     assert_eq!(fields, ["spec.results[1]", "spec.configSchema.oneOf"]);
 }
+
+#[test]
+fn an_update_may_kill_start_and_move_the_deadline_until_a_cancel() {
+    let with = |changes: serde_json::Value| {
+        let mut spec = calculator_spec();
+        for (key, value) in changes.as_object().unwrap() {
+            spec[key] = value.clone();
+        }
+        execution(spec)
+    };
+    let verdict = |old: serde_json::Value, new: serde_json::Value| {
+        let response = answer(
+            &review_body("UPDATE", Some(new), Some(old)),
+            &InMemoryCatalog::test(),
+        );
+        (
+            response["allowed"] == true,
+            response["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    let deadline = json!({"request": "r1", "inSeconds": 60});
+    for (old, new) in [
+        (json!({}), json!({"cancel": true, "kill": true})),
+        (json!({"held": true}), json!({"held": false})),
+        (json!({}), json!({"deadline": deadline})),
+        (
+            json!({"deadline": deadline}),
+            json!({"deadline": {"request": "r2"}}),
+        ),
+    ] {
+        let (allowed, message) = verdict(with(old.clone()), with(new.clone()));
+        assert!(allowed, "{old} -> {new}: {message}");
+    }
+    for (old, new, said) in [
+        (json!({}), json!({"kill": true}), "spec.kill: needs cancel"),
+        (
+            json!({}),
+            json!({"held": true}),
+            "spec.held: can only be set when the execution is created",
+        ),
+        (
+            json!({"cancel": true}),
+            json!({"cancel": true, "deadline": deadline}),
+            "spec.deadline: cannot change after a cancel",
+        ),
+    ] {
+        let (allowed, message) = verdict(with(old.clone()), with(new.clone()));
+        assert!(
+            !allowed && message.contains(said),
+            "{old} -> {new}: {message}"
+        );
+    }
+}
