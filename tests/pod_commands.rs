@@ -688,6 +688,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
         uploads: UploadMode::Sized,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     };
     let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
 
@@ -754,6 +755,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let upload = tokio::spawn(async move {
@@ -798,6 +800,7 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
         uploads: UploadMode::Sized,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     };
 
     let untrusting = SignedUrls::new(grants.clone(), dir.path(), None).unwrap();
@@ -841,6 +844,7 @@ fn grants_without_urls() -> Grants {
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     }
 }
 
@@ -989,6 +993,7 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: expires,
+        extension: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let items = errand::archive::list_dir(&workdir).unwrap();
@@ -1072,6 +1077,7 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: expires,
+        extension: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
 

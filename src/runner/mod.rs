@@ -7,6 +7,7 @@
 
 mod collect;
 pub mod extension;
+pub mod extension_pod;
 pub mod outcome;
 pub mod plan;
 pub mod pod;

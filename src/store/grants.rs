@@ -137,7 +137,22 @@ pub struct Grants {
     pub put_headers: BTreeMap<String, String>,
     /// When the URLs stop working.
     pub expires_at: Timestamp,
+    /// The grants of the execution's extension step, when it has one: GET URLs of the run's
+    /// results (in `inputs`, by store key) and PUT URLs of exactly its declared results and the
+    /// manifest (in `results`, by name). `errand stage` keeps them apart from the agent's, in a
+    /// volume only the extension's container mounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<Box<Grants>>,
 }
+
+/// The run's results an extension's step reads: everything the agent's run saves on success
+/// but the manifest, which the step itself writes last.
+pub const EXTENSION_READS: [ResultName; 4] = [
+    ResultName::InputWorkdir,
+    ResultName::OutputWorkdir,
+    ResultName::OutputArtifacts,
+    ResultName::RunResult,
+];
 
 /// Signs GET URLs for every Fileset blob of `snapshot` and PUT URLs for every result key of
 /// the execution, all valid until `expires`.
@@ -166,6 +181,12 @@ pub async fn issue_grants(
             signer.sign(Access::Put, &key, expires).await?,
         );
     }
+    let extension = match &snapshot.extension {
+        Some(extension) => Some(Box::new(
+            extension_grants(signer, execution, &extension.results, expires).await?,
+        )),
+        None => None,
+    };
     Ok(Grants {
         execution: execution.clone(),
         inputs,
@@ -173,6 +194,45 @@ pub async fn issue_grants(
         uploads: signer.upload_mode(),
         put_headers: signer.put_headers(),
         expires_at: expires,
+        extension,
+    })
+}
+
+/// The extension step's grants: GET for the run's results it reads ([`EXTENSION_READS`]), PUT
+/// for exactly its `declared` results and the manifest.
+async fn extension_grants(
+    signer: &dyn UrlSigner,
+    execution: &ExecutionId,
+    declared: &[String],
+    expires: Timestamp,
+) -> Result<Grants, GrantError> {
+    let mut inputs = BTreeMap::new();
+    for name in EXTENSION_READS {
+        let key = keys::result(execution, name)?;
+        let url = signer.sign(Access::Get, &key, expires).await?;
+        inputs.insert(key, url);
+    }
+    let mut results = BTreeMap::new();
+    for name in declared {
+        let key = keys::extension_result(execution, name)?;
+        results.insert(
+            name.clone(),
+            signer.sign(Access::Put, &key, expires).await?,
+        );
+    }
+    let manifest = keys::result(execution, ResultName::Manifest)?;
+    results.insert(
+        ResultName::Manifest.as_str().to_owned(),
+        signer.sign(Access::Put, &manifest, expires).await?,
+    );
+    Ok(Grants {
+        execution: execution.clone(),
+        inputs,
+        results,
+        uploads: signer.upload_mode(),
+        put_headers: signer.put_headers(),
+        expires_at: expires,
+        extension: None,
     })
 }
 
