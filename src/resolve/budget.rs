@@ -38,10 +38,7 @@ impl RunBudget {
         Self {
             start_timeout_seconds: snapshot.start_timeout_seconds,
             timeout_seconds: snapshot.timeout_seconds,
-            extension_seconds: snapshot
-                .extension
-                .as_ref()
-                .map_or(0, |e| e.timeout_seconds),
+            extension_seconds: snapshot.extension.as_ref().map_or(0, |e| e.timeout_seconds),
             allowance,
         }
     }
@@ -222,8 +219,8 @@ mod tests {
         use crate::api::{AgentExecutionSpec, Extension};
         use crate::resolve::{InMemoryCatalog, resolve_execution};
         let mut spec = AgentExecutionSpec::test();
-        let without = resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test())
-            .unwrap();
+        let without =
+            resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
         spec.extension = Some(Extension {
             kind: "analysis".into(),
             config: None,

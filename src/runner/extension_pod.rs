@@ -85,7 +85,13 @@ pub async fn run_extension_in_pod(paths: &ExtensionPodPaths) -> i32 {
         }
     }
     let agent_config = paths.agent_config.clone();
-    let agent = invocation(&grants, &snapshot, &agent_paths(paths), &agent_config, Vec::new());
+    let agent = invocation(
+        &grants,
+        &snapshot,
+        &agent_paths(paths),
+        &agent_config,
+        Vec::new(),
+    );
     // The container's own environment (its image's PATH): it holds no secrets.
     let env = std::env::vars().collect();
     let saved = SavedRun {

@@ -261,8 +261,7 @@ pub async fn run_agent_in_pod(
 fn hand_off(path: &Path, summary: &RunSummary) {
     let partial = path.with_extension("partial");
     let json = serde_json::to_vec(summary).expect("a summary always serializes");
-    if let Err(e) = std::fs::write(&partial, json).and_then(|()| std::fs::rename(&partial, path))
-    {
+    if let Err(e) = std::fs::write(&partial, json).and_then(|()| std::fs::rename(&partial, path)) {
         tracing::error!(path = %path.display(), error = %e, "handing the run over to the extension");
     }
 }

@@ -215,10 +215,7 @@ async fn extension_grants(
     let mut results = BTreeMap::new();
     for name in declared {
         let key = keys::extension_result(execution, name)?;
-        results.insert(
-            name.clone(),
-            signer.sign(Access::Put, &key, expires).await?,
-        );
+        results.insert(name.clone(), signer.sign(Access::Put, &key, expires).await?);
     }
     let manifest = keys::result(execution, ResultName::Manifest)?;
     results.insert(

@@ -406,7 +406,8 @@ fn range_start(response: &reqwest::Response) -> Option<u64> {
 
 impl ExtensionResults for SignedUrls {
     async fn read(&self, name: ResultName) -> Result<BlobBody, StoreError> {
-        self.open(&keys::result(&self.grants.execution, name)?).await
+        self.open(&keys::result(&self.grants.execution, name)?)
+            .await
     }
 
     async fn put_extension_result(
@@ -555,11 +556,7 @@ pub(super) async fn failure_text(response: reqwest::Response) -> (StatusCode, St
 }
 
 /// Writes `body` to `path`, hashing it on the way; returns its size and sha256.
-async fn spool(
-    name: &str,
-    path: &Path,
-    mut body: ByteStream,
-) -> Result<(u64, String), StoreError> {
+async fn spool(name: &str, path: &Path, mut body: ByteStream) -> Result<(u64, String), StoreError> {
     let spool_error = |source| StoreError::Spool {
         name: name.to_string(),
         path: path.to_owned(),

@@ -31,8 +31,7 @@ pub trait ResultSink: Sync {
 /// (locally), or (in pods) the step's signed URLs.
 pub trait ExtensionResults: ResultSink {
     /// The bytes of the run's result `name` as saved.
-    fn read(&self, name: ResultName)
-    -> impl Future<Output = Result<BlobBody, StoreError>> + Send;
+    fn read(&self, name: ResultName) -> impl Future<Output = Result<BlobBody, StoreError>> + Send;
 
     /// Saves `body` as the extension result `name` (one its AgentExtension declared).
     fn put_extension_result(

@@ -131,7 +131,10 @@ fn volumes(
     if snapshot.extension.is_some() {
         volumes.extend([
             grants_volume(EXTENSION_GRANTS_VOLUME),
-            empty_dir(HANDOFF_VOLUME, Some(&Quantity(GRANTS_SIZE_LIMIT.to_owned()))),
+            empty_dir(
+                HANDOFF_VOLUME,
+                Some(&Quantity(GRANTS_SIZE_LIMIT.to_owned())),
+            ),
             empty_dir(EXTENSION_VOLUME, config.scratch_size_limit.as_ref()),
         ]);
     }
@@ -328,10 +331,7 @@ fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
 /// grants (GET for the run's results, PUT for its declared results and the manifest). It mounts
 /// neither the workspace nor the agent's grants, reads the handoff read-only, and gets no
 /// Secret; its cpu and memory are the agent's, without GPUs.
-fn extension_container(
-    extension: &ResolvedExtension,
-    snapshot: &Snapshot,
-) -> Container {
+fn extension_container(extension: &ResolvedExtension, snapshot: &Snapshot) -> Container {
     let runtime = &extension.container;
     Container {
         name: EXTENSION_CONTAINER.to_owned(),

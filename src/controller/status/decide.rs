@@ -14,9 +14,9 @@ use super::observe::{
 use crate::api::contract::{self, Reason};
 use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
-use crate::runner::{ExtensionSummary, RunState};
 use crate::runner::outcome::{Outcome, RunReport, extension_outcome, run_outcome};
 use crate::runner::termination::TerminationSummary;
+use crate::runner::{ExtensionSummary, RunState};
 
 /// How long after its agent started a run shows phase `Running`. A run that ends sooner goes
 /// from `Starting` to its end in one status write instead of two, and still records its
@@ -109,9 +109,9 @@ pub struct Ending {
     /// What staging saved, listed when the runner left no summary.
     pub staged: Vec<ResultEntry>,
     /// The agent's start, end and image, when the run had a pod.
-    pub agent: Option<AgentContainer>,
+    pub agent: Option<Box<AgentContainer>>,
     /// How the extension's step ended, when the agent succeeded and the execution has one.
-    pub extension: Option<ExtensionSummary>,
+    pub extension: Option<Box<ExtensionSummary>>,
 }
 
 /// When the agent container started and terminated and the image it ran, as its pod says.
@@ -148,10 +148,12 @@ impl Ending {
     /// The ending with the agent's times and what staging saved from `pod`, if the run had one.
     fn on(self, pod: Option<&PodFacts>) -> Self {
         Self {
-            agent: pod.map(|pod| AgentContainer {
-                started_at: pod.agent_started_at.clone(),
-                finished_at: pod.agent_finished_at.clone(),
-                image_id: pod.agent_image_id.clone(),
+            agent: pod.map(|pod| {
+                Box::new(AgentContainer {
+                    started_at: pod.agent_started_at.clone(),
+                    finished_at: pod.agent_finished_at.clone(),
+                    image_id: pod.agent_image_id.clone(),
+                })
             }),
             staged: pod.map(|pod| pod.staged.clone()).unwrap_or_default(),
             ..self
@@ -525,7 +527,7 @@ fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Endin
             ending.reason = outcome.reason;
             ending.message = outcome.message;
         }
-        ending.extension = Some(step);
+        ending.extension = Some(Box::new(step));
     }
     ending
 }
