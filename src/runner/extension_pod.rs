@@ -14,11 +14,11 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use tokio_util::sync::CancellationToken;
 
+use super::RunState;
 use super::extension::{ExtensionSummary, SavedRun, run_extension};
-use super::pod::{installed_ca_bundle, invocation, read_json, write_termination_log};
+use super::pod::{Handoff, installed_ca_bundle, invocation, read_json, write_termination_log};
 use super::signals::cancel_on_stop_signal;
 use super::termination::fitted_json;
-use super::{RunState, RunSummary};
 use crate::resolve::Snapshot;
 use crate::store::grants::{EXTENSION_READS, Grants};
 use crate::store::keys::ResultName;
@@ -132,10 +132,10 @@ async fn wait_for_handoff(
     path: &Path,
     grants: &Grants,
     stop: &CancellationToken,
-) -> Option<RunSummary> {
+) -> Option<Handoff> {
     loop {
         if let Ok(bytes) = std::fs::read(path)
-            && let Ok(run) = serde_json::from_slice::<RunSummary>(&bytes)
+            && let Ok(run) = serde_json::from_slice::<Handoff>(&bytes)
         {
             return Some(run);
         }

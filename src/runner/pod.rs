@@ -10,11 +10,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::signals::cancel_on_stop_signal;
 use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
-    fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
+    Invocation, Provenance, RunState, RunSummary, ScratchDir, SkippedResultEntry, StageSettings,
+    StopRequest, fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
@@ -221,19 +223,65 @@ pub async fn run_agent_in_pod(
     command: Vec<String>,
     telemetry: Option<&TelemetryTarget>,
 ) -> i32 {
+    let (code, handoff) = run_agent(paths, agent_config, command, telemetry).await;
+    if let Some(extension) = &paths.extension {
+        hand_off(&extension.handoff, &handoff);
+    }
+    code
+}
+
+/// What `run-agent` hands to the extension's container once the run ended and its results are
+/// saved (or nothing could be): how the run ended, and what its archives left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// How the run ended.
+    pub state: RunState,
+    /// Entries the run's archives left out, for the manifest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedResultEntry>,
+}
+
+impl Handoff {
+    fn of(summary: &RunSummary) -> Self {
+        Self {
+            state: summary.state,
+            skipped: summary.skipped.clone(),
+        }
+    }
+
+    fn unsaved() -> Self {
+        Self {
+            state: RunState::StartFailed,
+            skipped: Vec::new(),
+        }
+    }
+}
+
+/// [`run_agent_in_pod`] but for the handoff: the exit code and what the extension learns.
+async fn run_agent(
+    paths: &PodPaths,
+    agent_config: &Path,
+    command: Vec<String>,
+    telemetry: Option<&TelemetryTarget>,
+) -> (i32, Handoff) {
     let stop = cancel_on_stop_signal();
+    let unsaved = |e: &PodError| {
+        (
+            report_unsaved(paths, RunState::StartFailed, e),
+            Handoff::unsaved(),
+        )
+    };
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
-        Err(e) => return report_unsaved(paths, RunState::StartFailed, &e),
+        Err(e) => return unsaved(&e),
     };
     // The agent runs as the same user in this container: it must not find the grants.
     if let Err(source) = std::fs::remove_file(&paths.grants) {
-        let e = PodError::GrantsFile {
+        return unsaved(&PodError::GrantsFile {
             action: "removing",
             path: paths.grants.clone(),
             source,
-        };
-        return report_unsaved(paths, RunState::StartFailed, &e);
+        });
     }
     let urls = match SignedUrls::new(
         grants.clone(),
@@ -241,7 +289,7 @@ pub async fn run_agent_in_pod(
         installed_ca_bundle().as_deref(),
     ) {
         Ok(urls) => urls,
-        Err(e) => return report_unsaved(paths, RunState::StartFailed, &e.into()),
+        Err(e) => return unsaved(&e.into()),
     };
     let staged = read_staged(&paths.scratch.join(STAGED_FILE));
     let mut invocation = invocation(&grants, &snapshot, paths, agent_config, command);
@@ -250,17 +298,14 @@ pub async fn run_agent_in_pod(
     invocation.extension_follows = snapshot.extension.is_some();
     let summary = run_and_collect(&invocation, staged, &urls, stop).await;
     invocation.telemetry.shutdown().await;
-    if let Some(extension) = &paths.extension {
-        hand_off(&extension.handoff, &summary);
-    }
-    report(paths, &summary)
+    (report(paths, &summary), Handoff::of(&summary))
 }
 
-/// Tells the extension's container that the run ended, once its results are saved: the
-/// summary, written whole under a temporary name and then renamed.
-fn hand_off(path: &Path, summary: &RunSummary) {
+/// Tells the extension's container that the run ended: `handoff`, written whole under a
+/// temporary name and then renamed.
+fn hand_off(path: &Path, handoff: &Handoff) {
     let partial = path.with_extension("partial");
-    let json = serde_json::to_vec(summary).expect("a summary always serializes");
+    let json = serde_json::to_vec(handoff).expect("a handoff always serializes");
     if let Err(e) = std::fs::write(&partial, json).and_then(|()| std::fs::rename(&partial, path)) {
         tracing::error!(path = %path.display(), error = %e, "handing the run over to the extension");
     }

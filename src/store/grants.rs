@@ -188,14 +188,28 @@ pub async fn issue_grants(
         None => None,
     };
     Ok(Grants {
+        extension,
+        ..signed_grants(signer, execution, inputs, results, expires)
+    })
+}
+
+/// The grants of `execution` with these signed URLs, as `signer` wants its PUTs sent.
+fn signed_grants(
+    signer: &dyn UrlSigner,
+    execution: &ExecutionId,
+    inputs: BTreeMap<String, String>,
+    results: BTreeMap<String, String>,
+    expires: Timestamp,
+) -> Grants {
+    Grants {
         execution: execution.clone(),
         inputs,
         results,
         uploads: signer.upload_mode(),
         put_headers: signer.put_headers(),
         expires_at: expires,
-        extension,
-    })
+        extension: None,
+    }
 }
 
 /// The extension step's grants: GET for the run's results it reads ([`EXTENSION_READS`]), PUT
@@ -222,15 +236,7 @@ async fn extension_grants(
         ResultName::Manifest.as_str().to_owned(),
         signer.sign(Access::Put, &manifest, expires).await?,
     );
-    Ok(Grants {
-        execution: execution.clone(),
-        inputs,
-        results,
-        uploads: signer.upload_mode(),
-        put_headers: signer.put_headers(),
-        expires_at: expires,
-        extension: None,
-    })
+    Ok(signed_grants(signer, execution, inputs, results, expires))
 }
 
 /// The store key of a Fileset's content, from its `sha256:<hex>` digest.
@@ -397,6 +403,70 @@ mod tests {
         assert_eq!(grants.execution.uid, UID);
         assert_eq!(grants.uploads, UploadMode::Chunked);
         assert!(grants.put_headers.is_empty());
+        assert!(
+            grants.extension.is_none(),
+            "no extension, no extension grants"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_extension_gets_reads_of_the_runs_results_and_writes_of_exactly_its_own() {
+        let expires = Timestamp::from_second(NOW).unwrap();
+        let mut snapshot = Snapshot::test();
+        snapshot.extension = Some(crate::resolve::ResolvedExtension {
+            kind: "analysis".into(),
+            name: "analysis".into(),
+            config: Default::default(),
+            container: Default::default(),
+            results: vec!["analysis-report".into()],
+            timeout_seconds: 60,
+        });
+        let grants = issue_grants(&signer(), &ExecutionId::test(), &snapshot, expires)
+            .await
+            .unwrap();
+        let step = grants.extension.as_deref().expect("the extension's grants");
+        let prefix = format!("results/team-a/calc/{UID}/");
+        let reads: Vec<String> = step
+            .inputs
+            .iter()
+            .map(|(key, url)| {
+                let (signed, _, signature) = parts(url);
+                assert_eq!(&signed, key);
+                let now = Timestamp::from_second(NOW - 1).unwrap();
+                assert_eq!(
+                    signer().verify(Access::Get, key, NOW, &signature, now),
+                    Ok(()),
+                    "{key} is readable"
+                );
+                key.strip_prefix(&prefix).unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(
+            reads,
+            [
+                "input_workdir",
+                "output_artifacts",
+                "output_workdir",
+                "run_result"
+            ]
+        );
+        let writes: Vec<(&str, String)> = step
+            .results
+            .iter()
+            .map(|(name, url)| (name.as_str(), parts(url).0))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("analysis-report", format!("{prefix}analysis-report")),
+                ("manifest.json", format!("{prefix}manifest.json")),
+            ]
+        );
+        assert!(step.extension.is_none());
+        assert!(
+            !grants.results.contains_key("analysis-report"),
+            "the agent's runner cannot write the extension's results"
+        );
     }
 
     #[test]
