@@ -109,7 +109,10 @@ impl BlobEndpoint {
             return text(StatusCode::FORBIDDEN, format!("{e}\n"));
         }
         // The signature already binds method and key; the prefixes are a second fence.
-        if !allowed_prefixes.iter().any(|prefix| key.starts_with(prefix)) {
+        if !allowed_prefixes
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+        {
             return text(StatusCode::FORBIDDEN, "not a key this method may use\n");
         }
         match access {
