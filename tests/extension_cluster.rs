@@ -5,15 +5,13 @@
 
 mod support;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::cluster;
 use support::harness::{Harness, Mode, message_of, reason_of, result_names};
 
 use errand::api::contract::{self, ConditionType, Reason};
-use errand::api::{AgentExecution, AgentExtension, Phase};
+use errand::api::{AgentExtension, Phase};
 use errand::store::keys::ResultName;
 
 /// An agent that leaves a file in its workdir and records what of errand's store access it can
@@ -48,20 +46,6 @@ async fn install(e2e: &Harness, kind: &str, script: &str) -> Api<AgentExtension>
 
 async fn uninstall(api: &Api<AgentExtension>, kind: &str) {
     let _ = api.delete(kind, &DeleteParams::default()).await;
-}
-
-async fn pod_of(e2e: &Harness, execution: &AgentExecution) -> Pod {
-    let label = format!(
-        "{}={}",
-        contract::EXECUTION_UID_LABEL,
-        execution.uid().unwrap()
-    );
-    let pods = e2e
-        .api::<Pod>()
-        .list(&ListParams::default().labels(&label))
-        .await
-        .unwrap();
-    pods.items.into_iter().next().expect("the execution's pod")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +124,7 @@ async fn an_extension_turns_output_workdir_into_an_analysis_report_and_the_agent
         "{workdir:?}"
     );
     assert_eq!(workdir["env-grants.txt"].trim(), "0", "{workdir:?}");
-    let pod = pod_of(&e2e, &done).await;
+    let pod = e2e.pod_of("analysed").await;
     let spec = pod.spec.unwrap();
     let agent = spec
         .containers
