@@ -9,6 +9,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 use support::cluster;
 use support::harness::{Harness, Mode, message_of, reason_of, result_names};
+use support::store::manifest_names;
 
 use errand::api::contract::{self, ConditionType, Reason};
 use errand::api::{AgentExtension, Phase};
@@ -103,12 +104,7 @@ async fn an_extension_turns_output_workdir_into_an_analysis_report_and_the_agent
     assert!(report.starts_with("report of analysed\n"), "{report}");
     assert!(report.contains("answer.txt"), "{report}");
     let manifest = e2e.result_json(&done, ResultName::Manifest).await;
-    let listed: Vec<&str> = manifest["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
+    let listed = manifest_names(&manifest);
     assert!(listed.contains(&"analysis-report"), "{manifest}");
     assert!(listed.contains(&"output_workdir"), "{manifest}");
     let (code, listing) = e2e.cli(&["results", "list", "analysed"]);

@@ -30,7 +30,7 @@ use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
 
 use support::archives::{gzip, zeros_archive};
-use support::store::{NAMESPACE, collect, execution, read_all, tar_files};
+use support::store::{NAMESPACE, collect, execution, manifest_names, read_all, tar_files};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.
 struct Pod {
@@ -265,12 +265,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["result.txt"], "answer\n");
     let manifest = pod.result_json(ResultName::Manifest).await;
-    let listed: Vec<&str> = manifest["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
+    let listed = manifest_names(&manifest);
     assert_eq!(
         listed,
         [
@@ -1195,12 +1190,7 @@ async fn the_extension_runs_after_the_agent_with_grants_of_its_own_and_saves_its
         "{report}"
     );
     let manifest = pod.result_json(ResultName::Manifest).await;
-    let listed: Vec<&str> = manifest["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
+    let listed = manifest_names(&manifest);
     assert_eq!(
         listed,
         [
