@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::{DeleteParams, EvictParams, ListParams};
+use kube::api::{DeleteParams, EvictParams};
 use serde_json::json;
 use support::cluster;
 use support::errand::{example, wait_for};
@@ -193,7 +193,7 @@ async fn a_rerun_runs_the_snapshot_on_the_image_digest_its_original_ran() {
         (&record["response"], &record["image"]),
         (&listing, &json!(pinned))
     );
-    let pod = pod_of(&e2e, "again").await;
+    let pod = e2e.pod_of("again").await;
     let containers = pod.spec.unwrap().containers;
     let agent = containers
         .iter()
@@ -313,24 +313,6 @@ async fn cancelling_a_running_execution_saves_its_partial_results() {
     e2e.finish().await;
 }
 
-/// The pod of the execution `name`.
-async fn pod_of(e2e: &Harness, name: &str) -> Pod {
-    let uid = e2e
-        .api::<AgentExecution>()
-        .get(name)
-        .await
-        .unwrap()
-        .uid()
-        .unwrap();
-    let label = format!("{}={uid}", contract::EXECUTION_UID_LABEL);
-    let pods = e2e
-        .api::<Pod>()
-        .list(&ListParams::default().labels(&label))
-        .await
-        .unwrap();
-    pods.items.into_iter().next().expect("the execution's pod")
-}
-
 /// Checks that a run whose pod was taken away under the agent lists the results the runner
 /// saved on its way out, and that its `run_error` agrees with the status.
 async fn assert_stopped_with_its_results(e2e: &Harness, done: &AgentExecution) {
@@ -366,13 +348,13 @@ async fn a_deleted_or_evicted_pod_is_reported_as_such_with_the_results_it_saved(
     tokio::time::sleep(Duration::from_secs(2)).await;
     let pods = e2e.api::<Pod>();
     pods.delete(
-        &pod_of(&e2e, "deleted").await.name_any(),
+        &e2e.pod_of("deleted").await.name_any(),
         &DeleteParams::default(),
     )
     .await
     .unwrap();
     pods.evict(
-        &pod_of(&e2e, "evicted").await.name_any(),
+        &e2e.pod_of("evicted").await.name_any(),
         &EvictParams::default(),
     )
     .await

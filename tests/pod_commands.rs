@@ -1,4 +1,4 @@
-//! `errand stage` and `errand run-agent` as the pod runs them, without a cluster: the real
+//! `errand stage`, `errand run-agent` and `errand run-extension` as the pod runs them, without a cluster: the real
 //! binary against the controller's signed-URL blob endpoint over a `file://` store on loopback,
 //! and the signed-URL client against a server that insists on sized uploads.
 
@@ -31,7 +31,7 @@ use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
 
 use support::archives::{gzip, zeros_archive};
-use support::store::{NAMESPACE, collect, execution, read_all, tar_files};
+use support::store::{NAMESPACE, collect, execution, manifest_names, read_all, tar_files};
 
 /// A pod's directories, a file store, and the controller's blob endpoint serving it.
 struct Pod {
@@ -45,6 +45,15 @@ impl Pod {
     /// Pushes `files` as the base Fileset, writes the snapshot and the grants the controller
     /// would mount, and serves the blob endpoint on loopback.
     async fn new(files: &[(&str, &str)], timeout_seconds: i64) -> Pod {
+        Pod::with_extension(files, timeout_seconds, None).await
+    }
+
+    /// [`Pod::new`] for an execution whose snapshot holds `extension`.
+    async fn with_extension(
+        files: &[(&str, &str)],
+        timeout_seconds: i64,
+        extension: Option<Value>,
+    ) -> Pod {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_owned();
         let store = Store::open(&format!("file://{}", root.join("store").display())).unwrap();
@@ -55,7 +64,14 @@ impl Pod {
             std::fs::write(path, content).unwrap();
         }
         let pushed = store.push_fileset(NAMESPACE, &base).await.unwrap();
-        for sub in ["bin", "workspace", "scratch", "mounted"] {
+        for sub in [
+            "bin",
+            "workspace",
+            "scratch",
+            "mounted",
+            "extension-grants",
+            "handoff",
+        ] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
 
@@ -73,7 +89,7 @@ impl Pod {
         };
         let server = tokio::spawn(serve(listener, probes));
 
-        let snapshot: Snapshot = serde_json::from_value(json!({
+        let mut snapshot = json!({
             "version": "errand.dev/snapshot-v1",
             "namespace": NAMESPACE,
             "agent": {"name": "calculator", "runtime": {"image": "busybox", "command": ["sh"]}},
@@ -84,8 +100,11 @@ impl Pod {
             "timeoutSeconds": timeout_seconds,
             "startTimeoutSeconds": 600,
             "autoTelemetry": false,
-        }))
-        .unwrap();
+        });
+        if let Some(extension) = extension {
+            snapshot["extension"] = extension;
+        }
+        let snapshot: Snapshot = serde_json::from_value(snapshot).unwrap();
         let expires = Timestamp::now() + SignedDuration::from_mins(10);
         let grants = issue_grants(signer.as_ref(), &execution(), &snapshot, expires)
             .await
@@ -140,6 +159,11 @@ impl Pod {
 
     /// `run-agent` from the binary that `stage` installed, as the agent's container runs it.
     fn run_agent_command(&self, agent: &str) -> Command {
+        self.run_agent_command_with(agent, &[])
+    }
+
+    /// [`Pod::run_agent_command`] with `flags` added to `run-agent`'s own.
+    fn run_agent_command_with(&self, agent: &str, flags: &[String]) -> Command {
         let mut command = Command::new(self.root.join("bin/errand"));
         command
             .args([
@@ -148,6 +172,7 @@ impl Pod {
                 &self.path("mounted/agent-config.json"),
             ])
             .args(self.common_flags("termination-log"))
+            .args(flags)
             .args(["--", "sh", "-c", agent])
             .current_dir(self.root.join("workspace"));
         command
@@ -232,12 +257,7 @@ async fn stage_installs_errand_and_run_agent_saves_every_result_through_signed_u
     let output = tar_files(&pod.result(ResultName::OutputWorkdir).await);
     assert_eq!(output["result.txt"], "answer\n");
     let manifest = pod.result_json(ResultName::Manifest).await;
-    let listed: Vec<&str> = manifest["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
+    let listed = manifest_names(&manifest);
     assert_eq!(listed, COMPLETED_RUN_RESULTS[..4]);
     // Sizes and digests reported are those of the stored bytes.
     for entry in &summary.results {
@@ -672,6 +692,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
         uploads: UploadMode::Sized,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     };
     let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
 
@@ -738,6 +759,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let upload = tokio::spawn(async move {
@@ -782,6 +804,7 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
         uploads: UploadMode::Sized,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     };
 
     let untrusting = SignedUrls::new(grants.clone(), dir.path(), None).unwrap();
@@ -825,6 +848,7 @@ fn grants_without_urls() -> Grants {
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
+        extension: None,
     }
 }
 
@@ -973,6 +997,7 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: expires,
+        extension: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let items = errand::archive::list_dir(&workdir).unwrap();
@@ -1056,6 +1081,7 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
         uploads: UploadMode::Chunked,
         put_headers: BTreeMap::new(),
         expires_at: expires,
+        extension: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
 
@@ -1066,5 +1092,97 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
         *connections.lock().unwrap(),
         5,
         "cut twice mid-way, then twice before"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extension_runs_after_the_agent_with_grants_of_its_own_and_saves_its_report() {
+    let script = r#"set -eu; { echo "report of $ERRAND_EXECUTION_NAME"; \
+        tar -tzf "$ERRAND_EXTENSION_RESULTS_DIR/output_workdir.tar.gz" | sort; } \
+        > "$ERRAND_EXTENSION_OUTPUT_DIR/analysis-report""#;
+    let extension = json!({
+        "kind": "analysis", "name": "analysis",
+        "container": {"image": "busybox", "command": ["sh", "-c", script]},
+        "results": ["analysis-report"], "timeoutSeconds": 60,
+    });
+    let pod = Pod::with_extension(&[("a.txt", "a")], 60, Some(extension)).await;
+    let grants_path = pod.root.join("mounted/grants.json");
+    let issued: Grants = serde_json::from_slice(&std::fs::read(&grants_path).unwrap()).unwrap();
+    assert!(
+        issued.extension.is_some(),
+        "the controller issues the extension's grants"
+    );
+    std::fs::remove_file(&grants_path).unwrap();
+    let (url, _) = grant_server(serde_json::to_vec(&issued).unwrap()).await;
+    let extension_flags = [
+        "--extension-grants".to_owned(),
+        pod.path("extension-grants/grants.json"),
+        "--handoff".to_owned(),
+        pod.path("handoff/run.json"),
+    ];
+    let mut stage = asking_stage(&pod, &url, "pod-token");
+    stage.args(&extension_flags);
+    let staged = run(stage).await;
+    assert!(staged.status.success(), "{staged:?}");
+    let kept: Grants = serde_json::from_slice(&std::fs::read(&grants_path).unwrap()).unwrap();
+    assert!(
+        kept.extension.is_none(),
+        "the agent's container keeps only its own grants"
+    );
+    let apart: Grants = serde_json::from_slice(
+        &std::fs::read(pod.root.join("extension-grants/grants.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(Some(Box::new(apart)), issued.extension);
+
+    let agent = pod.run_agent_command_with("echo answer > result.txt", &extension_flags);
+    let ran = run(agent).await;
+    assert!(ran.status.success(), "{ran:?}");
+    let summary = pod.summary("termination-log");
+    assert!(
+        !names(&summary).contains(&"manifest.json"),
+        "the manifest is left to the extension's step: {:?}",
+        names(&summary)
+    );
+    assert!(pod.root.join("handoff/run.json").is_file());
+
+    let mut step = Command::new(pod.root.join("bin/errand"));
+    step.arg("run-extension")
+        .args(["--snapshot", &pod.path("mounted/snapshot.json")])
+        .args(["--agent-config", &pod.path("mounted/agent-config.json")])
+        .args(["--grants", &pod.path("extension-grants/grants.json")])
+        .args(["--handoff", &pod.path("handoff/run.json")])
+        .args(["--dir", &pod.path("extension")])
+        .args(["--termination-log", &pod.path("extension-termination-log")]);
+    let stepped = run(step).await;
+    assert!(stepped.status.success(), "{stepped:?}");
+    assert!(
+        !pod.root.join("extension-grants/grants.json").exists(),
+        "the step never finds its grants"
+    );
+    let reported: errand::runner::ExtensionSummary = serde_json::from_str(
+        &std::fs::read_to_string(pod.root.join("extension-termination-log")).unwrap(),
+    )
+    .unwrap();
+    assert!(reported.succeeded(), "{reported:?}");
+    let saved: Vec<&str> = reported.results.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(saved, ["analysis-report", "manifest.json"]);
+    let key = errand::store::keys::extension_result(&execution(), "analysis-report").unwrap();
+    let report = String::from_utf8(read_all(&pod.store, &key).await).unwrap();
+    assert!(
+        report.starts_with("report of calc\n") && report.contains("result.txt"),
+        "{report}"
+    );
+    let manifest = pod.result_json(ResultName::Manifest).await;
+    let listed = manifest_names(&manifest);
+    assert_eq!(
+        listed,
+        [
+            "input_workdir",
+            "output_workdir",
+            "output_artifacts",
+            "run_result",
+            "analysis-report"
+        ]
     );
 }

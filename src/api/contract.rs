@@ -106,6 +106,9 @@ pub const JOB_FAILED_BY_DISRUPTION: &str = "PodFailurePolicy";
 pub const STAGE_CONTAINER: &str = "errand-stage";
 /// Name of the container that runs the agent under errand's runner.
 pub const AGENT_CONTAINER: &str = "agent";
+/// Name of the container that runs an execution's extension (on its AgentExtension's image)
+/// once the agent's run succeeded and its results are saved.
+pub const EXTENSION_CONTAINER: &str = "errand-extension";
 
 /// The volume the stage container copies the errand binary into.
 pub const BIN_VOLUME: &str = "errand-bin";
@@ -124,6 +127,15 @@ pub const GRANT_TOKEN_VOLUME: &str = "errand-grant-token";
 pub const GRANT_TOKEN_AUDIENCE: &str = "errand.dev/grants";
 /// The runner's scratch volume: input, response, logs and artifacts.
 pub const SCRATCH_VOLUME: &str = "scratch";
+/// The in-memory volume where `errand stage` leaves the extension's grants, mounted into the
+/// stage and extension containers only (never the agent's).
+pub const EXTENSION_GRANTS_VOLUME: &str = "extension-grants";
+/// The volume where `run-agent` tells the extension's container that the agent's run ended
+/// (read-only there); a wake-up only: the extension's runner reads how the run ended from the
+/// store, which the agent cannot write.
+pub const HANDOFF_VOLUME: &str = "handoff";
+/// The extension step's own directories (results, output, working directory).
+pub const EXTENSION_VOLUME: &str = "extension";
 
 /// A condition of an execution's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -217,6 +217,9 @@ pub enum Command {
     Stage(Box<pod::StageArgs>),
     /// In a pod's agent container: run the agent under errand's runner and save its results.
     RunAgent(Box<pod::RunAgentArgs>),
+    /// In a pod's extension container: after the agent's run succeeded, run the execution's
+    /// extension and save its results.
+    RunExtension(Box<pod::RunExtensionArgs>),
     /// Internal: the detached supervisor of `execute --no-wait`.
     #[command(name = "__supervise", hide = true)]
     Supervise {
@@ -321,7 +324,8 @@ impl Command {
             | Command::Supervise { .. }
             | Command::Controller(_)
             | Command::Stage(_)
-            | Command::RunAgent(_) => Format::Human,
+            | Command::RunAgent(_)
+            | Command::RunExtension(_) => Format::Human,
         }
     }
 }
@@ -409,6 +413,7 @@ pub fn run(cli: Cli) -> i32 {
     let command = match cli.command {
         Command::Stage(args) => return runtime.block_on(pod::stage(*args)),
         Command::RunAgent(args) => return runtime.block_on(pod::run_agent(*args)),
+        Command::RunExtension(args) => return runtime.block_on(pod::run_extension(*args)),
         command => command,
     };
     match runtime.block_on(dispatch(&cli.target, command)) {
@@ -438,7 +443,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         // Local only (gc refuses a cluster), or an operator's store with either backend.
         Command::Gc(args) => return gc::gc(target, &args).await,
         Command::Admin { action } => return admin::admin(target, &action).await,
-        Command::Stage(_) | Command::RunAgent(_) => {
+        Command::Stage(_) | Command::RunAgent(_) | Command::RunExtension(_) => {
             unreachable!("run() handles the pod commands before dispatching")
         }
         _ => {}
@@ -529,7 +534,8 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         | Command::Admin { .. }
         | Command::Supervise { .. }
         | Command::Stage(_)
-        | Command::RunAgent(_) => unreachable!("handled above"),
+        | Command::RunAgent(_)
+        | Command::RunExtension(_) => unreachable!("handled above"),
     }
 }
 

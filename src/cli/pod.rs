@@ -1,8 +1,9 @@
-//! `errand stage` and `errand run-agent`: the flags errand's containers in an execution's pod are started with (see `controller::build::pod`).
+//! `errand stage`, `errand run-agent` and `errand run-extension`: the flags errand's containers in an execution's pod are started with (see `controller::build::pod`).
 
 use std::path::PathBuf;
 
-use crate::runner::pod::{self, PodPaths};
+use crate::runner::extension_pod::{self, ExtensionPodPaths};
+use crate::runner::pod::{self, ExtensionPaths, PodPaths};
 use crate::store::grant_request::GrantRequest;
 use crate::store::keys::ExecutionId;
 
@@ -25,6 +26,14 @@ pub struct PodPathArgs {
     /// Where to write the summary Kubernetes reports as the container's termination message.
     #[arg(long, default_value = pod::TERMINATION_LOG)]
     pub termination_log: PathBuf,
+    /// For an execution with an extension: where `stage` keeps the extension's grants (a
+    /// volume only the extension's container mounts besides the stage's).
+    #[arg(long, requires = "handoff")]
+    pub extension_grants: Option<PathBuf>,
+    /// For an execution with an extension: where `run-agent` writes its summary once the run's
+    /// results are saved, for the extension's container.
+    #[arg(long, requires = "extension_grants")]
+    pub handoff: Option<PathBuf>,
 }
 
 impl PodPathArgs {
@@ -35,8 +44,50 @@ impl PodPathArgs {
             workspace: self.workspace.clone(),
             scratch: self.scratch.clone(),
             termination_log: self.termination_log.clone(),
+            extension: self
+                .extension_grants
+                .clone()
+                .zip(self.handoff.clone())
+                .map(|(grants, handoff)| ExtensionPaths { grants, handoff }),
         }
     }
+}
+
+/// Options of `errand run-extension`.
+#[derive(Debug, clap::Args)]
+pub struct RunExtensionArgs {
+    /// The snapshot document, with the extension's definition.
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    /// The merged agent config the step finds through `AGENT_CONFIG_PATH`.
+    #[arg(long)]
+    pub agent_config: PathBuf,
+    /// The extension's grants, removed once read.
+    #[arg(long)]
+    pub grants: PathBuf,
+    /// Where `run-agent` writes its summary when the run ended.
+    #[arg(long)]
+    pub handoff: PathBuf,
+    /// The step's own directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Where to write the summary Kubernetes reports as the container's termination message.
+    #[arg(long, default_value = pod::TERMINATION_LOG)]
+    pub termination_log: PathBuf,
+}
+
+/// Runs `errand run-extension`; returns the exit code.
+pub async fn run_extension(args: RunExtensionArgs) -> i32 {
+    init_logs();
+    extension_pod::run_extension_in_pod(&ExtensionPodPaths {
+        snapshot: args.snapshot,
+        agent_config: args.agent_config,
+        grants: args.grants,
+        handoff: args.handoff,
+        dir: args.dir,
+        termination_log: args.termination_log,
+    })
+    .await
 }
 
 /// Where `errand stage` asks for the grants, and as which pod of which execution.

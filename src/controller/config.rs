@@ -128,7 +128,6 @@ impl ControllerConfig {
             allowance: self.allowance(),
             max_url_lifetime_seconds: max,
             telemetry_configured: self.otlp_endpoint.is_some(),
-            runs_extensions: false,
         }
     }
 

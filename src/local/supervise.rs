@@ -90,11 +90,9 @@ pub async fn prepare(
     };
     let resolution = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths));
     let snapshot = admit_creation(spec, resolution)?;
-    // The cluster's limits that apply on this machine: somewhere to send auto telemetry (this
-    // backend runs extensions itself).
+    // The cluster's limits that apply on this machine: somewhere to send auto telemetry.
     RunLimits {
         telemetry_configured: telemetry.is_some(),
-        runs_extensions: true,
         ..RunLimits::default()
     }
     .check(&snapshot)?;
@@ -199,7 +197,7 @@ pub async fn run_prepared(
             let step = runner::run_extension(
                 extension,
                 &invocation,
-                &summary,
+                runner::extension::SavedRun::of(&summary),
                 &sink,
                 env,
                 &dir.join("extension"),

@@ -26,6 +26,8 @@ pub struct RunBudget {
     pub start_timeout_seconds: i64,
     /// Seconds the agent may run.
     pub timeout_seconds: i64,
+    /// Seconds the extension's step may run after it (0 without an extension).
+    pub extension_seconds: i64,
     /// What the cluster adds.
     pub allowance: RunAllowance,
 }
@@ -36,15 +38,17 @@ impl RunBudget {
         Self {
             start_timeout_seconds: snapshot.start_timeout_seconds,
             timeout_seconds: snapshot.timeout_seconds,
+            extension_seconds: snapshot.extension.as_ref().map_or(0, |e| e.timeout_seconds),
             allowance,
         }
     }
 
-    /// The Job's `activeDeadlineSeconds`: start timeout + timeout + staging allowance. It is a
-    /// backstop; the runner's own deadline fires first.
+    /// The Job's `activeDeadlineSeconds`: start timeout + timeout + the extension's timeout +
+    /// staging allowance. It is a backstop; the runners' own deadlines fire first.
     pub fn job_deadline_seconds(&self) -> i64 {
         self.start_timeout_seconds
             .saturating_add(self.timeout_seconds)
+            .saturating_add(self.extension_seconds)
             .saturating_add(self.allowance.staging_seconds)
     }
 
@@ -101,9 +105,6 @@ pub struct RunLimits {
     /// Whether an OTLP endpoint is configured (the chart's `telemetry.otlpEndpoint`,
     /// `--otlp-endpoint`): without one, `autoTelemetry: true` is refused rather than ignored.
     pub telemetry_configured: bool,
-    /// Whether this backend runs extensions after the agent (the local backend does; a
-    /// cluster does not yet, so an execution with one is refused rather than run without it).
-    pub runs_extensions: bool,
 }
 
 impl RunLimits {
@@ -120,21 +121,6 @@ impl RunLimits {
             .err()
             .into_iter()
             .collect();
-        if let Some(extension) = snapshot
-            .extension
-            .as_ref()
-            .filter(|_| !self.runs_extensions)
-        {
-            problems.push(Problem::new(
-                "spec.extension",
-                format!(
-                    "extension {:?} runs on the local backend only in this version: a cluster \
-                     does not run extensions yet, and an execution must not be admitted to skip \
-                     its extension silently",
-                    extension.kind
-                ),
-            ));
-        }
         if snapshot.auto_telemetry && !self.telemetry_configured {
             problems.push(Problem::new(
                 "spec.autoTelemetry",
@@ -160,6 +146,7 @@ mod tests {
         RunBudget {
             start_timeout_seconds: start,
             timeout_seconds: timeout,
+            extension_seconds: 0,
             allowance: RunAllowance {
                 staging_seconds: staging,
                 grace_seconds: grace,
@@ -228,18 +215,25 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_refuses_an_execution_with_an_extension() {
+    fn an_extension_is_admitted_and_its_timeout_extends_the_job_deadline() {
         use crate::api::{AgentExecutionSpec, Extension};
         use crate::resolve::{InMemoryCatalog, resolve_execution};
         let mut spec = AgentExecutionSpec::test();
+        let without =
+            resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
         spec.extension = Some(Extension {
             kind: "analysis".into(),
             config: None,
         });
-        let snapshot =
-            resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
-        let refused = RunLimits::default().check(&snapshot).unwrap_err();
-        assert_eq!(refused.problems[0].field, "spec.extension");
-        assert!(refused.problems[0].message.contains("local backend only"));
+        let with = resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
+        let limits = RunLimits::default();
+        assert_eq!(limits.check(&with), Ok(()));
+        let step = with.extension.as_ref().unwrap().timeout_seconds;
+        assert!(step > 0);
+        assert_eq!(limits.budget(&without).extension_seconds, 0);
+        assert_eq!(
+            limits.budget(&with).job_deadline_seconds(),
+            limits.budget(&without).job_deadline_seconds() + step
+        );
     }
 }

@@ -9,17 +9,19 @@
 //! name. It exits 0 having written every declared result; errand saves each (a directory as a
 //! `tar.gz`) and ignores anything else it wrote. It runs under its AgentExtension's deadline,
 //! stopped as an agent is (SIGTERM to its process group, grace, SIGKILL). Locally the results
-//! come from the store and go to it directly.
+//! come from the store and go to it directly; in a pod (the `errand-extension` container) they
+//! come and go through the step's own signed URLs ([`ExtensionResults`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
-use super::collect::ResultsManifest;
+use super::collect::{ResultsManifest, SkippedResultEntry};
 use super::{Invocation, Provenance, RunState, RunSummary, ScratchDir, run};
 use crate::api::ResultEntry;
 use crate::api::contract::{
@@ -29,7 +31,7 @@ use crate::api::contract::{
 use crate::archive::{self, PackOptions};
 use crate::resolve::ResolvedExtension;
 use crate::store::keys::ResultName;
-use crate::store::{ResultBody, ResultSink, StoreResults};
+use crate::store::{ExtensionResults, ResultBody};
 
 /// How an extension's step ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -62,14 +64,39 @@ impl ExtensionSummary {
     }
 }
 
-/// Runs `extension` after the agent's run `agent` succeeded as `run` tells, saving its results
-/// beside the run's in `results`, then the manifest of all of them with what the run's archives
-/// left out. `env` is the machine's environment for the step; `dir` its own directory.
-pub async fn run_extension(
+/// What the agent's run saved, as the extension's step reads it.
+#[derive(Debug, Clone)]
+pub struct SavedRun<'a> {
+    /// The run's results the step gets (never the manifest, which the step writes).
+    pub results: Vec<ResultName>,
+    /// Entries the run's archives left out, listed again in the manifest.
+    pub skipped: &'a [SkippedResultEntry],
+}
+
+impl SavedRun<'_> {
+    /// What `run` says it saved.
+    pub fn of(run: &RunSummary) -> SavedRun<'_> {
+        SavedRun {
+            results: run
+                .results
+                .iter()
+                .filter_map(|entry| ResultName::parse(&entry.name))
+                .filter(|name| *name != ResultName::Manifest)
+                .collect(),
+            skipped: &run.skipped,
+        }
+    }
+}
+
+/// Runs `extension` after the agent's run `agent` succeeded and saved `run`, saving its results
+/// beside the run's in `results`, then the manifest of all of them (each of the run's as the
+/// step read it back) with what the run's archives left out. `env` is the environment for the
+/// step; `dir` its own directory.
+pub async fn run_extension<R: ExtensionResults>(
     extension: &ResolvedExtension,
     agent: &Invocation,
-    run: &RunSummary,
-    results: &StoreResults,
+    run: SavedRun<'_>,
+    results: &R,
     env: Vec<(String, String)>,
     dir: &Path,
     cancel: CancellationToken,
@@ -84,7 +111,8 @@ pub async fn run_extension(
         results: Vec::new(),
     };
     let layout = StepLayout::new(dir);
-    match prepare(extension, &layout, &run.results, results).await {
+    let mut listed = Vec::new();
+    match prepare(extension, &layout, &run.results, results, &mut listed).await {
         Ok(()) => {
             let step = step_invocation(extension, agent, &layout, env);
             let run = run::supervise(&step, &cancel).await;
@@ -109,12 +137,11 @@ pub async fn run_extension(
         };
         save_declared(extension, &layout.output, results, &stop, &mut summary).await;
     }
-    let mut listed = run.results.clone();
     listed.extend(summary.results.iter().cloned());
     let manifest = ResultsManifest {
         execution: &agent.execution,
         results: &listed,
-        skipped: &run.skipped,
+        skipped: run.skipped,
     };
     let body = serde_json::to_vec_pretty(&manifest).expect("a manifest always serializes");
     match results
@@ -156,13 +183,15 @@ impl StepLayout {
     }
 }
 
-/// Creates the step's directories, writes its settings, and copies the run's saved results
-/// (all but the manifest) into its results directory.
-async fn prepare(
+/// Creates the step's directories, writes its settings, and copies the run's `saved` results
+/// into its results directory, adding each to `copied` with the size and sha256 of the bytes
+/// read.
+async fn prepare<R: ExtensionResults>(
     extension: &ResolvedExtension,
     layout: &StepLayout,
-    saved: &[ResultEntry],
-    results: &StoreResults,
+    saved: &[ResultName],
+    results: &R,
+    copied: &mut Vec<ResultEntry>,
 ) -> Result<(), String> {
     for dir in [&layout.results, &layout.output, &layout.work] {
         tokio::fs::create_dir_all(dir)
@@ -173,28 +202,31 @@ async fn prepare(
     tokio::fs::write(&layout.config, config)
         .await
         .map_err(|e| format!("writing {}: {e}", layout.config.display()))?;
-    for entry in saved {
-        let Some(name) = ResultName::parse(&entry.name).filter(|n| *n != ResultName::Manifest)
-        else {
-            continue;
-        };
+    for &name in saved {
         let path = layout.results.join(name.file_name());
         let reading =
             |e: &dyn std::fmt::Display| format!("reading result {name} for the extension: {e}");
         let mut body = results
-            .get(name)
+            .read(name)
             .await
             .map_err(|e| reading(&e))?
             .into_stream();
         let mut file = tokio::fs::File::create(&path)
             .await
             .map_err(|e| reading(&e))?;
+        let (mut size, mut sha256) = (0u64, Sha256::new());
         while let Some(chunk) = body.next().await {
-            file.write_all(&chunk.map_err(|e| reading(&e))?)
-                .await
-                .map_err(|e| reading(&e))?;
+            let chunk = chunk.map_err(|e| reading(&e))?;
+            size += chunk.len() as u64;
+            sha256.update(&chunk);
+            file.write_all(&chunk).await.map_err(|e| reading(&e))?;
         }
         file.flush().await.map_err(|e| reading(&e))?;
+        copied.push(ResultEntry {
+            name: name.as_str().to_owned(),
+            size,
+            sha256: hex::encode(sha256.finalize()),
+        });
     }
     Ok(())
 }
@@ -245,10 +277,10 @@ fn step_invocation(
 
 /// Saves each declared result from `output`: a directory as a `tar.gz`, a file as it is. A
 /// declared result the step did not write fails it.
-async fn save_declared(
+async fn save_declared<R: ExtensionResults>(
     extension: &ResolvedExtension,
     output: &Path,
-    results: &StoreResults,
+    results: &R,
     stop: &CancellationToken,
     summary: &mut ExtensionSummary,
 ) {

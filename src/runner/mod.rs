@@ -8,6 +8,7 @@
 mod collect;
 pub mod control;
 pub mod extension;
+pub mod extension_pod;
 pub mod outcome;
 pub mod plan;
 pub mod pod;

@@ -10,11 +10,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::signals::cancel_on_stop_signal;
 use super::termination::{StagedSummary, TerminationSummary};
 use super::{
-    Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
-    fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
+    Invocation, Provenance, RunState, RunSummary, ScratchDir, SkippedResultEntry, StageSettings,
+    StopRequest, fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
 };
 use crate::api::ResultEntry;
 use crate::api::contract::CONTROL_MOUNT_PATH;
@@ -107,9 +109,21 @@ pub struct PodPaths {
     pub scratch: PathBuf,
     /// Where to write the termination message.
     pub termination_log: PathBuf,
+    /// Where `stage` keeps the extension's grants for its container, and `run-agent` says the
+    /// run ended (in the handoff volume), when the execution has an extension.
+    pub extension: Option<ExtensionPaths>,
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(
+/// The files an execution with an extension hands to its extension's container.
+#[derive(Debug, Clone)]
+pub struct ExtensionPaths {
+    /// The extension's grants (in a volume only the stage and extension containers mount).
+    pub grants: PathBuf,
+    /// The agent's run summary, written by `run-agent` once its results are saved.
+    pub handoff: PathBuf,
+}
+
+pub(super) fn read_json<T: serde::de::DeserializeOwned>(
     what: &'static str,
     path: &Path,
 ) -> Result<T, PodError> {
@@ -139,7 +153,7 @@ pub async fn stage_in_pod(
         Err(e) => return report_unsaved(paths, RunState::StageFailed, &e),
     };
     let grants = match request {
-        Some(request) => ask_for_grants(request, &snapshot, &paths.grants, &stop).await,
+        Some(request) => ask_for_grants(request, &snapshot, paths, &stop).await,
         None => read_json("grants", &paths.grants),
     };
     let grants: Grants = match grants {
@@ -210,19 +224,65 @@ pub async fn run_agent_in_pod(
     command: Vec<String>,
     telemetry: Option<&TelemetryTarget>,
 ) -> i32 {
+    let (code, handoff) = run_agent(paths, agent_config, command, telemetry).await;
+    if let Some(extension) = &paths.extension {
+        hand_off(&extension.handoff, &handoff);
+    }
+    code
+}
+
+/// What `run-agent` hands to the extension's container once the run ended and its results are
+/// saved (or nothing could be): how the run ended, and what its archives left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// How the run ended.
+    pub state: RunState,
+    /// Entries the run's archives left out, for the manifest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedResultEntry>,
+}
+
+impl Handoff {
+    fn of(summary: &RunSummary) -> Self {
+        Self {
+            state: summary.state,
+            skipped: summary.skipped.clone(),
+        }
+    }
+
+    fn unsaved() -> Self {
+        Self {
+            state: RunState::StartFailed,
+            skipped: Vec::new(),
+        }
+    }
+}
+
+/// [`run_agent_in_pod`] but for the handoff: the exit code and what the extension learns.
+async fn run_agent(
+    paths: &PodPaths,
+    agent_config: &Path,
+    command: Vec<String>,
+    telemetry: Option<&TelemetryTarget>,
+) -> (i32, Handoff) {
     let stop = cancel_on_stop_signal();
+    let unsaved = |e: &PodError| {
+        (
+            report_unsaved(paths, RunState::StartFailed, e),
+            Handoff::unsaved(),
+        )
+    };
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
-        Err(e) => return report_unsaved(paths, RunState::StartFailed, &e),
+        Err(e) => return unsaved(&e),
     };
     // The agent runs as the same user in this container: it must not find the grants.
     if let Err(source) = std::fs::remove_file(&paths.grants) {
-        let e = PodError::GrantsFile {
+        return unsaved(&PodError::GrantsFile {
             action: "removing",
             path: paths.grants.clone(),
             source,
-        };
-        return report_unsaved(paths, RunState::StartFailed, &e);
+        });
     }
     let urls = match SignedUrls::new(
         grants.clone(),
@@ -230,50 +290,70 @@ pub async fn run_agent_in_pod(
         installed_ca_bundle().as_deref(),
     ) {
         Ok(urls) => urls,
-        Err(e) => return report_unsaved(paths, RunState::StartFailed, &e.into()),
+        Err(e) => return unsaved(&e.into()),
     };
     let staged = read_staged(&paths.scratch.join(STAGED_FILE));
     let mut invocation = invocation(&grants, &snapshot, paths, agent_config, command);
     invocation.telemetry =
         ExecutionTelemetry::for_snapshot(telemetry, &snapshot, &grants.execution);
+    invocation.extension_follows = snapshot.extension.is_some();
     let summary = run_and_collect(&invocation, staged, &urls, stop).await;
     invocation.telemetry.shutdown().await;
-    report(paths, &summary)
+    (report(paths, &summary), Handoff::of(&summary))
+}
+
+/// Tells the extension's container that the run ended: `handoff`, written whole under a
+/// temporary name and then renamed.
+fn hand_off(path: &Path, handoff: &Handoff) {
+    let partial = path.with_extension("partial");
+    let json = serde_json::to_vec(handoff).expect("a handoff always serializes");
+    if let Err(e) = std::fs::write(&partial, json).and_then(|()| std::fs::rename(&partial, path)) {
+        tracing::error!(path = %path.display(), error = %e, "handing the run over to the extension");
+    }
 }
 
 /// Asks the controller for the grants, again and again until the run's start timeout from now
-/// if it cannot answer, and keeps them at `path` (readable by this user only) for `run-agent`.
+/// if it cannot answer, and keeps them (readable by this user only) for `run-agent`, and the
+/// extension's apart for its container.
 async fn ask_for_grants(
     request: &GrantRequest,
     snapshot: &Snapshot,
-    path: &Path,
+    paths: &PodPaths,
     stop: &tokio_util::sync::CancellationToken,
 ) -> Result<Grants, PodError> {
     let window = jiff::SignedDuration::from_secs(snapshot.start_timeout_seconds.max(1));
     let until = jiff::Timestamp::now()
         .checked_add(window)
         .unwrap_or(jiff::Timestamp::MAX);
-    let grants = request.send(until, stop).await?;
+    let mut grants = request.send(until, stop).await?;
     tracing::info!(expires_at = %grants.expires_at, "got the grants");
+    if let Some(extension) = grants.extension.take()
+        && let Some(to) = &paths.extension
+    {
+        keep_grants(&extension, &to.grants)?;
+    }
+    keep_grants(&grants, &paths.grants)?;
+    Ok(grants)
+}
+
+/// Writes `grants` to `path`, readable by this user only.
+fn keep_grants(grants: &Grants, path: &Path) -> Result<(), PodError> {
     let keep_error = |source| PodError::GrantsFile {
         action: "keeping",
         path: path.to_owned(),
         source,
     };
-    let json = serde_json::to_vec(&grants).expect("grants always serialize");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(keep_error)?;
-        file.write_all(&json).map_err(keep_error)?;
-    }
-    Ok(grants)
+    let json = serde_json::to_vec(grants).expect("grants always serialize");
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(keep_error)?;
+    file.write_all(&json).map_err(keep_error)
 }
 
 fn read_inputs(paths: &PodPaths) -> Result<(Grants, Snapshot), PodError> {
@@ -295,7 +375,7 @@ fn read_staged(path: &Path) -> Vec<ResultEntry> {
 }
 
 /// The run the snapshot describes, in the pod's directories.
-fn invocation(
+pub(super) fn invocation(
     grants: &Grants,
     snapshot: &Snapshot,
     paths: &PodPaths,
@@ -327,8 +407,6 @@ fn invocation(
             image: Some(snapshot.agent.runtime.image.clone()),
         },
         telemetry: ExecutionTelemetry::off(),
-        // A cluster refuses executions with an extension (see `RunLimits`): in a pod the agent's
-        // run always saves the manifest.
         extension_follows: false,
     }
 }
@@ -379,7 +457,7 @@ fn install_file(from: &Path, bin_dir: &Path, name: &str, mode: u32) -> Result<()
 }
 
 /// The CA bundle `stage` installed beside this executable, if it did.
-fn installed_ca_bundle() -> Option<PathBuf> {
+pub(super) fn installed_ca_bundle() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let bundle = exe.parent()?.join(CA_BUNDLE_NAME);
     bundle.is_file().then_some(bundle)
@@ -416,8 +494,13 @@ fn write_termination(paths: &PodPaths, summary: &TerminationSummary) {
 }
 
 fn write_message(paths: &PodPaths, message: &str) {
-    if let Err(e) = std::fs::write(&paths.termination_log, message) {
-        tracing::warn!(path = %paths.termination_log.display(), error = %e, "writing the termination message");
+    write_termination_log(&paths.termination_log, message);
+}
+
+/// Writes the container's termination message.
+pub(super) fn write_termination_log(path: &Path, message: &str) {
+    if let Err(e) = std::fs::write(path, message) {
+        tracing::warn!(path = %path.display(), error = %e, "writing the termination message");
     }
 }
 

@@ -57,18 +57,25 @@ impl TerminationSummary {
     /// shortened from its start, since its end says why the agent failed.
     pub fn to_termination_message(&self) -> String {
         let mut summary = self.clone();
-        loop {
-            let json = serde_json::to_string(&summary).expect("a summary always serializes");
-            if json.len() <= TERMINATION_MESSAGE_LIMIT || summary.stderr_tail.is_empty() {
-                return json;
-            }
-            let excess = json.len() - TERMINATION_MESSAGE_LIMIT;
-            let mut cut = excess.min(summary.stderr_tail.len());
-            while !summary.stderr_tail.is_char_boundary(cut) {
-                cut += 1;
-            }
-            summary.stderr_tail.drain(..cut);
+        fitted_json(&mut summary, |s| &mut s.stderr_tail)
+    }
+}
+
+/// `summary` as JSON that fits [`TERMINATION_MESSAGE_LIMIT`], its stderr tail (`tail`)
+/// shortened from its start as far as needed, since its end says why a process failed.
+pub fn fitted_json<T: Serialize>(summary: &mut T, tail: impl Fn(&mut T) -> &mut String) -> String {
+    loop {
+        let json = serde_json::to_string(summary).expect("a summary always serializes");
+        let stderr = tail(summary);
+        if json.len() <= TERMINATION_MESSAGE_LIMIT || stderr.is_empty() {
+            return json;
         }
+        let excess = json.len() - TERMINATION_MESSAGE_LIMIT;
+        let mut cut = excess.min(stderr.len());
+        while !stderr.is_char_boundary(cut) {
+            cut += 1;
+        }
+        stderr.drain(..cut);
     }
 }
 

@@ -93,9 +93,10 @@ impl BlobEndpoint {
             return text(StatusCode::NOT_FOUND, "not found\n");
         };
         let key = key.to_owned();
-        let (access, allowed_prefix) = match *request.method() {
-            Method::GET => (Access::Get, "filesets/"),
-            Method::PUT => (Access::Put, "results/"),
+        // GET: Fileset content to stage, and a run's results for its extension's step.
+        let (access, allowed_prefixes): (_, &[&str]) = match *request.method() {
+            Method::GET => (Access::Get, &["filesets/", "results/"]),
+            Method::PUT => (Access::Put, &["results/"]),
             _ => return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and PUT\n"),
         };
         let Some((expires, signature)) = request.uri().query().and_then(signed_query) else {
@@ -108,7 +109,10 @@ impl BlobEndpoint {
             return text(StatusCode::FORBIDDEN, format!("{e}\n"));
         }
         // The signature already binds method and key; the prefixes are a second fence.
-        if !key.starts_with(allowed_prefix) {
+        if !allowed_prefixes
+            .iter()
+            .any(|prefix| key.starts_with(prefix))
+        {
             return text(StatusCode::FORBIDDEN, "not a key this method may use\n");
         }
         match access {
@@ -295,8 +299,14 @@ mod tests {
         );
         assert_eq!(
             refused(get_url, Method::GET).await,
+            StatusCode::NOT_FOUND,
+            "an extension's step reads a run's results: a signed GET of one is served"
+        );
+        let elsewhere = signer.sign(Access::Get, "other/x", soon()).await.unwrap();
+        assert_eq!(
+            refused(elsewhere, Method::GET).await,
             StatusCode::FORBIDDEN,
-            "GET is only for fileset blobs"
+            "GET is only for fileset blobs and results"
         );
         let other = signer
             .sign(Access::Put, "results/team-a/other/uid-2/run_result", soon())

@@ -176,6 +176,7 @@ mod tests {
             uploads: UploadMode::Chunked,
             put_headers: Default::default(),
             expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
+            extension: None,
         }
     }
 

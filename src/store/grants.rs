@@ -137,7 +137,22 @@ pub struct Grants {
     pub put_headers: BTreeMap<String, String>,
     /// When the URLs stop working.
     pub expires_at: Timestamp,
+    /// The grants of the execution's extension step, when it has one: GET URLs of the run's
+    /// results (in `inputs`, by store key) and PUT URLs of exactly its declared results and the
+    /// manifest (in `results`, by name). `errand stage` keeps them apart from the agent's, in a
+    /// volume only the extension's container mounts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<Box<Grants>>,
 }
+
+/// The run's results an extension's step reads: everything the agent's run saves on success
+/// but the manifest, which the step itself writes last.
+pub const EXTENSION_READS: [ResultName; 4] = [
+    ResultName::InputWorkdir,
+    ResultName::OutputWorkdir,
+    ResultName::OutputArtifacts,
+    ResultName::RunResult,
+];
 
 /// Signs GET URLs for every Fileset blob of `snapshot` and PUT URLs for every result key of
 /// the execution, all valid until `expires`.
@@ -166,14 +181,62 @@ pub async fn issue_grants(
             signer.sign(Access::Put, &key, expires).await?,
         );
     }
+    let extension = match &snapshot.extension {
+        Some(extension) => Some(Box::new(
+            extension_grants(signer, execution, &extension.results, expires).await?,
+        )),
+        None => None,
+    };
     Ok(Grants {
+        extension,
+        ..signed_grants(signer, execution, inputs, results, expires)
+    })
+}
+
+/// The grants of `execution` with these signed URLs, as `signer` wants its PUTs sent.
+fn signed_grants(
+    signer: &dyn UrlSigner,
+    execution: &ExecutionId,
+    inputs: BTreeMap<String, String>,
+    results: BTreeMap<String, String>,
+    expires: Timestamp,
+) -> Grants {
+    Grants {
         execution: execution.clone(),
         inputs,
         results,
         uploads: signer.upload_mode(),
         put_headers: signer.put_headers(),
         expires_at: expires,
-    })
+        extension: None,
+    }
+}
+
+/// The extension step's grants: GET for the run's results it reads ([`EXTENSION_READS`]), PUT
+/// for exactly its `declared` results and the manifest.
+async fn extension_grants(
+    signer: &dyn UrlSigner,
+    execution: &ExecutionId,
+    declared: &[String],
+    expires: Timestamp,
+) -> Result<Grants, GrantError> {
+    let mut inputs = BTreeMap::new();
+    for name in EXTENSION_READS {
+        let key = keys::result(execution, name)?;
+        let url = signer.sign(Access::Get, &key, expires).await?;
+        inputs.insert(key, url);
+    }
+    let mut results = BTreeMap::new();
+    for name in declared {
+        let key = keys::extension_result(execution, name)?;
+        results.insert(name.clone(), signer.sign(Access::Put, &key, expires).await?);
+    }
+    let manifest = keys::result(execution, ResultName::Manifest)?;
+    results.insert(
+        ResultName::Manifest.as_str().to_owned(),
+        signer.sign(Access::Put, &manifest, expires).await?,
+    );
+    Ok(signed_grants(signer, execution, inputs, results, expires))
 }
 
 /// The store key of a Fileset's content, from its `sha256:<hex>` digest.
@@ -340,6 +403,70 @@ mod tests {
         assert_eq!(grants.execution.uid, UID);
         assert_eq!(grants.uploads, UploadMode::Chunked);
         assert!(grants.put_headers.is_empty());
+        assert!(
+            grants.extension.is_none(),
+            "no extension, no extension grants"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_extension_gets_reads_of_the_runs_results_and_writes_of_exactly_its_own() {
+        let expires = Timestamp::from_second(NOW).unwrap();
+        let mut snapshot = Snapshot::test();
+        snapshot.extension = Some(crate::resolve::ResolvedExtension {
+            kind: "analysis".into(),
+            name: "analysis".into(),
+            config: Default::default(),
+            container: Default::default(),
+            results: vec!["analysis-report".into()],
+            timeout_seconds: 60,
+        });
+        let grants = issue_grants(&signer(), &ExecutionId::test(), &snapshot, expires)
+            .await
+            .unwrap();
+        let step = grants.extension.as_deref().expect("the extension's grants");
+        let prefix = format!("results/team-a/calc/{UID}/");
+        let reads: Vec<String> = step
+            .inputs
+            .iter()
+            .map(|(key, url)| {
+                let (signed, _, signature) = parts(url);
+                assert_eq!(&signed, key);
+                let now = Timestamp::from_second(NOW - 1).unwrap();
+                assert_eq!(
+                    signer().verify(Access::Get, key, NOW, &signature, now),
+                    Ok(()),
+                    "{key} is readable"
+                );
+                key.strip_prefix(&prefix).unwrap().to_owned()
+            })
+            .collect();
+        assert_eq!(
+            reads,
+            [
+                "input_workdir",
+                "output_artifacts",
+                "output_workdir",
+                "run_result"
+            ]
+        );
+        let writes: Vec<(&str, String)> = step
+            .results
+            .iter()
+            .map(|(name, url)| (name.as_str(), parts(url).0))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                ("analysis-report", format!("{prefix}analysis-report")),
+                ("manifest.json", format!("{prefix}manifest.json")),
+            ]
+        );
+        assert!(step.extension.is_none());
+        assert!(
+            !grants.results.contains_key("analysis-report"),
+            "the agent's runner cannot write the extension's results"
+        );
     }
 
     #[test]

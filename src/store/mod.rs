@@ -43,7 +43,9 @@ use url::Url;
 
 pub use fileset::{PushedFileset, fileset_upload_key};
 pub use presign::PresignedSigner;
-pub use transfer::{BlobSource, PackReport, ResultBody, ResultSink, StoreResults};
+pub use transfer::{
+    BlobSource, ExtensionResults, PackReport, ResultBody, ResultSink, StoreResults,
+};
 
 use crate::archive::{ArchiveError, ByteStream};
 

@@ -25,7 +25,9 @@ use tokio::io::AsyncWriteExt;
 
 use super::grants::{Grants, UploadMode};
 use super::keys::{self, ResultName};
-use super::{BlobBody, BlobSource, ResultBody, ResultSink, StoreError, StoredObject};
+use super::{
+    BlobBody, BlobSource, ExtensionResults, ResultBody, ResultSink, StoreError, StoredObject,
+};
 use crate::archive::ByteStream;
 
 /// The first wait before a retry; the waits double up to [`LONGEST_RETRY_WAIT`].
@@ -157,6 +159,25 @@ impl SignedUrls {
         })
     }
 
+    /// Saves `body` as result `name` at `key` through its granted PUT URL.
+    async fn put_granted(
+        &self,
+        name: &str,
+        key: String,
+        body: ResultBody,
+    ) -> Result<StoredObject, StoreError> {
+        let url = self
+            .grants
+            .results
+            .get(name)
+            .ok_or_else(|| StoreError::NotGranted(name.to_owned()))?;
+        let (size, sha256) = match self.grants.uploads {
+            UploadMode::Chunked => self.put_chunked(name, url, &body).await?,
+            UploadMode::Sized => self.put_sized(name, url, &body).await?,
+        };
+        Ok(StoredObject { key, size, sha256 })
+    }
+
     /// A PUT to `url` with the headers the grants ask for (a write-once condition, say).
     fn put_request(&self, url: &str) -> reqwest::RequestBuilder {
         self.grants
@@ -170,11 +191,11 @@ impl SignedUrls {
     /// A chunked PUT of `body`, opened again from its first byte for each attempt.
     async fn put_chunked(
         &self,
-        name: ResultName,
+        name: &str,
         url: &str,
         body: &ResultBody,
     ) -> Result<(u64, String), StoreError> {
-        retrying(self.grants.expires_at, "PUT", name.as_str(), || async {
+        retrying(self.grants.expires_at, "PUT", name, || async {
             let tally = Arc::new(Mutex::new(Tally::new(body.open())));
             let sent = self
                 .put_request(url)
@@ -206,7 +227,7 @@ impl SignedUrls {
     /// A PUT with a `Content-Length`: `body` is spooled to a file once and sent from it.
     async fn put_sized(
         &self,
-        name: ResultName,
+        name: &str,
         url: &str,
         body: &ResultBody,
     ) -> Result<(u64, String), StoreError> {
@@ -215,7 +236,7 @@ impl SignedUrls {
         let result = match spooled {
             Ok((size, sha256)) => {
                 let mut sent_before = false;
-                retrying(self.grants.expires_at, "PUT", name.as_str(), || {
+                retrying(self.grants.expires_at, "PUT", name, || {
                     let earlier = std::mem::replace(&mut sent_before, true);
                     let path = &path;
                     async move {
@@ -383,22 +404,26 @@ fn range_start(response: &reqwest::Response) -> Option<u64> {
         .ok()
 }
 
+impl ExtensionResults for SignedUrls {
+    async fn read(&self, name: ResultName) -> Result<BlobBody, StoreError> {
+        self.open(&keys::result(&self.grants.execution, name)?)
+            .await
+    }
+
+    async fn put_extension_result(
+        &self,
+        name: &str,
+        body: ResultBody,
+    ) -> Result<StoredObject, StoreError> {
+        let key = keys::extension_result(&self.grants.execution, name)?;
+        self.put_granted(name, key, body).await
+    }
+}
+
 impl ResultSink for SignedUrls {
     async fn put(&self, name: ResultName, body: ResultBody) -> Result<StoredObject, StoreError> {
-        let url = self
-            .grants
-            .results
-            .get(name.as_str())
-            .ok_or_else(|| StoreError::NotGranted(name.to_string()))?;
-        let (size, sha256) = match self.grants.uploads {
-            UploadMode::Chunked => self.put_chunked(name, url, &body).await?,
-            UploadMode::Sized => self.put_sized(name, url, &body).await?,
-        };
-        Ok(StoredObject {
-            key: keys::result(&self.grants.execution, name)?,
-            size,
-            sha256,
-        })
+        let key = keys::result(&self.grants.execution, name)?;
+        self.put_granted(name.as_str(), key, body).await
     }
 }
 
@@ -479,7 +504,7 @@ async fn refused_attempt<T>(
 /// What a PUT's answer (or its absence) means.
 async fn put_outcome(
     operation: &'static str,
-    name: ResultName,
+    name: &str,
     sent: Result<reqwest::Response, reqwest::Error>,
 ) -> Attempt<()> {
     match sent {
@@ -495,8 +520,8 @@ async fn put_outcome(
                 key: name.to_string(),
             })
         }
-        Ok(response) => refused_attempt(operation, name.as_str(), response).await,
-        Err(e) => transport_attempt(operation, name.as_str(), &e),
+        Ok(response) => refused_attempt(operation, name, response).await,
+        Err(e) => transport_attempt(operation, name, &e),
     }
 }
 
@@ -531,11 +556,7 @@ pub(super) async fn failure_text(response: reqwest::Response) -> (StatusCode, St
 }
 
 /// Writes `body` to `path`, hashing it on the way; returns its size and sha256.
-async fn spool(
-    name: ResultName,
-    path: &Path,
-    mut body: ByteStream,
-) -> Result<(u64, String), StoreError> {
+async fn spool(name: &str, path: &Path, mut body: ByteStream) -> Result<(u64, String), StoreError> {
     let spool_error = |source| StoreError::Spool {
         name: name.to_string(),
         path: path.to_owned(),

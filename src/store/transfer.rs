@@ -27,6 +27,20 @@ pub trait ResultSink: Sync {
     ) -> impl Future<Output = Result<StoredObject, StoreError>> + Send;
 }
 
+/// Where an extension's step reads the run's results and saves its own: the store directly
+/// (locally), or (in pods) the step's signed URLs.
+pub trait ExtensionResults: ResultSink {
+    /// The bytes of the run's result `name` as saved.
+    fn read(&self, name: ResultName) -> impl Future<Output = Result<BlobBody, StoreError>> + Send;
+
+    /// Saves `body` as the extension result `name` (one its AgentExtension declared).
+    fn put_extension_result(
+        &self,
+        name: &str,
+        body: ResultBody,
+    ) -> impl Future<Output = Result<StoredObject, StoreError>> + Send;
+}
+
 /// A result's bytes, from the first one each time they are opened: an upload cut off after
 /// part of its body was sent starts over with the body opened again, so nothing has to be
 /// kept aside for a retry.
@@ -108,14 +122,12 @@ impl StoreResults {
     }
 }
 
-impl StoreResults {
-    /// The bytes of result `name` as saved.
-    pub async fn get(&self, name: ResultName) -> Result<BlobBody, StoreError> {
+impl ExtensionResults for StoreResults {
+    async fn read(&self, name: ResultName) -> Result<BlobBody, StoreError> {
         self.store.get(&keys::result(&self.execution, name)?).await
     }
 
-    /// Saves `body` as the extension result `name` (one its AgentExtension declared).
-    pub async fn put_extension_result(
+    async fn put_extension_result(
         &self,
         name: &str,
         body: ResultBody,

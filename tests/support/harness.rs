@@ -27,7 +27,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -508,6 +508,24 @@ impl Harness {
             gone.then_some(())
         })
         .await;
+    }
+
+    /// The pod of execution `name` (it must have one).
+    pub async fn pod_of(&self, name: &str) -> Pod {
+        let uid = self
+            .api::<AgentExecution>()
+            .get(name)
+            .await
+            .unwrap()
+            .uid()
+            .unwrap();
+        let label = format!("{}={uid}", errand::api::contract::EXECUTION_UID_LABEL);
+        let pods = self
+            .api::<Pod>()
+            .list(&ListParams::default().labels(&label))
+            .await
+            .unwrap();
+        pods.items.into_iter().next().expect("the execution's pod")
     }
 
     /// Where the execution's results are kept.

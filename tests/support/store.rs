@@ -10,6 +10,16 @@ use errand::archive::ByteStream;
 use errand::store::Store;
 use errand::store::keys::ExecutionId;
 
+/// The names a `manifest.json` lists, in order.
+pub fn manifest_names(manifest: &serde_json::Value) -> Vec<&str> {
+    manifest["results"]
+        .as_array()
+        .expect("a manifest lists its results")
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect()
+}
+
 /// The namespace of [`execution`].
 pub const NAMESPACE: &str = "team-a";
 

@@ -1,4 +1,4 @@
-//! The pod template: the `errand-stage` init container, the agent container wrapped by the runner, their volumes, and the pod's pull secrets and ServiceAccount (never its token).
+//! The pod template: the `errand-stage` init container, the agent container wrapped by the runner, the `errand-extension` container of an execution with an extension, their volumes, and the pod's pull secrets and ServiceAccount (never its token).
 
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, DownwardAPIVolumeFile, DownwardAPIVolumeSource,
@@ -12,11 +12,12 @@ use super::{ExecutionOwner, names, resources, security};
 use crate::api::Compute;
 use crate::api::contract::{
     AGENT_CONTAINER, BIN_VOLUME, CONTROL_ANNOTATION, CONTROL_MOUNT_PATH, CONTROL_VOLUME,
-    ENV_AGENT_CONFIG_PATH, GRANT_TOKEN_AUDIENCE, GRANT_TOKEN_VOLUME, GRANTS_VOLUME, SCRATCH_VOLUME,
+    ENV_AGENT_CONFIG_PATH, EXTENSION_CONTAINER, EXTENSION_GRANTS_VOLUME, EXTENSION_VOLUME,
+    GRANT_TOKEN_AUDIENCE, GRANT_TOKEN_VOLUME, GRANTS_VOLUME, HANDOFF_VOLUME, SCRATCH_VOLUME,
     SNAPSHOT_VOLUME, STAGE_CONTAINER, WORKSPACE_VOLUME,
 };
 use crate::controller::config::ControllerConfig;
-use crate::resolve::Snapshot;
+use crate::resolve::{ResolvedExtension, Snapshot};
 
 /// Where the stage container copies the errand binary; the agent container runs it from here.
 pub const ERRAND_BIN_DIR: &str = "/errand/bin";
@@ -41,6 +42,17 @@ pub const GRANT_TOKEN_PATH: &str = "/var/run/secrets/errand.dev/grant-token/toke
 const GRANT_TOKEN_SECONDS: i64 = 600;
 /// The runner's scratch directory: input, response, logs and artifacts, outside the workdir.
 pub const SCRATCH_DIR: &str = "/errand/scratch";
+/// Where `errand stage` leaves the extension's grants (an in-memory volume the agent's container
+/// does not mount).
+pub const EXTENSION_GRANTS_DIR: &str = "/errand/extension-grants";
+/// The extension's grants document; `run-extension` removes it before the step starts.
+pub const EXTENSION_GRANTS_PATH: &str = "/errand/extension-grants/grants.json";
+/// Where `run-agent` hands the ended run over to the extension's container.
+pub const HANDOFF_DIR: &str = "/errand/handoff";
+/// The handoff document: the agent's run summary.
+pub const HANDOFF_PATH: &str = "/errand/handoff/run.json";
+/// The extension step's own directory: the run's results, its output and working directory.
+pub const EXTENSION_DIR: &str = "/errand/extension";
 
 /// Read-only for everyone: the snapshot holds no secrets.
 const SNAPSHOT_MODE: i32 = 0o444;
@@ -69,8 +81,24 @@ fn empty_dir(name: &str, size_limit: Option<&Quantity>) -> Volume {
     }
 }
 
-fn volumes(execution: &ExecutionOwner, config: &ControllerConfig) -> Vec<Volume> {
-    vec![
+/// In memory, so the signed URLs never reach the node's disk.
+fn grants_volume(name: &str) -> Volume {
+    Volume {
+        name: name.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".to_owned()),
+            size_limit: Some(Quantity(GRANTS_SIZE_LIMIT.to_owned())),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn volumes(
+    execution: &ExecutionOwner,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> Vec<Volume> {
+    let mut volumes = vec![
         empty_dir(BIN_VOLUME, None),
         empty_dir(WORKSPACE_VOLUME, config.workspace_size_limit.as_ref()),
         empty_dir(SCRATCH_VOLUME, config.scratch_size_limit.as_ref()),
@@ -83,15 +111,7 @@ fn volumes(execution: &ExecutionOwner, config: &ControllerConfig) -> Vec<Volume>
             }),
             ..Volume::default()
         },
-        // In memory, so the signed URLs never reach the node's disk.
-        Volume {
-            name: GRANTS_VOLUME.to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource {
-                medium: Some("Memory".to_owned()),
-                size_limit: Some(Quantity(GRANTS_SIZE_LIMIT.to_owned())),
-            }),
-            ..Volume::default()
-        },
+        grants_volume(GRANTS_VOLUME),
         // The pod's run control annotation (a changed deadline, a kill), which the kubelet
         // refreshes when the controller changes it; the runner watches it.
         Volume {
@@ -125,7 +145,18 @@ fn volumes(execution: &ExecutionOwner, config: &ControllerConfig) -> Vec<Volume>
             }),
             ..Volume::default()
         },
-    ]
+    ];
+    if snapshot.extension.is_some() {
+        volumes.extend([
+            grants_volume(EXTENSION_GRANTS_VOLUME),
+            empty_dir(
+                HANDOFF_VOLUME,
+                Some(&Quantity(GRANTS_SIZE_LIMIT.to_owned())),
+            ),
+            empty_dir(EXTENSION_VOLUME, config.scratch_size_limit.as_ref()),
+        ]);
+    }
+    volumes
 }
 
 /// `errand stage`: asks the controller for the execution's grants with the pod's token,
@@ -140,6 +171,9 @@ fn stage_container(
 ) -> Container {
     let mut mounts = errand_mounts(false);
     mounts.push(mount(GRANT_TOKEN_VOLUME, GRANT_TOKEN_DIR, true));
+    if snapshot.extension.is_some() {
+        mounts.push(mount(EXTENSION_GRANTS_VOLUME, EXTENSION_GRANTS_DIR, false));
+    }
     Container {
         name: STAGE_CONTAINER.to_owned(),
         image: Some(config.errand_image.clone()),
@@ -154,7 +188,7 @@ fn stage_container(
                 SNAPSHOT_PATH.to_owned(),
             ]
             .into_iter()
-            .chain(pod_paths_args())
+            .chain(pod_paths_args(snapshot))
             .chain(grant_request_args(execution, config))
             .chain(staging_args(config))
             .chain(telemetry_args(snapshot, config))
@@ -209,16 +243,25 @@ fn telemetry_args(snapshot: &Snapshot, config: &ControllerConfig) -> Vec<String>
 }
 
 /// The arguments both errand commands in the pod take: where the grants, the workspace and
-/// the scratch directory are.
-fn pod_paths_args() -> [String; 6] {
-    [
+/// the scratch directory are, and with an extension where its grants and the handoff go.
+fn pod_paths_args(snapshot: &Snapshot) -> Vec<String> {
+    let mut args = vec![
         "--grants".to_owned(),
         GRANTS_PATH.to_owned(),
         "--workspace".to_owned(),
         WORKSPACE_DIR.to_owned(),
         "--scratch".to_owned(),
         SCRATCH_DIR.to_owned(),
-    ]
+    ];
+    if snapshot.extension.is_some() {
+        args.extend([
+            "--extension-grants".to_owned(),
+            EXTENSION_GRANTS_PATH.to_owned(),
+            "--handoff".to_owned(),
+            HANDOFF_PATH.to_owned(),
+        ]);
+    }
+    args
 }
 
 /// The volumes both errand containers mount; the bin directory read-only where errand only
@@ -277,11 +320,16 @@ fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         "--agent-config".to_owned(),
         AGENT_CONFIG_FILE.to_owned(),
     ];
-    command.extend(pod_paths_args());
+    command.extend(pod_paths_args(snapshot));
     command.extend(telemetry_args(snapshot, config));
     command.push("--".to_owned());
     command.extend(snapshot.command());
     let runtime = &snapshot.agent.runtime;
+    let mut mounts = errand_mounts(true);
+    mounts.push(mount(CONTROL_VOLUME, CONTROL_MOUNT_PATH, true));
+    if snapshot.extension.is_some() {
+        mounts.push(mount(HANDOFF_VOLUME, HANDOFF_DIR, false));
+    }
     Container {
         name: AGENT_CONTAINER.to_owned(),
         image: Some(runtime.image.clone()),
@@ -289,12 +337,48 @@ fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         command: Some(command),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
         env: Some(agent_env(snapshot)),
-        volume_mounts: Some({
-            let mut mounts = errand_mounts(true);
-            mounts.push(mount(CONTROL_VOLUME, CONTROL_MOUNT_PATH, true));
-            mounts
-        }),
+        volume_mounts: Some(mounts),
         resources: resources::agent_resources(&snapshot.compute),
+        security_context: Some(security::container_security(false)),
+        termination_message_policy: Some("File".to_owned()),
+        ..Container::default()
+    }
+}
+
+/// The extension's image with its command run by `errand run-extension`, beside the agent's
+/// container: it waits for the agent's run, and after a success runs the step with its own
+/// grants (GET for the run's results, PUT for its declared results and the manifest). It mounts
+/// neither the workspace nor the agent's grants, reads the handoff read-only, and gets no
+/// Secret; its cpu and memory are the agent's, without GPUs.
+fn extension_container(extension: &ResolvedExtension, snapshot: &Snapshot) -> Container {
+    let runtime = &extension.container;
+    Container {
+        name: EXTENSION_CONTAINER.to_owned(),
+        image: Some(runtime.image.clone()),
+        image_pull_policy: runtime.image_pull_policy.clone(),
+        command: Some(vec![
+            format!("{ERRAND_BIN_DIR}/errand"),
+            "run-extension".to_owned(),
+            "--snapshot".to_owned(),
+            SNAPSHOT_PATH.to_owned(),
+            "--agent-config".to_owned(),
+            AGENT_CONFIG_FILE.to_owned(),
+            "--grants".to_owned(),
+            EXTENSION_GRANTS_PATH.to_owned(),
+            "--handoff".to_owned(),
+            HANDOFF_PATH.to_owned(),
+            "--dir".to_owned(),
+            EXTENSION_DIR.to_owned(),
+        ]),
+        working_dir: Some(EXTENSION_DIR.to_owned()),
+        volume_mounts: Some(vec![
+            mount(BIN_VOLUME, ERRAND_BIN_DIR, true),
+            mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
+            mount(EXTENSION_GRANTS_VOLUME, EXTENSION_GRANTS_DIR, false),
+            mount(HANDOFF_VOLUME, HANDOFF_DIR, true),
+            mount(EXTENSION_VOLUME, EXTENSION_DIR, false),
+        ]),
+        resources: resources::stage_resources(&snapshot.compute),
         security_context: Some(security::container_security(false)),
         termination_message_policy: Some("File".to_owned()),
         ..Container::default()
@@ -333,8 +417,15 @@ pub fn pod_spec(
     let compute = &snapshot.compute;
     PodSpec {
         init_containers: Some(vec![stage_container(execution, snapshot, config)]),
-        containers: vec![agent_container(snapshot, config)],
-        volumes: Some(volumes(execution, config)),
+        containers: std::iter::once(agent_container(snapshot, config))
+            .chain(
+                snapshot
+                    .extension
+                    .as_ref()
+                    .map(|extension| extension_container(extension, snapshot)),
+            )
+            .collect(),
+        volumes: Some(volumes(execution, snapshot, config)),
         restart_policy: Some("Never".to_owned()),
         // A ServiceAccount gives the pod pull secrets and an identity; no container gets its
         // token.

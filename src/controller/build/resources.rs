@@ -29,7 +29,7 @@ pub fn agent_resources(compute: &Compute) -> Option<ResourceRequirements> {
     requirements(limits, requests)
 }
 
-/// The stage container's resources: the agent's cpu and memory, so the init container neither
+/// The stage and extension containers' resources: the agent's cpu and memory, so the init container neither
 /// raises the pod's effective request nor escapes a quota that requires limits. It gets no GPU.
 pub fn stage_resources(compute: &Compute) -> Option<ResourceRequirements> {
     let resources = compute.resources.as_ref()?;

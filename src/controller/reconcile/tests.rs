@@ -756,7 +756,6 @@ mod arithmetic {
                 allowance: config.allowance(),
                 max_url_lifetime_seconds: url_limit,
                 telemetry_configured: false,
-                runs_extensions: false,
             };
             let mut execution = execution(None);
             execution.spec = spec(timeout, start);

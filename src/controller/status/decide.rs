@@ -8,13 +8,15 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning, WorkloadFacts};
+use super::observe::{
+    ExtensionFacts, Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning, WorkloadFacts,
+};
 use crate::api::contract::{self, Reason};
 use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
-use crate::runner::RunState;
-use crate::runner::outcome::{Outcome, RunReport, run_outcome};
+use crate::runner::outcome::{Outcome, RunReport, extension_outcome, run_outcome};
 use crate::runner::termination::TerminationSummary;
+use crate::runner::{ExtensionSummary, RunState};
 
 /// How long after its agent started a run shows phase `Running`. A run that ends sooner goes
 /// from `Starting` to its end in one status write instead of two, and still records its
@@ -107,7 +109,9 @@ pub struct Ending {
     /// What staging saved, listed when the runner left no summary.
     pub staged: Vec<ResultEntry>,
     /// The agent's start, end and image, when the run had a pod.
-    pub agent: Option<AgentContainer>,
+    pub agent: Option<Box<AgentContainer>>,
+    /// How the extension's step ended, when the agent succeeded and the execution has one.
+    pub extension: Option<Box<ExtensionSummary>>,
 }
 
 /// When the agent container started and terminated and the image it ran, as its pod says.
@@ -131,6 +135,7 @@ impl From<Outcome> for Ending {
             summary: None,
             staged: Vec::new(),
             agent: None,
+            extension: None,
         }
     }
 }
@@ -143,21 +148,28 @@ impl Ending {
     /// The ending with the agent's times and what staging saved from `pod`, if the run had one.
     fn on(self, pod: Option<&PodFacts>) -> Self {
         Self {
-            agent: pod.map(|pod| AgentContainer {
-                started_at: pod.agent_started_at.clone(),
-                finished_at: pod.agent_finished_at.clone(),
-                image_id: pod.agent_image_id.clone(),
+            agent: pod.map(|pod| {
+                Box::new(AgentContainer {
+                    started_at: pod.agent_started_at.clone(),
+                    finished_at: pod.agent_finished_at.clone(),
+                    image_id: pod.agent_image_id.clone(),
+                })
             }),
             staged: pod.map(|pod| pod.staged.clone()).unwrap_or_default(),
             ..self
         }
     }
 
-    /// The results saved so far: the runner's, else staging's.
-    pub fn results(&self) -> &[ResultEntry] {
-        self.summary
+    /// The results saved so far: the runner's, else staging's, then the extension's.
+    pub fn results(&self) -> Vec<ResultEntry> {
+        let mut results = self
+            .summary
             .as_ref()
-            .map_or(self.staged.as_slice(), |s| s.results.as_slice())
+            .map_or_else(|| self.staged.clone(), |s| s.results.clone());
+        if let Some(step) = &self.extension {
+            results.extend(step.results.iter().cloned());
+        }
+        results
     }
 }
 
@@ -506,7 +518,46 @@ fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Endin
     };
     ending.exit_code = exit_code;
     ending.summary = summary.cloned();
+    // Only a pod of an execution with an extension has its container (a rerun's spec names
+    // none: it comes with the snapshot).
+    if ending.phase == Phase::Succeeded
+        && let Some(ran) = &pod.extension
+    {
+        let kind = execution.spec.extension.as_ref().map(|e| e.kind.as_str());
+        let step = extension_step(kind.unwrap_or_default(), ran);
+        if let Some(outcome) = extension_outcome(&step) {
+            ending.phase = outcome.phase;
+            ending.reason = outcome.reason;
+            ending.message = outcome.message;
+        }
+        ending.extension = Some(Box::new(step));
+    }
     ending
+}
+
+/// How the extension's step of kind `kind` ended, as its container reported it; a container
+/// that reported no step after the agent succeeded failed it.
+fn extension_step(kind: &str, ran: &ExtensionFacts) -> ExtensionSummary {
+    if let Some(step) = &ran.summary {
+        return step.clone();
+    }
+    let said = ran.message.trim();
+    ExtensionSummary {
+        kind: kind.to_owned(),
+        name: String::new(),
+        state: RunState::Failed,
+        exit_code: Some(ran.exit_code),
+        failure: Some(if said.is_empty() {
+            format!(
+                "its container exited with code {} without reporting the step",
+                ran.exit_code
+            )
+        } else {
+            said.to_owned()
+        }),
+        stderr_tail: String::new(),
+        results: Vec::new(),
+    }
 }
 
 /// A pod the node refused to run (out of a resource, or an admission error).

@@ -16,8 +16,8 @@ pub use decide::{
     AgentContainer, Decision, Ending, RUNNING_SHOWN_AFTER, Standing, Stop, decide, queued_message,
 };
 pub use observe::{
-    Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, WorkloadFacts,
-    facts, workload_facts,
+    Cause, ExtensionFacts, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning,
+    WorkloadFacts, facts, workload_facts,
 };
 pub use render::{invalid, rejected, render, retrying, starting};
 pub use timings::{Timings, timings};

@@ -6,8 +6,11 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::ResultEntry;
-use crate::api::contract::{AGENT_CONTAINER, KUEUE_QUEUE_LABEL, STAGE_CONTAINER};
+use crate::api::contract::{
+    AGENT_CONTAINER, EXTENSION_CONTAINER, KUEUE_QUEUE_LABEL, STAGE_CONTAINER,
+};
 use crate::cluster::kueue::Workload;
+use crate::runner::ExtensionSummary;
 use crate::runner::termination::{StagedSummary, TerminationSummary};
 
 /// Waiting reasons of a container whose image cannot be pulled.
@@ -111,6 +114,8 @@ pub struct PodFacts {
     pub summary: Option<TerminationSummary>,
     /// What staging saved, from the stage's termination message when it succeeded.
     pub staged: Vec<ResultEntry>,
+    /// The extension's container, once it terminated (executions with an extension only).
+    pub extension: Option<ExtensionFacts>,
     /// The node it was bound to.
     pub node: Option<String>,
     /// The pod's status reason (`Evicted`, `OutOfnvidia.com/gpu`, ...), empty if none.
@@ -126,6 +131,18 @@ pub struct PodFacts {
     pub waiting: Vec<Waiting>,
     /// Its run control annotation (`errand.dev/control`), as the runner reads it.
     pub control: Option<String>,
+}
+
+/// How the extension's container ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExtensionFacts {
+    /// Its exit code.
+    pub exit_code: i32,
+    /// The step's summary from its termination message; `None` when it did not run the step
+    /// (the message then says why) or could not report.
+    pub summary: Option<ExtensionSummary>,
+    /// Its termination message, when it is not a summary.
+    pub message: String,
 }
 
 /// A container that waits, with the kubelet's reason.
@@ -319,6 +336,19 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
             .and_then(StagedSummary::parse)
             .map(|s| s.staged)
             .unwrap_or_default(),
+        extension: terminated(container_status(pod, EXTENSION_CONTAINER, false)).map(|t| {
+            let message = t.message.clone().unwrap_or_default();
+            let summary = serde_json::from_str::<ExtensionSummary>(message.trim()).ok();
+            ExtensionFacts {
+                exit_code: t.exit_code,
+                message: if summary.is_some() {
+                    String::new()
+                } else {
+                    message
+                },
+                summary,
+            }
+        }),
         node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         reason: status.and_then(|s| s.reason.clone()).unwrap_or_default(),
         message: status.and_then(|s| s.message.clone()).unwrap_or_default(),

@@ -221,8 +221,19 @@ fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecuti
     let mut status = base_status(execution);
     let message = bounded(&ending.message);
     let mut conditions = writer(&mut status.conditions, execution, &now);
-    if !ending.results().is_empty() {
-        status.results = ending.results().to_vec();
+    let results = ending.results();
+    if !results.is_empty() {
+        status.results = results;
+    }
+    if let Some(step) = &ending.extension {
+        let (succeeded, reason, said) = if step.succeeded() {
+            let saved = format!("{} results saved", step.results.len());
+            (true, Reason::ExtensionSucceeded, saved)
+        } else {
+            let failure = step.failure.as_deref().unwrap_or("failed");
+            (false, Reason::ExtensionFailed, bounded(failure))
+        };
+        conditions.set(ConditionType::ExtensionSucceeded, succeeded, reason, &said);
     }
     if let Some(summary) = &ending.summary {
         match &summary.results_error {
