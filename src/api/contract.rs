@@ -68,6 +68,12 @@ pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+/// Annotation on an execution: the variables `execute --env` set, as errand shows them (JSON;
+/// a masked value reads `***`). Display only: the values the agent gets are in the spec.
+pub const SHOWN_ENV_ANNOTATION: &str = "errand.dev/env";
+/// Annotation on an execution: how many bytes `execute` read from its standard input (which
+/// became the execution's input).
+pub const STDIN_BYTES_ANNOTATION: &str = "errand.dev/stdin-bytes";
 /// Key of the snapshot document (canonical JSON) in an execution's snapshot ConfigMap.
 pub const SNAPSHOT_KEY: &str = "snapshot.json";
 /// Annotation on a Namespace: seconds its finished executions are kept when they set no

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::inputs::RunInputs;
 use super::output::CliError;
 use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
@@ -142,6 +143,29 @@ impl Local {
         Ok(record)
     }
 
+    /// Keeps what the input flags gave a prepared execution: its standard input beside its
+    /// record, its tags and shown variables in it.
+    fn record_inputs(
+        &self,
+        mut record: ExecutionRecord,
+        inputs: &RunInputs,
+    ) -> Result<ExecutionRecord, CliError> {
+        if inputs.stdin.is_none() && inputs.tags.is_empty() && inputs.env.is_empty() {
+            return Ok(record);
+        }
+        let records = self.records();
+        if let Some(stdin) = &inputs.stdin {
+            records
+                .write_stdin(&self.namespace, &record.name, stdin)
+                .map_err(record_error)?;
+            record.stdin_bytes = Some(stdin.len() as u64);
+        }
+        record.tags = inputs.tags.clone();
+        record.env = inputs.shown_env();
+        records.write(&record).map_err(record_error)?;
+        Ok(record)
+    }
+
     /// Checks every document for the catalog: its schema, name, namespace and an Agent's
     /// immutability, also against the documents before it.
     fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, CliError> {
@@ -201,13 +225,27 @@ impl Backend for Local {
             .collect())
     }
 
+    async fn set_tags(
+        &self,
+        record: &ExecutionRecord,
+        tags: &[String],
+    ) -> Result<ExecutionRecord, CliError> {
+        let records = self.records();
+        let mut current = records
+            .read(&self.namespace, &record.name)
+            .map_err(record_error)?;
+        current.tags = tags.to_vec();
+        records.write(&current).map_err(record_error)?;
+        Ok(current)
+    }
+
     async fn create(
         &self,
         request: &ExecutionRequest,
         args: &ExecuteArgs,
     ) -> Result<ExecutionRecord, CliError> {
         super::gc::automatic(self, args.output.format).await;
-        prepare(
+        let record = prepare(
             &self.data,
             &self.store_url,
             &self.namespace,
@@ -217,7 +255,8 @@ impl Backend for Local {
             args.telemetry.otlp_endpoint.as_ref(),
         )
         .await
-        .map_err(supervise_error)
+        .map_err(supervise_error)?;
+        self.record_inputs(record, &request.inputs)
     }
 
     async fn detach(

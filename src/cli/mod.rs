@@ -9,6 +9,8 @@ mod controller;
 mod excerpt;
 mod execute;
 mod gc;
+mod inputs;
+mod listing;
 mod local;
 mod mcp;
 mod observe;
@@ -100,10 +102,14 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// List executions.
-    List {
-        #[command(flatten)]
-        output: OutputArgs,
+    /// List executions, filtered by phase and tags.
+    List(Box<listing::ListArgs>),
+    /// List the executions that have not ended (pending, queued, starting, running).
+    Ps(Box<listing::ListArgs>),
+    /// Change an execution's tags.
+    Tag {
+        #[command(subcommand)]
+        action: TagAction,
     },
     /// Run an execution again from its snapshot: the same config, environment, workdir digests
     /// and input, and on a cluster the image digest it ran; the new execution records which
@@ -210,6 +216,20 @@ pub enum ResultsAction {
     },
 }
 
+/// `errand tag ...`
+#[derive(Debug, Subcommand)]
+pub enum TagAction {
+    /// Replace the execution's tags (none clears them).
+    Set {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        /// The tags: dot-separated segments of lowercase letters, digits and inner `-`.
+        tags: Vec<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
 /// `errand filesets ...`
 #[derive(Debug, Subcommand)]
 pub enum FilesetsAction {
@@ -244,13 +264,16 @@ impl Command {
             Command::Gc(args) => args.output.format,
             Command::Rerun(args) => args.output.format,
             Command::Wait(args) => args.output.format,
+            Command::List(args) | Command::Ps(args) => args.output.format,
+            Command::Tag {
+                action: TagAction::Set { output, .. },
+            } => output.format,
             Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
             | Command::Cancel { output, .. }
             | Command::Delete { output, .. }
-            | Command::List { output }
             | Command::Apply { output, .. }
             | Command::Agents { output, .. }
             | Command::Environments { output, .. }
@@ -415,7 +438,11 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         } => commands::results_download(backend, &result, &execution, file, format).await,
         Command::Cancel { name, output } => commands::cancel(backend, &name, output).await,
         Command::Delete { name, output } => commands::delete(backend, &name, output).await,
-        Command::List { output } => commands::list(backend, output).await,
+        Command::List(args) => listing::list(backend, &args).await,
+        Command::Ps(args) => listing::ps(backend, &args).await,
+        Command::Tag {
+            action: TagAction::Set { name, tags, output },
+        } => listing::tag_set(backend, &name, &tags, output).await,
         Command::Rerun(args) => rerun::rerun(backend, *args).await,
         Command::Apply { files, output } => commands::apply(backend, &files, output).await,
         Command::Agents { action, output } => {

@@ -87,6 +87,17 @@ pub struct ExecutionRecord {
     /// How the execution's extension step ended, once it ran (after the agent succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension: Option<crate::runner::ExtensionSummary>,
+    /// Its tags (`execute --tag`, `errand tag set`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The variables the execution itself sets (`execute --env`, `--env-file`) as errand shows
+    /// them: the value of a masked one (`--mask`) reads `***`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// How many bytes it was given on standard input (`execute --stdin`, `--stdin-file`, or a
+    /// pipe): locally the agent's standard input, on a cluster its input file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_bytes: Option<u64>,
 }
 
 impl ExecutionRecord {
@@ -125,6 +136,9 @@ impl ExecutionRecord {
             otlp_endpoint: None,
             supervisor: ProcessIdentity::current(),
             extension: None,
+            tags: Vec::new(),
+            env: std::collections::BTreeMap::new(),
+            stdin_bytes: None,
         }
     }
 
@@ -187,6 +201,25 @@ impl Records {
     /// The records in `data`.
     pub fn new(data: DataDir) -> Self {
         Self { data }
+    }
+
+    /// The file holding an execution's standard input (`execute --stdin`).
+    pub fn stdin_file(&self, namespace: &str, name: &str) -> PathBuf {
+        self.dir(namespace, name).join("stdin")
+    }
+
+    /// Keeps an execution's standard input beside its record (readable by its owner only).
+    pub fn write_stdin(
+        &self,
+        namespace: &str,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(), RecordError> {
+        let path = self.stdin_file(namespace, name);
+        write_private(&path, bytes).map_err(|e| RecordError::Io {
+            path,
+            message: e.to_string(),
+        })
     }
 
     /// The directory of one execution.

@@ -165,6 +165,9 @@ pub async fn run_prepared(
         grace: GRACE,
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
+        stdin: record
+            .stdin_bytes
+            .map(|_| records.stdin_file(namespace, name)),
         passthrough,
         stop: StopRequest::Cancel,
         inherit_env: false,

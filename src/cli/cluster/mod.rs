@@ -5,6 +5,7 @@
 
 mod apply;
 mod data;
+mod inputs;
 
 use std::path::Path;
 use std::time::Duration;
@@ -20,10 +21,13 @@ use serde_json::json;
 use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::listing::ExecutionFilter;
 use super::local::{download_from_store, store_error};
 use super::output::CliError;
 use super::target::Target;
-use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
+use crate::api::contract::{
+    AGENT_CONTAINER, EXECUTION_UID_LABEL, SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION,
+};
 use crate::api::{
     Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset, FilesetSpec,
     FilesetStatus, Phase, ResultEntry, SnapshotRef,
@@ -37,6 +41,7 @@ use crate::store::keys::{AnyResult, ExecutionId, ResultName};
 
 pub use apply::FIELD_MANAGER;
 use data::DataApi;
+use inputs::{label_inputs, retag_patch, stdin_as_input, tag_selector};
 
 /// The one log a pod keeps of the agent's stdout and stderr together.
 const COMBINED_LOG: &str = "stdout+stderr";
@@ -330,6 +335,50 @@ impl Backend for Cluster {
             .collect())
     }
 
+    async fn find_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, CliError> {
+        let mut params = ListParams::default();
+        if let Some(selector) = tag_selector(&filter.tags) {
+            params = params.labels(&selector);
+        }
+        let items = self
+            .executions()
+            .list(&params)
+            .await
+            .map_err(api_error)?
+            .items;
+        Ok(items
+            .iter()
+            .map(|e| to_record(e, self.store_url.as_deref()))
+            .filter(|r| filter.matches(r))
+            .collect())
+    }
+
+    async fn set_tags(
+        &self,
+        record: &ExecutionRecord,
+        tags: &[String],
+    ) -> Result<ExecutionRecord, CliError> {
+        let current = self
+            .executions()
+            .get(&record.name)
+            .await
+            .map_err(api_error)?;
+        let patch = retag_patch(&current.metadata.labels.unwrap_or_default(), tags);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patched = self
+            .executions()
+            .patch(&record.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(api_error)?;
+        Ok(self.record(&patched).await)
+    }
+
     async fn create(
         &self,
         request: &ExecutionRequest,
@@ -340,7 +389,11 @@ impl Backend for Cluster {
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
             ));
         }
-        let spec = request.spec.clone();
+        let mut spec = request.spec.clone();
+        let inputs = &request.inputs;
+        if let Some(stdin) = &inputs.stdin {
+            spec.input = stdin_as_input(stdin, &spec.input)?;
+        }
         let agent = spec
             .agent_ref
             .as_ref()
@@ -360,9 +413,11 @@ impl Backend for Cluster {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PostParams::default()
         };
+        let mut execution = AgentExecution::new(&name, spec);
+        label_inputs(&mut execution.metadata, inputs);
         let created = self
             .executions()
-            .create(&params, &AgentExecution::new(&name, spec))
+            .create(&params, &execution)
             .await
             .map_err(api_error)?;
         Ok(to_record(&created, self.store_url.as_deref()))
@@ -740,7 +795,26 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         otlp_endpoint: None,
         supervisor: None,
         extension: None,
+        tags: execution
+            .metadata
+            .labels
+            .as_ref()
+            .map(crate::api::tags::tags_of_labels)
+            .unwrap_or_default(),
+        env: annotation(execution, SHOWN_ENV_ANNOTATION)
+            .and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default(),
+        stdin_bytes: annotation(execution, STDIN_BYTES_ANNOTATION).and_then(|n| n.parse().ok()),
     }
+}
+
+fn annotation<'a>(execution: &'a AgentExecution, key: &str) -> Option<&'a str> {
+    execution
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 #[cfg(test)]
