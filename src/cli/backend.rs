@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::listing::ExecutionFilter;
+use super::notify::NotifyArgs;
 use super::output::CliError;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
@@ -100,6 +101,13 @@ pub trait Backend: Send + Sync {
         &self,
         record: &ExecutionRecord,
         tags: &[String],
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Applies `notify set`'s flags to a running execution's notification settings.
+    async fn set_notify(
+        &self,
+        record: &ExecutionRecord,
+        args: &NotifyArgs,
     ) -> Result<ExecutionRecord, CliError>;
 
     /// Creates the execution `request` describes, checked as the API server would check it;

@@ -66,6 +66,8 @@ pub struct ExecuteArgs {
     #[command(flatten)]
     pub inputs: super::inputs::InputArgs,
     #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
+    #[command(flatten)]
     pub staging: super::staging::StagingArgs,
     #[command(flatten)]
     pub telemetry: super::telemetry::TelemetryArgs,

@@ -12,6 +12,7 @@ use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::inputs::RunInputs;
+use super::notify::NotifyArgs;
 use super::output::CliError;
 use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
@@ -149,9 +150,17 @@ impl Local {
         &self,
         mut record: ExecutionRecord,
         inputs: &RunInputs,
+        notify: &NotifyArgs,
     ) -> Result<ExecutionRecord, CliError> {
-        if inputs.stdin.is_none() && inputs.tags.is_empty() && inputs.env.is_empty() {
+        if inputs.stdin.is_none()
+            && inputs.tags.is_empty()
+            && inputs.env.is_empty()
+            && !notify.given()
+        {
             return Ok(record);
+        }
+        if notify.given() {
+            record.notify = Some(notify.apply(Default::default(), (0, 0))?);
         }
         let records = self.records();
         if let Some(stdin) = &inputs.stdin {
@@ -225,6 +234,23 @@ impl Backend for Local {
             .collect())
     }
 
+    async fn set_notify(
+        &self,
+        record: &ExecutionRecord,
+        args: &NotifyArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        let size =
+            |stream| std::fs::metadata(self.log_path(&record.name, stream)).map_or(0, |m| m.len());
+        let sizes = (size(LogStream::Stdout), size(LogStream::Stderr));
+        let records = self.records();
+        let mut current = records
+            .read(&self.namespace, &record.name)
+            .map_err(record_error)?;
+        current.notify = Some(args.apply(current.notify.clone().unwrap_or_default(), sizes)?);
+        records.write(&current).map_err(record_error)?;
+        Ok(current)
+    }
+
     async fn set_tags(
         &self,
         record: &ExecutionRecord,
@@ -256,7 +282,7 @@ impl Backend for Local {
         )
         .await
         .map_err(supervise_error)?;
-        self.record_inputs(record, &request.inputs)
+        self.record_inputs(record, &request.inputs, &args.notify)
     }
 
     async fn detach(

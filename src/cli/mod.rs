@@ -14,6 +14,7 @@ mod inputs;
 mod listing;
 mod local;
 mod mcp;
+mod notify;
 mod observe;
 mod output;
 mod pod;
@@ -112,6 +113,11 @@ pub enum Command {
     List(Box<listing::ListArgs>),
     /// List the executions that have not ended (pending, queued, starting, running).
     Ps(Box<listing::ListArgs>),
+    /// Change where a running local execution's notifications go.
+    Notify {
+        #[command(subcommand)]
+        action: NotifyAction,
+    },
     /// Change an execution's tags.
     Tag {
         #[command(subcommand)]
@@ -228,6 +234,20 @@ pub enum ResultsAction {
     },
 }
 
+/// `errand notify ...`
+#[derive(Debug, Subcommand)]
+pub enum NotifyAction {
+    /// Set sinks or add an output watch (matching lines that appear from now on).
+    Set {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        notify: notify::NotifyArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
 /// `errand tag ...`
 #[derive(Debug, Subcommand)]
 pub enum TagAction {
@@ -279,6 +299,9 @@ impl Command {
             Command::List(args) | Command::Ps(args) => args.output.format,
             Command::Tag {
                 action: TagAction::Set { output, .. },
+            }
+            | Command::Notify {
+                action: NotifyAction::Set { output, .. },
             } => output.format,
             Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
@@ -477,6 +500,14 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Tag {
             action: TagAction::Set { name, tags, output },
         } => listing::tag_set(backend, &name, &tags, output).await,
+        Command::Notify {
+            action:
+                NotifyAction::Set {
+                    name,
+                    notify,
+                    output,
+                },
+        } => notify::notify_set(backend, &name, &notify, output).await,
         Command::Rerun(args) => rerun::rerun(backend, *args).await,
         Command::Apply { files, output } => commands::apply(backend, &files, output).await,
         Command::Agents { action, output } => {

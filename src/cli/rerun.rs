@@ -55,6 +55,7 @@ impl RerunArgs {
                 ignore_piped_stdin: true,
                 ..Default::default()
             },
+            notify: Default::default(),
             staging: self.staging,
             telemetry: self.telemetry,
             output: self.output,

@@ -10,6 +10,7 @@ mod environment;
 mod files;
 pub mod gc;
 mod manifest;
+pub mod notify;
 mod paths;
 mod process;
 mod record;

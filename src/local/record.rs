@@ -98,6 +98,12 @@ pub struct ExecutionRecord {
     /// pipe): locally the agent's standard input, on a cluster its input file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_bytes: Option<u64>,
+    /// Where its notifications go (`execute --notify-command`, `--notify-file`, `notify set`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<super::notify::NotifySettings>,
+    /// The notifications sent so far, each with how its delivery went.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<super::notify::NotificationEvent>,
 }
 
 impl ExecutionRecord {
@@ -139,6 +145,8 @@ impl ExecutionRecord {
             tags: Vec::new(),
             env: std::collections::BTreeMap::new(),
             stdin_bytes: None,
+            notify: None,
+            notifications: Vec::new(),
         }
     }
 
@@ -206,6 +214,31 @@ impl Records {
     /// The file holding an execution's standard input (`execute --stdin`).
     pub fn stdin_file(&self, namespace: &str, name: &str) -> PathBuf {
         self.dir(namespace, name).join("stdin")
+    }
+
+    /// Appends a sent notification to the execution's events file.
+    pub fn append_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        event: &super::notify::NotificationEvent,
+    ) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir(namespace, name).join("events.ndjson"))?;
+        let line = serde_json::to_string(event).expect("an event serializes");
+        file.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// The notifications sent for an execution, oldest first.
+    pub fn events(&self, namespace: &str, name: &str) -> Vec<super::notify::NotificationEvent> {
+        std::fs::read_to_string(self.dir(namespace, name).join("events.ndjson"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// Keeps an execution's standard input beside its record (readable by its owner only).

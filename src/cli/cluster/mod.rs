@@ -23,6 +23,7 @@ use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::listing::ExecutionFilter;
 use super::local::{download_from_store, store_error};
+use super::notify::NotifyArgs;
 use super::output::CliError;
 use super::target::Target;
 use crate::api::contract::{
@@ -356,6 +357,16 @@ impl Backend for Cluster {
             .collect())
     }
 
+    async fn set_notify(
+        &self,
+        _record: &ExecutionRecord,
+        _args: &NotifyArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        Err(CliError::argument(
+            "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event",
+        ))
+    }
+
     async fn set_tags(
         &self,
         record: &ExecutionRecord,
@@ -387,6 +398,11 @@ impl Backend for Cluster {
         if args.inherit_env {
             return Err(CliError::argument(
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
+            ));
+        }
+        if args.notify.given() {
+            return Err(CliError::argument(
+                "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event",
             ));
         }
         let mut spec = request.spec.clone();
@@ -805,6 +821,8 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .and_then(|json| serde_json::from_str(json).ok())
             .unwrap_or_default(),
         stdin_bytes: annotation(execution, STDIN_BYTES_ANNOTATION).and_then(|n| n.parse().ok()),
+        notify: None,
+        notifications: Vec::new(),
     }
 }
 
