@@ -2,9 +2,6 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::Stdio;
-
 use serde_json::{Value, json};
 use support::cluster;
 use support::harness::{Harness, Mode};
@@ -13,18 +10,9 @@ use errand::api::AgentExecution;
 
 /// `errand ARGS -o json` against the harness's namespace with `stdin` piped in.
 fn cli_with_stdin(e2e: &Harness, args: &[&str], stdin: &[u8]) -> (i32, Value) {
-    let mut child = e2e
-        .command(args)
-        .args(["-o", "json"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stdin.take().unwrap();
-    let _ = pipe.write_all(stdin);
-    drop(pipe);
-    support::errand::one_json_answer(args, &child.wait_with_output().unwrap())
+    let mut command = e2e.command(args);
+    command.args(["-o", "json"]);
+    support::errand::one_json_answer_with_stdin(command, args, stdin)
 }
 
 /// The names in a `list` or `ps` answer.

@@ -2,28 +2,14 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::Stdio;
-
 use serde_json::{Value, json};
 use support::local::Home;
 
 /// `errand ARGS -o json` with `stdin` piped into it.
 fn json_with_stdin(home: &Home, args: &[&str], stdin: &[u8]) -> (i32, Value) {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let mut child = home
-        .command(&all)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stdin.take().unwrap();
-    // A refused input may close the pipe early.
-    let _ = pipe.write_all(stdin);
-    drop(pipe);
-    support::errand::one_json_answer(args, &child.wait_with_output().unwrap())
+    let mut command = home.command(args);
+    command.args(["-o", "json"]);
+    support::errand::one_json_answer_with_stdin(command, args, stdin)
 }
 
 #[test]

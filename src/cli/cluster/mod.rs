@@ -324,16 +324,7 @@ impl Backend for Cluster {
     }
 
     async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
-        let items = self
-            .executions()
-            .list(&ListParams::default())
-            .await
-            .map_err(api_error)?
-            .items;
-        Ok(items
-            .iter()
-            .map(|e| to_record(e, self.store_url.as_deref()))
-            .collect())
+        self.find_executions(&ExecutionFilter::default()).await
     }
 
     async fn find_executions(
