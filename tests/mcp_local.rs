@@ -150,3 +150,38 @@ async fn closing_the_transport_or_killing_the_server_never_stops_a_run() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_with_a_sink_reports_the_notification_armed() {
+    let home = Home::new();
+    let agent = home.agent("quick", "echo ok");
+    let events = home.path().join("events.ndjson");
+    let mcp = session(&home).await;
+    let (error, answer, texts) = mcp
+        .call_with_texts(
+            "execute",
+            json!({"agent": agent, "name": "armed", "until": 10, "notify_file": events}),
+        )
+        .await;
+    assert!(!error, "{answer}");
+    assert_eq!(answer["execution"]["notify"]["file"], json!(events));
+    assert!(
+        texts.iter().any(|t| t
+            == "notification armed: execution.finished will be delivered to the file sink; no need to poll"),
+        "{texts:?}"
+    );
+    let (_, _, texts) = mcp
+        .call_with_texts("execute", json!({"agent": agent, "until": 10}))
+        .await;
+    assert!(!texts.iter().any(|t| t.contains("armed")), "{texts:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(&events).is_ok_and(|t| t.contains("execution.finished")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event in {}",
+            events.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    mcp.close().await;
+}

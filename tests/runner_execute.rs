@@ -78,6 +78,7 @@ impl Env {
             grace: Duration::from_millis(500),
             workdir: self.path(&format!("runs/{uid}/workspace")),
             scratch: ScratchDir::new(self.path(&format!("runs/{uid}/scratch"))),
+            stdin: None,
             passthrough: false,
             stop: StopRequest::Cancel,
             inherit_env: true,

@@ -93,6 +93,12 @@ pub const CONTROL_VOLUME: &str = "errand-control";
 pub const CONTROL_MOUNT_PATH: &str = "/errand/control";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
+/// Annotation on an execution: the variables `execute --env` set, as errand shows them (JSON;
+/// a masked value reads `***`). Display only: the values the agent gets are in the spec.
+pub const SHOWN_ENV_ANNOTATION: &str = "errand.dev/env";
+/// Annotation on an execution: how many bytes `execute` read from its standard input (which
+/// became the execution's input).
+pub const STDIN_BYTES_ANNOTATION: &str = "errand.dev/stdin-bytes";
 /// Key of the snapshot document (canonical JSON) in an execution's snapshot ConfigMap.
 pub const SNAPSHOT_KEY: &str = "snapshot.json";
 /// Annotation on a Namespace: seconds its finished executions are kept when they set no

@@ -12,6 +12,7 @@ mod execution;
 mod extension;
 mod fileset;
 mod runtime;
+pub mod tags;
 
 pub use agent::{Agent, AgentConfig, AgentSpec, AgentStatus, RuntimeContainer, RuntimeSecurity};
 pub use common::{Reference, ResultEntry};

@@ -10,6 +10,8 @@ use serde::Serialize;
 
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::listing::ExecutionFilter;
+use super::notify::NotifyArgs;
 use super::output::CliError;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
@@ -98,6 +100,30 @@ pub trait Backend: Send + Sync {
 
     /// The records of every execution in the namespace.
     async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError>;
+
+    /// The records of the executions `filter` selects.
+    async fn find_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, CliError> {
+        let mut records = self.executions().await?;
+        records.retain(|r| filter.matches(r));
+        Ok(records)
+    }
+
+    /// Replaces an execution's tags (checked and sorted) and returns its record.
+    async fn set_tags(
+        &self,
+        record: &ExecutionRecord,
+        tags: &[String],
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Applies `notify set`'s flags to a running execution's notification settings.
+    async fn set_notify(
+        &self,
+        record: &ExecutionRecord,
+        args: &NotifyArgs,
+    ) -> Result<ExecutionRecord, CliError>;
 
     /// Creates the execution `request` describes, checked as the API server would check it;
     /// nothing of a refused one is left (not even a workdir the request pushed).

@@ -11,9 +11,7 @@ use super::backend::{Backend, Document, LogStream, find};
 use super::execute::{ExecuteArgs, spec_from_args};
 use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
 use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
-use super::show::{
-    parse_result_name, print_executions, print_record, print_results, record_outcome,
-};
+use super::show::{parse_result_name, print_record, print_results, record_outcome};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
 
 /// What to do with Agents, AgentEnvironments or AgentRuntimes.
@@ -89,12 +87,6 @@ pub async fn status(backend: &dyn Backend, name: &str, output: OutputArgs) -> Re
     print_ok(output.format, "execution", &view, || {
         print_record(&view.record)
     });
-    Ok(())
-}
-
-/// `errand list`.
-pub async fn list(backend: &dyn Backend, output: OutputArgs) -> Result<(), CliError> {
-    print_executions(output.format, &backend.executions().await?);
     Ok(())
 }
 

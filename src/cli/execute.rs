@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::backend::{Backend, PushedFileset};
+use super::inputs::{RunInputs, add_env, piped_stdin, read_inputs};
 use super::output::{CliError, OutputArgs};
 use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
@@ -62,6 +63,10 @@ pub struct ExecuteArgs {
     /// `HOME`, `LANG` and `TZ`.
     #[arg(long)]
     pub inherit_env: bool,
+    #[command(flatten)]
+    pub inputs: super::inputs::InputArgs,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
     #[command(flatten)]
     pub staging: super::staging::StagingArgs,
     #[command(flatten)]
@@ -162,6 +167,8 @@ pub struct ExecutionRequest {
     pub name: Option<String>,
     /// The Fileset this command pushed for `--workdir.base-workdir DIR`.
     pub pushed: Option<PushedFileset>,
+    /// Standard input, variables and tags from the input flags.
+    pub inputs: RunInputs,
 }
 
 /// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied.
@@ -171,12 +178,20 @@ pub async fn spec_from_args(
     backend: &dyn Backend,
 ) -> Result<ExecutionRequest, CliError> {
     let namespace = backend.namespace();
+    let inputs = read_inputs(&args.inputs, piped_stdin)?;
     let (mut spec, name) = base_spec(args, namespace)?;
     let pushed = apply_flags(backend, args, namespace, &mut spec).await?;
+    if let Err(error) = add_env(backend, &mut spec, &inputs.env).await {
+        if let Some(pushed) = &pushed {
+            backend.undo_push(pushed).await;
+        }
+        return Err(error);
+    }
     Ok(ExecutionRequest {
         spec,
         name: args.name.clone().or(name),
         pushed,
+        inputs,
     })
 }
 

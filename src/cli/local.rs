@@ -11,6 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::inputs::RunInputs;
+use super::notify::NotifyArgs;
 use super::output::CliError;
 use super::staging::StagingArgs;
 use super::target::Target;
@@ -153,6 +155,37 @@ impl Local {
             .map_err(record_error)
     }
 
+    /// Keeps what the input flags gave a prepared execution: its standard input beside its
+    /// record, its tags and shown variables in it.
+    fn record_inputs(
+        &self,
+        mut record: ExecutionRecord,
+        inputs: &RunInputs,
+        notify: &NotifyArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        if inputs.stdin.is_none()
+            && inputs.tags.is_empty()
+            && inputs.env.is_empty()
+            && !notify.given()
+        {
+            return Ok(record);
+        }
+        if notify.given() {
+            record.notify = Some(notify.apply(Default::default(), (0, 0))?);
+        }
+        let records = self.records();
+        if let Some(stdin) = &inputs.stdin {
+            records
+                .write_stdin(&self.namespace, &record.name, stdin)
+                .map_err(record_error)?;
+            record.stdin_bytes = Some(stdin.len() as u64);
+        }
+        record.tags = inputs.tags.clone();
+        record.env = inputs.shown_env();
+        records.write(&record).map_err(record_error)?;
+        Ok(record)
+    }
+
     /// Checks every document for the catalog: its schema, name, namespace and an Agent's
     /// immutability, also against the documents before it.
     fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, CliError> {
@@ -212,6 +245,37 @@ impl Backend for Local {
             .collect())
     }
 
+    async fn set_notify(
+        &self,
+        record: &ExecutionRecord,
+        args: &NotifyArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        let size =
+            |stream| std::fs::metadata(self.log_path(&record.name, stream)).map_or(0, |m| m.len());
+        let sizes = (size(LogStream::Stdout), size(LogStream::Stderr));
+        let records = self.records();
+        let mut current = records
+            .read(&self.namespace, &record.name)
+            .map_err(record_error)?;
+        current.notify = Some(args.apply(current.notify.clone().unwrap_or_default(), sizes)?);
+        records.write(&current).map_err(record_error)?;
+        Ok(current)
+    }
+
+    async fn set_tags(
+        &self,
+        record: &ExecutionRecord,
+        tags: &[String],
+    ) -> Result<ExecutionRecord, CliError> {
+        let records = self.records();
+        let mut current = records
+            .read(&self.namespace, &record.name)
+            .map_err(record_error)?;
+        current.tags = tags.to_vec();
+        records.write(&current).map_err(record_error)?;
+        Ok(current)
+    }
+
     async fn create(
         &self,
         request: &ExecutionRequest,
@@ -229,6 +293,7 @@ impl Backend for Local {
         )
         .await
         .map_err(supervise_error)?;
+        let record = self.record_inputs(record, &request.inputs, &args.notify)?;
         if !request.spec.held {
             return Ok(record);
         }

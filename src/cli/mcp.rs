@@ -56,6 +56,26 @@ pub struct ExecuteTool {
     pub until: Option<f64>,
     /// Bytes of each output stream the answer carries (default 65536).
     pub max_bytes: Option<u64>,
+    /// A shell command run when the run ends, the event JSON on its stdin (local runs).
+    pub notify_command: Option<String>,
+    /// A file the run's `execution.finished` event is appended to as one JSON line (local runs).
+    pub notify_file: Option<PathBuf>,
+}
+
+/// What `execute` adds to its answer when a sink is set: the notification is armed, so the
+/// caller can stop polling and wait for the event.
+fn armed_notice(answer: &CallToolResult) -> Option<String> {
+    let notify = &answer.structured_content.as_ref()?["execution"]["notify"];
+    let sinks: Vec<&str> = ["command", "file"]
+        .into_iter()
+        .filter(|s| !notify[*s].is_null())
+        .collect();
+    (!sinks.is_empty() && answer.is_error != Some(true)).then(|| {
+        format!(
+            "notification armed: execution.finished will be delivered to the {} sink; no need to poll",
+            sinks.join(" and ")
+        )
+    })
 }
 
 /// Arguments of the tools that take only an execution.
@@ -246,10 +266,19 @@ impl ErrandMcp {
                     ("--name", tool.name),
                     ("--spec", text(tool.spec)),
                     ("--max-bytes", text(tool.max_bytes)),
+                    ("--notify-command", tool.notify_command),
+                    (
+                        "--notify-file",
+                        tool.notify_file.map(|p| p.display().to_string()),
+                    ),
                 ],
             )
         });
-        self.run(args).await
+        let mut answer = self.run(args).await?;
+        if let Some(notice) = armed_notice(&answer) {
+            answer.content.push(rmcp::model::Content::text(notice));
+        }
+        Ok(answer)
     }
 
     #[tool(description = "An execution's record, with the sizes of its output streams.")]

@@ -11,8 +11,11 @@ mod excerpt;
 mod execute;
 mod gc;
 mod housekeeping;
+mod inputs;
+mod listing;
 mod local;
 mod mcp;
+mod notify;
 mod observe;
 mod output;
 mod pod;
@@ -137,10 +140,19 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// List executions.
-    List {
-        #[command(flatten)]
-        output: OutputArgs,
+    /// List executions, filtered by phase and tags.
+    List(Box<listing::ListArgs>),
+    /// List the executions that have not ended (pending, queued, starting, running).
+    Ps(Box<listing::ListArgs>),
+    /// Change where a running local execution's notifications go.
+    Notify {
+        #[command(subcommand)]
+        action: NotifyAction,
+    },
+    /// Change an execution's tags.
+    Tag {
+        #[command(subcommand)]
+        action: TagAction,
     },
     /// Run an execution again from its snapshot: the same config, environment, workdir digests
     /// and input, and on a cluster the image digest it ran; the new execution records which
@@ -256,6 +268,34 @@ pub enum ResultsAction {
     },
 }
 
+/// `errand notify ...`
+#[derive(Debug, Subcommand)]
+pub enum NotifyAction {
+    /// Set sinks or add an output watch (matching lines that appear from now on).
+    Set {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        notify: notify::NotifyArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+/// `errand tag ...`
+#[derive(Debug, Subcommand)]
+pub enum TagAction {
+    /// Replace the execution's tags (none clears them).
+    Set {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        /// The tags: dot-separated segments of lowercase letters, digits and inner `-`.
+        tags: Vec<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
 /// `errand filesets ...`
 #[derive(Debug, Subcommand)]
 pub enum FilesetsAction {
@@ -293,13 +333,19 @@ impl Command {
             Command::Gc(args) => args.output.format,
             Command::Rerun(args) => args.output.format,
             Command::Wait(args) => args.output.format,
+            Command::List(args) | Command::Ps(args) => args.output.format,
+            Command::Tag {
+                action: TagAction::Set { output, .. },
+            }
+            | Command::Notify {
+                action: NotifyAction::Set { output, .. },
+            } => output.format,
             Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
             | Command::Cancel { output, .. }
             | Command::Delete { output, .. }
-            | Command::List { output }
             | Command::Apply { output, .. }
             | Command::Agents { output, .. }
             | Command::Environments { output, .. }
@@ -501,7 +547,19 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
             all,
             output,
         } => housekeeping::delete_all(backend, &all, output).await,
-        Command::List { output } => commands::list(backend, output).await,
+        Command::List(args) => listing::list(backend, &args).await,
+        Command::Ps(args) => listing::ps(backend, &args).await,
+        Command::Tag {
+            action: TagAction::Set { name, tags, output },
+        } => listing::tag_set(backend, &name, &tags, output).await,
+        Command::Notify {
+            action:
+                NotifyAction::Set {
+                    name,
+                    notify,
+                    output,
+                },
+        } => notify::notify_set(backend, &name, &notify, output).await,
         Command::Rerun(args) => rerun::rerun(backend, *args).await,
         Command::Apply { files, output } => commands::apply(backend, &files, output).await,
         Command::Agents { action, output } => {

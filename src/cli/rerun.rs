@@ -51,6 +51,11 @@ impl RerunArgs {
                 from_byte: None,
             },
             inherit_env: false,
+            inputs: super::inputs::InputArgs {
+                ignore_piped_stdin: true,
+                ..Default::default()
+            },
+            notify: Default::default(),
             staging: self.staging,
             telemetry: self.telemetry,
             output: self.output,

@@ -18,6 +18,16 @@ pub fn print_record(record: &ExecutionRecord) -> String {
     if let Some(rerun_of) = &record.rerun_of {
         out.push_str(&format!("\nrerun of: {rerun_of}"));
     }
+    if !record.tags.is_empty() {
+        out.push_str(&format!("\ntags: {}", record.tags.join(", ")));
+    }
+    if !record.env.is_empty() {
+        let env: Vec<String> = record.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out.push_str(&format!("\nenv: {}", env.join(" ")));
+    }
+    if let Some(bytes) = record.stdin_bytes {
+        out.push_str(&format!("\nstdin: {}", human_size(bytes)));
+    }
     if let Some(image_id) = &record.image_id {
         out.push_str(&format!("\nimage: {image_id}"));
     }

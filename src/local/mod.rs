@@ -11,6 +11,7 @@ mod files;
 pub mod gc;
 pub mod lifecycle;
 mod manifest;
+pub mod notify;
 mod paths;
 mod process;
 mod record;

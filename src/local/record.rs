@@ -87,6 +87,23 @@ pub struct ExecutionRecord {
     /// How the execution's extension step ended, once it ran (after the agent succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension: Option<crate::runner::ExtensionSummary>,
+    /// Its tags (`execute --tag`, `errand tag set`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The variables the execution itself sets (`execute --env`, `--env-file`) as errand shows
+    /// them: the value of a masked one (`--mask`) reads `***`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// How many bytes it was given on standard input (`execute --stdin`, `--stdin-file`, or a
+    /// pipe): locally the agent's standard input, on a cluster its input file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_bytes: Option<u64>,
+    /// Where its notifications go (`execute --notify-command`, `--notify-file`, `notify set`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<super::notify::NotifySettings>,
+    /// The notifications sent so far, each with how its delivery went.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<super::notify::NotificationEvent>,
 }
 
 impl ExecutionRecord {
@@ -125,6 +142,11 @@ impl ExecutionRecord {
             otlp_endpoint: None,
             supervisor: ProcessIdentity::current(),
             extension: None,
+            tags: Vec::new(),
+            env: std::collections::BTreeMap::new(),
+            stdin_bytes: None,
+            notify: None,
+            notifications: Vec::new(),
         }
     }
 
@@ -187,6 +209,50 @@ impl Records {
     /// The records in `data`.
     pub fn new(data: DataDir) -> Self {
         Self { data }
+    }
+
+    /// The file holding an execution's standard input (`execute --stdin`).
+    pub fn stdin_file(&self, namespace: &str, name: &str) -> PathBuf {
+        self.dir(namespace, name).join("stdin")
+    }
+
+    /// Appends a sent notification to the execution's events file.
+    pub fn append_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        event: &super::notify::NotificationEvent,
+    ) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir(namespace, name).join("events.ndjson"))?;
+        let line = serde_json::to_string(event).expect("an event serializes");
+        file.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// The notifications sent for an execution, oldest first.
+    pub fn events(&self, namespace: &str, name: &str) -> Vec<super::notify::NotificationEvent> {
+        std::fs::read_to_string(self.dir(namespace, name).join("events.ndjson"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Keeps an execution's standard input beside its record (readable by its owner only).
+    pub fn write_stdin(
+        &self,
+        namespace: &str,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(), RecordError> {
+        let path = self.stdin_file(namespace, name);
+        write_private(&path, bytes).map_err(|e| RecordError::Io {
+            path,
+            message: e.to_string(),
+        })
     }
 
     /// The directory of one execution.

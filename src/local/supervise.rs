@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::catalog::LocalCatalog;
 use super::environment::{base_environment, caller_environment};
 use super::files::{create_private_file, write_private};
+use super::notify;
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name};
@@ -158,6 +159,9 @@ pub async fn run_prepared(
         grace: GRACE,
         workdir: dir.join("workspace"),
         scratch: ScratchDir::new(dir.join("scratch")),
+        stdin: record
+            .stdin_bytes
+            .map(|_| records.stdin_file(namespace, name)),
         passthrough,
         stop: StopRequest::Cancel,
         inherit_env: false,
@@ -181,8 +185,18 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
+    let watcher = tokio::spawn(notify::watch_output(
+        records.clone(),
+        namespace.to_owned(),
+        name.to_owned(),
+        [
+            invocation.scratch.stdout_log(),
+            invocation.scratch.stderr_log(),
+        ],
+    ));
     let mut summary =
         runner::execute(&invocation, &plan, &store, &sink, settings, cancel.clone()).await;
+    watcher.abort();
     invocation.telemetry.shutdown().await;
     for skipped in &summary.skipped {
         eprintln!(
@@ -215,8 +229,20 @@ pub async fn run_prepared(
     if let Some(step) = extension {
         apply_extension(&mut record, step);
     }
+    notify_finished(&records, &mut record).await;
     records.write(&record)?;
     Ok(record)
+}
+
+/// Sends the `execution.finished` event to the record's sinks (best effort: a failed delivery
+/// is recorded with the event, never in the run's outcome) and puts every event sent in it.
+async fn notify_finished(records: &Records, record: &mut ExecutionRecord) {
+    if let Some(settings) = record.notify.clone().filter(notify::NotifySettings::armed) {
+        let mut event = notify::NotificationEvent::of(notify::EXECUTION_FINISHED, record, None);
+        notify::deliver(&settings, &mut event).await;
+        let _ = records.append_event(&record.namespace, &record.name, &event);
+    }
+    record.notifications = records.events(&record.namespace, &record.name);
 }
 
 /// Where the record says the run's telemetry goes; an endpoint that no longer parses (a

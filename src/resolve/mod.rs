@@ -42,7 +42,8 @@ pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rerun::{ImageRun, RerunSource, pin_image, resolve_rerun};
 pub use rules::{
-    SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths, object_name, relative_path,
+    SUPPORTED_PROVIDERS, env_name, is_reserved_env, lifetime_seconds, mount_paths, object_name,
+    relative_path,
 };
 pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{

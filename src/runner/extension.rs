@@ -264,6 +264,7 @@ fn step_invocation(
         grace: agent.grace,
         workdir: layout.work.clone(),
         scratch: layout.scratch.clone(),
+        stdin: None,
         passthrough: agent.passthrough,
         stop: agent.stop,
         inherit_env: false,

@@ -214,6 +214,9 @@ pub struct Invocation {
     pub workdir: PathBuf,
     /// Input, response, logs and artifacts.
     pub scratch: ScratchDir,
+    /// A file that is the agent's standard input (`execute --stdin` locally); else it reads
+    /// nothing (`/dev/null`).
+    pub stdin: Option<PathBuf>,
     /// Copy the agent's stdout and stderr to ours as well as to the logs.
     pub passthrough: bool,
     /// What a stop signal means here.

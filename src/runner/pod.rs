@@ -398,6 +398,7 @@ pub(super) fn invocation(
         grace: AGENT_GRACE,
         workdir: paths.workspace.clone(),
         scratch: ScratchDir::new(&paths.scratch),
+        stdin: None,
         passthrough: true,
         stop: StopRequest::PodDeletion,
         inherit_env: true,

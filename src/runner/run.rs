@@ -164,7 +164,6 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
         .env(ENV_AGENT_CONFIG_PATH, &inv.agent_config_path)
         .env(ENV_ARTIFACTS_DIR, scratch.artifacts_dir())
         .env(ENV_RESPONSE_FILE, scratch.response_file())
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own group, so that the deadline reaches everything the agent started.
@@ -176,6 +175,19 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
     } else {
         command.env_remove(ENV_INPUT);
     }
+
+    match &inv.stdin {
+        None => command.stdin(Stdio::null()),
+        Some(path) => match std::fs::File::open(path) {
+            Ok(file) => command.stdin(file),
+            Err(e) => {
+                return AgentRun::not_started(
+                    RunState::StartFailed,
+                    format!("opening the agent's standard input {}: {e}", path.display()),
+                );
+            }
+        },
+    };
 
     let started = Instant::now();
     let started_at = jiff::Timestamp::now();

@@ -137,6 +137,28 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
 }
 
+/// Runs `command` (an `errand ARGS -o json`) with `stdin` piped into it: its exit code and its
+/// one JSON answer.
+pub fn one_json_answer_with_stdin(
+    mut command: std::process::Command,
+    args: &[&str],
+    stdin: &[u8],
+) -> (i32, serde_json::Value) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    // A refused input may close the pipe early.
+    let _ = pipe.write_all(stdin);
+    drop(pipe);
+    one_json_answer(args, &child.wait_with_output().unwrap())
+}
+
 /// The exit code of `errand ARGS -o json` and the one JSON answer it printed, checked to be
 /// exactly one line with `schema_version`, `ok` and `type` that conforms to `errand schema`.
 pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, serde_json::Value) {

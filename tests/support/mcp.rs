@@ -43,6 +43,16 @@ impl McpSession {
     /// Calls `tool` with `arguments`: whether the call is an error, and the errand answer it
     /// carries (checked against `errand schema`).
     pub async fn call(&self, tool: &'static str, arguments: Value) -> (bool, Value) {
+        let (error, answer, _) = self.call_with_texts(tool, arguments).await;
+        (error, answer)
+    }
+
+    /// [`McpSession::call`], with the text contents of the result besides its answer.
+    pub async fn call_with_texts(
+        &self,
+        tool: &'static str,
+        arguments: Value,
+    ) -> (bool, Value, Vec<String>) {
         let Value::Object(arguments) = arguments else {
             panic!("tool arguments are an object");
         };
@@ -51,11 +61,16 @@ impl McpSession {
             .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
             .await
             .unwrap_or_else(|e| panic!("calling {tool}: {e}"));
+        let texts = result
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
         let answer = result
             .structured_content
             .unwrap_or_else(|| panic!("{tool} gave no structured answer"));
         super::answers::assert_conforms(&answer);
-        (result.is_error == Some(true), answer)
+        (result.is_error == Some(true), answer, texts)
     }
 
     /// Closes the transport (the client side of stdin and stdout) and waits for the server to

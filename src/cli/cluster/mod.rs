@@ -6,6 +6,7 @@
 mod apply;
 mod control;
 mod data;
+mod inputs;
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,10 +22,14 @@ use serde_json::json;
 use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::listing::ExecutionFilter;
 use super::local::{download_from_store, store_error};
+use super::notify::NotifyArgs;
 use super::output::CliError;
 use super::target::Target;
-use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
+use crate::api::contract::{
+    AGENT_CONTAINER, EXECUTION_UID_LABEL, SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION,
+};
 use crate::api::{
     Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset, FilesetSpec,
     FilesetStatus, Phase, ResultEntry, SnapshotRef,
@@ -38,6 +43,7 @@ use crate::store::keys::{AnyResult, ExecutionId, ResultName};
 
 pub use apply::FIELD_MANAGER;
 use data::DataApi;
+use inputs::{label_inputs, retag_patch, stdin_as_input, tag_selector};
 
 /// The one log a pod keeps of the agent's stdout and stderr together.
 const COMBINED_LOG: &str = "stdout+stderr";
@@ -319,16 +325,61 @@ impl Backend for Cluster {
     }
 
     async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+        self.find_executions(&ExecutionFilter::default()).await
+    }
+
+    async fn find_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, CliError> {
+        let mut params = ListParams::default();
+        if let Some(selector) = tag_selector(&filter.tags) {
+            params = params.labels(&selector);
+        }
         let items = self
             .executions()
-            .list(&ListParams::default())
+            .list(&params)
             .await
             .map_err(api_error)?
             .items;
         Ok(items
             .iter()
             .map(|e| to_record(e, self.store_url.as_deref()))
+            .filter(|r| filter.matches(r))
             .collect())
+    }
+
+    async fn set_notify(
+        &self,
+        _record: &ExecutionRecord,
+        _args: &NotifyArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        Err(CliError::argument(
+            "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event",
+        ))
+    }
+
+    async fn set_tags(
+        &self,
+        record: &ExecutionRecord,
+        tags: &[String],
+    ) -> Result<ExecutionRecord, CliError> {
+        let current = self
+            .executions()
+            .get(&record.name)
+            .await
+            .map_err(api_error)?;
+        let patch = retag_patch(&current.metadata.labels.unwrap_or_default(), tags);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patched = self
+            .executions()
+            .patch(&record.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(api_error)?;
+        Ok(self.record(&patched).await)
     }
 
     async fn create(
@@ -341,7 +392,16 @@ impl Backend for Cluster {
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
             ));
         }
-        let spec = request.spec.clone();
+        if args.notify.given() {
+            return Err(CliError::argument(
+                "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event",
+            ));
+        }
+        let mut spec = request.spec.clone();
+        let inputs = &request.inputs;
+        if let Some(stdin) = &inputs.stdin {
+            spec.input = stdin_as_input(stdin, &spec.input)?;
+        }
         let agent = spec
             .agent_ref
             .as_ref()
@@ -361,9 +421,11 @@ impl Backend for Cluster {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PostParams::default()
         };
+        let mut execution = AgentExecution::new(&name, spec);
+        label_inputs(&mut execution.metadata, inputs);
         let created = self
             .executions()
-            .create(&params, &AgentExecution::new(&name, spec))
+            .create(&params, &execution)
             .await
             .map_err(api_error)?;
         Ok(to_record(&created, self.store_url.as_deref()))
@@ -773,7 +835,28 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         otlp_endpoint: None,
         supervisor: None,
         extension: None,
+        tags: execution
+            .metadata
+            .labels
+            .as_ref()
+            .map(crate::api::tags::tags_of_labels)
+            .unwrap_or_default(),
+        env: annotation(execution, SHOWN_ENV_ANNOTATION)
+            .and_then(|json| serde_json::from_str(json).ok())
+            .unwrap_or_default(),
+        stdin_bytes: annotation(execution, STDIN_BYTES_ANNOTATION).and_then(|n| n.parse().ok()),
+        notify: None,
+        notifications: Vec::new(),
     }
+}
+
+fn annotation<'a>(execution: &'a AgentExecution, key: &str) -> Option<&'a str> {
+    execution
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 #[cfg(test)]

@@ -1,0 +1,142 @@
+//! `list` with its filters (`--state`, `--tag` patterns, `--limit`), `ps` (the executions still going) and `tag set`.
+
+use super::backend::{Backend, find};
+use super::output::{CliError, OutputArgs, print_ok};
+use super::show::{print_executions, print_record};
+use crate::api::Phase;
+use crate::api::tags::{TagPattern, check_tags};
+use crate::local::ExecutionRecord;
+
+/// The phases an execution goes through before it ends.
+const ACTIVE: [Phase; 4] = [
+    Phase::Pending,
+    Phase::Queued,
+    Phase::Starting,
+    Phase::Running,
+];
+/// Every phase, by its name in `--state`.
+const PHASES: [Phase; 7] = [
+    Phase::Pending,
+    Phase::Queued,
+    Phase::Starting,
+    Phase::Running,
+    Phase::Succeeded,
+    Phase::Failed,
+    Phase::Cancelled,
+];
+
+/// Flags of `errand list` (and, without `--state`, of `errand ps`).
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// Only executions in this phase (`pending`, `queued`, `starting`, `running`, `succeeded`,
+    /// `failed`, `cancelled`, or `active` for the first four); repeatable, any of them.
+    #[arg(long = "state", value_name = "PHASE", value_parser = parse_state)]
+    pub states: Vec<Vec<Phase>>,
+    /// Only executions with this tag, or with a tag under `PREFIX` for `PREFIX.*`; repeatable,
+    /// all of them. On a cluster these are label selectors.
+    #[arg(long = "tag", value_name = "TAG|PREFIX.*", value_parser = TagPattern::parse)]
+    pub tags: Vec<TagPattern>,
+    /// At most this many, the newest.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Which executions a listing shows.
+#[derive(Clone, Debug, Default)]
+pub struct ExecutionFilter {
+    /// Any of these phases; every phase when empty.
+    pub phases: Vec<Phase>,
+    /// All of these tag patterns.
+    pub tags: Vec<TagPattern>,
+}
+
+impl ExecutionFilter {
+    /// Whether `record` is shown.
+    pub fn matches(&self, record: &ExecutionRecord) -> bool {
+        (self.phases.is_empty() || self.phases.contains(&record.phase))
+            && self.tags.iter().all(|p| p.matches(&record.tags))
+    }
+}
+
+fn parse_state(value: &str) -> Result<Vec<Phase>, String> {
+    if value.eq_ignore_ascii_case("active") {
+        return Ok(ACTIVE.to_vec());
+    }
+    PHASES
+        .into_iter()
+        .find(|p| format!("{p:?}").eq_ignore_ascii_case(value))
+        .map(|p| vec![p])
+        .ok_or_else(|| {
+            format!("{value:?} is not a phase: pending, queued, starting, running, succeeded, failed, cancelled or active")
+        })
+}
+
+/// The newest `limit` of `records` (all without a limit), oldest first.
+fn newest(mut records: Vec<ExecutionRecord>, limit: Option<usize>) -> Vec<ExecutionRecord> {
+    records.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)));
+    if let Some(limit) = limit {
+        records.drain(..records.len().saturating_sub(limit));
+    }
+    records
+}
+
+/// `errand list`: the executions the filters select.
+pub async fn list(backend: &dyn Backend, args: &ListArgs) -> Result<(), CliError> {
+    let filter = ExecutionFilter {
+        phases: args.states.concat(),
+        tags: args.tags.clone(),
+    };
+    let records = newest(backend.find_executions(&filter).await?, args.limit);
+    print_executions(args.output.format, &records);
+    Ok(())
+}
+
+/// `errand ps`: the executions that have not ended.
+pub async fn ps(backend: &dyn Backend, args: &ListArgs) -> Result<(), CliError> {
+    if !args.states.is_empty() {
+        return Err(CliError::argument(
+            "ps lists the executions that have not ended; use `errand list --state` for others",
+        ));
+    }
+    let filter = ExecutionFilter {
+        phases: ACTIVE.to_vec(),
+        tags: args.tags.clone(),
+    };
+    let records = newest(backend.find_executions(&filter).await?, args.limit);
+    print_executions(args.output.format, &records);
+    Ok(())
+}
+
+/// `errand tag set NAME TAG...`: replaces the execution's tags (none clears them).
+pub async fn tag_set(
+    backend: &dyn Backend,
+    name: &str,
+    tags: &[String],
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let tags = check_tags(tags).map_err(CliError::argument)?;
+    let record = find(backend, name).await?;
+    let record = backend.set_tags(&record, &tags).await?;
+    let view = super::answers::ExecutionView::of(record);
+    print_ok(output.format, "execution", &view, || {
+        print_record(&view.record)
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_name_phases_or_every_active_one() {
+        assert_eq!(parse_state("Running").unwrap(), [Phase::Running]);
+        assert_eq!(parse_state("active").unwrap(), ACTIVE);
+        assert_eq!(
+            parse_state("done").unwrap_err(),
+            "\"done\" is not a phase: pending, queued, starting, running, succeeded, failed, cancelled or active"
+        );
+    }
+}

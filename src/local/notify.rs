@@ -1,0 +1,329 @@
+//! Completion and output-match notifications of local runs: the sinks an execution names (a command fed the event on stdin, an NDJSON file), events built from records, best-effort delivery whose results are kept with the event.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use super::record::{ExecutionRecord, Records};
+
+/// Event type of a finished run.
+pub const EXECUTION_FINISHED: &str = "execution.finished";
+/// Event type of an output line that matched a watch.
+pub const OUTPUT_MATCHED: &str = "execution.output_matched";
+/// How long a notify command may take before it is killed (its delivery then failed).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a running execution's new output is checked against its watches.
+const MATCH_POLL: Duration = Duration::from_millis(250);
+/// The most output-match events one run sends.
+const MAX_MATCH_EVENTS: usize = 100;
+
+/// Where an execution's notifications go, and which output lines notify.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NotifySettings {
+    /// A shell command run per event (`sh -c`), the event JSON on its standard input and
+    /// `ERRAND_EVENT_*` variables in its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// A file each event is appended to as one JSON line (NDJSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// Output lines that notify (delivered to the same sinks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_matches: Vec<OutputMatch>,
+}
+
+impl NotifySettings {
+    /// Whether any sink is set.
+    pub fn armed(&self) -> bool {
+        self.command.is_some() || self.file.is_some()
+    }
+}
+
+/// Lines of the agent's output that notify once they appear after the watch was set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OutputMatch {
+    /// A substring, or a regular expression with `regex`.
+    pub pattern: String,
+    /// Whether `pattern` is a regular expression.
+    #[serde(default)]
+    pub regex: bool,
+    /// `stdout`, `stderr` or `both`.
+    pub stream: String,
+    /// The size of stdout when the watch was set: earlier lines never match.
+    pub stdout_from: u64,
+    /// The size of stderr when the watch was set.
+    pub stderr_from: u64,
+}
+
+impl OutputMatch {
+    /// Whether `line` matches.
+    fn matches(&self, line: &str) -> bool {
+        if self.regex {
+            regex::Regex::new(&self.pattern).is_ok_and(|r| r.is_match(line))
+        } else {
+            line.contains(&self.pattern)
+        }
+    }
+}
+
+/// One event and how its delivery went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NotificationEvent {
+    /// `execution.finished` or `execution.output_matched`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When it happened.
+    pub time: jiff::Timestamp,
+    /// The execution's name.
+    pub execution: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its uid.
+    pub uid: String,
+    /// Its phase then.
+    pub phase: crate::api::Phase,
+    /// How it ended (finished events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The agent's exit code (finished events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The line that matched (output-match events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<MatchedLine>,
+    /// One entry per sink, filled once delivery was tried.
+    #[serde(default)]
+    pub deliveries: Vec<Delivery>,
+}
+
+/// The output line an event reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MatchedLine {
+    /// The watch's pattern.
+    pub pattern: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// The line, without its newline.
+    pub line: String,
+}
+
+/// How delivery to one sink went.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Delivery {
+    /// `command` or `file`.
+    pub sink: String,
+    /// Whether it was delivered (the command exited 0, the line was written).
+    pub ok: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl NotificationEvent {
+    /// The event of `record` as it stands.
+    pub fn of(kind: &str, record: &ExecutionRecord, matched: Option<MatchedLine>) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            time: jiff::Timestamp::now(),
+            execution: record.name.clone(),
+            namespace: record.namespace.clone(),
+            uid: record.uid.clone(),
+            phase: record.phase,
+            reason: record.reason.clone(),
+            exit_code: record.exit_code,
+            matched,
+            deliveries: Vec::new(),
+        }
+    }
+
+    /// The event as sinks get it: one JSON line, without the delivery results.
+    fn line(&self) -> String {
+        let mut value = serde_json::to_value(self).expect("an event serializes");
+        value.as_object_mut().map(|o| o.remove("deliveries"));
+        value["schema_version"] = 1.into();
+        value.to_string()
+    }
+}
+
+/// Delivers `event` to every sink of `settings`, best effort, and records how each went.
+pub async fn deliver(settings: &NotifySettings, event: &mut NotificationEvent) {
+    let line = event.line();
+    if let Some(command) = &settings.command {
+        let result = run_command(command, event, &line).await;
+        event.deliveries.push(Delivery {
+            sink: "command".into(),
+            ok: result.is_ok(),
+            error: result.err(),
+        });
+    }
+    if let Some(file) = &settings.file {
+        let result = append_line(file, &line).map_err(|e| format!("{}: {e}", file.display()));
+        event.deliveries.push(Delivery {
+            sink: "file".into(),
+            ok: result.is_ok(),
+            error: result.err(),
+        });
+    }
+}
+
+async fn run_command(command: &str, event: &NotificationEvent, line: &str) -> Result<(), String> {
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", command])
+        .env("ERRAND_EVENT_TYPE", &event.kind)
+        .env("ERRAND_EVENT_EXECUTION", &event.execution)
+        .env("ERRAND_EVENT_NAMESPACE", &event.namespace)
+        .env("ERRAND_EVENT_UID", &event.uid)
+        .env("ERRAND_EVENT_PHASE", format!("{:?}", event.phase))
+        .env(
+            "ERRAND_EVENT_REASON",
+            event.reason.clone().unwrap_or_default(),
+        )
+        .env(
+            "ERRAND_EVENT_EXIT_CODE",
+            event.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start sh: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A command that does not read its input still counts as delivered when it exits 0.
+        let _ = stdin.write_all(format!("{line}\n").as_bytes()).await;
+    }
+    match tokio::time::timeout(COMMAND_TIMEOUT, child.wait()).await {
+        Err(_) => Err(format!(
+            "the command did not exit within {}s and was killed",
+            COMMAND_TIMEOUT.as_secs()
+        )),
+        Ok(Err(e)) => Err(format!("waiting for the command: {e}")),
+        Ok(Ok(status)) if status.success() => Ok(()),
+        Ok(Ok(status)) => Err(format!("the command failed: {status}")),
+    }
+}
+
+fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(format!("{line}\n").as_bytes())
+}
+
+/// Watches a running execution's output for the lines its watches (re-read from its record, so
+/// that `notify set` on a running execution takes effect) match, and delivers an event for
+/// each, keeping them in the record's events; runs until dropped.
+pub async fn watch_output(records: Records, namespace: String, name: String, logs: [PathBuf; 2]) {
+    let mut read = [0u64; 2];
+    let mut partial = [String::new(), String::new()];
+    let mut sent = 0usize;
+    loop {
+        tokio::time::sleep(MATCH_POLL).await;
+        let Ok(record) = records.read(&namespace, &name) else {
+            continue;
+        };
+        let Some(settings) = record.notify.clone() else {
+            continue;
+        };
+        if settings.output_matches.is_empty() {
+            continue;
+        }
+        for (index, stream) in ["stdout", "stderr"].into_iter().enumerate() {
+            let lines = new_lines(&logs[index], &mut read[index], &mut partial[index]);
+            for (start, line) in lines {
+                for watch in &settings.output_matches {
+                    let from = if index == 0 {
+                        watch.stdout_from
+                    } else {
+                        watch.stderr_from
+                    };
+                    let wanted = watch.stream == "both" || watch.stream == stream;
+                    if !wanted || start < from || !watch.matches(&line) || sent >= MAX_MATCH_EVENTS
+                    {
+                        continue;
+                    }
+                    sent += 1;
+                    let matched = MatchedLine {
+                        pattern: watch.pattern.clone(),
+                        stream: stream.to_owned(),
+                        line: line.clone(),
+                    };
+                    let mut event = NotificationEvent::of(OUTPUT_MATCHED, &record, Some(matched));
+                    deliver(&settings, &mut event).await;
+                    let _ = records.append_event(&namespace, &name, &event);
+                }
+            }
+        }
+    }
+}
+
+/// The complete lines added to `path` since `read`, each with the offset it starts at.
+fn new_lines(path: &Path, read: &mut u64, partial: &mut String) -> Vec<(u64, String)> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(*read)).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    let mut start = *read - partial.len() as u64;
+    let mut rest = &bytes[..];
+    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
+        partial.push_str(&String::from_utf8_lossy(&rest[..end]));
+        lines.push((start, std::mem::take(partial)));
+        start = *read + (bytes.len() - rest.len() + end + 1) as u64;
+        rest = &rest[end + 1..];
+    }
+    partial.push_str(&String::from_utf8_lossy(rest));
+    *read += bytes.len() as u64;
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_lines_come_whole_with_their_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let (mut read, mut partial) = (0, String::new());
+        std::fs::write(&path, "one\ntw").unwrap();
+        assert_eq!(
+            new_lines(&path, &mut read, &mut partial),
+            [(0, "one".to_owned())]
+        );
+        std::fs::write(&path, "one\ntwo\nthree\n").unwrap();
+        assert_eq!(
+            new_lines(&path, &mut read, &mut partial),
+            [(4, "two".to_owned()), (8, "three".to_owned())]
+        );
+        assert!(new_lines(&path, &mut read, &mut partial).is_empty());
+    }
+
+    #[test]
+    fn watches_match_substrings_or_regular_expressions() {
+        let watch = |pattern: &str, regex| OutputMatch {
+            pattern: pattern.into(),
+            regex,
+            stream: "both".into(),
+            stdout_from: 0,
+            stderr_from: 0,
+        };
+        assert!(watch("error", false).matches("an error here"));
+        assert!(!watch("e.ror", false).matches("an error here"));
+        assert!(watch("^an e.ror", true).matches("an error here"));
+        assert!(
+            !watch("(", true).matches("("),
+            "an invalid expression matches nothing"
+        );
+    }
+}
