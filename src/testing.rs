@@ -9,6 +9,7 @@ use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::api::{
+    AgentDeployment, AgentDeploymentSpec,
     AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
     AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeContainer, RuntimeSecurity,
     SnapshotRef, Workdir,
@@ -210,6 +211,29 @@ impl AgentExecution {
     pub fn with_status(mut self, status: Option<AgentExecutionStatus>) -> Self {
         self.status = status;
         self
+    }
+}
+
+impl AgentDeploymentSpec {
+    /// The calculator served in environment `prod`, one replica, the default port and probe.
+    pub fn test() -> Self {
+        Self {
+            agent_ref: Some(Reference::named("calculator")),
+            environment_ref: Some(Reference::named("prod")),
+            ..Self::default()
+        }
+    }
+}
+
+impl AgentDeployment {
+    /// Deployment `calc` of [`AgentDeploymentSpec::test`] in [`NS`], uid [`UID`], generation 1,
+    /// no status yet.
+    pub fn test() -> Self {
+        let mut deployment = AgentDeployment::new("calc", AgentDeploymentSpec::test());
+        deployment.metadata.namespace = Some(NS.into());
+        deployment.metadata.uid = Some(UID.into());
+        deployment.metadata.generation = Some(1);
+        deployment
     }
 }
 

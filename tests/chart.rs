@@ -700,3 +700,41 @@ fn the_chart_installs_agent_runtimes_from_values() {
     let Some(defaults) = render(&[]) else { return };
     assert!(of_kind(&defaults, "AgentRuntime").is_empty());
 }
+
+#[test]
+fn agent_deployments_are_admitted_by_the_webhook_and_served_with_deployments_and_services() {
+    let Some(objects) = render(&[]) else { return };
+    let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
+    let webhook = configuration["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "agentdeployments.errand.dev")
+        .expect("a webhook for AgentDeployments");
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(
+        strings(&webhook["rules"][0]["resources"]),
+        ["agentdeployments"]
+    );
+    assert_eq!(
+        webhook["clientConfig"]["service"]["path"],
+        "/validate-agentdeployment"
+    );
+    for (resource, verbs) in [
+        ("deployments", vec!["get", "list", "watch", "create", "patch"]),
+        ("services", vec!["get", "create", "patch"]),
+        ("agentdeployments/status", vec!["patch"]),
+    ] {
+        let (kind, rule) = rules_for(&objects, resource)
+            .pop()
+            .unwrap_or_else(|| panic!("no rule for {resource}"));
+        assert_eq!(kind, "ClusterRole");
+        assert_eq!(strings(&rule["verbs"]), verbs, "{resource}");
+    }
+    let view = rules_for(&objects, "agentdeployments");
+    assert!(
+        view.iter()
+            .any(|(_, rule)| strings(&rule["verbs"]).contains(&"create")),
+        "the edit role creates AgentDeployments: {view:?}"
+    );
+}

@@ -37,6 +37,11 @@ pub const AGENT_LABEL: &str = "errand.dev/agent";
 pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Annotation with the execution's full name; pods map back to their execution through it.
 pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
+/// Label with an AgentDeployment's name on its children and pods (shortened with a hash
+/// when it does not fit a label value); the Service selects the pods by it.
+pub const DEPLOYMENT_LABEL: &str = "errand.dev/deployment";
+/// Label with an AgentDeployment's uid on its children and pods.
+pub const DEPLOYMENT_UID_LABEL: &str = "errand.dev/deployment-uid";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Key of the snapshot document (canonical JSON) in an execution's snapshot ConfigMap.
@@ -87,6 +92,8 @@ pub enum ConditionType {
     /// The controller's last attempts to move the execution on failed and it keeps retrying;
     /// the message holds the last error. Present only while that lasts.
     Retrying,
+    /// An AgentDeployment has a pod that passes its readiness probe and serves requests.
+    Ready,
 }
 
 impl ConditionType {
@@ -99,6 +106,7 @@ impl ConditionType {
             ConditionType::Failed => "Failed",
             ConditionType::ResultsSaved => "ResultsSaved",
             ConditionType::Retrying => "Retrying",
+            ConditionType::Ready => "Ready",
         }
     }
 }
@@ -160,6 +168,15 @@ pub enum Reason {
     ResultsUploadFailed,
     /// A local run's supervising process ended before the run did.
     SupervisorLost,
+    /// An AgentDeployment has a ready pod.
+    AgentReady,
+    /// An AgentDeployment's pods are not ready (yet, or any more): its starting window runs.
+    AgentNotReady,
+    /// No pod of an AgentDeployment became ready within `startingTimeoutSeconds` of the start
+    /// of its current uninterrupted Starting period.
+    StartingTimeout,
+    /// An AgentDeployment is being deleted with its children.
+    Deleting,
 }
 
 impl Reason {
@@ -188,6 +205,10 @@ impl Reason {
             Reason::ResultsSaved => "ResultsSaved",
             Reason::ResultsUploadFailed => "ResultsUploadFailed",
             Reason::SupervisorLost => "SupervisorLost",
+            Reason::AgentReady => "AgentReady",
+            Reason::AgentNotReady => "AgentNotReady",
+            Reason::StartingTimeout => "StartingTimeout",
+            Reason::Deleting => "Deleting",
         }
     }
 }

@@ -6,6 +6,7 @@
 mod budget;
 mod catalog;
 mod compute;
+mod deployment;
 mod merge;
 mod nemo_spec;
 mod problems;
@@ -31,6 +32,7 @@ use crate::api::{
 pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
 pub use compute::{dns_subdomain, label_key, label_value};
+pub use deployment::{as_execution_spec, resolve_deployment, source_digest};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
 pub use problems::{InvalidSpec, Problem};

@@ -22,8 +22,10 @@ use crate::api::AgentExecutionSpec;
 use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
-/// The path the ValidatingWebhookConfiguration points at.
+/// The path the ValidatingWebhookConfiguration points at for AgentExecutions.
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
+/// The path it points at for AgentDeployments (the same review: the request names its kind).
+pub const VALIDATE_DEPLOYMENT_PATH: &str = "/validate-agentdeployment";
 
 /// Largest request body read: an AdmissionReview holds the object twice at most, and an
 /// object is at most 1.5 MiB in etcd.
@@ -84,14 +86,20 @@ impl Admission {
             Ok(request) => {
                 let verdict = match review::step(&request) {
                     Step::Decided(verdict) => verdict,
-                    Step::Resolve { namespace, spec } => {
+                    Step::Resolve {
+                        kind,
+                        namespace,
+                        spec,
+                    } => {
                         let resolution = tokio::time::timeout(
                             LOOKUP_BUDGET,
                             self.resolver.resolve(&namespace, &spec),
                         )
                         .await;
                         match resolution {
-                            Ok(Ok(resolution)) => review::verdict(&spec, resolution, &self.limits),
+                            Ok(Ok(resolution)) => {
+                                review::verdict(kind, &spec, resolution, &self.limits)
+                            }
                             Ok(Err(message)) => Verdict::Unavailable(message),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",
@@ -107,7 +115,8 @@ impl Admission {
                         name = %request.name,
                         operation = ?request.operation,
                         verdict = label,
-                        "refused an AgentExecution"
+                        kind = %request.kind.kind,
+                        "refused an object"
                     );
                 }
                 (review::respond(&request, verdict), label)
@@ -140,7 +149,7 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
 
 /// Answers one HTTP request.
 async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
-    if request.uri().path() != VALIDATE_PATH {
+    if ![VALIDATE_PATH, VALIDATE_DEPLOYMENT_PATH].contains(&request.uri().path()) {
         return plain(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {
