@@ -9,10 +9,9 @@ use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::api::{
-    AgentDeployment, AgentDeploymentSpec,
-    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
-    AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference, RuntimeContainer, RuntimeSecurity,
-    SnapshotRef, Workdir,
+    AgentConfig, AgentDeployment, AgentDeploymentSpec, AgentEnvironmentSpec, AgentExecution,
+    AgentExecutionSpec, AgentExecutionStatus, AgentSpec, ArtifactMount, Compute, FilesetStatus,
+    Reference, RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
 use crate::store::keys::ExecutionId;

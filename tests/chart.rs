@@ -721,7 +721,10 @@ fn agent_deployments_are_admitted_by_the_webhook_and_served_with_deployments_and
         "/validate-agentdeployment"
     );
     for (resource, verbs) in [
-        ("deployments", vec!["get", "list", "watch", "create", "patch"]),
+        (
+            "deployments",
+            vec!["get", "list", "watch", "create", "patch"],
+        ),
         ("services", vec!["get", "create", "patch"]),
         ("agentdeployments/status", vec!["patch"]),
     ] {

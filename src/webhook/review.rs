@@ -183,7 +183,8 @@ fn decoded<K: serde::de::DeserializeOwned>(
 ) -> Result<K, String> {
     let object = object.ok_or_else(|| format!("the request has no {field}"))?;
     let value = serde_json::to_value(object).map_err(|e| format!("{field}: {e}"))?;
-    crate::resolve::decode(value).map_err(|problem| format!("{field} is not a valid {kind}: {problem}"))
+    crate::resolve::decode(value)
+        .map_err(|problem| format!("{field} is not a valid {kind}: {problem}"))
 }
 
 /// An update may only set `cancel` (from false to true); the CRD's CEL rules say the same, and

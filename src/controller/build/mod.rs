@@ -17,8 +17,9 @@ use crate::api::AgentExecution;
 pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map, snapshot_holder};
 pub use job::job;
 pub use pod::{
-    agent_env, agent_pod, empty_dir, mount, snapshot_volume, AGENT_CONFIG_FILE, ERRAND_BIN_DIR, GRANT_TOKEN_DIR, GRANT_TOKEN_PATH, GRANTS_DIR, GRANTS_PATH,
-    SCRATCH_DIR, SNAPSHOT_DIR, SNAPSHOT_PATH, WORKSPACE_DIR,
+    AGENT_CONFIG_FILE, ERRAND_BIN_DIR, GRANT_TOKEN_DIR, GRANT_TOKEN_PATH, GRANTS_DIR, GRANTS_PATH,
+    SCRATCH_DIR, SNAPSHOT_DIR, SNAPSHOT_PATH, WORKSPACE_DIR, agent_env, agent_pod, empty_dir,
+    mount, snapshot_volume,
 };
 
 use super::names;

@@ -13,10 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::AgentDeploymentSpec;
-use crate::api::contract::{AGENT_CONTAINER, SNAPSHOT_DIGEST_ANNOTATION, SNAPSHOT_VOLUME, WORKSPACE_VOLUME};
+use crate::api::contract::{
+    AGENT_CONTAINER, SNAPSHOT_DIGEST_ANNOTATION, SNAPSHOT_VOLUME, WORKSPACE_VOLUME,
+};
 use crate::controller::build::{
-    ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount,
-    resources, security, snapshot_holder, snapshot_volume,
+    ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount, resources,
+    security, snapshot_holder, snapshot_volume,
 };
 use crate::controller::config::ControllerConfig;
 use crate::controller::names;

@@ -90,7 +90,8 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
                     Some(serving) => read_snapshot(ctx, &owner.namespace, serving).await?,
                     None => None,
                 };
-                let (Some(serving), Some(serving_source)) = (serving, previous.source_digest.clone())
+                let (Some(serving), Some(serving_source)) =
+                    (serving, previous.source_digest.clone())
                 else {
                     info!(deployment = %owner.name, namespace = %owner.namespace, "invalid: {message}");
                     writer
@@ -160,7 +161,10 @@ async fn read_snapshot(
     let config_map = Api::<ConfigMap>::namespaced(ctx.client.clone(), namespace)
         .get_opt(&recorded.config_map)
         .await
-        .map_err(Error::kube(format!("reading ConfigMap {}", recorded.config_map)))?;
+        .map_err(Error::kube(format!(
+            "reading ConfigMap {}",
+            recorded.config_map
+        )))?;
     let snapshot = config_map
         .and_then(|c| c.data?.remove(SNAPSHOT_KEY))
         .and_then(|json| serde_json::from_str::<Snapshot>(&json).ok())

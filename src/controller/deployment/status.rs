@@ -109,8 +109,18 @@ pub fn decide(previous: &AgentDeploymentStatus, observed: &Observed) -> Decision
                 "no pod became ready within startingTimeoutSeconds ({seconds}s); change the \
                  spec (redeploy) to start again"
             );
-            conditions.set(ConditionType::Ready, false, Reason::StartingTimeout, &message);
-            conditions.set(ConditionType::Failed, true, Reason::StartingTimeout, &message);
+            conditions.set(
+                ConditionType::Ready,
+                false,
+                Reason::StartingTimeout,
+                &message,
+            );
+            conditions.set(
+                ConditionType::Failed,
+                true,
+                Reason::StartingTimeout,
+                &message,
+            );
             status.phase = Some(DeploymentPhase::Failed);
             status.starting_since = since.map(Time);
             status.message = Some(message);
@@ -248,7 +258,10 @@ mod tests {
         let decisions = run(&[(0, 0), (1, 50), (0, 100), (0, 159), (1, 170), (0, 400)]);
         let phases: Vec<_> = decisions.iter().map(|d| d.status.phase.unwrap()).collect();
         use DeploymentPhase::{Ready, Starting};
-        assert_eq!(phases, [Starting, Ready, Starting, Starting, Ready, Starting]);
+        assert_eq!(
+            phases,
+            [Starting, Ready, Starting, Starting, Ready, Starting]
+        );
         assert_eq!(decisions[2].status.starting_since, Some(Time(at(100))));
         assert_eq!(decisions[3].status.starting_since, Some(Time(at(100))));
         assert_eq!(decisions[5].status.starting_since, Some(Time(at(400))));

@@ -117,7 +117,10 @@ mod tests {
     #[test]
     fn the_window_is_measured_from_the_start_of_the_uninterrupted_starting_period() {
         let starting_phase = Some(DeploymentPhase::Starting);
-        assert_eq!(starting_window(facts(starting_phase, Some(0), 59)), starting(0));
+        assert_eq!(
+            starting_window(facts(starting_phase, Some(0), 59)),
+            starting(0)
+        );
         assert_eq!(
             starting_window(facts(starting_phase, Some(0), 60)),
             Window::Expired { since: Some(at(0)) },

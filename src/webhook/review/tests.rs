@@ -9,7 +9,12 @@ use crate::testing::{NS, SECRET_VALUE};
 
 /// An AdmissionReview of an AgentExecution as the API server posts it.
 fn review_body(operation: &str, object: Option<Value>, old: Option<Value>) -> Vec<u8> {
-    review_body_of(("AgentExecution", "agentexecutions"), operation, object, old)
+    review_body_of(
+        ("AgentExecution", "agentexecutions"),
+        operation,
+        object,
+        old,
+    )
 }
 
 /// An AdmissionReview of the `(kind, resource)` as the API server posts it.
@@ -67,9 +72,12 @@ fn answer_within(body: &[u8], catalog: &InMemoryCatalog, limits: &RunLimits) -> 
             kind,
             namespace,
             spec,
-        } => {
-            verdict(kind, &spec, resolve_execution(&namespace, &spec, catalog), limits)
-        }
+        } => verdict(
+            kind,
+            &spec,
+            resolve_execution(&namespace, &spec, catalog),
+            limits,
+        ),
     };
     let review = respond(&request, verdict);
     let text = serde_json::to_value(&review).unwrap();
@@ -88,7 +96,8 @@ fn a_create_is_resolved_in_the_request_namespace() {
     let request = parse(&body).unwrap();
     let Step::Resolve {
         namespace, spec, ..
-    } = step(&request) else {
+    } = step(&request)
+    else {
         panic!("a create needs resolution");
     };
     assert_eq!(namespace, NS);
@@ -395,7 +404,10 @@ fn deployment_review(operation: &str, object: Value, old: Option<Value>) -> Vec<
 #[test]
 fn a_deployment_is_resolved_with_the_execution_rules_and_refused_naming_its_field() {
     let catalog = InMemoryCatalog::test();
-    let ok = answer(&deployment_review("CREATE", deployment(json!({})), None), &catalog);
+    let ok = answer(
+        &deployment_review("CREATE", deployment(json!({})), None),
+        &catalog,
+    );
     assert_eq!(ok["allowed"], true, "{ok}");
     let refused = answer(
         &deployment_review(
@@ -426,10 +438,17 @@ fn a_deployment_update_is_resolved_only_when_it_redeploys() {
     let empty = InMemoryCatalog::default();
     let old = deployment(json!({}));
     let scaled = answer(
-        &deployment_review("UPDATE", deployment(json!({"replicas": 3})), Some(old.clone())),
+        &deployment_review(
+            "UPDATE",
+            deployment(json!({"replicas": 3})),
+            Some(old.clone()),
+        ),
         &empty,
     );
-    assert_eq!(scaled["allowed"], true, "scaling is not a redeploy: {scaled}");
+    assert_eq!(
+        scaled["allowed"], true,
+        "scaling is not a redeploy: {scaled}"
+    );
     let redeployed = answer(
         &deployment_review(
             "UPDATE",

@@ -22,7 +22,8 @@ fn built() -> (Snapshot, Children) {
     });
     let catalog = InMemoryCatalog::test().with_environment(NS, "prod", gpu);
     let deployment = AgentDeployment::test();
-    let snapshot = resolve_deployment(NS, &deployment.spec, &catalog).expect("the fixture resolves");
+    let snapshot =
+        resolve_deployment(NS, &deployment.spec, &catalog).expect("the fixture resolves");
     let owner = ExecutionOwner::of_object(&deployment).unwrap();
     let config = ControllerConfig::new("errand.local/errand:dev");
     let children = children(&owner, &deployment.spec, &snapshot, &config);
@@ -56,12 +57,30 @@ fn every_child_is_owned_by_the_deployment_and_the_service_selects_its_pods() {
         );
         assert_eq!(owner.controller, Some(true));
     }
-    assert_eq!(children.deployment.metadata.name.as_deref(), Some("errand-calc"));
+    assert_eq!(
+        children.deployment.metadata.name.as_deref(),
+        Some("errand-calc")
+    );
     let service = children.service.spec.as_ref().unwrap();
     assert_eq!(service.type_.as_deref(), Some("ClusterIP"));
     let selector = service.selector.as_ref().unwrap();
-    let template_labels = children.deployment.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.as_ref().unwrap();
-    assert!(selector.iter().all(|(k, v)| template_labels.get(k) == Some(v)));
+    let template_labels = children
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
+    assert!(
+        selector
+            .iter()
+            .all(|(k, v)| template_labels.get(k) == Some(v))
+    );
     assert_eq!(
         children.snapshot.metadata.name.as_deref(),
         Some(names::deployment_snapshot_name("calc", &snapshot.digest()).as_str())
@@ -89,8 +108,14 @@ fn the_pod_is_restricted_with_no_token_and_gpu_limits() {
     );
     let resources = container.resources.as_ref().unwrap();
     let gpu = Quantity("1".into());
-    assert_eq!(resources.limits.as_ref().unwrap().get("nvidia.com/gpu"), Some(&gpu));
-    assert_eq!(resources.requests.as_ref().unwrap().get("nvidia.com/gpu"), Some(&gpu));
+    assert_eq!(
+        resources.limits.as_ref().unwrap().get("nvidia.com/gpu"),
+        Some(&gpu)
+    );
+    assert_eq!(
+        resources.requests.as_ref().unwrap().get("nvidia.com/gpu"),
+        Some(&gpu)
+    );
 }
 
 #[test]
@@ -101,13 +126,25 @@ fn the_agent_server_runs_its_command_with_secret_refs_and_a_readiness_probe() {
     let env = container.env.as_ref().unwrap();
     let key = env.iter().find(|e| e.name == "OPENAI_API_KEY").unwrap();
     assert_eq!(key.value, None);
-    let selector = key.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
-    assert_eq!((selector.name.as_str(), selector.key.as_str()), ("model-keys", "openai"));
+    let selector = key
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (selector.name.as_str(), selector.key.as_str()),
+        ("model-keys", "openai")
+    );
     let port = env.iter().find(|e| e.name == ENV_PORT).unwrap();
     assert_eq!(port.value.as_deref(), Some("8000"));
     assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8000);
     let probe = container.readiness_probe.as_ref().unwrap();
-    assert_eq!(probe.http_get.as_ref().unwrap().path.as_deref(), Some("/health"));
+    assert_eq!(
+        probe.http_get.as_ref().unwrap().path.as_deref(),
+        Some("/health")
+    );
     assert_eq!(probe.timeout_seconds, Some(1));
     assert_eq!(probe.failure_threshold, Some(12));
     for text in [
@@ -122,9 +159,22 @@ fn the_agent_server_runs_its_command_with_secret_refs_and_a_readiness_probe() {
 fn a_new_snapshot_rolls_the_pods_without_taking_one_away_first() {
     let (snapshot, children) = built();
     let spec = children.deployment.spec.as_ref().unwrap();
-    let rolling = spec.strategy.as_ref().unwrap().rolling_update.as_ref().unwrap();
+    let rolling = spec
+        .strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
     assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
-    let annotations = spec.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+    let annotations = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap();
     assert_eq!(
         annotations.get(SNAPSHOT_DIGEST_ANNOTATION),
         Some(&snapshot.digest())
