@@ -20,6 +20,17 @@ pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
 pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
 /// Environment variable with the path of the agent configuration (the snapshot's merged config).
 pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
+/// The name of an AgentDeployment's Deployment and Service: `errand-<deployment>` (its name
+/// is a DNS label of at most 56 characters, so this is one of at most 63).
+pub fn deployment_service_name(deployment: &str) -> String {
+    format!("errand-{deployment}")
+}
+
+/// Environment variable with the port a deployed agent server listens on.
+pub const ENV_PORT: &str = "ERRAND_PORT";
+/// The name of a deployed agent server's container port and of its Service's port; the
+/// gateway finds the port in the Service's EndpointSlices by it.
+pub const AGENT_SERVER_PORT_NAME: &str = "http";
 /// The variables the runner sets outside the [`RESERVED_ENV_PREFIX`] family; reserved too.
 pub const RESERVED_ENV_NAMES: [&str; 1] = [ENV_AGENT_CONFIG_PATH];
 

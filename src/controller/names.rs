@@ -29,7 +29,7 @@ pub fn snapshot_config_map_name(execution: &str) -> String {
 /// Name of an AgentDeployment's Deployment and Service: `errand-<deployment>` (the CRD keeps
 /// deployment names DNS labels short enough for it).
 pub fn deployment_workload_name(deployment: &str) -> String {
-    child_name(deployment, "")
+    crate::api::contract::deployment_service_name(deployment)
 }
 
 /// Name of an AgentDeployment's snapshot ConfigMap for the snapshot with `digest`

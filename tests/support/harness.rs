@@ -546,6 +546,7 @@ pub fn spawn_controller(
         certificates: None,
         webhook: None,
         data_api: None,
+        gateway: None,
         leader_election: None,
         instance: format!("test-{namespace}"),
     };

@@ -14,7 +14,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::AgentDeploymentSpec;
 use crate::api::contract::{
-    AGENT_CONTAINER, SNAPSHOT_DIGEST_ANNOTATION, SNAPSHOT_VOLUME, WORKSPACE_VOLUME,
+    AGENT_CONTAINER, AGENT_SERVER_PORT_NAME as PORT_NAME, ENV_PORT, SNAPSHOT_DIGEST_ANNOTATION,
+    SNAPSHOT_VOLUME, WORKSPACE_VOLUME,
 };
 use crate::controller::build::{
     ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount, resources,
@@ -24,10 +25,6 @@ use crate::controller::config::ControllerConfig;
 use crate::controller::names;
 use crate::resolve::Snapshot;
 
-/// The environment variable that tells the agent server its port.
-pub const ENV_PORT: &str = "ERRAND_PORT";
-/// The name of the container port and of the Service's port.
-pub const PORT_NAME: &str = "http";
 /// The Service's port: clients (and the gateway) reach the agent at `http://<service>`.
 pub const SERVICE_PORT: i32 = 80;
 /// Seconds between readiness probes: a pod is seen ready within this of its server answering.
