@@ -292,7 +292,7 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(ports, ["webhook", "data-api", "http"]);
+    assert_eq!(ports, ["webhook", "data-api", "gateway", "http"]);
 }
 
 #[test]
@@ -726,6 +726,7 @@ fn agent_deployments_are_admitted_by_the_webhook_and_served_with_deployments_and
             vec!["get", "list", "watch", "create", "patch"],
         ),
         ("services", vec!["get", "create", "patch"]),
+        ("endpointslices", vec!["get", "list", "watch"]),
         ("agentdeployments/status", vec!["patch"]),
     ] {
         let (kind, rule) = rules_for(&objects, resource)
@@ -734,6 +735,18 @@ fn agent_deployments_are_admitted_by_the_webhook_and_served_with_deployments_and
         assert_eq!(kind, "ClusterRole");
         assert_eq!(strings(&rule["verbs"]), verbs, "{resource}");
     }
+    assert!(
+        controller_args(&objects).contains(&"--gateway-listen=0.0.0.0:11443"),
+        "the gateway is served"
+    );
+    let (_, invoke) = rules_for(&objects, "agentdeployments/invoke")
+        .pop()
+        .expect("the edit role may invoke");
+    assert_eq!(strings(&invoke["verbs"]), ["create"]);
+    let (_, reviews) = rules_for(&objects, "subjectaccessreviews")
+        .pop()
+        .expect("the gateway reviews access");
+    assert_eq!(strings(&reviews["verbs"]), ["create"]);
     let view = rules_for(&objects, "agentdeployments");
     assert!(
         view.iter()
