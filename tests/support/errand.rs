@@ -100,7 +100,8 @@ where
     }
 }
 
-/// Creates a Secret or an errand object from its JSON form in `namespace`.
+/// Creates a Secret, an errand object, or a ServiceAccount and its RBAC from its JSON form in
+/// `namespace`.
 pub async fn create(client: &Client, namespace: &str, object: serde_json::Value) {
     let kind = object["kind"].as_str().expect("a kind").to_owned();
     let name = object["metadata"]["name"]
@@ -113,6 +114,10 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         "AgentEnvironment" => ApiResource::erase::<AgentEnvironment>(&()),
         "AgentExecution" => ApiResource::erase::<AgentExecution>(&()),
         "Fileset" => ApiResource::erase::<Fileset>(&()),
+        "AgentDeployment" => ApiResource::erase::<errand::api::AgentDeployment>(&()),
+        "ServiceAccount" => ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
+        "Role" => ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&()),
+        "RoleBinding" => ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&()),
         other => panic!("unexpected kind {other}"),
     };
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
