@@ -27,9 +27,10 @@ use serde_json::json;
 use support::archives::{sha256_hex, tar_gz};
 use support::audit;
 use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
-use support::errand::{ERRAND_IMAGE, wait_for, wait_for_data_api};
+use support::errand::{ERRAND_IMAGE, one_json_answer, wait_for, wait_for_data_api};
 use support::harness::execution_id;
-use support::store::read_all;
+use support::store::{read_all, tar_files};
+use support::tenant::Tenant;
 
 use errand::api::contract::NAMESPACE_TTL_ANNOTATION;
 use errand::api::{AgentExecution, Fileset, Phase};
@@ -513,6 +514,14 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     data_api_serves_tenants_by_their_rbac(&client, team.name(), &ns, &done).await;
     eprintln!(
         "data API checks passed in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // A tenant's whole journey with the errand command line and namespace RBAC only.
+    let started = Instant::now();
+    a_tenant_runs_the_whole_journey_with_the_cli(&client, team.name()).await;
+    eprintln!(
+        "the tenant's journey with the CLI passed in {:.1}s",
         started.elapsed().as_secs_f64()
     );
 
@@ -1111,4 +1120,240 @@ async fn data_api_serves_tenants_by_their_rbac(
         Some(digest.as_str()),
         "the old digest stays"
     );
+}
+
+/// The errand command line as a tenant uses it, with a kubeconfig holding only the token of a
+/// ServiceAccount with the built-in `edit` role in the team's namespace: no store, no admin.
+/// It pushes a directory as a Fileset, runs the calculator on it and watches it end, lists
+/// and downloads the results (checked against `manifest.json`, and against `kubectl get --raw`),
+/// applies objects by server-side apply (all or nothing, refusals naming the field); it is
+/// refused (403) in another namespace; a `view` tenant downloads but cannot push.
+async fn a_tenant_runs_the_whole_journey_with_the_cli(client: &Client, team: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let editor = Tenant::create(client, team, "dana", "edit", dir.path()).await;
+    let viewer = Tenant::create(client, team, "erin", "view", dir.path()).await;
+    let workdir = dir.path().join("workdir");
+    std::fs::create_dir_all(workdir.join("data")).unwrap();
+    std::fs::write(workdir.join("notes.txt"), "multiply\n").unwrap();
+    std::fs::write(workdir.join("data/numbers.csv"), "12,8\n").unwrap();
+
+    // 1. Push the directory as a Fileset, through the data API.
+    let (code, pushed) = editor.errand(&["filesets", "push", "journey", workdir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{pushed}");
+    let recorded = Api::<Fileset>::namespaced(client.clone(), team)
+        .get("journey")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(
+        recorded.digest.as_deref(),
+        pushed["fileset"]["status"]["digest"].as_str(),
+        "{pushed}"
+    );
+    assert_eq!(recorded.file_count, Some(2));
+
+    // 2-3. Execute with it as the workdir, then watch the execution to its end.
+    let (code, started) = editor.errand(&[
+        "execute",
+        "--agent",
+        "calculator",
+        "--input",
+        "What is 12 multiplied by 8?",
+        "--workdir.base-workdir",
+        "journey",
+        "--no-wait",
+    ]);
+    assert_eq!(code, 0, "{started}");
+    let name = started["execution"]["name"].as_str().unwrap().to_owned();
+    let (code, watched) = editor.errand(&["watch", &name[..name.len() - 2]]);
+    assert_eq!(code, 0, "{watched}");
+    assert_eq!(watched["execution"]["phase"], "Succeeded", "{watched}");
+    assert_eq!(watched["execution"]["reason"], "Succeeded", "{watched}");
+    assert_eq!(
+        watched["execution"]["response"].as_str().map(str::trim),
+        Some("96"),
+        "the response, read through the data API: {watched}"
+    );
+
+    // 4. List the results.
+    let (code, listed) = editor.errand(&["results", "list", &name]);
+    assert_eq!(code, 0, "{listed}");
+    let names: Vec<&str> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "input_workdir",
+            "output_workdir",
+            "output_artifacts",
+            "run_result",
+            "manifest.json"
+        ]
+    );
+
+    // 5. Download output_workdir and the manifest; the sha256 is the manifest's.
+    let download = |tenant: &Tenant, result: &str| {
+        let who = tenant.kubeconfig.file_stem().unwrap().to_string_lossy();
+        let file = dir.path().join(format!("{who}-{result}"));
+        // `-o` is the file here; the answer's format is `--format`.
+        let args = [
+            "results",
+            "download",
+            result,
+            "--execution",
+            &name,
+            "-o",
+            file.to_str().unwrap(),
+            "--format",
+            "json",
+        ];
+        let (code, answer) = one_json_answer(&args, &tenant.errand_human(&args));
+        assert_eq!(code, 0, "{answer}");
+        std::fs::read(&file).unwrap()
+    };
+    let workdir_tar = download(&editor, "output_workdir");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&download(&editor, "manifest.json")).unwrap();
+    let entry = manifest["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "output_workdir")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        entry["sha256"].as_str(),
+        Some(sha256_hex(&workdir_tar).as_str())
+    );
+    let files = tar_files(&workdir_tar);
+    assert_eq!(
+        (
+            files["notes.txt"].as_str(),
+            files["data/numbers.csv"].as_str()
+        ),
+        ("multiply\n", "12,8\n"),
+        "the pushed workdir is in output_workdir"
+    );
+
+    // 6. The same bytes with plain `kubectl get --raw`.
+    let raw = editor.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/apis/data.errand.dev/v1alpha1/namespaces/{team}/agentexecutions/{name}/results/output_workdir"),
+    ]);
+    assert!(raw.status.success(), "{}", text(&raw));
+    assert_eq!(raw.stdout, workdir_tar);
+
+    // A blocking execute prints the response as a local run does.
+    let output = editor.errand_human(&[
+        "execute",
+        "--agent",
+        "calculator",
+        "--input",
+        "What is 7 multiplied by 6?",
+    ]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(
+        text(&output).contains("Succeeded") && text(&output).contains("response: 42"),
+        "{}",
+        text(&output)
+    );
+
+    // tail --stderr cannot be honoured from a pod's log: refused, saying so.
+    let (code, refused) = editor.errand(&["tail", "--stderr", &name]);
+    assert_eq!(
+        (code, refused["error"]["code"].as_str()),
+        (2, Some("invalid_argument"))
+    );
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--stderr"),
+        "{refused}"
+    );
+
+    // Refused in a namespace the tenant has no role in: 403 from the CLI and from kubectl.
+    let (code, forbidden) = editor.errand(&["-n", "default", "results", "list", &name]);
+    assert_eq!(code, 4, "{forbidden}");
+    assert_eq!(forbidden["error"]["code"], "forbidden", "{forbidden}");
+    let raw = editor.kubectl(&[
+        "get",
+        "--raw",
+        &format!(
+            "/apis/data.errand.dev/v1alpha1/namespaces/default/agentexecutions/{name}/results"
+        ),
+    ]);
+    assert!(!raw.status.success());
+    assert!(text(&raw).contains("Forbidden"), "{}", text(&raw));
+
+    // A `view` tenant downloads the same bytes but cannot push.
+    assert_eq!(download(&viewer, "output_workdir"), workdir_tar);
+    let (code, refused) =
+        viewer.errand(&["filesets", "push", "journey", workdir.to_str().unwrap()]);
+    assert_eq!(code, 4, "{refused}");
+    assert_eq!(refused["error"]["code"], "forbidden", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("filesets/content"),
+        "{refused}"
+    );
+
+    // apply -f: server-side apply, all or nothing; the API server's refusal names the field.
+    let manifests = dir.path().join("objects.yaml");
+    std::fs::write(
+        &manifests,
+        "apiVersion: errand.dev/v1alpha1\nkind: Fileset\nmetadata: {name: applied-first}\nspec: {}\n---\n\
+         apiVersion: errand.dev/v1alpha1\nkind: AgentExecution\nmetadata: {name: bad-timeout}\n\
+         spec: {agentRef: {name: calculator}, input: x, timeoutSeconds: 0}\n",
+    )
+    .unwrap();
+    let (code, refused) = editor.errand(&["apply", "-f", manifests.to_str().unwrap()]);
+    assert_eq!(
+        (code, refused["error"]["code"].as_str()),
+        (2, Some("invalid_spec")),
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("document 2") && message.contains("spec.timeoutSeconds"),
+        "{refused}"
+    );
+    assert!(
+        Api::<Fileset>::namespaced(client.clone(), team)
+            .get_opt("applied-first")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing is applied when one object is refused"
+    );
+    std::fs::write(
+        &manifests,
+        "apiVersion: errand.dev/v1alpha1\nkind: Fileset\nmetadata: {name: applied-first}\nspec: {}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {name: applied-key}\nstringData: {API_KEY: x}\n",
+    )
+    .unwrap();
+    let (code, applied) = editor.errand(&["apply", "-f", manifests.to_str().unwrap()]);
+    assert_eq!(code, 0, "{applied}");
+    assert_eq!(
+        applied["applied"].as_array().map(Vec::len),
+        Some(2),
+        "{applied}"
+    );
+    let managers: Vec<String> = Api::<Fileset>::namespaced(client.clone(), team)
+        .get("applied-first")
+        .await
+        .unwrap()
+        .managed_fields()
+        .iter()
+        .filter_map(|f| f.manager.clone())
+        .collect();
+    assert_eq!(managers, ["errand"], "server-side apply by errand");
 }

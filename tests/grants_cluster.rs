@@ -42,18 +42,9 @@ async fn create_calculator(harness: &Harness) {
         .await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("question.txt"), "What is 12 x 8?\n").unwrap();
-    let pushed = harness
-        .store()
-        .push_fileset(harness.namespace.name(), dir.path())
-        .await
-        .unwrap();
-    errand_support::record_fileset(
-        &harness.client,
-        harness.namespace.name(),
-        "question",
-        &pushed,
-    )
-    .await;
+    harness
+        .push_fileset("question", dir.path().to_str().unwrap())
+        .await;
 }
 
 /// Checks that the run staged the Fileset and saved every result.

@@ -238,7 +238,7 @@ fn watch_follows_a_background_run_to_its_end() {
         stdout.contains("line-1\nline-2\nline-3\n") && stdout.contains("Succeeded"),
         "{stdout}"
     );
-    let (_, tail) = home.json(&["tail", "-n", "2", &name]);
+    let (_, tail) = home.json(&["tail", "--tail", "2", &name]);
     assert_eq!(tail["logs"]["lines"], json!(["line-2", "line-3"]));
 }
 
@@ -283,6 +283,59 @@ fn ambiguous_prefixes_are_refused() {
             .as_str()
             .unwrap()
             .contains("is ambiguous")
+    );
+}
+
+#[test]
+fn a_targeted_cluster_that_cannot_be_reached_is_an_error_and_nothing_is_written_locally() {
+    let home = Home::new();
+    let dir = home
+        .write("tree/file.txt", "x")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let manifest = home.write(
+        "fileset.yaml",
+        "apiVersion: errand.dev/v1alpha1\nkind: Fileset\nmetadata: {name: pushed}\nspec: {}\n",
+    );
+    let missing = home.path().join("no-such-kubeconfig");
+    // ERRAND_BACKEND=local is set for these tests; --kubeconfig and --context target a cluster
+    // all the same.
+    for target in [
+        vec!["--kubeconfig", missing.to_str().unwrap()],
+        vec!["--context", "no-such-context"],
+    ] {
+        for command in [
+            vec!["filesets", "push", "pushed", dir.to_str().unwrap()],
+            vec!["apply", "-f", manifest.to_str().unwrap()],
+        ] {
+            let args: Vec<&str> = target.iter().chain(&command).copied().collect();
+            let (code, answer) = home.json(&args);
+            assert_eq!(
+                (code, answer["error"]["code"].as_str()),
+                (2, Some("invalid_argument")),
+                "{args:?}: {answer}"
+            );
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(target[0]),
+                "the refusal names the option: {answer}"
+            );
+        }
+    }
+    let (_, listed) = home.json(&["filesets", "list"]);
+    assert_eq!(
+        listed["filesets"],
+        json!([]),
+        "nothing went to the local backend"
+    );
+    let (code, answer) = home.json(&["--local", "--context", "x", "list"]);
+    assert_eq!(
+        (code, answer["error"]["code"].as_str()),
+        (2, Some("invalid_argument")),
+        "--local and a cluster target conflict: {answer}"
     );
 }
 

@@ -191,6 +191,32 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason.
+    pub const ALL: [Reason; 22] = [
+        Reason::InvalidSpec,
+        Reason::Resolved,
+        Reason::Queued,
+        Reason::PodStarting,
+        Reason::AgentStarted,
+        Reason::Succeeded,
+        Reason::DeadlineExceeded,
+        Reason::StartTimeout,
+        Reason::ImagePullFailed,
+        Reason::Unschedulable,
+        Reason::AgentFailed,
+        Reason::StageFailed,
+        Reason::PodEvicted,
+        Reason::PodDeleted,
+        Reason::NodeLost,
+        Reason::CreateRejected,
+        Reason::ReconcileError,
+        Reason::Cancelled,
+        Reason::JobDeleted,
+        Reason::ResultsSaved,
+        Reason::ResultsUploadFailed,
+        Reason::SupervisorLost,
+    ];
+
     /// The reason as it appears in conditions, events and records (PascalCase).
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -221,6 +247,11 @@ impl Reason {
             Reason::StartingTimeout => "StartingTimeout",
             Reason::Deleting => "Deleting",
         }
+    }
+
+    /// The reason written as `text` (in a condition or a record), if it is one of errand's.
+    pub fn parse(text: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == text)
     }
 }
 

@@ -2,8 +2,9 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::context::{Local, Target, record_error, store_error};
+use super::local::{Local, record_error, store_error};
 use super::output::{CliError, OutputArgs, human_size, print_ok};
+use super::target::Target;
 use crate::local::references::{ReferencesError, references};
 use crate::retention::gc::parse_age;
 use crate::retention::sweep_store::{SweepReport, sweep_store};

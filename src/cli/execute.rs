@@ -2,16 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use super::context::{Local, PushedFilesetEntry, Target, record_error, store_error};
-use super::output::{CliError, Format, OutputArgs, print_ok};
-use super::show::{print_record, record_outcome};
+use super::backend::{Backend, PushedFileset};
+use super::output::{CliError, OutputArgs};
 use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
-    DocumentError, ManifestObject, SuperviseError, parse_document, parse_manifests, prepare,
-    read_manifest_file, run_prepared, spawn_detached,
+    DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
 };
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
-use crate::runner::signals::cancel_on_stop_signal;
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
 #[derive(Debug, clap::Args)]
@@ -145,36 +142,40 @@ fn manifest_file_object<T>(
         .ok_or_else(|| CliError::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
-/// The spec from `--spec`/`--spec-file` with the flags applied: the name the spec gives, if
-/// any, and the Fileset pushed for a base workdir directory (only with a local backend).
+/// The spec from `--spec`/`--spec-file` with the flags applied: the execution's name (`--name`,
+/// else the one the spec gives, if any) and the Fileset pushed for a base workdir directory.
 pub struct ExecutionRequest {
     /// The complete spec.
     pub spec: AgentExecutionSpec,
-    /// The name an AgentExecution manifest gives.
+    /// The execution's name, when the command line or the spec gives one.
     pub name: Option<String>,
     /// The Fileset this command pushed for `--workdir.base-workdir DIR`.
-    pub pushed: Option<PushedFilesetEntry>,
+    pub pushed: Option<PushedFileset>,
 }
 
-/// The spec (and the name it gives, if any) from `--spec`/`--spec-file` with the flags applied.
-/// With a local backend, a directory given as the base workdir is pushed as a Fileset.
+/// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied.
+/// A directory given as the base workdir is pushed to `backend` as a Fileset.
 pub async fn spec_from_args(
     args: &ExecuteArgs,
-    local: Option<&Local>,
-    namespace: &str,
+    backend: &dyn Backend,
 ) -> Result<ExecutionRequest, CliError> {
+    let namespace = backend.namespace();
     let (mut spec, name) = base_spec(args, namespace)?;
-    let pushed = apply_flags(local, args, namespace, &mut spec).await?;
-    Ok(ExecutionRequest { spec, name, pushed })
+    let pushed = apply_flags(backend, args, namespace, &mut spec).await?;
+    Ok(ExecutionRequest {
+        spec,
+        name: args.name.clone().or(name),
+        pushed,
+    })
 }
 
 /// Applies the flags on top of the spec; returns the Fileset it pushed, if any.
 async fn apply_flags(
-    local: Option<&Local>,
+    backend: &dyn Backend,
     args: &ExecuteArgs,
     namespace: &str,
     spec: &mut AgentExecutionSpec,
-) -> Result<Option<PushedFilesetEntry>, CliError> {
+) -> Result<Option<PushedFileset>, CliError> {
     let in_namespace = |reference: &str, flag: &str| {
         workspace_name(reference, flag, namespace).map_err(|p| InvalidSpec { problems: vec![p] })
     };
@@ -211,19 +212,13 @@ async fn apply_flags(
     }
     if let Some(base) = &args.base_workdir {
         refuse_missing_directory(base)?;
-        let base = match local {
-            Some(local) if Path::new(base).is_dir() => {
-                let entry = local.push_fileset(None, Path::new(base)).await?;
-                let name = entry.name.clone();
-                pushed = Some(entry);
-                name
-            }
-            None if Path::new(base).is_dir() => {
-                return Err(CliError::argument(format!(
-                    "--workdir.base-workdir {base}: a directory is pushed only with --local; against a cluster, name a Fileset"
-                )));
-            }
-            _ => base.clone(),
+        let base = if Path::new(base).is_dir() {
+            let entry = backend.push_fileset(None, Path::new(base)).await?;
+            let name = entry.name.clone();
+            pushed = Some(entry);
+            name
+        } else {
+            base.clone()
         };
         spec.workdir.get_or_insert_with(Workdir::default).base = Some(base);
     }
@@ -256,76 +251,4 @@ fn refuse_missing_directory(base: &str) -> Result<(), CliError> {
     Err(CliError::argument(format!(
         "--workdir.base-workdir {base}: the directory {what} (give a directory to push, or a Fileset as NAME[#PATH/])"
     )))
-}
-
-/// A supervision failure as a CLI error.
-pub fn supervise_error(error: SuperviseError) -> CliError {
-    match error {
-        SuperviseError::Invalid(invalid) => invalid.into(),
-        SuperviseError::Record(error) => record_error(error),
-        SuperviseError::Store(error) => store_error(error),
-        other => CliError::new("io_error", other.to_string()),
-    }
-}
-
-/// Runs `errand execute` on the local backend.
-pub async fn execute_local(target: &Target, args: &ExecuteArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let format = args.output.format;
-    super::gc::automatic(&local, format).await;
-    let request = spec_from_args(args, Some(&local), &local.namespace).await?;
-    let name = args.name.clone().or(request.name);
-    let prepared = prepare(
-        &local.data,
-        &local.store_url,
-        &local.namespace,
-        name.as_deref(),
-        &request.spec,
-        args.inherit_env,
-    )
-    .await;
-    let record = match prepared {
-        Ok(record) => record,
-        Err(error) => {
-            // A refused execution leaves nothing behind, not even the workdir it pushed.
-            if let Some(pushed) = &request.pushed {
-                local.undo_push(pushed).await;
-            }
-            return Err(supervise_error(error));
-        }
-    };
-    if args.no_wait {
-        spawn_detached(
-            &local.data,
-            &local.namespace,
-            &record.name,
-            &args.staging.settings(),
-        )
-        .map_err(supervise_error)?;
-        let record = local
-            .records()
-            .read(&local.namespace, &record.name)
-            .map_err(record_error)?;
-        print_ok(format, "execution", &record, || {
-            format!(
-                "execution {} started in the background; follow it with `errand watch {}`",
-                record.name, record.name
-            )
-        });
-        return Ok(());
-    }
-    let cancel = cancel_on_stop_signal();
-    // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
-    let passthrough = format == Format::Human;
-    let record = run_prepared(
-        &local.data,
-        &local.namespace,
-        &record.name,
-        passthrough,
-        &args.staging.settings(),
-        cancel,
-    )
-    .await
-    .map_err(supervise_error)?;
-    record_outcome(format, &record, || print_record(&record))
 }

@@ -2,8 +2,9 @@
 
 use jiff::Timestamp;
 
-use super::context::{Local, Target, record_error, store_error};
+use super::local::{Local, record_error, store_error};
 use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use super::target::Target;
 use crate::local::gc::{GcError, GcReport, automatic_policy, collect, set_automatic_policy};
 use crate::retention::gc::{GcPolicy, parse_age, parse_size};
 

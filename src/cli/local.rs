@@ -1,103 +1,466 @@
-//! The commands against the local backend on executions that exist: watch, status, tail, results, cancel, delete, list, and the detached supervisor.
+//! The local backend behind the commands: records, catalog and store in the data directory, runs supervised by this process or a detached one.
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde_json::json;
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::context::{Local, Target, record_error, store_error};
-use super::execute::supervise_error;
-use super::output::{CliError, Format, OutputArgs, print_ok};
-use super::show::{
-    download, parse_result_name, print_executions, print_record, print_results, record_outcome,
+use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::output::CliError;
+use super::target::Target;
+use crate::api::{Fileset, FilesetStatus, ResultEntry};
+use crate::local::{
+    CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records,
+    RemoveError, SuperviseError, parse_document, prepare, remove_execution, results_of,
+    run_prepared, spawn_detached,
 };
-use crate::api::contract::Reason;
-use crate::local::{ExecutionRecord, RemoveError, remove_execution, results_of, run_prepared};
+use crate::resolve::Catalog;
 use crate::runner::StageSettings;
+use crate::runner::outcome::Outcome;
 use crate::runner::signals::cancel_on_stop_signal;
+use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::{Store, StoreError};
 
 /// How often waiting commands look at a record again.
 const POLL: Duration = Duration::from_millis(100);
 /// How long `cancel` and `delete` wait for a supervisor to exit once its record is final.
 const SUPERVISOR_EXIT: Duration = Duration::from_secs(10);
 
-/// `errand status NAME`.
-pub fn status(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let record = local.find(name)?;
-    print_ok(output.format, "execution", &record, || {
-        print_record(&record)
-    });
-    Ok(())
+/// The local backend: the data directory, the store and the namespace.
+pub struct Local {
+    /// The data directory.
+    pub data: DataDir,
+    /// The store URL.
+    pub store_url: String,
+    /// The namespace.
+    pub namespace: String,
 }
 
-/// `errand list`.
-pub fn list(target: &Target, output: OutputArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let records = local.records();
-    let all: Vec<ExecutionRecord> = records
-        .names(&local.namespace)
-        .iter()
-        .filter_map(|n| records.read_current(&local.namespace, n).ok())
-        .collect();
-    print_executions(output.format, &all);
-    Ok(())
-}
+impl Local {
+    /// The local backend chosen by `target` and the environment.
+    pub fn new(target: &Target) -> Result<Self, CliError> {
+        let namespace = target
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let data = DataDir::from_env();
+        data.create().map_err(|e| {
+            CliError::new(
+                "io_error",
+                format!(
+                    "cannot create the data directory {}: {e}",
+                    data.root().display()
+                ),
+            )
+        })?;
+        let store_url = target
+            .store
+            .clone()
+            .unwrap_or_else(|| data.default_store_url());
+        Ok(Self {
+            data,
+            store_url,
+            namespace,
+        })
+    }
 
-fn log_path(local: &Local, name: &str, stderr: bool) -> PathBuf {
-    let file = if stderr { "stderr.log" } else { "stdout.log" };
-    local
-        .records()
-        .dir(&local.namespace, name)
-        .join("scratch")
-        .join(file)
-}
+    /// The execution records.
+    pub fn records(&self) -> Records {
+        Records::new(self.data.clone())
+    }
 
-/// `errand tail -n N NAME`: the last lines of the agent's stdout (or stderr).
-pub fn tail(
-    target: &Target,
-    name: &str,
-    lines: usize,
-    stderr: bool,
-    output: OutputArgs,
-) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let name = local.find(name)?.name;
-    let text = std::fs::read_to_string(log_path(&local, &name, stderr)).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    let last: Vec<&str> = all[all.len().saturating_sub(lines)..].to_vec();
-    print_ok(
-        output.format,
-        "logs",
-        &json!({"execution": name, "stream": if stderr { "stderr" } else { "stdout" }, "lines": last}),
-        || last.join("\n"),
-    );
-    Ok(())
-}
+    fn catalog(&self) -> LocalCatalog {
+        LocalCatalog::new(self.data.clone())
+    }
 
-/// `errand watch NAME`: follow the agent's output until the execution ends, then print it.
-pub async fn watch(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let name = local.find(name)?.name;
-    let records = local.records();
-    let mut offset = 0u64;
-    loop {
-        let record = records
-            .read_current(&local.namespace, &name)
-            .map_err(record_error)?;
-        if output.format == Format::Human {
-            offset = copy_new_output(&log_path(&local, &name, false), offset);
-        }
+    /// The store.
+    pub fn store(&self) -> Result<Store, CliError> {
+        Store::open(&self.store_url).map_err(store_error)
+    }
+
+    fn log_path(&self, name: &str, stream: LogStream) -> PathBuf {
+        let file = match stream {
+            LogStream::Stdout => "stdout.log",
+            LogStream::Stderr => "stderr.log",
+        };
+        self.records()
+            .dir(&self.namespace, name)
+            .join("scratch")
+            .join(file)
+    }
+
+    /// Asks the supervisor of a running execution to stop and waits until it has saved its
+    /// results and exited.
+    async fn stop(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+        let records = self.records();
+        let mut record = records.read(&self.namespace, name).map_err(record_error)?;
         if record.phase.is_terminal() {
-            return record_outcome(output.format, &record, || print_record(&record));
+            return Ok(record);
         }
-        tokio::time::sleep(POLL).await;
+        record.cancel_requested = true;
+        records.write(&record).map_err(record_error)?;
+        let alive = records
+            .supervisor_pid(&self.namespace, name)
+            .is_some_and(|pid| {
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGTERM,
+                )
+                .is_ok()
+            });
+        if !alive {
+            // Nobody is running it any more (never started, or the supervisor died): close it here.
+            let outcome = match record.started_at {
+                None => Outcome::cancelled_before_start(),
+                Some(_) => Outcome::cancelled("cancelled after its supervisor had ended"),
+            };
+            record.set_outcome(&outcome);
+            record.completed_at = Some(jiff::Timestamp::now());
+            records.write(&record).map_err(record_error)?;
+            return Ok(record);
+        }
+        let record = loop {
+            let record = records.read(&self.namespace, name).map_err(record_error)?;
+            if record.phase.is_terminal() {
+                break record;
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        // The record is the supervisor's last write; wait for it to be gone too, so that nothing
+        // of the run is left when this returns.
+        if let Some(pid) = records.supervisor_pid(&self.namespace, name) {
+            let deadline = std::time::Instant::now() + SUPERVISOR_EXIT;
+            while process_running(pid) && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        Ok(record)
+    }
+
+    /// Checks every document for the catalog: its schema, name, namespace and an Agent's
+    /// immutability, also against the documents before it.
+    fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, CliError> {
+        let catalog = self.catalog();
+        let mut checked: Vec<CheckedObject> = Vec::new();
+        for document in documents {
+            let refused =
+                |e: String| CliError::new("invalid_manifest", format!("{}: {e}", document.source));
+            let manifest =
+                parse_document(document.object.clone()).map_err(|e| refused(e.to_string()))?;
+            let object = catalog
+                .check_apply(&manifest, &self.namespace, &checked)
+                .map_err(refused)?;
+            checked.push(object);
+        }
+        Ok(checked)
+    }
+
+    /// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
+    pub async fn supervise(&self, name: &str, settings: StageSettings) -> Result<(), CliError> {
+        run_prepared(
+            &self.data,
+            &self.namespace,
+            name,
+            true,
+            &settings,
+            cancel_on_stop_signal(),
+        )
+        .await
+        .map(|_| ())
+        .map_err(supervise_error)
     }
 }
 
+#[async_trait]
+impl Backend for Local {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn execution_names(&self) -> Result<Vec<String>, CliError> {
+        Ok(self.records().names(&self.namespace))
+    }
+
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+        self.records()
+            .read_current(&self.namespace, name)
+            .map_err(record_error)
+    }
+
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+        let records = self.records();
+        Ok(records
+            .names(&self.namespace)
+            .iter()
+            .filter_map(|n| records.read_current(&self.namespace, n).ok())
+            .collect())
+    }
+
+    async fn create(
+        &self,
+        request: &ExecutionRequest,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        super::gc::automatic(self, args.output.format).await;
+        prepare(
+            &self.data,
+            &self.store_url,
+            &self.namespace,
+            request.name.as_deref(),
+            &request.spec,
+            args.inherit_env,
+        )
+        .await
+        .map_err(supervise_error)
+    }
+
+    async fn detach(
+        &self,
+        record: &ExecutionRecord,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        spawn_detached(
+            &self.data,
+            &self.namespace,
+            &record.name,
+            &args.staging.settings(),
+        )
+        .map_err(supervise_error)?;
+        self.records()
+            .read(&self.namespace, &record.name)
+            .map_err(record_error)
+    }
+
+    async fn run(
+        &self,
+        record: &ExecutionRecord,
+        args: &ExecuteArgs,
+        passthrough: bool,
+    ) -> Result<ExecutionRecord, CliError> {
+        run_prepared(
+            &self.data,
+            &self.namespace,
+            &record.name,
+            passthrough,
+            &args.staging.settings(),
+            cancel_on_stop_signal(),
+        )
+        .await
+        .map_err(supervise_error)
+    }
+
+    async fn watch(
+        &self,
+        record: &ExecutionRecord,
+        print: bool,
+    ) -> Result<ExecutionRecord, CliError> {
+        let mut offset = 0u64;
+        loop {
+            let record = self.execution(&record.name).await?;
+            if print {
+                offset = copy_new_output(&self.log_path(&record.name, LogStream::Stdout), offset);
+            }
+            if record.phase.is_terminal() {
+                return Ok(record);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn logs(
+        &self,
+        record: &ExecutionRecord,
+        stream: LogStream,
+        lines: usize,
+    ) -> Result<(&'static str, Vec<String>), CliError> {
+        let text = std::fs::read_to_string(self.log_path(&record.name, stream)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        let last = all[all.len().saturating_sub(lines)..]
+            .iter()
+            .map(|l| (*l).to_owned())
+            .collect();
+        let label = match stream {
+            LogStream::Stdout => "stdout",
+            LogStream::Stderr => "stderr",
+        };
+        Ok((label, last))
+    }
+
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
+        Ok(record.results.clone())
+    }
+
+    async fn download(
+        &self,
+        record: &ExecutionRecord,
+        result: ResultName,
+        file: &Path,
+    ) -> Result<u64, CliError> {
+        let (store, execution) = results_of(record).map_err(store_error)?;
+        download_from_store(&store, &execution, result, file).await
+    }
+
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
+        self.stop(&record.name).await
+    }
+
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
+        let record = self.stop(&record.name).await?;
+        let removed = remove_execution(&self.records(), &record)
+            .await
+            .map_err(|e| match e {
+                RemoveError::Store(e) => store_error(e),
+                RemoveError::Record(e) => record_error(e),
+            })?;
+        Ok(Some(removed))
+    }
+
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError> {
+        let checked = self.check_all(documents)?;
+        let catalog = self.catalog();
+        for object in &checked {
+            catalog
+                .store(object)
+                .map_err(|e| CliError::new("io_error", e))?;
+        }
+        Ok(checked
+            .into_iter()
+            .map(|o| Applied {
+                kind: o.kind.kind().to_owned(),
+                namespace: (o.kind != ObjectKind::Runtime).then_some(o.namespace),
+                name: o.name,
+            })
+            .collect())
+    }
+
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
+        let catalog = self.catalog();
+        if kind == ObjectKind::Runtime {
+            return Ok(catalog
+                .runtime_objects()
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect());
+        }
+        Ok(catalog
+            .list(&self.namespace, kind)
+            .iter()
+            .filter_map(|name| match kind {
+                ObjectKind::Agent => catalog
+                    .agent_object(&self.namespace, name)
+                    .and_then(|o| serde_json::to_value(o).ok()),
+                _ => catalog
+                    .environment_object(&self.namespace, name)
+                    .and_then(|o| serde_json::to_value(o).ok()),
+            })
+            .collect())
+    }
+
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError> {
+        if self.catalog().delete(&self.namespace, kind, name) {
+            return Ok(());
+        }
+        Err(CliError::new(
+            "not_found",
+            format!(
+                "{} {name:?} not found in namespace {:?}",
+                kind.kind(),
+                self.namespace
+            ),
+        ))
+    }
+
+    async fn push_fileset(
+        &self,
+        name: Option<&str>,
+        dir: &Path,
+    ) -> Result<PushedFileset, CliError> {
+        let store = self.store()?;
+        let pushed = store
+            .push_fileset(&self.namespace, dir)
+            .await
+            .map_err(store_error)?;
+        for skipped in &pushed.skipped {
+            eprintln!(
+                "warning: {} left out of the Fileset: {}: {}",
+                dir.display(),
+                skipped.path,
+                skipped.reason
+            );
+        }
+        let name = name.map_or_else(
+            || format!("workdir-{}", &pushed.digest[..12]),
+            str::to_owned,
+        );
+        let catalog = self.catalog();
+        let entry = PushedFileset {
+            new_fileset: catalog.fileset(&self.namespace, &name).is_none(),
+            new_blob: pushed.created.then(|| pushed.digest.clone()),
+            status: FilesetStatus {
+                digest: Some(format!("sha256:{}", pushed.digest)),
+                size: Some(pushed.size),
+                file_count: Some(pushed.file_count),
+                pushed_at: Some(Time(jiff::Timestamp::now())),
+            },
+            name,
+        };
+        if let Err(e) = catalog.set_fileset(&self.namespace, &entry.name, &entry.status) {
+            self.undo_push(&entry).await;
+            return Err(CliError::new("io_error", e));
+        }
+        Ok(entry)
+    }
+
+    async fn undo_push(&self, pushed: &PushedFileset) {
+        if pushed.new_fileset {
+            self.catalog()
+                .delete(&self.namespace, ObjectKind::Fileset, &pushed.name);
+        }
+        if let (Some(digest), Ok(store)) = (&pushed.new_blob, self.store()) {
+            let _ = store.remove_pushed_fileset(&self.namespace, digest).await;
+        }
+    }
+
+    async fn filesets(&self) -> Result<Vec<Fileset>, CliError> {
+        let catalog = self.catalog();
+        Ok(catalog
+            .list(&self.namespace, ObjectKind::Fileset)
+            .iter()
+            .filter_map(|n| catalog.fileset_object(&self.namespace, n))
+            .collect())
+    }
+}
+
+/// Streams one stored result of `execution` into `file`; returns its size. The local backend
+/// reads its own store; against a cluster only an operator's `--store` leads here.
+pub async fn download_from_store(
+    store: &Store,
+    execution: &ExecutionId,
+    result: ResultName,
+    file: &Path,
+) -> Result<u64, CliError> {
+    let key = keys::result(execution, result).map_err(|e| store_error(e.into()))?;
+    let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
+    let io_error =
+        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
+    let mut out = std::fs::File::create(file).map_err(io_error)?;
+    let mut size = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk =
+            chunk.map_err(|e| CliError::new("store_error", format!("reading {key}: {e}")))?;
+        out.write_all(&chunk).map_err(io_error)?;
+        size += chunk.len() as u64;
+    }
+    out.sync_all().map_err(io_error)?;
+    Ok(size)
+}
+
 /// Prints what was appended to `path` since `offset`; returns the new offset.
-fn copy_new_output(path: &std::path::Path, offset: u64) -> u64 {
+fn copy_new_output(path: &Path, offset: u64) -> u64 {
     let Ok(mut file) = std::fs::File::open(path) else {
         return offset;
     };
@@ -110,74 +473,6 @@ fn copy_new_output(path: &std::path::Path, offset: u64) -> u64 {
     offset + fresh.len() as u64
 }
 
-/// `errand results list NAME`.
-pub fn results_list(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let record = local.find(name)?;
-    print_results(output.format, &record);
-    Ok(())
-}
-
-/// `errand results download RESULT --execution NAME -o FILE`: streams one result into a file.
-pub async fn results_download(
-    target: &Target,
-    result: &str,
-    name: &str,
-    file: Option<PathBuf>,
-    format: Format,
-) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let result_name = parse_result_name(result)?;
-    let record = local.find(name)?;
-    let (store, execution) = results_of(&record).map_err(store_error)?;
-    download(&store, &execution, result_name, file, format).await
-}
-
-/// Asks the supervisor of a running execution to stop and waits until it has saved its results.
-async fn stop(local: &Local, name: &str) -> Result<ExecutionRecord, CliError> {
-    let records = local.records();
-    let mut record = records.read(&local.namespace, name).map_err(record_error)?;
-    if record.phase.is_terminal() {
-        return Ok(record);
-    }
-    record.cancel_requested = true;
-    records.write(&record).map_err(record_error)?;
-    let alive = records
-        .supervisor_pid(&local.namespace, name)
-        .is_some_and(|pid| {
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGTERM,
-            )
-            .is_ok()
-        });
-    if !alive {
-        // Nobody is running it any more (never started, or the supervisor died): close it here.
-        record.phase = crate::api::Phase::Cancelled;
-        record.reason = Some(Reason::Cancelled.as_str().into());
-        record.message = Some("cancelled on request; no supervisor was running".into());
-        record.completed_at = Some(jiff::Timestamp::now());
-        records.write(&record).map_err(record_error)?;
-        return Ok(record);
-    }
-    let record = loop {
-        let record = records.read(&local.namespace, name).map_err(record_error)?;
-        if record.phase.is_terminal() {
-            break record;
-        }
-        tokio::time::sleep(POLL).await;
-    };
-    // The record is the supervisor's last write; wait for it to be gone too, so that nothing
-    // of the run is left when this returns.
-    if let Some(pid) = records.supervisor_pid(&local.namespace, name) {
-        let deadline = std::time::Instant::now() + SUPERVISOR_EXIT;
-        while process_running(pid) && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-    Ok(record)
-}
-
 /// Whether process `pid` runs (a zombie, exited but not yet reaped, does not).
 fn process_running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -187,61 +482,27 @@ fn process_running(pid: i32) -> bool {
     })
 }
 
-/// `errand cancel NAME`.
-pub async fn cancel(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let before = local.find(name)?;
-    let name = before.name;
-    if before.phase.is_terminal() {
-        return Err(CliError::new(
-            "already_finished",
-            format!(
-                "execution {name} already ended {:?}; there is nothing to cancel",
-                before.phase
-            ),
-        ));
+/// A store failure as a CLI error.
+pub fn store_error(error: StoreError) -> CliError {
+    CliError::new("store_error", error.to_string())
+}
+
+/// A record failure as a CLI error.
+pub fn record_error(error: RecordError) -> CliError {
+    let code = match error {
+        RecordError::NotFound(..) => "not_found",
+        RecordError::AlreadyExists(..) => "already_exists",
+        RecordError::Io { .. } => "io_error",
+    };
+    CliError::new(code, error.to_string())
+}
+
+/// A supervision failure as a CLI error.
+fn supervise_error(error: SuperviseError) -> CliError {
+    match error {
+        SuperviseError::Invalid(invalid) => invalid.into(),
+        SuperviseError::Record(error) => record_error(error),
+        SuperviseError::Store(error) => store_error(error),
+        other => CliError::new("io_error", other.to_string()),
     }
-    let record = stop(&local, &name).await?;
-    print_ok(output.format, "execution", &record, || {
-        print_record(&record)
-    });
-    Ok(())
-}
-
-/// `errand delete NAME`: stops it if running, then removes its record and results.
-pub async fn delete(target: &Target, name: &str, output: OutputArgs) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    let name = local.find(name)?.name;
-    let record = stop(&local, &name).await?;
-    let removed = remove_execution(&local.records(), &record)
-        .await
-        .map_err(|e| match e {
-            RemoveError::Store(e) => store_error(e),
-            RemoveError::Record(e) => record_error(e),
-        })?;
-    let answer = json!({"execution": name, "results_removed": removed});
-    print_ok(output.format, "deleted", &answer, || {
-        format!("deleted execution {name} and {removed} stored results")
-    });
-    Ok(())
-}
-
-/// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
-pub async fn supervise(
-    target: &Target,
-    name: &str,
-    settings: StageSettings,
-) -> Result<(), CliError> {
-    let local = Local::new(target)?;
-    run_prepared(
-        &local.data,
-        &local.namespace,
-        name,
-        true,
-        &settings,
-        cancel_on_stop_signal(),
-    )
-    .await
-    .map(|_| ())
-    .map_err(supervise_error)
 }

@@ -1,9 +1,9 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
 mod admin;
-mod catalog;
+mod backend;
 mod cluster;
-mod context;
+mod commands;
 mod controller;
 mod execute;
 mod gc;
@@ -13,6 +13,7 @@ mod pod;
 mod rerun;
 mod show;
 mod staging;
+mod target;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -20,10 +21,10 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::local::ObjectKind;
-use catalog::CatalogAction;
-use context::Target;
+use commands::CatalogAction;
 use execute::ExecuteArgs;
 pub use output::{CliError, Format, OutputArgs, SCHEMA_VERSION};
+use target::Target;
 
 /// Run an AI agent once, to completion, and keep everything it produced.
 #[derive(Debug, Parser)]
@@ -60,10 +61,10 @@ pub enum Command {
     Tail {
         /// Execution name or unambiguous prefix.
         name: String,
-        /// How many lines.
-        #[arg(short = 'n', long = "lines", default_value_t = 20)]
+        /// How many lines (`-n` is the namespace, as in kubectl).
+        #[arg(long = "tail", visible_alias = "lines", default_value_t = 20)]
         lines: usize,
-        /// Show stderr instead of stdout.
+        /// Show stderr instead of stdout (local runs only: a pod's log holds both).
         #[arg(long)]
         stderr: bool,
         #[command(flatten)]
@@ -112,7 +113,7 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// List or delete Agents.
+    /// List, create (from a bare agent config) or delete Agents.
     Agents {
         #[command(subcommand)]
         action: Option<CatalogAction>,
@@ -335,34 +336,37 @@ pub fn run(cli: Cli) -> i32 {
 }
 
 async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
-    let is_local = target.is_local();
     match command {
-        Command::Execute(args) if is_local => execute::execute_local(target, &args).await,
-        Command::Execute(args) => cluster::execute(target, &args).await,
-        Command::Controller(args) => controller::controller(*args).await,
-        Command::Watch { name, output } if is_local => local::watch(target, &name, output).await,
-        Command::Watch { name, output } => cluster::watch(target, &name, output).await,
-        Command::Status { name, output } if is_local => local::status(target, &name, output),
-        Command::Status { name, output } => cluster::status(target, &name, output).await,
+        Command::Controller(args) => return controller::controller(*args).await,
+        Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
+        Command::Supervise { name, staging } => {
+            return local::Local::new(target)?
+                .supervise(&name, staging.settings())
+                .await;
+        }
+        // Local only (gc refuses a cluster), or an operator's store with either backend.
+        Command::Gc(args) => return gc::gc(target, &args).await,
+        Command::Admin { action } => return admin::admin(target, &action).await,
+        Command::Stage(_) | Command::RunAgent(_) => {
+            unreachable!("run() handles the pod commands before dispatching")
+        }
+        _ => {}
+    }
+    let backend = target.backend().await?;
+    let backend = backend.as_ref();
+    match command {
+        Command::Execute(args) => commands::execute(backend, &args).await,
+        Command::Watch { name, output } => commands::watch(backend, &name, output).await,
+        Command::Status { name, output } => commands::status(backend, &name, output).await,
         Command::Tail {
             name,
             lines,
             stderr,
             output,
-        } if is_local => local::tail(target, &name, lines, stderr, output),
-        // A container's log interleaves its stdout and stderr.
-        Command::Tail {
-            name,
-            lines,
-            output,
-            ..
-        } => cluster::tail(target, &name, lines, output).await,
+        } => commands::tail(backend, &name, lines, stderr, output).await,
         Command::Results {
             action: ResultsAction::List { name, output },
-        } if is_local => local::results_list(target, &name, output),
-        Command::Results {
-            action: ResultsAction::List { name, output },
-        } => cluster::results_list(target, &name, output).await,
+        } => commands::results_list(backend, &name, output).await,
         Command::Results {
             action:
                 ResultsAction::Download {
@@ -371,52 +375,37 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
                     file,
                     format,
                 },
-        } if is_local => local::results_download(target, &result, &execution, file, format).await,
-        Command::Results {
-            action:
-                ResultsAction::Download {
-                    result,
-                    execution,
-                    file,
-                    format,
-                },
-        } => cluster::results_download(target, &result, &execution, file, format).await,
-        Command::Cancel { name, output } if is_local => local::cancel(target, &name, output).await,
-        Command::Cancel { name, output } => cluster::cancel(target, &name, output).await,
-        Command::Delete { name, output } if is_local => local::delete(target, &name, output).await,
-        Command::Delete { name, output } => cluster::delete(target, &name, output).await,
-        Command::List { output } if is_local => local::list(target, output),
-        Command::List { output } => cluster::list(target, output).await,
-        Command::Rerun(args) if is_local => rerun::rerun_local(target, *args).await,
-        Command::Rerun(args) => rerun::rerun_cluster(target, *args).await,
-        Command::Gc(args) => gc::gc(target, &args).await,
-        Command::Admin { action } => admin::admin(target, &action).await,
-        Command::Apply { files, output } => catalog::apply(target, &files, output),
+        } => commands::results_download(backend, &result, &execution, file, format).await,
+        Command::Cancel { name, output } => commands::cancel(backend, &name, output).await,
+        Command::Delete { name, output } => commands::delete(backend, &name, output).await,
+        Command::List { output } => commands::list(backend, output).await,
+        Command::Rerun(args) => rerun::rerun(backend, *args).await,
+        Command::Apply { files, output } => commands::apply(backend, &files, output).await,
         Command::Agents { action, output } => {
-            catalog::objects(target, ObjectKind::Agent, action.as_ref(), output)
+            commands::objects(backend, ObjectKind::Agent, action.as_ref(), output).await
         }
         Command::Environments { action, output } => {
-            catalog::objects(target, ObjectKind::Environment, action.as_ref(), output)
+            commands::objects(backend, ObjectKind::Environment, action.as_ref(), output).await
         }
         Command::Runtimes { action, output } => {
-            catalog::objects(target, ObjectKind::Runtime, action.as_ref(), output)
+            commands::objects(backend, ObjectKind::Runtime, action.as_ref(), output).await
         }
         Command::Filesets {
             action: FilesetsAction::Push { name, dir, output },
-        } => catalog::push(target, &name, &dir, output).await,
+        } => commands::push(backend, &name, &dir, output).await,
         Command::Filesets {
             action: FilesetsAction::List { output },
-        } => catalog::list_filesets(target, output),
+        } => commands::list_filesets(backend, output).await,
         Command::Filesets {
             action: FilesetsAction::Delete { name, output },
-        } => catalog::delete_fileset(target, &name, output),
-        Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
-        Command::Supervise { name, staging } => {
-            local::supervise(target, &name, staging.settings()).await
-        }
-        Command::Stage(_) | Command::RunAgent(_) => {
-            unreachable!("run() handles the pod commands before dispatching")
-        }
+        } => commands::delete_object(backend, ObjectKind::Fileset, &name, output).await,
+        Command::Controller(_)
+        | Command::Crds { .. }
+        | Command::Gc(_)
+        | Command::Admin { .. }
+        | Command::Supervise { .. }
+        | Command::Stage(_)
+        | Command::RunAgent(_) => unreachable!("handled above"),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::context::{Local, Target};
+use super::backend::{Backend, find};
 use super::execute::ExecuteArgs;
 use super::output::{CliError, OutputArgs};
 use super::staging::StagingArgs;
@@ -10,7 +10,7 @@ use super::staging::StagingArgs;
 /// Flags of `errand rerun`.
 #[derive(Debug, clap::Args)]
 pub struct RerunArgs {
-    /// The execution to run again (locally also an unambiguous prefix). Its snapshot must still
+    /// The execution to run again (or an unambiguous prefix). Its snapshot must still
     /// exist: a deleted or expired execution cannot be rerun.
     pub execution: String,
     /// Name of the new execution; generated from the agent's name when not given.
@@ -48,20 +48,14 @@ impl RerunArgs {
     }
 }
 
-/// Runs `errand rerun` on the local backend.
-pub async fn rerun_local(target: &Target, args: RerunArgs) -> Result<(), CliError> {
+/// `errand rerun NAME` on either backend.
+pub async fn rerun(backend: &dyn Backend, args: RerunArgs) -> Result<(), CliError> {
     // A name that matches nothing goes on as it is, so that the refusal says the snapshot
     // went with the execution.
-    let execution = match Local::new(target)?.find(&args.execution) {
+    let execution = match find(backend, &args.execution).await {
         Ok(record) => record.name,
         Err(error) if error.code == "not_found" => args.execution.clone(),
         Err(error) => return Err(error),
     };
-    super::execute::execute_local(target, &args.into_execute(&execution)).await
-}
-
-/// Runs `errand rerun` against the cluster.
-pub async fn rerun_cluster(target: &Target, args: RerunArgs) -> Result<(), CliError> {
-    let execution = args.execution.clone();
-    super::cluster::execute(target, &args.into_execute(&execution)).await
+    super::commands::execute(backend, &args.into_execute(&execution)).await
 }

@@ -1,16 +1,9 @@
-//! How executions are shown, the same for both backends: records, tables, results and downloads.
+//! How executions are shown, the same for both backends: records, tables and results.
 
-use std::io::Write;
-use std::path::PathBuf;
-
-use futures::StreamExt;
-use serde_json::json;
-
-use super::context::store_error;
 use super::output::{CliError, Format, human_size, print_ok};
+use crate::api::ResultEntry;
 use crate::local::ExecutionRecord;
-use crate::store::Store;
-use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::keys::ResultName;
 
 /// Human summary of a record.
 pub fn print_record(record: &ExecutionRecord) -> String {
@@ -27,11 +20,14 @@ pub fn print_record(record: &ExecutionRecord) -> String {
     if let Some(image_id) = &record.image_id {
         out.push_str(&format!("\nimage: {image_id}"));
     }
-    if let Some(reason) = &record.reason {
-        out.push_str(&format!("\nreason: {reason}"));
-    }
-    if let Some(message) = &record.message {
-        out.push_str(&format!("\nmessage: {message}"));
+    // A success says so in its phase; how anything else ended is spelled out.
+    if record.phase != crate::api::Phase::Succeeded {
+        if let Some(reason) = &record.reason {
+            out.push_str(&format!("\nreason: {reason}"));
+        }
+        if let Some(message) = &record.message {
+            out.push_str(&format!("\nmessage: {message}"));
+        }
     }
     if let Some(response) = &record.response {
         out.push_str(&format!("\nresponse: {response}"));
@@ -105,10 +101,10 @@ pub fn print_executions(format: Format, all: &[ExecutionRecord]) {
 }
 
 /// The results of an execution as a table, or as JSON.
-pub fn print_results(format: Format, record: &ExecutionRecord) {
-    print_ok(format, "results", &record.results, || {
+pub fn print_results(format: Format, results: &[ResultEntry]) {
+    print_ok(format, "results", &results, || {
         let mut out = format!("{:<18} {:>10}  SHA256", "NAME", "SIZE");
-        for r in &record.results {
+        for r in results {
             out.push_str(&format!(
                 "\n{:<18} {:>10}  {}",
                 r.name,
@@ -129,34 +125,4 @@ pub fn parse_result_name(result: &str) -> Result<ResultName, CliError> {
             known.join(", ")
         ))
     })
-}
-
-/// Streams one stored result of `execution` into `file` (by default the result's name in the
-/// current directory).
-pub async fn download(
-    store: &Store,
-    execution: &ExecutionId,
-    result_name: ResultName,
-    file: Option<PathBuf>,
-    format: Format,
-) -> Result<(), CliError> {
-    let key = keys::result(execution, result_name).map_err(|e| store_error(e.into()))?;
-    let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
-    let file = file.unwrap_or_else(|| PathBuf::from(result_name.file_name()));
-    let io_error =
-        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
-    let mut out = std::fs::File::create(&file).map_err(io_error)?;
-    let mut size = 0u64;
-    while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| CliError::new("store_error", format!("reading {key}: {e}")))?;
-        out.write_all(&chunk).map_err(io_error)?;
-        size += chunk.len() as u64;
-    }
-    out.sync_all().map_err(io_error)?;
-    let answer = json!({"execution": execution.name, "result": result_name.as_str(), "file": file, "size": size});
-    print_ok(format, "download", &answer, || {
-        format!("wrote {} ({})", file.display(), human_size(size))
-    });
-    Ok(())
 }

@@ -123,6 +123,18 @@ impl std::fmt::Display for DocumentError {
 /// Each object is checked as the API server would check it on create: its CRD's schema
 /// (types, unknown fields, enums, bounds) and CEL rules (an AgentExecution's when it is run).
 pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, String> {
+    manifest_documents(text, source)?
+        .into_iter()
+        .enumerate()
+        .map(|(index, doc)| {
+            parse_document(doc).map_err(|e| format!("{source}: document {}: {e}", index + 1))
+        })
+        .collect()
+}
+
+/// The documents of a YAML (or JSON) manifest stream as they are written, empty ones left out;
+/// `source` names it in errors.
+pub fn manifest_documents(text: &str, source: &str) -> Result<Vec<Value>, String> {
     if text.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ReadManifestError::TooLarge {
             path: source.to_owned(),
@@ -131,14 +143,7 @@ pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, 
     }
     let documents: Vec<Value> =
         serde_saphyr::from_multiple(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
-    documents
-        .into_iter()
-        .filter(|doc| !doc.is_null())
-        .enumerate()
-        .map(|(index, doc)| {
-            parse_document(doc).map_err(|e| format!("{source}: document {}: {e}", index + 1))
-        })
-        .collect()
+    Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
 }
 
 /// Reads one document as the object it declares, checked against its schema.

@@ -19,8 +19,8 @@ mod supervise;
 
 pub use catalog::{CheckedObject, LocalCatalog, ObjectKind};
 pub use manifest::{
-    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, parse_document,
-    parse_manifests, read_manifest_file,
+    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, manifest_documents,
+    parse_document, parse_manifests, read_manifest_file,
 };
 pub use paths::DataDir;
 pub use process::ProcessIdentity;

@@ -10,6 +10,7 @@ use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use crate::api::contract::Reason;
 use crate::api::{Phase, ResultEntry};
+use crate::runner::outcome::Outcome;
 
 /// Version of the record document.
 pub const RECORD_SCHEMA_VERSION: u32 = 1;
@@ -30,10 +31,11 @@ pub struct ExecutionRecord {
     pub agent: String,
     /// Lifecycle phase.
     pub phase: Phase,
-    /// Machine-readable reason of a failure or cancellation (`AgentFailed`, `DeadlineExceeded`, ...).
+    /// Machine-readable reason of how the run ended (`Succeeded`, `AgentFailed`,
+    /// `DeadlineExceeded`, ...), as the execution's condition carries it on a cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// A short human message; on failure it ends with the tail of the agent's stderr.
+    /// What happened, as on a cluster; on failure it ends with the tail of the agent's stderr.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The agent's response.
@@ -128,32 +130,30 @@ impl ExecutionRecord {
     /// `SupervisorLost`. Its results are whatever the supervisor had saved.
     pub fn supervisor_lost(mut self, now: jiff::Timestamp) -> Self {
         let pid = self.supervisor.map(|s| s.pid).unwrap_or_default();
-        self.phase = Phase::Failed;
-        self.reason = Some(Reason::SupervisorLost.as_str().to_owned());
-        self.message = Some(format!(
-            "the process supervising the run (pid {pid}) ended before the run did; it was killed or the machine restarted"
+        self.set_outcome(&Outcome::failed(
+            Reason::SupervisorLost,
+            format!(
+                "the process supervising the run (pid {pid}) ended before the run did; it was killed or the machine restarted"
+            ),
         ));
         self.completed_at = Some(now);
         self
+    }
+
+    /// Records how the run ended.
+    pub fn set_outcome(&mut self, outcome: &Outcome) {
+        self.phase = outcome.phase;
+        self.reason = Some(outcome.reason.as_str().to_owned());
+        self.message = Some(outcome.message.clone());
     }
 }
 
 /// Why a record could not be found or saved.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    /// No execution has this name or prefix.
-    #[error("no execution named {0:?} (or starting with it) in namespace {1:?}")]
+    /// No execution has this name.
+    #[error("no execution named {0:?} in namespace {1:?}")]
     NotFound(String, String),
-    /// Several executions start with this prefix.
-    #[error("{prefix:?} is ambiguous in namespace {namespace:?}: it matches {matches}")]
-    Ambiguous {
-        /// The prefix given.
-        prefix: String,
-        /// The namespace searched.
-        namespace: String,
-        /// The names it matches.
-        matches: String,
-    },
     /// An execution with this name exists already.
     #[error(
         "execution {0:?} already exists in namespace {1:?}; choose another name, or delete it first"
@@ -301,31 +301,6 @@ impl Records {
             .collect();
         names.sort();
         names
-    }
-
-    /// The full name of the execution named `prefix`, or the only one starting with it.
-    pub fn resolve_name(&self, namespace: &str, prefix: &str) -> Result<String, RecordError> {
-        let names = self.names(namespace);
-        if names.iter().any(|n| n == prefix) {
-            return Ok(prefix.to_owned());
-        }
-        let matches: Vec<&String> = names.iter().filter(|n| n.starts_with(prefix)).collect();
-        match matches.as_slice() {
-            [] => Err(RecordError::NotFound(
-                prefix.to_owned(),
-                namespace.to_owned(),
-            )),
-            [one] => Ok((*one).clone()),
-            many => Err(RecordError::Ambiguous {
-                prefix: prefix.to_owned(),
-                namespace: namespace.to_owned(),
-                matches: many
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            }),
-        }
     }
 
     /// Removes an execution's directory (record, snapshot, workspace, logs).

@@ -12,14 +12,14 @@ use super::files::{create_private_file, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name};
-use crate::api::contract::Reason;
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
     InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
+use crate::runner::outcome::{RunReport, run_outcome};
 use crate::runner::{
-    self, Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
+    self, Invocation, Provenance, RunSummary, ScratchDir, StageSettings, StopRequest,
 };
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
@@ -203,61 +203,20 @@ fn agent_env(
     Ok(env)
 }
 
-/// Copies how the run ended into the record.
+/// Copies how the run ended into the record, decided as for a pod ([`run_outcome`]).
 fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_seconds: i64) {
-    let tail = summary.stderr_tail.trim();
-    let with_tail = |message: String| {
-        if tail.is_empty() {
-            message
-        } else {
-            format!("{message}; stderr: {tail}")
-        }
-    };
-    let (phase, reason, message) = match summary.state {
-        RunState::Succeeded => (Phase::Succeeded, None, None),
-        RunState::Failed => (
-            Phase::Failed,
-            Some(Reason::AgentFailed),
-            Some(with_tail(format!(
-                "agent exited with code {}",
-                summary.exit_code.unwrap_or(-1)
-            ))),
-        ),
-        RunState::TimedOut => (
-            Phase::Failed,
-            Some(Reason::DeadlineExceeded),
-            Some(with_tail(format!(
-                "agent ran past timeoutSeconds={timeout_seconds} and was stopped"
-            ))),
-        ),
-        // A local run stops on `errand cancel` only (StopRequest::Cancel).
-        RunState::Cancelled | RunState::Terminated => (
-            Phase::Cancelled,
-            Some(Reason::Cancelled),
-            Some("cancelled on request".to_owned()),
-        ),
-        RunState::StartFailed => (
-            Phase::Failed,
-            Some(Reason::AgentFailed),
-            summary.error.clone(),
-        ),
-        RunState::StageFailed => (
-            Phase::Failed,
-            Some(Reason::StageFailed),
-            summary.error.clone(),
-        ),
-    };
-    let (phase, reason, message) = match &summary.results_error {
-        Some(error) if phase == Phase::Succeeded => (
-            Phase::Failed,
-            Some(Reason::ResultsUploadFailed),
-            Some(format!("saving results: {error}")),
-        ),
-        _ => (phase, reason, message),
-    };
-    record.phase = phase;
-    record.reason = reason.map(|r| r.as_str().to_owned());
-    record.message = message;
+    let outcome = run_outcome(&RunReport {
+        state: Some(summary.state),
+        exit_code: summary.exit_code,
+        timed_out: summary.timed_out,
+        error: summary.error.as_deref(),
+        stderr_tail: &summary.stderr_tail,
+        results_error: summary.results_error.as_deref(),
+        results_saved: summary.results.len(),
+        timeout_seconds,
+        cancel_requested: record.cancel_requested,
+    });
+    record.set_outcome(&outcome);
     record.response = summary.response.clone();
     record.exit_code = summary.exit_code;
     record.timed_out = summary.timed_out;

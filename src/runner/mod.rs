@@ -6,6 +6,7 @@
 //! calls [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
+pub mod outcome;
 pub mod plan;
 pub mod pod;
 mod run;

@@ -1,4 +1,4 @@
-//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, its data API available, and polling until something holds.
+//! errand's own objects on the test cluster: its CRDs installed, objects created from JSON, its data API available, polling until something holds, and the one JSON answer of the `errand` command.
 
 use std::future::Future;
 use std::time::Duration;
@@ -127,9 +127,29 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         .unwrap_or_else(|e| panic!("creating {kind} {name}: {e}"));
 }
 
+/// The exit code of `errand ARGS -o json` and the one JSON answer it printed, checked to be
+/// exactly one line with `schema_version`, `ok` and `type`.
+pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, serde_json::Value) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one JSON line expected from {args:?}, got: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(value["schema_version"], 1);
+    assert!(
+        value["ok"].is_boolean() && value["type"].is_string(),
+        "{value}"
+    );
+    (output.status.code().unwrap_or(-1), value)
+}
+
 /// Points Fileset `name` in `namespace` (created when missing) at `pushed`'s digest, size and
-/// file count, set by hand (`errand filesets push` records Filesets only in the local
-/// backend's catalog).
+/// file count, set by hand: for a test that runs the controller in its own process and pushes
+/// into its store directly (elsewhere `errand filesets push` does this).
 pub async fn record_fileset(
     client: &Client,
     namespace: &str,

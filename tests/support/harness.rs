@@ -35,7 +35,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use errand::api::contract::{ConditionType, Reason};
-use errand::api::{AgentExecution, Phase};
+use errand::api::{AgentExecution, Fileset, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
 use errand::controller::status::conditions;
@@ -322,25 +322,22 @@ impl Harness {
         .await;
     }
 
-    /// Runs the `errand` CLI against this test's namespace and store, as a user on the cluster
-    /// would (`-o json`); returns its exit code and its one JSON answer.
+    /// `errand ARGS -o json` against this test's namespace as its operator: the admin's
+    /// kubeconfig, and the controller's store named with `--store`; the exit code and the one
+    /// JSON answer.
     pub fn cli(&self, args: &[&str]) -> (i32, Value) {
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_errand"))
+        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
+            .arg("--kubeconfig")
+            .arg(cluster::kubeconfig_path())
+            .args(["--namespace", self.namespace.name()])
+            .args(["--store", &self.store_url()])
             .args(args)
-            .args(["-o", "json", "--namespace", self.namespace.name()])
-            .arg(format!("--store=file://{}", self.store_dir().display()))
-            .env("KUBECONFIG", cluster::kubeconfig_path())
-            .env("ERRAND_BACKEND", "cluster")
+            .args(["-o", "json"])
+            .env_remove("ERRAND_BACKEND")
+            .env_remove("ERRAND_NAMESPACE")
             .output()
-            .unwrap();
-        let answer = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-            panic!(
-                "errand {args:?}: {e}: {}{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            )
-        });
-        (output.status.code().unwrap_or(-1), answer)
+            .expect("errand runs");
+        super::errand::one_json_answer(args, &output)
     }
 
     /// Applies a JSON merge patch to object `name` of kind `K`.
@@ -358,19 +355,36 @@ impl Harness {
             .unwrap_or_else(|e| panic!("patching {name}: {e}"));
     }
 
-    /// Pushes `dir` (relative to the repository) into the controller's store with the
-    /// `Store::push_fileset` the CLI uses, and points Fileset `name` (created when missing) at
-    /// the content's digest, size and file count by hand (`errand filesets push` records
-    /// Filesets only in the local backend's catalog). Returns the digest's hex.
+    /// `errand filesets push NAME DIR` as the operator, straight into the controller's store
+    /// (`--store`): the CLI creates Fileset `name` when missing and records the content in its
+    /// status, which must be what it answered. `dir` is absolute or relative to the repository.
+    /// Returns the digest's hex.
     pub async fn push_fileset(&self, name: &str, dir: &str) -> String {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-        let pushed = self
-            .store()
-            .push_fileset(self.namespace.name(), &dir)
+        let (code, answer) = self.cli(&["filesets", "push", name, dir.to_str().unwrap()]);
+        assert_eq!(code, 0, "{answer}");
+        let status = self
+            .api::<Fileset>()
+            .get(name)
             .await
+            .unwrap()
+            .status
             .unwrap();
-        errand_support::record_fileset(&self.client, self.namespace.name(), name, &pushed).await;
-        pushed.digest
+        let answered = &answer["fileset"]["status"];
+        assert_eq!(
+            (status.digest.as_deref(), status.size, status.file_count),
+            (
+                answered["digest"].as_str(),
+                answered["size"].as_u64(),
+                answered["fileCount"].as_u64()
+            ),
+            "the answer is what the Fileset's status records: {answer}"
+        );
+        let digest = status.digest.expect("a pushed Fileset has a digest");
+        digest
+            .strip_prefix("sha256:")
+            .expect("a sha256 digest")
+            .to_owned()
     }
 
     /// Asks for the execution to be cancelled, as `errand cancel` does.

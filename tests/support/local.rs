@@ -45,22 +45,7 @@ impl Home {
     pub fn json(&self, args: &[&str]) -> (i32, Value) {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
-        let output = self.run(&all);
-        let stdout = String::from_utf8(output.stdout).unwrap();
-        let lines: Vec<&str> = stdout.lines().collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "exactly one JSON line expected from {args:?}, got: {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let value: Value = serde_json::from_str(lines[0]).unwrap();
-        assert_eq!(value["schema_version"], 1);
-        assert!(
-            value["ok"].is_boolean() && value["type"].is_string(),
-            "{value}"
-        );
-        (output.status.code().unwrap(), value)
+        super::errand::one_json_answer(args, &self.run(&all))
     }
 
     /// The bytes of result `result` of execution `job`, downloaded with `errand results download`.

@@ -15,3 +15,4 @@ pub mod kueue;
 pub mod local;
 pub mod s3;
 pub mod store;
+pub mod tenant;

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::message::with_tail;
 use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning, WorkloadFacts};
 use crate::api::contract::{self, Reason};
 use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
 use crate::runner::RunState;
+use crate::runner::outcome::{Outcome, RunReport, run_outcome};
 use crate::runner::termination::TerminationSummary;
 
 /// What must be stopped to carry out a decision.
@@ -109,31 +109,23 @@ pub struct AgentContainer {
     pub image_id: Option<String>,
 }
 
-impl Ending {
-    fn failed(reason: Reason, message: String) -> Self {
+impl From<Outcome> for Ending {
+    fn from(outcome: Outcome) -> Self {
         Self {
-            phase: Phase::Failed,
-            reason,
-            message,
+            phase: outcome.phase,
+            reason: outcome.reason,
+            message: outcome.message,
             exit_code: None,
             summary: None,
             staged: Vec::new(),
             agent: None,
         }
     }
+}
 
-    fn cancelled(message: &str) -> Self {
-        Self {
-            phase: Phase::Cancelled,
-            ..Self::failed(Reason::Cancelled, message.to_owned())
-        }
-    }
-
-    fn succeeded() -> Self {
-        Self {
-            phase: Phase::Succeeded,
-            ..Self::failed(Reason::Succeeded, String::new())
-        }
+impl Ending {
+    fn failed(reason: Reason, message: String) -> Self {
+        Outcome::failed(reason, message).into()
     }
 
     /// The ending with the agent's times and what staging saved from `pod`, if the run had one.
@@ -155,11 +147,6 @@ impl Ending {
             .as_ref()
             .map_or(self.staged.as_slice(), |s| s.results.as_slice())
     }
-}
-
-/// The message of a run some of whose results could not be saved.
-pub fn results_not_saved(error: &str) -> String {
-    format!("some results could not be saved: {error}")
 }
 
 /// Where the run of `execution` stands given `facts`, and what to stop.
@@ -191,7 +178,7 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
         None => match &job.failure {
             Some(failure) => {
                 let ending = if execution.spec.cancel {
-                    Ending::cancelled("cancelled before the agent started")
+                    Ending::from(Outcome::cancelled_before_start())
                 } else if deadline_passed(job) {
                     Ending::failed(
                         Reason::DeadlineExceeded,
@@ -268,7 +255,7 @@ fn pending(
             "cancelled before the agent started"
         };
         return Decision {
-            standing: Standing::Ended(Ending::cancelled(when).on(pod)),
+            standing: Standing::Ended(Ending::from(Outcome::cancelled(when)).on(pod)),
             stop: Some(Stop::DeleteJob),
             recheck_after: None,
         };
@@ -443,79 +430,71 @@ fn stopped(job: &JobFacts, pod: &PodFacts, summary: Option<&TerminationSummary>)
     Some(Ending::failed(reason, format!("{what}; {saved}")))
 }
 
-/// How a finished pod ended, most specific cause first. A success whose results could not be
-/// saved is a failure: the Succeeded phase promises saved results.
+/// How a finished pod ended: as the runner reported it ([`run_outcome`]), unless the Job's
+/// deadline ended it first, or a failure has a cause only the pod shows (Kubernetes stopped
+/// it, the node refused it, its staging container failed).
 fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Ending {
-    let agent_exit = pod.agent_exit_code;
     let summary = pod.summary.as_ref();
-    let exit_code = summary.and_then(|s| s.exit_code).or(agent_exit);
-    let succeeded = summary.map_or(agent_exit == Some(0), |s| s.state == RunState::Succeeded);
+    let exit_code = summary.and_then(|s| s.exit_code).or(pod.agent_exit_code);
     let stderr = summary.map(|s| s.stderr_tail.as_str()).unwrap_or_default();
-    let pod_reason = pod.reason.as_str();
-
     let mut ending = if deadline_passed(job) {
         Ending::failed(
             Reason::DeadlineExceeded,
             "the Job's deadline passed (backstop behind the run's timeout)".into(),
         )
-    } else if summary.is_some_and(|s| s.timed_out || s.state == RunState::TimedOut) {
-        Ending::failed(
-            Reason::DeadlineExceeded,
-            format!(
-                "the agent ran past timeoutSeconds ({}s) and was stopped",
-                execution.spec.timeout_seconds
+    } else {
+        let outcome = run_outcome(&RunReport {
+            state: summary.map(|s| s.state),
+            exit_code,
+            timed_out: summary.is_some_and(|s| s.timed_out),
+            error: None,
+            stderr_tail: stderr,
+            results_error: summary.and_then(|s| s.results_error.as_deref()),
+            results_saved: summary.map_or_else(
+                || execution.status.as_ref().map_or(0, |s| s.results.len()),
+                |s| s.results.len(),
             ),
-        )
-    } else if execution.spec.cancel && !succeeded {
-        Ending::cancelled("cancelled while running; partial results saved")
-    } else if succeeded {
-        Ending::succeeded()
-    } else if let Some(ending) = stopped(job, pod, summary) {
-        ending
-    } else if pod_reason.starts_with("OutOf") || pod_reason == "UnexpectedAdmissionError" {
+            timeout_seconds: execution.spec.timeout_seconds,
+            cancel_requested: execution.spec.cancel,
+        });
+        let agent_side = outcome.phase == Phase::Failed
+            && matches!(
+                outcome.reason,
+                Reason::AgentFailed | Reason::StageFailed | Reason::PodDeleted
+            );
+        let seen_on_pod = agent_side
+            .then(|| {
+                stopped(job, pod, summary)
+                    .or_else(|| refused_by_node(pod))
+                    .or_else(|| stage_container_failed(pod, stderr))
+            })
+            .flatten();
+        seen_on_pod.unwrap_or_else(|| outcome.into())
+    };
+    ending.exit_code = exit_code;
+    ending.summary = summary.cloned();
+    ending
+}
+
+/// A pod the node refused to run (out of a resource, or an admission error).
+fn refused_by_node(pod: &PodFacts) -> Option<Ending> {
+    let pod_reason = pod.reason.as_str();
+    (pod_reason.starts_with("OutOf") || pod_reason == "UnexpectedAdmissionError").then(|| {
         Ending::failed(
             Reason::Unschedulable,
             format!("the node refused the pod ({pod_reason}): {}", pod.message),
         )
-    } else if pod.stage_exit_code.is_some_and(|code| code != 0)
-        || summary.is_some_and(|s| s.state == RunState::StageFailed)
-    {
-        Ending::failed(
-            Reason::StageFailed,
-            with_tail("staging the working directory failed", stderr),
-        )
-    } else if summary.is_some_and(|s| s.state == RunState::StartFailed) {
-        Ending::failed(
-            Reason::AgentFailed,
-            with_tail("the agent's command could not be started", stderr),
-        )
-    } else {
-        let code = exit_code.map_or_else(
-            || "without an exit code".to_owned(),
-            |c| format!("with exit code {c}"),
-        );
-        Ending::failed(
-            Reason::AgentFailed,
-            with_tail(&format!("the agent failed {code}"), stderr),
-        )
-    };
-    if ending.phase == Phase::Succeeded {
-        match summary.and_then(|s| s.results_error.as_deref()) {
-            Some(error) => {
-                ending.phase = Phase::Failed;
-                ending.reason = Reason::ResultsUploadFailed;
-                ending.message = results_not_saved(error);
-            }
-            None => {
-                let saved = summary.map_or_else(
-                    || execution.status.as_ref().map_or(0, |s| s.results.len()),
-                    |s| s.results.len(),
-                );
-                ending.message = format!("the agent exited 0; {saved} results saved");
-            }
-        }
-    }
-    ending.exit_code = exit_code;
-    ending.summary = summary.cloned();
-    ending
+    })
+}
+
+/// A pod whose staging container failed before the runner could report.
+fn stage_container_failed(pod: &PodFacts, stderr: &str) -> Option<Ending> {
+    pod.stage_exit_code.is_some_and(|code| code != 0).then(|| {
+        let outcome = run_outcome(&RunReport {
+            state: Some(RunState::StageFailed),
+            stderr_tail: stderr,
+            ..RunReport::default()
+        });
+        outcome.into()
+    })
 }

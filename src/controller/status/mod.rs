@@ -5,13 +5,12 @@
 
 pub mod conditions;
 mod decide;
-mod message;
 mod observe;
 mod render;
 mod timings;
 
+pub use crate::runner::outcome::MESSAGE_LIMIT;
 pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide, queued_message};
-pub use message::MESSAGE_LIMIT;
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, WorkloadFacts,
     facts, workload_facts,

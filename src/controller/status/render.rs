@@ -4,11 +4,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::conditions::ConditionWriter;
-use super::decide::{Ending, Standing, queued_message, results_not_saved};
-use super::message::bounded;
+use super::decide::{Ending, Standing, queued_message};
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
 use crate::resolve::InvalidSpec;
+use crate::runner::outcome::{bounded, results_not_saved};
 
 /// `now` truncated to whole seconds, as the API server stores times.
 fn time(now: Timestamp) -> Time {

@@ -10,7 +10,6 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 
-use super::message::with_tail;
 use super::observe::pod_facts;
 use super::render::format_duration;
 use super::*;
@@ -20,6 +19,7 @@ use crate::api::{
 };
 use crate::resolve::{InvalidSpec, Problem};
 use crate::runner::RunState;
+use crate::runner::outcome::with_tail;
 use crate::runner::termination::TerminationSummary;
 
 const T0: i64 = 1_800_000_000;

@@ -1,0 +1,215 @@
+//! What a backend is to the commands: the [`Backend`] trait the local and cluster backends implement, and what both share (finding an execution by prefix).
+//!
+//! The commands (`commands.rs`) are written once against this trait; a backend holds only
+//! what differs between running on this machine and running through a Kubernetes API server.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::output::CliError;
+use crate::api::{Fileset, FilesetStatus, ResultEntry};
+use crate::local::{ExecutionRecord, ObjectKind};
+use crate::store::keys::ResultName;
+
+/// Which of the agent's output streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// One manifest document to apply, with where it came from (`FILE: document N`).
+#[derive(Clone, Debug)]
+pub struct Document {
+    /// `FILE: document N`, for messages.
+    pub source: String,
+    /// The object as written.
+    pub object: serde_json::Value,
+}
+
+/// One object `apply` stored.
+#[derive(Clone, Debug, Serialize)]
+pub struct Applied {
+    /// Its kind (`Agent`, `Secret`, ...).
+    pub kind: String,
+    /// Its namespace; none for a cluster-scoped kind (AgentRuntime).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+}
+
+/// A Fileset a command pushed, and how to take the push back.
+#[derive(Clone, Debug)]
+pub struct PushedFileset {
+    /// The Fileset's name.
+    pub name: String,
+    /// Its new content.
+    pub status: FilesetStatus,
+    /// Whether the Fileset did not exist before this push.
+    pub new_fileset: bool,
+    /// The blob's digest (hex), when this push stored it.
+    pub new_blob: Option<String>,
+}
+
+/// Where executions run and objects live: this machine, or a cluster.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// The namespace the commands act in.
+    fn namespace(&self) -> &str;
+
+    /// The names of the executions in the namespace.
+    async fn execution_names(&self) -> Result<Vec<String>, CliError>;
+
+    /// The record of the execution named exactly `name`, as it stands.
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError>;
+
+    /// The records of every execution in the namespace.
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError>;
+
+    /// Creates the execution `request` describes, checked as the API server would check it;
+    /// nothing of a refused one is left (not even a workdir the request pushed).
+    async fn create(
+        &self,
+        request: &ExecutionRequest,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Lets a created execution run without this process, and returns its record.
+    async fn detach(
+        &self,
+        record: &ExecutionRecord,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Runs (or follows) a created execution until it ends, its output passed through when
+    /// `passthrough`.
+    async fn run(
+        &self,
+        record: &ExecutionRecord,
+        args: &ExecuteArgs,
+        passthrough: bool,
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// Follows an execution something else runs until it ends, printing its stdout as it grows
+    /// when `print`; the final record carries the agent's response.
+    async fn watch(
+        &self,
+        record: &ExecutionRecord,
+        print: bool,
+    ) -> Result<ExecutionRecord, CliError>;
+
+    /// The last `lines` lines of the agent's `stream`, and which stream they are really from
+    /// (`stdout`, `stderr`, or `stdout+stderr` where the two cannot be told apart).
+    async fn logs(
+        &self,
+        record: &ExecutionRecord,
+        stream: LogStream,
+        lines: usize,
+    ) -> Result<(&'static str, Vec<String>), CliError>;
+
+    /// The results saved so far, with size and sha256.
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError>;
+
+    /// Streams one result into `file`; returns its size.
+    async fn download(
+        &self,
+        record: &ExecutionRecord,
+        result: ResultName,
+        file: &Path,
+    ) -> Result<u64, CliError>;
+
+    /// Asks a running execution to stop and waits until it has saved its results.
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError>;
+
+    /// Deletes an execution with its results (stopping it first); returns how many stored
+    /// results were removed, when the backend knows.
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError>;
+
+    /// Applies every document, all or nothing: each is checked before the first is stored.
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError>;
+
+    /// The Agents or AgentEnvironments of the namespace, or every AgentRuntime (cluster-scoped),
+    /// as objects.
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError>;
+
+    /// Deletes one Agent, AgentEnvironment, AgentRuntime or Fileset.
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError>;
+
+    /// Packs `dir` and stores it as the content of Fileset `name` (by default
+    /// `workdir-<digest prefix>`), creating the Fileset when it does not exist.
+    async fn push_fileset(&self, name: Option<&str>, dir: &Path)
+    -> Result<PushedFileset, CliError>;
+
+    /// Takes back what a push of this command added, for a command that fails after pushing.
+    async fn undo_push(&self, pushed: &PushedFileset);
+
+    /// The Filesets of the namespace.
+    async fn filesets(&self) -> Result<Vec<Fileset>, CliError>;
+}
+
+/// The record of the execution named `name`, or of the only one whose name starts with it.
+pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, CliError> {
+    let names = backend.execution_names().await?;
+    let full = find_by_prefix(&names, name, backend.namespace())?;
+    backend.execution(&full).await
+}
+
+/// `prefix` itself when it is one of `names`, else the only name starting with it.
+pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result<String, CliError> {
+    if names.iter().any(|n| n == prefix) {
+        return Ok(prefix.to_owned());
+    }
+    let matches: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    match matches.as_slice() {
+        [] => Err(CliError::new(
+            "not_found",
+            format!(
+                "no execution named {prefix:?} (or starting with it) in namespace {namespace:?}"
+            ),
+        )),
+        [one] => Ok((*one).to_owned()),
+        many => Err(CliError::new(
+            "ambiguous_name",
+            format!(
+                "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}",
+                many.join(", ")
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_by_prefix;
+
+    #[test]
+    fn an_execution_is_found_by_its_name_or_an_unambiguous_prefix() {
+        let names: Vec<String> = ["calc-1", "calc-12", "other"].map(str::to_owned).to_vec();
+        let find = |prefix: &str| find_by_prefix(&names, prefix, "team-a");
+        assert_eq!(find("calc-1").unwrap(), "calc-1", "an exact name wins");
+        assert_eq!(find("oth").unwrap(), "other");
+        let ambiguous = find("calc").unwrap_err();
+        assert_eq!(ambiguous.code, "ambiguous_name");
+        assert_eq!(
+            ambiguous.message,
+            "\"calc\" is ambiguous in namespace \"team-a\": it matches calc-1, calc-12"
+        );
+        let missing = find("nope").unwrap_err();
+        assert_eq!(missing.code, "not_found");
+        assert_eq!(
+            missing.message,
+            "no execution named \"nope\" (or starting with it) in namespace \"team-a\""
+        );
+    }
+}

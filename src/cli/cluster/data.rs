@@ -1,0 +1,221 @@
+//! The client of errand's `data.errand.dev` API: results listed and downloaded, Fileset content pushed, all through the Kubernetes API server with the caller's own credentials.
+//!
+//! Downloads are checked against the sha256 the server sends as the `ETag`. Uploads stream:
+//! the kube client only sends bodies it holds in memory, so a push goes through a client
+//! built from the same configuration and layers (base URI, authentication, impersonation).
+
+use std::io::Write;
+use std::path::Path;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Frame;
+use kube::client::{Body, ConfigExt};
+use kube::core::Status;
+use sha2::{Digest, Sha256};
+
+use super::api_error;
+use crate::api::data::{
+    AgentExecutionResults, CONTENT_SUBRESOURCE, DATA_API_VERSION, EXECUTIONS_RESOURCE,
+    FILESETS_RESOURCE, FilesetContent, RESULTS_SUBRESOURCE, TAR_GZ_CONTENT_TYPE,
+};
+use crate::archive::ByteStream;
+use crate::cli::output::CliError;
+use crate::store::keys::ResultName;
+
+/// The data API of one cluster, for one namespace.
+pub struct DataApi {
+    client: kube::Client,
+    config: kube::Config,
+    namespace: String,
+}
+
+impl DataApi {
+    /// The data API reached with `client` (made from `config`) in `namespace`.
+    pub fn new(client: kube::Client, config: kube::Config, namespace: String) -> Self {
+        Self {
+            client,
+            config,
+            namespace,
+        }
+    }
+
+    fn path(&self, resource: &str, name: &str, rest: &[&str]) -> String {
+        let mut path = format!(
+            "/apis/{DATA_API_VERSION}/namespaces/{}/{resource}/{name}",
+            self.namespace
+        );
+        for part in rest {
+            path.push('/');
+            path.push_str(part);
+        }
+        path
+    }
+
+    /// The results of execution `name` saved so far.
+    pub async fn results(&self, name: &str) -> Result<AgentExecutionResults, CliError> {
+        let path = self.path(EXECUTIONS_RESOURCE, name, &[RESULTS_SUBRESOURCE]);
+        let request = Request::get(path)
+            .body(Vec::new())
+            .expect("a valid request");
+        self.client.request(request).await.map_err(api_error)
+    }
+
+    /// The bytes of a small result (a JSON record).
+    pub async fn result_bytes(&self, name: &str, result: ResultName) -> Result<Vec<u8>, CliError> {
+        let path = self.path(
+            EXECUTIONS_RESOURCE,
+            name,
+            &[RESULTS_SUBRESOURCE, result.as_str()],
+        );
+        let request = Request::get(path)
+            .body(Vec::new())
+            .expect("a valid request");
+        let text = self.client.request_text(request).await.map_err(api_error)?;
+        Ok(text.into_bytes())
+    }
+
+    /// Streams result `result` of execution `name` into `file`, checking its bytes against the
+    /// sha256 the server names in the `ETag`; returns the size.
+    pub async fn download(
+        &self,
+        name: &str,
+        result: ResultName,
+        file: &Path,
+    ) -> Result<u64, CliError> {
+        let path = self.path(
+            EXECUTIONS_RESOURCE,
+            name,
+            &[RESULTS_SUBRESOURCE, result.as_str()],
+        );
+        let request = Request::get(path)
+            .body(Body::empty())
+            .expect("a valid request");
+        let response = self.client.send(request).await.map_err(api_error)?;
+        let (parts, body) = response.into_parts();
+        if !parts.status.is_success() {
+            let bytes = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return Err(refusal(parts.status, &bytes));
+        }
+        let expected = parts
+            .headers
+            .get(header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim_start_matches("W/").trim_matches('"').to_owned());
+        let io_error =
+            |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
+        let mut out = std::fs::File::create(file).map_err(io_error)?;
+        let mut hasher = Sha256::new();
+        let mut size = 0u64;
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                CliError::new(
+                    "cluster_error",
+                    format!("reading {} of execution {name}: {e}", result.as_str()),
+                )
+            })?;
+            hasher.update(&chunk);
+            out.write_all(&chunk).map_err(io_error)?;
+            size += chunk.len() as u64;
+        }
+        out.sync_all().map_err(io_error)?;
+        let actual = hex::encode(hasher.finalize());
+        if let Some(expected) = expected.filter(|e| *e != actual) {
+            return Err(CliError::new(
+                "corrupt_download",
+                format!(
+                    "{}: the {} bytes received have sha256 {actual}, the server announced {expected}",
+                    file.display(),
+                    size
+                ),
+            ));
+        }
+        Ok(size)
+    }
+
+    /// Streams `body` (a `tar.gz`) as Fileset `name`'s new content and returns what the
+    /// Fileset's status now records.
+    pub async fn push(&self, name: &str, body: ByteStream) -> Result<FilesetContent, CliError> {
+        let path = self.path(FILESETS_RESOURCE, name, &[CONTENT_SUBRESOURCE]);
+        let unreachable = |e: String| {
+            CliError::new(
+                "cluster_unreachable",
+                format!("pushing Fileset {name:?}: {e}"),
+            )
+        };
+        let request = Request::builder()
+            .method(Method::PUT)
+            .uri(path)
+            .header(header::CONTENT_TYPE, TAR_GZ_CONTENT_TYPE)
+            .body(
+                http_body_util::StreamBody::new(body.map(|chunk| chunk.map(Frame::data)))
+                    .boxed_unsync(),
+            )
+            .expect("a valid request");
+        let (status, bytes) = send_streamed(&self.config, request)
+            .await
+            .map_err(unreachable)?;
+        if !status.is_success() {
+            return Err(refusal(status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| {
+            CliError::new(
+                "cluster_error",
+                format!("the answer to pushing Fileset {name:?} is not a FilesetContent: {e}"),
+            )
+        })
+    }
+}
+
+/// A request body streamed from a [`ByteStream`].
+type UploadBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+/// The service that sends an upload: kube's connector and layers for `config` (base URI,
+/// authentication, impersonation and other headers) around a client of streamed bodies.
+type UploadService = tower::util::BoxService<
+    Request<UploadBody>,
+    http::Response<hyper::body::Incoming>,
+    tower::BoxError,
+>;
+
+fn upload_service(config: &kube::Config) -> Result<UploadService, String> {
+    let https = config.rustls_https_connector().map_err(|e| e.to_string())?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, UploadBody>(https);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().map_err(|e| e.to_string())?)
+        .layer(config.extra_headers_layer().map_err(|e| e.to_string())?)
+        .map_err(|e: hyper_util::client::legacy::Error| -> tower::BoxError { Box::new(e) })
+        .service(client);
+    Ok(tower::util::BoxService::new(service))
+}
+
+/// Sends `request` through [`upload_service`] and returns the answer's status and body.
+async fn send_streamed(
+    config: &kube::Config,
+    request: Request<UploadBody>,
+) -> Result<(StatusCode, Bytes), String> {
+    use tower::ServiceExt;
+    let service = upload_service(config)?;
+    let response = service.oneshot(request).await.map_err(|e| e.to_string())?;
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((parts.status, bytes))
+}
+
+/// A refused request as a CLI error: the API server's (or errand's) `Status`, else the body.
+fn refusal(code: StatusCode, body: &Bytes) -> CliError {
+    let status = serde_json::from_slice::<Status>(body).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(body).trim().to_owned();
+        Status::failure(&text, "").with_code(code.as_u16())
+    });
+    api_error(kube::Error::Api(status.boxed()))
+}

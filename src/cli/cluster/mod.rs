@@ -1,0 +1,737 @@
+//! The cluster backend behind the commands: AgentExecutions and the catalog through the API server, logs from the agent's pod, results and Fileset content through errand's `data.errand.dev` API.
+//!
+//! It needs what a tenant has: RBAC in a namespace. An operator may name the cluster's store
+//! with `--store` to read results from it directly instead.
+
+mod apply;
+mod data;
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::local::{download_from_store, store_error};
+use super::output::CliError;
+use super::target::Target;
+use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
+use crate::api::{
+    Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset, FilesetSpec, FilesetStatus,
+    Phase, ResultEntry, SnapshotRef,
+};
+use crate::archive::{PackOptions, pack_dir};
+use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::retention::sweep::References;
+use crate::runner::outcome::Outcome;
+use crate::store::Store;
+use crate::store::keys::{ExecutionId, ResultName};
+
+pub use apply::FIELD_MANAGER;
+use data::DataApi;
+
+/// How often waiting commands look at an execution again.
+const POLL: Duration = Duration::from_millis(500);
+
+/// A connection to a cluster, in one namespace.
+pub struct Cluster {
+    client: Client,
+    namespace: String,
+    data: DataApi,
+    /// The store an operator named to read results from directly.
+    store_url: Option<String>,
+}
+
+impl Cluster {
+    /// Connects as `target` says: its kubeconfig and context, else the current kube context
+    /// (or the in-cluster config).
+    pub async fn connect(target: &Target) -> Result<Self, CliError> {
+        let unreachable = |e: String| {
+            CliError::new(
+                "cluster_unreachable",
+                format!("no Kubernetes configuration: {e}; use --local to run on this machine"),
+            )
+        };
+        let options = KubeConfigOptions {
+            context: target.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = match (&target.kubeconfig, &target.context) {
+            (Some(path), _) => {
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                    CliError::argument(format!("--kubeconfig {}: {e}", path.display()))
+                })?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .map_err(|e| {
+                        CliError::argument(format!("--kubeconfig {}: {e}", path.display()))
+                    })?
+            }
+            (None, Some(context)) => kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| CliError::argument(format!("--context {context}: {e}")))?,
+            (None, None) => kube::Config::infer()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?,
+        };
+        let namespace = target
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config.clone()).map_err(|e| unreachable(e.to_string()))?;
+        Ok(Self {
+            data: DataApi::new(client.clone(), config, namespace.clone()),
+            client,
+            namespace,
+            store_url: target.store.clone(),
+        })
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn executions(&self) -> Api<AgentExecution> {
+        self.api()
+    }
+
+    /// Waits until the execution reaches a terminal phase.
+    async fn wait(&self, name: &str) -> Result<AgentExecution, CliError> {
+        loop {
+            let execution = self.executions().get(name).await.map_err(api_error)?;
+            if phase(&execution).is_some_and(Phase::is_terminal) {
+                return Ok(execution);
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The record of `execution`, with the agent's response once its run record is saved.
+    async fn record(&self, execution: &AgentExecution) -> ExecutionRecord {
+        let mut record = to_record(execution, self.store_url.as_deref());
+        let has_run_result = record
+            .results
+            .iter()
+            .any(|r| r.name == ResultName::RunResult.as_str());
+        if record.phase.is_terminal() && has_run_result {
+            match self.response(&record.name).await {
+                Ok(response) => record.response = response,
+                Err(e) => eprintln!(
+                    "warning: the response of execution {} could not be read: {}",
+                    record.name, e.message
+                ),
+            }
+        }
+        record
+    }
+
+    /// The agent's response, from the execution's `run_result`.
+    async fn response(&self, name: &str) -> Result<Option<String>, CliError> {
+        let bytes = self.data.result_bytes(name, ResultName::RunResult).await?;
+        let run: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            CliError::new(
+                "cluster_error",
+                format!("run_result of execution {name} is not JSON: {e}"),
+            )
+        })?;
+        Ok(run["response"].as_str().map(str::to_owned))
+    }
+
+    /// The agent pod of the execution with this uid, if one exists.
+    async fn pod(&self, uid: &str) -> Result<Option<Pod>, CliError> {
+        let selector = format!("{EXECUTION_UID_LABEL}={uid}");
+        let list = self
+            .api::<Pod>()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_error)?;
+        Ok(list.items.into_iter().next())
+    }
+
+    /// Prints the agent container's log as it grows, until the container ends or the
+    /// execution ends without one.
+    async fn follow_log(&self, name: &str, uid: &str) {
+        loop {
+            let execution = self.executions().get(name).await.ok();
+            if execution
+                .as_ref()
+                .and_then(phase)
+                .is_none_or(Phase::is_terminal)
+            {
+                return;
+            }
+            if let Ok(Some(pod)) = self.pod(uid).await {
+                let params = LogParams {
+                    container: Some(AGENT_CONTAINER.into()),
+                    follow: true,
+                    ..Default::default()
+                };
+                if let Ok(stream) = self
+                    .api::<Pod>()
+                    .log_stream(&pod.metadata.name.unwrap_or_default(), &params)
+                    .await
+                {
+                    let mut lines = stream.lines();
+                    while let Some(Ok(line)) = lines.next().await {
+                        println!("{line}");
+                    }
+                    return;
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Creates Fileset `name` unless it exists; whether it created it.
+    async fn ensure_fileset(&self, name: &str) -> Result<bool, CliError> {
+        let filesets = self.api::<Fileset>();
+        if filesets.get_opt(name).await.map_err(api_error)?.is_some() {
+            return Ok(false);
+        }
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match filesets
+            .create(&params, &Fileset::new(name, FilesetSpec::default()))
+            .await
+        {
+            Ok(_) => Ok(true),
+            // Created meanwhile by another push: push to it all the same.
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    /// Streams `dir` packed to the data API as Fileset `name`'s content, which the server
+    /// checks, stores and records in the Fileset's status.
+    async fn push_through_api(&self, name: &str, dir: &Path) -> Result<FilesetStatus, CliError> {
+        let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
+        let answer = self.data.push(name, packing.stream).await;
+        // A packing failure reaches the server as a broken body: report its cause.
+        let stats = packing
+            .done
+            .wait()
+            .await
+            .map_err(|e| archive_error(dir, e))?;
+        let content = answer?;
+        warn_skipped(dir, &stats.skipped_entries);
+        Ok(content.content)
+    }
+
+    /// An operator's push straight into the cluster's store (`--store`), recorded in the
+    /// Fileset's status as the data API records it.
+    async fn push_to_store(
+        &self,
+        store: &Store,
+        name: &str,
+        dir: &Path,
+    ) -> Result<FilesetStatus, CliError> {
+        let pushed = store
+            .push_fileset(&self.namespace, dir)
+            .await
+            .map_err(store_error)?;
+        warn_skipped(dir, &pushed.skipped);
+        let status = FilesetStatus {
+            digest: Some(format!("sha256:{}", pushed.digest)),
+            size: Some(pushed.size),
+            file_count: Some(pushed.file_count),
+            pushed_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::now(),
+            )),
+        };
+        self.api::<Fileset>()
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .map_err(api_error)?;
+        Ok(status)
+    }
+
+    fn operator_store(&self) -> Option<Result<Store, CliError>> {
+        self.store_url
+            .as_deref()
+            .map(|url| Store::open(url).map_err(store_error))
+    }
+
+    fn kind_api(&self, kind: ObjectKind) -> kube::Api<kube::core::DynamicObject> {
+        let resource = match kind {
+            ObjectKind::Agent => kube::core::ApiResource::erase::<Agent>(&()),
+            ObjectKind::Environment => kube::core::ApiResource::erase::<AgentEnvironment>(&()),
+            ObjectKind::Fileset => kube::core::ApiResource::erase::<Fileset>(&()),
+            ObjectKind::Secret => {
+                kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&())
+            }
+            ObjectKind::Runtime => {
+                let resource = kube::core::ApiResource::erase::<AgentRuntime>(&());
+                return Api::all_with(self.client.clone(), &resource);
+            }
+        };
+        Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
+    }
+}
+
+#[async_trait]
+impl Backend for Cluster {
+    fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    async fn execution_names(&self) -> Result<Vec<String>, CliError> {
+        let list = self
+            .executions()
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(api_error)?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|e| e.metadata.name)
+            .collect())
+    }
+
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+        let execution = self.executions().get(name).await.map_err(api_error)?;
+        Ok(self.record(&execution).await)
+    }
+
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+        let items = self
+            .executions()
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?
+            .items;
+        Ok(items
+            .iter()
+            .map(|e| to_record(e, self.store_url.as_deref()))
+            .collect())
+    }
+
+    async fn create(
+        &self,
+        request: &ExecutionRequest,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        if args.inherit_env {
+            return Err(CliError::argument(
+                "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
+            ));
+        }
+        let spec = request.spec.clone();
+        let agent = spec
+            .agent_ref
+            .as_ref()
+            .map(|r| r.name.clone())
+            .or_else(|| {
+                spec.agent
+                    .as_ref()
+                    .and_then(|a| a.config.name().map(str::to_owned))
+            })
+            .or_else(|| spec.rerun_of.as_ref().map(|r| format!("{}-rerun", r.name)))
+            .unwrap_or_else(|| "run".into());
+        let name = request
+            .name
+            .clone()
+            .unwrap_or_else(|| generate_name(&agent));
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        let created = self
+            .executions()
+            .create(&params, &AgentExecution::new(&name, spec))
+            .await
+            .map_err(api_error)?;
+        Ok(to_record(&created, self.store_url.as_deref()))
+    }
+
+    async fn detach(
+        &self,
+        record: &ExecutionRecord,
+        _args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        // The controller runs it; nothing of it depends on this process.
+        Ok(record.clone())
+    }
+
+    async fn run(
+        &self,
+        record: &ExecutionRecord,
+        _args: &ExecuteArgs,
+        passthrough: bool,
+    ) -> Result<ExecutionRecord, CliError> {
+        self.watch(record, passthrough).await
+    }
+
+    async fn watch(
+        &self,
+        record: &ExecutionRecord,
+        print: bool,
+    ) -> Result<ExecutionRecord, CliError> {
+        if print {
+            self.follow_log(&record.name, &record.uid).await;
+        }
+        let done = self.wait(&record.name).await?;
+        Ok(self.record(&done).await)
+    }
+
+    async fn logs(
+        &self,
+        record: &ExecutionRecord,
+        stream: LogStream,
+        lines: usize,
+    ) -> Result<(&'static str, Vec<String>), CliError> {
+        if stream == LogStream::Stderr {
+            return Err(CliError::argument(
+                "--stderr: on a cluster the agent's stdout and stderr reach one container log, \
+                 which cannot be split; `errand tail` shows both, and stderr.log in the \
+                 output_artifacts result holds stderr alone",
+            ));
+        }
+        let name = &record.name;
+        let pod = self.pod(&record.uid).await?.ok_or_else(|| {
+            CliError::new(
+                "not_found",
+                format!("execution {name} has no pod (yet, or any more); its logs are saved in output_artifacts"),
+            )
+        })?;
+        let params = LogParams {
+            container: Some(AGENT_CONTAINER.into()),
+            tail_lines: Some(i64::try_from(lines).unwrap_or(i64::MAX)),
+            ..Default::default()
+        };
+        let text = self
+            .api::<Pod>()
+            .logs(&pod.metadata.name.unwrap_or_default(), &params)
+            .await
+            .map_err(api_error)?;
+        Ok(("stdout+stderr", text.lines().map(str::to_owned).collect()))
+    }
+
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
+        if self.store_url.is_some() {
+            return Ok(record.results.clone());
+        }
+        let listing = self.data.results(&record.name).await?;
+        Ok(listing
+            .results
+            .into_iter()
+            .map(|r| ResultEntry {
+                name: r.name,
+                size: r.size,
+                sha256: r.sha256.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn download(
+        &self,
+        record: &ExecutionRecord,
+        result: ResultName,
+        file: &Path,
+    ) -> Result<u64, CliError> {
+        match self.operator_store() {
+            Some(store) => {
+                let execution = ExecutionId {
+                    namespace: record.namespace.clone(),
+                    name: record.name.clone(),
+                    uid: record.uid.clone(),
+                };
+                download_from_store(&store?, &execution, result, file).await
+            }
+            None => self.data.download(&record.name, result, file).await,
+        }
+    }
+
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
+        let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
+        self.executions()
+            .patch(&record.name, &PatchParams::default(), &patch)
+            .await
+            .map_err(api_error)?;
+        let done = self.wait(&record.name).await?;
+        Ok(self.record(&done).await)
+    }
+
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
+        let name = &record.name;
+        self.executions()
+            .delete(name, &DeleteParams::foreground())
+            .await
+            .map_err(api_error)?;
+        while self
+            .executions()
+            .get_opt(name)
+            .await
+            .map_err(api_error)?
+            .is_some()
+        {
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(None)
+    }
+
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError> {
+        apply::apply(&self.client, &self.namespace, documents).await
+    }
+
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
+        let list = self
+            .kind_api(kind)
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .collect())
+    }
+
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError> {
+        self.kind_api(kind)
+            .delete(name, &DeleteParams::default())
+            .await
+            .map_err(api_error)?;
+        Ok(())
+    }
+
+    async fn push_fileset(
+        &self,
+        name: Option<&str>,
+        dir: &Path,
+    ) -> Result<PushedFileset, CliError> {
+        let name = match name {
+            Some(name) => name.to_owned(),
+            None => format!("workdir-{}", &content_digest(dir).await?[..12]),
+        };
+        let new_fileset = self.ensure_fileset(&name).await?;
+        let pushed = PushedFileset {
+            name: name.clone(),
+            status: FilesetStatus::default(),
+            new_fileset,
+            new_blob: None,
+        };
+        let status = match self.operator_store() {
+            Some(store) => self.push_to_store(&store?, &name, dir).await,
+            None => self.push_through_api(&name, dir).await,
+        };
+        match status {
+            Ok(status) => Ok(PushedFileset { status, ..pushed }),
+            Err(e) => {
+                self.undo_push(&pushed).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn undo_push(&self, pushed: &PushedFileset) {
+        if pushed.new_fileset {
+            let _ = self
+                .api::<Fileset>()
+                .delete(&pushed.name, &DeleteParams::default())
+                .await;
+        }
+    }
+
+    async fn filesets(&self) -> Result<Vec<Fileset>, CliError> {
+        Ok(self
+            .api::<Fileset>()
+            .list(&ListParams::default())
+            .await
+            .map_err(api_error)?
+            .items)
+    }
+}
+
+/// The operator's store (`--store`, which the sweep needs) and what the cluster still
+/// references in it, for the store sweep.
+pub async fn store_references(target: &Target) -> Result<(Store, References), CliError> {
+    let cluster = Cluster::connect(target).await?;
+    let store = cluster.operator_store().unwrap_or_else(|| {
+        Err(CliError::argument(
+            "sweeping a cluster's store needs --store (or ERRAND_STORE): the store URL the operator configured",
+        ))
+    })?;
+    let references =
+        crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
+            .await
+            .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
+    Ok((store, references))
+}
+
+/// How a push packs a directory: refusing what staging would refuse, naming the file.
+fn push_options() -> PackOptions {
+    PackOptions {
+        stageable: true,
+        ..PackOptions::default()
+    }
+}
+
+fn archive_error(dir: &Path, error: crate::archive::ArchiveError) -> CliError {
+    CliError::new("invalid_argument", format!("{}: {error}", dir.display()))
+}
+
+fn warn_skipped(dir: &Path, skipped: &[crate::archive::SkippedEntry]) {
+    for entry in skipped {
+        eprintln!(
+            "warning: {} left out of the Fileset: {}: {}",
+            dir.display(),
+            entry.path,
+            entry.reason
+        );
+    }
+}
+
+/// The sha256 of `dir` packed, which names a workdir pushed without a name: packing is
+/// deterministic, so the same tree always gets the same Fileset.
+async fn content_digest(dir: &Path) -> Result<String, CliError> {
+    use sha2::Digest;
+    let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut stream = packing.stream;
+    while let Some(chunk) = stream.next().await {
+        if let Ok(chunk) = chunk {
+            hasher.update(&chunk);
+        }
+    }
+    packing
+        .done
+        .wait()
+        .await
+        .map_err(|e| archive_error(dir, e))?;
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// An API error as a CLI error, with the API server's words and, for a refused object, the
+/// `Status` with the fields it names.
+pub fn api_error(error: kube::Error) -> CliError {
+    let kube::Error::Api(status) = &error else {
+        return CliError::new("cluster_error", error.to_string());
+    };
+    let code = match status.code {
+        401 => "unauthorized",
+        404 => "not_found",
+        409 => "already_exists",
+        413 => "too_large",
+        // An admission webhook's refusal arrives as 403 too, but it is about the object.
+        403 if status.message.contains("admission webhook") => "invalid_spec",
+        403 => "forbidden",
+        400 | 422 => "invalid_spec",
+        _ => "cluster_error",
+    };
+    let details = status
+        .details
+        .as_ref()
+        .filter(|d| !d.causes.is_empty())
+        .and_then(|d| serde_json::to_value(&d.causes).ok())
+        .map(|causes| ("causes", causes));
+    CliError {
+        code,
+        message: status.message.clone(),
+        details,
+    }
+}
+
+fn phase(execution: &AgentExecution) -> Option<Phase> {
+    execution.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The execution in the same shape as a local record, so both backends answer alike.
+pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRecord {
+    let status = execution.status.clone().unwrap_or_default();
+    let outcome = Outcome::of_status(&status);
+    ExecutionRecord {
+        schema_version: crate::local::RECORD_SCHEMA_VERSION,
+        name: execution.metadata.name.clone().unwrap_or_default(),
+        namespace: execution.metadata.namespace.clone().unwrap_or_default(),
+        uid: execution.metadata.uid.clone().unwrap_or_default(),
+        agent: status.agent.clone().unwrap_or_default(),
+        phase: status.phase.unwrap_or(Phase::Pending),
+        reason: outcome.as_ref().map(|o| o.reason.as_str().to_owned()),
+        message: status.message.clone(),
+        response: None,
+        exit_code: status.exit_code,
+        timed_out: outcome
+            .as_ref()
+            .is_some_and(|o| o.reason == crate::api::contract::Reason::DeadlineExceeded),
+        created_at: execution
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or_else(jiff::Timestamp::now, |t| t.0),
+        started_at: status.start_time.as_ref().map(|t| t.0),
+        completed_at: status.completion_time.as_ref().map(|t| t.0),
+        results: status.results.clone(),
+        snapshot_digest: status
+            .snapshot
+            .map(|SnapshotRef { digest, .. }| digest)
+            .unwrap_or_default(),
+        image_id: status.image_id,
+        rerun_of: execution.spec.rerun_of.as_ref().map(|r| r.name.clone()),
+        store: store.unwrap_or_default().to_owned(),
+        cancel_requested: execution.spec.cancel,
+        inherit_env: false,
+        supervisor: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::Status;
+
+    use super::api_error;
+
+    fn refused(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(Status::failure(message, "").with_code(code).boxed())
+    }
+
+    #[test]
+    fn api_refusals_keep_their_meaning_in_the_error_code() {
+        let cases = [
+            (
+                403,
+                "agentexecutions.data.errand.dev \"calc\" is forbidden: User \"bob\" cannot get resource \"agentexecutions/results\"",
+                "forbidden",
+            ),
+            (
+                403,
+                "admission webhook \"agentexecutions.errand.dev\" denied the request: invalid AgentExecution",
+                "invalid_spec",
+            ),
+            (
+                422,
+                "AgentExecution.errand.dev \"x\" is invalid: spec.timeoutSeconds: Invalid value: 0",
+                "invalid_spec",
+            ),
+            (401, "Unauthorized", "unauthorized"),
+            (
+                404,
+                "agentexecutions.errand.dev \"x\" not found",
+                "not_found",
+            ),
+            (409, "already exists", "already_exists"),
+            (413, "the upload is larger than 1 bytes", "too_large"),
+            (500, "boom", "cluster_error"),
+        ];
+        for (code, message, expected) in cases {
+            let error = api_error(refused(code, message));
+            assert_eq!((error.code, error.message.as_str()), (expected, message));
+        }
+    }
+}

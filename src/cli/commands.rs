@@ -1,0 +1,345 @@
+//! Every command that acts on executions or the catalog, written once against [`Backend`]: what it asks the backend, what it prints.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::backend::{Backend, Document, LogStream, find};
+use super::execute::{ExecuteArgs, spec_from_args};
+use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use super::show::{
+    parse_result_name, print_executions, print_record, print_results, record_outcome,
+};
+use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+
+/// What to do with Agents, AgentEnvironments or AgentRuntimes.
+#[derive(Debug, clap::Subcommand)]
+pub enum CatalogAction {
+    /// List them (the default).
+    List,
+    /// Create an Agent from a bare agent config (as `nemo agents create` takes it); it names
+    /// no runtime, so it runs with the AgentRuntime of its config's harness kind.
+    Create {
+        /// The Agent's name.
+        #[arg(long)]
+        name: String,
+        /// The agent config file (`config_format`, `name`, `default_harness`, `harnesses`,
+        /// `models`, ...), YAML or JSON.
+        #[arg(long, value_name = "FILE")]
+        agent_config: PathBuf,
+    },
+    /// Delete one by name.
+    Delete {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// `errand execute`: creates the execution, then runs or follows it to its end and prints its
+/// record with the response, unless `--no-wait`.
+pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), CliError> {
+    let format = args.output.format;
+    let request = spec_from_args(args, backend).await?;
+    let record = match backend.create(&request, args).await {
+        Ok(record) => record,
+        Err(error) => {
+            // A refused execution leaves nothing behind, not even the workdir it pushed.
+            if let Some(pushed) = &request.pushed {
+                backend.undo_push(pushed).await;
+            }
+            return Err(error);
+        }
+    };
+    if args.no_wait {
+        let record = backend.detach(&record, args).await?;
+        print_ok(format, "execution", &record, || {
+            format!(
+                "execution {} started in the background in namespace {}; follow it with `errand watch {}`",
+                record.name, record.namespace, record.name
+            )
+        });
+        return Ok(());
+    }
+    // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
+    let record = backend.run(&record, args, format == Format::Human).await?;
+    record_outcome(format, &record, || print_record(&record))
+}
+
+/// `errand status NAME`.
+pub async fn status(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let record = find(backend, name).await?;
+    print_ok(output.format, "execution", &record, || {
+        print_record(&record)
+    });
+    Ok(())
+}
+
+/// `errand list`.
+pub async fn list(backend: &dyn Backend, output: OutputArgs) -> Result<(), CliError> {
+    print_executions(output.format, &backend.executions().await?);
+    Ok(())
+}
+
+/// `errand watch NAME`: follows the agent's output until the execution ends, then prints it.
+pub async fn watch(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let record = find(backend, name).await?;
+    let done = backend
+        .watch(&record, output.format == Format::Human)
+        .await?;
+    record_outcome(output.format, &done, || print_record(&done))
+}
+
+/// `errand tail -n N NAME`: the last lines of the agent's output.
+pub async fn tail(
+    backend: &dyn Backend,
+    name: &str,
+    lines: usize,
+    stderr: bool,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let record = find(backend, name).await?;
+    let stream = if stderr {
+        LogStream::Stderr
+    } else {
+        LogStream::Stdout
+    };
+    let (stream, last) = backend.logs(&record, stream, lines).await?;
+    print_ok(
+        output.format,
+        "logs",
+        &json!({"execution": record.name, "stream": stream, "lines": last}),
+        || last.join("\n"),
+    );
+    Ok(())
+}
+
+/// `errand results list NAME`.
+pub async fn results_list(
+    backend: &dyn Backend,
+    name: &str,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let record = find(backend, name).await?;
+    print_results(output.format, &backend.results(&record).await?);
+    Ok(())
+}
+
+/// `errand results download RESULT --execution NAME -o FILE`: streams one result into a file
+/// (by default the result's name in the current directory).
+pub async fn results_download(
+    backend: &dyn Backend,
+    result: &str,
+    name: &str,
+    file: Option<PathBuf>,
+    format: Format,
+) -> Result<(), CliError> {
+    let result = parse_result_name(result)?;
+    let record = find(backend, name).await?;
+    let file = file.unwrap_or_else(|| PathBuf::from(result.file_name()));
+    let size = backend.download(&record, result, &file).await?;
+    let answer =
+        json!({"execution": record.name, "result": result.as_str(), "file": file, "size": size});
+    print_ok(format, "download", &answer, || {
+        format!("wrote {} ({})", file.display(), human_size(size))
+    });
+    Ok(())
+}
+
+/// `errand cancel NAME`: stops it and waits until its partial results are saved.
+pub async fn cancel(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let record = find(backend, name).await?;
+    if record.phase.is_terminal() {
+        return Err(CliError::new(
+            "already_finished",
+            format!(
+                "execution {} already ended {:?}; there is nothing to cancel",
+                record.name, record.phase
+            ),
+        ));
+    }
+    let record = backend.cancel(&record).await?;
+    print_ok(output.format, "execution", &record, || {
+        print_record(&record)
+    });
+    Ok(())
+}
+
+/// `errand delete NAME`: stops it if it runs, then removes it with its results.
+pub async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+    let record = find(backend, name).await?;
+    let removed = backend.delete(&record).await?;
+    let name = record.name;
+    let answer = json!({"execution": name, "results_removed": removed});
+    print_ok(output.format, "deleted", &answer, || match removed {
+        Some(removed) => format!("deleted execution {name} and {removed} stored results"),
+        None => format!("deleted execution {name} and its results"),
+    });
+    Ok(())
+}
+
+/// `errand apply -f FILE...`: every document of every file, all or nothing.
+pub async fn apply(
+    backend: &dyn Backend,
+    files: &[PathBuf],
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let mut documents = Vec::new();
+    for file in files {
+        let text = read_manifest_file(file).map_err(|e| CliError::manifest_file("-f", e))?;
+        let source = file.display().to_string();
+        let objects =
+            manifest_documents(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;
+        documents.extend(
+            objects
+                .into_iter()
+                .enumerate()
+                .map(|(index, object)| Document {
+                    source: format!("{source}: document {}", index + 1),
+                    object,
+                }),
+        );
+    }
+    let applied = backend.apply(&documents).await?;
+    print_ok(output.format, "applied", &applied, || {
+        applied
+            .iter()
+            .map(|a| format!("{}/{} applied", a.kind.to_lowercase(), a.name))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+/// `errand agents` / `errand environments` / `errand runtimes`: list, create (Agents), or
+/// delete one.
+pub async fn objects(
+    backend: &dyn Backend,
+    kind: ObjectKind,
+    action: Option<&CatalogAction>,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    match action.unwrap_or(&CatalogAction::List) {
+        CatalogAction::List => {
+            let objects = backend.objects(kind).await?;
+            print_ok(output.format, kind.plural(), &objects, || {
+                objects
+                    .iter()
+                    .filter_map(|o| o["metadata"]["name"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        CatalogAction::Create { name, agent_config } if kind == ObjectKind::Agent => {
+            let document = agent_from_config(name, agent_config)?;
+            let applied = backend.apply(&[document]).await?;
+            print_ok(output.format, "created", &applied.first(), || {
+                format!("agent/{name} created")
+            });
+        }
+        CatalogAction::Create { .. } => {
+            return Err(CliError::argument(format!(
+                "create makes Agents only; apply {} manifests with `errand apply -f`",
+                kind.plural()
+            )));
+        }
+        CatalogAction::Delete { name } => delete_object(backend, kind, name, output).await?,
+    }
+    Ok(())
+}
+
+/// The Agent `name` wrapping the bare agent config in `file`, to apply as `apply` applies one.
+fn agent_from_config(name: &str, file: &Path) -> Result<Document, CliError> {
+    let text =
+        read_manifest_file(file).map_err(|e| CliError::manifest_file("--agent-config", e))?;
+    let source = format!("--agent-config {}", file.display());
+    let config: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
+        CliError::new(
+            "invalid_manifest",
+            format!("{source}: not valid YAML or JSON: {e}"),
+        )
+    })?;
+    if config.get("kind").is_some() || config.get("apiVersion").is_some() {
+        return Err(CliError::new(
+            "invalid_manifest",
+            format!(
+                "{source}: --agent-config takes a bare agent config (config_format, name, ...), not a manifest; apply manifests with `errand apply -f`"
+            ),
+        ));
+    }
+    Ok(Document {
+        source,
+        object: json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": name}, "spec": {"config": config},
+        }),
+    })
+}
+
+/// Deletes one Agent, AgentEnvironment, AgentRuntime or Fileset.
+pub async fn delete_object(
+    backend: &dyn Backend,
+    kind: ObjectKind,
+    name: &str,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    backend.delete_object(kind, name).await?;
+    print_ok(
+        output.format,
+        "deleted",
+        &json!({"kind": kind.kind(), "name": name}),
+        || format!("{} {name} deleted", kind.kind()),
+    );
+    Ok(())
+}
+
+/// `errand filesets push NAME DIR`.
+pub async fn push(
+    backend: &dyn Backend,
+    name: &str,
+    dir: &Path,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    crate::resolve::object_name(name)
+        .map_err(|e| CliError::argument(format!("fileset name: {e}")))?;
+    if !dir.is_dir() {
+        return Err(CliError::argument(format!(
+            "{}: not a directory",
+            dir.display()
+        )));
+    }
+    let status = backend.push_fileset(Some(name), dir).await?.status;
+    print_ok(
+        output.format,
+        "fileset",
+        &json!({"name": name, "status": status}),
+        || {
+            format!(
+                "fileset {name} pushed: {} files, {}, {}",
+                status.file_count.unwrap_or(0),
+                human_size(status.size.unwrap_or(0)),
+                status.digest.as_deref().unwrap_or_default()
+            )
+        },
+    );
+    Ok(())
+}
+
+/// `errand filesets list`.
+pub async fn list_filesets(backend: &dyn Backend, output: OutputArgs) -> Result<(), CliError> {
+    let filesets = backend.filesets().await?;
+    print_ok(output.format, "filesets", &filesets, || {
+        let mut out = format!("{:<32} {:>7} {:>10}  DIGEST", "NAME", "FILES", "SIZE");
+        for f in &filesets {
+            let status = f.status.clone().unwrap_or_default();
+            out.push_str(&format!(
+                "\n{:<32} {:>7} {:>10}  {}",
+                f.metadata.name.as_deref().unwrap_or_default(),
+                status.file_count.unwrap_or(0),
+                human_size(status.size.unwrap_or(0)),
+                status.digest.as_deref().unwrap_or("(not pushed)")
+            ));
+        }
+        out
+    });
+    Ok(())
+}
