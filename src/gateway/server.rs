@@ -208,16 +208,14 @@ impl Gateway {
         Ok(ready[self.next.fetch_add(1, Ordering::Relaxed) % ready.len()])
     }
 
-    /// Sends `body` to `path` of the pod and streams its answer back as it comes (server-sent
-    /// events included).
-    async fn pass(
+    /// POSTs the JSON `body` to `path` of the pod; 502 when it does not answer.
+    async fn send(
         &self,
         pod: SocketAddr,
         path: &str,
         body: Bytes,
-    ) -> Result<Response<Body>, Refusal> {
-        let upstream = self
-            .client
+    ) -> Result<reqwest::Response, Refusal> {
+        self.client
             .post(format!("http://{pod}{path}"))
             .header("content-type", "application/json")
             .body(body)
@@ -229,7 +227,18 @@ impl Gateway {
                     "BadGateway",
                     format!("the agent server at {pod} did not answer: {e}"),
                 )
-            })?;
+            })
+    }
+
+    /// Sends `body` to `path` of the pod and streams its answer back as it comes (server-sent
+    /// events included).
+    async fn pass(
+        &self,
+        pod: SocketAddr,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, Refusal> {
+        let upstream = self.send(pod, path, body).await?;
         let mut response = Response::builder().status(upstream.status().as_u16());
         if let Some(content_type) = upstream.headers().get("content-type") {
             response = response.header("content-type", content_type);
@@ -259,19 +268,8 @@ impl Gateway {
             .await?;
         let request = json!({"messages": messages(&history, &turn.message)});
         let upstream = self
-            .client
-            .post(format!("http://{pod}/chat"))
-            .header("content-type", "application/json")
-            .body(request.to_string())
-            .send()
-            .await
-            .map_err(|e| {
-                Refusal::new(
-                    502,
-                    "BadGateway",
-                    format!("the agent server at {pod} did not answer: {e}"),
-                )
-            })?;
+            .send(pod, "/chat", Bytes::from(request.to_string()))
+            .await?;
         let status = upstream.status();
         let bad = |e: String| {
             Refusal::new(
