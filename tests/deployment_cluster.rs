@@ -9,103 +9,17 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::ResourceExt;
 use serde_json::{Value, json};
 
-use errand::api::contract::{ConditionType, DEPLOYMENT_UID_LABEL};
+use errand::api::contract::ConditionType;
 use errand::api::{AgentDeployment, DeploymentPhase};
 use errand::controller::status::conditions;
-use support::errand::wait_for;
+use support::deployments::{
+    create_deployment, create_server_agent, phase, pod_ip, starting_since, wait_for_deployment,
+};
 use support::harness::{Harness, Mode, RUN_WAIT};
-
-const AGENT_SERVER_IMAGE: &str = "errand.local/agent-server:test";
-
-/// An Agent `name` serving with the test agent server.
-async fn create_server_agent(harness: &Harness, name: &str) {
-    harness
-        .create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-            "metadata": {"name": name},
-            "spec": {
-                "runtime": {
-                    "image": AGENT_SERVER_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["/usr/local/bin/agent-server"],
-                },
-                "config": {"config_format": "agents-spec-v1", "name": name},
-            },
-        }))
-        .await;
-}
-
-/// An AgentDeployment `name` of Agent `agent` with `extra` fields in its spec; readiness is
-/// probed every 5 s and one failed probe makes a pod unready.
-async fn create_deployment(harness: &Harness, name: &str, agent: &str, extra: Value) {
-    let mut spec = json!({
-        "agentRef": {"name": agent},
-        "readiness": {"failureThreshold": 1},
-    });
-    spec.as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    harness
-        .create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
-            "metadata": {"name": name},
-            "spec": spec,
-        }))
-        .await;
-}
-
-/// Waits until deployment `name` satisfies `check`, returning it.
-async fn wait_for_deployment(
-    harness: &Harness,
-    name: &str,
-    what: &str,
-    limit: Duration,
-    check: impl Fn(&AgentDeployment) -> bool,
-) -> AgentDeployment {
-    let api: Api<AgentDeployment> = harness.api();
-    wait_for(&format!("{name}: {what}"), limit, || {
-        let api = api.clone();
-        let check = &check;
-        async move {
-            let deployment = api.get(name).await.ok()?;
-            check(&deployment).then_some(deployment)
-        }
-    })
-    .await
-}
-
-fn phase(deployment: &AgentDeployment) -> Option<DeploymentPhase> {
-    deployment.status.as_ref()?.phase
-}
-
-fn starting_since(deployment: &AgentDeployment) -> Option<Timestamp> {
-    Some(deployment.status.as_ref()?.starting_since.as_ref()?.0)
-}
-
-/// The IP of the deployment's running pod (one replica).
-async fn pod_ip(harness: &Harness, deployment: &AgentDeployment) -> String {
-    let pods: Api<Pod> = harness.api();
-    let selector = format!("{DEPLOYMENT_UID_LABEL}={}", deployment.uid().unwrap());
-    wait_for("the deployment's pod to have an IP", RUN_WAIT, || {
-        let (pods, selector) = (pods.clone(), selector.clone());
-        async move {
-            let list = pods
-                .list(&ListParams::default().labels(&selector))
-                .await
-                .ok()?;
-            list.items
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .find_map(|p| p.status.as_ref()?.pod_ip.clone())
-        }
-    })
-    .await
-}
 
 /// POSTs `body` to `path` of the agent server at `ip` (the host reaches pods on the bridge).
 async fn post(ip: &str, path: &str, body: Value) -> Value {

@@ -4,80 +4,25 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::Api;
-use kube::api::PostParams;
 use serde_json::{Value, json};
 
-use errand::api::{AgentDeployment, DeploymentPhase};
+use errand::api::DeploymentPhase;
+use support::deployments::{
+    allow_invoke, create_deployment, create_server_agent, token_of, wait_for_phase,
+};
 use support::errand::wait_for;
 use support::harness::{Harness, RUN_WAIT};
 
-const AGENT_SERVER_IMAGE: &str = "errand.local/agent-server:test";
-
-/// A ServiceAccount `name` and a token of it.
-async fn token_of(harness: &Harness, name: &str) -> String {
-    harness
-        .create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}))
-        .await;
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(3600),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let api: Api<ServiceAccount> = harness.api();
-    let issued: TokenRequest = api
-        .create_subresource("token", name, &PostParams::default(), &request)
-        .await
-        .expect("a token");
-    issued.status.expect("a token status").token
-}
-
-/// A Role allowing `create` on `agentdeployments/invoke`, bound to ServiceAccount `subject`.
-async fn allow_invoke(harness: &Harness, subject: &str) {
-    harness
-        .create(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": "invoke"},
-            "rules": [{"apiGroups": ["errand.dev"], "resources": ["agentdeployments/invoke"], "verbs": ["create"]}],
-        }))
-        .await;
-    harness
-        .create(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "invoke"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "invoke"},
-            "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": harness.namespace.name()}],
-        }))
-        .await;
-}
-
+/// Agent and deployment `name` of the test agent server, with `env` in its environment.
 async fn deploy(harness: &Harness, name: &str, env: Value) {
-    harness
-        .create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-            "metadata": {"name": name},
-            "spec": {
-                "runtime": {"image": AGENT_SERVER_IMAGE, "imagePullPolicy": "Never", "command": ["/usr/local/bin/agent-server"]},
-                "config": {"config_format": "agents-spec-v1", "name": name},
-            },
-        }))
-        .await;
-    harness
-        .create(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
-            "metadata": {"name": name},
-            "spec": {
-                "agentRef": {"name": name},
-                "environment": {"overlay": {"env": env}},
-                "readiness": {"failureThreshold": 1},
-            },
-        }))
-        .await;
+    create_server_agent(harness, name).await;
+    create_deployment(
+        harness,
+        name,
+        name,
+        json!({"environment": {"overlay": {"env": env}}}),
+    )
+    .await;
 }
 
 /// Sends a request to the gateway and returns the status and the body as JSON (or text).
@@ -141,15 +86,7 @@ async fn the_gateway_invokes_chats_and_completes_for_callers_with_rbac_only() {
     allow_invoke(&harness, "caller").await;
     deploy(&harness, "calc", json!({})).await;
     deploy(&harness, "stuck", json!({"AGENT_SERVER_NEVER_READY": "1"})).await;
-    let api: Api<AgentDeployment> = harness.api();
-    wait_for("calc to be Ready", RUN_WAIT, || {
-        let api = api.clone();
-        async move {
-            let calc = api.get("calc").await.ok()?;
-            (calc.status?.phase? == DeploymentPhase::Ready).then_some(())
-        }
-    })
-    .await;
+    wait_for_phase(&harness, "calc", DeploymentPhase::Ready, RUN_WAIT).await;
     let token = Some(caller.as_str());
 
     // invoke, by deployment and by agent (once the gateway's caches have the ready pod).
