@@ -101,8 +101,10 @@ for arg in "$@"; do
   esac
 done
 log "running cargo test ${targets[*]} $* against the test cluster"
-# Tests may call the cluster's kubectl (v1.34) and helm from PATH.
+# Tests may call the cluster's kubectl (v1.34) and helm from PATH; the local telemetry test
+# runs the OpenTelemetry Collector built beside etcd, the cluster's runs its image.
 if ! ERRAND_CLUSTER_TESTS=1 ERRAND_KUBECONFIG="$ADMIN_KUBECONFIG" PATH="$TOOLS_BIN_DIR:$PATH" \
+  ERRAND_OTELCOL="$ETCD_BIN_DIR/otelcol" ERRAND_OTELCOL_IMAGE="$OTELCOL_IMAGE" \
   cargo test "${targets[@]}" "$@"; then
   phase_done tests
   log "tests failed; the last lines of each test cluster log follow (all in $TESTENV_STATE_DIR/logs)"

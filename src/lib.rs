@@ -14,6 +14,7 @@ pub mod retention;
 pub mod runner;
 pub mod serve;
 pub mod store;
+pub mod telemetry;
 #[cfg(test)]
 mod testing;
 pub mod webhook;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::api::{
     AgentConfig, AgentDeployment, AgentDeploymentSpec, AgentEnvironmentSpec, AgentExecution,
-    AgentExecutionSpec, AgentExecutionStatus, AgentSpec, ArtifactMount, Compute, FilesetStatus,
-    Reference, RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
+    AgentExecutionSpec, AgentExecutionStatus, AgentExtensionSpec, AgentSpec, ArtifactMount,
+    Compute, FilesetStatus, Reference, RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Snapshot, resolve_execution};
 use crate::store::keys::ExecutionId;
@@ -142,6 +142,26 @@ impl InMemoryCatalog {
             .with_fileset(NS, "repo", pushed('a'))
             .with_fileset(NS, "data", pushed('b'))
             .with_fileset(NS, "empty", FilesetStatus::default())
+            .with_extension("analysis", AgentExtensionSpec::test())
+    }
+}
+
+impl AgentExtensionSpec {
+    /// Kind `analysis`: the test extension image, saving `analysis-report`, with a config
+    /// schema of one optional integer `depth` and nothing else.
+    pub fn test() -> Self {
+        serde_json::from_value(json!({
+            "extensionKind": "analysis",
+            "image": "errand.local/test-extension:test",
+            "command": ["/bin/sh", "-c", "analyse"],
+            "results": ["analysis-report"],
+            "configSchema": {
+                "type": "object",
+                "properties": {"depth": {"type": "integer", "minimum": 1}},
+                "additionalProperties": false,
+            },
+        }))
+        .expect("the test extension is valid")
     }
 }
 

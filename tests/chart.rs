@@ -134,6 +134,8 @@ fn the_values_schema_refuses_bad_values() {
         "monitoring.serviceMonitor.interval=soon",
         "monitoring.prometheusRule.severity=page",
         "monitoring.prometheusRule.stuckStartingSeconds=5",
+        "telemetry.otlpEndpoint=otel-collector:4318",
+        "telemetry.unknown=1",
     ] {
         let Some(output) = helm(&["template", "errand", chart.to_str().unwrap(), "--set", bad])
         else {
@@ -658,6 +660,27 @@ fn an_object_store_needs_no_volume_and_gets_its_credentials() {
     let args = strings(&container["args"]);
     assert!(args.contains(&"--store=s3://results/errand"));
     assert!(args.contains(&"--default-queue-name=team-queue"));
+}
+
+#[test]
+fn the_controller_gets_the_otlp_endpoint_only_when_one_is_set() {
+    let Some(objects) = render(&[]) else { return };
+    assert!(
+        !controller_args(&objects)
+            .iter()
+            .any(|a| a.starts_with("--otlp-endpoint")),
+        "{:?}",
+        controller_args(&objects)
+    );
+    let Some(objects) =
+        render(&["telemetry.otlpEndpoint=http://otel-collector.observability.svc:4318"])
+    else {
+        return;
+    };
+    assert!(
+        controller_args(&objects)
+            .contains(&"--otlp-endpoint=http://otel-collector.observability.svc:4318")
+    );
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The Helm chart on the real test cluster, start to finish: `helm install` with the locally built images brings two controller replicas Ready in a namespace that enforces the `restricted` Pod Security Standard; `kubectl apply` of each bad input is refused naming its field and creates nothing; a valid execution runs there and its result is in the store; `helm test` passes; the webhook's cost on a create is measured; with the controller scaled to zero CEL still refuses what it can and the webhook fails closed; every API call the release made was permitted by the chart's RBAC (the audit log, then SubjectAccessReview); `helm upgrade` puts a removed webhook back; `helm uninstall` leaves nothing behind but the CRDs.
+//! The Helm chart on the real test cluster, start to finish: `helm install` with the locally built images and otherwise the chart's defaults (blob URL by Service DNS name, the store on a claim of the default StorageClass) brings two controller replicas Ready in a namespace that enforces the `restricted` Pod Security Standard; `kubectl apply` of each bad input is refused naming its field and creates nothing; a valid execution runs there and its result is in the store; a run survives both controller pods being replaced while it runs; `helm test` passes; the webhook's cost on a create is measured; with the controller scaled to zero CEL still refuses what it can and the webhook fails closed; every API call the release made was permitted by the chart's RBAC (the audit log, then SubjectAccessReview); `helm upgrade` puts a removed webhook back; `helm uninstall` leaves nothing behind but the CRDs.
 //!
 //! One test, because every step needs the installed release and the steps run in this order.
 //! Needs `helm` and `kubectl` on PATH and the errand image in the node (`hack/test.sh` does
@@ -26,7 +26,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use support::archives::{sha256_hex, tar_gz};
 use support::audit;
-use support::cluster::{self, BUSYBOX_IMAGE, POD_GATEWAY, TestNamespace};
+use support::cluster::{self, BUSYBOX_IMAGE, TestNamespace};
 use support::errand::{ERRAND_IMAGE, one_json_answer, wait_for, wait_for_data_api};
 use support::harness::execution_id;
 use support::store::{read_all, tar_files};
@@ -75,10 +75,12 @@ fn succeed(program: &str, args: &[&str]) -> String {
     text(&output)
 }
 
-/// The install's settings for this cluster: locally built images that are never pulled, the
-/// API server where pods reach it, blob URLs by pod IP (no Service DNS or kube-proxy here),
-/// and a store volume bound to a directory of this machine.
-fn install_args<'a>(namespace: &'a str, storage_class: &'a str, port: &'a str) -> Vec<String> {
+/// The install's settings for this cluster: locally built images that are never pulled, and
+/// two replicas. Everything else is the chart's default, as a user installs it: pods reach the
+/// controller's blob endpoint by its Service's DNS name and the API server at
+/// `kubernetes.default.svc`, and the store lives on a claim of the cluster's default
+/// StorageClass.
+fn install_args(namespace: &str) -> Vec<String> {
     let (repository, tag) = ERRAND_IMAGE.rsplit_once(':').unwrap();
     [
         "--namespace",
@@ -92,20 +94,6 @@ fn install_args<'a>(namespace: &'a str, storage_class: &'a str, port: &'a str) -
         "--set",
         "controller.replicas=2",
         "--set",
-        "controller.blobUrl=http://$(POD_IP):8080",
-        "--set",
-        "controller.extraEnv[0].name=KUBERNETES_SERVICE_HOST",
-        "--set",
-        &format!("controller.extraEnv[0].value={POD_GATEWAY}"),
-        "--set",
-        "controller.extraEnv[1].name=KUBERNETES_SERVICE_PORT",
-        "--set-string",
-        &format!("controller.extraEnv[1].value={port}"),
-        "--set",
-        &format!("store.persistence.storageClassName={storage_class}"),
-        "--set",
-        "store.persistence.size=1Gi",
-        "--set",
         &format!("tests.agentImage={BUSYBOX_IMAGE}"),
         "--set",
         "tests.agentImagePullPolicy=Never",
@@ -115,50 +103,30 @@ fn install_args<'a>(namespace: &'a str, storage_class: &'a str, port: &'a str) -
     .collect()
 }
 
-/// A directory of this machine as the release's store volume (there is no provisioner here).
-struct StoreVolume {
-    client: Client,
-    name: String,
-    dir: tempfile::TempDir,
-}
-
-impl StoreVolume {
-    async fn create(client: &Client, name: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        // The controller runs as 65532 and a hostPath volume gets no fsGroup.
-        std::os::unix::fs::chown(dir.path(), Some(65532), Some(65532)).unwrap();
-        let volume: PersistentVolume = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {cluster::TEST_NAMESPACE_LABEL: "true"}},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": name,
-                "hostPath": {"path": dir.path(), "type": "Directory"},
-            },
-        }))
-        .unwrap();
-        Api::<PersistentVolume>::all(client.clone())
-            .create(&PostParams::default(), &volume)
-            .await
-            .unwrap();
-        Self {
-            client: client.clone(),
-            name: name.to_owned(),
-            dir,
-        }
-    }
-
-    fn store(&self) -> Store {
-        Store::open(&format!("file://{}", self.dir.path().display())).unwrap()
-    }
-
-    async fn delete(self) {
-        Api::<PersistentVolume>::all(self.client)
-            .delete(&self.name, &DeleteParams::default())
-            .await
-            .unwrap();
-    }
+/// The release's `file://` store as this machine sees it: the directory of the volume the
+/// default StorageClass (local-path-provisioner, on this one node) bound to the chart's claim.
+async fn release_store(client: &Client, namespace: &str) -> Store {
+    let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace)
+        .get(&format!("{RELEASE}-store"))
+        .await
+        .expect("the chart's store claim");
+    let spec = claim.spec.unwrap_or_default();
+    assert_eq!(
+        spec.storage_class_name.as_deref(),
+        Some("local-path"),
+        "the chart's claim names no StorageClass: admission gives it the cluster's default"
+    );
+    let volume = Api::<PersistentVolume>::all(client.clone())
+        .get(&spec.volume_name.expect("the claim is bound"))
+        .await
+        .expect("the bound volume");
+    let volume = volume.spec.unwrap_or_default();
+    let path = volume
+        .host_path
+        .map(|h| h.path)
+        .or(volume.local.map(|l| l.path))
+        .expect("a volume of this node");
+    Store::open(&format!("file://{path}")).unwrap()
 }
 
 /// Uninstalls the release when the test ends, also when it fails midway: a fail-closed webhook
@@ -414,11 +382,9 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     let release = TestNamespace::create_with_labels(&client, "chart", &[RESTRICTED]).await;
     let ns = release.name().to_owned();
     let configuration = format!("{RELEASE}-{ns}");
-    let volume = StoreVolume::create(&client, &format!("errand-store-{ns}")).await;
-    let port = cluster::apiserver_port_for_pods().to_string();
     let chart = repo().join("charts/errand");
     let chart = chart.to_str().unwrap();
-    let settings = install_args(&ns, &volume.name, &port);
+    let settings = install_args(&ns);
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
 
     // Install: two replicas Ready in a restricted namespace.
@@ -435,6 +401,7 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         started.elapsed().as_secs_f64()
     );
     deployment_ready(&client, &ns, 2).await;
+    let store = release_store(&client, &ns).await;
     let bundle = ca_bundle(&client, &configuration).await;
     let tls = Api::<Secret>::namespaced(client.clone(), &ns)
         .get(&format!("{RELEASE}-serving-tls"))
@@ -453,6 +420,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         "calculator/agent.yaml",
         "environment/secret.yaml",
         "environment/environment.yaml",
+        // Cluster-scoped: the unknown extension kind's refusal lists its kind.
+        "extension/extension.yaml",
     ] {
         let output = apply(team.name(), &repo().join("examples").join(file));
         assert!(output.status.success(), "{file}: {}", text(&output));
@@ -470,6 +439,13 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
             "{}: the refusal does not name {field}: {message}",
             file.display()
         );
+        if file.ends_with("unknown-extension-kind.yaml") {
+            assert!(
+                message.contains("installed kinds: analysis"),
+                "{}: the refusal does not list the installed kinds: {message}",
+                file.display()
+            );
+        }
         eprintln!(
             "refused in {:>4}ms by {by:7} {}",
             started.elapsed().as_millis(),
@@ -501,12 +477,20 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     assert_eq!(status.phase, Some(Phase::Succeeded), "{status:?}");
     let key = errand::store::keys::result(&execution_id(team.name(), &done), ResultName::RunResult)
         .unwrap();
-    let record: serde_json::Value =
-        serde_json::from_slice(&read_all(&volume.store(), &key).await).unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&read_all(&store, &key).await).unwrap();
     assert_eq!(
         record["response"].as_str().map(str::trim),
         Some("96"),
         "{record}"
+    );
+
+    // A run survives the controller pods being replaced while it runs: its pod reaches the
+    // new ones by the Service's DNS name.
+    let started = Instant::now();
+    a_run_survives_the_controller_pods_being_replaced(&client, team.name(), &ns, &store).await;
+    eprintln!(
+        "a run outlived both controller pods in {:.1}s",
+        started.elapsed().as_secs_f64()
     );
 
     // Tenants reach the results and Fileset content through the data API, by their RBAC only.
@@ -551,7 +535,7 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     .await;
     assert!(
         matches!(
-            volume.store().get(&key).await,
+            store.get(&key).await,
             Err(errand::store::StoreError::NotFound { .. })
         ),
         "{key} outlived its execution"
@@ -695,7 +679,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         assert!(!output.status.success(), "{} was admitted", file.display());
         if by == "webhook" {
             assert!(
-                message.contains("failed calling webhook \"agentexecutions.errand.dev\""),
+                message.contains("failed calling webhook \"agentexecutions.errand.dev\"")
+                    || message.contains("failed calling webhook \"agentextensions.errand.dev\""),
                 "{}: not a clear fail-closed message: {message}",
                 file.display()
             );
@@ -866,7 +851,155 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
     assert!(crds.status.success(), "the CRDs stay: {}", text(&crds));
 
     release.delete().await;
-    volume.delete().await;
+}
+
+/// The names of the release's ready controller pods, none of them being deleted.
+async fn ready_controller_pods(client: &Client, namespace: &str) -> Vec<String> {
+    let listed = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels("app.kubernetes.io/component=controller"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    listed
+        .into_iter()
+        .filter(|pod| {
+            pod.metadata.deletion_timestamp.is_none()
+                && pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .map(|pod| pod.name_any())
+        .collect()
+}
+
+/// An execution whose agent runs on while every controller pod of the release is deleted and
+/// replaced: it still succeeds with its answer and all its results saved, uploaded through
+/// the blob endpoint's Service to the new pods (a pod's IP would have gone with the old ones).
+async fn a_run_survives_the_controller_pods_being_replaced(
+    client: &Client,
+    team: &str,
+    release: &str,
+    store: &Store,
+) {
+    support::errand::create(
+        client,
+        team,
+        json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": "patient"},
+            "spec": {
+                "runtime": {
+                    "image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "sleep 45; echo kept > \"$ERRAND_ARTIFACTS_DIR/kept.txt\"; echo survived"],
+                },
+                "config": {"config_format": "agents-spec-v1", "name": "patient"},
+            },
+        }),
+    )
+    .await;
+    support::errand::create(
+        client,
+        team,
+        json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": "patient-1"},
+            "spec": {"agentRef": {"name": "patient"}, "input": "wait"},
+        }),
+    )
+    .await;
+    let api = Api::<AgentExecution>::namespaced(client.clone(), team);
+    let phase =
+        |api: Api<AgentExecution>| async move { api.get("patient-1").await.ok()?.status?.phase };
+    wait_for("the patient agent to run", RUN_WAIT, || {
+        let api = api.clone();
+        async move { (phase(api).await? == Phase::Running).then_some(()) }
+    })
+    .await;
+    let old = ready_controller_pods(client, release).await;
+    assert_eq!(old.len(), 2, "{old:?}");
+    succeed(
+        "kubectl",
+        &[
+            "delete",
+            "pod",
+            "--namespace",
+            release,
+            "--selector",
+            "app.kubernetes.io/component=controller",
+            "--wait=false",
+        ],
+    );
+    let replaced = Instant::now();
+    wait_for("two new ready controller pods", RUN_WAIT, || {
+        let old = old.clone();
+        async move {
+            let new = ready_controller_pods(client, release).await;
+            (new.len() == 2 && new.iter().all(|n| !old.contains(n))).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        phase(api.clone()).await,
+        Some(Phase::Running),
+        "the agent must still run when the new pods are ready ({:.1}s after the delete), or this shows nothing",
+        replaced.elapsed().as_secs_f64()
+    );
+    let done = wait_for("the patient agent to finish", RUN_WAIT, || {
+        let api = api.clone();
+        async move {
+            let execution = api.get("patient-1").await.ok()?;
+            execution
+                .status
+                .as_ref()?
+                .phase?
+                .is_terminal()
+                .then_some(execution)
+        }
+    })
+    .await;
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Succeeded), "{status:?}");
+    let saved: BTreeSet<&str> = status.results.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        saved,
+        BTreeSet::from([
+            "input_workdir",
+            "manifest.json",
+            "output_artifacts",
+            "output_workdir",
+            "run_result"
+        ]),
+        "{status:?}"
+    );
+    let id = execution_id(team, &done);
+    let record: serde_json::Value = serde_json::from_slice(
+        &read_all(
+            store,
+            &errand::store::keys::result(&id, ResultName::RunResult).unwrap(),
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(
+        record["response"].as_str().map(str::trim),
+        Some("survived"),
+        "{record}"
+    );
+    let artifacts = tar_files(
+        &read_all(
+            store,
+            &errand::store::keys::result(&id, ResultName::OutputArtifacts).unwrap(),
+        )
+        .await,
+    );
+    assert_eq!(
+        artifacts.get("kept.txt").map(String::as_str),
+        Some("kept\n"),
+        "the artifacts saved after the replacement: {:?}",
+        artifacts.keys().collect::<Vec<_>>()
+    );
 }
 
 /// `kubectl get --raw PATH --as USER`.

@@ -660,3 +660,145 @@ async fn controller_killed_during_a_result_upload_loses_no_result() {
     .await;
     e2e.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_wait_returns_a_running_execution_with_its_log_and_the_run_goes_on() {
+    let Some(e2e) = Harness::start("e2e-wait", Mode::WithPods).await else {
+        return;
+    };
+    e2e.create_agent(
+        "stepper",
+        cluster::BUSYBOX_IMAGE,
+        "echo begin; sleep 15; echo finished",
+    )
+    .await;
+    let args = [
+        "execute", "--agent", "stepper", "--input", "x", "--name", "stepping",
+    ];
+    let (code, answer) = e2e.cli(&[&args[..], &["--until", "1"]].concat());
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(
+        answer["execution"]["observation"]["ended"], false,
+        "{answer}"
+    );
+
+    // Bounded waits while it runs return it running, with the pod's one log as its excerpt.
+    let deadline = std::time::Instant::now() + RUN_WAIT;
+    let running = loop {
+        let (code, answer) = e2e.cli(&["wait", "stepping", "--until", "2", "--poll", "0.5"]);
+        assert_eq!(code, 0, "{answer}");
+        let execution = answer["execution"].clone();
+        let excerpt = &execution["output"][0]["excerpt"];
+        if execution["phase"] == "Running" && excerpt["data"].as_str() == Some("begin\n") {
+            break execution;
+        }
+        assert!(
+            execution["phase"] != "Succeeded",
+            "the wait missed the run: {answer}"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never Running: {answer}"
+        );
+    };
+    assert_eq!(running["observation"]["ended"], false);
+    assert_eq!(running["output"][0]["stream"], "stdout+stderr");
+    assert_eq!(running["output"][0]["total_bytes"], 6);
+    assert_eq!(running["output"][0]["excerpt"]["encoding"], "utf8");
+
+    // status never reads the log, and a pod's log has no size the API reports.
+    let (_, answer) = e2e.cli(&["status", "stepping"]);
+    assert_eq!(
+        answer["execution"]["output"],
+        json!([{"stream": "stdout+stderr", "total_bytes": null}])
+    );
+
+    // A long enough wait sees the end; --from-byte continues after the first excerpt, within
+    // --max-bytes (errand's own last log line follows the agent's in the pod's log).
+    let (code, answer) = e2e.cli(&[
+        "wait",
+        "stepping",
+        "--until",
+        "120",
+        "--from-byte",
+        "6",
+        "--max-bytes",
+        "9",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let execution = &answer["execution"];
+    assert_eq!(
+        (&execution["phase"], &execution["observation"]["ended"]),
+        (&json!("Succeeded"), &json!(true)),
+        "{answer}"
+    );
+    assert_eq!(
+        execution["output"][0]["excerpt"],
+        json!({"start": 6, "end": 15, "truncated": true, "encoding": "utf8", "data": "finished\n"})
+    );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_runs_an_agent_on_the_cluster_and_the_run_outlives_the_server() {
+    let Some(e2e) = Harness::start("e2e-mcp", Mode::WithPods).await else {
+        return;
+    };
+    e2e.create_agent(
+        "mcp-agent",
+        cluster::BUSYBOX_IMAGE,
+        "sleep 5; echo from-the-pod",
+    )
+    .await;
+    let mcp = support::mcp::McpSession::start(e2e.command(&["mcp", "--max-wait", "20"])).await;
+    let (error, answer) = mcp
+        .call(
+            "execute",
+            json!({"agent": "mcp-agent", "input": "x", "name": "via-mcp", "until": 1}),
+        )
+        .await;
+    assert!(!error, "{answer}");
+    assert_eq!(
+        answer["execution"]["observation"]["ended"], false,
+        "{answer}"
+    );
+    // The server goes away; the controller runs the execution on.
+    assert!(mcp.close().await.success());
+
+    let mcp = support::mcp::McpSession::start(e2e.command(&["mcp", "--max-wait", "20"])).await;
+    let deadline = std::time::Instant::now() + RUN_WAIT;
+    let execution = loop {
+        let (error, answer) = mcp
+            .call("wait", json!({"name": "via-mcp", "until": 15}))
+            .await;
+        assert!(!error, "{answer}");
+        if answer["execution"]["observation"]["ended"] == true {
+            break answer["execution"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never ended: {answer}"
+        );
+    };
+    assert_eq!(execution["phase"], "Succeeded", "{execution}");
+    // The pod's log: the agent's output, then errand's own last line (a wait's answer carries
+    // the log's excerpt, not the response).
+    let log = execution["output"][0]["excerpt"]["data"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(log.starts_with("from-the-pod\n"), "{execution}");
+    let (_, answer) = mcp.call("results_list", json!({"name": "via-mcp"})).await;
+    assert!(
+        answer["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "run_result"),
+        "{answer}"
+    );
+    let (error, answer) = mcp.call("status", json!({"name": "nothing-like-it"})).await;
+    assert!(error);
+    assert_eq!(answer["error"]["code"], "not_found");
+    assert!(mcp.close().await.success());
+    e2e.finish().await;
+}

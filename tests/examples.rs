@@ -39,6 +39,7 @@ fn example_catalog() -> InMemoryCatalog {
         "environment/environment.yaml",
         "nemo/runtime.yaml",
         "nemo/agent.yaml",
+        "extension/extension.yaml",
     ] {
         for manifest in manifests(&repo().join("examples").join(file)) {
             catalog = match manifest {
@@ -53,6 +54,10 @@ fn example_catalog() -> InMemoryCatalog {
                 ManifestObject::Runtime(runtime) => {
                     let name = runtime.metadata.name.clone().unwrap();
                     catalog.with_runtime(&name, runtime.spec)
+                }
+                ManifestObject::Extension(extension) => {
+                    let name = extension.metadata.name.clone().unwrap();
+                    catalog.with_extension(&name, extension.spec)
                 }
                 ManifestObject::Secret { name, data, .. } => {
                     let pairs: Vec<(&str, &str)> =
@@ -89,6 +94,7 @@ fn every_valid_example_execution_resolves() {
     let valid = [
         "calculator/execution.yaml",
         "environment/execution.yaml",
+        "extension/execution.yaml",
         "inline-agent/execution.yaml",
         "nemo/execution.yaml",
         "workdir/execution.yaml",
@@ -128,7 +134,7 @@ fn refused_field(path: &Path) -> String {
 fn every_invalid_example_is_refused_naming_its_field() {
     let catalog = example_catalog();
     let files = yaml_files(&repo().join("examples/invalid"));
-    assert_eq!(files.len(), 19, "the bad inputs of the admission rules");
+    assert_eq!(files.len(), 21, "the bad inputs of the admission rules");
     for path in files {
         let field = refused_field(&path);
         // Reading the manifest checks its schema, as the API server does first; what passes

@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["archive"],
     &["resolve"],
     &["store"],
-    &["retention"],
+    &["retention", "telemetry"],
     &["runner"],
     &["local"],
     &["cluster"],

@@ -11,18 +11,6 @@ use support::store::tar_files;
 
 /// What these tests add to a [`Home`].
 impl Home {
-    /// An Agent manifest file whose command is `sh -c SCRIPT`.
-    fn agent(&self, name: &str, script: &str) -> String {
-        let manifest = json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent", "metadata": {"name": name},
-            "spec": {"runtime": {"image": "busybox", "command": ["sh", "-c", script]},
-                     "config": {"config_format": "agents-spec-v1", "name": name}}
-        });
-        self.write(&format!("{name}.json"), &manifest.to_string())
-            .display()
-            .to_string()
-    }
-
     fn executions_dir(&self) -> PathBuf {
         self.path().join("home/executions/default")
     }

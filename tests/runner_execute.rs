@@ -84,6 +84,8 @@ impl Env {
                 snapshot_digest: "sha256:5a".into(),
                 image: None,
             },
+            telemetry: errand::telemetry::ExecutionTelemetry::off(),
+            extension_follows: false,
         }
     }
 

@@ -1,4 +1,4 @@
-//! What the benchmarks share: a generated mixed tree, test data, timing of paired runs and their summaries.
+//! What the benchmarks share: a generated mixed tree, test data, timing of paired runs and their summaries, percentiles, and the entry of the cluster benchmarks.
 #![allow(dead_code)]
 
 use std::fs;
@@ -238,4 +238,31 @@ pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The `p`th percentile of `values` (nearest rank).
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let index = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[index]
+}
+
+/// Runs the async benchmark `bench` when `cargo bench --bench NAME` invokes it (the test
+/// harness's `cargo test --benches` only checks it builds, so it prints that it skipped): on a
+/// tokio runtime, with warnings (such as a controller's failed reconciles in this process) on
+/// stderr. Exits non-zero when `bench` returns false.
+pub fn run_async<F: std::future::Future<Output = bool>>(name: &str, bench: impl FnOnce() -> F) {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("{name} benchmark: skipped outside `cargo bench --bench {name}`");
+        return;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    if !runtime.block_on(bench()) {
+        std::process::exit(1);
+    }
 }

@@ -4,7 +4,8 @@
 # built from pause.c), a busybox image from Debian's busybox-static, the test
 # harness runtime (that busybox with test-harness.sh as /usr/local/bin/test-harness), the test
 # agent server of AgentDeployments (that busybox with agent-server.sh), and the
-# cluster add-ons' images (CoreDNS, local-path-provisioner), each the one
+# cluster add-ons' images (CoreDNS, local-path-provisioner) and the telemetry
+# tests' OpenTelemetry Collector, each the one
 # binary hack/testenv/build.sh made (cached: see binary_image in lib.sh). Run
 # by hack/testenv/up.sh once containerd is up; safe to rerun (imports retag).
 #
@@ -57,6 +58,7 @@ python3 "$oci_image" --name "$TESTENV_AGENT_SERVER_IMAGE" --rootfs "$rootfs" --m
 archives=("$out/pause.tar" "$out/busybox.tar" "$out/test-harness.tar" "$out/agent-server.tar")
 archives+=("$(binary_image "$COREDNS_IMAGE" "$TOOLS_BIN_DIR/coredns")")
 archives+=("$(binary_image "$LOCAL_PATH_IMAGE" "$TOOLS_BIN_DIR/local-path-provisioner")")
+archives+=("$(binary_image "$OTELCOL_IMAGE" "$ETCD_BIN_DIR/otelcol" --user 65532:65532)")
 for archive in "${archives[@]}"; do
   ctr --address "$address" --namespace k8s.io images import "$archive" >/dev/null
 done

@@ -6,7 +6,9 @@
 #   local-path-provisioner, the Kueue manager, the fake GPU device plugin and
 #   the witness node,
 #   in one `go build`, so the dependencies they share compile once;
-# - tools/etcd: etcd.
+# - tools/etcd: etcd and the OpenTelemetry Collector of the telemetry tests
+#   (tools/etcd/cmd/otelcol), in one `go build`: they share gRPC, protobuf and
+#   the OpenTelemetry SDK.
 # Binaries are cached outside the repository, keyed by version and by the
 # modules' digest (see lib.sh), so a warm run only checks the cache. Prints
 # the bin directories when done.
@@ -115,7 +117,8 @@ build_cluster_tools() {
 }
 
 build_etcd() {
-  go_build etcd etcd "$ETCD_BIN_DIR" "-s -w" "" go.etcd.io/etcd/server/v3
+  go_build etcd+otelcol etcd "$ETCD_BIN_DIR" "-s -w -X main.version=$OTELCOL_VERSION" "" \
+    "go.etcd.io/etcd/server/v3 ./cmd/otelcol"
   # go names the binary of go.etcd.io/etcd/server/v3 after "server".
   if [[ -x "$ETCD_BIN_DIR/server" ]]; then mv "$ETCD_BIN_DIR/server" "$ETCD_BIN_DIR/etcd"; fi
 }
@@ -128,9 +131,11 @@ log "all binaries ready in $(($(date +%s) - total_start))s"
 for b in "${TOOLS_BINARIES[@]}"; do
   [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b was not built"
 done
+[[ -x "$ETCD_BIN_DIR/otelcol" ]] || die "$ETCD_BIN_DIR/otelcol was not built"
 "$TOOLS_BIN_DIR/kube-apiserver" --version >&2
 etcd_version=$("$ETCD_BIN_DIR/etcd" --version)
 echo "${etcd_version%%$'\n'*}" >&2
+"$ETCD_BIN_DIR/otelcol" --version >&2
 "$TOOLS_BIN_DIR/helm" version --short >&2
 # Not `| head -n 1`: under pipefail, head closing the pipe early fails the script (SIGPIPE, 141).
 coredns_version=$("$TOOLS_BIN_DIR/coredns" -version)

@@ -26,13 +26,17 @@ module_digest() {
 # tools/cluster/cmd/coredns), local-path-provisioner, Kueue and the fake GPU
 # device plugin and the witness node (tools/cluster/cmd/), which share client-go and
 # its dependencies, so those compile once. tools/etcd: etcd, whose release
-# needs newer gRPC and OpenTelemetry than Kubernetes v1.34 is built with.
+# needs newer gRPC and OpenTelemetry than Kubernetes v1.34 is built with, and
+# the OpenTelemetry Collector of the telemetry tests (a trimmed main in
+# tools/etcd/cmd/otelcol: the OTLP receiver and the contrib file exporter),
+# which shares those (gRPC, protobuf, the OTel SDK, zap) with it.
 K8S_VERSION=$(module_version cluster k8s.io/kubernetes)
 HELM_VERSION=$(module_version cluster helm.sh/helm/v3)
 COREDNS_VERSION=$(module_version cluster github.com/coredns/coredns)
 LOCAL_PATH_VERSION=$(module_version cluster github.com/rancher/local-path-provisioner)
 KUEUE_VERSION=$(module_version cluster sigs.k8s.io/kueue)
 ETCD_VERSION=$(module_version etcd go.etcd.io/etcd/server/v3)
+OTELCOL_VERSION=$(module_version etcd go.opentelemetry.io/collector/otelcol)
 
 # Binaries live outside the repository, keyed by version and digest, so every
 # checkout on this machine (and every CI run on it) reuses them.
@@ -81,6 +85,8 @@ ERRAND_TEST_IMAGE=errand.local/errand:dev
 COREDNS_IMAGE=errand.local/coredns:$COREDNS_VERSION
 LOCAL_PATH_IMAGE=errand.local/local-path-provisioner:$LOCAL_PATH_VERSION
 KUEUE_IMAGE=errand.local/kueue:$KUEUE_VERSION
+# The telemetry tests' OpenTelemetry Collector (built beside etcd).
+OTELCOL_IMAGE=errand.local/otelcol:$OTELCOL_VERSION
 # Cluster DNS: the kube-dns Service's conventional address (the tenth of the
 # Service range) and the cluster domain.
 CLUSTER_DNS=${SERVICE_CIDR%.*}.10

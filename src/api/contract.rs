@@ -31,8 +31,37 @@ pub const ENV_PORT: &str = "ERRAND_PORT";
 /// The name of a deployed agent server's container port and of its Service's port; the
 /// gateway finds the port in the Service's EndpointSlices by it.
 pub const AGENT_SERVER_PORT_NAME: &str = "http";
+/// Environment variable of an extension's step: the extension kind it runs as.
+pub const ENV_EXTENSION_KIND: &str = "ERRAND_EXTENSION_KIND";
+/// Environment variable of an extension's step: the execution's `extension.config` as JSON.
+pub const ENV_EXTENSION_CONFIG: &str = "ERRAND_EXTENSION_CONFIG";
+/// Environment variable of an extension's step: the file holding its config as JSON.
+pub const ENV_EXTENSION_CONFIG_FILE: &str = "ERRAND_EXTENSION_CONFIG_FILE";
+/// Environment variable of an extension's step: the directory holding the run's results as
+/// files (`output_workdir.tar.gz`, `run_result.json`, ...), read-only input.
+pub const ENV_EXTENSION_RESULTS_DIR: &str = "ERRAND_EXTENSION_RESULTS_DIR";
+/// Environment variable of an extension's step: the directory where it writes one file or
+/// directory per declared result name; errand saves each (a directory as a `tar.gz`).
+pub const ENV_EXTENSION_OUTPUT_DIR: &str = "ERRAND_EXTENSION_OUTPUT_DIR";
+/// Environment variable of an extension's step: the execution's name.
+pub const ENV_EXECUTION_NAME: &str = "ERRAND_EXECUTION_NAME";
+/// Environment variable of an extension's step: the execution's namespace.
+pub const ENV_EXECUTION_NAMESPACE: &str = "ERRAND_EXECUTION_NAMESPACE";
 /// The variables the runner sets outside the [`RESERVED_ENV_PREFIX`] family; reserved too.
 pub const RESERVED_ENV_NAMES: [&str; 1] = [ENV_AGENT_CONFIG_PATH];
+
+/// The results errand itself saves for every run (`store::keys::ResultName`); an
+/// AgentExtension may declare none of them.
+pub const RESULT_NAMES: [&str; 6] = [
+    "input_workdir",
+    "output_workdir",
+    "output_artifacts",
+    "run_result",
+    "run_error",
+    "manifest.json",
+];
+/// What an AgentExtension's result name looks like: a store key segment and a file name.
+pub const EXTENSION_RESULT_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$";
 
 /// Label on every object the controller creates.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -105,6 +134,9 @@ pub enum ConditionType {
     Retrying,
     /// An AgentDeployment has a pod that passes its readiness probe and serves requests.
     Ready,
+    /// The execution's extension ran after the agent succeeded (reason `ExtensionSucceeded`),
+    /// or failed (`ExtensionFailed`). Absent without an extension or while it has not ended.
+    ExtensionSucceeded,
 }
 
 impl ConditionType {
@@ -118,6 +150,7 @@ impl ConditionType {
             ConditionType::ResultsSaved => "ResultsSaved",
             ConditionType::Retrying => "Retrying",
             ConditionType::Ready => "Ready",
+            ConditionType::ExtensionSucceeded => "ExtensionSucceeded",
         }
     }
 }
@@ -188,11 +221,16 @@ pub enum Reason {
     StartingTimeout,
     /// An AgentDeployment is being deleted with its children.
     Deleting,
+    /// The extension ran and saved its results.
+    ExtensionSucceeded,
+    /// The extension exited non-zero, timed out, could not start or did not save its results;
+    /// the execution is then `Failed` with this reason, and the agent's results stay.
+    ExtensionFailed,
 }
 
 impl Reason {
     /// Every reason.
-    pub const ALL: [Reason; 22] = [
+    pub const ALL: [Reason; 24] = [
         Reason::InvalidSpec,
         Reason::Resolved,
         Reason::Queued,
@@ -215,6 +253,8 @@ impl Reason {
         Reason::ResultsSaved,
         Reason::ResultsUploadFailed,
         Reason::SupervisorLost,
+        Reason::ExtensionSucceeded,
+        Reason::ExtensionFailed,
     ];
 
     /// The reason as it appears in conditions, events and records (PascalCase).
@@ -246,6 +286,8 @@ impl Reason {
             Reason::AgentNotReady => "AgentNotReady",
             Reason::StartingTimeout => "StartingTimeout",
             Reason::Deleting => "Deleting",
+            Reason::ExtensionSucceeded => "ExtensionSucceeded",
+            Reason::ExtensionFailed => "ExtensionFailed",
         }
     }
 

@@ -3,7 +3,9 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
+use super::{
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+};
 
 /// Every CRD with the file name it is committed under in `crds/`, sorted by file name so that
 /// `cat crds/*.yaml` equals `errand crds`.
@@ -12,6 +14,7 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("agentdeployments.errand.dev.yaml", AgentDeployment::crd()),
         ("agentenvironments.errand.dev.yaml", AgentEnvironment::crd()),
         ("agentexecutions.errand.dev.yaml", AgentExecution::crd()),
+        ("agentextensions.errand.dev.yaml", AgentExtension::crd()),
         ("agentruntimes.errand.dev.yaml", AgentRuntime::crd()),
         ("agents.errand.dev.yaml", Agent::crd()),
         ("filesets.errand.dev.yaml", Fileset::crd()),

@@ -1,4 +1,4 @@
-//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution, AgentDeployment and the cluster-scoped AgentRuntime) and the objects of the `data.errand.dev/v1alpha1` API.
+//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution, AgentDeployment and the cluster-scoped AgentRuntime and AgentExtension) and the objects of the `data.errand.dev/v1alpha1` API.
 // kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
@@ -10,6 +10,7 @@ pub mod data;
 mod deployment;
 mod environment;
 mod execution;
+mod extension;
 mod fileset;
 mod runtime;
 
@@ -29,6 +30,9 @@ pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
     DEFAULT_TIMEOUT_SECONDS, Extension, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
     MAX_TTL_SECONDS_AFTER_FINISHED, Phase, RERUN_TAKES_THE_SNAPSHOT, SnapshotRef, Workdir,
+};
+pub use extension::{
+    AgentExtension, AgentExtensionSpec, DEFAULT_EXTENSION_TIMEOUT_SECONDS, MAX_EXTENSION_RESULTS,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
 pub use runtime::{AgentRuntime, AgentRuntimeSpec};

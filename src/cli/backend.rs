@@ -8,11 +8,12 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::output::CliError;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
-use crate::store::keys::ResultName;
+use crate::store::keys::AnyResult;
 
 /// Which of the agent's output streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -22,6 +23,16 @@ pub enum LogStream {
     Stdout,
     /// Standard error.
     Stderr,
+}
+
+impl LogStream {
+    /// Its name in answers.
+    pub fn label(self) -> &'static str {
+        match self {
+            LogStream::Stdout => "stdout",
+            LogStream::Stderr => "stderr",
+        }
+    }
 }
 
 /// One manifest document to apply, with where it came from (`FILE: document N`).
@@ -34,7 +45,7 @@ pub struct Document {
 }
 
 /// One object `apply` stored.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, schemars::JsonSchema)]
 pub struct Applied {
     /// Its kind (`Agent`, `Secret`, ...).
     pub kind: String,
@@ -114,6 +125,14 @@ pub trait Backend: Send + Sync {
         lines: usize,
     ) -> Result<(&'static str, Vec<String>), CliError>;
 
+    /// The agent's output streams: their sizes as far as known without reading them, and with
+    /// `window` the excerpt of each it selects.
+    async fn output(
+        &self,
+        record: &ExecutionRecord,
+        window: Option<ByteWindow>,
+    ) -> Result<Vec<StreamOutput>, CliError>;
+
     /// The results saved so far, with size and sha256.
     async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError>;
 
@@ -121,7 +140,7 @@ pub trait Backend: Send + Sync {
     async fn download(
         &self,
         record: &ExecutionRecord,
-        result: ResultName,
+        result: AnyResult,
         file: &Path,
     ) -> Result<u64, CliError>;
 

@@ -4,8 +4,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use super::answers::{
+    Deleted, DeletedObject, Downloaded, ExecutionView, Logs, PushedFilesetAnswer,
+};
 use super::backend::{Backend, Document, LogStream, find};
 use super::execute::{ExecuteArgs, spec_from_args};
+use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
 use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
 use super::show::{
     parse_result_name, print_executions, print_record, print_results, record_outcome,
@@ -36,7 +40,8 @@ pub enum CatalogAction {
 }
 
 /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
-/// record with the response, unless `--no-wait`.
+/// record with the response and excerpts of its output; `--until` observes it for a bounded
+/// time instead, `--no-wait` not at all.
 pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), CliError> {
     let format = args.output.format;
     let request = spec_from_args(args, backend).await?;
@@ -52,24 +57,37 @@ pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Cl
     };
     if args.no_wait {
         let record = backend.detach(&record, args).await?;
-        print_ok(format, "execution", &record, || {
-            format!(
-                "execution {} started in the background in namespace {}; follow it with `errand watch {}`",
-                record.name, record.namespace, record.name
-            )
-        });
+        print_ok(
+            format,
+            "execution",
+            &ExecutionView::of(record.clone()),
+            || {
+                format!(
+                    "execution {} started in the background in namespace {}; follow it with `errand watch {}`",
+                    record.name, record.namespace, record.name
+                )
+            },
+        );
         return Ok(());
+    }
+    if let Some(until) = args.until {
+        let record = backend.detach(&record, args).await?;
+        let (record, observation) = observe(backend, record, until, DEFAULT_POLL_SECONDS).await?;
+        return answer_observed(backend, record, observation, &args.excerpt, args.output).await;
     }
     // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
     let record = backend.run(&record, args, format == Format::Human).await?;
-    record_outcome(format, &record, || print_record(&record))
+    let view = with_excerpts(backend, record, &args.excerpt).await?;
+    record_outcome(format, &view, || print_record(&view.record))
 }
 
-/// `errand status NAME`.
+/// `errand status NAME`: the record, with the sizes of the agent's output streams (read from
+/// their sizes alone, never from the logs).
 pub async fn status(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
     let record = find(backend, name).await?;
-    print_ok(output.format, "execution", &record, || {
-        print_record(&record)
+    let view = with_sizes(backend, record).await?;
+    print_ok(output.format, "execution", &view, || {
+        print_record(&view.record)
     });
     Ok(())
 }
@@ -80,13 +98,20 @@ pub async fn list(backend: &dyn Backend, output: OutputArgs) -> Result<(), CliEr
     Ok(())
 }
 
-/// `errand watch NAME`: follows the agent's output until the execution ends, then prints it.
-pub async fn watch(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+/// `errand watch NAME`: follows the agent's output until the execution ends, then prints it with
+/// excerpts of its output.
+pub async fn watch(
+    backend: &dyn Backend,
+    name: &str,
+    excerpt: &super::observe::ExcerptArgs,
+    output: OutputArgs,
+) -> Result<(), CliError> {
     let record = find(backend, name).await?;
     let done = backend
         .watch(&record, output.format == Format::Human)
         .await?;
-    record_outcome(output.format, &done, || print_record(&done))
+    let view = with_excerpts(backend, done, excerpt).await?;
+    record_outcome(output.format, &view, || print_record(&view.record))
 }
 
 /// `errand tail -n N NAME`: the last lines of the agent's output.
@@ -104,12 +129,12 @@ pub async fn tail(
         LogStream::Stdout
     };
     let (stream, last) = backend.logs(&record, stream, lines).await?;
-    print_ok(
-        output.format,
-        "logs",
-        &json!({"execution": record.name, "stream": stream, "lines": last}),
-        || last.join("\n"),
-    );
+    let answer = Logs {
+        execution: record.name,
+        stream,
+        lines: last,
+    };
+    print_ok(output.format, "logs", &answer, || answer.lines.join("\n"));
     Ok(())
 }
 
@@ -136,11 +161,16 @@ pub async fn results_download(
     let result = parse_result_name(result)?;
     let record = find(backend, name).await?;
     let file = file.unwrap_or_else(|| PathBuf::from(result.file_name()));
+    let shown = result.as_str().to_owned();
     let size = backend.download(&record, result, &file).await?;
-    let answer =
-        json!({"execution": record.name, "result": result.as_str(), "file": file, "size": size});
+    let answer = Downloaded {
+        execution: record.name,
+        result: shown,
+        file,
+        size,
+    };
     print_ok(format, "download", &answer, || {
-        format!("wrote {} ({})", file.display(), human_size(size))
+        format!("wrote {} ({})", answer.file.display(), human_size(size))
     });
     Ok(())
 }
@@ -158,8 +188,9 @@ pub async fn cancel(backend: &dyn Backend, name: &str, output: OutputArgs) -> Re
         ));
     }
     let record = backend.cancel(&record).await?;
-    print_ok(output.format, "execution", &record, || {
-        print_record(&record)
+    let view = with_sizes(backend, record).await?;
+    print_ok(output.format, "execution", &view, || {
+        print_record(&view.record)
     });
     Ok(())
 }
@@ -169,7 +200,10 @@ pub async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Re
     let record = find(backend, name).await?;
     let removed = backend.delete(&record).await?;
     let name = record.name;
-    let answer = json!({"execution": name, "results_removed": removed});
+    let answer = Deleted {
+        execution: name.clone(),
+        results_removed: removed,
+    };
     print_ok(output.format, "deleted", &answer, || match removed {
         Some(removed) => format!("deleted execution {name} and {removed} stored results"),
         None => format!("deleted execution {name} and its results"),
@@ -283,12 +317,13 @@ pub async fn delete_object(
     output: OutputArgs,
 ) -> Result<(), CliError> {
     backend.delete_object(kind, name).await?;
-    print_ok(
-        output.format,
-        "deleted",
-        &json!({"kind": kind.kind(), "name": name}),
-        || format!("{} {name} deleted", kind.kind()),
-    );
+    let answer = DeletedObject {
+        kind: kind.kind(),
+        name: name.to_owned(),
+    };
+    print_ok(output.format, "deleted", &answer, || {
+        format!("{} {name} deleted", kind.kind())
+    });
     Ok(())
 }
 
@@ -308,19 +343,19 @@ pub async fn push(
         )));
     }
     let status = backend.push_fileset(Some(name), dir).await?.status;
-    print_ok(
-        output.format,
-        "fileset",
-        &json!({"name": name, "status": status}),
-        || {
-            format!(
-                "fileset {name} pushed: {} files, {}, {}",
-                status.file_count.unwrap_or(0),
-                human_size(status.size.unwrap_or(0)),
-                status.digest.as_deref().unwrap_or_default()
-            )
-        },
-    );
+    let answer = PushedFilesetAnswer {
+        name: name.to_owned(),
+        status,
+    };
+    let status = &answer.status;
+    print_ok(output.format, "fileset", &answer, || {
+        format!(
+            "fileset {name} pushed: {} files, {}, {}",
+            status.file_count.unwrap_or(0),
+            human_size(status.size.unwrap_or(0)),
+            status.digest.as_deref().unwrap_or_default()
+        )
+    });
     Ok(())
 }
 

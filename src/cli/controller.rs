@@ -148,6 +148,18 @@ pub struct ControllerArgs {
     /// --data-api-listen).
     #[arg(long, env = "ERRAND_API_SERVICE", default_value = DATA_API_SERVICE)]
     pub api_service: String,
+    /// The OpenTelemetry collector executions with `autoTelemetry: true` send their traces to
+    /// (the runner's spans and the agent's own); without it such executions are refused.
+    #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
+    /// Also export a `reconcile` span (service `errand-controller`) for each reconcile of an
+    /// execution with `autoTelemetry: true` into that execution's trace, to --otlp-endpoint.
+    #[arg(
+        long,
+        env = "ERRAND_EXPORT_RECONCILE_SPANS",
+        requires = "otlp_endpoint"
+    )]
+    pub export_reconcile_spans: bool,
 }
 
 impl ControllerArgs {
@@ -238,6 +250,8 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     config.workspace_size_limit = args.workspace_size_limit;
     config.scratch_size_limit = args.scratch_size_limit;
     config.store_sweep = store_sweep;
+    config.otlp_endpoint = args.telemetry.otlp_endpoint;
+    config.export_reconcile_spans = args.export_reconcile_spans;
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),

@@ -46,8 +46,17 @@ pub struct ExecuteArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Return at once, leaving the run going in the background.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["until", "forever"])]
     pub no_wait: bool,
+    /// Observe the run for up to this many seconds, then return it as it stands with excerpts
+    /// of its output; it goes on in the background.
+    #[arg(long, value_name = "SECONDS", value_parser = super::observe::parse_until, conflicts_with = "forever")]
+    pub until: Option<f64>,
+    /// Wait until the run ends (the default).
+    #[arg(long)]
+    pub forever: bool,
+    #[command(flatten)]
+    pub excerpt: super::observe::ExcerptArgs,
     /// Give a local agent this shell's whole environment (but errand's own `ERRAND_*`
     /// variables). By default it gets what a pod would: its resolved environment with `PATH`,
     /// `HOME`, `LANG` and `TZ`.
@@ -55,6 +64,8 @@ pub struct ExecuteArgs {
     pub inherit_env: bool,
     #[command(flatten)]
     pub staging: super::staging::StagingArgs,
+    #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }

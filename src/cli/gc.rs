@@ -72,7 +72,7 @@ pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), CliError> {
             print_ok(
                 args.output.format,
                 "gc",
-                &serde_json::json!({"automatic": false}),
+                &super::answers::AutomaticGcOff { automatic: false },
                 || "automatic gc is off".to_owned(),
             );
             return Ok(());

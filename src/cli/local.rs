@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::output::CliError;
 use super::target::Target;
@@ -22,7 +23,7 @@ use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
 use crate::runner::signals::cancel_on_stop_signal;
-use crate::store::keys::{self, ExecutionId, ResultName};
+use crate::store::keys::{AnyResult, ExecutionId};
 use crate::store::{Store, StoreError};
 
 /// How often waiting commands look at a record again.
@@ -213,6 +214,7 @@ impl Backend for Local {
             request.name.as_deref(),
             &request.spec,
             args.inherit_env,
+            args.telemetry.otlp_endpoint.as_ref(),
         )
         .await
         .map_err(supervise_error)
@@ -283,11 +285,35 @@ impl Backend for Local {
             .iter()
             .map(|l| (*l).to_owned())
             .collect();
-        let label = match stream {
-            LogStream::Stdout => "stdout",
-            LogStream::Stderr => "stderr",
-        };
-        Ok((label, last))
+        Ok((stream.label(), last))
+    }
+
+    async fn output(
+        &self,
+        record: &ExecutionRecord,
+        window: Option<ByteWindow>,
+    ) -> Result<Vec<StreamOutput>, CliError> {
+        [LogStream::Stdout, LogStream::Stderr]
+            .into_iter()
+            .map(|stream| {
+                let path = self.log_path(&record.name, stream);
+                let (total, excerpt) = match window {
+                    // A log not written yet is empty.
+                    None => (std::fs::metadata(&path).map_or(0, |m| m.len()), None),
+                    Some(window) => {
+                        let (total, excerpt) = read_window(&path, window).map_err(|e| {
+                            CliError::new("io_error", format!("{}: {e}", path.display()))
+                        })?;
+                        (total, Some(excerpt))
+                    }
+                };
+                Ok(StreamOutput {
+                    stream: stream.label().to_owned(),
+                    total_bytes: Some(total),
+                    excerpt,
+                })
+            })
+            .collect()
     }
 
     async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
@@ -297,11 +323,11 @@ impl Backend for Local {
     async fn download(
         &self,
         record: &ExecutionRecord,
-        result: ResultName,
+        result: AnyResult,
         file: &Path,
     ) -> Result<u64, CliError> {
         let (store, execution) = results_of(record).map_err(store_error)?;
-        download_from_store(&store, &execution, result, file).await
+        download_from_store(&store, &execution, &result, file).await
     }
 
     async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
@@ -331,7 +357,7 @@ impl Backend for Local {
             .into_iter()
             .map(|o| Applied {
                 kind: o.kind.kind().to_owned(),
-                namespace: (o.kind != ObjectKind::Runtime).then_some(o.namespace),
+                namespace: (!o.kind.is_cluster_scoped()).then_some(o.namespace),
                 name: o.name,
             })
             .collect())
@@ -339,12 +365,13 @@ impl Backend for Local {
 
     async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
         let catalog = self.catalog();
-        if kind == ObjectKind::Runtime {
-            return Ok(catalog
-                .runtime_objects()
-                .iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect());
+        let cluster_scoped: Option<Vec<serde_json::Value>> = match kind {
+            ObjectKind::Runtime => Some(json_objects(&catalog.runtime_objects())),
+            ObjectKind::Extension => Some(json_objects(&catalog.extension_objects())),
+            _ => None,
+        };
+        if let Some(objects) = cluster_scoped {
+            return Ok(objects);
         }
         Ok(catalog
             .list(&self.namespace, kind)
@@ -435,15 +462,23 @@ impl Backend for Local {
     }
 }
 
+/// Each of `objects` as JSON.
+fn json_objects<T: serde::Serialize>(objects: &[T]) -> Vec<serde_json::Value> {
+    objects
+        .iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect()
+}
+
 /// Streams one stored result of `execution` into `file`; returns its size. The local backend
 /// reads its own store; against a cluster only an operator's `--store` leads here.
 pub async fn download_from_store(
     store: &Store,
     execution: &ExecutionId,
-    result: ResultName,
+    result: &AnyResult,
     file: &Path,
 ) -> Result<u64, CliError> {
-    let key = keys::result(execution, result).map_err(|e| store_error(e.into()))?;
+    let key = result.key(execution).map_err(|e| store_error(e.into()))?;
     let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
     let io_error =
         |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
@@ -457,6 +492,24 @@ pub async fn download_from_store(
     }
     out.sync_all().map_err(io_error)?;
     Ok(size)
+}
+
+/// The size of the file at `path` and the excerpt `window` selects of it (a file not written
+/// yet is empty); reads only the bytes it shows.
+fn read_window(path: &Path, window: ByteWindow) -> std::io::Result<(u64, Excerpt)> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((0, Excerpt::of(&[], 0, 0)));
+        }
+        Err(e) => return Err(e),
+    };
+    let total = file.metadata()?.len();
+    let (start, end) = window.range(total);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(end - start).read_to_end(&mut bytes)?;
+    Ok((total, Excerpt::of(&bytes, start, total)))
 }
 
 /// Prints what was appended to `path` since `offset`; returns the new offset.

@@ -1,19 +1,25 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
 mod admin;
+mod answers;
 mod backend;
 mod cluster;
 mod commands;
 mod controller;
+mod excerpt;
 mod execute;
 mod gc;
 mod local;
+mod mcp;
+mod observe;
 mod output;
 mod pod;
 mod rerun;
+mod schema;
 mod show;
 mod staging;
 mod target;
+mod telemetry;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -48,8 +54,13 @@ pub enum Command {
         /// Execution name or unambiguous prefix.
         name: String,
         #[command(flatten)]
+        excerpt: observe::ExcerptArgs,
+        #[command(flatten)]
         output: OutputArgs,
     },
+    /// Look at an execution until it ends or `--until` seconds pass (it goes on either way);
+    /// print it with excerpts of its output.
+    Wait(Box<observe::WaitArgs>),
     /// Print an execution's record.
     Status {
         /// Execution name or unambiguous prefix.
@@ -105,7 +116,7 @@ pub enum Command {
         #[command(subcommand)]
         action: admin::AdminAction,
     },
-    /// Store Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets from manifest files.
+    /// Store Agents, AgentEnvironments, AgentRuntimes, AgentExtensions, Filesets and Secrets from manifest files.
     Apply {
         /// Manifest files (YAML or JSON, several documents each).
         #[arg(short = 'f', long = "filename", required = true)]
@@ -134,11 +145,23 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
+    /// List or delete AgentExtensions (cluster-scoped: the trusted steps after an agent run).
+    Extensions {
+        #[command(subcommand)]
+        action: Option<CatalogAction>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
     /// Push, list or delete Filesets.
     Filesets {
         #[command(subcommand)]
         action: FilesetsAction,
     },
+    /// Print the JSON Schema of every answer `-o json` prints.
+    Schema,
+    /// Serve errand's commands as MCP tools on stdin/stdout (execute, status, tail, wait,
+    /// cancel, results_list, results_download, list); runs outlive the server.
+    Mcp(Box<mcp::McpArgs>),
     /// Print every errand CustomResourceDefinition as YAML (or write one file each).
     Crds {
         /// Write `<plural>.errand.dev.yaml` files into this directory instead of printing.
@@ -220,6 +243,7 @@ impl Command {
             Command::Execute(args) => args.output.format,
             Command::Gc(args) => args.output.format,
             Command::Rerun(args) => args.output.format,
+            Command::Wait(args) => args.output.format,
             Command::Admin { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
@@ -231,6 +255,7 @@ impl Command {
             | Command::Agents { output, .. }
             | Command::Environments { output, .. }
             | Command::Runtimes { output, .. }
+            | Command::Extensions { output, .. }
             | Command::Results {
                 action: ResultsAction::List { output, .. },
             }
@@ -244,6 +269,8 @@ impl Command {
                 action: ResultsAction::Download { format, .. },
             } => *format,
             Command::Crds { .. }
+            | Command::Schema
+            | Command::Mcp(_)
             | Command::Supervise { .. }
             | Command::Controller(_)
             | Command::Stage(_)
@@ -339,6 +366,11 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
     match command {
         Command::Controller(args) => return controller::controller(*args).await,
         Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
+        Command::Schema => {
+            println!("{:#}", schema::answers_schema());
+            return Ok(());
+        }
+        Command::Mcp(args) => return mcp::serve(target, &args).await,
         Command::Supervise { name, staging } => {
             return local::Local::new(target)?
                 .supervise(&name, staging.settings())
@@ -356,7 +388,12 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
     let backend = backend.as_ref();
     match command {
         Command::Execute(args) => commands::execute(backend, &args).await,
-        Command::Watch { name, output } => commands::watch(backend, &name, output).await,
+        Command::Watch {
+            name,
+            excerpt,
+            output,
+        } => commands::watch(backend, &name, &excerpt, output).await,
+        Command::Wait(args) => observe::wait(backend, &args).await,
         Command::Status { name, output } => commands::status(backend, &name, output).await,
         Command::Tail {
             name,
@@ -390,6 +427,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Runtimes { action, output } => {
             commands::objects(backend, ObjectKind::Runtime, action.as_ref(), output).await
         }
+        Command::Extensions { action, output } => {
+            commands::objects(backend, ObjectKind::Extension, action.as_ref(), output).await
+        }
         Command::Filesets {
             action: FilesetsAction::Push { name, dir, output },
         } => commands::push(backend, &name, &dir, output).await,
@@ -401,6 +441,8 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         } => commands::delete_object(backend, ObjectKind::Fileset, &name, output).await,
         Command::Controller(_)
         | Command::Crds { .. }
+        | Command::Schema
+        | Command::Mcp(_)
         | Command::Gc(_)
         | Command::Admin { .. }
         | Command::Supervise { .. }

@@ -85,7 +85,8 @@ impl From<InvalidSpec> for CliError {
 }
 
 /// Prints a successful answer: `human` for people, or `{schema_version, ok: true, type, <type>: payload}`.
-pub fn print_ok<T: Serialize>(
+/// Every payload has a JSON Schema: `errand schema` lists each answer type (`schema.rs`).
+pub fn print_ok<T: Serialize + schemars::JsonSchema>(
     format: Format,
     kind: &str,
     payload: &T,

@@ -89,6 +89,8 @@ pub struct StageArgs {
     pub grants: GrantRequestArgs,
     #[command(flatten)]
     pub staging: super::staging::StagingArgs,
+    #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
 }
 
 /// Options of `errand run-agent`.
@@ -99,6 +101,8 @@ pub struct RunAgentArgs {
     pub agent_config: PathBuf,
     #[command(flatten)]
     pub paths: PodPathArgs,
+    #[command(flatten)]
+    pub telemetry: super::telemetry::TelemetryArgs,
     /// The agent's command and arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -113,6 +117,7 @@ pub async fn stage(args: StageArgs) -> i32 {
         request.as_ref(),
         &args.bin_dir,
         &args.staging.settings(),
+        args.telemetry.otlp_endpoint.as_ref(),
     )
     .await
 }
@@ -120,7 +125,13 @@ pub async fn stage(args: StageArgs) -> i32 {
 /// Runs `errand run-agent`; returns the exit code.
 pub async fn run_agent(args: RunAgentArgs) -> i32 {
     init_logs();
-    pod::run_agent_in_pod(&args.paths.paths(), &args.agent_config, args.command).await
+    pod::run_agent_in_pod(
+        &args.paths.paths(),
+        &args.agent_config,
+        args.command,
+        args.telemetry.otlp_endpoint.as_ref(),
+    )
+    .await
 }
 
 /// errand's own lines go to stderr, prefixed, between the agent's output in the container log.

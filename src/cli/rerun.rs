@@ -6,6 +6,7 @@ use super::backend::{Backend, find};
 use super::execute::ExecuteArgs;
 use super::output::{CliError, OutputArgs};
 use super::staging::StagingArgs;
+use super::telemetry::TelemetryArgs;
 
 /// Flags of `errand rerun`.
 #[derive(Debug, clap::Args)]
@@ -21,6 +22,8 @@ pub struct RerunArgs {
     pub no_wait: bool,
     #[command(flatten)]
     pub staging: StagingArgs,
+    #[command(flatten)]
+    pub telemetry: TelemetryArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -41,8 +44,15 @@ impl RerunArgs {
             spec_file: None,
             name: self.name,
             no_wait: self.no_wait,
+            until: None,
+            forever: false,
+            excerpt: super::observe::ExcerptArgs {
+                max_bytes: super::excerpt::DEFAULT_MAX_BYTES,
+                from_byte: None,
+            },
             inherit_env: false,
             staging: self.staging,
+            telemetry: self.telemetry,
             output: self.output,
         }
     }

@@ -1,9 +1,10 @@
 //! How executions are shown, the same for both backends: records, tables and results.
 
+use super::answers::ExecutionView;
 use super::output::{CliError, Format, human_size, print_ok};
 use crate::api::ResultEntry;
 use crate::local::ExecutionRecord;
-use crate::store::keys::ResultName;
+use crate::store::keys::{AnyResult, ResultName};
 
 /// Human summary of a record.
 pub fn print_record(record: &ExecutionRecord) -> String {
@@ -43,14 +44,16 @@ pub fn print_record(record: &ExecutionRecord) -> String {
     out
 }
 
-/// Prints a finished record; a run that did not succeed is a failed command (exit code 1).
+/// Prints a finished execution; a run that did not succeed is a failed command (exit code 1)
+/// whose error carries the execution.
 pub fn record_outcome(
     format: Format,
-    record: &ExecutionRecord,
+    view: &ExecutionView,
     human: impl FnOnce() -> String,
 ) -> Result<(), CliError> {
+    let record = &view.record;
     if record.phase == crate::api::Phase::Succeeded {
-        print_ok(format, "execution", record, human);
+        print_ok(format, "execution", view, human);
         return Ok(());
     }
     let message = format!(
@@ -71,7 +74,7 @@ pub fn record_outcome(
         message,
         details: Some((
             "execution",
-            serde_json::to_value(record).expect("records serialize"),
+            serde_json::to_value(view).expect("records serialize"),
         )),
     })
 }
@@ -117,11 +120,12 @@ pub fn print_results(format: Format, results: &[ResultEntry]) {
 }
 
 /// The result called `name`, or an error listing the ones that exist.
-pub fn parse_result_name(result: &str) -> Result<ResultName, CliError> {
-    ResultName::parse(result).ok_or_else(|| {
+pub fn parse_result_name(result: &str) -> Result<AnyResult, CliError> {
+    AnyResult::parse(result).ok_or_else(|| {
         let known: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
         CliError::argument(format!(
-            "result {result:?} does not exist; results are {}",
+            "result {result:?} does not exist; results are {}, or one the execution's extension \
+             declares",
             known.join(", ")
         ))
     })

@@ -1,4 +1,4 @@
-//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments, AgentRuntimes and Filesets, and Secret key names read on demand.
+//! The live-object resolution [`Catalog`] the controller and the webhook share: reflector caches of Agents, AgentEnvironments, AgentRuntimes, AgentExtensions and Filesets, and Secret key names read on demand.
 //!
 //! Secrets are never cached or listed: the controller may only `get` them, and only the key
 //! names survive the read ([`secret_key_names`] runs on arrival), so a Secret value is never
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::core::object::HasSpec;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client};
 
@@ -19,7 +20,8 @@ use super::ApiError;
 use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec,
-    AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
+    AgentExtension, AgentExtensionSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset,
+    FilesetStatus,
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
@@ -42,6 +44,8 @@ pub struct ClusterCatalog {
     pub environments: Store<AgentEnvironment>,
     /// AgentRuntimes (cluster-scoped).
     pub runtimes: Store<AgentRuntime>,
+    /// AgentExtensions (cluster-scoped).
+    pub extensions: Store<AgentExtension>,
     /// Filesets.
     pub filesets: Store<Fileset>,
     /// The path indexes pushed beside Fileset blobs.
@@ -119,6 +123,7 @@ impl ClusterCatalog {
         self.agents.wait_until_ready().await.is_ok()
             && self.environments.wait_until_ready().await.is_ok()
             && self.runtimes.wait_until_ready().await.is_ok()
+            && self.extensions.wait_until_ready().await.is_ok()
             && self.filesets.wait_until_ready().await.is_ok()
     }
 }
@@ -144,7 +149,11 @@ impl Catalog for WithSecrets<'_> {
     }
 
     fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
-        runtime_specs(self.caches.runtimes.state().iter().map(|r| r.as_ref()))
+        named_specs(self.caches.runtimes.state().iter().map(|r| r.as_ref()))
+    }
+
+    fn extensions(&self) -> Vec<(String, AgentExtensionSpec)> {
+        named_specs(self.caches.extensions.state().iter().map(|r| r.as_ref()))
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
@@ -267,12 +276,15 @@ async fn read_rerun_source(
     }))
 }
 
-/// The name and spec of each AgentRuntime, sorted by name.
-fn runtime_specs<'a>(
-    runtimes: impl Iterator<Item = &'a AgentRuntime>,
-) -> Vec<(String, AgentRuntimeSpec)> {
-    let mut specs: Vec<(String, AgentRuntimeSpec)> = runtimes
-        .filter_map(|r| Some((r.metadata.name.clone()?, r.spec.clone())))
+/// The name and spec of each cluster-scoped object (AgentRuntimes, AgentExtensions), sorted by
+/// name.
+fn named_specs<'a, K>(objects: impl Iterator<Item = &'a K>) -> Vec<(String, K::Spec)>
+where
+    K: kube::Resource + HasSpec + 'a,
+    K::Spec: Clone,
+{
+    let mut specs: Vec<(String, K::Spec)> = objects
+        .filter_map(|o| Some((o.meta().name.clone()?, o.spec().clone())))
         .collect();
     specs.sort_by(|a, b| a.0.cmp(&b.0));
     specs
@@ -353,8 +365,19 @@ pub async fn live_catalog(
             .map_err(ApiError::during(
                 "listing AgentRuntimes to resolve an execution",
             ))?;
-        for (name, runtime) in runtime_specs(runtimes.items.iter()) {
+        for (name, runtime) in named_specs(runtimes.items.iter()) {
             catalog = catalog.with_runtime(&name, runtime);
+        }
+    }
+    if spec.extension.is_some() {
+        let extensions = Api::<AgentExtension>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .map_err(ApiError::during(
+                "listing AgentExtensions to resolve an execution",
+            ))?;
+        for (name, extension) in named_specs(extensions.items.iter()) {
+            catalog = catalog.with_extension(&name, extension);
         }
     }
     let environment = match &spec.environment_ref {

@@ -6,6 +6,7 @@ use crate::archive::ExtractLimits;
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
 use crate::runner::DEFAULT_STAGING_BUDGET;
 use crate::store::grants::UrlSigner;
+use crate::telemetry::TelemetryTarget;
 
 /// The field manager of every server-side apply the controller makes.
 pub const FIELD_MANAGER: &str = "errand-controller";
@@ -63,6 +64,12 @@ pub struct ControllerConfig {
     pub scratch_size_limit: Option<Quantity>,
     /// The leader's periodic store sweep (`None`: no periodic sweep).
     pub store_sweep: Option<StoreSweepSchedule>,
+    /// The operator's OpenTelemetry collector: executions with `autoTelemetry: true` send
+    /// their traces there (`None`: such executions are refused).
+    pub otlp_endpoint: Option<TelemetryTarget>,
+    /// Export a span of each reconcile into the execution's trace, to
+    /// [`ControllerConfig::otlp_endpoint`] (off by default).
+    pub export_reconcile_spans: bool,
 }
 
 /// How often the leader sweeps the store, and how old an unreferenced object must be to go.
@@ -93,6 +100,8 @@ impl ControllerConfig {
             workspace_size_limit: None,
             scratch_size_limit: None,
             store_sweep: None,
+            otlp_endpoint: None,
+            export_reconcile_spans: false,
         }
     }
 
@@ -118,6 +127,8 @@ impl ControllerConfig {
         RunLimits {
             allowance: self.allowance(),
             max_url_lifetime_seconds: max,
+            telemetry_configured: self.otlp_endpoint.is_some(),
+            runs_extensions: false,
         }
     }
 

@@ -22,6 +22,7 @@ use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::kueue::Workload;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
+use crate::telemetry::ReconcileSpans;
 
 /// Longest wait between retries of a failing execution.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -58,6 +59,8 @@ pub struct Context {
     written: Mutex<HashMap<String, Arc<AgentExecution>>>,
     /// Consecutive failures by uid, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The span of each reconcile, in the execution's trace (off unless asked for).
+    pub reconcile_spans: ReconcileSpans,
 }
 
 impl Context {
@@ -91,6 +94,7 @@ impl Context {
             metrics,
             written: Mutex::default(),
             failures: Mutex::default(),
+            reconcile_spans: ReconcileSpans::off(),
         }
     }
 
@@ -106,6 +110,12 @@ impl Context {
     /// lifetime).
     pub fn with_namespaces(mut self, namespaces: Store<PartialObjectMeta<Namespace>>) -> Self {
         self.namespaces = namespaces;
+        self
+    }
+
+    /// The same context exporting a span of each reconcile with `spans`.
+    pub fn with_reconcile_spans(mut self, spans: ReconcileSpans) -> Self {
+        self.reconcile_spans = spans;
         self
     }
 

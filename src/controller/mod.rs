@@ -39,6 +39,7 @@ use crate::cluster::kueue::{self, Workload};
 use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
 use crate::store::grants::UrlSigner;
+use crate::telemetry::ReconcileSpans;
 use config::{ControllerConfig, FIELD_MANAGER};
 use context::Context;
 use metrics::Metrics;
@@ -157,6 +158,7 @@ pub async fn run(
         settings.config.clone(),
         shutdown.clone(),
     );
+    let reconcile_spans = reconcile_spans(&settings.config);
     let ctx = Arc::new(
         Context::new(
             client,
@@ -171,7 +173,8 @@ pub async fn run(
             recorder,
             metrics,
         )
-        .with_namespaces(namespaces),
+        .with_namespaces(namespaces)
+        .with_reconcile_spans(reconcile_spans),
     );
     let cleanup = Controller::for_stream(config_map_stream, config_maps)
         .with_config(controller::Config::default().concurrency(8))
@@ -201,9 +204,30 @@ pub async fn run(
         .watches_stream(namespace_stream, in_namespace)
         .with_config(controller::Config::default().concurrency(64))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .run(
+            reconcile::reconcile,
+            reconcile::error_policy,
+            Arc::clone(&ctx),
+        )
         .for_each(log_failure);
     futures::join!(reconciler, cleanup, report_ready, sweeping, deployments);
+    ctx.reconcile_spans.shutdown().await;
+}
+
+/// The reconcile spans `config` asks for: off unless `export_reconcile_spans` and an OTLP
+/// endpoint are set (and, with a warning, when the exporter cannot be built).
+fn reconcile_spans(config: &ControllerConfig) -> ReconcileSpans {
+    let Some(target) = config
+        .otlp_endpoint
+        .as_ref()
+        .filter(|_| config.export_reconcile_spans)
+    else {
+        return ReconcileSpans::off();
+    };
+    ReconcileSpans::start(target).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "the controller's reconcile spans are off");
+        ReconcileSpans::off()
+    })
 }
 
 /// The execution whose Job owns `workload`, as the Job cache knows it.

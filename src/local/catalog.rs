@@ -1,4 +1,4 @@
-//! The local catalog: applied Agents, AgentEnvironments, AgentRuntimes, Filesets and Secrets, one owner-only JSON file each.
+//! The local catalog: applied Agents, AgentEnvironments, AgentRuntimes, AgentExtensions, Filesets and Secrets, one owner-only JSON file each.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -11,8 +11,8 @@ use super::manifest::ManifestObject;
 use super::paths::DataDir;
 use super::record::Records;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec,
-    Fileset, FilesetStatus,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtension, AgentExtensionSpec,
+    AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
 use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
 
@@ -25,6 +25,8 @@ pub enum ObjectKind {
     Environment,
     /// `AgentRuntime` (cluster-scoped)
     Runtime,
+    /// `AgentExtension` (cluster-scoped)
+    Extension,
     /// `Fileset`
     Fileset,
     /// `v1/Secret`
@@ -38,6 +40,7 @@ impl ObjectKind {
             ObjectKind::Agent => "agents",
             ObjectKind::Environment => "agentenvironments",
             ObjectKind::Runtime => "agentruntimes",
+            ObjectKind::Extension => "agentextensions",
             ObjectKind::Fileset => "filesets",
             ObjectKind::Secret => "secrets",
         }
@@ -49,9 +52,17 @@ impl ObjectKind {
             ObjectKind::Agent => "Agent",
             ObjectKind::Environment => "AgentEnvironment",
             ObjectKind::Runtime => "AgentRuntime",
+            ObjectKind::Extension => "AgentExtension",
             ObjectKind::Fileset => "Fileset",
             ObjectKind::Secret => "Secret",
         }
+    }
+}
+
+impl ObjectKind {
+    /// Whether objects of this kind belong to no namespace (AgentRuntimes, AgentExtensions).
+    pub fn is_cluster_scoped(self) -> bool {
+        matches!(self, ObjectKind::Runtime | ObjectKind::Extension)
     }
 }
 
@@ -62,7 +73,7 @@ const CLUSTER_SCOPE: &str = "_cluster";
 /// The namespace an object of `kind` is kept under: its own, or none for a cluster-scoped kind.
 fn scope(namespace: &str, kind: ObjectKind) -> &str {
     match kind {
-        ObjectKind::Runtime => CLUSTER_SCOPE,
+        kind if kind.is_cluster_scoped() => CLUSTER_SCOPE,
         _ => namespace,
     }
 }
@@ -160,6 +171,7 @@ impl LocalCatalog {
             ),
             // Cluster-scoped: a namespace in the manifest is ignored, as the API server does.
             ManifestObject::Runtime(o) => (ObjectKind::Runtime, o.metadata.name.clone(), None),
+            ManifestObject::Extension(o) => (ObjectKind::Extension, o.metadata.name.clone(), None),
             ManifestObject::Fileset(o) => (
                 ObjectKind::Fileset,
                 o.metadata.name.clone(),
@@ -184,6 +196,7 @@ impl LocalCatalog {
             ManifestObject::Agent(agent) => serde_json::to_value(&agent.spec),
             ManifestObject::Environment(environment) => serde_json::to_value(&environment.spec),
             ManifestObject::Runtime(runtime) => serde_json::to_value(&runtime.spec),
+            ManifestObject::Extension(extension) => serde_json::to_value(&extension.spec),
             // A Fileset's content comes from `filesets push`; applying it keeps what was pushed.
             ManifestObject::Fileset(_) => {
                 serde_json::to_value(self.fileset(&namespace, &name).unwrap_or_default())
@@ -306,11 +319,27 @@ impl LocalCatalog {
         Some(environment)
     }
 
+    /// The name and spec of every stored object of a cluster-scoped `kind`, sorted by name.
+    fn cluster_scoped<T: DeserializeOwned>(&self, kind: ObjectKind) -> Vec<(String, T)> {
+        self.list(CLUSTER_SCOPE, kind)
+            .into_iter()
+            .filter_map(|name| Some((name.clone(), self.read(CLUSTER_SCOPE, kind, &name)?)))
+            .collect()
+    }
+
     /// Every stored AgentRuntime as a full object, for listings, sorted by name.
     pub fn runtime_objects(&self) -> Vec<AgentRuntime> {
         self.runtimes()
             .into_iter()
             .map(|(name, spec)| AgentRuntime::new(&name, spec))
+            .collect()
+    }
+
+    /// Every stored AgentExtension as a full object, for listings, sorted by name.
+    pub fn extension_objects(&self) -> Vec<AgentExtension> {
+        self.extensions()
+            .into_iter()
+            .map(|(name, spec)| AgentExtension::new(&name, spec))
             .collect()
     }
 
@@ -334,11 +363,11 @@ impl Catalog for LocalCatalog {
     }
 
     fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
-        let kind = ObjectKind::Runtime;
-        self.list(CLUSTER_SCOPE, kind)
-            .into_iter()
-            .filter_map(|name| Some((name.clone(), self.read(CLUSTER_SCOPE, kind, &name)?)))
-            .collect()
+        self.cluster_scoped(ObjectKind::Runtime)
+    }
+
+    fn extensions(&self) -> Vec<(String, AgentExtensionSpec)> {
+        self.cluster_scoped(ObjectKind::Extension)
     }
 
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {

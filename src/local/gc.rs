@@ -42,7 +42,7 @@ impl From<RemoveError> for GcError {
 }
 
 /// One execution a gc removed (or would remove).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Collected {
     /// Its namespace.
     pub namespace: String,
@@ -59,7 +59,7 @@ pub struct Collected {
 }
 
 /// What a gc did.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct GcReport {
     /// Whether it only reported (nothing was removed).
     pub dry_run: bool,

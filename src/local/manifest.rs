@@ -6,8 +6,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
-use crate::resolve::{Problem, Resource, check_object, check_structure, decode};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
+use crate::resolve::{Problem, Resource, check_extension, check_object, check_structure, decode};
 
 /// One Kubernetes object from a manifest file.
 #[derive(Clone, Debug)]
@@ -18,6 +18,8 @@ pub enum ManifestObject {
     Environment(Box<AgentEnvironment>),
     /// An `errand.dev/v1alpha1` AgentRuntime (cluster-scoped).
     Runtime(Box<AgentRuntime>),
+    /// An `errand.dev/v1alpha1` AgentExtension (cluster-scoped).
+    Extension(Box<AgentExtension>),
     /// An `errand.dev/v1alpha1` Fileset.
     Fileset(Box<Fileset>),
     /// An `errand.dev/v1alpha1` AgentExecution.
@@ -178,7 +180,7 @@ pub fn parse_document(doc: Value) -> Result<ManifestObject, DocumentError> {
     };
     let Some(resource) = resource else {
         return Err(DocumentError::Unsupported(format!(
-            "apiVersion {api_version:?} kind {kind:?} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, AgentRuntime, Fileset, AgentExecution, or v1 Secret)"
+            "apiVersion {api_version:?} kind {kind:?} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, AgentRuntime, AgentExtension, Fileset, AgentExecution, or v1 Secret)"
         )));
     };
     // An AgentExecution is not applied but run, and `errand execute`'s flags may complete it:
@@ -197,6 +199,15 @@ pub fn parse_document(doc: Value) -> Result<ManifestObject, DocumentError> {
             ManifestObject::Environment(Box::new(decode(doc).map_err(typed)?))
         }
         Resource::AgentRuntime => ManifestObject::Runtime(Box::new(decode(doc).map_err(typed)?)),
+        Resource::AgentExtension => {
+            let extension: AgentExtension = decode(doc).map_err(typed)?;
+            // What the webhook checks beyond the schema: result names and the config schema.
+            let problems = check_extension(&extension.spec);
+            if !problems.is_empty() {
+                return Err(invalid(problems));
+            }
+            ManifestObject::Extension(Box::new(extension))
+        }
         Resource::Fileset => ManifestObject::Fileset(Box::new(decode(doc).map_err(typed)?)),
         Resource::AgentExecution => {
             ManifestObject::Execution(Box::new(decode(doc).map_err(typed)?))

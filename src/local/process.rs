@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A process as the kernel knows it: its pid and when it started.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ProcessIdentity {
     /// The process id.
     pub pid: u32,

@@ -17,7 +17,7 @@ pub const RECORD_SCHEMA_VERSION: u32 = 1;
 
 /// What the local backend knows about one execution; the same fields `errand status` shows for
 /// a cluster execution.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecutionRecord {
     /// Always [`RECORD_SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -76,11 +76,17 @@ pub struct ExecutionRecord {
     /// than only its resolved environment with `PATH`, `HOME`, `LANG` and `TZ`.
     #[serde(default)]
     pub inherit_env: bool,
+    /// Where the run's auto telemetry goes (`autoTelemetry: true` with `--otlp-endpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
     /// The process that supervises the run (the `execute` command itself, or the detached
     /// supervisor of `--no-wait`). A run that is not finished while it no longer runs is
     /// reported as failed with reason `SupervisorLost`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supervisor: Option<ProcessIdentity>,
+    /// How the execution's extension step ended, once it ran (after the agent succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extension: Option<crate::runner::ExtensionSummary>,
 }
 
 impl ExecutionRecord {
@@ -116,7 +122,9 @@ impl ExecutionRecord {
             store: store.to_owned(),
             cancel_requested: false,
             inherit_env,
+            otlp_endpoint: None,
             supervisor: ProcessIdentity::current(),
+            extension: None,
         }
     }
 

@@ -14,15 +14,17 @@ use super::process::ProcessIdentity;
 use super::record::{ExecutionRecord, RecordError, Records, generate_name};
 use crate::api::{AgentExecutionSpec, Phase};
 use crate::resolve::{
-    InvalidSpec, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
+    InvalidSpec, RunLimits, Snapshot, WithFilesetPaths, admit_creation, check_execution_spec,
     resolve_execution, subpath_digests,
 };
-use crate::runner::outcome::{RunReport, run_outcome};
+use crate::runner::outcome::{RunReport, extension_outcome, run_outcome};
 use crate::runner::{
-    self, Invocation, Provenance, RunSummary, ScratchDir, StageSettings, StopRequest,
+    self, ExtensionSummary, Invocation, Provenance, RunState, RunSummary, ScratchDir,
+    StageSettings, StopRequest,
 };
 use crate::store::keys::ExecutionId;
 use crate::store::{Store, StoreError, StoreResults};
+use crate::telemetry::{ExecutionTelemetry, TelemetryTarget};
 
 /// Time between SIGTERM and SIGKILL when a local run is stopped.
 pub const GRACE: Duration = Duration::from_secs(5);
@@ -68,6 +70,7 @@ pub async fn prepare(
     name: Option<&str>,
     spec: &AgentExecutionSpec,
     inherit_env: bool,
+    telemetry: Option<&TelemetryTarget>,
 ) -> Result<ExecutionRecord, SuperviseError> {
     // What the API server checks first: the CRD's schema and CEL rules.
     let problems = check_execution_spec(&serde_json::to_value(spec).expect("a spec serializes"));
@@ -86,6 +89,14 @@ pub async fn prepare(
     };
     let resolution = resolve_execution(namespace, spec, &WithFilesetPaths::new(&catalog, paths));
     let snapshot = admit_creation(spec, resolution)?;
+    // The cluster's limits that apply on this machine: somewhere to send auto telemetry (this
+    // backend runs extensions itself).
+    RunLimits {
+        telemetry_configured: telemetry.is_some(),
+        runs_extensions: true,
+        ..RunLimits::default()
+    }
+    .check(&snapshot)?;
     if let Some(name) = name {
         crate::resolve::object_name(name).map_err(|message| InvalidSpec {
             problems: vec![crate::resolve::Problem::new("metadata.name", message)],
@@ -101,6 +112,9 @@ pub async fn prepare(
         inherit_env,
     );
     record.rerun_of = spec.rerun_of.as_ref().map(|r| r.name.clone());
+    record.otlp_endpoint = telemetry
+        .filter(|_| snapshot.auto_telemetry)
+        .map(|t| t.endpoint.clone());
     let records = Records::new(data.clone());
     records.create(&record)?;
     let dir = records.dir(namespace, &record.name);
@@ -141,7 +155,7 @@ pub async fn run_prepared(
         uid: record.uid.clone(),
     };
     let sink = StoreResults::new(store.clone(), execution.clone())?;
-    let invocation = Invocation {
+    let mut invocation = Invocation {
         execution,
         command: snapshot.command(),
         input: snapshot.input.clone(),
@@ -159,7 +173,14 @@ pub async fn run_prepared(
             snapshot_digest: record.snapshot_digest.clone(),
             image: None,
         },
+        telemetry: ExecutionTelemetry::off(),
+        extension_follows: snapshot.extension.is_some(),
     };
+    invocation.telemetry = ExecutionTelemetry::for_snapshot(
+        record_telemetry(&record).as_ref(),
+        &snapshot,
+        &invocation.execution,
+    );
     let plan = runner::plan::stage_plan(&snapshot).map_err(StoreError::from)?;
 
     record.supervisor = ProcessIdentity::current();
@@ -167,22 +188,55 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let summary = runner::execute(&invocation, &plan, &store, &sink, settings, cancel).await;
+    let mut summary =
+        runner::execute(&invocation, &plan, &store, &sink, settings, cancel.clone()).await;
+    invocation.telemetry.shutdown().await;
     for skipped in &summary.skipped {
         eprintln!(
             "warning: {} left out {}: {}",
             skipped.result, skipped.entry.path, skipped.entry.reason
         );
     }
+    // The extension runs only after the agent succeeded (and then saves the manifest).
+    let extension = match &snapshot.extension {
+        Some(extension) if summary.state == RunState::Succeeded => {
+            let env = base_environment(&caller_environment(), false);
+            let step = runner::run_extension(
+                extension,
+                &invocation,
+                &summary,
+                &sink,
+                env,
+                &dir.join("extension"),
+                cancel,
+            )
+            .await;
+            summary.results.extend(step.results.iter().cloned());
+            Some(step)
+        }
+        _ => None,
+    };
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
     apply_summary(&mut record, &summary, snapshot.timeout_seconds);
+    if let Some(step) = extension {
+        apply_extension(&mut record, step);
+    }
     records.write(&record)?;
     Ok(record)
 }
 
+/// Where the record says the run's telemetry goes; an endpoint that no longer parses (a
+/// hand-edited record) turns telemetry off rather than failing the run.
+fn record_telemetry(record: &ExecutionRecord) -> Option<TelemetryTarget> {
+    let endpoint = record.otlp_endpoint.as_deref()?;
+    TelemetryTarget::parse("otlp_endpoint", endpoint)
+        .inspect_err(|e| tracing::warn!("{e}"))
+        .ok()
+}
+
 /// The agent's environment: what the machine gives it ([`base_environment`]), the merged
-/// plain env, the extension, then the bound Secret values.
+/// plain env, then the bound Secret values.
 fn agent_env(
     data: &DataDir,
     snapshot: &Snapshot,
@@ -223,6 +277,17 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
     record.started_at = summary.started_at.or(record.started_at);
     record.completed_at = Some(summary.finished_at.unwrap_or_else(jiff::Timestamp::now));
     record.results = summary.results.clone();
+}
+
+/// Copies how the extension's step ended into the record of a run whose agent succeeded
+/// ([`extension_outcome`]); the results it saved so far stay listed.
+fn apply_extension(record: &mut ExecutionRecord, step: ExtensionSummary) {
+    if record.phase == Phase::Succeeded
+        && let Some(outcome) = extension_outcome(&step)
+    {
+        record.set_outcome(&outcome);
+    }
+    record.extension = Some(step);
 }
 
 /// The flags that hand `settings` to a supervisor process.

@@ -87,16 +87,23 @@ impl RunBudget {
     }
 }
 
-/// What a cluster puts around every run beyond its spec: the allowance it adds, and how long
-/// its store's signed URLs can last. The webhook and the controller check a snapshot against
-/// the same limits, so a run the store cannot serve is refused at submission, or failed as
-/// `InvalidSpec` before anything is created.
+/// What a cluster puts around every run beyond its spec: the allowance it adds, how long its
+/// store's signed URLs can last, and whether it has somewhere to send auto telemetry. The
+/// webhook and the controller (and the local backend, with its own settings) check a snapshot
+/// against the same limits, so a run the installation cannot serve is refused at submission,
+/// or failed as `InvalidSpec` before anything is created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunLimits {
     /// What the cluster adds to each run's timeouts.
     pub allowance: RunAllowance,
     /// The longest a signed store URL may last, in seconds (`None`: no limit).
     pub max_url_lifetime_seconds: Option<i64>,
+    /// Whether an OTLP endpoint is configured (the chart's `telemetry.otlpEndpoint`,
+    /// `--otlp-endpoint`): without one, `autoTelemetry: true` is refused rather than ignored.
+    pub telemetry_configured: bool,
+    /// Whether this backend runs extensions after the agent (the local backend does; a
+    /// cluster does not yet, so an execution with one is refused rather than run without it).
+    pub runs_extensions: bool,
 }
 
 impl RunLimits {
@@ -107,11 +114,39 @@ impl RunLimits {
 
     /// Checks that the run `snapshot` describes fits these limits.
     pub fn check(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
-        self.budget(snapshot)
+        let mut problems: Vec<Problem> = self
+            .budget(snapshot)
             .check_url_lifetime(self.max_url_lifetime_seconds)
-            .map_err(|problem| InvalidSpec {
-                problems: vec![problem],
-            })
+            .err()
+            .into_iter()
+            .collect();
+        if let Some(extension) = snapshot
+            .extension
+            .as_ref()
+            .filter(|_| !self.runs_extensions)
+        {
+            problems.push(Problem::new(
+                "spec.extension",
+                format!(
+                    "extension {:?} runs on the local backend only in this version: a cluster \
+                     does not run extensions yet, and an execution must not be admitted to skip \
+                     its extension silently",
+                    extension.kind
+                ),
+            ));
+        }
+        if snapshot.auto_telemetry && !self.telemetry_configured {
+            problems.push(Problem::new(
+                "spec.autoTelemetry",
+                "no OpenTelemetry collector is configured to send the telemetry to (the chart's \
+                 telemetry.otlpEndpoint; locally --otlp-endpoint or ERRAND_OTLP_ENDPOINT)",
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidSpec { problems })
+        }
     }
 }
 
@@ -190,5 +225,21 @@ mod tests {
                 prop_assert_eq!(fits, (1..=max).contains(&lifetime));
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_refuses_an_execution_with_an_extension() {
+        use crate::api::{AgentExecutionSpec, Extension};
+        use crate::resolve::{InMemoryCatalog, resolve_execution};
+        let mut spec = AgentExecutionSpec::test();
+        spec.extension = Some(Extension {
+            kind: "analysis".into(),
+            config: None,
+        });
+        let snapshot =
+            resolve_execution(crate::testing::NS, &spec, &InMemoryCatalog::test()).unwrap();
+        let refused = RunLimits::default().check(&snapshot).unwrap_err();
+        assert_eq!(refused.problems[0].field, "spec.extension");
+        assert!(refused.problems[0].message.contains("local backend only"));
     }
 }

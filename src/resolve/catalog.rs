@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::rerun::RerunSource;
-use crate::api::{AgentEnvironmentSpec, AgentRuntimeSpec, AgentSpec, FilesetStatus};
+use crate::api::{
+    AgentEnvironmentSpec, AgentExtensionSpec, AgentRuntimeSpec, AgentSpec, FilesetStatus,
+};
 use crate::archive::PathIndex;
 
 /// Read-only lookups of the objects an execution refers to. Implementations answer from
@@ -17,6 +19,8 @@ pub trait Catalog {
     fn environment(&self, namespace: &str, name: &str) -> Option<AgentEnvironmentSpec>;
     /// Every AgentRuntime (they are cluster-scoped), by name.
     fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)>;
+    /// Every AgentExtension (they are cluster-scoped), by name.
+    fn extensions(&self) -> Vec<(String, AgentExtensionSpec)>;
     /// The key names of Secret `name` in `namespace`.
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>>;
     /// The status of Fileset `name` in `namespace` (its digest once pushed).
@@ -72,6 +76,10 @@ impl Catalog for WithFilesetPaths<'_> {
         self.inner.runtimes()
     }
 
+    fn extensions(&self) -> Vec<(String, AgentExtensionSpec)> {
+        self.inner.extensions()
+    }
+
     fn secret_keys(&self, namespace: &str, name: &str) -> Option<BTreeSet<String>> {
         self.inner.secret_keys(namespace, name)
     }
@@ -108,6 +116,7 @@ pub struct InMemoryCatalog {
     agents: BTreeMap<Key, AgentSpec>,
     environments: BTreeMap<Key, AgentEnvironmentSpec>,
     runtimes: BTreeMap<String, AgentRuntimeSpec>,
+    extensions: BTreeMap<String, AgentExtensionSpec>,
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
     fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
@@ -137,6 +146,12 @@ impl InMemoryCatalog {
     /// Adds (or replaces) an AgentRuntime.
     pub fn with_runtime(mut self, name: &str, spec: AgentRuntimeSpec) -> Self {
         self.runtimes.insert(name.to_owned(), spec);
+        self
+    }
+
+    /// Adds (or replaces) an AgentExtension.
+    pub fn with_extension(mut self, name: &str, spec: AgentExtensionSpec) -> Self {
+        self.extensions.insert(name.to_owned(), spec);
         self
     }
 
@@ -196,6 +211,13 @@ impl Catalog for InMemoryCatalog {
 
     fn runtimes(&self) -> Vec<(String, AgentRuntimeSpec)> {
         self.runtimes
+            .iter()
+            .map(|(name, spec)| (name.clone(), spec.clone()))
+            .collect()
+    }
+
+    fn extensions(&self) -> Vec<(String, AgentExtensionSpec)> {
+        self.extensions
             .iter()
             .map(|(name, spec)| (name.clone(), spec.clone()))
             .collect()

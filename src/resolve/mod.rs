@@ -6,7 +6,9 @@
 mod budget;
 mod catalog;
 mod compute;
+mod config_schema;
 mod deployment;
+mod extension;
 mod merge;
 mod nemo_spec;
 mod problems;
@@ -32,7 +34,9 @@ use crate::api::{
 pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
 pub use compute::{dns_subdomain, label_key, label_value};
+pub use config_schema::{SCHEMA_KEYWORDS, SCHEMA_TYPES, check_schema, validate as validate_config};
 pub use deployment::{as_execution_spec, resolve_deployment, source_digest};
+pub use extension::{ResolvedExtension, check_extension, extension_result_name, pick_extension};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
 pub use problems::{InvalidSpec, Problem};
@@ -40,8 +44,7 @@ pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rerun::{ImageRun, RerunSource, pin_image, resolve_rerun};
 pub use rules::{
-    KNOWN_EXTENSION_KINDS, SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths,
-    object_name, relative_path,
+    SUPPORTED_PROVIDERS, is_reserved_env, lifetime_seconds, mount_paths, object_name, relative_path,
 };
 pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{
@@ -75,6 +78,11 @@ pub fn resolve_execution(
     let workdir = resolve_workdir(namespace, spec.workdir.as_ref(), catalog, &mut problems);
     check_run_settings(spec, &mut problems);
     check_lifetime(spec, &mut problems);
+    let extension = spec.extension.as_ref().and_then(|extension| {
+        pick_extension(extension, &catalog.extensions())
+            .map_err(|found| problems.extend(found))
+            .ok()
+    });
 
     // Secret bindings are checked even when the agent is unusable, so one rejection lists
     // every problem; only the merged config needs both halves.
@@ -117,7 +125,7 @@ pub fn resolve_execution(
             .start_timeout_seconds
             .unwrap_or(DEFAULT_START_TIMEOUT_SECONDS),
         auto_telemetry: spec.auto_telemetry,
-        extension: spec.extension.clone(),
+        extension,
         queue_name: spec.queue_name.clone(),
     };
     if problems.is_empty() {
@@ -517,7 +525,7 @@ pub fn subpath_digests(
         .collect()
 }
 
-/// The input's size, the timeouts and the extension kind.
+/// The input's size and the timeouts.
 fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
     if spec.input.len() > MAX_INPUT_BYTES {
         problems.push(
@@ -545,18 +553,6 @@ fn check_run_settings(spec: &AgentExecutionSpec, problems: &mut Problems) {
             ),
             _ => {}
         }
-    }
-    if let Some(extension) = &spec.extension
-        && !KNOWN_EXTENSION_KINDS.contains(&extension.kind.as_str())
-    {
-        problems.push(
-            "spec.extension.kind",
-            format!(
-                "{:?} is not a known extension kind; known: {}",
-                extension.kind,
-                rules::one_of(&KNOWN_EXTENSION_KINDS)
-            ),
-        );
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// One thing wrong with a submitted execution.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Problem {
     /// Path of the offending field, for example `spec.workdir.artifactMounts[0].mountPath`.
     pub field: String,
@@ -38,21 +38,23 @@ pub struct InvalidSpec {
     pub problems: Vec<Problem>,
 }
 
+impl InvalidSpec {
+    /// The problems as one message about an object of `kind` (`AgentExecution`,
+    /// `AgentExtension`).
+    pub fn describe(&self, kind: &str) -> String {
+        let n = self.problems.len();
+        let problems: Vec<String> = self.problems.iter().map(Problem::to_string).collect();
+        format!(
+            "invalid {kind} ({n} problem{}): {}",
+            if n == 1 { "" } else { "s" },
+            problems.join("; ")
+        )
+    }
+}
+
 impl fmt::Display for InvalidSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
-        write!(
-            f,
-            "invalid AgentExecution ({n} problem{}): ",
-            if n == 1 { "" } else { "s" }
-        )?;
-        for (i, p) in self.problems.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{p}")?;
-        }
-        Ok(())
+        f.write_str(&self.describe("AgentExecution"))
     }
 }
 

@@ -16,8 +16,32 @@ pub const SUPPORTED_PROVIDERS: [&str; 9] = [
     "vertex",
 ];
 
-/// Extension kinds errand knows. The extension's settings reach the agent as `ERRAND_EXTENSION`.
-pub const KNOWN_EXTENSION_KINDS: [&str; 2] = ["evaluation", "tracing"];
+/// The first by name of the `installed` cluster-scoped objects (name, spec) whose kind
+/// (`kind_of`) is `kind`; else, for the refusal, what is installed: `installed kinds: a, b`, or
+/// `no {what} is installed`.
+pub fn first_serving<'a, T>(
+    installed: &'a [(String, T)],
+    kind: &str,
+    kind_of: impl Fn(&T) -> &str,
+    what: &str,
+) -> Result<&'a (String, T), String> {
+    let mut serving: Vec<&(String, T)> = installed
+        .iter()
+        .filter(|(_, spec)| kind_of(spec) == kind)
+        .collect();
+    serving.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(first) = serving.first() {
+        return Ok(first);
+    }
+    let mut kinds: Vec<&str> = installed.iter().map(|(_, spec)| kind_of(spec)).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    Err(if kinds.is_empty() {
+        format!("no {what} is installed")
+    } else {
+        format!("installed kinds: {}", one_of(&kinds))
+    })
+}
 
 /// Renders a list of accepted values for a message.
 pub fn one_of(values: &[&str]) -> String {

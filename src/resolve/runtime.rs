@@ -65,31 +65,24 @@ pub fn pick_runtime(
     prefix: &str,
 ) -> Result<PickedRuntime, Problem> {
     let kind = harness_kind(config, prefix)?;
-    let mut serving: Vec<&(String, AgentRuntimeSpec)> = installed
-        .iter()
-        .filter(|(_, spec)| spec.harness_kind == kind)
-        .collect();
-    serving.sort_by(|a, b| a.0.cmp(&b.0));
-    let Some((name, spec)) = serving.first() else {
-        let mut kinds: Vec<&str> = installed
-            .iter()
-            .map(|(_, spec)| spec.harness_kind.as_str())
-            .collect();
-        kinds.sort_unstable();
-        kinds.dedup();
-        let installed = if kinds.is_empty() {
-            "no AgentRuntime is installed".to_owned()
-        } else {
-            format!("installed kinds: {}", rules::one_of(&kinds))
-        };
-        return Err(Problem::new(
-            format!("{prefix}.runtime"),
-            format!(
-                "is not set and no AgentRuntime serves harness kind {kind:?} (the kind of \
-                 config.default_harness); {installed}. Set runtime, or install an AgentRuntime \
-                 with harnessKind {kind:?}"
-            ),
-        ));
+    let serving = rules::first_serving(
+        installed,
+        &kind,
+        |spec: &AgentRuntimeSpec| spec.harness_kind.as_str(),
+        "AgentRuntime",
+    );
+    let (name, spec) = match serving {
+        Ok(found) => found,
+        Err(installed) => {
+            return Err(Problem::new(
+                format!("{prefix}.runtime"),
+                format!(
+                    "is not set and no AgentRuntime serves harness kind {kind:?} (the kind of \
+                     config.default_harness); {installed}. Set runtime, or install an AgentRuntime \
+                     with harnessKind {kind:?}"
+                ),
+            ));
+        }
     };
     if let Some(format) = config.get("config_format").and_then(Value::as_str)
         && !spec.config_formats.is_empty()

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::problems::Problem;
-use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
 
 /// The errand resources with a CRD schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +26,8 @@ pub enum Resource {
     AgentEnvironment,
     /// `AgentRuntime`
     AgentRuntime,
+    /// `AgentExtension`
+    AgentExtension,
     /// `Fileset`
     Fileset,
     /// `AgentExecution`
@@ -39,6 +41,7 @@ impl Resource {
             Resource::Agent => "Agent",
             Resource::AgentEnvironment => "AgentEnvironment",
             Resource::AgentRuntime => "AgentRuntime",
+            Resource::AgentExtension => "AgentExtension",
             Resource::Fileset => "Fileset",
             Resource::AgentExecution => "AgentExecution",
         }
@@ -50,6 +53,7 @@ impl Resource {
             Resource::Agent,
             Resource::AgentEnvironment,
             Resource::AgentRuntime,
+            Resource::AgentExtension,
             Resource::Fileset,
             Resource::AgentExecution,
         ]
@@ -59,13 +63,14 @@ impl Resource {
 
     /// The `openAPIV3Schema` of the resource's generated CRD, built once.
     pub fn schema(self) -> &'static Value {
-        static SCHEMAS: [OnceLock<Value>; 5] = [const { OnceLock::new() }; 5];
+        static SCHEMAS: [OnceLock<Value>; 6] = [const { OnceLock::new() }; 6];
         let (index, crd): (usize, fn() -> CustomResourceDefinition) = match self {
             Resource::Agent => (0, Agent::crd),
             Resource::AgentEnvironment => (1, AgentEnvironment::crd),
             Resource::Fileset => (2, Fileset::crd),
             Resource::AgentExecution => (3, AgentExecution::crd),
             Resource::AgentRuntime => (4, AgentRuntime::crd),
+            Resource::AgentExtension => (5, AgentExtension::crd),
         };
         SCHEMAS[index].get_or_init(|| {
             let crd = crd();

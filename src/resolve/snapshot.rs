@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::extension::ResolvedExtension;
 use super::problems::Problem;
-use crate::api::{Compute, Extension, RuntimeContainer};
+use crate::api::{Compute, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.
 pub const SNAPSHOT_VERSION: &str = "errand.dev/snapshot-v1";
@@ -46,9 +47,9 @@ pub struct Snapshot {
     pub start_timeout_seconds: i64,
     /// Whether telemetry export is turned on automatically.
     pub auto_telemetry: bool,
-    /// The extension, if any.
+    /// The extension that runs after the agent succeeded, as installed at admission.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub extension: Option<Extension>,
+    pub extension: Option<ResolvedExtension>,
     /// Kueue LocalQueue, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_name: Option<String>,

@@ -406,13 +406,36 @@ fn mount_path_rules() {
 fn unknown_extension_kind() {
     let mut spec = AgentExecutionSpec::test();
     spec.extension = Some(Extension {
-        kind: "time-travel".into(),
+        kind: "evaluation".into(),
         config: None,
     });
     assert_eq!(
         only_problem(&spec),
-        "spec.extension.kind: \"time-travel\" is not a known extension kind; known: evaluation, tracing"
+        "spec.extension.kind: \"evaluation\" names no installed AgentExtension; installed kinds: analysis"
     );
+}
+
+#[test]
+fn the_extension_is_snapshotted_with_its_checked_config() {
+    let mut spec = AgentExecutionSpec::test();
+    spec.extension = Some(Extension {
+        kind: "analysis".into(),
+        config: json!({"depth": 0}).as_object().cloned(),
+    });
+    assert_eq!(
+        only_problem(&spec),
+        "spec.extension.config.depth: 0 must be at least 1"
+    );
+    spec.extension.as_mut().unwrap().config = json!({"depth": 3}).as_object().cloned();
+    let snapshot = resolve_execution(NS, &spec, &InMemoryCatalog::test()).unwrap();
+    let extension = snapshot.extension.unwrap();
+    assert_eq!(extension.name, "analysis");
+    assert_eq!(extension.results, ["analysis-report"]);
+    assert_eq!(
+        extension.container.image,
+        "errand.local/test-extension:test"
+    );
+    assert_eq!(extension.config["depth"], 3);
 }
 
 #[test]

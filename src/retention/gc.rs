@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// The limits of one gc. Every limit set applies; an execution goes for the first limit it
 /// breaks, in the order of the fields.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GcPolicy {
     /// Collect executions that finished longer ago than this many seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +38,7 @@ pub struct StoredExecution {
 }
 
 /// Why an execution is collected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum GcReason {
     /// It finished longer ago than `--older-than`.

@@ -45,7 +45,7 @@ impl References {
 }
 
 /// What a group of objects is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// An execution's results (`results/<ns>/<execution>/<uid>/`).
@@ -72,7 +72,7 @@ impl Kind {
 }
 
 /// Objects that belong to one thing: an execution's results, one Fileset blob, one upload.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Group {
     /// What they are.
     pub kind: Kind,

@@ -19,7 +19,7 @@ const SWEPT_PREFIXES: [&str; 6] = [
 ];
 
 /// Objects and bytes of one kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Tally {
     /// Groups (executions' results, blobs, uploads).
     pub groups: usize,
@@ -30,7 +30,7 @@ pub struct Tally {
 }
 
 /// What a sweep did (or, in a dry run, would do).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SweepReport {
     /// Whether it only reported.
     pub dry_run: bool,

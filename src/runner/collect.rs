@@ -52,11 +52,14 @@ struct RunErrorRecord<'a> {
 /// `manifest.json`: every result saved before it, with size and sha256, and the entries the
 /// archives left out (fifos, sockets, unreadable files).
 #[derive(Serialize)]
-struct ResultsManifest<'a> {
-    execution: &'a ExecutionId,
-    results: &'a [ResultEntry],
+pub struct ResultsManifest<'a> {
+    /// The execution the results belong to.
+    pub execution: &'a ExecutionId,
+    /// Every result saved before the manifest.
+    pub results: &'a [ResultEntry],
+    /// What the archives left out.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    skipped: &'a [SkippedResultEntry],
+    pub skipped: &'a [SkippedResultEntry],
 }
 
 /// An entry a result's archive left out.
@@ -148,6 +151,10 @@ pub(super) async fn collect<K: ResultSink>(
             };
             saver.json(ResultName::RunResult, &record).await;
         }
+    }
+    if inv.extension_follows && summary.state == RunState::Succeeded {
+        // The extension's step lists its own results too, in the manifest it saves last.
+        return saver.summarize(summary);
     }
     saver.finish(&inv.execution, summary).await
 }
@@ -323,7 +330,7 @@ impl<'a, K: ResultSink> Saver<'a, K> {
     }
 
     /// Saves the manifest and completes `summary` with what was saved.
-    async fn finish(mut self, execution: &ExecutionId, mut summary: RunSummary) -> RunSummary {
+    async fn finish(mut self, execution: &ExecutionId, summary: RunSummary) -> RunSummary {
         let listed = self.saved.clone();
         self.json(
             ResultName::Manifest,
@@ -334,6 +341,11 @@ impl<'a, K: ResultSink> Saver<'a, K> {
             },
         )
         .await;
+        self.summarize(summary)
+    }
+
+    /// Completes `summary` with what was saved, without a manifest.
+    fn summarize(self, mut summary: RunSummary) -> RunSummary {
         summary.results = self.saved;
         summary.skipped = self.skipped;
         summary.results_error = (!self.errors.is_empty()).then(|| self.errors.join("; "));

@@ -6,6 +6,7 @@
 //! calls [`run_and_collect`] with the [`ResultEntry`] that staging produced.
 
 mod collect;
+pub mod extension;
 pub mod outcome;
 pub mod plan;
 pub mod pod;
@@ -14,18 +15,21 @@ pub mod signals;
 mod stage;
 pub mod termination;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-pub use collect::{SkippedResultEntry, fail_before_run};
+pub use collect::{ResultsManifest, SkippedResultEntry, fail_before_run};
+pub use extension::{ExtensionSummary, run_extension};
 pub use stage::{DEFAULT_STAGING_BUDGET, StageSettings, stage};
 
 use crate::api::ResultEntry;
 use crate::store::keys::{ExecutionId, ResultName};
 use crate::store::{BlobSource, ResultSink, StoreError, StoredObject};
+use crate::telemetry::ExecutionTelemetry;
 
 /// What went wrong staging or saving results.
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +217,12 @@ pub struct Invocation {
     pub gpu_devices: Vec<String>,
     /// What the run came from, for `run_result`.
     pub provenance: Provenance,
+    /// Auto telemetry: errand's spans of the run and the agent's `OTEL_*` settings (off
+    /// without `autoTelemetry`).
+    pub telemetry: ExecutionTelemetry,
+    /// An extension runs after a successful agent: the manifest is then left to its step,
+    /// which lists the extension's results too.
+    pub extension_follows: bool,
 }
 
 /// What a run came from, as `run_result` records it beside the command.
@@ -255,7 +265,7 @@ impl StopRequest {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum RunState {
     /// The agent exited with code 0.
     Succeeded,
@@ -344,11 +354,36 @@ pub async fn execute<S: BlobSource, K: ResultSink>(
     settings: &StageSettings,
     cancel: CancellationToken,
 ) -> RunSummary {
-    match stage(plan, &invocation.workdir, source, sink, settings, &cancel).await {
+    let staged = stage(plan, &invocation.workdir, source, sink, settings, &cancel);
+    match traced_stage(&invocation.telemetry, staged).await {
         Ok(input) => run_and_collect(invocation, vec![input], sink, cancel).await,
         Err(e) => stage_failed(&invocation.execution, invocation.stop, e, sink).await,
     }
 }
+
+/// Runs `staging` (a [`stage`] call) inside errand's `stage` span of `telemetry`.
+pub async fn traced_stage(
+    telemetry: &ExecutionTelemetry,
+    staging: impl Future<Output = Result<ResultEntry, RunnerError>>,
+) -> Result<ResultEntry, RunnerError> {
+    let span = telemetry.span(SPAN_STAGE);
+    let staged = staging.await;
+    span.end(staged.as_ref().err().map(ToString::to_string).as_deref());
+    staged
+}
+
+/// errand's span of staging the working directory (and saving `input_workdir`).
+pub const SPAN_STAGE: &str = "stage";
+/// errand's span of the agent's run; the agent's `TRACEPARENT` names it.
+pub const SPAN_RUN: &str = "run";
+/// errand's span of saving the results.
+pub const SPAN_UPLOAD: &str = "upload";
+/// Span attribute: how the run ended ([`RunState`]).
+pub const ATTR_RUN_STATE: &str = "errand.run.state";
+/// Span attribute: the agent's exit code.
+pub const ATTR_EXIT_CODE: &str = "errand.run.exit_code";
+/// Span attribute: how many results were saved.
+pub const ATTR_RESULTS: &str = "errand.results.count";
 
 /// Records a staging that did not finish: cancelled, or failed (its budget included).
 pub async fn stage_failed<K: ResultSink>(
@@ -378,7 +413,26 @@ pub async fn run_and_collect<K: ResultSink>(
     sink: &K,
     cancel: CancellationToken,
 ) -> RunSummary {
-    let run = run::supervise(invocation, &cancel).await;
+    let mut run_span = invocation.telemetry.span(SPAN_RUN);
+    let telemetry_env = invocation.telemetry.agent_env(&run_span);
+    let run = if telemetry_env.is_empty() {
+        run::supervise(invocation, &cancel).await
+    } else {
+        // After the invocation's own variables, so the runner's values win.
+        let mut traced = invocation.clone();
+        traced.env.extend(telemetry_env);
+        run::supervise(&traced, &cancel).await
+    };
+    run_span.set(ATTR_RUN_STATE, format!("{:?}", run.state));
+    if let Some(code) = run.exit_code {
+        run_span.set(ATTR_EXIT_CODE, i64::from(code));
+    }
+    let failure = (run.state != RunState::Succeeded).then(|| {
+        run.error
+            .clone()
+            .unwrap_or_else(|| format!("{:?}", run.state))
+    });
+    run_span.end(failure.as_deref());
     // The stop that ended the agent leaves its partial results to be saved; a stop that
     // arrives while they are saved abandons the archives.
     let abandon = if cancel.is_cancelled() {
@@ -386,5 +440,9 @@ pub async fn run_and_collect<K: ResultSink>(
     } else {
         cancel
     };
-    collect::collect(invocation, run, staged, sink, &abandon).await
+    let mut upload_span = invocation.telemetry.span(SPAN_UPLOAD);
+    let summary = collect::collect(invocation, run, staged, sink, &abandon).await;
+    upload_span.set(ATTR_RESULTS, summary.results.len() as i64);
+    upload_span.end(summary.results_error.as_deref());
+    summary
 }

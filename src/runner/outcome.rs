@@ -64,6 +64,32 @@ impl Outcome {
     }
 }
 
+/// How an execution ends when its agent succeeded and its extension's step did not: `Failed`
+/// with reason `ExtensionFailed` (the user asked for the run and its extension, and did not get
+/// both; the agent's results stay), or `Cancelled` when a stop ended the step. `None` when the
+/// step succeeded: the agent's outcome stands.
+pub fn extension_outcome(step: &super::ExtensionSummary) -> Option<Outcome> {
+    if step.succeeded() {
+        return None;
+    }
+    if matches!(step.state, RunState::Cancelled | RunState::Terminated) {
+        return Some(Outcome::cancelled(
+            "cancelled while the extension ran, after the agent succeeded",
+        ));
+    }
+    let tail = step.stderr_tail.trim();
+    let mut message = format!(
+        "extension {:?} (AgentExtension {:?}) failed after the agent succeeded: {}",
+        step.kind,
+        step.name,
+        step.failure.as_deref().unwrap_or("failed")
+    );
+    if !tail.is_empty() {
+        message = format!("{message}; stderr: {tail}");
+    }
+    Some(Outcome::failed(Reason::ExtensionFailed, message))
+}
+
 /// What the runner reported about a run that ended, as either backend learns it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunReport<'a> {
@@ -369,5 +395,39 @@ mod tests {
             assert_eq!(Reason::parse(reason.as_str()), Some(reason));
         }
         assert_eq!(Reason::parse("Whatever"), None);
+    }
+
+    #[test]
+    fn a_failed_extension_fails_the_execution_and_a_stopped_one_cancels_it() {
+        let step = |state: RunState, failure: Option<&str>| super::super::ExtensionSummary {
+            kind: "analysis".into(),
+            name: "analysis".into(),
+            state,
+            exit_code: Some(3),
+            failure: failure.map(str::to_owned),
+            stderr_tail: "cannot analyse\n".into(),
+            results: Vec::new(),
+        };
+        assert_eq!(extension_outcome(&step(RunState::Succeeded, None)), None);
+        let failed =
+            extension_outcome(&step(RunState::Failed, Some("exited with code 3"))).unwrap();
+        assert_eq!(failed.phase, Phase::Failed);
+        assert_eq!(failed.reason, Reason::ExtensionFailed);
+        assert_eq!(
+            failed.message,
+            "extension \"analysis\" (AgentExtension \"analysis\") failed after the agent \
+             succeeded: exited with code 3; stderr: cannot analyse"
+        );
+        // A step that exited 0 but left a declared result unwritten failed too.
+        let unwritten = step(
+            RunState::Succeeded,
+            Some("results: analysis-report: not written"),
+        );
+        assert_eq!(
+            extension_outcome(&unwritten).unwrap().reason,
+            Reason::ExtensionFailed
+        );
+        let stopped = extension_outcome(&step(RunState::Cancelled, Some("stopped"))).unwrap();
+        assert_eq!(stopped.phase, Phase::Cancelled);
     }
 }

@@ -4,9 +4,6 @@ use super::{BlobRef, MountRef, StagePlan};
 use crate::resolve::{FilesetContent, Snapshot};
 use crate::store::keys::{self, KeyError};
 
-/// Environment variable with the execution's extension (JSON), when it has one.
-pub const ENV_EXTENSION: &str = "ERRAND_EXTENSION";
-
 fn blob(namespace: &str, content: &FilesetContent) -> Result<BlobRef, KeyError> {
     let digest = content
         .digest
@@ -44,13 +41,9 @@ pub fn stage_plan(snapshot: &Snapshot) -> Result<StagePlan, KeyError> {
     Ok(StagePlan { base, mounts })
 }
 
-/// The agent's environment from the snapshot alone: the merged plain variables and the
-/// extension. Bound secrets come on top, from wherever the backend keeps them.
+/// The agent's environment from the snapshot alone: the merged plain variables. Bound secrets
+/// come on top, from wherever the backend keeps them. The extension is not the agent's
+/// business: it runs after the agent, as its own step.
 pub fn plain_agent_env(snapshot: &Snapshot) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = snapshot.plain_env().into_iter().collect();
-    if let Some(extension) = &snapshot.extension {
-        let json = serde_json::to_string(extension).expect("an extension always serializes");
-        env.push((ENV_EXTENSION.into(), json));
-    }
-    env
+    snapshot.plain_env().into_iter().collect()
 }

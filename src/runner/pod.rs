@@ -14,13 +14,14 @@ use super::signals::cancel_on_stop_signal;
 use super::termination::{StagedSummary, TerminationSummary};
 use super::{
     Invocation, Provenance, RunState, RunSummary, ScratchDir, StageSettings, StopRequest,
-    fail_before_run, plan, run_and_collect, stage, stage_failed,
+    fail_before_run, plan, run_and_collect, stage, stage_failed, traced_stage,
 };
 use crate::api::ResultEntry;
 use crate::resolve::Snapshot;
 use crate::store::grant_request::{GrantRequest, GrantRequestError};
 use crate::store::grants::Grants;
 use crate::store::signed::SignedUrls;
+use crate::telemetry::{ExecutionTelemetry, TelemetryTarget};
 
 /// Time between SIGTERM and SIGKILL for the agent; well inside the pod's own grace period,
 /// so that the results are uploaded before the kubelet kills errand itself.
@@ -129,6 +130,7 @@ pub async fn stage_in_pod(
     request: Option<&GrantRequest>,
     bin_dir: &Path,
     settings: &StageSettings,
+    telemetry: Option<&TelemetryTarget>,
 ) -> i32 {
     let stop = cancel_on_stop_signal();
     let snapshot: Snapshot = match read_json("snapshot", &paths.snapshot) {
@@ -169,7 +171,11 @@ pub async fn stage_in_pod(
         Ok(plan) => plan,
         Err(e) => return fail(RunState::StageFailed, PodError::from(e).to_string()).await,
     };
-    let saved = match stage(&plan, &paths.workspace, &urls, &urls, settings, &stop).await {
+    let telemetry = ExecutionTelemetry::for_snapshot(telemetry, &snapshot, &grants.execution);
+    let staging = stage(&plan, &paths.workspace, &urls, &urls, settings, &stop);
+    let staged = traced_stage(&telemetry, staging).await;
+    telemetry.shutdown().await;
+    let saved = match staged {
         Ok(saved) => saved,
         Err(e) => {
             tracing::error!("{e}");
@@ -197,7 +203,12 @@ pub async fn stage_in_pod(
 /// environment and deadline, saves the results through the grants and writes the summary to
 /// the termination message. SIGTERM stops the agent and saves what it left. Returns the
 /// process exit code.
-pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Vec<String>) -> i32 {
+pub async fn run_agent_in_pod(
+    paths: &PodPaths,
+    agent_config: &Path,
+    command: Vec<String>,
+    telemetry: Option<&TelemetryTarget>,
+) -> i32 {
     let stop = cancel_on_stop_signal();
     let (grants, snapshot) = match read_inputs(paths) {
         Ok(inputs) => inputs,
@@ -221,8 +232,11 @@ pub async fn run_agent_in_pod(paths: &PodPaths, agent_config: &Path, command: Ve
         Err(e) => return report_unsaved(paths, RunState::StartFailed, &e.into()),
     };
     let staged = read_staged(&paths.scratch.join(STAGED_FILE));
-    let invocation = invocation(&grants, &snapshot, paths, agent_config, command);
+    let mut invocation = invocation(&grants, &snapshot, paths, agent_config, command);
+    invocation.telemetry =
+        ExecutionTelemetry::for_snapshot(telemetry, &snapshot, &grants.execution);
     let summary = run_and_collect(&invocation, staged, &urls, stop).await;
+    invocation.telemetry.shutdown().await;
     report(paths, &summary)
 }
 
@@ -307,6 +321,10 @@ fn invocation(
             snapshot_digest: snapshot.digest(),
             image: Some(snapshot.agent.runtime.image.clone()),
         },
+        telemetry: ExecutionTelemetry::off(),
+        // A cluster refuses executions with an extension (see `RunLimits`): in a pod the agent's
+        // run always saves the manifest.
+        extension_follows: false,
     }
 }
 

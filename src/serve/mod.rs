@@ -24,7 +24,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::info;
 
-use crate::api::{Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
+use crate::api::{
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+};
 use crate::cluster::catalog::{ClusterCatalog, FilesetPaths};
 use crate::cluster::metrics::MetricsRegistry;
 use crate::cluster::serving::tls::ServingCertificate;
@@ -187,17 +189,22 @@ pub async fn run(
     );
     let (filesets, fileset_stream) =
         watches::cache(watches::api::<Fileset>(&client, namespace), all(), |_| {});
-    // AgentRuntimes are cluster-scoped: watched cluster-wide even for one namespace.
+    // AgentRuntimes and AgentExtensions are cluster-scoped: watched cluster-wide even for one
+    // namespace.
     let (runtimes, runtime_stream) =
         watches::cache(Api::<AgentRuntime>::all(client.clone()), all(), |_| {});
+    let (extensions, extension_stream) =
+        watches::cache(Api::<AgentExtension>::all(client.clone()), all(), |_| {});
     tasks.spawn(watches::drive(agent_stream));
     tasks.spawn(watches::drive(runtime_stream));
+    tasks.spawn(watches::drive(extension_stream));
     tasks.spawn(watches::drive(environment_stream));
     tasks.spawn(watches::drive(fileset_stream));
     let catalog = ClusterCatalog {
         agents,
         environments,
         runtimes,
+        extensions,
         filesets,
         fileset_paths: FilesetPaths::from_store(options.results.clone()),
     };

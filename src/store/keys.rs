@@ -105,6 +105,50 @@ impl fmt::Display for ResultName {
     }
 }
 
+/// A result by the name users give it: one of errand's own, or one an extension declared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnyResult {
+    /// One of errand's own results.
+    Errand(ResultName),
+    /// A result an execution's extension declared (`analysis-report`).
+    Extension(String),
+}
+
+impl AnyResult {
+    /// The result called `name`, if it can be one.
+    pub fn parse(name: &str) -> Option<AnyResult> {
+        ResultName::parse(name).map(AnyResult::Errand).or_else(|| {
+            crate::resolve::extension_result_name(name)
+                .ok()
+                .map(|()| AnyResult::Extension(name.to_owned()))
+        })
+    }
+
+    /// The name users pass to `results download`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            AnyResult::Errand(name) => name.as_str(),
+            AnyResult::Extension(name) => name,
+        }
+    }
+
+    /// Its store key among `execution`'s results.
+    pub fn key(&self, execution: &ExecutionId) -> Result<String, KeyError> {
+        match self {
+            AnyResult::Errand(name) => result(execution, *name),
+            AnyResult::Extension(name) => extension_result(execution, name),
+        }
+    }
+
+    /// The file name a download gets by default (an extension's result keeps its name).
+    pub fn file_name(&self) -> String {
+        match self {
+            AnyResult::Errand(name) => name.file_name(),
+            AnyResult::Extension(name) => name.clone(),
+        }
+    }
+}
+
 /// Which execution a set of results belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionId {
@@ -169,6 +213,20 @@ pub fn results_prefix(execution: &ExecutionId) -> Result<String, KeyError> {
 /// `results/<ns>/<execution>/<uid>/<result>`
 pub fn result(execution: &ExecutionId, result: ResultName) -> Result<String, KeyError> {
     Ok(format!("{}{}", results_prefix(execution)?, result.as_str()))
+}
+
+/// `results/<ns>/<execution>/<uid>/<name>`: a result an extension declared (`analysis-report`),
+/// never one of errand's own names.
+pub fn extension_result(execution: &ExecutionId, name: &str) -> Result<String, KeyError> {
+    if let Err(reason) = crate::resolve::extension_result_name(name) {
+        tracing::debug!(%reason, "refused an extension result name");
+        return Err(KeyError::InvalidSegment {
+            what: "extension result",
+            value: name.to_owned(),
+            reason: "must be a declared extension result name, not one of errand's own",
+        });
+    }
+    Ok(format!("{}{name}", results_prefix(execution)?))
 }
 
 /// A Kubernetes object name or namespace: DNS-1123 subdomain characters, at most 253.
@@ -295,5 +353,33 @@ mod tests {
             assert_eq!(ResultName::parse(name.as_str()), Some(name));
         }
         assert_eq!(ResultName::parse("nope"), None);
+    }
+
+    #[test]
+    fn an_extension_result_is_keyed_beside_errands_own_and_never_as_one_of_them() {
+        let execution = ExecutionId {
+            namespace: "team-a".into(),
+            name: "calc".into(),
+            uid: "00000000-0000-0000-0000-000000000001".into(),
+        };
+        assert_eq!(
+            AnyResult::parse("analysis-report")
+                .unwrap()
+                .key(&execution)
+                .unwrap(),
+            "results/team-a/calc/00000000-0000-0000-0000-000000000001/analysis-report"
+        );
+        assert_eq!(
+            AnyResult::parse("run_result"),
+            Some(AnyResult::Errand(ResultName::RunResult))
+        );
+        assert_eq!(AnyResult::parse("../x"), None);
+        assert!(extension_result(&execution, "manifest.json").is_err());
+        assert!(extension_result(&execution, "a/b").is_err());
+        assert_eq!(
+            crate::api::contract::RESULT_NAMES.to_vec(),
+            ResultName::ALL.map(ResultName::as_str).to_vec(),
+            "the contract lists errand's own results"
+        );
     }
 }

@@ -108,6 +108,23 @@ impl StoreResults {
     }
 }
 
+impl StoreResults {
+    /// The bytes of result `name` as saved.
+    pub async fn get(&self, name: ResultName) -> Result<BlobBody, StoreError> {
+        self.store.get(&keys::result(&self.execution, name)?).await
+    }
+
+    /// Saves `body` as the extension result `name` (one its AgentExtension declared).
+    pub async fn put_extension_result(
+        &self,
+        name: &str,
+        body: ResultBody,
+    ) -> Result<StoredObject, StoreError> {
+        let key = keys::extension_result(&self.execution, name)?;
+        self.store.put_new(&key, body.open()).await
+    }
+}
+
 impl ResultSink for StoreResults {
     async fn put(&self, name: ResultName, body: ResultBody) -> Result<StoredObject, StoreError> {
         let key = keys::result(&self.execution, name)?;

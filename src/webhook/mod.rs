@@ -1,4 +1,4 @@
-//! Submission-time rejection: the validating admission webhook for AgentExecutions, served by the controller over TLS.
+//! Submission-time rejection: the validating admission webhook for AgentExecutions and AgentExtensions, served by the controller over TLS.
 //!
 //! A create is resolved against the live API with the same rules the controller applies
 //! ([`crate::resolve`]), so a bad agent name, a missing Secret or key, a missing Fileset and

@@ -1,4 +1,4 @@
-//! The admission decision for AgentExecutions and AgentDeployments as pure functions of the AdmissionReview: what to check, and the response that reports it.
+//! The admission decision for AgentExecutions, AgentDeployments and AgentExtensions as pure functions of the AdmissionReview: what to check, and the response that reports it.
 //!
 //! A create is resolved against the live objects it names (the caller does the lookups and
 //! hands the outcome to [`verdict`]); an update of an execution only needs the old and new
@@ -14,7 +14,7 @@ use kube::core::admission::{
 };
 use kube::core::response::{Status, StatusCause, StatusDetails};
 
-use crate::api::{AgentDeployment, AgentExecution, AgentExecutionSpec};
+use crate::api::{AgentDeployment, AgentExecution, AgentExecutionSpec, AgentExtension};
 use crate::resolve::{InvalidSpec, Problem, RunLimits, Snapshot};
 
 /// Why a request body could not be read as an AdmissionReview.
@@ -61,14 +61,6 @@ impl Reviewed {
             Reviewed::Deployment => "deployment",
         }
     }
-
-    /// The kind's name.
-    pub const fn kind(self) -> &'static str {
-        match self {
-            Reviewed::Execution => "AgentExecution",
-            Reviewed::Deployment => "AgentDeployment",
-        }
-    }
 }
 
 /// What to do with a request.
@@ -108,6 +100,12 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
     }
     if Reviewed::of(request) == Reviewed::Deployment {
         return deployment_step(request);
+    }
+    if request.kind.kind == "AgentExtension" {
+        return Step::Decided(match request.operation {
+            Operation::Create | Operation::Update => check_extension(request.object.as_ref()),
+            Operation::Delete | Operation::Connect => Verdict::Allow,
+        });
     }
     match request.operation {
         Operation::Create => match execution(request.object.as_ref(), "object") {
@@ -169,6 +167,23 @@ fn deployment_step(request: &AdmissionRequest<DynamicObject>) -> Step {
             }
         }
         Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
+    }
+}
+
+/// An AgentExtension (created or changed) must declare valid result names, none of errand's
+/// own, and a config schema of the subset errand checks; running executions keep the
+/// definition they were admitted with.
+fn check_extension(object: Option<&DynamicObject>) -> Verdict {
+    match decoded::<AgentExtension>(object, "object", "AgentExtension") {
+        Ok(extension) => {
+            let problems = crate::resolve::check_extension(&extension.spec);
+            if problems.is_empty() {
+                Verdict::Allow
+            } else {
+                Verdict::Invalid(InvalidSpec { problems })
+            }
+        }
+        Err(message) => Verdict::Malformed(message),
     }
 }
 
@@ -256,7 +271,7 @@ pub fn respond(
                 })
                 .collect();
             (
-                Status::failure(&invalid.to_string(), "Invalid").with_code(422),
+                Status::failure(&invalid.describe(&request.kind.kind), "Invalid").with_code(422),
                 causes,
             )
         }
@@ -280,7 +295,7 @@ pub fn respond(
     response.result = status.with_details(StatusDetails {
         name: request.name.clone(),
         group: crate::api::GROUP.to_owned(),
-        kind: Reviewed::of(request).kind().to_owned(),
+        kind: request.kind.kind.clone(),
         uid: String::new(),
         causes,
         retry_after_seconds: 0,

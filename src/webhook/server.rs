@@ -22,10 +22,12 @@ use crate::api::AgentExecutionSpec;
 use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
-/// The path the ValidatingWebhookConfiguration points at for AgentExecutions.
+/// The path the ValidatingWebhookConfiguration's AgentExecution webhook points at.
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
-/// The path it points at for AgentDeployments (the same review: the request names its kind).
+/// The path its AgentDeployment webhook points at (the same review: the request names its kind).
 pub const VALIDATE_DEPLOYMENT_PATH: &str = "/validate-agentdeployment";
+/// The path its AgentExtension webhook points at (the review tells the kinds apart).
+pub const VALIDATE_EXTENSION_PATH: &str = "/validate-agentextension";
 
 /// Largest request body read: an AdmissionReview holds the object twice at most, and an
 /// object is at most 1.5 MiB in etcd.
@@ -149,7 +151,13 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
 
 /// Answers one HTTP request.
 async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
-    if ![VALIDATE_PATH, VALIDATE_DEPLOYMENT_PATH].contains(&request.uri().path()) {
+    if ![
+        VALIDATE_PATH,
+        VALIDATE_DEPLOYMENT_PATH,
+        VALIDATE_EXTENSION_PATH,
+    ]
+    .contains(&request.uri().path())
+    {
         return plain(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {

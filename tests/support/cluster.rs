@@ -47,15 +47,6 @@ pub fn free_pod_gateway_address() -> std::net::SocketAddr {
         .and_then(|listener| listener.local_addr())
         .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
 }
-/// The API server's port on [`POD_GATEWAY`], its address in the `kubernetes` Service's
-/// endpoints (pods reach it there or at `kubernetes.default.svc:443`):
-/// `ERRAND_TESTENV_APISERVER_PORT`, else 6443, as in hack/testenv/lib.sh.
-pub fn apiserver_port_for_pods() -> u16 {
-    std::env::var("ERRAND_TESTENV_APISERVER_PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(6443)
-}
 /// Label put on every namespace `TestNamespace` creates.
 pub const TEST_NAMESPACE_LABEL: &str = "errand.dev/test-namespace";
 

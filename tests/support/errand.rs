@@ -46,8 +46,17 @@ pub const WAIT: Duration = Duration::from_secs(90);
 
 /// Installs (or updates) the errand CRDs and waits until they serve.
 pub async fn install_crds(client: &Client) {
+    apply_crds(
+        client,
+        errand::api::crds::all().into_iter().map(|(_, crd)| crd),
+    )
+    .await;
+}
+
+/// Applies `crds` (server-side) and waits until each is established.
+pub async fn apply_crds(client: &Client, crds: impl IntoIterator<Item = CustomResourceDefinition>) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
-    for (_, crd) in errand::api::crds::all() {
+    for crd in crds {
         let name = crd.name_any();
         api.patch(
             &name,
@@ -100,8 +109,8 @@ where
     }
 }
 
-/// Creates a Secret, an errand object, or a ServiceAccount and its RBAC from its JSON form in
-/// `namespace`.
+/// Creates an errand object, or a Secret, ConfigMap, ServiceAccount, Role, RoleBinding or Job,
+/// from its JSON form in `namespace`.
 pub async fn create(client: &Client, namespace: &str, object: serde_json::Value) {
     let kind = object["kind"].as_str().expect("a kind").to_owned();
     let name = object["metadata"]["name"]
@@ -110,14 +119,16 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         .to_owned();
     let resource = match kind.as_str() {
         "Secret" => ApiResource::erase::<Secret>(&()),
+        "ConfigMap" => ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        "ServiceAccount" => ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
+        "Role" => ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&()),
+        "RoleBinding" => ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&()),
+        "Job" => ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&()),
         "Agent" => ApiResource::erase::<Agent>(&()),
         "AgentEnvironment" => ApiResource::erase::<AgentEnvironment>(&()),
         "AgentExecution" => ApiResource::erase::<AgentExecution>(&()),
         "Fileset" => ApiResource::erase::<Fileset>(&()),
         "AgentDeployment" => ApiResource::erase::<errand::api::AgentDeployment>(&()),
-        "ServiceAccount" => ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
-        "Role" => ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&()),
-        "RoleBinding" => ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&()),
         other => panic!("unexpected kind {other}"),
     };
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
@@ -128,7 +139,7 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
 }
 
 /// The exit code of `errand ARGS -o json` and the one JSON answer it printed, checked to be
-/// exactly one line with `schema_version`, `ok` and `type`.
+/// exactly one line with `schema_version`, `ok` and `type` that conforms to `errand schema`.
 pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, serde_json::Value) {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -144,6 +155,7 @@ pub fn one_json_answer(args: &[&str], output: &std::process::Output) -> (i32, se
         value["ok"].is_boolean() && value["type"].is_string(),
         "{value}"
     );
+    super::answers::assert_conforms(&value);
     (output.status.code().unwrap_or(-1), value)
 }
 

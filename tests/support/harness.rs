@@ -41,7 +41,7 @@ use errand::controller::names::job_name;
 use errand::controller::status::conditions;
 use errand::serve::{ServeOptions, run};
 use errand::store::Store;
-use errand::store::grants::HmacSigner;
+use errand::store::grants::{HmacSigner, UrlSigner};
 use errand::store::keys::{ExecutionId, ResultName};
 
 use super::chart_rbac;
@@ -322,19 +322,27 @@ impl Harness {
         .await;
     }
 
-    /// `errand ARGS -o json` against this test's namespace as its operator: the admin's
-    /// kubeconfig, and the controller's store named with `--store`; the exit code and the one
-    /// JSON answer.
-    pub fn cli(&self, args: &[&str]) -> (i32, Value) {
-        let output = Command::new(env!("CARGO_BIN_EXE_errand"))
+    /// `errand ARGS` against this test's namespace as its operator: the admin's kubeconfig, and
+    /// the controller's store named with `--store`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+        command
             .arg("--kubeconfig")
             .arg(cluster::kubeconfig_path())
             .args(["--namespace", self.namespace.name()])
             .args(["--store", &self.store_url()])
             .args(args)
-            .args(["-o", "json"])
             .env_remove("ERRAND_BACKEND")
-            .env_remove("ERRAND_NAMESPACE")
+            .env_remove("ERRAND_NAMESPACE");
+        command
+    }
+
+    /// `errand ARGS -o json` as [`Harness::command`] runs it: the exit code and the one JSON
+    /// answer.
+    pub fn cli(&self, args: &[&str]) -> (i32, Value) {
+        let output = self
+            .command(args)
+            .args(["-o", "json"])
             .output()
             .expect("errand runs");
         super::errand::one_json_answer(args, &output)
@@ -567,8 +575,10 @@ impl Harness {
 }
 
 /// Runs the controller in this process for `namespace` until the task is aborted: its Jobs use
-/// `image` and never pull it; with `blobs`, it serves the store's signed URLs there, and
-/// without, it signs URLs nothing serves.
+/// `image` and never pull it; with `blobs`, it listens there (the pods' grant endpoint) and,
+/// for a `file://` store, serves the store's signed URLs there; without, it signs URLs nothing
+/// serves. A store that presigns (`s3://`) gets its own presigned URLs, as in `errand
+/// controller`.
 pub fn spawn_controller(
     client: Client,
     namespace: &str,
@@ -589,7 +599,11 @@ pub fn spawn_controller_with(
     gateway: Option<SocketAddr>,
 ) -> tokio::task::JoinHandle<()> {
     let base_url = blobs.map_or_else(|| UNSERVED_BLOB_URL.to_owned(), |a| format!("http://{a}"));
-    let signer = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
+    let hmac = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
+    let (signer, serve_blobs): (Arc<dyn UrlSigner>, _) = match store.presigned_signer() {
+        Some(presigned) => (Arc::new(presigned), None),
+        None => (hmac.clone(), blobs.map(|_| hmac)),
+    };
     let mut config = ControllerConfig::new(image);
     config.controller_url = base_url;
     // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
@@ -598,8 +612,8 @@ pub fn spawn_controller_with(
         config,
         namespace: Some(namespace.to_owned()),
         results: store,
-        signer: signer.clone(),
-        serve_blobs: blobs.map(|_| signer),
+        signer,
+        serve_blobs,
         listen: blobs,
         certificates: None,
         webhook: None,

@@ -68,6 +68,18 @@ impl Home {
         std::fs::read(file).unwrap()
     }
 
+    /// An Agent manifest file whose command is `sh -c SCRIPT`; returns its path.
+    pub fn agent(&self, name: &str, script: &str) -> String {
+        let manifest = serde_json::json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent", "metadata": {"name": name},
+            "spec": {"runtime": {"image": "busybox", "command": ["sh", "-c", script]},
+                     "config": {"config_format": "agents-spec-v1", "name": name}}
+        });
+        self.write(&format!("{name}.json"), &manifest.to_string())
+            .display()
+            .to_string()
+    }
+
     /// Writes `text` to `name` in the directory (parents created); returns its path.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.path().join(name);

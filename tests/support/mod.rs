@@ -4,6 +4,7 @@
 //! items are expected here and `dead_code` is allowed for the module.
 #![allow(dead_code)]
 
+pub mod answers;
 pub mod archives;
 pub mod audit;
 pub mod chart_rbac;
@@ -14,6 +15,8 @@ pub mod harness;
 pub mod hostile;
 pub mod kueue;
 pub mod local;
+pub mod mcp;
 pub mod s3;
 pub mod store;
+pub mod telemetry;
 pub mod tenant;

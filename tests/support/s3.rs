@@ -27,12 +27,17 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// A running S3 server with [`BUCKET`] in it.
 pub struct S3Server {
     child: Child,
-    /// `http://127.0.0.1:<port>`
+    /// `http://<host>:<port>`
     pub endpoint: String,
-    _data: tempfile::TempDir,
+    data: tempfile::TempDir,
 }
 
 impl S3Server {
+    /// The directory that holds [`BUCKET`]'s objects, one file per key.
+    pub fn bucket_dir(&self) -> std::path::PathBuf {
+        self.data.path().join(BUCKET)
+    }
+
     /// object_store options that reach this server with its credentials.
     pub fn options(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -60,32 +65,43 @@ fn required() -> bool {
         .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
 }
 
-/// s3s-fs with [`BUCKET`] in it; `None` (after a loud line) when `s3s-fs` is not installed and
-/// no run requires it.
+/// s3s-fs with [`BUCKET`] in it on loopback; `None` (after a loud line) when `s3s-fs` is not
+/// installed and no run requires it.
 pub async fn server() -> Option<S3Server> {
+    server_on("127.0.0.1").await
+}
+
+/// s3s-fs with [`BUCKET`] in it, listening on `host` (the pod gateway, for a server pods
+/// reach); `None` as for [`server`].
+pub async fn server_on(host: &str) -> Option<S3Server> {
     let data = tempfile::tempdir().unwrap();
     // s3s-fs keeps each bucket as a directory of its root.
     std::fs::create_dir(data.path().join(BUCKET)).unwrap();
-    let port = free_port();
+    let port = free_port(host);
     let mut command = Command::new("s3s-fs");
     command
-        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--host", host, "--port", &port.to_string()])
         .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
         .arg(data.path());
-    let mut server = start(command, port, data)?;
+    let mut server = start(command, host, port, data)?;
     wait_until_up(&mut server).await;
     Some(server)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
+/// The credentials the server accepts: access key id and secret key.
+pub fn credentials() -> (&'static str, &'static str) {
+    (ACCESS_KEY, SECRET_KEY)
+}
+
+fn free_port(host: &str) -> u16 {
+    std::net::TcpListener::bind((host, 0))
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
 }
 
-fn start(mut command: Command, port: u16, data: tempfile::TempDir) -> Option<S3Server> {
+fn start(mut command: Command, host: &str, port: u16, data: tempfile::TempDir) -> Option<S3Server> {
     match command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -94,8 +110,8 @@ fn start(mut command: Command, port: u16, data: tempfile::TempDir) -> Option<S3S
     {
         Ok(child) => Some(S3Server {
             child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-            _data: data,
+            endpoint: format!("http://{host}:{port}"),
+            data,
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required() => {
             // Straight to stderr: the harness captures the macros' output of passing tests.

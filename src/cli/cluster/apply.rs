@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::api_error;
-use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset};
+use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
 use crate::cli::backend::{Applied, Document};
 use crate::cli::output::CliError;
 
@@ -22,7 +22,7 @@ pub const FIELD_MANAGER: &str = "errand";
 struct Planned<'a> {
     document: &'a Document,
     resource: ApiResource,
-    /// `None` for a cluster-scoped kind (AgentRuntime).
+    /// `None` for a cluster-scoped kind (AgentRuntime, AgentExtension).
     namespace: Option<String>,
     name: String,
     object: Value,
@@ -58,6 +58,7 @@ fn resource_of(object: &Value) -> Option<ApiResource> {
         ("errand.dev/v1alpha1", "Agent") => ApiResource::erase::<Agent>(&()),
         ("errand.dev/v1alpha1", "AgentEnvironment") => ApiResource::erase::<AgentEnvironment>(&()),
         ("errand.dev/v1alpha1", "AgentRuntime") => ApiResource::erase::<AgentRuntime>(&()),
+        ("errand.dev/v1alpha1", "AgentExtension") => ApiResource::erase::<AgentExtension>(&()),
         ("errand.dev/v1alpha1", "Fileset") => ApiResource::erase::<Fileset>(&()),
         ("errand.dev/v1alpha1", "AgentExecution") => ApiResource::erase::<AgentExecution>(&()),
         _ => return None,
@@ -74,7 +75,7 @@ fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a
             };
             let resource = resource_of(&document.object).ok_or_else(|| {
                 refused(format!(
-                    "apiVersion {} kind {} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, AgentRuntime, Fileset, AgentExecution, or v1 Secret)",
+                    "apiVersion {} kind {} is not something errand applies (errand.dev/v1alpha1 Agent, AgentEnvironment, AgentRuntime, AgentExtension, Fileset, AgentExecution, or v1 Secret)",
                     document.object["apiVersion"], document.object["kind"]
                 ))
             })?;
@@ -85,7 +86,7 @@ fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a
                 .ok_or_else(|| refused(format!("{}: metadata.name is required", resource.kind)))?
                 .to_owned();
             let mut object = document.object.clone();
-            let namespace = if resource.kind == "AgentRuntime" {
+            let namespace = if ["AgentRuntime", "AgentExtension"].contains(&resource.kind.as_str()) {
                 // Cluster-scoped: a namespace in the manifest is ignored, as the API server does.
                 if let Some(metadata) = object["metadata"].as_object_mut() {
                     metadata.remove("namespace");

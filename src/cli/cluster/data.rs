@@ -23,7 +23,7 @@ use crate::api::data::{
 };
 use crate::archive::ByteStream;
 use crate::cli::output::CliError;
-use crate::store::keys::ResultName;
+use crate::store::keys::{AnyResult, ResultName};
 
 /// The data API of one cluster, for one namespace.
 pub struct DataApi {
@@ -82,7 +82,7 @@ impl DataApi {
     pub async fn download(
         &self,
         name: &str,
-        result: ResultName,
+        result: &AnyResult,
         file: &Path,
     ) -> Result<u64, CliError> {
         let path = self.path(

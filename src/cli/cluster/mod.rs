@@ -18,24 +18,28 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::backend::{Applied, Backend, Document, LogStream, PushedFileset};
+use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::local::{download_from_store, store_error};
 use super::output::CliError;
 use super::target::Target;
 use crate::api::contract::{AGENT_CONTAINER, EXECUTION_UID_LABEL};
 use crate::api::{
-    Agent, AgentEnvironment, AgentExecution, AgentRuntime, Fileset, FilesetSpec, FilesetStatus,
-    Phase, ResultEntry, SnapshotRef,
+    Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset, FilesetSpec,
+    FilesetStatus, Phase, ResultEntry, SnapshotRef,
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
 use crate::store::Store;
-use crate::store::keys::{ExecutionId, ResultName};
+use crate::store::keys::{AnyResult, ExecutionId, ResultName};
 
 pub use apply::FIELD_MANAGER;
 use data::DataApi;
+
+/// The one log a pod keeps of the agent's stdout and stderr together.
+const COMBINED_LOG: &str = "stdout+stderr";
 
 /// How often waiting commands look at an execution again.
 const POLL: Duration = Duration::from_millis(500);
@@ -280,6 +284,10 @@ impl Cluster {
                 let resource = kube::core::ApiResource::erase::<AgentRuntime>(&());
                 return Api::all_with(self.client.clone(), &resource);
             }
+            ObjectKind::Extension => {
+                let resource = kube::core::ApiResource::erase::<AgentExtension>(&());
+                return Api::all_with(self.client.clone(), &resource);
+            }
         };
         Api::namespaced_with(self.client.clone(), &self.namespace, &resource)
     }
@@ -420,7 +428,49 @@ impl Backend for Cluster {
             .logs(&pod.metadata.name.unwrap_or_default(), &params)
             .await
             .map_err(api_error)?;
-        Ok(("stdout+stderr", text.lines().map(str::to_owned).collect()))
+        Ok((COMBINED_LOG, text.lines().map(str::to_owned).collect()))
+    }
+
+    async fn output(
+        &self,
+        record: &ExecutionRecord,
+        window: Option<ByteWindow>,
+    ) -> Result<Vec<StreamOutput>, CliError> {
+        // A pod's log has no size the API reports: without reading it, its size is unknown.
+        let unknown = StreamOutput {
+            stream: COMBINED_LOG.to_owned(),
+            total_bytes: None,
+            excerpt: None,
+        };
+        let Some(window) = window else {
+            return Ok(vec![unknown]);
+        };
+        // The kubelet keeps a bounded log (containerLogMaxSize, 10 MiB by default), so it is read
+        // whole and cut here. Without a pod, or before the agent's container starts, there is none.
+        let Some(pod) = self.pod(&record.uid).await? else {
+            return Ok(vec![unknown]);
+        };
+        let params = LogParams {
+            container: Some(AGENT_CONTAINER.into()),
+            ..Default::default()
+        };
+        let pods = self.api::<Pod>();
+        let mut bytes = Vec::new();
+        match pods
+            .log_stream(&pod.metadata.name.unwrap_or_default(), &params)
+            .await
+        {
+            Ok(stream) => {
+                futures::AsyncReadExt::read_to_end(&mut std::pin::pin!(stream), &mut bytes)
+                    .await
+                    .map_err(|e| {
+                        CliError::new("cluster_error", format!("reading the agent's log: {e}"))
+                    })?;
+            }
+            Err(kube::Error::Api(status)) if status.code == 400 => return Ok(vec![unknown]),
+            Err(e) => return Err(api_error(e)),
+        }
+        Ok(vec![StreamOutput::from_bytes(COMBINED_LOG, &bytes, window)])
     }
 
     async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
@@ -442,7 +492,7 @@ impl Backend for Cluster {
     async fn download(
         &self,
         record: &ExecutionRecord,
-        result: ResultName,
+        result: AnyResult,
         file: &Path,
     ) -> Result<u64, CliError> {
         match self.operator_store() {
@@ -452,9 +502,9 @@ impl Backend for Cluster {
                     name: record.name.clone(),
                     uid: record.uid.clone(),
                 };
-                download_from_store(&store?, &execution, result, file).await
+                download_from_store(&store?, &execution, &result, file).await
             }
-            None => self.data.download(&record.name, result, file).await,
+            None => self.data.download(&record.name, &result, file).await,
         }
     }
 
@@ -687,7 +737,9 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
         store: store.unwrap_or_default().to_owned(),
         cancel_requested: execution.spec.cancel,
         inherit_env: false,
+        otlp_endpoint: None,
         supervisor: None,
+        extension: None,
     }
 }
 

@@ -145,6 +145,7 @@ fn stage_container(
             .chain(pod_paths_args())
             .chain(grant_request_args(execution, config))
             .chain(staging_args(config))
+            .chain(telemetry_args(snapshot, config))
             .collect(),
         ),
         volume_mounts: Some(mounts),
@@ -182,6 +183,17 @@ fn grant_request_args(execution: &ExecutionOwner, config: &ControllerConfig) -> 
         "--execution-uid".to_owned(),
         execution.uid.clone(),
     ]
+}
+
+/// Where both errand commands export their spans, and the agent's telemetry goes: the
+/// controller's OTLP endpoint, for executions with `autoTelemetry: true` only.
+fn telemetry_args(snapshot: &Snapshot, config: &ControllerConfig) -> Vec<String> {
+    match &config.otlp_endpoint {
+        Some(target) if snapshot.auto_telemetry => {
+            vec!["--otlp-endpoint".to_owned(), target.endpoint.clone()]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The arguments both errand commands in the pod take: where the grants, the workspace and
@@ -244,7 +256,7 @@ pub fn agent_env(snapshot: &Snapshot) -> Vec<EnvVar> {
 
 /// The agent's image with its command run by errand's runner, which enforces the deadline,
 /// saves the results and writes the summary to the termination message.
-fn agent_container(snapshot: &Snapshot) -> Container {
+fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container {
     let mut command = vec![
         format!("{ERRAND_BIN_DIR}/errand"),
         "run-agent".to_owned(),
@@ -254,6 +266,7 @@ fn agent_container(snapshot: &Snapshot) -> Container {
         AGENT_CONFIG_FILE.to_owned(),
     ];
     command.extend(pod_paths_args());
+    command.extend(telemetry_args(snapshot, config));
     command.push("--".to_owned());
     command.extend(snapshot.command());
     let runtime = &snapshot.agent.runtime;
@@ -303,7 +316,7 @@ pub fn pod_spec(
 ) -> PodSpec {
     PodSpec {
         init_containers: Some(vec![stage_container(execution, snapshot, config)]),
-        containers: vec![agent_container(snapshot)],
+        containers: vec![agent_container(snapshot, config)],
         volumes: Some(volumes(execution, config)),
         restart_policy: Some("Never".to_owned()),
         termination_grace_period_seconds: Some(config.termination_grace_seconds),

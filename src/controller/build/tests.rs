@@ -5,6 +5,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;
+use crate::api::contract::{AGENT_CONTAINER, STAGE_CONTAINER};
 use crate::api::{
     AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentSpec, Compute, ComputeResources,
     RuntimeSecurity,
@@ -600,4 +601,60 @@ fn an_execution_without_a_uid_cannot_have_children() {
         ExecutionOwner::of(&exec),
         Err(BuildError::MissingMetadata("uid"))
     );
+}
+
+#[test]
+fn errands_containers_get_the_otlp_endpoint_only_for_an_auto_telemetry_run() {
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    config.otlp_endpoint =
+        Some(crate::telemetry::TelemetryTarget::parse("test", "http://otelcol:4318").unwrap());
+    let endpoint_args = |job: &Job, name: &str| -> Vec<String> {
+        let command = container(job, name).command.clone().unwrap();
+        let at = command.iter().position(|a| a == "--otlp-endpoint");
+        // Before the agent's own command, so the runner, not the agent, takes the flag.
+        let agent_start = command
+            .iter()
+            .position(|a| a == "--")
+            .unwrap_or(command.len());
+        assert!(at.is_none_or(|i| i < agent_start), "{command:?}");
+        at.map(|i| command[i..=i + 1].to_vec()).unwrap_or_default()
+    };
+
+    let traced = Snapshot {
+        auto_telemetry: true,
+        ..snapshot()
+    };
+    let job_traced = job(&identity(), &traced, &config);
+    for name in [STAGE_CONTAINER, AGENT_CONTAINER] {
+        assert_eq!(
+            endpoint_args(&job_traced, name),
+            ["--otlp-endpoint", "http://otelcol:4318"]
+        );
+    }
+    // The agent's OTEL_* variables come from the runner, with the run's span; the container
+    // itself gets no telemetry setting, and still no token or store credential.
+    let agent = container(&job_traced, AGENT_CONTAINER);
+    assert!(
+        agent
+            .env
+            .iter()
+            .flatten()
+            .all(|e| !e.name.starts_with("OTEL_") && e.name != "TRACEPARENT"),
+        "{:?}",
+        agent.env
+    );
+    assert_eq!(
+        pod_spec(&job_traced).automount_service_account_token,
+        Some(false)
+    );
+
+    for (snapshot, config) in [
+        (snapshot(), config.clone()),
+        (traced, ControllerConfig::new("errand.local/errand:dev")),
+    ] {
+        let plain = job(&identity(), &snapshot, &config);
+        for name in [STAGE_CONTAINER, AGENT_CONTAINER] {
+            assert!(endpoint_args(&plain, name).is_empty(), "{name}");
+        }
+    }
 }

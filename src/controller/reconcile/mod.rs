@@ -7,9 +7,11 @@
 //! is finished, [`expire`] deletes it when its lifetime runs out. Validate and build take no
 //! client.
 //!
-//! Writes are few by construction: three creates (the snapshot ConfigMap carries the results
-//! finalizer from birth), one status write per phase, one Warning event per failure, and
-//! nothing at all for terminal executions but the one delete when their lifetime runs out.
+//! Writes are few by construction: two creates (the snapshot ConfigMap carries the results
+//! finalizer from birth), one status write per phase shown (a run that ends within
+//! [`status::RUNNING_SHOWN_AFTER`] of its agent's start goes from `Starting` to its end in one),
+//! one Warning event per failure, and nothing at all for terminal executions but the one
+//! delete when their lifetime runs out.
 
 mod apply;
 mod build;
@@ -33,6 +35,7 @@ use super::error::{Error, Result};
 use super::status;
 use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
 use crate::controller::build::ExecutionOwner;
+use crate::store::keys::ExecutionId;
 
 /// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
 /// response) would otherwise hold the execution, and every later event for it, until the
@@ -49,6 +52,18 @@ const RETRYING_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Reconciles one execution, failing (and so retrying with backoff) if it hangs. Once it has
 /// failed several times in a row, its status says so.
 pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
+    // Only an execution that asked for telemetry has a trace.
+    let traced = execution
+        .spec
+        .auto_telemetry
+        .then(|| ExecutionOwner::of(&execution).ok());
+    let span = traced.flatten().map(|owner| {
+        ctx.reconcile_spans.span(&ExecutionId {
+            namespace: owner.namespace,
+            name: owner.name,
+            uid: owner.uid,
+        })
+    });
     let result = tokio::time::timeout(
         RECONCILE_TIMEOUT,
         reconcile_once(Arc::clone(&execution), Arc::clone(&ctx)),
@@ -57,6 +72,9 @@ pub async fn reconcile(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Res
     .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)));
     if let Err(error) = &result {
         show_retrying(&execution, &ctx, error).await;
+    }
+    if let Some(span) = span {
+        span.end(result.as_ref().err().map(ToString::to_string).as_deref());
     }
     result
 }
@@ -234,19 +252,19 @@ impl Reconciler<'_> {
 /// start timeout is watched over in several looks, and no requeue can overflow a clock.
 pub const MAX_RECHECK: Duration = Duration::from_secs(3600);
 
-/// How long to wait to look again at something due `after` from now: a second past it, so it
-/// has passed, and at most [`MAX_RECHECK`].
+/// How long to wait to look again at something due `after` from now: at most [`MAX_RECHECK`].
 pub fn recheck_delay(after: Duration) -> Duration {
-    after
-        .saturating_add(Duration::from_secs(1))
-        .min(MAX_RECHECK)
+    after.min(MAX_RECHECK)
 }
 
 /// When to look again at an execution whose Job was just created: once its start timeout of
-/// `start_timeout_seconds` has passed (or [`MAX_RECHECK`] before that).
+/// `start_timeout_seconds` has passed, a second past it so it has passed in whole seconds (or
+/// [`MAX_RECHECK`] before that).
 pub fn start_recheck(start_timeout_seconds: i64) -> Duration {
     recheck_delay(Duration::from_secs(
-        u64::try_from(start_timeout_seconds).unwrap_or(0),
+        u64::try_from(start_timeout_seconds)
+            .unwrap_or(0)
+            .saturating_add(1),
     ))
 }
 

@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::api::{
-    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentRuntime, AgentSpec,
-    Fileset, contract,
+    Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecutionStatus, AgentExtension,
+    AgentRuntime, AgentSpec, Fileset, contract,
 };
 use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::readiness::{Cache, CachesReady};
@@ -227,6 +227,7 @@ fn context_from(
         agents: filled(vec![agent]),
         environments: filled(vec![environment]),
         runtimes: filled(Vec::<AgentRuntime>::new()),
+        extensions: filled(Vec::<AgentExtension>::new()),
         filesets: filled(Vec::<Fileset>::new()),
         fileset_paths: Default::default(),
     };
@@ -754,6 +755,8 @@ mod arithmetic {
             let limits = RunLimits {
                 allowance: config.allowance(),
                 max_url_lifetime_seconds: url_limit,
+                telemetry_configured: false,
+                runs_extensions: false,
             };
             let mut execution = execution(None);
             execution.spec = spec(timeout, start);

@@ -26,6 +26,8 @@ mod tests {
         let mut limits = RunLimits {
             allowance: config.allowance(),
             max_url_lifetime_seconds: None,
+            telemetry_configured: false,
+            runs_extensions: false,
         };
         // A 600s run with a 120s start timeout: the timeout alone fits 600s URLs, the whole
         // budget does not.

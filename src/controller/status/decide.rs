@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::observe::{Facts, IMAGE_PULL_REASONS, JobFacts, PodFacts, Warning, WorkloadFacts};
@@ -14,6 +15,15 @@ use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
 use crate::runner::RunState;
 use crate::runner::outcome::{Outcome, RunReport, run_outcome};
 use crate::runner::termination::TerminationSummary;
+
+/// How long after its agent started a run shows phase `Running`. A run that ends sooner goes
+/// from `Starting` to its end in one status write instead of two, and still records its
+/// `startTime`, image and condition `Started` (from the pod's own timestamps); a longer run
+/// shows `Running` this much after the start the pod reports (in whole seconds), so between
+/// four and five seconds after its agent started. Five seconds cover a short run's upload, its
+/// exit and the kubelet's report of it (its pod lifecycle relist runs every second) also on a
+/// busy node; an agent run is measured in minutes.
+pub const RUNNING_SHOWN_AFTER: Duration = Duration::from_secs(5);
 
 /// What must be stopped to carry out a decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,7 +41,8 @@ pub struct Decision {
     pub standing: Standing,
     /// What to stop first, if anything.
     pub stop: Option<Stop>,
-    /// When to look again if nothing changes before (a pending start timeout).
+    /// When to look again if nothing changes before (a pending start timeout, a run whose
+    /// `Running` is held back).
     pub recheck_after: Option<Duration>,
 }
 
@@ -58,7 +69,8 @@ impl Decision {
 pub enum Standing {
     /// It ended before: its status is final and stays as written.
     Final,
-    /// Nothing new: a pod that ran is gone, and the Job controller has not failed the Job yet.
+    /// Nothing new to show: a pod that ran is gone and the Job controller has not failed the
+    /// Job yet, or the agent started less than [`RUNNING_SHOWN_AFTER`] ago.
     Unchanged,
     /// Phase `Queued`: Kueue holds the Job and no pod exists.
     Queued {
@@ -173,7 +185,7 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
             });
             Decision::settled(Standing::Ended(ending.on(Some(pod))))
         }
-        Some(pod) if pod.agent_started_at.is_some() => running(execution, pod),
+        Some(pod) if pod.agent_started_at.is_some() => running(execution, pod, facts.now),
         Some(_) => pending(execution, job, pod, facts),
         None => match &job.failure {
             Some(failure) => {
@@ -227,7 +239,24 @@ fn deadline_passed(job: &JobFacts) -> bool {
 }
 
 /// The agent is running: phase Running, or a graceful stop when cancelled.
-fn running(execution: &AgentExecution, pod: &PodFacts) -> Decision {
+fn running(execution: &AgentExecution, pod: &PodFacts, now: Timestamp) -> Decision {
+    let starting = execution.status.as_ref().and_then(|s| s.phase) == Some(Phase::Starting);
+    let shown_at = pod
+        .agent_started_at
+        .as_ref()
+        .and_then(|started| started.0.checked_add(RUNNING_SHOWN_AFTER).ok());
+    if let Some(left) = shown_at
+        .filter(|_| starting && !execution.spec.cancel)
+        .and_then(|at| Duration::try_from(now.duration_until(at)).ok())
+        .filter(|left| !left.is_zero())
+    {
+        // Held: a run that ends before then goes from Starting to its end in one write.
+        return Decision {
+            standing: Standing::Unchanged,
+            stop: None,
+            recheck_after: Some(left),
+        };
+    }
     Decision {
         standing: Standing::Running {
             started_at: pod.agent_started_at.clone(),
@@ -279,7 +308,8 @@ fn pending(
         return Decision {
             standing: Standing::Starting,
             stop: None,
-            recheck_after: Some(Duration::from_secs(remaining)),
+            // A second past it, so that it has passed in whole seconds too.
+            recheck_after: Some(Duration::from_secs(remaining.saturating_add(1))),
         };
     }
     Decision {

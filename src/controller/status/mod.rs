@@ -10,7 +10,9 @@ mod render;
 mod timings;
 
 pub use crate::runner::outcome::MESSAGE_LIMIT;
-pub use decide::{AgentContainer, Decision, Ending, Standing, Stop, decide, queued_message};
+pub use decide::{
+    AgentContainer, Decision, Ending, RUNNING_SHOWN_AFTER, Standing, Stop, decide, queued_message,
+};
 pub use observe::{
     Cause, Facts, JobFacts, NODE_LOSS_DISRUPTIONS, PodFacts, Waiting, Warning, WorkloadFacts,
     facts, workload_facts,

@@ -625,8 +625,8 @@ fn a_queued_execution_shows_kueues_reason_until_admitted_then_starts() {
     );
     assert_eq!(
         decision.recheck_after,
-        Some(Duration::from_secs(115)),
-        "the start timeout counts from Kueue's admission at +40"
+        Some(Duration::from_secs(116)),
+        "the start timeout counts from Kueue's admission at +40 (looked at a second past it)"
     );
 }
 
@@ -724,8 +724,65 @@ fn results_that_could_not_be_saved_fail_a_successful_run() {
 #[test]
 fn a_pending_pod_is_rechecked_when_its_start_timeout_passes() {
     let (_, decision) = assess(&execution(), &facts_at(job(), Some(pod()), 32));
-    // created at +2, limit 120s
-    assert_eq!(decision.recheck_after, Some(Duration::from_secs(90)));
+    // created at +2, limit 120s: due at +122, looked at a second past it
+    assert_eq!(decision.recheck_after, Some(Duration::from_secs(91)));
+}
+
+#[test]
+fn running_shows_once_the_agent_ran_for_the_window_and_is_rechecked_then() {
+    let e = execution();
+    // The agent started at +10 by the pod's clock; at +10.5 Running is held back.
+    let mut facts = facts_at(job(), Some(running(10)), 10);
+    facts.now += Duration::from_millis(500);
+    let (held, decision) = assess(&e, &facts);
+    assert_eq!(held, *e.status.as_ref().unwrap(), "no write while held");
+    assert_eq!(
+        decision.recheck_after,
+        Some(RUNNING_SHOWN_AFTER - Duration::from_millis(500))
+    );
+    // Once the window passed, Running shows with the agent's start time.
+    let shown_at = 10 + i64::try_from(RUNNING_SHOWN_AFTER.as_secs()).unwrap();
+    let (shown, decision) = assess(&e, &facts_at(job(), Some(running(10)), shown_at));
+    assert_eq!(shown.phase, Some(Phase::Running));
+    assert_eq!(shown.start_time, Some(at(10)));
+    assert_eq!(decision.recheck_after, None);
+    // A cancel is not held back: the pod is stopped at once.
+    let (_, decision) = assess(&cancelled(e), &facts);
+    assert_eq!(
+        decision.stop,
+        Some(Stop::DeletePod("errand-calc-x7k2p".into()))
+    );
+}
+
+#[test]
+fn a_run_that_ends_within_the_window_goes_from_starting_to_succeeded_in_one_write() {
+    let e = execution();
+    let mut facts = facts_at(job(), Some(running(10)), 10);
+    assert_eq!(
+        assess(&e, &facts).0,
+        *e.status.as_ref().unwrap(),
+        "Running held back"
+    );
+    facts.pod = Some(PodFacts {
+        agent_finished_at: Some(at(11)),
+        ..finished(0, Some(summary(RunState::Succeeded, 0, "")))
+    });
+    facts.pod.as_mut().unwrap().agent_started_at = Some(at(10));
+    facts.now = now(11);
+    let (done, _) = assess(&e, &facts);
+    assert_eq!(done.phase, Some(Phase::Succeeded));
+    // What Running would have shown is all there: the start, and condition Started.
+    assert_eq!(done.start_time, Some(at(10)));
+    let started = condition(&done, ConditionType::Started).unwrap();
+    assert_eq!(
+        (started.status.as_str(), started.reason.as_str()),
+        ("True", "AgentStarted")
+    );
+    assert_eq!(
+        condition(&done, ConditionType::Complete).unwrap().status,
+        "True"
+    );
+    assert_eq!(done.completion_time, Some(at(11)));
 }
 
 #[test]

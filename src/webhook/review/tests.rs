@@ -144,6 +144,8 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
             grace_seconds: 120,
         },
         max_url_lifetime_seconds: Some(600),
+        telemetry_configured: false,
+        runs_extensions: false,
     };
     let response = answer_within(&body, &InMemoryCatalog::test(), &limits);
     assert_eq!(response["allowed"], false, "{response}");
@@ -160,6 +162,28 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
         ..limits
     };
     let response = answer_within(&body, &InMemoryCatalog::test(), &lasting);
+    assert_eq!(response["allowed"], true, "{response}");
+}
+
+#[test]
+fn auto_telemetry_is_refused_where_no_collector_is_configured_and_admitted_where_one_is() {
+    let mut spec = calculator_spec();
+    spec["autoTelemetry"] = json!(true);
+    let body = review_body("CREATE", Some(execution(spec)), None);
+    let response = answer_within(&body, &InMemoryCatalog::test(), &RunLimits::default());
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(
+        response["status"]["details"]["causes"][0]["field"],
+        "spec.autoTelemetry"
+    );
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("telemetry.otlpEndpoint"), "{message}");
+
+    let configured = RunLimits {
+        telemetry_configured: true,
+        ..RunLimits::default()
+    };
+    let response = answer_within(&body, &InMemoryCatalog::test(), &configured);
     assert_eq!(response["allowed"], true, "{response}");
 }
 
@@ -462,4 +486,55 @@ fn a_deployment_update_is_resolved_only_when_it_redeploys() {
         redeployed["status"]["details"]["causes"][0]["field"],
         "spec.agentRef.name"
     );
+}
+
+/// An AdmissionReview of an AgentExtension (cluster-scoped) with this spec.
+fn extension_review(operation: &str, spec: Value) -> Vec<u8> {
+    let mut body: Value = serde_json::from_slice(&review_body(operation, None, None)).unwrap();
+    let request = &mut body["request"];
+    request["kind"]["kind"] = json!("AgentExtension");
+    request["requestKind"]["kind"] = json!("AgentExtension");
+    request["resource"]["resource"] = json!("agentextensions");
+    request["requestResource"]["resource"] = json!("agentextensions");
+    request["name"] = json!("analysis");
+    request["namespace"] = Value::Null;
+    request["object"] = json!({
+        "apiVersion": "errand.dev/v1alpha1",
+        "kind": "AgentExtension",
+        "metadata": {"name": "analysis"},
+        "spec": spec,
+    });
+    serde_json::to_vec(&body).unwrap()
+}
+
+#[test]
+fn an_agent_extension_is_checked_on_create_and_update() {
+    let good = serde_json::to_value(crate::api::AgentExtensionSpec::test()).unwrap();
+    for operation in ["CREATE", "UPDATE"] {
+        let response = answer(
+            &extension_review(operation, good.clone()),
+            &InMemoryCatalog::test(),
+        );
+        assert_eq!(response["allowed"], true, "{operation}: {response}");
+    }
+    let mut bad = good;
+    bad["results"] = json!(["analysis-report", "output_workdir"]);
+    bad["configSchema"] = json!({"type": "object", "oneOf": []});
+    let response = answer(&extension_review("UPDATE", bad), &InMemoryCatalog::test());
+    assert_eq!(response["allowed"], false, "{response}");
+    let status = &response["status"];
+    assert_eq!(status["code"], 422);
+    assert_eq!(status["details"]["kind"], "AgentExtension");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("invalid AgentExtension (2 problems): spec.results[1]: \"output_workdir\" is one of errand's own results"),
+        "{message}"
+    );
+    let fields: Vec<&str> = status["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["spec.results[1]", "spec.configSchema.oneOf"]);
 }

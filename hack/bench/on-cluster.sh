@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs one cluster benchmark from a fresh clone: builds and starts the test
+# cluster (as hack/test.sh does), imports the errand image, runs
+# `cargo bench --bench NAME`, and brings the cluster down again, also on
+# failure. On a shared machine, run it under the cluster lock.
+#
+# Usage: on-cluster.sh NAME   (controller, e2e, data_api)
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=hack/testenv/lib.sh
+source "$repo/hack/testenv/lib.sh"
+cd "$repo"
+[[ $# -eq 1 ]] || die "usage: $0 NAME (a cluster benchmark: controller, e2e, data_api)"
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+if [[ "$1" == e2e ]] && ! command -v s3s-fs >/dev/null; then
+  log "installing s3s-fs (cargo install s3s-fs --version 0.14.1 --locked --features binary)"
+  cargo install --quiet s3s-fs --version 0.14.1 --locked --features binary
+fi
+bash hack/testenv/build.sh >/dev/null
+trap 'bash hack/testenv/down.sh' EXIT
+bash hack/testenv/up.sh >/dev/null
+bash hack/images/errand-image.sh
+PATH="$TOOLS_BIN_DIR:$PATH" cargo bench --bench "$1"

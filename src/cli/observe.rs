@@ -1,0 +1,206 @@
+//! Bounded observation of an execution: `errand wait`, `execute --until`, and the answers that carry the agent's output with it.
+//!
+//! Observing never changes the run: reaching `--until` returns the execution as it stands.
+
+use std::time::{Duration, Instant};
+
+use super::answers::{ExecutionView, Observation};
+use super::backend::{Backend, find};
+use super::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, parse_max_bytes};
+use super::output::{CliError, OutputArgs};
+use super::show::{print_record, record_outcome};
+use crate::api::MAX_TIMEOUT_SECONDS;
+use crate::local::ExecutionRecord;
+
+/// The default `wait --until`: 30 seconds.
+pub const DEFAULT_UNTIL_SECONDS: f64 = 30.0;
+/// The default `wait --poll`.
+pub const DEFAULT_POLL_SECONDS: f64 = 0.5;
+/// The shortest `--poll`.
+const MIN_POLL_SECONDS: f64 = 0.05;
+
+/// How much of each output stream a waiting answer carries.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct ExcerptArgs {
+    /// Bytes of each output stream a waiting answer carries (its last ones), 1 to 16777216.
+    #[arg(long, default_value_t = DEFAULT_MAX_BYTES, value_parser = parse_max_bytes)]
+    pub max_bytes: u64,
+    /// Start each stream's excerpt at this byte offset (an earlier excerpt's `end`) instead of
+    /// showing its last bytes.
+    #[arg(long, value_name = "OFFSET")]
+    pub from_byte: Option<u64>,
+}
+
+impl ExcerptArgs {
+    /// The window of each stream these flags select.
+    pub fn window(&self) -> ByteWindow {
+        ByteWindow {
+            max_bytes: self.max_bytes,
+            from: self.from_byte,
+        }
+    }
+}
+
+/// Flags of `errand wait`.
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    /// Execution name or unambiguous prefix.
+    pub name: String,
+    /// Return after this many seconds even if the execution goes on (it keeps running).
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_UNTIL_SECONDS, value_parser = parse_until)]
+    pub until: f64,
+    /// Seconds between looks at the execution.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_POLL_SECONDS, value_parser = parse_poll)]
+    pub poll: f64,
+    #[command(flatten)]
+    pub excerpt: ExcerptArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Parses an `--until`: 0 to the longest timeout (7 days) in seconds, fractions allowed.
+pub fn parse_until(value: &str) -> Result<f64, String> {
+    parse_seconds(value, 0.0, MAX_TIMEOUT_SECONDS as f64)
+}
+
+/// Parses a `--poll`: 0.05 to 60 seconds.
+pub fn parse_poll(value: &str) -> Result<f64, String> {
+    parse_seconds(value, MIN_POLL_SECONDS, 60.0)
+}
+
+fn parse_seconds(value: &str, min: f64, max: f64) -> Result<f64, String> {
+    let seconds: f64 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{value:?} is not a number of seconds"))?;
+    if !(min..=max).contains(&seconds) {
+        return Err(format!(
+            "{seconds} is out of range: give {min} to {max} seconds"
+        ));
+    }
+    Ok(seconds)
+}
+
+/// Looks at the execution every `poll` seconds until it ends or `until` seconds have passed.
+pub async fn observe(
+    backend: &dyn Backend,
+    record: ExecutionRecord,
+    until: f64,
+    poll: f64,
+) -> Result<(ExecutionRecord, Observation), CliError> {
+    let started = Instant::now();
+    let until_duration = Duration::from_secs_f64(until);
+    let mut record = record;
+    while !record.phase.is_terminal() {
+        let left = until_duration.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs_f64(poll).min(left)).await;
+        record = backend.execution(&record.name).await?;
+    }
+    let observation = Observation {
+        until_seconds: until,
+        elapsed_seconds: started.elapsed().as_secs_f64(),
+        ended: record.phase.is_terminal(),
+    };
+    Ok((record, observation))
+}
+
+/// The execution with the excerpts `excerpt` selects of its output. Output that cannot be read
+/// (a pod's log the caller may not read) is left out with a warning: it never fails an answer
+/// about a run.
+pub async fn with_excerpts(
+    backend: &dyn Backend,
+    record: ExecutionRecord,
+    excerpt: &ExcerptArgs,
+) -> Result<ExecutionView, CliError> {
+    let output = match backend.output(&record, Some(excerpt.window())).await {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!(
+                "warning: the output of execution {} could not be read: {}",
+                record.name, e.message
+            );
+            Vec::new()
+        }
+    };
+    Ok(ExecutionView {
+        output,
+        ..ExecutionView::of(record)
+    })
+}
+
+/// The execution with the sizes of its output streams, read without reading the streams.
+pub async fn with_sizes(
+    backend: &dyn Backend,
+    record: ExecutionRecord,
+) -> Result<ExecutionView, CliError> {
+    Ok(ExecutionView {
+        output: backend.output(&record, None).await?,
+        ..ExecutionView::of(record)
+    })
+}
+
+/// Answers a bounded observation: the execution with its excerpts. An execution that ended
+/// other than `Succeeded` is a failed command, as with `watch`; one still going is not.
+pub async fn answer_observed(
+    backend: &dyn Backend,
+    record: ExecutionRecord,
+    observation: Observation,
+    excerpt: &ExcerptArgs,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let view = ExecutionView {
+        observation: Some(observation),
+        ..with_excerpts(backend, record, excerpt).await?
+    };
+    let human = || {
+        let mut text = print_record(&view.record);
+        if !view.record.phase.is_terminal() {
+            text.push_str(&format!(
+                "\nstill {:?} after {:.1}s; it goes on (`errand wait {}` again to look)",
+                view.record.phase,
+                view.observation.as_ref().map_or(0.0, |o| o.elapsed_seconds),
+                view.record.name
+            ));
+        }
+        text
+    };
+    if view.record.phase.is_terminal() {
+        return record_outcome(output.format, &view, human);
+    }
+    super::output::print_ok(output.format, "execution", &view, human);
+    Ok(())
+}
+
+/// `errand wait NAME --until SECONDS --poll SECONDS`.
+pub async fn wait(backend: &dyn Backend, args: &WaitArgs) -> Result<(), CliError> {
+    let record = find(backend, &args.name).await?;
+    let (record, observation) = observe(backend, record, args.until, args.poll).await?;
+    answer_observed(backend, record, observation, &args.excerpt, args.output).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_poll, parse_until};
+
+    #[test]
+    fn until_and_poll_are_bounded_naming_the_range() {
+        assert_eq!(parse_until("0"), Ok(0.0));
+        assert_eq!(parse_until("2.5"), Ok(2.5));
+        assert_eq!(
+            parse_until("-1").unwrap_err(),
+            "-1 is out of range: give 0 to 604800 seconds"
+        );
+        assert_eq!(
+            parse_until("soon").unwrap_err(),
+            "\"soon\" is not a number of seconds"
+        );
+        assert_eq!(
+            parse_poll("0").unwrap_err(),
+            "0 is out of range: give 0.05 to 60 seconds"
+        );
+        assert!(parse_until("NaN").is_err(), "NaN is in no range");
+    }
+}
