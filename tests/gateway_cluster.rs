@@ -297,3 +297,110 @@ async fn the_gateway_invokes_chats_and_completes_for_callers_with_rbac_only() {
     );
     harness.finish().await;
 }
+
+/// `errand invoke DEPLOYMENT` through the gateway until it answers (the gateway's caches take
+/// a moment to see a new ready pod), returning its answer.
+async fn cli_invoke_until_ok(harness: &Harness, gateway: &[&str], deployment: &str) -> Value {
+    wait_for(
+        "errand invoke to reach a ready pod",
+        Duration::from_secs(60),
+        || async move {
+            let args: Vec<&str> = ["invoke", deployment, "--input", "hello"]
+                .into_iter()
+                .chain(gateway.iter().copied())
+                .collect();
+            let (code, answer) = harness.cli(&args);
+            (code == 0).then_some(answer)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
+    let Some(harness) = Harness::start_with_gateway("gateway-cli").await else {
+        return;
+    };
+    let caller = token_of(&harness, "caller").await;
+    allow_invoke(&harness, "caller").await;
+    create_server_agent(&harness, "echo").await;
+    let (code, answer) = harness.cli(&["deploy", "svc", "--agent", "echo"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["deployment"]["phase"], "Ready", "{answer}");
+    assert_eq!(answer["deployment"]["agent"], "echo", "{answer}");
+    let (code, answer) = harness.cli(&["deployments", "list"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["deployments"][0]["name"], "svc", "{answer}");
+
+    let url = harness.gateway_url();
+    let gateway = ["--gateway", url.as_str(), "--gateway-token", caller.as_str()];
+    let answer = cli_invoke_until_ok(&harness, &gateway, "svc").await;
+    assert_eq!(answer["invoke"]["output"], "echo: hello", "{answer}");
+    for turn in 1..=2 {
+        let args: Vec<&str> = ["chat", "svc", "--session-name", "s1", "--message", "hi"]
+            .into_iter()
+            .chain(gateway)
+            .collect();
+        let (code, answer) = harness.cli(&args);
+        assert_eq!(code, 0, "{answer}");
+        assert_eq!(answer["chat"]["turn"], turn, "{answer}");
+    }
+    let args: Vec<&str> = ["sessions", "list", "svc"].into_iter().chain(gateway).collect();
+    let (code, answer) = harness.cli(&args);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["sessions"]["sessions"][0]["name"], "s1", "{answer}");
+    assert_eq!(answer["sessions"]["sessions"][0]["turns"], 2, "{answer}");
+    // Without RBAC: 403 as the CLI reports it.
+    let stranger = token_of(&harness, "stranger").await;
+    let (code, answer) = harness.cli(&[
+        "invoke", "svc", "--input", "x", "--gateway", &url, "--gateway-token", &stranger,
+    ]);
+    assert_eq!((code, &answer["error"]["code"]), (4, &json!("forbidden")), "{answer}");
+
+    // Redeploy: a new Agent, the deployment rolled to it, the old Agent removed.
+    let manifest = std::env::temp_dir().join(format!("{}-agent.json", harness.namespace.name()));
+    let mut agent = serde_json::to_value(
+        harness
+            .api::<errand::api::Agent>()
+            .get("echo")
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    agent["spec"]["config"]["name"] = json!("echo-v2");
+    std::fs::write(&manifest, agent.to_string()).unwrap();
+    let (code, answer) = harness.cli(&["redeploy", "svc", "-f", manifest.to_str().unwrap()]);
+    std::fs::remove_file(&manifest).unwrap();
+    assert_eq!(code, 0, "{answer}");
+    let redeployed = &answer["redeployed"];
+    let new_agent = redeployed["agent"].as_str().unwrap().to_owned();
+    assert!(new_agent.starts_with("svc-"), "{answer}");
+    assert_eq!(redeployed["deployment"]["agent"], new_agent.as_str(), "{answer}");
+    assert_eq!(redeployed["replaced"], "echo", "{answer}");
+    assert_eq!(redeployed["replaced_removed"], true, "{answer}");
+    let agents = harness.api::<errand::api::Agent>();
+    assert!(agents.get_opt("echo").await.unwrap().is_none());
+    let answer = wait_for(
+        "the redeployed agent to answer",
+        Duration::from_secs(60),
+        || {
+            let harness = &harness;
+            async move {
+                let answer = cli_invoke_until_ok(harness, &gateway, "svc").await;
+                (answer["invoke"]["output"] == "echo-v2: hello").then_some(answer)
+            }
+        },
+    )
+    .await;
+    assert_eq!(answer["invoke"]["output"], "echo-v2: hello");
+
+    // Undeploy by agent: every deployment of it goes with its children.
+    let (code, answer) = harness.cli(&["undeploy", "--agent", &new_agent]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["undeployed"]["deployments"], json!(["svc"]));
+    let (code, answer) = harness.cli(&["deployments", "get", "svc"]);
+    assert_eq!((code, &answer["error"]["code"]), (3, &json!("not_found")), "{answer}");
+    let (code, answer) = harness.cli(&["undeploy", "--agent", &new_agent]);
+    assert_eq!((code, &answer["error"]["code"]), (3, &json!("not_found")), "{answer}");
+    harness.finish().await;
+}

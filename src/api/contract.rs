@@ -82,6 +82,9 @@ pub const EXECUTION_NAME_ANNOTATION: &str = "errand.dev/execution-name";
 pub const DEPLOYMENT_LABEL: &str = "errand.dev/deployment";
 /// Label with an AgentDeployment's uid on its children and pods.
 pub const DEPLOYMENT_UID_LABEL: &str = "errand.dev/deployment-uid";
+/// Annotation on an AgentDeployment during `errand redeploy`: the Agent the new one replaces,
+/// removed once nothing references it (a re-run of an interrupted redeploy finds it here).
+pub const REPLACED_AGENT_ANNOTATION: &str = "errand.dev/replaced-agent";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Key of the snapshot document (canonical JSON) in an execution's snapshot ConfigMap.
