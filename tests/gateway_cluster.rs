@@ -333,7 +333,12 @@ async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
     assert_eq!(answer["deployments"][0]["name"], "svc", "{answer}");
 
     let url = harness.gateway_url();
-    let gateway = ["--gateway", url.as_str(), "--gateway-token", caller.as_str()];
+    let gateway = [
+        "--gateway",
+        url.as_str(),
+        "--gateway-token",
+        caller.as_str(),
+    ];
     let answer = cli_invoke_until_ok(&harness, &gateway, "svc").await;
     assert_eq!(answer["invoke"]["output"], "echo: hello", "{answer}");
     for turn in 1..=2 {
@@ -345,7 +350,10 @@ async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
         assert_eq!(code, 0, "{answer}");
         assert_eq!(answer["chat"]["turn"], turn, "{answer}");
     }
-    let args: Vec<&str> = ["sessions", "list", "svc"].into_iter().chain(gateway).collect();
+    let args: Vec<&str> = ["sessions", "list", "svc"]
+        .into_iter()
+        .chain(gateway)
+        .collect();
     let (code, answer) = harness.cli(&args);
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["sessions"]["sessions"][0]["name"], "s1", "{answer}");
@@ -353,9 +361,20 @@ async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
     // Without RBAC: 403 as the CLI reports it.
     let stranger = token_of(&harness, "stranger").await;
     let (code, answer) = harness.cli(&[
-        "invoke", "svc", "--input", "x", "--gateway", &url, "--gateway-token", &stranger,
+        "invoke",
+        "svc",
+        "--input",
+        "x",
+        "--gateway",
+        &url,
+        "--gateway-token",
+        &stranger,
     ]);
-    assert_eq!((code, &answer["error"]["code"]), (4, &json!("forbidden")), "{answer}");
+    assert_eq!(
+        (code, &answer["error"]["code"]),
+        (4, &json!("forbidden")),
+        "{answer}"
+    );
 
     // Redeploy: a new Agent, the deployment rolled to it, the old Agent removed.
     let manifest = std::env::temp_dir().join(format!("{}-agent.json", harness.namespace.name()));
@@ -375,7 +394,11 @@ async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
     let redeployed = &answer["redeployed"];
     let new_agent = redeployed["agent"].as_str().unwrap().to_owned();
     assert!(new_agent.starts_with("svc-"), "{answer}");
-    assert_eq!(redeployed["deployment"]["agent"], new_agent.as_str(), "{answer}");
+    assert_eq!(
+        redeployed["deployment"]["agent"],
+        new_agent.as_str(),
+        "{answer}"
+    );
     assert_eq!(redeployed["replaced"], "echo", "{answer}");
     assert_eq!(redeployed["replaced_removed"], true, "{answer}");
     let agents = harness.api::<errand::api::Agent>();
@@ -399,8 +422,16 @@ async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["undeployed"]["deployments"], json!(["svc"]));
     let (code, answer) = harness.cli(&["deployments", "get", "svc"]);
-    assert_eq!((code, &answer["error"]["code"]), (3, &json!("not_found")), "{answer}");
+    assert_eq!(
+        (code, &answer["error"]["code"]),
+        (3, &json!("not_found")),
+        "{answer}"
+    );
     let (code, answer) = harness.cli(&["undeploy", "--agent", &new_agent]);
-    assert_eq!((code, &answer["error"]["code"]), (3, &json!("not_found")), "{answer}");
+    assert_eq!(
+        (code, &answer["error"]["code"]),
+        (3, &json!("not_found")),
+        "{answer}"
+    );
     harness.finish().await;
 }

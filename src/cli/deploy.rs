@@ -230,7 +230,9 @@ pub async fn deployments(
             Ok(())
         }
         DeploymentsAction::Get { name, output } => {
-            print_deployment(*output, &deployments.deployment(name).await?)
+            let view = DeploymentView::of(&deployments.deployment(name).await?);
+            print_ok(output.format, "deployment", &view, || view.human());
+            Ok(())
         }
         DeploymentsAction::Wait { name, output } => {
             print_deployment(*output, &settled(deployments, name).await?)
@@ -238,7 +240,7 @@ pub async fn deployments(
     }
 }
 
-/// Prints a deployment; a Failed one is an error carrying it.
+/// Prints a deployment that settled; a Failed one is an error carrying it.
 fn print_deployment(output: OutputArgs, deployment: &AgentDeployment) -> Result<(), CliError> {
     let view = DeploymentView::of(deployment);
     if view.phase == Some(DeploymentPhase::Failed) {
@@ -337,7 +339,12 @@ pub struct RedeployArgs {
     /// The deployment.
     pub name: String,
     /// The new agent as a bare agent config file (as `agents create` takes it).
-    #[arg(long, value_name = "FILE", required_unless_present = "filename", conflicts_with = "filename")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "filename",
+        conflicts_with = "filename"
+    )]
     pub agent_config: Option<PathBuf>,
     /// The new agent as an Agent manifest file (one document; its runtime and config are
     /// used, its name is not). Either way the new Agent is `<deployment>-<digest prefix>`.
