@@ -9,9 +9,9 @@ use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::api::{
-    AgentConfig, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec, AgentExecutionStatus,
-    AgentExtensionSpec, AgentSpec, ArtifactMount, Compute, FilesetStatus, Reference,
-    RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
+    AgentConfig, AgentDeployment, AgentDeploymentSpec, AgentEnvironmentSpec, AgentExecution,
+    AgentExecutionSpec, AgentExecutionStatus, AgentExtensionSpec, AgentSpec, ArtifactMount,
+    Compute, FilesetStatus, Reference, RuntimeContainer, RuntimeSecurity, SnapshotRef, Workdir,
 };
 use crate::resolve::{InMemoryCatalog, Problem, Snapshot, resolve_execution};
 use crate::store::keys::ExecutionId;
@@ -230,6 +230,29 @@ impl AgentExecution {
     pub fn with_status(mut self, status: Option<AgentExecutionStatus>) -> Self {
         self.status = status;
         self
+    }
+}
+
+impl AgentDeploymentSpec {
+    /// The calculator served in environment `prod`, one replica, the default port and probe.
+    pub fn test() -> Self {
+        Self {
+            agent_ref: Some(Reference::named("calculator")),
+            environment_ref: Some(Reference::named("prod")),
+            ..Self::default()
+        }
+    }
+}
+
+impl AgentDeployment {
+    /// Deployment `calc` of [`AgentDeploymentSpec::test`] in [`NS`], uid [`UID`], generation 1,
+    /// no status yet.
+    pub fn test() -> Self {
+        let mut deployment = AgentDeployment::new("calc", AgentDeploymentSpec::test());
+        deployment.metadata.namespace = Some(NS.into());
+        deployment.metadata.uid = Some(UID.into());
+        deployment.metadata.generation = Some(1);
+        deployment
     }
 }
 

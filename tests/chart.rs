@@ -294,7 +294,7 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(ports, ["webhook", "data-api", "http"]);
+    assert_eq!(ports, ["webhook", "data-api", "gateway", "http"]);
 }
 
 #[test]
@@ -722,4 +722,58 @@ fn the_chart_installs_agent_runtimes_from_values() {
     );
     let Some(defaults) = render(&[]) else { return };
     assert!(of_kind(&defaults, "AgentRuntime").is_empty());
+}
+
+#[test]
+fn agent_deployments_are_admitted_by_the_webhook_and_served_with_deployments_and_services() {
+    let Some(objects) = render(&[]) else { return };
+    let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
+    let webhook = configuration["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == "agentdeployments.errand.dev")
+        .expect("a webhook for AgentDeployments");
+    assert_eq!(webhook["failurePolicy"], "Fail");
+    assert_eq!(
+        strings(&webhook["rules"][0]["resources"]),
+        ["agentdeployments"]
+    );
+    assert_eq!(
+        webhook["clientConfig"]["service"]["path"],
+        "/validate-agentdeployment"
+    );
+    for (resource, verbs) in [
+        (
+            "deployments",
+            vec!["get", "list", "watch", "create", "patch"],
+        ),
+        ("services", vec!["get", "create", "patch"]),
+        ("endpointslices", vec!["get", "list", "watch"]),
+        ("agentdeployments/status", vec!["patch"]),
+    ] {
+        let (kind, rule) = rules_for(&objects, resource)
+            .pop()
+            .unwrap_or_else(|| panic!("no rule for {resource}"));
+        assert_eq!(kind, "ClusterRole");
+        assert_eq!(strings(&rule["verbs"]), verbs, "{resource}");
+    }
+    assert!(
+        controller_args(&objects).contains(&"--gateway-listen=0.0.0.0:11443"),
+        "the gateway is served"
+    );
+    let (_, invoke) = rules_for(&objects, "agentdeployments/invoke")
+        .pop()
+        .expect("the edit role may invoke");
+    assert_eq!(strings(&invoke["verbs"]), ["create"]);
+    let (_, reviews) = rules_for(&objects, "subjectaccessreviews")
+        .pop()
+        .expect("the gateway reviews access");
+    assert_eq!(strings(&reviews["verbs"]), ["create"]);
+    let view = rules_for(&objects, "agentdeployments");
+    assert!(
+        view.iter()
+            .any(|(_, rule)| strings(&rule["verbs"]).contains(&"create")),
+        "the edit role creates AgentDeployments: {view:?}"
+    );
 }

@@ -19,7 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["runner"],
     &["local"],
     &["cluster"],
-    &["controller", "webhook", "dataapi"],
+    &["controller", "webhook", "dataapi", "gateway"],
     &["serve"],
     &["cli"],
 ];

@@ -77,6 +77,8 @@ TESTENV_PAUSE_IMAGE=errand.local/pause:1
 TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
 # The test harness runtime: busybox plus hack/images/test-harness.sh as /usr/local/bin/test-harness.
 TESTENV_HARNESS_IMAGE=errand.local/test-harness:test
+# The test agent server of AgentDeployments (hack/images/agent-server.sh on busybox).
+TESTENV_AGENT_SERVER_IMAGE=errand.local/agent-server:test
 # The errand image the cluster tests run (hack/images/errand-image.sh).
 ERRAND_TEST_IMAGE=errand.local/errand:dev
 # Images of the cluster add-ons, each the one binary build.sh made.

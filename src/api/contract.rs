@@ -20,6 +20,17 @@ pub const ENV_ARTIFACTS_DIR: &str = "ERRAND_ARTIFACTS_DIR";
 pub const ENV_RESPONSE_FILE: &str = "ERRAND_RESPONSE_FILE";
 /// Environment variable with the path of the agent configuration (the snapshot's merged config).
 pub const ENV_AGENT_CONFIG_PATH: &str = "AGENT_CONFIG_PATH";
+/// The name of an AgentDeployment's Deployment and Service: `errand-<deployment>` (its name
+/// is a DNS label of at most 56 characters, so this is one of at most 63).
+pub fn deployment_service_name(deployment: &str) -> String {
+    format!("errand-{deployment}")
+}
+
+/// Environment variable with the port a deployed agent server listens on.
+pub const ENV_PORT: &str = "ERRAND_PORT";
+/// The name of a deployed agent server's container port and of its Service's port; the
+/// gateway finds the port in the Service's EndpointSlices by it.
+pub const AGENT_SERVER_PORT_NAME: &str = "http";
 /// Environment variable of an extension's step: the extension kind it runs as.
 pub const ENV_EXTENSION_KIND: &str = "ERRAND_EXTENSION_KIND";
 /// Environment variable of an extension's step: the execution's `extension.config` as JSON.
@@ -91,6 +102,14 @@ pub const CONTROL_ANNOTATION: &str = "errand.dev/control";
 pub const CONTROL_VOLUME: &str = "errand-control";
 /// Where the agent container finds its projected run control file (`<mount>/control`).
 pub const CONTROL_MOUNT_PATH: &str = "/errand/control";
+/// Label with an AgentDeployment's name on its children and pods (shortened with a hash
+/// when it does not fit a label value); the Service selects the pods by it.
+pub const DEPLOYMENT_LABEL: &str = "errand.dev/deployment";
+/// Label with an AgentDeployment's uid on its children and pods.
+pub const DEPLOYMENT_UID_LABEL: &str = "errand.dev/deployment-uid";
+/// Annotation on an AgentDeployment during `errand redeploy`: the Agent the new one replaces,
+/// removed once nothing references it (a re-run of an interrupted redeploy finds it here).
+pub const REPLACED_AGENT_ANNOTATION: &str = "errand.dev/replaced-agent";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Annotation on an execution: the variables `execute --env` set, as errand shows them (JSON;
@@ -159,6 +178,8 @@ pub enum ConditionType {
     /// The controller's last attempts to move the execution on failed and it keeps retrying;
     /// the message holds the last error. Present only while that lasts.
     Retrying,
+    /// An AgentDeployment has a pod that passes its readiness probe and serves requests.
+    Ready,
     /// The execution's extension ran after the agent succeeded (reason `ExtensionSucceeded`),
     /// or failed (`ExtensionFailed`). Absent without an extension or while it has not ended.
     ExtensionSucceeded,
@@ -174,6 +195,7 @@ impl ConditionType {
             ConditionType::Failed => "Failed",
             ConditionType::ResultsSaved => "ResultsSaved",
             ConditionType::Retrying => "Retrying",
+            ConditionType::Ready => "Ready",
             ConditionType::ExtensionSucceeded => "ExtensionSucceeded",
         }
     }
@@ -236,6 +258,15 @@ pub enum Reason {
     ResultsUploadFailed,
     /// A local run's supervising process ended before the run did.
     SupervisorLost,
+    /// An AgentDeployment has a ready pod.
+    AgentReady,
+    /// An AgentDeployment's pods are not ready (yet, or any more): its starting window runs.
+    AgentNotReady,
+    /// No pod of an AgentDeployment became ready within `startingTimeoutSeconds` of the start
+    /// of its current uninterrupted Starting period.
+    StartingTimeout,
+    /// An AgentDeployment is being deleted with its children.
+    Deleting,
     /// The extension ran and saved its results.
     ExtensionSucceeded,
     /// The extension exited non-zero, timed out, could not start or did not save its results;
@@ -297,6 +328,10 @@ impl Reason {
             Reason::ResultsSaved => "ResultsSaved",
             Reason::ResultsUploadFailed => "ResultsUploadFailed",
             Reason::SupervisorLost => "SupervisorLost",
+            Reason::AgentReady => "AgentReady",
+            Reason::AgentNotReady => "AgentNotReady",
+            Reason::StartingTimeout => "StartingTimeout",
+            Reason::Deleting => "Deleting",
             Reason::ExtensionSucceeded => "ExtensionSucceeded",
             Reason::ExtensionFailed => "ExtensionFailed",
         }

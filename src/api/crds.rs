@@ -3,12 +3,15 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use super::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
+use super::{
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+};
 
 /// Every CRD with the file name it is committed under in `crds/`, sorted by file name so that
 /// `cat crds/*.yaml` equals `errand crds`.
 pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
+        ("agentdeployments.errand.dev.yaml", AgentDeployment::crd()),
         ("agentenvironments.errand.dev.yaml", AgentEnvironment::crd()),
         ("agentexecutions.errand.dev.yaml", AgentExecution::crd()),
         ("agentextensions.errand.dev.yaml", AgentExtension::crd()),

@@ -1,4 +1,4 @@
-//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution and the cluster-scoped AgentRuntime and AgentExtension) and the objects of the `data.errand.dev/v1alpha1` API.
+//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution, AgentDeployment and the cluster-scoped AgentRuntime and AgentExtension) and the objects of the `data.errand.dev/v1alpha1` API.
 // kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
@@ -7,6 +7,7 @@ mod common;
 pub mod contract;
 pub mod crds;
 pub mod data;
+mod deployment;
 mod environment;
 mod execution;
 mod extension;
@@ -16,6 +17,11 @@ pub mod tags;
 
 pub use agent::{Agent, AgentConfig, AgentSpec, AgentStatus, RuntimeContainer, RuntimeSecurity};
 pub use common::{Reference, ResultEntry};
+pub use deployment::{
+    AgentDeployment, AgentDeploymentSpec, AgentDeploymentStatus, DEFAULT_AGENT_PORT,
+    DEFAULT_HEALTH_PATH, DEFAULT_STARTING_TIMEOUT_SECONDS, DeploymentPhase, MAX_REPLICAS,
+    Readiness,
+};
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
     ComputeResources, EnvironmentOverlay, GPU, MAX_TOLERATIONS, OVERCOMMITTABLE_COMPUTE_KEYS,

@@ -13,7 +13,7 @@ use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::listing::ExecutionFilter;
 use super::notify::NotifyArgs;
 use super::output::CliError;
-use crate::api::{Fileset, FilesetStatus, ResultEntry};
+use crate::api::{AgentDeployment, Fileset, FilesetStatus, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
 use crate::store::keys::AnyResult;
 
@@ -244,6 +244,55 @@ pub trait Backend: Send + Sync {
 
     /// The Filesets of the namespace.
     async fn filesets(&self) -> Result<Vec<Fileset>, CliError>;
+
+    /// Where AgentDeployments live, for `command`; a backend without them refuses, naming the
+    /// command.
+    fn deployments(&self, command: &str) -> Result<&dyn Deployments, CliError> {
+        Err(CliError::new(
+            "cluster_only",
+            format!(
+                "errand {command} needs a cluster: the local backend has no deployment mode \
+                 (its subprocess mode is not built yet); run it against a cluster \
+                 (--kubeconfig/--context, or without --local)"
+            ),
+        ))
+    }
+}
+
+/// AgentDeployments as a backend keeps them. The commands (`deploy.rs`) wait, redeploy and
+/// talk to the gateway the same way over any backend that has them.
+#[async_trait]
+pub trait Deployments: Send + Sync {
+    /// Creates `deployment` (checked at admission as the API server checks it).
+    async fn create_deployment(
+        &self,
+        deployment: &AgentDeployment,
+    ) -> Result<AgentDeployment, CliError>;
+
+    /// The deployment named `name`.
+    async fn deployment(&self, name: &str) -> Result<AgentDeployment, CliError>;
+
+    /// Every deployment of the namespace.
+    async fn deployments(&self) -> Result<Vec<AgentDeployment>, CliError>;
+
+    /// Points deployment `name` at Agent `agent`, recording `replaced` as the Agent it
+    /// replaces; with `dry_run` only checks that admission would accept it.
+    async fn point_at_agent(
+        &self,
+        name: &str,
+        agent: &str,
+        replaced: &str,
+        dry_run: bool,
+    ) -> Result<(), CliError>;
+
+    /// Forgets the replaced Agent a redeploy recorded on deployment `name`.
+    async fn forget_replaced_agent(&self, name: &str) -> Result<(), CliError>;
+
+    /// Deletes deployment `name` with its children and waits until they are gone.
+    async fn delete_deployment(&self, name: &str) -> Result<(), CliError>;
+
+    /// The bearer token the backend's credentials carry, if any (the gateway's default).
+    fn bearer_token(&self) -> Option<String>;
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.

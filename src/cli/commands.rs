@@ -274,7 +274,7 @@ pub async fn objects(
 }
 
 /// The Agent `name` wrapping the bare agent config in `file`, to apply as `apply` applies one.
-fn agent_from_config(name: &str, file: &Path) -> Result<Document, CliError> {
+pub(super) fn agent_from_config(name: &str, file: &Path) -> Result<Document, CliError> {
     let text =
         read_manifest_file(file).map_err(|e| CliError::manifest_file("--agent-config", e))?;
     let source = format!("--agent-config {}", file.display());

@@ -10,6 +10,7 @@ use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
+use crate::gateway::GatewayOptions;
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -113,6 +114,10 @@ pub struct ControllerArgs {
     /// this address.
     #[arg(long, env = "ERRAND_DATA_API_LISTEN")]
     pub data_api_listen: Option<SocketAddr>,
+    /// Serve the gateway to AgentDeployments at this address (over HTTPS with the serving
+    /// certificate when the webhook or the data API is served too, else plain HTTP).
+    #[arg(long, env = "ERRAND_GATEWAY_LISTEN")]
+    pub gateway_listen: Option<SocketAddr>,
     /// The largest Fileset content the data API accepts, in bytes; a larger upload is refused
     /// with 413.
     #[arg(long, env = "ERRAND_MAX_UPLOAD_BYTES", default_value_t = DEFAULT_MAX_UPLOAD_BYTES)]
@@ -269,6 +274,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
                 archive: extract_limits,
             },
         }),
+        gateway: args.gateway_listen.map(|listen| GatewayOptions { listen }),
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,

@@ -7,8 +7,10 @@ mod cluster;
 mod commands;
 mod control;
 mod controller;
+mod deploy;
 mod excerpt;
 mod execute;
+mod gateway_client;
 mod gc;
 mod housekeeping;
 mod inputs;
@@ -206,6 +208,61 @@ pub enum Command {
         #[command(subcommand)]
         action: FilesetsAction,
     },
+    /// Serve an Agent as an AgentDeployment; waits until it is Ready (or Failed: non-zero)
+    /// unless `--no-wait`.
+    Deploy(Box<deploy::DeployArgs>),
+    /// Remove a deployment with its children, or with `--agent` every deployment of an Agent.
+    Undeploy {
+        /// The deployment.
+        #[arg(required_unless_present = "agent", conflicts_with = "agent")]
+        name: Option<String>,
+        /// Remove every deployment that serves this Agent.
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Replace a deployment's agent: the new config is checked first (an invalid one changes
+    /// nothing), then rolled out; the replaced Agent goes once nothing references it.
+    Redeploy(Box<deploy::RedeployArgs>),
+    /// List, show or wait for AgentDeployments.
+    Deployments {
+        #[command(subcommand)]
+        action: deploy::DeploymentsAction,
+    },
+    /// Send one request to a deployment (or an agent's active one) through the gateway.
+    Invoke {
+        #[command(flatten)]
+        target: deploy::GatewayTarget,
+        /// The input.
+        #[arg(long)]
+        input: String,
+        #[command(flatten)]
+        gateway: gateway_client::GatewayArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// One turn of a named chat session with a deployment, through the gateway (resumable:
+    /// the gateway keeps the session).
+    Chat {
+        #[command(flatten)]
+        target: deploy::GatewayTarget,
+        /// The session's name.
+        #[arg(long)]
+        session_name: String,
+        /// The message.
+        #[arg(long)]
+        message: String,
+        #[command(flatten)]
+        gateway: gateway_client::GatewayArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// A deployment's chat sessions, through the gateway.
+    Sessions {
+        #[command(subcommand)]
+        action: SessionsAction,
+    },
     /// Print the JSON Schema of every answer `-o json` prints.
     Schema,
     /// Print a shell completion script: `errand completions bash > /etc/bash_completion.d/errand`.
@@ -296,6 +353,20 @@ pub enum TagAction {
     },
 }
 
+/// `errand sessions ...`
+#[derive(Debug, Subcommand)]
+pub enum SessionsAction {
+    /// List a deployment's sessions (name, turns, last update).
+    List {
+        #[command(flatten)]
+        target: deploy::GatewayTarget,
+        #[command(flatten)]
+        gateway: gateway_client::GatewayArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
 /// `errand filesets ...`
 #[derive(Debug, Subcommand)]
 pub enum FilesetsAction {
@@ -341,6 +412,9 @@ impl Command {
                 action: NotifyAction::Set { output, .. },
             } => output.format,
             Command::Admin { action } => action.output().format,
+            Command::Deploy(args) => args.output.format,
+            Command::Redeploy(args) => args.output.format,
+            Command::Deployments { action } => action.output().format,
             Command::Watch { output, .. }
             | Command::Status { output, .. }
             | Command::Tail { output, .. }
@@ -351,6 +425,12 @@ impl Command {
             | Command::Environments { output, .. }
             | Command::Runtimes { output, .. }
             | Command::Extensions { output, .. }
+            | Command::Undeploy { output, .. }
+            | Command::Invoke { output, .. }
+            | Command::Chat { output, .. }
+            | Command::Sessions {
+                action: SessionsAction::List { output, .. },
+            }
             | Command::Results {
                 action: ResultsAction::List { output, .. },
             }
@@ -583,6 +663,35 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Filesets {
             action: FilesetsAction::Delete { name, output },
         } => commands::delete_object(backend, ObjectKind::Fileset, &name, output).await,
+        Command::Deploy(args) => deploy::deploy(backend, &args).await,
+        Command::Undeploy {
+            name,
+            agent,
+            output,
+        } => deploy::undeploy(backend, name.as_deref(), agent.as_deref(), output).await,
+        Command::Redeploy(args) => deploy::redeploy(backend, &args).await,
+        Command::Deployments { action } => deploy::deployments(backend, &action).await,
+        Command::Invoke {
+            target,
+            input,
+            gateway,
+            output,
+        } => deploy::invoke(backend, &target, &input, &gateway, output).await,
+        Command::Chat {
+            target,
+            session_name,
+            message,
+            gateway,
+            output,
+        } => deploy::chat(backend, &target, &session_name, &message, &gateway, output).await,
+        Command::Sessions {
+            action:
+                SessionsAction::List {
+                    target,
+                    gateway,
+                    output,
+                },
+        } => deploy::sessions(backend, &target, &gateway, output).await,
         Command::Controller(_)
         | Command::Crds { .. }
         | Command::Schema

@@ -77,7 +77,7 @@ impl CliError {
     /// The process exit code of this failure.
     pub fn exit_code(&self) -> i32 {
         match self.code {
-            "execution_failed" => 1,
+            "execution_failed" | "deployment_failed" => 1,
             "invalid_spec" | "invalid_argument" | "invalid_manifest" | "stdin_too_large" => 2,
             "not_found" | "ambiguous_name" => 3,
             _ => 4,

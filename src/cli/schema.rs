@@ -15,6 +15,7 @@ use super::answers::{
     PushedFilesetAnswer,
 };
 use super::backend::{Applied, DeadlineChanged};
+use super::deploy::{DeploymentView, Redeployed, Undeployed};
 use super::output::SCHEMA_VERSION;
 use crate::api::{Fileset, ResultEntry};
 use crate::local::gc::GcReport;
@@ -39,6 +40,8 @@ struct ErrorBody {
     causes: Option<Vec<Value>>,
     /// Each document `apply` refused.
     refused: Option<Vec<Value>>,
+    /// The deployment that failed (`deployment_failed`).
+    deployment: Option<super::deploy::DeploymentView>,
 }
 
 /// One successful answer type: its `type` and its payload's schema.
@@ -82,7 +85,15 @@ pub fn answers_schema() -> Value {
         answer::<GcReport>(g, "gc"),
         answer::<AutomaticGcOff>(g, "gc"),
         answer::<SweepReport>(g, "sweep"),
+        answer::<DeploymentView>(g, "deployment"),
+        answer::<Vec<DeploymentView>>(g, "deployments"),
+        answer::<Undeployed>(g, "undeployed"),
+        answer::<Redeployed>(g, "redeployed"),
     ];
+    // The gateway's answers, as the agent server and the gateway give them.
+    for kind in ["invoke", "chat", "sessions"] {
+        answers.push(envelope(kind, true, json!({"type": "object"})));
+    }
     // The catalog lists are the objects as stored (an Agent's config keeps unknown fields).
     let catalog = [
         ObjectKind::Agent,

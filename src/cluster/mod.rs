@@ -4,6 +4,7 @@
 //! as peers; none of them imports another, and the process wiring in [`crate::serve`] hands
 //! each the same caches and registry.
 
+pub mod access;
 pub mod catalog;
 pub mod kueue;
 pub mod metrics;

@@ -1,4 +1,4 @@
-//! The reconcilers of the cluster backend: each AgentExecution runs once as a Job, and what happened is recorded in its status.
+//! The reconcilers of the cluster backend: each AgentExecution runs once as a Job, and what happened is recorded in its status; each AgentDeployment is served by a Deployment ([`deployment`]).
 //!
 //! [`run`] drives the reconcile pipeline ([`reconcile`]), the results cleanup
 //! ([`results_cleanup`]) and the periodic [`store_sweep`] over the caches it is given; [`crate::serve`] starts it once this
@@ -8,6 +8,7 @@
 pub mod build;
 pub mod config;
 pub mod context;
+pub mod deployment;
 pub mod error;
 pub mod events;
 pub mod metrics;
@@ -149,6 +150,14 @@ pub async fn run(
         let jobs = jobs.clone();
         move |workload: Workload| job_execution(&jobs, &workload)
     };
+    let shutdown = shutdown.shared();
+    let deployments = deployment::run(
+        client.clone(),
+        settings.namespace.clone(),
+        catalog.clone(),
+        settings.config.clone(),
+        shutdown.clone(),
+    );
     let reconcile_spans = reconcile_spans(&settings.config);
     let ctx = Arc::new(
         Context::new(
@@ -167,7 +176,6 @@ pub async fn run(
         .with_namespaces(namespaces)
         .with_reconcile_spans(reconcile_spans),
     );
-    let shutdown = shutdown.shared();
     let cleanup = Controller::for_stream(config_map_stream, config_maps)
         .with_config(controller::Config::default().concurrency(8))
         .graceful_shutdown_on(shutdown.clone())
@@ -202,7 +210,7 @@ pub async fn run(
             Arc::clone(&ctx),
         )
         .for_each(log_failure);
-    futures::join!(reconciler, cleanup, report_ready, sweeping);
+    futures::join!(reconciler, cleanup, report_ready, sweeping, deployments);
     ctx.reconcile_spans.shutdown().await;
 }
 

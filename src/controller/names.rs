@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use crate::api::contract::{
-    AGENT_LABEL, EXECUTION_LABEL, EXECUTION_UID_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
+    AGENT_LABEL, DEPLOYMENT_LABEL, DEPLOYMENT_UID_LABEL, EXECUTION_LABEL, EXECUTION_UID_LABEL,
+    MANAGED_BY, MANAGED_BY_LABEL,
 };
 
 /// Longest name of a Job: its name becomes a label value on its pods.
@@ -23,6 +24,36 @@ pub fn job_name(execution: &str) -> String {
 /// Name of the execution's immutable snapshot ConfigMap.
 pub fn snapshot_config_map_name(execution: &str) -> String {
     child_name(execution, "-snapshot")
+}
+
+/// Name of an AgentDeployment's Deployment and Service: `errand-<deployment>` (the CRD keeps
+/// deployment names DNS labels short enough for it).
+pub fn deployment_workload_name(deployment: &str) -> String {
+    crate::api::contract::deployment_service_name(deployment)
+}
+
+/// Name of an AgentDeployment's snapshot ConfigMap for the snapshot with `digest`
+/// (`sha256:<hex>`): each redeploy gets its own immutable ConfigMap, so pods of the previous
+/// snapshot keep theirs while the Deployment rolls.
+pub fn deployment_snapshot_name(deployment: &str, digest: &str) -> String {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    let short: String = hex.chars().take(HASH_DIGITS).collect();
+    child_name(deployment, &format!("-agent-{short}"))
+}
+
+/// Labels of an AgentDeployment's children and pods. Its pods are selected by the uid label
+/// alone: a Deployment's selector never changes, the agent's name may (a redeploy).
+pub fn deployment_labels(deployment: &str, uid: &str, agent: &str) -> BTreeMap<String, String> {
+    let mut labels = deployment_selector(uid);
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+    labels.insert(DEPLOYMENT_LABEL.to_owned(), label_value(deployment));
+    labels.insert(AGENT_LABEL.to_owned(), label_value(agent));
+    labels
+}
+
+/// The labels that select exactly one AgentDeployment's pods.
+pub fn deployment_selector(uid: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(DEPLOYMENT_UID_LABEL.to_owned(), uid.to_owned())])
 }
 
 /// `errand-<execution><suffix>`, shortened to 63 characters with a hash of the execution name

@@ -82,18 +82,7 @@ impl FrontProxyConfig {
     }
 }
 
-/// The user a request is made for, as the front proxy vouches.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UserInfo {
-    /// The user name.
-    pub username: String,
-    /// The user's uid, when the front proxy sends one.
-    pub uid: Option<String>,
-    /// The user's groups.
-    pub groups: Vec<String>,
-    /// Extra attributes (lowercase keys), such as the scopes of a token.
-    pub extra: BTreeMap<String, Vec<String>>,
-}
+pub use crate::cluster::access::UserInfo;
 
 /// Why a request is not authenticated (answered with 401).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

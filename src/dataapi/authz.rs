@@ -6,7 +6,7 @@
 //! because it trusts the front proxy for who the user is, not for what the user may do.
 
 use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewStatus,
 };
 
 use super::authn::UserInfo;
@@ -16,27 +16,19 @@ use crate::api::data::{DATA_GROUP, DATA_VERSION};
 
 /// The review that asks whether `user` may do what `attributes` say.
 pub fn access_review(user: &UserInfo, attributes: &Attributes) -> SubjectAccessReview {
-    SubjectAccessReview {
-        metadata: Default::default(),
-        spec: SubjectAccessReviewSpec {
-            user: Some(user.username.clone()),
-            uid: user.uid.clone(),
-            groups: Some(user.groups.clone()),
-            extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(DATA_GROUP.to_owned()),
-                version: Some(DATA_VERSION.to_owned()),
-                resource: Some(attributes.resource.to_owned()),
-                subresource: attributes.subresource.map(str::to_owned),
-                verb: Some(attributes.verb.to_owned()),
-                namespace: Some(attributes.namespace.clone()),
-                name: Some(attributes.name.clone()),
-                ..ResourceAttributes::default()
-            }),
-            non_resource_attributes: None,
+    crate::cluster::access::access_review(
+        user,
+        ResourceAttributes {
+            group: Some(DATA_GROUP.to_owned()),
+            version: Some(DATA_VERSION.to_owned()),
+            resource: Some(attributes.resource.to_owned()),
+            subresource: attributes.subresource.map(str::to_owned),
+            verb: Some(attributes.verb.to_owned()),
+            namespace: Some(attributes.namespace.clone()),
+            name: Some(attributes.name.clone()),
+            ..ResourceAttributes::default()
         },
-        status: None,
-    }
+    )
 }
 
 /// Allowed, or the 403 the API server would answer with, naming the user, the verb, the

@@ -19,11 +19,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tracing::info;
 
-use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
+use crate::api::{
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+};
 use crate::cluster::catalog::{ClusterCatalog, FilesetPaths};
 use crate::cluster::metrics::MetricsRegistry;
 use crate::cluster::serving::tls::ServingCertificate;
@@ -33,6 +36,7 @@ use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, ControllerSettings};
 use crate::dataapi::{self, DataApiOptions};
+use crate::gateway::{self, GatewayOptions};
 use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::metrics::AdmissionMetrics;
 use crate::webhook::{self, WebhookOptions};
@@ -60,6 +64,9 @@ pub struct ServeOptions {
     pub webhook: Option<WebhookOptions>,
     /// Serve the `data.errand.dev` aggregated API (every replica does, leader or not).
     pub data_api: Option<DataApiOptions>,
+    /// Serve the gateway to AgentDeployments (every replica does, leader or not); over TLS
+    /// with the serving certificate when `certificates` is given.
+    pub gateway: Option<GatewayOptions>,
     /// The Lease to hold before reconciling, in its namespace (no election when `None`).
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
@@ -78,6 +85,9 @@ pub enum RunError {
         #[source]
         source: std::io::Error,
     },
+    /// The gateway's TLS could not be configured.
+    #[error("starting the gateway: {0}")]
+    Gateway(String),
     /// The admission webhook could not be served.
     #[error("starting the webhook: {0}")]
     Webhook(#[from] webhook::StartError),
@@ -102,6 +112,7 @@ impl RunError {
             RunError::Listen { .. } => "listen",
             RunError::Webhook(_) => "webhook",
             RunError::DataApi(_) => "data_api",
+            RunError::Gateway(_) => "gateway",
             RunError::NoCertificate => "no_certificate",
             RunError::CacheStopped => "cache_stopped",
             RunError::LostLease => "lost_lease",
@@ -252,6 +263,38 @@ pub async fn run(
             Arc::clone(certificate),
             &mut tasks,
         )?;
+    }
+    if let Some(gateway) = options.gateway {
+        let (deployments, deployment_stream) = watches::cache(
+            watches::api::<AgentDeployment>(&client, namespace),
+            all(),
+            |_| {},
+        );
+        // The slices of errand's Services: the EndpointSlice controller copies a Service's
+        // labels onto its slices.
+        let (slices, slice_stream) = watches::cache(
+            watches::api::<EndpointSlice>(&client, namespace),
+            all().labels(&watches::managed_selector()),
+            |_| {},
+        );
+        tasks.spawn(watches::drive(deployment_stream));
+        tasks.spawn(watches::drive(slice_stream));
+        let acceptor = match &certificate {
+            Some(certificate) => Some(
+                crate::cluster::serving::tls::acceptor(Arc::clone(certificate))
+                    .map_err(|e| RunError::Gateway(e.to_string()))?,
+            ),
+            None => None,
+        };
+        gateway::start(
+            client.clone(),
+            deployments,
+            slices,
+            options.results.clone(),
+            bind(gateway.listen).await?,
+            acceptor,
+            &mut tasks,
+        );
     }
     if !catalog.wait_until_ready().await {
         return Err(RunError::CacheStopped);

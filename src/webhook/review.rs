@@ -1,9 +1,12 @@
-//! The admission decision for AgentExecutions and AgentExtensions as pure functions of the AdmissionReview: what to check, and the response that reports it.
+//! The admission decision for AgentExecutions, AgentDeployments and AgentExtensions as pure functions of the AdmissionReview: what to check, and the response that reports it.
 //!
 //! A create is resolved against the live objects it names (the caller does the lookups and
-//! hands the outcome to [`verdict`]); an update only needs the old and new objects, because
-//! the only change allowed after creation is `cancel` going from false to true. Cancelling is
-//! never re-resolved: an execution must stay cancellable after its Agent is gone.
+//! hands the outcome to [`verdict`]); an update of an execution only needs the old and new
+//! objects, because the only change allowed after creation is `cancel` going from false to
+//! true. Cancelling is never re-resolved: an execution must stay cancellable after its Agent
+//! is gone. A deployment resolves as an execution with nothing to run once
+//! ([`crate::resolve::as_execution_spec`]); an update is resolved again only when it changes
+//! the agent or environment (a redeploy), so a refused redeploy leaves the running one as it was.
 
 use kube::core::DynamicObject;
 use kube::core::admission::{
@@ -11,7 +14,7 @@ use kube::core::admission::{
 };
 use kube::core::response::{Status, StatusCause, StatusDetails};
 
-use crate::api::{AgentExecution, AgentExecutionSpec, AgentExtension};
+use crate::api::{AgentDeployment, AgentExecution, AgentExecutionSpec, AgentExtension};
 use crate::resolve::{InvalidSpec, Problem, RunLimits, Snapshot};
 
 /// Why a request body could not be read as an AdmissionReview.
@@ -32,14 +35,44 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, ReviewError
     review.try_into().map_err(ReviewError::NoRequest)
 }
 
+/// The kind of object a review is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reviewed {
+    /// An AgentExecution.
+    Execution,
+    /// An AgentDeployment.
+    Deployment,
+}
+
+impl Reviewed {
+    /// The kind a request is about, from its `kind`.
+    fn of(request: &AdmissionRequest<DynamicObject>) -> Self {
+        if request.kind.kind == "AgentDeployment" {
+            Reviewed::Deployment
+        } else {
+            Reviewed::Execution
+        }
+    }
+
+    /// What the object is called in a message.
+    const fn noun(self) -> &'static str {
+        match self {
+            Reviewed::Execution => "execution",
+            Reviewed::Deployment => "deployment",
+        }
+    }
+}
+
 /// What to do with a request.
 #[derive(Debug, PartialEq)]
 pub enum Step {
     /// Resolve this spec in this namespace against the live objects, then call [`verdict`].
     Resolve {
-        /// The namespace the execution is created in.
+        /// What is reviewed.
+        kind: Reviewed,
+        /// The namespace the object is created in.
         namespace: String,
-        /// The submitted spec.
+        /// The submitted spec (a deployment's as [`crate::resolve::as_execution_spec`]).
         spec: Box<AgentExecutionSpec>,
     },
     /// Decided without any lookup.
@@ -65,6 +98,9 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
         // Only the main resource is registered; status writes are the controller's own.
         return Step::Decided(Verdict::Allow);
     }
+    if Reviewed::of(request) == Reviewed::Deployment {
+        return deployment_step(request);
+    }
     if request.kind.kind == "AgentExtension" {
         return Step::Decided(match request.operation {
             Operation::Create | Operation::Update => check_extension(request.object.as_ref()),
@@ -74,6 +110,7 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
     match request.operation {
         Operation::Create => match execution(request.object.as_ref(), "object") {
             Ok(execution) => Step::Resolve {
+                kind: Reviewed::Execution,
                 namespace: request
                     .namespace
                     .clone()
@@ -95,20 +132,49 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
     }
 }
 
+/// A deployment's create, and an update that changes its agent or environment, are resolved.
+fn deployment_step(request: &AdmissionRequest<DynamicObject>) -> Step {
+    let new = decoded::<AgentDeployment>(request.object.as_ref(), "object", "AgentDeployment");
+    let resolve = |deployment: AgentDeployment| Step::Resolve {
+        kind: Reviewed::Deployment,
+        namespace: request
+            .namespace
+            .clone()
+            .or(deployment.metadata.namespace)
+            .unwrap_or_default(),
+        spec: Box::new(crate::resolve::as_execution_spec(&deployment.spec)),
+    };
+    match request.operation {
+        Operation::Create => match new {
+            Ok(deployment) => resolve(deployment),
+            Err(message) => Step::Decided(Verdict::Malformed(message)),
+        },
+        Operation::Update => {
+            let old = decoded::<AgentDeployment>(
+                request.old_object.as_ref(),
+                "oldObject",
+                "AgentDeployment",
+            );
+            match (old, new) {
+                (Ok(old), Ok(new))
+                    if crate::resolve::source_digest(&old.spec)
+                        == crate::resolve::source_digest(&new.spec) =>
+                {
+                    Step::Decided(Verdict::Allow)
+                }
+                (Ok(_), Ok(new)) => resolve(new),
+                (Err(message), _) | (_, Err(message)) => Step::Decided(Verdict::Malformed(message)),
+            }
+        }
+        Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
+    }
+}
+
 /// An AgentExtension (created or changed) must declare valid result names, none of errand's
 /// own, and a config schema of the subset errand checks; running executions keep the
 /// definition they were admitted with.
 fn check_extension(object: Option<&DynamicObject>) -> Verdict {
-    let Some(object) = object else {
-        return Verdict::Malformed("the request has no object".to_owned());
-    };
-    let extension: Result<AgentExtension, String> = serde_json::to_value(object)
-        .map_err(|e| format!("object: {e}"))
-        .and_then(|value| {
-            crate::resolve::decode(value)
-                .map_err(|problem| format!("object is not a valid AgentExtension: {problem}"))
-        });
-    match extension {
+    match decoded::<AgentExtension>(object, "object", "AgentExtension") {
         Ok(extension) => {
             let problems = crate::resolve::check_extension(&extension.spec);
             if problems.is_empty() {
@@ -122,10 +188,18 @@ fn check_extension(object: Option<&DynamicObject>) -> Verdict {
 }
 
 fn execution(object: Option<&DynamicObject>, field: &str) -> Result<AgentExecution, String> {
+    decoded(object, field, "AgentExecution")
+}
+
+fn decoded<K: serde::de::DeserializeOwned>(
+    object: Option<&DynamicObject>,
+    field: &str,
+    kind: &str,
+) -> Result<K, String> {
     let object = object.ok_or_else(|| format!("the request has no {field}"))?;
     let value = serde_json::to_value(object).map_err(|e| format!("{field}: {e}"))?;
     crate::resolve::decode(value)
-        .map_err(|problem| format!("{field} is not a valid AgentExecution: {problem}"))
+        .map_err(|problem| format!("{field} is not a valid {kind}: {problem}"))
 }
 
 /// An update may only set `cancel` and `kill` (from false to true), clear `held`, and change
@@ -185,12 +259,19 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
 
 /// The verdict on a create of `spec` from its resolution and the cluster's `limits` (the same
 /// check the controller makes before it creates anything), with the rules that hold only at
-/// creation.
+/// creation. A deployment runs nothing once, so only its resolution counts.
 pub fn verdict(
+    kind: Reviewed,
     spec: &AgentExecutionSpec,
     resolution: Result<Snapshot, InvalidSpec>,
     limits: &RunLimits,
 ) -> Verdict {
+    if kind == Reviewed::Deployment {
+        return match resolution {
+            Ok(_) => Verdict::Allow,
+            Err(invalid) => Verdict::Invalid(invalid),
+        };
+    }
     let checked = resolution.and_then(|snapshot| limits.check(&snapshot).map(|()| snapshot));
     match crate::resolve::admit_creation(spec, checked) {
         Ok(_) => Verdict::Allow,
@@ -228,7 +309,10 @@ pub fn respond(
         ),
         Verdict::Unavailable(message) => (
             Status::failure(
-                &format!("could not check the objects the execution names: {message}"),
+                &format!(
+                    "could not check the objects the {} names: {message}",
+                    Reviewed::of(request).noun()
+                ),
                 "ServiceUnavailable",
             )
             .with_code(503),

@@ -24,6 +24,8 @@ use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
 /// The path the ValidatingWebhookConfiguration's AgentExecution webhook points at.
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
+/// The path its AgentDeployment webhook points at (the same review: the request names its kind).
+pub const VALIDATE_DEPLOYMENT_PATH: &str = "/validate-agentdeployment";
 /// The path its AgentExtension webhook points at (the review tells the kinds apart).
 pub const VALIDATE_EXTENSION_PATH: &str = "/validate-agentextension";
 
@@ -86,14 +88,20 @@ impl Admission {
             Ok(request) => {
                 let verdict = match review::step(&request) {
                     Step::Decided(verdict) => verdict,
-                    Step::Resolve { namespace, spec } => {
+                    Step::Resolve {
+                        kind,
+                        namespace,
+                        spec,
+                    } => {
                         let resolution = tokio::time::timeout(
                             LOOKUP_BUDGET,
                             self.resolver.resolve(&namespace, &spec),
                         )
                         .await;
                         match resolution {
-                            Ok(Ok(resolution)) => review::verdict(&spec, resolution, &self.limits),
+                            Ok(Ok(resolution)) => {
+                                review::verdict(kind, &spec, resolution, &self.limits)
+                            }
                             Ok(Err(message)) => Verdict::Unavailable(message),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",
@@ -143,7 +151,13 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
 
 /// Answers one HTTP request.
 async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
-    if ![VALIDATE_PATH, VALIDATE_EXTENSION_PATH].contains(&request.uri().path()) {
+    if ![
+        VALIDATE_PATH,
+        VALIDATE_DEPLOYMENT_PATH,
+        VALIDATE_EXTENSION_PATH,
+    ]
+    .contains(&request.uri().path())
+    {
         return plain(StatusCode::NOT_FOUND, "not found\n");
     }
     if request.method() != Method::POST {

@@ -128,6 +128,7 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         "AgentEnvironment" => ApiResource::erase::<AgentEnvironment>(&()),
         "AgentExecution" => ApiResource::erase::<AgentExecution>(&()),
         "Fileset" => ApiResource::erase::<Fileset>(&()),
+        "AgentDeployment" => ApiResource::erase::<errand::api::AgentDeployment>(&()),
         other => panic!("unexpected kind {other}"),
     };
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);

@@ -79,6 +79,9 @@ pub struct Harness {
     address: Option<SocketAddr>,
     /// Arguments added to the [`Mode::WithPods`] controller's command line.
     controller_args: Vec<String>,
+    /// Where a [`Mode::WithoutPods`] controller serves the gateway, if it does; kept across
+    /// restarts.
+    gateway: Option<SocketAddr>,
     controller: Option<Controller>,
 }
 
@@ -132,6 +135,16 @@ impl Harness {
         mode: Mode,
         controller_args: &[&str],
     ) -> Option<Self> {
+        Self::launch(prefix, labels, mode, controller_args, None).await
+    }
+
+    async fn launch(
+        prefix: &str,
+        labels: &[(&str, &str)],
+        mode: Mode,
+        controller_args: &[&str],
+        gateway: Option<SocketAddr>,
+    ) -> Option<Self> {
         assert!(
             controller_args.is_empty() || mode == Mode::WithPods,
             "only the controller process takes arguments"
@@ -148,10 +161,28 @@ impl Harness {
             dir: tempfile::tempdir().expect("a temporary directory"),
             address,
             controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
+            gateway,
             controller: None,
         };
         harness.start_controller().await;
         Some(harness)
+    }
+
+    /// A [`Mode::WithoutPods`] harness whose controller also serves the gateway (plain HTTP on
+    /// a free local port, [`Harness::gateway_url`]).
+    pub async fn start_with_gateway(prefix: &str) -> Option<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free local port");
+        let gateway = listener.local_addr().expect("a bound address");
+        drop(listener);
+        Self::launch(prefix, &[], Mode::WithoutPods, &[], Some(gateway)).await
+    }
+
+    /// The gateway's base URL.
+    ///
+    /// # Panics
+    /// Unless started by [`Harness::start_with_gateway`].
+    pub fn gateway_url(&self) -> String {
+        format!("http://{}", self.gateway.expect("a harness with a gateway"))
     }
 
     /// The URL of a [`Mode::WithPods`] controller's HTTP endpoint, as pods reach it.
@@ -185,12 +216,13 @@ impl Harness {
     /// [`Mode::WithPods`] one appends to its log and is ready when this returns.
     pub async fn start_controller(&mut self) {
         let Some(address) = self.address else {
-            self.controller = Some(Controller::Task(spawn_controller(
+            self.controller = Some(Controller::Task(spawn_controller_with(
                 chart_rbac::client().await,
                 self.namespace.name(),
                 self.store(),
                 ABSENT_IMAGE,
                 None,
+                self.gateway,
             )));
             return;
         };
@@ -572,6 +604,18 @@ pub fn spawn_controller(
     image: &str,
     blobs: Option<SocketAddr>,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_controller_with(client, namespace, store, image, blobs, None)
+}
+
+/// [`spawn_controller`], also serving the gateway at `gateway` (plain HTTP) when given.
+pub fn spawn_controller_with(
+    client: Client,
+    namespace: &str,
+    store: Store,
+    image: &str,
+    blobs: Option<SocketAddr>,
+    gateway: Option<SocketAddr>,
+) -> tokio::task::JoinHandle<()> {
     let base_url = blobs.map_or_else(|| UNSERVED_BLOB_URL.to_owned(), |a| format!("http://{a}"));
     let hmac = Arc::new(HmacSigner::new(&base_url, SIGNING_KEY.as_bytes()));
     let (signer, serve_blobs): (Arc<dyn UrlSigner>, _) = match store.presigned_signer() {
@@ -592,6 +636,7 @@ pub fn spawn_controller(
         certificates: None,
         webhook: None,
         data_api: None,
+        gateway: gateway.map(|listen| errand::gateway::GatewayOptions { listen }),
         leader_election: None,
         instance: format!("test-{namespace}"),
     };

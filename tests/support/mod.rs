@@ -9,6 +9,7 @@ pub mod archives;
 pub mod audit;
 pub mod chart_rbac;
 pub mod cluster;
+pub mod deployments;
 pub mod errand;
 pub mod harness;
 pub mod hostile;

@@ -6,6 +6,7 @@
 mod apply;
 mod control;
 mod data;
+mod deployments;
 mod inputs;
 
 use std::path::Path;
@@ -58,6 +59,8 @@ pub struct Cluster {
     data: DataApi,
     /// The store an operator named to read results from directly.
     store_url: Option<String>,
+    /// The bearer token of the kubeconfig's user, if it has one (the gateway's default).
+    token: Option<String>,
 }
 
 impl Cluster {
@@ -97,7 +100,13 @@ impl Cluster {
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
         let client = Client::try_from(config.clone()).map_err(|e| unreachable(e.to_string()))?;
+        let token = config
+            .auth_info
+            .token
+            .as_ref()
+            .map(|t| secrecy::ExposeSecret::expose_secret(t).to_owned());
         Ok(Self {
+            token,
             data: DataApi::new(client.clone(), config, namespace.clone()),
             client,
             namespace,
@@ -701,6 +710,10 @@ impl Backend for Cluster {
             .await
             .map_err(api_error)?
             .items)
+    }
+
+    fn deployments(&self, _command: &str) -> Result<&dyn super::backend::Deployments, CliError> {
+        Ok(self)
     }
 }
 

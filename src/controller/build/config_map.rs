@@ -1,8 +1,9 @@
-//! The immutable snapshot ConfigMap: the resolved execution and the merged agent config.
+//! The immutable snapshot ConfigMap: the resolved execution (or deployment) and the merged agent config.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{ExecutionOwner, names};
 use crate::api::contract;
@@ -20,19 +21,23 @@ pub fn snapshot_config_map(execution: &ExecutionOwner, snapshot: &Snapshot) -> C
         names::snapshot_config_map_name(&execution.name),
         &snapshot.agent.name,
     );
-    meta.annotations = Some(BTreeMap::from([
-        (
-            contract::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
-            snapshot.digest(),
-        ),
-        (
-            contract::EXECUTION_NAME_ANNOTATION.to_owned(),
-            execution.name.clone(),
-        ),
-    ]));
+    meta.annotations = Some(BTreeMap::from([(
+        contract::EXECUTION_NAME_ANNOTATION.to_owned(),
+        execution.name.clone(),
+    )]));
     // Created with the results finalizer, so the results are deleted with the execution
     // without a write of its own (see `controller::results_cleanup`).
     meta.finalizers = Some(vec![RESULTS_FINALIZER.to_owned()]);
+    snapshot_holder(meta, snapshot)
+}
+
+/// An immutable ConfigMap with `meta` holding `snapshot` (canonical JSON) and its merged agent
+/// config: what `AGENT_CONFIG_PATH` points at in every pod errand runs an agent in.
+pub fn snapshot_holder(mut meta: ObjectMeta, snapshot: &Snapshot) -> ConfigMap {
+    meta.annotations.get_or_insert_with(BTreeMap::new).insert(
+        contract::SNAPSHOT_DIGEST_ANNOTATION.to_owned(),
+        snapshot.digest(),
+    );
     let snapshot_json =
         String::from_utf8(snapshot.canonical_json()).expect("canonical JSON is UTF-8");
     let agent_config = snapshot.agent_config_json();

@@ -6,20 +6,21 @@
 mod config_map;
 mod job;
 mod pod;
-mod resources;
-mod security;
+pub mod resources;
+pub mod security;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
 
 use crate::api::AgentExecution;
 
-pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map};
+pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map, snapshot_holder};
 pub use job::job;
 pub use pod::{
     AGENT_CONFIG_FILE, ERRAND_BIN_DIR, EXTENSION_DIR, EXTENSION_GRANTS_DIR, EXTENSION_GRANTS_PATH,
     GRANT_TOKEN_DIR, GRANT_TOKEN_PATH, GRANTS_DIR, GRANTS_PATH, HANDOFF_DIR, HANDOFF_PATH,
-    SCRATCH_DIR, SNAPSHOT_DIR, SNAPSHOT_PATH, WORKSPACE_DIR,
+    SCRATCH_DIR, SNAPSHOT_DIR, SNAPSHOT_PATH, WORKSPACE_DIR, agent_env, agent_pod, empty_dir,
+    mount, snapshot_volume,
 };
 
 use super::names;
@@ -27,8 +28,8 @@ use super::names;
 /// Why an execution's children cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
-    /// The execution lacks metadata the API server always sets (name, namespace, uid).
-    #[error("the AgentExecution has no metadata.{0}")]
+    /// The object lacks metadata the API server always sets (name, namespace, uid).
+    #[error("the object has no metadata.{0}")]
     MissingMetadata(&'static str),
 }
 
@@ -59,7 +60,13 @@ pub struct ExecutionOwner {
 impl ExecutionOwner {
     /// `execution` as an owner; it must have a name, namespace and uid.
     pub fn of(execution: &AgentExecution) -> Result<Self, BuildError> {
-        let meta = &execution.metadata;
+        Self::of_object(execution)
+    }
+
+    /// Any errand object as the owner of its children (an AgentDeployment owns its Deployment,
+    /// Service and snapshots the same way); it must have a name, namespace and uid.
+    pub fn of_object<K: Resource<DynamicType = ()>>(execution: &K) -> Result<Self, BuildError> {
+        let meta = execution.meta();
         let name = meta
             .name
             .clone()

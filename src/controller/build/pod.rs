@@ -61,7 +61,8 @@ const GRANT_TOKEN_MODE: i32 = 0o400;
 /// The grants document is a few kilobytes.
 const GRANTS_SIZE_LIMIT: &str = "1Mi";
 
-fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+/// A mount of `volume` at `path`.
+pub fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: volume.to_owned(),
         mount_path: path.to_owned(),
@@ -70,7 +71,8 @@ fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-fn empty_dir(name: &str, size_limit: Option<&Quantity>) -> Volume {
+/// An `emptyDir` volume, bounded by `size_limit` when given.
+pub fn empty_dir(name: &str, size_limit: Option<&Quantity>) -> Volume {
     Volume {
         name: name.to_owned(),
         empty_dir: Some(EmptyDirVolumeSource {
@@ -102,15 +104,7 @@ fn volumes(
         empty_dir(BIN_VOLUME, None),
         empty_dir(WORKSPACE_VOLUME, config.workspace_size_limit.as_ref()),
         empty_dir(SCRATCH_VOLUME, config.scratch_size_limit.as_ref()),
-        Volume {
-            name: SNAPSHOT_VOLUME.to_owned(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: names::snapshot_config_map_name(&execution.name),
-                default_mode: Some(SNAPSHOT_MODE),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        },
+        snapshot_volume(names::snapshot_config_map_name(&execution.name)),
         grants_volume(GRANTS_VOLUME),
         // The pod's run control annotation (a changed deadline, a kill), which the kubelet
         // refreshes when the controller changes it; the runner watches it.
@@ -157,6 +151,19 @@ fn volumes(
         ]);
     }
     volumes
+}
+
+/// The snapshot ConfigMap `config_map` as the read-only volume mounted at [`SNAPSHOT_DIR`].
+pub fn snapshot_volume(config_map: String) -> Volume {
+    Volume {
+        name: SNAPSHOT_VOLUME.to_owned(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map,
+            default_mode: Some(SNAPSHOT_MODE),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
 }
 
 /// `errand stage`: asks the controller for the execution's grants with the pod's token,
@@ -279,7 +286,7 @@ fn errand_mounts(bin_read_only: bool) -> Vec<VolumeMount> {
 
 /// The agent's environment: its plain variables, `AGENT_CONFIG_PATH`, and each secret binding
 /// as a `secretKeyRef` so the value is read by the kubelet and never written anywhere.
-fn agent_env(snapshot: &Snapshot) -> Vec<EnvVar> {
+pub fn agent_env(snapshot: &Snapshot) -> Vec<EnvVar> {
     let mut env: Vec<EnvVar> = snapshot
         .plain_env()
         .into_iter()
@@ -414,7 +421,6 @@ pub fn pod_spec(
     snapshot: &Snapshot,
     config: &ControllerConfig,
 ) -> PodSpec {
-    let compute = &snapshot.compute;
     PodSpec {
         init_containers: Some(vec![stage_container(execution, snapshot, config)]),
         containers: std::iter::once(agent_container(snapshot, config))
@@ -427,6 +433,16 @@ pub fn pod_spec(
             .collect(),
         volumes: Some(volumes(execution, snapshot, config)),
         restart_policy: Some("Never".to_owned()),
+        termination_grace_period_seconds: Some(config.termination_grace_seconds),
+        ..agent_pod(snapshot, config)
+    }
+}
+
+/// What every pod that runs an agent shares, an execution's or a deployment's: its identity
+/// without a token, pull secrets, restricted security and the compute's placement.
+pub fn agent_pod(snapshot: &Snapshot, config: &ControllerConfig) -> PodSpec {
+    let compute = &snapshot.compute;
+    PodSpec {
         // A ServiceAccount gives the pod pull secrets and an identity; no container gets its
         // token.
         service_account_name: compute
@@ -436,7 +452,6 @@ pub fn pod_spec(
         automount_service_account_token: Some(false),
         image_pull_secrets: image_pull_secrets(compute, config),
         enable_service_links: Some(false),
-        termination_grace_period_seconds: Some(config.termination_grace_seconds),
         security_context: Some(security::pod_security(
             snapshot.agent.runtime.security_context.as_ref(),
         )),

@@ -7,17 +7,32 @@ use crate::api::AgentExecutionSpec;
 use crate::resolve::{InMemoryCatalog, RunAllowance, RunLimits, resolve_execution};
 use crate::testing::{NS, SECRET_VALUE};
 
-/// An AdmissionReview as the API server posts it.
+/// An AdmissionReview of an AgentExecution as the API server posts it.
 fn review_body(operation: &str, object: Option<Value>, old: Option<Value>) -> Vec<u8> {
+    review_body_of(
+        ("AgentExecution", "agentexecutions"),
+        operation,
+        object,
+        old,
+    )
+}
+
+/// An AdmissionReview of the `(kind, resource)` as the API server posts it.
+fn review_body_of(
+    (kind, resource): (&str, &str),
+    operation: &str,
+    object: Option<Value>,
+    old: Option<Value>,
+) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
             "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "errand.dev", "version": "v1alpha1", "kind": "AgentExecution"},
-            "resource": {"group": "errand.dev", "version": "v1alpha1", "resource": "agentexecutions"},
-            "requestKind": {"group": "errand.dev", "version": "v1alpha1", "kind": "AgentExecution"},
-            "requestResource": {"group": "errand.dev", "version": "v1alpha1", "resource": "agentexecutions"},
+            "kind": {"group": "errand.dev", "version": "v1alpha1", "kind": kind},
+            "resource": {"group": "errand.dev", "version": "v1alpha1", "resource": resource},
+            "requestKind": {"group": "errand.dev", "version": "v1alpha1", "kind": kind},
+            "requestResource": {"group": "errand.dev", "version": "v1alpha1", "resource": resource},
             "name": "calc",
             "namespace": NS,
             "operation": operation,
@@ -53,9 +68,16 @@ fn answer_within(body: &[u8], catalog: &InMemoryCatalog, limits: &RunLimits) -> 
     let request = parse(body).unwrap();
     let verdict = match step(&request) {
         Step::Decided(verdict) => verdict,
-        Step::Resolve { namespace, spec } => {
-            verdict(&spec, resolve_execution(&namespace, &spec, catalog), limits)
-        }
+        Step::Resolve {
+            kind,
+            namespace,
+            spec,
+        } => verdict(
+            kind,
+            &spec,
+            resolve_execution(&namespace, &spec, catalog),
+            limits,
+        ),
     };
     let review = respond(&request, verdict);
     let text = serde_json::to_value(&review).unwrap();
@@ -72,7 +94,10 @@ fn answer_within(body: &[u8], catalog: &InMemoryCatalog, limits: &RunLimits) -> 
 fn a_create_is_resolved_in_the_request_namespace() {
     let body = review_body("CREATE", Some(execution(calculator_spec())), None);
     let request = parse(&body).unwrap();
-    let Step::Resolve { namespace, spec } = step(&request) else {
+    let Step::Resolve {
+        namespace, spec, ..
+    } = step(&request)
+    else {
         panic!("a create needs resolution");
     };
     assert_eq!(namespace, NS);
@@ -374,6 +399,92 @@ fn deletes_and_status_writes_are_allowed_untouched() {
     status["request"]["subResource"] = json!("status");
     let request = parse(&serde_json::to_vec(&status).unwrap()).unwrap();
     assert_eq!(step(&request), Step::Decided(Verdict::Allow));
+}
+
+/// An AgentDeployment of the calculator in [`NS`], with `spec` merged over its spec.
+fn deployment(spec: Value) -> Value {
+    let mut base = json!({"agentRef": {"name": "calculator"}, "replicas": 1});
+    for (key, value) in spec.as_object().unwrap() {
+        base[key] = value.clone();
+    }
+    json!({
+        "apiVersion": "errand.dev/v1alpha1",
+        "kind": "AgentDeployment",
+        "metadata": {"name": "calc", "namespace": NS, "uid": "u-1", "generation": 1},
+        "spec": base,
+    })
+}
+
+fn deployment_review(operation: &str, object: Value, old: Option<Value>) -> Vec<u8> {
+    review_body_of(
+        ("AgentDeployment", "agentdeployments"),
+        operation,
+        Some(object),
+        old,
+    )
+}
+
+#[test]
+fn a_deployment_is_resolved_with_the_execution_rules_and_refused_naming_its_field() {
+    let catalog = InMemoryCatalog::test();
+    let ok = answer(
+        &deployment_review("CREATE", deployment(json!({})), None),
+        &catalog,
+    );
+    assert_eq!(ok["allowed"], true, "{ok}");
+    let refused = answer(
+        &deployment_review(
+            "CREATE",
+            deployment(json!({"agentRef": {"name": "nope"}})),
+            None,
+        ),
+        &catalog,
+    );
+    assert_eq!(refused["allowed"], false, "{refused}");
+    assert_eq!(refused["status"]["details"]["kind"], "AgentDeployment");
+    assert_eq!(
+        refused["status"]["details"]["causes"][0]["field"],
+        "spec.agentRef.name"
+    );
+    assert!(
+        refused["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Agent \"nope\" not found"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn a_deployment_update_is_resolved_only_when_it_redeploys() {
+    // An empty catalog: anything resolved would be refused.
+    let empty = InMemoryCatalog::default();
+    let old = deployment(json!({}));
+    let scaled = answer(
+        &deployment_review(
+            "UPDATE",
+            deployment(json!({"replicas": 3})),
+            Some(old.clone()),
+        ),
+        &empty,
+    );
+    assert_eq!(
+        scaled["allowed"], true,
+        "scaling is not a redeploy: {scaled}"
+    );
+    let redeployed = answer(
+        &deployment_review(
+            "UPDATE",
+            deployment(json!({"agentRef": {"name": "calculator-v2"}})),
+            Some(old),
+        ),
+        &empty,
+    );
+    assert_eq!(redeployed["allowed"], false, "{redeployed}");
+    assert_eq!(
+        redeployed["status"]["details"]["causes"][0]["field"],
+        "spec.agentRef.name"
+    );
 }
 
 /// An AdmissionReview of an AgentExtension (cluster-scoped) with this spec.

@@ -1,0 +1,572 @@
+//! The deployment commands (`deploy`, `undeploy`, `redeploy`, `deployments list|get|wait`, `invoke`, `chat`, `sessions list`), written once over [`Deployments`].
+//!
+//! A backend without deployments refuses each of them naming the command
+//! ([`Backend::deployments`]); the gateway's requests go over HTTP with a bearer token
+//! (`gateway_client.rs`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::backend::{Backend, Deployments, Document};
+use super::commands::agent_from_config;
+use super::gateway_client::{GatewayArgs, GatewayClient};
+use super::output::{CliError, OutputArgs, print_ok};
+use crate::api::contract::REPLACED_AGENT_ANNOTATION;
+use crate::api::{AgentDeployment, DeploymentPhase};
+use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+
+/// How often waiting commands look at a deployment again.
+const POLL: Duration = Duration::from_millis(500);
+
+/// `errand deploy NAME --agent AGENT`.
+#[derive(Debug, clap::Args)]
+pub struct DeployArgs {
+    /// The deployment's name (a DNS label of at most 56 characters).
+    pub name: String,
+    /// The Agent to serve, by name.
+    #[arg(long)]
+    pub agent: String,
+    /// The AgentEnvironment to merge in, by name.
+    #[arg(long)]
+    pub environment: Option<String>,
+    /// How many pods serve it.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: i32,
+    /// The port the agent server listens on.
+    #[arg(long, default_value_t = crate::api::DEFAULT_AGENT_PORT)]
+    pub port: i32,
+    /// Seconds it may stay Starting before it is marked Failed (0: no limit).
+    #[arg(long, default_value_t = crate::api::DEFAULT_STARTING_TIMEOUT_SECONDS)]
+    pub starting_timeout_seconds: i64,
+    /// Return once it is created instead of waiting until it is Ready or Failed.
+    #[arg(long)]
+    pub no_wait: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `errand deployments ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum DeploymentsAction {
+    /// List the deployments of the namespace.
+    List {
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Print one deployment.
+    Get {
+        /// The deployment.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Wait until a deployment is Ready (exit 0) or Failed (non-zero).
+    Wait {
+        /// The deployment.
+        name: String,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+impl DeploymentsAction {
+    /// The output option of the action.
+    pub fn output(&self) -> OutputArgs {
+        match self {
+            DeploymentsAction::List { output }
+            | DeploymentsAction::Get { output, .. }
+            | DeploymentsAction::Wait { output, .. } => *output,
+        }
+    }
+}
+
+/// Which deployment a gateway command talks to.
+#[derive(Debug, clap::Args)]
+pub struct GatewayTarget {
+    /// The deployment, by name.
+    #[arg(required_unless_present = "agent", conflicts_with = "agent")]
+    pub deployment: Option<String>,
+    /// The agent, through its active (Ready) deployment.
+    #[arg(long)]
+    pub agent: Option<String>,
+}
+
+impl GatewayTarget {
+    /// The gateway path prefix of the target in `namespace`.
+    fn path(&self, namespace: &str) -> String {
+        match (&self.deployment, &self.agent) {
+            (Some(deployment), _) => format!("/v1/namespaces/{namespace}/deployments/{deployment}"),
+            (None, Some(agent)) => format!("/v1/namespaces/{namespace}/agents/{agent}"),
+            (None, None) => unreachable!("clap requires one"),
+        }
+    }
+}
+
+/// A deployment as the commands show it.
+#[derive(Clone, Debug, Serialize, JsonSchema)]
+pub struct DeploymentView {
+    /// Its name.
+    pub name: String,
+    /// The Agent it serves.
+    pub agent: Option<String>,
+    /// `Starting`, `Ready`, `Failed` or `Terminating`; none before the controller saw it.
+    pub phase: Option<DeploymentPhase>,
+    /// Pods that pass their readiness probe.
+    pub ready_replicas: i32,
+    /// Pods asked for.
+    pub replicas: i32,
+    /// The Service's in-cluster address.
+    pub address: Option<String>,
+    /// The snapshot's digest.
+    pub snapshot_digest: Option<String>,
+    /// A short human message.
+    pub message: Option<String>,
+}
+
+impl DeploymentView {
+    fn of(deployment: &AgentDeployment) -> Self {
+        let status = deployment.status.clone().unwrap_or_default();
+        Self {
+            name: deployment.metadata.name.clone().unwrap_or_default(),
+            agent: status
+                .agent
+                .or_else(|| deployment.spec.agent_ref.as_ref().map(|r| r.name.clone())),
+            phase: status.phase,
+            ready_replicas: status.ready_replicas,
+            replicas: deployment.spec.replicas,
+            address: status.address,
+            snapshot_digest: status.snapshot.map(|s| s.digest),
+            message: status.message,
+        }
+    }
+
+    fn human(&self) -> String {
+        format!(
+            "{}\t{}\t{}\t{}/{}\t{}",
+            self.name,
+            self.agent.as_deref().unwrap_or("-"),
+            self.phase.map_or("-", DeploymentPhase::as_str),
+            self.ready_replicas,
+            self.replicas,
+            self.message.as_deref().unwrap_or(""),
+        )
+    }
+}
+
+/// `undeploy`: the deployments removed.
+#[derive(Serialize, JsonSchema)]
+pub struct Undeployed {
+    /// Their names.
+    pub deployments: Vec<String>,
+}
+
+/// `redeploy`: what the deployment serves now.
+#[derive(Serialize, JsonSchema)]
+pub struct Redeployed {
+    /// The deployment, Ready on the new Agent.
+    pub deployment: DeploymentView,
+    /// The Agent it serves now.
+    pub agent: String,
+    /// The Agent it served before, removed once nothing referenced it.
+    pub replaced: Option<String>,
+    /// Whether the replaced Agent was removed (false while another deployment uses it).
+    pub replaced_removed: bool,
+}
+
+/// `errand deploy`: creates the deployment and, unless `--no-wait`, waits until it is Ready
+/// (exit 0) or Failed (non-zero, with its message).
+pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), CliError> {
+    let deployments = backend.deployments("deploy")?;
+    let mut spec = json!({
+        "agentRef": {"name": args.agent},
+        "replicas": args.replicas,
+        "port": args.port,
+        "startingTimeoutSeconds": args.starting_timeout_seconds,
+    });
+    if let Some(environment) = &args.environment {
+        spec["environmentRef"] = json!({"name": environment});
+    }
+    let deployment: AgentDeployment = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
+        "metadata": {"name": args.name, "namespace": backend.namespace()},
+        "spec": spec,
+    }))
+    .map_err(|e| CliError::argument(format!("the deployment: {e}")))?;
+    let created = deployments.create_deployment(&deployment).await?;
+    let shown = if args.no_wait {
+        created
+    } else {
+        settled(deployments, &args.name).await?
+    };
+    print_deployment(args.output, &shown)
+}
+
+/// `errand deployments list|get|wait`.
+pub async fn deployments(
+    backend: &dyn Backend,
+    action: &DeploymentsAction,
+) -> Result<(), CliError> {
+    let deployments = backend.deployments("deployments")?;
+    match action {
+        DeploymentsAction::List { output } => {
+            let views: Vec<DeploymentView> = deployments
+                .deployments()
+                .await?
+                .iter()
+                .map(DeploymentView::of)
+                .collect();
+            print_ok(output.format, "deployments", &views, || {
+                views
+                    .iter()
+                    .map(DeploymentView::human)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+            Ok(())
+        }
+        DeploymentsAction::Get { name, output } => {
+            let view = DeploymentView::of(&deployments.deployment(name).await?);
+            print_ok(output.format, "deployment", &view, || view.human());
+            Ok(())
+        }
+        DeploymentsAction::Wait { name, output } => {
+            print_deployment(*output, &settled(deployments, name).await?)
+        }
+    }
+}
+
+/// Prints a deployment that settled; a Failed one is an error carrying it.
+fn print_deployment(output: OutputArgs, deployment: &AgentDeployment) -> Result<(), CliError> {
+    let view = DeploymentView::of(deployment);
+    if view.phase == Some(DeploymentPhase::Failed) {
+        return Err(failed(&view));
+    }
+    print_ok(output.format, "deployment", &view, || view.human());
+    Ok(())
+}
+
+fn failed(view: &DeploymentView) -> CliError {
+    CliError {
+        code: "deployment_failed",
+        message: format!(
+            "AgentDeployment {:?} is Failed: {}",
+            view.name,
+            view.message.as_deref().unwrap_or("no message")
+        ),
+        details: serde_json::to_value(view).ok().map(|v| ("deployment", v)),
+    }
+}
+
+/// Waits until deployment `name` is Ready or Failed for its current spec.
+async fn settled(deployments: &dyn Deployments, name: &str) -> Result<AgentDeployment, CliError> {
+    loop {
+        let deployment = deployments.deployment(name).await?;
+        if settled_phase(&deployment).is_some() {
+            return Ok(deployment);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Ready or Failed, as observed for the deployment's current generation.
+fn settled_phase(deployment: &AgentDeployment) -> Option<DeploymentPhase> {
+    let status = deployment.status.as_ref()?;
+    let current = status.observed_generation.is_some()
+        && status.observed_generation == deployment.metadata.generation;
+    status
+        .phase
+        .filter(|p| current && matches!(p, DeploymentPhase::Ready | DeploymentPhase::Failed))
+}
+
+/// `errand undeploy NAME` or `errand undeploy --agent AGENT` (every deployment serving it):
+/// removes each with its children and waits until they are gone.
+pub async fn undeploy(
+    backend: &dyn Backend,
+    name: Option<&str>,
+    agent: Option<&str>,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let deployments = backend.deployments("undeploy")?;
+    let names = match (name, agent) {
+        (Some(name), _) => vec![name.to_owned()],
+        (None, Some(agent)) => {
+            let names = serving(&deployments.deployments().await?, agent);
+            if names.is_empty() {
+                return Err(CliError::new(
+                    "not_found",
+                    format!(
+                        "no AgentDeployment serves Agent {agent:?} in namespace {:?}",
+                        backend.namespace()
+                    ),
+                ));
+            }
+            names
+        }
+        (None, None) => return Err(CliError::argument("name a deployment, or --agent")),
+    };
+    for name in &names {
+        deployments.delete_deployment(name).await?;
+    }
+    let answer = Undeployed { deployments: names };
+    print_ok(output.format, "undeployed", &answer, || {
+        answer
+            .deployments
+            .iter()
+            .map(|n| format!("agentdeployment/{n} deleted"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+/// The deployments whose spec names Agent `agent`.
+fn serving(deployments: &[AgentDeployment], agent: &str) -> Vec<String> {
+    deployments
+        .iter()
+        .filter(|d| d.spec.agent_ref.as_ref().is_some_and(|r| r.name == agent))
+        .filter_map(|d| d.metadata.name.clone())
+        .collect()
+}
+
+/// `errand redeploy NAME --agent-config FILE`.
+#[derive(Debug, clap::Args)]
+pub struct RedeployArgs {
+    /// The deployment.
+    pub name: String,
+    /// The new agent as a bare agent config file (as `agents create` takes it).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "filename",
+        conflicts_with = "filename"
+    )]
+    pub agent_config: Option<PathBuf>,
+    /// The new agent as an Agent manifest file (one document; its runtime and config are
+    /// used, its name is not). Either way the new Agent is `<deployment>-<digest prefix>`.
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub filename: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `errand redeploy`: the new Agent is created and checked against the deployment first (an
+/// admission dry run), so an invalid one changes nothing and is removed again; then the
+/// deployment is pointed at it, rolls, and once Ready the Agent it replaced is removed when no
+/// deployment references it any more. Run again after an interruption, it finishes the job.
+pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), CliError> {
+    let deployments = backend.deployments("redeploy")?;
+    let deployment = deployments.deployment(&args.name).await?;
+    let mut document = new_agent(args)?;
+    let agent = new_agent_name(&args.name, &document.object["spec"]);
+    document.object["metadata"]["name"] = json!(agent);
+    let current = deployment.spec.agent_ref.as_ref().map(|r| r.name.clone());
+    let replaced = deployment
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLACED_AGENT_ANNOTATION))
+        .cloned()
+        .or_else(|| current.clone().filter(|c| *c != agent));
+    if current.as_deref() != Some(agent.as_str()) {
+        let existed = backend
+            .objects(ObjectKind::Agent)
+            .await?
+            .iter()
+            .any(|o| o["metadata"]["name"] == agent.as_str());
+        backend.apply(std::slice::from_ref(&document)).await?;
+        let from = replaced.as_deref().unwrap_or_default();
+        if let Err(refused) = deployments
+            .point_at_agent(&args.name, &agent, from, true)
+            .await
+        {
+            if !existed {
+                backend.delete_object(ObjectKind::Agent, &agent).await?;
+            }
+            return Err(refused);
+        }
+        deployments
+            .point_at_agent(&args.name, &agent, from, false)
+            .await?;
+    }
+    let rolled = settled(deployments, &args.name).await?;
+    let view = DeploymentView::of(&rolled);
+    if view.phase == Some(DeploymentPhase::Failed) {
+        return Err(failed(&view));
+    }
+    let mut replaced_removed = false;
+    if let Some(old) = replaced.as_deref().filter(|old| *old != agent) {
+        if serving(&deployments.deployments().await?, old).is_empty() {
+            match backend.delete_object(ObjectKind::Agent, old).await {
+                Ok(()) => replaced_removed = true,
+                Err(e) if e.code == "not_found" => replaced_removed = true,
+                Err(e) => return Err(e),
+            }
+        }
+        deployments.forget_replaced_agent(&args.name).await?;
+    }
+    let answer = Redeployed {
+        deployment: view,
+        agent,
+        replaced,
+        replaced_removed,
+    };
+    print_ok(args.output.format, "redeployed", &answer, || {
+        let mut text = format!(
+            "agentdeployment/{} serves agent/{}",
+            args.name, answer.agent
+        );
+        if let Some(old) = &answer.replaced {
+            let what = if answer.replaced_removed {
+                "removed"
+            } else {
+                "kept: another deployment uses it"
+            };
+            text.push_str(&format!("\nagent/{old} {what}"));
+        }
+        text
+    });
+    Ok(())
+}
+
+/// The new Agent's document as `--agent-config` or `-f` give it (named later).
+fn new_agent(args: &RedeployArgs) -> Result<Document, CliError> {
+    let Some(file) = &args.filename else {
+        let config = args.agent_config.as_deref().expect("clap requires one");
+        return agent_from_config("new", config);
+    };
+    let text = read_manifest_file(file).map_err(|e| CliError::manifest_file("-f", e))?;
+    let source = format!("-f {}", file.display());
+    let documents =
+        manifest_documents(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;
+    match documents.as_slice() {
+        [agent] if agent["kind"] == "Agent" => Ok(Document {
+            source,
+            object: json!({
+                "apiVersion": agent["apiVersion"], "kind": "Agent",
+                "metadata": {"name": "new"}, "spec": agent["spec"],
+            }),
+        }),
+        _ => Err(CliError::new(
+            "invalid_manifest",
+            format!("{source}: redeploy takes exactly one document, an Agent"),
+        )),
+    }
+}
+
+/// `<deployment>-<8 hex of the spec's sha256>`: the same config always gets the same name, so
+/// a re-run finds the Agent it created.
+fn new_agent_name(deployment: &str, spec: &serde_json::Value) -> String {
+    let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
+    let base: String = deployment.chars().take(54).collect();
+    format!("{}-{}", base.trim_end_matches('-'), &digest[..8])
+}
+
+/// `errand invoke DEPLOYMENT|--agent AGENT --input TEXT`.
+pub async fn invoke(
+    backend: &dyn Backend,
+    target: &GatewayTarget,
+    input: &str,
+    gateway: &GatewayArgs,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let client = GatewayClient::new(gateway, backend.deployments("invoke")?)?;
+    let path = format!("{}/invoke", target.path(backend.namespace()));
+    let answer = client.post(&path, &json!({"input": input})).await?;
+    print_ok(output.format, "invoke", &answer, || {
+        answer["output"]
+            .as_str()
+            .map_or_else(|| answer.to_string(), str::to_owned)
+    });
+    Ok(())
+}
+
+/// `errand chat DEPLOYMENT|--agent AGENT --session-name S --message TEXT`: one turn.
+pub async fn chat(
+    backend: &dyn Backend,
+    target: &GatewayTarget,
+    session: &str,
+    message: &str,
+    gateway: &GatewayArgs,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let client = GatewayClient::new(gateway, backend.deployments("chat")?)?;
+    let path = format!("{}/chat", target.path(backend.namespace()));
+    let body = json!({"session": session, "message": message});
+    let answer = client.post(&path, &body).await?;
+    print_ok(output.format, "chat", &answer, || {
+        answer["message"]["content"]
+            .as_str()
+            .map_or_else(|| answer.to_string(), str::to_owned)
+    });
+    Ok(())
+}
+
+/// `errand sessions list DEPLOYMENT|--agent AGENT`.
+pub async fn sessions(
+    backend: &dyn Backend,
+    target: &GatewayTarget,
+    gateway: &GatewayArgs,
+    output: OutputArgs,
+) -> Result<(), CliError> {
+    let client = GatewayClient::new(gateway, backend.deployments("sessions")?)?;
+    let path = format!("{}/sessions", target.path(backend.namespace()));
+    let answer = client.get(&path).await?;
+    print_ok(output.format, "sessions", &answer, || {
+        answer["sessions"].as_array().map_or_else(
+            || answer.to_string(),
+            |sessions| {
+                sessions
+                    .iter()
+                    .map(|s| format!("{}\t{}", s["name"].as_str().unwrap_or("-"), s["turns"]))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        )
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(
+        generation: i64,
+        observed: Option<i64>,
+        phase: DeploymentPhase,
+    ) -> AgentDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
+            "metadata": {"name": "calc", "generation": generation},
+            "spec": {"agentRef": {"name": "calculator"}},
+            "status": {"phase": phase, "observedGeneration": observed},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_deployment_settles_only_on_ready_or_failed_of_its_current_spec() {
+        use DeploymentPhase::*;
+        assert_eq!(settled_phase(&deployment(2, Some(2), Ready)), Some(Ready));
+        assert_eq!(settled_phase(&deployment(2, Some(2), Failed)), Some(Failed));
+        assert_eq!(settled_phase(&deployment(2, Some(2), Starting)), None);
+        // Ready for the previous spec: a redeploy has not been seen yet.
+        assert_eq!(settled_phase(&deployment(2, Some(1), Ready)), None);
+        assert_eq!(settled_phase(&deployment(1, None, Ready)), None);
+    }
+
+    #[test]
+    fn a_redeployed_agent_is_named_by_its_config_and_fits_a_label() {
+        let a = new_agent_name("calc", &json!({"config": {"name": "a"}}));
+        assert_eq!(a, new_agent_name("calc", &json!({"config": {"name": "a"}})));
+        assert_ne!(a, new_agent_name("calc", &json!({"config": {"name": "b"}})));
+        assert!(a.starts_with("calc-") && a.len() == 13, "{a}");
+        let long = new_agent_name(&"x".repeat(56), &json!({}));
+        assert!(long.len() <= 63, "{long}");
+    }
+}

@@ -1,0 +1,126 @@
+//! The command line's client of errand's gateway: where it is, the bearer token it is called with, and its errors as the commands report them.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::backend::Deployments;
+use super::output::CliError;
+
+/// Where the gateway is and who calls it.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// The gateway's base URL (its Service through a port-forward or an ingress, e.g.
+    /// `https://localhost:9443`).
+    #[arg(long, env = "ERRAND_GATEWAY", value_name = "URL")]
+    pub gateway: Option<String>,
+    /// The bearer token to call it with (else the kubeconfig user's token).
+    #[arg(long, env = "ERRAND_GATEWAY_TOKEN", hide_env_values = true)]
+    pub gateway_token: Option<String>,
+    /// A PEM file with the CA that signed the gateway's serving certificate (else the
+    /// system's roots).
+    #[arg(long, env = "ERRAND_GATEWAY_CA", value_name = "FILE")]
+    pub gateway_ca: Option<PathBuf>,
+}
+
+/// Requests to the gateway with one caller's token.
+pub struct GatewayClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl GatewayClient {
+    /// A client as `args` say, with the backend's token when `args` name none.
+    pub fn new(args: &GatewayArgs, deployments: &dyn Deployments) -> Result<Self, CliError> {
+        let base = args.gateway.clone().ok_or_else(|| {
+            CliError::argument(
+                "--gateway: the gateway's URL is required (or ERRAND_GATEWAY), e.g. after \
+                 `kubectl port-forward -n errand-system svc/errand 9443:gateway`",
+            )
+        })?;
+        let url = reqwest::Url::parse(&base)
+            .map_err(|e| CliError::argument(format!("--gateway {base:?}: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(CliError::argument(format!(
+                "--gateway {base:?}: the scheme must be http or https"
+            )));
+        }
+        let token = args
+            .gateway_token
+            .clone()
+            .or_else(|| deployments.bearer_token())
+            .ok_or_else(|| {
+                CliError::argument(
+                    "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
+                     user has none (or ERRAND_GATEWAY_TOKEN)",
+                )
+            })?;
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = &args.gateway_ca {
+            let pem = std::fs::read(path)
+                .map_err(|e| CliError::argument(format!("--gateway-ca {}: {e}", path.display())))?;
+            let ca = reqwest::Certificate::from_pem(&pem)
+                .map_err(|e| CliError::argument(format!("--gateway-ca {}: {e}", path.display())))?;
+            builder = builder.add_root_certificate(ca);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| CliError::new("internal", format!("the HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    /// `POST path` with a JSON body; the JSON answer.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        let request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string());
+        self.send(request).await
+    }
+
+    /// `GET path`; the JSON answer.
+    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
+        self.send(self.http.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
+        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
+            CliError::new(
+                "gateway_unreachable",
+                format!("the gateway at {}: {e}", self.base),
+            )
+        })?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| CliError::new("gateway_error", format!("the gateway's answer: {e}")))?;
+        let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status.is_success() {
+            return Ok(body);
+        }
+        let message = body["error"]["message"]
+            .as_str()
+            .map_or_else(|| body.to_string(), str::to_owned);
+        Err(CliError::new(gateway_code(status.as_u16()), message))
+    }
+}
+
+/// The command line's error code of a gateway refusal.
+fn gateway_code(status: u16) -> &'static str {
+    match status {
+        400 | 413 => "invalid_argument",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not_found",
+        503 => "not_ready",
+        _ => "gateway_error",
+    }
+}

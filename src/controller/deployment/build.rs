@@ -1,0 +1,180 @@
+//! Pure builders of an AgentDeployment's children: the snapshot ConfigMap, the Deployment of its agent server and the ClusterIP Service in front of it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
+    Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::api::AgentDeploymentSpec;
+use crate::api::contract::{
+    AGENT_CONTAINER, AGENT_SERVER_PORT_NAME as PORT_NAME, ENV_PORT, SNAPSHOT_DIGEST_ANNOTATION,
+    SNAPSHOT_VOLUME, WORKSPACE_VOLUME,
+};
+use crate::controller::build::{
+    ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount, resources,
+    security, snapshot_holder, snapshot_volume,
+};
+use crate::controller::config::ControllerConfig;
+use crate::controller::names;
+use crate::resolve::Snapshot;
+
+/// The Service's port: clients (and the gateway) reach the agent at `http://<service>`.
+pub const SERVICE_PORT: i32 = 80;
+/// Seconds between readiness probes: a pod is seen ready within this of its server answering.
+pub const PROBE_PERIOD_SECONDS: i32 = 5;
+
+/// The children of one deployment at one snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Children {
+    /// The immutable snapshot ConfigMap (one per snapshot).
+    pub snapshot: ConfigMap,
+    /// The agent server's Deployment.
+    pub deployment: Deployment,
+    /// The ClusterIP Service in front of its ready pods.
+    pub service: Service,
+}
+
+/// The children of `owner` (an AgentDeployment) running `snapshot` with `spec`'s replicas,
+/// port and readiness.
+pub fn children(
+    owner: &ExecutionOwner,
+    spec: &AgentDeploymentSpec,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> Children {
+    let labels = names::deployment_labels(&owner.name, &owner.uid, &snapshot.agent.name);
+    let meta = |name: String| ObjectMeta {
+        name: Some(name),
+        namespace: Some(owner.namespace.clone()),
+        labels: Some(labels.clone()),
+        owner_references: Some(vec![owner.owner.clone()]),
+        ..ObjectMeta::default()
+    };
+    let workload = names::deployment_workload_name(&owner.name);
+    let snapshot_name = names::deployment_snapshot_name(&owner.name, &snapshot.digest());
+    let digest = BTreeMap::from([(SNAPSHOT_DIGEST_ANNOTATION.to_owned(), snapshot.digest())]);
+    let template = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels.clone()),
+            // A new snapshot changes the template, which rolls the Deployment.
+            annotations: Some(digest),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![agent_server(spec, snapshot)],
+            volumes: Some(vec![
+                snapshot_volume(snapshot_name.clone()),
+                empty_dir(WORKSPACE_VOLUME, config.workspace_size_limit.as_ref()),
+            ]),
+            ..agent_pod(snapshot, config)
+        }),
+    };
+    let deployment = Deployment {
+        metadata: meta(workload.clone()),
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(names::deployment_selector(&owner.uid)),
+                ..LabelSelector::default()
+            },
+            // A new pod must be ready before an old one goes: requests are served throughout
+            // a redeploy.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".to_owned()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            template,
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    };
+    let service = Service {
+        metadata: meta(workload),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            selector: Some(names::deployment_selector(&owner.uid)),
+            ports: Some(vec![ServicePort {
+                name: Some(PORT_NAME.to_owned()),
+                port: SERVICE_PORT,
+                target_port: Some(IntOrString::String(PORT_NAME.to_owned())),
+                protocol: Some("TCP".to_owned()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    Children {
+        snapshot: snapshot_holder(meta(snapshot_name), snapshot),
+        deployment,
+        service,
+    }
+}
+
+/// The agent server's container: the agent's image and command as they are (no runner: it
+/// serves until stopped), its environment with secrets by `secretKeyRef`, the compute's
+/// resources, restricted security and the readiness probe.
+fn agent_server(spec: &AgentDeploymentSpec, snapshot: &Snapshot) -> Container {
+    let runtime = &snapshot.agent.runtime;
+    let mut env = agent_env(snapshot);
+    env.push(EnvVar {
+        name: ENV_PORT.to_owned(),
+        value: Some(spec.port.to_string()),
+        ..EnvVar::default()
+    });
+    let readiness = &spec.readiness;
+    Container {
+        name: AGENT_CONTAINER.to_owned(),
+        image: Some(runtime.image.clone()),
+        image_pull_policy: runtime.image_pull_policy.clone(),
+        command: Some(snapshot.command()),
+        working_dir: Some(WORKSPACE_DIR.to_owned()),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some(PORT_NAME.to_owned()),
+            container_port: spec.port,
+            protocol: Some("TCP".to_owned()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some(readiness.path.clone()),
+                port: IntOrString::String(PORT_NAME.to_owned()),
+                ..HTTPGetAction::default()
+            }),
+            timeout_seconds: Some(readiness.timeout_seconds),
+            failure_threshold: Some(readiness.failure_threshold),
+            period_seconds: Some(PROBE_PERIOD_SECONDS),
+            ..Probe::default()
+        }),
+        volume_mounts: Some(vec![
+            mount(SNAPSHOT_VOLUME, SNAPSHOT_DIR, true),
+            mount(WORKSPACE_VOLUME, WORKSPACE_DIR, false),
+        ]),
+        resources: resources::agent_resources(&snapshot.compute),
+        security_context: Some(security::container_security(false)),
+        ..Container::default()
+    }
+}
+
+/// The in-cluster address of a deployment's Service.
+pub fn address(owner: &ExecutionOwner) -> String {
+    format!(
+        "http://{}.{}.svc",
+        names::deployment_workload_name(&owner.name),
+        owner.namespace
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,182 @@
+//! Tests of a deployment's children: what issue 17 §1 asks of them, on the built objects.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::*;
+use crate::api::{AgentDeployment, AgentEnvironmentSpec, Compute, ComputeResources};
+use crate::resolve::{InMemoryCatalog, resolve_deployment};
+use crate::testing::{NS, SECRET_VALUE, UID};
+
+/// [`AgentDeployment::test`] with a GPU in its environment, resolved and built.
+fn built() -> (Snapshot, Children) {
+    let gpu = AgentEnvironmentSpec::test().with_compute(Compute {
+        resources: Some(ComputeResources {
+            limits: [
+                ("cpu".into(), Quantity("2".into())),
+                ("nvidia.com/gpu".into(), Quantity("1".into())),
+            ]
+            .into(),
+            requests: [("cpu".into(), Quantity("1".into()))].into(),
+        }),
+        ..Compute::default()
+    });
+    let catalog = InMemoryCatalog::test().with_environment(NS, "prod", gpu);
+    let deployment = AgentDeployment::test();
+    let snapshot =
+        resolve_deployment(NS, &deployment.spec, &catalog).expect("the fixture resolves");
+    let owner = ExecutionOwner::of_object(&deployment).unwrap();
+    let config = ControllerConfig::new("errand.local/errand:dev");
+    let children = children(&owner, &deployment.spec, &snapshot, &config);
+    (snapshot, children)
+}
+
+fn pod(children: &Children) -> &PodSpec {
+    children
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+#[test]
+fn every_child_is_owned_by_the_deployment_and_the_service_selects_its_pods() {
+    let (snapshot, children) = built();
+    for meta in [
+        &children.snapshot.metadata,
+        &children.deployment.metadata,
+        &children.service.metadata,
+    ] {
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("AgentDeployment", UID)
+        );
+        assert_eq!(owner.controller, Some(true));
+    }
+    assert_eq!(
+        children.deployment.metadata.name.as_deref(),
+        Some("errand-calc")
+    );
+    let service = children.service.spec.as_ref().unwrap();
+    assert_eq!(service.type_.as_deref(), Some("ClusterIP"));
+    let selector = service.selector.as_ref().unwrap();
+    let template_labels = children
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
+    assert!(
+        selector
+            .iter()
+            .all(|(k, v)| template_labels.get(k) == Some(v))
+    );
+    assert_eq!(
+        children.snapshot.metadata.name.as_deref(),
+        Some(names::deployment_snapshot_name("calc", &snapshot.digest()).as_str())
+    );
+    assert_eq!(children.snapshot.immutable, Some(true));
+    assert_eq!(
+        children.snapshot.metadata.finalizers, None,
+        "a deployment keeps no results"
+    );
+}
+
+#[test]
+fn the_pod_is_restricted_with_no_token_and_gpu_limits() {
+    let (_, children) = built();
+    let pod = pod(&children);
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let security = pod.security_context.as_ref().unwrap();
+    assert_eq!(security.run_as_non_root, Some(true));
+    let container = &pod.containers[0];
+    let container_security = container.security_context.as_ref().unwrap();
+    assert_eq!(container_security.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        container_security.capabilities.as_ref().unwrap().drop,
+        Some(vec!["ALL".to_owned()])
+    );
+    let resources = container.resources.as_ref().unwrap();
+    let gpu = Quantity("1".into());
+    assert_eq!(
+        resources.limits.as_ref().unwrap().get("nvidia.com/gpu"),
+        Some(&gpu)
+    );
+    assert_eq!(
+        resources.requests.as_ref().unwrap().get("nvidia.com/gpu"),
+        Some(&gpu)
+    );
+}
+
+#[test]
+fn the_agent_server_runs_its_command_with_secret_refs_and_a_readiness_probe() {
+    let (snapshot, children) = built();
+    let container = &pod(&children).containers[0];
+    assert_eq!(container.command.as_ref(), Some(&snapshot.command()));
+    let env = container.env.as_ref().unwrap();
+    let key = env.iter().find(|e| e.name == "OPENAI_API_KEY").unwrap();
+    assert_eq!(key.value, None);
+    let selector = key
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (selector.name.as_str(), selector.key.as_str()),
+        ("model-keys", "openai")
+    );
+    let port = env.iter().find(|e| e.name == ENV_PORT).unwrap();
+    assert_eq!(port.value.as_deref(), Some("8000"));
+    assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8000);
+    let probe = container.readiness_probe.as_ref().unwrap();
+    assert_eq!(
+        probe.http_get.as_ref().unwrap().path.as_deref(),
+        Some("/health")
+    );
+    assert_eq!(probe.timeout_seconds, Some(1));
+    assert_eq!(probe.failure_threshold, Some(12));
+    for text in [
+        serde_json::to_string(&children.deployment).unwrap(),
+        serde_json::to_string(&children.snapshot).unwrap(),
+    ] {
+        assert!(!text.contains(SECRET_VALUE));
+    }
+}
+
+#[test]
+fn a_new_snapshot_rolls_the_pods_without_taking_one_away_first() {
+    let (snapshot, children) = built();
+    let spec = children.deployment.spec.as_ref().unwrap();
+    let rolling = spec
+        .strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    let annotations = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .annotations
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        annotations.get(SNAPSHOT_DIGEST_ANNOTATION),
+        Some(&snapshot.digest())
+    );
+}

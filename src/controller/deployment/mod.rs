@@ -1,0 +1,59 @@
+//! The AgentDeployment reconciler: an agent served by a Deployment behind a ClusterIP Service, from a snapshot taken when the deployment is created or redeployed.
+//!
+//! The pure parts: [`build`] (the children), [`window`] (the starting window) and [`status`]
+//! (phase and conditions); [`reconcile`] is the shell that resolves, applies and writes.
+
+pub mod build;
+pub mod reconcile;
+pub mod status;
+pub mod window;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Client;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::watcher;
+use tracing::{debug, warn};
+
+use crate::api::AgentDeployment;
+use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::watches;
+use crate::controller::config::ControllerConfig;
+use reconcile::DeploymentContext;
+
+/// Reconciles the AgentDeployments of `namespace` (all when `None`) until `shutdown`.
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    catalog: ClusterCatalog,
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let deployments = watches::api::<AgentDeployment>(&client, namespace.as_deref());
+    let workloads = watches::api::<Deployment>(&client, namespace.as_deref());
+    let managed = watcher::Config::default().labels(&watches::managed_selector());
+    let ctx = Arc::new(DeploymentContext {
+        client,
+        catalog,
+        config,
+    });
+    Controller::new(deployments, watcher::Config::default())
+        .owns(workloads, managed)
+        .with_config(controller::Config::default().concurrency(16))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| {
+            match result {
+                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    debug!(%object, "deleted before its reconcile");
+                }
+                Err(e) => warn!("deployment controller: {e}"),
+            }
+            std::future::ready(())
+        })
+        .await;
+}

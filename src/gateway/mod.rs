@@ -1,0 +1,69 @@
+//! The gateway: one authenticated entry to every AgentDeployment — invoke, named chat sessions and OpenAI chat completions — routed to ready pods only.
+//!
+//! [`route`] reads what a request asks for, [`requests`] checks its body, [`pick`] finds the
+//! deployment and a ready pod from the cached EndpointSlices, [`auth`] checks the caller's
+//! bearer token (TokenReview, then SubjectAccessReview on `agentdeployments/invoke`), all but
+//! the API calls pure; [`sessions`] keeps chat sessions in the object store; [`server`]
+//! passes requests on and streams answers back. Every replica serves it.
+
+pub mod auth;
+pub mod pick;
+pub mod refusal;
+pub mod requests;
+pub mod route;
+pub mod server;
+pub mod sessions;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Client;
+use kube::runtime::reflector::Store as Cache;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::api::AgentDeployment;
+use crate::store::Store;
+use auth::ClusterAuthorizer;
+use server::Gateway;
+use sessions::Sessions;
+
+/// How the gateway is served.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// The address it listens on.
+    pub listen: SocketAddr,
+}
+
+/// How long connecting to a pod may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Starts serving the gateway on `listener` and `tasks`: over TLS with `acceptor` when given,
+/// routing by the `deployments` and `slices` caches, sessions in `store`.
+pub fn start(
+    client: Client,
+    deployments: Cache<AgentDeployment>,
+    slices: Cache<EndpointSlice>,
+    store: Store,
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    tasks: &mut JoinSet<()>,
+) {
+    let gateway = Arc::new(Gateway {
+        authorizer: Box::new(ClusterAuthorizer::new(client)),
+        deployments,
+        slices,
+        sessions: Sessions::new(store),
+        client: reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .build()
+            .expect("a plain HTTP client builds"),
+        next: AtomicUsize::new(0),
+    });
+    tasks.spawn(server::serve(listener, acceptor, gateway));
+}

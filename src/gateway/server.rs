@@ -1,0 +1,356 @@
+//! The gateway's HTTP(S) endpoint: authorizes each request, picks a ready pod of the deployment it names and passes the request on, streaming the answer back; chat turns go through the session store.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store as Cache;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tracing::debug;
+
+use super::auth::Authorizer;
+use super::pick;
+use super::refusal::Refusal;
+use super::requests;
+use super::route::{self, Action, NoRoute, Route, Target};
+use super::sessions::{Sessions, Turn, messages};
+use crate::api::AgentDeployment;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+/// The largest request body read: chat histories are sent whole by OpenAI clients.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Everything a request needs.
+pub struct Gateway {
+    /// Decides who may invoke what.
+    pub authorizer: Box<dyn Authorizer>,
+    /// The AgentDeployments, cached.
+    pub deployments: Cache<AgentDeployment>,
+    /// The EndpointSlices of errand's Services, cached.
+    pub slices: Cache<EndpointSlice>,
+    /// Where chat sessions are kept.
+    pub sessions: Sessions,
+    /// The client requests go on with (pooled connections to the pods).
+    pub client: reqwest::Client,
+    /// Spreads requests over a deployment's ready pods.
+    pub next: AtomicUsize,
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+fn json_response(status: u16, value: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(serde_json::to_vec(value).expect("JSON serializes")))
+        .expect("a JSON response is valid")
+}
+
+fn refused(refusal: &Refusal) -> Response<Body> {
+    Response::builder()
+        .status(refusal.status)
+        .header("content-type", "application/json")
+        .body(full(refusal.body()))
+        .expect("a refusal is a valid response")
+}
+
+fn bearer(request: &Request<Incoming>) -> Option<String> {
+    let value = request.headers().get("authorization")?.to_str().ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))?;
+    (!token.trim().is_empty()).then(|| token.trim().to_owned())
+}
+
+impl Gateway {
+    /// Answers one request.
+    pub async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+        match self.serve(request).await {
+            Ok(response) => response,
+            Err(refusal) => refused(&refusal),
+        }
+    }
+
+    async fn serve(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+        let route = route::route(request.method(), request.uri().path()).map_err(|e| match e {
+            NoRoute::NotFound => Refusal::new(
+                404,
+                "NotFound",
+                format!("no such path: {}", request.uri().path()),
+            ),
+            NoRoute::Method(allowed) => {
+                Refusal::new(405, "MethodNotAllowed", format!("use {allowed}"))
+            }
+        })?;
+        let token = bearer(&request);
+        let name = match &route.target {
+            Target::Deployment(name) => Some(name.as_str()),
+            Target::Agent(_) => None,
+        };
+        self.authorizer
+            .authorize(token.as_deref(), &route.namespace, name)
+            .await?;
+        let deployment = self.deployment(&route)?;
+        let deployment_name = deployment.name_any();
+        match &route.action {
+            Action::Sessions => {
+                let sessions = self
+                    .sessions
+                    .list(&route.namespace, &deployment_name)
+                    .await?;
+                return Ok(json_response(
+                    200,
+                    &json!({"deployment": deployment_name, "sessions": sessions}),
+                ));
+            }
+            Action::Session(session) => {
+                requests::session_name(session)?;
+                let turns = self
+                    .sessions
+                    .history(&route.namespace, &deployment_name, session)
+                    .await?;
+                if turns.is_empty() {
+                    return Err(Refusal::new(
+                        404,
+                        "NotFound",
+                        format!("no session {session:?} of AgentDeployment {deployment_name:?}"),
+                    ));
+                }
+                return Ok(json_response(
+                    200,
+                    &json!({"deployment": deployment_name, "session": session, "turns": turns}),
+                ));
+            }
+            _ => {}
+        }
+        let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|e| {
+                Refusal::new(
+                    413,
+                    "TooLarge",
+                    format!("the body is over {MAX_BODY_BYTES} bytes or was cut off: {e}"),
+                )
+            })?
+            .to_bytes();
+        let pod = self.pod(&route.namespace, &deployment)?;
+        match route.action {
+            Action::Invoke => {
+                requests::invoke(&body)?;
+                self.pass(pod, "/invoke", body).await
+            }
+            Action::ChatCompletions => {
+                requests::chat_completions(&body)?;
+                self.pass(pod, "/v1/chat/completions", body).await
+            }
+            Action::Chat => {
+                self.chat(&route.namespace, &deployment_name, pod, &body)
+                    .await
+            }
+            Action::Sessions | Action::Session(_) => unreachable!("answered above"),
+        }
+    }
+
+    fn deployment(&self, route: &Route) -> Result<Arc<AgentDeployment>, Refusal> {
+        let in_namespace: Vec<Arc<AgentDeployment>> = self
+            .deployments
+            .state()
+            .into_iter()
+            .filter(|d| d.namespace().as_deref() == Some(route.namespace.as_str()))
+            .collect();
+        let picked = pick::deployment(&route.namespace, &route.target, &in_namespace)?;
+        Ok(in_namespace
+            .iter()
+            .find(|d| d.name_any() == picked.name_any())
+            .cloned()
+            .expect("picked from the list"))
+    }
+
+    fn pod(&self, namespace: &str, deployment: &AgentDeployment) -> Result<SocketAddr, Refusal> {
+        let service = crate::api::contract::deployment_service_name(&deployment.name_any());
+        let slices: Vec<Arc<EndpointSlice>> = self
+            .slices
+            .state()
+            .into_iter()
+            .filter(|s| s.namespace().as_deref() == Some(namespace))
+            .collect();
+        let ready = pick::ready_endpoints(&service, &slices);
+        if ready.is_empty() {
+            return Err(Refusal::new(
+                503,
+                "NotReady",
+                format!(
+                    "AgentDeployment {:?} has no ready pod right now",
+                    deployment.name_any()
+                ),
+            ));
+        }
+        Ok(ready[self.next.fetch_add(1, Ordering::Relaxed) % ready.len()])
+    }
+
+    /// POSTs the JSON `body` to `path` of the pod; 502 when it does not answer.
+    async fn send(
+        &self,
+        pod: SocketAddr,
+        path: &str,
+        body: Bytes,
+    ) -> Result<reqwest::Response, Refusal> {
+        self.client
+            .post(format!("http://{pod}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                Refusal::new(
+                    502,
+                    "BadGateway",
+                    format!("the agent server at {pod} did not answer: {e}"),
+                )
+            })
+    }
+
+    /// Sends `body` to `path` of the pod and streams its answer back as it comes (server-sent
+    /// events included).
+    async fn pass(
+        &self,
+        pod: SocketAddr,
+        path: &str,
+        body: Bytes,
+    ) -> Result<Response<Body>, Refusal> {
+        let upstream = self.send(pod, path, body).await?;
+        let mut response = Response::builder().status(upstream.status().as_u16());
+        if let Some(content_type) = upstream.headers().get("content-type") {
+            response = response.header("content-type", content_type);
+        }
+        let stream = upstream
+            .bytes_stream()
+            .map_ok(Frame::data)
+            .map_err(std::io::Error::other);
+        Ok(response
+            .body(BodyExt::boxed(StreamBody::new(stream)))
+            .expect("a proxied response is valid"))
+    }
+
+    /// One turn of a named session: the history from the store, the agent's answer, the turn
+    /// stored.
+    async fn chat(
+        &self,
+        namespace: &str,
+        deployment: &str,
+        pod: SocketAddr,
+        body: &[u8],
+    ) -> Result<Response<Body>, Refusal> {
+        let turn = requests::chat_turn(body)?;
+        let history = self
+            .sessions
+            .history(namespace, deployment, &turn.session)
+            .await?;
+        let request = json!({"messages": messages(&history, &turn.message)});
+        let upstream = self
+            .send(pod, "/chat", Bytes::from(request.to_string()))
+            .await?;
+        let status = upstream.status();
+        let bad = |e: String| {
+            Refusal::new(
+                502,
+                "BadGateway",
+                format!("the agent server's /chat answer is not JSON: {e}"),
+            )
+        };
+        let bytes = upstream.bytes().await.map_err(|e| bad(e.to_string()))?;
+        let answer: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        if !status.is_success() {
+            return Ok(json_response(status.as_u16(), &answer));
+        }
+        let Some(content) = answer.pointer("/message/content").and_then(Value::as_str) else {
+            return Err(Refusal::new(
+                502,
+                "BadGateway",
+                "the agent server's /chat answer has no message.content",
+            ));
+        };
+        let stored = Turn {
+            user: turn.message,
+            assistant: content.to_owned(),
+            at: jiff::Timestamp::now().to_string(),
+        };
+        self.sessions
+            .record(namespace, deployment, &turn.session, history.len(), &stored)
+            .await?;
+        Ok(json_response(
+            StatusCode::OK.as_u16(),
+            &json!({
+                "deployment": deployment,
+                "session": turn.session,
+                "turn": history.len() + 1,
+                "message": {"role": "assistant", "content": content},
+            }),
+        ))
+    }
+}
+
+/// Serves the gateway on `listener` (with TLS when `acceptor` is given) until the task is
+/// dropped.
+pub async fn serve(listener: TcpListener, acceptor: Option<TlsAcceptor>, gateway: Arc<Gateway>) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                debug!("accepting a gateway connection: {e}");
+                continue;
+            }
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(%peer, "setting TCP_NODELAY: {e}");
+        }
+        let (acceptor, gateway) = (acceptor.clone(), Arc::clone(&gateway));
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<Incoming>| {
+                let gateway = Arc::clone(&gateway);
+                async move { Ok::<_, Infallible>(gateway.answer(request).await) }
+            });
+            let served = match acceptor {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(stream) => {
+                        http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await
+                    }
+                    Err(e) => {
+                        debug!(%peer, "TLS handshake: {e}");
+                        return;
+                    }
+                },
+                None => {
+                    http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await
+                }
+            };
+            if let Err(e) = served {
+                debug!(%peer, "serving a gateway connection: {e}");
+            }
+        });
+    }
+}
