@@ -560,4 +560,3 @@ async fn wait_terminal(client: &Client, ns: &str, count: usize) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
-

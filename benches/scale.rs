@@ -164,8 +164,12 @@ async fn bench() -> bool {
         })
     };
     let creates = {
-        let (client, ns, submitted, created) =
-            (client.clone(), ns.clone(), submitted.clone(), created.clone());
+        let (client, ns, submitted, created) = (
+            client.clone(),
+            ns.clone(),
+            submitted.clone(),
+            created.clone(),
+        );
         let names = names.clone();
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
@@ -175,8 +179,12 @@ async fn bench() -> bool {
             for (i, name) in names.into_iter().enumerate() {
                 ticks.tick().await;
                 let permit = in_flight.clone().acquire_owned().await.expect("a permit");
-                let (client, ns, submitted, created) =
-                    (client.clone(), ns.clone(), submitted.clone(), created.clone());
+                let (client, ns, submitted, created) = (
+                    client.clone(),
+                    ns.clone(),
+                    submitted.clone(),
+                    created.clone(),
+                );
                 tasks.spawn(async move {
                     submitted.lock().await.insert(name.clone(), Instant::now());
                     let agent = if i % FAIL_EVERY == FAIL_EVERY - 1 {
@@ -209,7 +217,11 @@ async fn bench() -> bool {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let run_writes = writes.load(Ordering::SeqCst);
     let cpu = controller.cpu_seconds() - cpu_before;
-    let errors = metric_sum(controller.address, "errand_controller_reconcile_errors_total").await;
+    let errors = metric_sum(
+        controller.address,
+        "errand_controller_reconcile_errors_total",
+    )
+    .await;
     stop_sampling.store(true, Ordering::SeqCst);
     let (samples, peak_rss) = sampler.await.expect("the sampler");
     let peak_rss = peak_rss.max(memory_kib("VmRSS:"));
@@ -255,8 +267,11 @@ async fn bench() -> bool {
     let writes_until_ready = restart_writes.load(Ordering::SeqCst);
     tokio::time::sleep(AFTER_RESTART).await;
     let writes_after_restart = restart_writes.load(Ordering::SeqCst);
-    let restart_errors =
-        metric_sum(restarted.address, "errand_controller_reconcile_errors_total").await;
+    let restart_errors = metric_sum(
+        restarted.address,
+        "errand_controller_reconcile_errors_total",
+    )
+    .await;
     let restart_cpu = restarted.cpu_seconds();
     restarted.stop();
 
@@ -533,10 +548,7 @@ impl ControllerProcess {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .thread_name("controller")
             .on_thread_start(move || {
-                record
-                    .lock()
-                    .expect("threads")
-                    .extend(thread_id());
+                record.lock().expect("threads").extend(thread_id());
             })
             .enable_all()
             .build()

@@ -213,7 +213,12 @@ pub async fn run(
     };
     let in_namespace = {
         let wants = queue();
-        move |namespace| in_namespace(namespace).into_iter().map(&wants).collect::<Vec<_>>()
+        move |namespace| {
+            in_namespace(namespace)
+                .into_iter()
+                .map(&wants)
+                .collect::<Vec<_>>()
+        }
     };
     let job_execution = {
         let wants = queue();

@@ -59,7 +59,8 @@ impl WorkQueue {
     fn update(&self, change: impl FnOnce(&mut HashSet<ObjectRef<AgentExecution>>)) {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         change(&mut waiting);
-        self.depth.set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
+        self.depth
+            .set(i64::try_from(waiting.len()).unwrap_or(i64::MAX));
     }
 }
 
