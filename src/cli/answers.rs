@@ -80,6 +80,28 @@ pub struct Deleted {
     pub results_removed: Option<usize>,
 }
 
+/// `delete --all`: the finished executions removed (or, with `--dry-run`, that would be).
+#[derive(Serialize, JsonSchema)]
+pub struct DeletedAll {
+    /// Whether nothing was removed (`--dry-run`).
+    pub dry_run: bool,
+    /// Each finished execution, with how it ended.
+    pub executions: Vec<DeletedExecution>,
+    /// The executions that have not ended, which `--all` never removes.
+    pub kept_running: Vec<String>,
+}
+
+/// One execution `delete --all` removed or would remove.
+#[derive(Serialize, JsonSchema)]
+pub struct DeletedExecution {
+    /// The execution.
+    pub execution: String,
+    /// How it ended: `Succeeded`, `Failed` or `Cancelled`.
+    pub phase: crate::api::Phase,
+    /// How many stored results were removed, when the backend knows (none in a dry run).
+    pub results_removed: Option<usize>,
+}
+
 /// `delete` of an Agent, AgentEnvironment, AgentRuntime or Fileset.
 #[derive(Serialize, JsonSchema)]
 pub struct DeletedObject {

@@ -9,6 +9,7 @@ mod controller;
 mod excerpt;
 mod execute;
 mod gc;
+mod housekeeping;
 mod local;
 mod mcp;
 mod observe;
@@ -93,10 +94,15 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// Delete an execution with its record and results (stopping it first if it runs).
+    /// Delete an execution with its record and results (stopping it first if it runs), or with
+    /// `--all` every finished one.
+    #[command(visible_alias = "rm")]
     Delete {
         /// Execution name or unambiguous prefix.
-        name: String,
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        name: Option<String>,
+        #[command(flatten)]
+        all: housekeeping::DeleteAllArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -159,6 +165,12 @@ pub enum Command {
     },
     /// Print the JSON Schema of every answer `-o json` prints.
     Schema,
+    /// Print a shell completion script: `errand completions bash > /etc/bash_completion.d/errand`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Serve errand's commands as MCP tools on stdin/stdout (execute, status, tail, wait,
     /// cancel, results_list, results_download, list); runs outlive the server.
     Mcp(Box<mcp::McpArgs>),
@@ -270,6 +282,7 @@ impl Command {
             } => *format,
             Command::Crds { .. }
             | Command::Schema
+            | Command::Completions { .. }
             | Command::Mcp(_)
             | Command::Supervise { .. }
             | Command::Controller(_)
@@ -295,15 +308,13 @@ fn report_parse_error(args: &[OsString], error: &clap::Error) -> i32 {
         error.kind(),
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
     );
-    if informational || requested_format(args) == Format::Human {
+    let format = requested_format(args);
+    if informational || format == Format::Human {
         // clap's own text: usage for people, and help or the version on request.
         let _ = error.print();
         return error.exit_code();
     }
-    output::print_error(
-        Format::Json,
-        &CliError::argument(parse_error_message(error)),
-    )
+    output::print_error(format, &CliError::argument(parse_error_message(error)))
 }
 
 /// The first paragraph of clap's message, on one line and without its `error: ` prefix.
@@ -315,9 +326,9 @@ fn parse_error_message(error: &clap::Error) -> String {
     line.strip_prefix("error: ").unwrap_or(&line).to_owned()
 }
 
-/// The answer format the raw arguments ask for (`-o json`, `--output=json`, `--format json`),
-/// read before parsing so that a refused command line can still be answered in it. Arguments
-/// after `--` belong to the agent.
+/// The answer format the raw arguments ask for (`-o json`, `--output=yaml`, `--format json`,
+/// `--yaml`), read before parsing so that a refused command line can still be answered in it.
+/// Arguments after `--` belong to the agent.
 fn requested_format(args: &[OsString]) -> Format {
     let args: Vec<&str> = args
         .iter()
@@ -325,14 +336,24 @@ fn requested_format(args: &[OsString]) -> Format {
         .map(|a| a.to_str().unwrap_or_default())
         .take_while(|a| *a != "--")
         .collect();
-    let json = args.iter().enumerate().any(|(i, arg)| {
-        let next_is_json = args.get(i + 1) == Some(&"json");
-        match *arg {
-            "-o" | "--output" | "--format" => next_is_json,
-            _ => ["-ojson", "-o=json", "--output=json", "--format=json"].contains(arg),
-        }
-    });
-    if json { Format::Json } else { Format::Human }
+    let named = |value: &str| match value {
+        "json" => Some(Format::Json),
+        "yaml" => Some(Format::Yaml),
+        _ => None,
+    };
+    let mut format = Format::Human;
+    for (i, arg) in args.iter().enumerate() {
+        let chosen = match *arg {
+            "-o" | "--output" | "--format" => args.get(i + 1).and_then(|v| named(v)),
+            "--yaml" => Some(Format::Yaml),
+            _ => ["-o=", "--output=", "--format=", "-o"]
+                .iter()
+                .find_map(|prefix| arg.strip_prefix(prefix))
+                .and_then(named),
+        };
+        format = chosen.unwrap_or(format);
+    }
+    format
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -368,6 +389,10 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
         Command::Schema => {
             println!("{:#}", schema::answers_schema());
+            return Ok(());
+        }
+        Command::Completions { shell } => {
+            housekeeping::print_completions(shell);
             return Ok(());
         }
         Command::Mcp(args) => return mcp::serve(target, &args).await,
@@ -414,7 +439,16 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
                 },
         } => commands::results_download(backend, &result, &execution, file, format).await,
         Command::Cancel { name, output } => commands::cancel(backend, &name, output).await,
-        Command::Delete { name, output } => commands::delete(backend, &name, output).await,
+        Command::Delete {
+            name: Some(name),
+            output,
+            ..
+        } => commands::delete(backend, &name, output).await,
+        Command::Delete {
+            name: None,
+            all,
+            output,
+        } => housekeeping::delete_all(backend, &all, output).await,
         Command::List { output } => commands::list(backend, output).await,
         Command::Rerun(args) => rerun::rerun(backend, *args).await,
         Command::Apply { files, output } => commands::apply(backend, &files, output).await,
@@ -442,6 +476,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Controller(_)
         | Command::Crds { .. }
         | Command::Schema
+        | Command::Completions { .. }
         | Command::Mcp(_)
         | Command::Gc(_)
         | Command::Admin { .. }
@@ -495,6 +530,14 @@ mod tests {
             &["results", "download", "x", "--format", "json"],
         ] {
             assert_eq!(format(json), Format::Json, "{json:?}");
+        }
+        for yaml in [
+            &["status", "-o", "yaml"][..],
+            &["status", "--yaml"],
+            &["--output=yaml", "list"],
+            &["status", "-oyaml"],
+        ] {
+            assert_eq!(format(yaml), Format::Yaml, "{yaml:?}");
         }
         for human in [
             &["status", "x"][..],

@@ -17,14 +17,26 @@ pub enum Format {
     Human,
     /// Exactly one JSON object: `schema_version`, `ok`, `type`, then the payload.
     Json,
+    /// The same object as one YAML document (`--yaml`).
+    Yaml,
 }
 
-/// The `-o/--output` option shared by the commands.
+/// The `-o/--output` option shared by the commands, and `--yaml` for `-o yaml`.
 #[derive(Clone, Copy, Debug, Default, clap::Args)]
 pub struct OutputArgs {
-    /// Output format: `human` or `json`.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Human, global = true)]
+    /// Output format: `human`, `json` or `yaml`.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_enum,
+        default_value_t = Format::Human,
+        default_value_if("yaml", clap::builder::ArgPredicate::IsPresent, "yaml"),
+        global = true
+    )]
     pub format: Format,
+    /// Answer in YAML: the same object `-o json` prints, as one YAML document (`-o yaml`).
+    #[arg(long, global = true, conflicts_with = "format")]
+    pub yaml: bool,
 }
 
 /// A failed command: a stable code, a message that names what is wrong, and an exit code.
@@ -99,11 +111,23 @@ pub fn print_ok<T: Serialize + schemars::JsonSchema>(
                 println!("{}", text.trim_end());
             }
         }
-        Format::Json => {
+        Format::Json | Format::Yaml => {
             let mut answer = json!({"schema_version": SCHEMA_VERSION, "ok": true, "type": kind});
             answer[kind] = serde_json::to_value(payload).expect("answers always serialize");
-            println!("{answer}");
+            print_answer(format, &answer);
         }
+    }
+}
+
+/// Prints one answer object: a JSON line, or a YAML document.
+fn print_answer(format: Format, answer: &Value) {
+    match format {
+        Format::Yaml => match serde_saphyr::to_string(answer) {
+            Ok(yaml) => print!("{yaml}"),
+            // Every JSON value has a YAML form; should rendering still fail, answer in JSON.
+            Err(_) => println!("{answer}"),
+        },
+        _ => println!("{answer}"),
     }
 }
 
@@ -111,13 +135,13 @@ pub fn print_ok<T: Serialize + schemars::JsonSchema>(
 pub fn print_error(format: Format, error: &CliError) -> i32 {
     match format {
         Format::Human => eprintln!("error[{}]: {}", error.code, error.message),
-        Format::Json => {
+        Format::Json | Format::Yaml => {
             let mut body = json!({"code": error.code, "message": error.message});
             if let Some((key, value)) = &error.details {
                 body[*key] = value.clone();
             }
             let answer = json!({"schema_version": SCHEMA_VERSION, "ok": false, "type": "error", "error": body});
-            println!("{answer}");
+            print_answer(format, &answer);
         }
     }
     error.exit_code()

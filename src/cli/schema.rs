@@ -11,7 +11,8 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
 use super::answers::{
-    AutomaticGcOff, Deleted, DeletedObject, Downloaded, ExecutionView, Logs, PushedFilesetAnswer,
+    AutomaticGcOff, Deleted, DeletedAll, DeletedObject, Downloaded, ExecutionView, Logs,
+    PushedFilesetAnswer,
 };
 use super::backend::Applied;
 use super::output::SCHEMA_VERSION;
@@ -71,6 +72,7 @@ pub fn answers_schema() -> Value {
         answer::<Downloaded>(g, "download"),
         answer::<Deleted>(g, "deleted"),
         answer::<DeletedObject>(g, "deleted"),
+        answer::<DeletedAll>(g, "deleted_all"),
         answer::<Vec<Applied>>(g, "applied"),
         answer::<Option<Applied>>(g, "created"),
         answer::<PushedFilesetAnswer>(g, "fileset"),
