@@ -21,23 +21,21 @@ mod support;
 
 mod shared;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::json;
-use tokio::sync::Mutex;
 
 use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
+use shared::cluster::{Seen, counting_client, memory_kib, watch_jobs};
 use shared::percentile;
 
 const SEQUENTIAL: usize = 200;
@@ -46,9 +44,6 @@ const PRESENT: usize = 2000;
 const CONCURRENCY: usize = 10;
 /// Executions run to completion (real pods) for the whole-life write count.
 const LIVES: usize = 10;
-
-/// When each Job name was first seen by a watch.
-type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 
 fn main() {
     shared::run_async("controller", || async {
@@ -74,7 +69,7 @@ async fn bench() {
     let blobs = support::cluster::free_pod_gateway_address();
     let controller = start_controller(
         &ns,
-        counting_client(writes.clone()).await,
+        counting_client(&support::cluster::kubeconfig_path(), writes.clone()).await,
         store_dir.path(),
         Some(blobs),
     );
@@ -149,7 +144,7 @@ async fn bench() {
     let restart_writes = Arc::new(AtomicUsize::new(0));
     let restarted = start_controller(
         &ns,
-        counting_client(restart_writes.clone()).await,
+        counting_client(&support::cluster::kubeconfig_path(), restart_writes.clone()).await,
         store_dir.path(),
         None,
     );
@@ -157,7 +152,7 @@ async fn bench() {
     let writes_after_restart = restart_writes.load(Ordering::SeqCst);
 
     // 4. Memory with PRESENT executions in the caches (this process runs the controller).
-    let rss_before = rss_kib();
+    let rss_before = memory_kib("VmRSS:");
     let extra = PRESENT - SEQUENTIAL - BURST;
     futures::stream::iter(0..extra)
         .for_each_concurrent(CONCURRENCY, |i| {
@@ -168,7 +163,7 @@ async fn bench() {
         .await;
     wait_jobs(&seen, (0..extra).map(|i| job_name(&format!("present-{i}")))).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let rss_after = rss_kib();
+    let rss_after = memory_kib("VmRSS:");
     restarted.abort();
 
     let (me, md, mf) = (
@@ -247,32 +242,6 @@ async fn create_agent(client: &Client, ns: &str) {
         .expect("the Agent is created");
 }
 
-/// A client whose writes are counted: its requests other than GETs (reads, lists, watches) and
-/// TokenReviews (the grant endpoint's check of a pod's token, which the API server answers
-/// without storing anything).
-async fn counting_client(writes: Arc<AtomicUsize>) -> Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(support::cluster::kubeconfig_path())
-            .expect("the kubeconfig reads"),
-        &Default::default(),
-    )
-    .await
-    .expect("a client config");
-    let count =
-        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-            if request.method() != http::Method::GET
-                && !request.uri().path().ends_with("/tokenreviews")
-            {
-                writes.fetch_add(1, Ordering::SeqCst);
-            }
-            request
-        });
-    kube::client::ClientBuilder::try_from(config)
-        .expect("a client")
-        .with_layer(&count)
-        .build()
-}
-
 /// Runs the controller in this process with the errand image the test cluster imported; with
 /// `blobs`, it serves the pods' signed URLs there.
 fn start_controller(
@@ -348,25 +317,6 @@ async fn whole_lives(client: &Client, ns: &str, writes: &AtomicUsize) -> Lives {
         writes_until_done,
         writes_for_deletion: writes.swap(0, Ordering::SeqCst),
     }
-}
-
-fn watch_jobs(client: &Client, ns: &str) -> Seen {
-    let seen: Seen = Arc::default();
-    let jobs = Api::<Job>::namespaced(client.clone(), ns);
-    let record = seen.clone();
-    tokio::spawn(async move {
-        let mut events = watcher(jobs, watcher::Config::default())
-            .applied_objects()
-            .boxed();
-        while let Ok(Some(job)) = events.try_next().await {
-            record
-                .lock()
-                .await
-                .entry(job.name_any())
-                .or_insert_with(Instant::now);
-        }
-    });
-    seen
 }
 
 async fn wait_jobs(seen: &Seen, names: impl IntoIterator<Item = String>) -> Instant {
@@ -609,15 +559,4 @@ async fn wait_terminal(client: &Client, ns: &str, count: usize) {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
 
+pub mod cluster;
+
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;
 /// Bump when the generated tree changes, so a cached tree from an older version is rebuilt.

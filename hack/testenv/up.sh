@@ -299,6 +299,14 @@ start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
 wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
 mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
 
+# The controller-manager's and the scheduler's client rate limits (20 and 50
+# requests a second by default) set how fast Jobs get pods; the scale
+# benchmark (benches/scale.rs) raises them with ERRAND_TESTENV_CONTROL_PLANE_QPS.
+client_limits=()
+if [[ -n "${ERRAND_TESTENV_CONTROL_PLANE_QPS:-}" ]]; then
+  client_limits=(--kube-api-qps="$ERRAND_TESTENV_CONTROL_PLANE_QPS" --kube-api-burst="$((2 * ERRAND_TESTENV_CONTROL_PLANE_QPS))")
+fi
+
 # Node loss (tests that stop the kubelet for good): the node is marked
 # NotReady/unreachable 20 s after its last heartbeat (default 50 s), so with
 # the 20 s default tolerations above its pods are evicted within a minute.
@@ -311,11 +319,11 @@ start kube-controller-manager "$TOOLS_BIN_DIR/kube-controller-manager" \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
   --node-monitor-grace-period=20s --node-monitor-period=2s \
-  --controllers='*' --profiling=false --v=1
+  --controllers='*' --profiling=false --v=1 "${client_limits[@]}"
 start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
   --kubeconfig="$S/scheduler.kubeconfig" \
   --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \
-  --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1
+  --bind-address=127.0.0.1 --secure-port=10259 --leader-elect=false --profiling=false --v=1 "${client_limits[@]}"
 
 # Node loss needs a second node: the node lifecycle controller evicts nothing
 # while every node is NotReady at once (it takes that for a control-plane

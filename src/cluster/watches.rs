@@ -138,6 +138,15 @@ pub fn pod_execution(pod: Pod) -> Option<ObjectRef<AgentExecution>> {
     Some(ObjectRef::new(name).within(&pod.namespace()?))
 }
 
+/// The execution that owns `job`, as `Controller::owns` would map it.
+pub fn job_execution(job: &Job) -> Option<ObjectRef<AgentExecution>> {
+    let owner = job
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "AgentExecution")?;
+    Some(ObjectRef::new(&owner.name).within(&job.namespace()?))
+}
+
 /// Drives a stream to its end, for caches nobody else polls.
 pub async fn drive<S: Stream>(stream: S) {
     stream.for_each(|_| std::future::ready(())).await;

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the reconcilers: reconciles, errors by reason, durations, executions by phase, expired executions, the store sweep, grant issuance, and the latencies and sizes users feel (queue wait, start latency, run duration, results bytes).
+//! Prometheus metrics of the reconcilers: reconciles, the work-queue depth, errors by reason, durations, executions by phase, expired executions, the store sweep, grant issuance, and the latencies and sizes users feel (queue wait, start latency, run duration, results bytes).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::status::{Timings, conditions};
+use super::work_queue::WorkQueue;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, Phase};
 use crate::cluster::metrics::MetricsRegistry;
@@ -72,6 +73,8 @@ pub struct Metrics {
     sweeps: Family<OutcomeLabels, Counter>,
     swept_objects: Family<KindLabels, Counter>,
     swept_bytes: Family<KindLabels, Counter>,
+    /// The executions waiting for a reconcile.
+    pub work_queue: WorkQueue,
 }
 
 impl Default for Metrics {
@@ -98,6 +101,7 @@ impl Default for Metrics {
             sweeps: Family::default(),
             swept_objects: Family::default(),
             swept_bytes: Family::default(),
+            work_queue: WorkQueue::default(),
         }
     }
 }
@@ -106,6 +110,7 @@ impl Metrics {
     /// Registers every metric on `registry`.
     pub fn register(&self, registry: &mut MetricsRegistry) {
         registry.register("reconciles", "Reconciles started", self.reconciles.clone());
+        self.work_queue.register(registry);
         registry.register(
             "reconcile_errors",
             "Reconciles that failed, by reason",

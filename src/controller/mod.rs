@@ -17,6 +17,7 @@ pub mod reconcile;
 pub mod results_cleanup;
 pub mod status;
 pub mod store_sweep;
+pub mod work_queue;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -196,10 +197,45 @@ pub async fn run(
             }
         }
     };
+    // Every trigger passes through the work queue's count (`work_queue` says what it counts).
     let in_namespace = watches::executions_in_namespace(executions.clone());
+    let queue = || {
+        let metrics = Arc::clone(&ctx.metrics);
+        move |execution| metrics.work_queue.wants(execution)
+    };
+    let execution_stream = {
+        let wants = queue();
+        execution_stream.inspect(move |event| {
+            if let Ok(execution) = event {
+                wants(ObjectRef::from_obj(execution));
+            }
+        })
+    };
+    let pod_execution = {
+        let wants = queue();
+        move |pod| watches::pod_execution(pod).map(&wants)
+    };
+    let workload_execution = {
+        let wants = queue();
+        move |workload| workload_execution(workload).map(&wants)
+    };
+    let in_namespace = {
+        let wants = queue();
+        move |namespace| {
+            in_namespace(namespace)
+                .into_iter()
+                .map(&wants)
+                .collect::<Vec<_>>()
+        }
+    };
+    let job_execution = {
+        let wants = queue();
+        move |job: Job| watches::job_execution(&job).map(&wants)
+    };
+    let dropped = Arc::clone(&ctx.metrics);
     let reconciler = Controller::for_stream(execution_stream, executions)
-        .owns_stream(job_stream)
-        .watches_stream(pod_stream, watches::pod_execution)
+        .watches_stream(job_stream, job_execution)
+        .watches_stream(pod_stream, pod_execution)
         .watches_stream(workload_stream, workload_execution)
         .watches_stream(namespace_stream, in_namespace)
         .with_config(controller::Config::default().concurrency(64))
@@ -209,7 +245,14 @@ pub async fn run(
             reconcile::error_policy,
             Arc::clone(&ctx),
         )
-        .for_each(log_failure);
+        .for_each(move |result| {
+            if let Err(controller::Error::ObjectNotFound(object)) = &result {
+                dropped
+                    .work_queue
+                    .taken(&object.name, object.namespace.as_deref());
+            }
+            log_failure(result)
+        });
     futures::join!(reconciler, cleanup, report_ready, sweeping, deployments);
     ctx.reconcile_spans.shutdown().await;
 }
@@ -234,11 +277,7 @@ fn reconcile_spans(config: &ControllerConfig) -> ReconcileSpans {
 fn job_execution(jobs: &Store<Job>, workload: &Workload) -> Option<ObjectRef<AgentExecution>> {
     let namespace = workload.namespace()?;
     let job = jobs.get(&ObjectRef::new(workload.job_name()?).within(&namespace))?;
-    let owner = job
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "AgentExecution")?;
-    Some(ObjectRef::new(&owner.name).within(&namespace))
+    watches::job_execution(&job)
 }
 
 /// Logs what the controller could not schedule. Failed reconciles were already logged by their

@@ -371,6 +371,9 @@ mod tests {
         let process = ProcessMetrics::new();
         let metrics = &process.controller;
         drop(metrics.reconcile_started());
+        metrics
+            .work_queue
+            .wants(kube::runtime::reflector::ObjectRef::new("run").within("team"));
         metrics.reconcile_failed("conflict");
         metrics.job_created(0.02);
         metrics.observe(&crate::controller::status::Timings {
@@ -416,6 +419,7 @@ mod tests {
         assert!(text.contains("errand_controller_executions{phase=\"Running\"} 2"));
         assert!(text.contains("errand_controller_executions{phase=\"None\"} 1"));
         assert!(text.contains("errand_controller_job_created_after_seconds_count 1"));
+        assert!(text.contains("errand_controller_work_queue_depth 1"));
         assert!(text.contains("errand_controller_completed_after_seconds_sum 42.0"));
         for observed in [
             "errand_controller_queue_wait_seconds_sum 30.0",

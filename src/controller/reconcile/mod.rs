@@ -120,6 +120,10 @@ async fn show_retrying(execution: &AgentExecution, ctx: &Context, error: &Error)
 
 async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_started();
+    ctx.metrics.work_queue.taken(
+        &execution.name_any(),
+        execution.metadata.namespace.as_deref(),
+    );
     let owner = ExecutionOwner::of(&execution)?;
     debug!(execution = %owner.name, namespace = %owner.namespace, "reconciling");
     if execution.metadata.deletion_timestamp.is_some() {
