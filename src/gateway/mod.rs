@@ -1,7 +1,8 @@
 //! The gateway: one authenticated entry to every AgentDeployment — invoke, named chat sessions and OpenAI chat completions — routed to ready pods only.
 //!
 //! [`route`] reads what a request asks for, [`requests`] checks its body, [`pick`] finds the
-//! deployment and a ready pod from the cached EndpointSlices, [`auth`] checks the caller's
+//! deployment and a ready pod (from the cached EndpointSlices on a cluster, through the
+//! [`server::Directory`] the local backend implements too), [`auth`] checks the caller's
 //! bearer token (TokenReview, then SubjectAccessReview on `agentdeployments/invoke`), all but
 //! the API calls pure; [`sessions`] keeps chat sessions in the object store; [`server`]
 //! passes requests on and streams answers back. Every replica serves it.
