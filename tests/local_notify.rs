@@ -225,3 +225,84 @@ fn notify_set_on_a_running_execution_watches_lines_that_appear_afterwards() {
         "{answer}"
     );
 }
+
+#[test]
+fn a_webhook_is_refused_locally_and_bad_webhook_flags_name_themselves() {
+    let home = Home::new();
+    let agent = home.agent("quick", "true");
+    for (flags, message) in [
+        (
+            &[
+                "--notify-webhook",
+                "ftp://hooks.example/x",
+                "--notify-webhook-secret",
+                "hooks:signing",
+            ][..],
+            "--notify-webhook: \"ftp://hooks.example/x\": the scheme must be https or http, not \"ftp\"",
+        ),
+        (
+            &[
+                "--notify-webhook",
+                "https://hooks.example/x",
+                "--notify-webhook-secret",
+                "hooks",
+            ],
+            "--notify-webhook-secret \"hooks\": expected NAME:KEY, the Secret (in the execution's namespace) and its key whose value signs deliveries",
+        ),
+        (
+            &[
+                "--notify-webhook",
+                "https://hooks.example/x",
+                "--notify-webhook-secret",
+                "hooks:signing",
+            ],
+            "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller, which signs it with a Kubernetes Secret; a local run notifies through --notify-command (for example curl to your endpoint) or --notify-file",
+        ),
+    ] {
+        let (code, answer) = home.json(
+            &[
+                &["execute", "--local", "--agent", agent.as_str()][..],
+                flags,
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 2, "{answer}");
+        assert_eq!(answer["error"]["message"], message);
+    }
+    // The same from a spec.
+    let spec = json!({"notify": {"webhook": {"url": "https://hooks.example/x",
+        "signingSecretRef": {"name": "hooks", "key": "signing"}}}});
+    let (code, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &agent,
+        "--spec",
+        &spec.to_string(),
+    ]);
+    assert_eq!(code, 2, "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().starts_with(
+            "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller"
+        ),
+        "{answer}"
+    );
+    // `notify set` cannot add one: spec.notify is fixed at creation.
+    let (code, answer) = home.json(&[
+        "notify",
+        "set",
+        "nothing",
+        "--notify-webhook",
+        "https://hooks.example/x",
+        "--notify-webhook-secret",
+        "hooks:signing",
+    ]);
+    assert_eq!(code, 2, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("--notify-webhook is set when the execution is created"),
+        "{answer}"
+    );
+}

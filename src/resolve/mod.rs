@@ -39,8 +39,8 @@ pub use config_schema::{SCHEMA_KEYWORDS, SCHEMA_TYPES, check_schema, validate as
 pub use deployment::{as_execution_spec, resolve_deployment, source_digest};
 pub use extension::{ResolvedExtension, check_extension, extension_result_name, pick_extension};
 pub use merge::{merge_environment, merge_maps, merge_values};
-pub use notify::webhook_url;
 pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
+pub use notify::webhook_url;
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;

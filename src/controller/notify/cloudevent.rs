@@ -161,8 +161,13 @@ mod tests {
                 }
             })
         );
-        let again = CloudEvent::of(finished_event(&finished(Phase::Failed, "AgentFailed")).unwrap());
-        assert_eq!(cloud.body(), again.body(), "every attempt sends the same bytes");
+        let again =
+            CloudEvent::of(finished_event(&finished(Phase::Failed, "AgentFailed")).unwrap());
+        assert_eq!(
+            cloud.body(),
+            again.body(),
+            "every attempt sends the same bytes"
+        );
     }
 
     #[test]

@@ -136,7 +136,12 @@ mod tests {
 
     #[test]
     fn a_2xx_answer_delivers_it() {
-        let record = record_attempt(None, "u/execution.finished", &AttemptOutcome::Answered(204), now());
+        let record = record_attempt(
+            None,
+            "u/execution.finished",
+            &AttemptOutcome::Answered(204),
+            now(),
+        );
         assert_eq!(record.state, DeliveryState::Delivered);
         assert_eq!(record.attempts, 1);
         assert_eq!(record.delivered_time, Some(Time(now())));
@@ -158,7 +163,11 @@ mod tests {
             };
             let next = record_attempt(record.as_ref(), "id", &outcome, at);
             assert_eq!(next.attempts, attempt);
-            assert_ne!(next_step(Some(&next), at), Step::Attempt, "never twice at once");
+            assert_ne!(
+                next_step(Some(&next), at),
+                Step::Attempt,
+                "never twice at once"
+            );
             if let Some(due) = &next.next_attempt_time {
                 waits.push(due.0.duration_since(at).as_secs());
                 assert_eq!(next_step(Some(&next), due.0), Step::Attempt);
@@ -178,7 +187,10 @@ mod tests {
         let record = record_attempt(None, "id", &AttemptOutcome::Answered(500), now());
         assert_eq!(record.state, DeliveryState::Pending);
         assert_eq!(record.last_status_code, Some(500));
-        assert_eq!(record.last_error.as_deref(), Some("the endpoint answered HTTP 500"));
+        assert_eq!(
+            record.last_error.as_deref(),
+            Some("the endpoint answered HTTP 500")
+        );
         assert_eq!(
             next_step(Some(&record), now() + Duration::from_millis(500)),
             Step::WaitFor(Duration::from_millis(1500))
@@ -202,7 +214,12 @@ mod tests {
     fn waits_are_capped_and_errors_shortened() {
         assert_eq!(retry_delay(1), FIRST_RETRY_DELAY);
         assert_eq!(retry_delay(40), MAX_RETRY_DELAY);
-        let record = record_attempt(None, "id", &AttemptOutcome::Unanswered("x".repeat(1000)), now());
+        let record = record_attempt(
+            None,
+            "id",
+            &AttemptOutcome::Unanswered("x".repeat(1000)),
+            now(),
+        );
         assert_eq!(record.last_error.unwrap().chars().count(), MAX_ERROR_CHARS);
     }
 }

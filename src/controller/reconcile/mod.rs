@@ -144,7 +144,11 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
         let notify = notify::deliver_webhook(&execution, &ctx);
-        match [notify, reconciler.retain().await?].into_iter().flatten().min() {
+        match [notify, reconciler.retain().await?]
+            .into_iter()
+            .flatten()
+            .min()
+        {
             Some(after) => Action::requeue(after),
             None => Action::await_change(),
         }

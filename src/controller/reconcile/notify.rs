@@ -54,8 +54,7 @@ async fn attempt(
     let uid = owner.uid.clone();
     if let Some(event) = finished_event(&execution) {
         let event = CloudEvent::of(event);
-        let outcome = match signing_key(&ctx, &owner.namespace, &webhook.signing_secret_ref).await
-        {
+        let outcome = match signing_key(&ctx, &owner.namespace, &webhook.signing_secret_ref).await {
             Ok(key) => ctx.webhooks.attempt(&webhook.url, &key, &event).await,
             Err(error) => AttemptOutcome::Unanswered(error),
         };
@@ -79,12 +78,7 @@ async fn signing_key(
         .data
         .and_then(|mut data| data.remove(&reference.key))
         .map(|value| value.0)
-        .ok_or_else(|| {
-            format!(
-                "Secret {:?} has no key {:?}",
-                reference.name, reference.key
-            )
-        })
+        .ok_or_else(|| format!("Secret {:?} has no key {:?}", reference.name, reference.key))
 }
 
 /// Writes the attempt's record into the execution's status (the latest this controller knows).
