@@ -15,6 +15,14 @@ fn lines(path: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
+/// The message of `execute --local --agent AGENT FLAGS`, refused as an argument error.
+fn refused(home: &Home, agent: &str, flags: &[&str]) -> Value {
+    let (code, answer) =
+        home.json(&[&["execute", "--local", "--agent", agent][..], flags].concat());
+    assert_eq!(code, 2, "{answer}");
+    answer["error"]["message"].clone()
+}
+
 #[test]
 fn a_finished_run_notifies_its_command_and_file_and_keeps_the_delivery_results() {
     let home = Home::new();
@@ -122,15 +130,7 @@ fn a_failing_sink_never_changes_the_outcome() {
             "--notify-on-output \"(\": not a regular expression: regex parse error:\n    (\n    ^\nerror: unclosed group",
         ),
     ] {
-        let (code, answer) = home.json(
-            &[
-                &["execute", "--local", "--agent", agent.as_str()][..],
-                flags,
-            ]
-            .concat(),
-        );
-        assert_eq!(code, 2, "{answer}");
-        assert_eq!(answer["error"]["message"], message);
+        assert_eq!(refused(&home, &agent, flags), message);
     }
 }
 
@@ -259,33 +259,17 @@ fn a_webhook_is_refused_locally_and_bad_webhook_flags_name_themselves() {
             "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller, which signs it with a Kubernetes Secret; a local run notifies through --notify-command (for example curl to your endpoint) or --notify-file",
         ),
     ] {
-        let (code, answer) = home.json(
-            &[
-                &["execute", "--local", "--agent", agent.as_str()][..],
-                flags,
-            ]
-            .concat(),
-        );
-        assert_eq!(code, 2, "{answer}");
-        assert_eq!(answer["error"]["message"], message);
+        assert_eq!(refused(&home, &agent, flags), message);
     }
     // The same from a spec.
     let spec = json!({"notify": {"webhook": {"url": "https://hooks.example/x",
         "signingSecretRef": {"name": "hooks", "key": "signing"}}}});
-    let (code, answer) = home.json(&[
-        "execute",
-        "--local",
-        "--agent",
-        &agent,
-        "--spec",
-        &spec.to_string(),
-    ]);
-    assert_eq!(code, 2, "{answer}");
+    let message = refused(&home, &agent, &["--spec", &spec.to_string()]);
     assert!(
-        answer["error"]["message"].as_str().unwrap().starts_with(
+        message.as_str().unwrap().starts_with(
             "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller"
         ),
-        "{answer}"
+        "{message}"
     );
     // `notify set` cannot add one: spec.notify is fixed at creation.
     let (code, answer) = home.json(&[

@@ -12,7 +12,6 @@ use support::webhook_receiver::Receiver;
 
 use errand::api::contract::Reason;
 use errand::api::{AgentExecution, DeliveryState, Phase};
-use errand::controller::notify::{CLOUDEVENTS_CONTENT_TYPE, verify};
 
 /// The signing key, as the Secret holds it.
 const KEY: &str = "webhook-signing-key-3b1f9c";
@@ -100,17 +99,7 @@ async fn a_finished_run_is_delivered_signed_to_its_webhook_and_recorded_in_statu
         "the same bytes on the retry"
     );
     for request in &received {
-        assert_eq!(request.method, "POST");
-        assert_eq!(request.path, "/hooks/errand");
-        assert_eq!(
-            request.content_type.as_deref(),
-            Some(CLOUDEVENTS_CONTENT_TYPE)
-        );
-        let signature = request.signature.as_deref().expect("X-Errand-Signature");
-        assert!(
-            verify(KEY.as_bytes(), &request.body, signature),
-            "{signature}"
-        );
+        request.assert_signed_cloudevent("/hooks/errand", KEY.as_bytes());
     }
     let event: Value = serde_json::from_slice(&received[1].body).unwrap();
     let namespace = harness.namespace.name();

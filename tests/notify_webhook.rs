@@ -13,8 +13,7 @@ use errand::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, DeliveryState, Phase, WebhookDelivery,
 };
 use errand::controller::notify::{
-    AttemptOutcome, CLOUDEVENTS_CONTENT_TYPE, CloudEvent, Step, WebhookSender, finished_event,
-    next_step, record_attempt, verify,
+    AttemptOutcome, CloudEvent, Step, WebhookSender, finished_event, next_step, record_attempt,
 };
 
 const KEY: &[u8] = b"a signing key only the receiver and the Secret know";
@@ -86,15 +85,7 @@ async fn a_delivery_is_retried_after_a_500_and_its_signature_verifies() {
         "every attempt sends the same bytes"
     );
     for request in &received {
-        assert_eq!(request.method, "POST");
-        assert_eq!(request.path, "/hooks/errand");
-        assert_eq!(
-            request.content_type.as_deref(),
-            Some(CLOUDEVENTS_CONTENT_TYPE)
-        );
-        let signature = request.signature.as_deref().expect("a signature header");
-        assert!(verify(KEY, &request.body, signature), "{signature}");
-        assert!(!verify(b"another key", &request.body, signature));
+        request.assert_signed_cloudevent("/hooks/errand", KEY);
     }
     let cloud_event: Value = serde_json::from_slice(&received[1].body).unwrap();
     assert_eq!(

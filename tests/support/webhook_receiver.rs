@@ -23,6 +23,23 @@ pub struct Received {
     pub body: Vec<u8>,
 }
 
+impl Received {
+    /// Asserts this is a signed CloudEvent POSTed to `path`: its `Content-Type` and an
+    /// `X-Errand-Signature` that verifies with `key`.
+    pub fn assert_signed_cloudevent(&self, path: &str, key: &[u8]) {
+        use errand::controller::notify::{CLOUDEVENTS_CONTENT_TYPE, verify};
+        assert_eq!(self.method, "POST");
+        assert_eq!(self.path, path);
+        assert_eq!(self.content_type.as_deref(), Some(CLOUDEVENTS_CONTENT_TYPE));
+        let signature = self
+            .signature
+            .as_deref()
+            .expect("an X-Errand-Signature header");
+        assert!(verify(key, &self.body, signature), "{signature}");
+        assert!(!verify(b"another key", &self.body, signature));
+    }
+}
+
 /// A webhook endpoint serving on a local address until dropped.
 pub struct Receiver {
     /// Where it listens.
