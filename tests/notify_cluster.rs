@@ -60,6 +60,11 @@ async fn a_finished_run_is_delivered_signed_to_its_webhook_and_recorded_in_statu
     ]);
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["execution"]["phase"], "Succeeded", "{answer}");
+    assert_eq!(
+        answer["execution"]["notify"]["webhook"],
+        url.as_str(),
+        "{answer}"
+    );
 
     let execution = harness
         .wait_for_execution("told", "its webhook delivered", |e| {

@@ -33,12 +33,16 @@ pub struct NotifySettings {
     /// Output lines that notify (delivered to the same sinks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_matches: Vec<OutputMatch>,
+    /// The URL a cluster's controller POSTs the run's end to (`spec.notify.webhook`; cluster
+    /// executions only, and never stored in a local record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
 }
 
 impl NotifySettings {
     /// Whether any sink is set.
     pub fn armed(&self) -> bool {
-        self.command.is_some() || self.file.is_some()
+        self.command.is_some() || self.file.is_some() || self.webhook.is_some()
     }
 }
 
