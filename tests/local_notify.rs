@@ -15,6 +15,14 @@ fn lines(path: &std::path::Path) -> Vec<Value> {
         .collect()
 }
 
+/// The message of `execute --local --agent AGENT FLAGS`, refused as an argument error.
+fn refused(home: &Home, agent: &str, flags: &[&str]) -> Value {
+    let (code, answer) =
+        home.json(&[&["execute", "--local", "--agent", agent][..], flags].concat());
+    assert_eq!(code, 2, "{answer}");
+    answer["error"]["message"].clone()
+}
+
 #[test]
 fn a_finished_run_notifies_its_command_and_file_and_keeps_the_delivery_results() {
     let home = Home::new();
@@ -122,15 +130,7 @@ fn a_failing_sink_never_changes_the_outcome() {
             "--notify-on-output \"(\": not a regular expression: regex parse error:\n    (\n    ^\nerror: unclosed group",
         ),
     ] {
-        let (code, answer) = home.json(
-            &[
-                &["execute", "--local", "--agent", agent.as_str()][..],
-                flags,
-            ]
-            .concat(),
-        );
-        assert_eq!(code, 2, "{answer}");
-        assert_eq!(answer["error"]["message"], message);
+        assert_eq!(refused(&home, &agent, flags), message);
     }
 }
 
@@ -222,6 +222,71 @@ fn notify_set_on_a_running_execution_watches_lines_that_appear_afterwards() {
     assert_eq!(
         (code, &answer["error"]["code"]),
         (4, &json!("invalid_state")),
+        "{answer}"
+    );
+}
+
+#[test]
+fn a_webhook_is_refused_locally_and_bad_webhook_flags_name_themselves() {
+    let home = Home::new();
+    let agent = home.agent("quick", "true");
+    for (flags, message) in [
+        (
+            &[
+                "--notify-webhook",
+                "ftp://hooks.example/x",
+                "--notify-webhook-secret",
+                "hooks:signing",
+            ][..],
+            "--notify-webhook: \"ftp://hooks.example/x\": the scheme must be https or http, not \"ftp\"",
+        ),
+        (
+            &[
+                "--notify-webhook",
+                "https://hooks.example/x",
+                "--notify-webhook-secret",
+                "hooks",
+            ],
+            "--notify-webhook-secret \"hooks\": expected NAME:KEY, the Secret (in the execution's namespace) and its key whose value signs deliveries",
+        ),
+        (
+            &[
+                "--notify-webhook",
+                "https://hooks.example/x",
+                "--notify-webhook-secret",
+                "hooks:signing",
+            ],
+            "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller, which signs it with a Kubernetes Secret; a local run notifies through --notify-command (for example curl to your endpoint) or --notify-file",
+        ),
+    ] {
+        assert_eq!(refused(&home, &agent, flags), message);
+    }
+    // The same from a spec.
+    let spec = json!({"notify": {"webhook": {"url": "https://hooks.example/x",
+        "signingSecretRef": {"name": "hooks", "key": "signing"}}}});
+    let message = refused(&home, &agent, &["--spec", &spec.to_string()]);
+    assert!(
+        message.as_str().unwrap().starts_with(
+            "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller"
+        ),
+        "{message}"
+    );
+    // `notify set` cannot add one: spec.notify is fixed at creation.
+    let (code, answer) = home.json(&[
+        "notify",
+        "set",
+        "nothing",
+        "--notify-webhook",
+        "https://hooks.example/x",
+        "--notify-webhook-secret",
+        "hooks:signing",
+    ]);
+    assert_eq!(code, 2, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("--notify-webhook is set when the execution is created"),
         "{answer}"
     );
 }

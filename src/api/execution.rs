@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::agent::AgentSpec;
 use super::common::{Reference, ResultEntry};
 use super::environment::AgentEnvironmentSpec;
+use super::notify::{NotifySpec, NotifyStatus};
 
 /// Timeout of an execution that sets none: one hour.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 3600;
@@ -30,7 +31,7 @@ pub const RERUN_TAKES_THE_SNAPSHOT: &str = "a rerun takes its input, environment
 
 /// Spec fields that never change after creation (everything but `cancel`, `kill`, `held` and
 /// `deadline`, which have their own transition rules).
-const IMMUTABLE_SPEC_FIELDS: [&str; 13] = [
+const IMMUTABLE_SPEC_FIELDS: [&str; 14] = [
     "agentRef",
     "agent",
     "input",
@@ -44,6 +45,7 @@ const IMMUTABLE_SPEC_FIELDS: [&str; 13] = [
     "queueName",
     "ttlSecondsAfterFinished",
     "rerunOf",
+    "notify",
 ];
 
 /// The CEL transition rule that keeps every spec field but `cancel` as it was created.
@@ -174,6 +176,10 @@ pub struct AgentExecutionSpec {
     /// in `status.deadline`; may change while the execution runs, never after a cancel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineChange>,
+    /// Where the controller sends the run's end: a signed CloudEvent POSTed to a webhook,
+    /// retried with backoff, recorded in `status.notify` (`errand execute --notify-webhook`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<NotifySpec>,
 }
 
 /// A change of a running execution's deadline. The controller accepts it once (per `request`)
@@ -236,6 +242,7 @@ impl Default for AgentExecutionSpec {
             kill: false,
             held: false,
             deadline: None,
+            notify: None,
         }
     }
 }
@@ -368,6 +375,9 @@ pub struct AgentExecutionStatus {
     /// How the controller answered the last `spec.deadline` change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<DeadlineStatus>,
+    /// How the delivery of the run's end to `spec.notify` went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<NotifyStatus>,
 }
 
 /// Where the execution's snapshot is.

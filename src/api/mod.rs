@@ -12,6 +12,7 @@ mod environment;
 mod execution;
 mod extension;
 mod fileset;
+mod notify;
 mod runtime;
 pub mod tags;
 
@@ -37,6 +38,10 @@ pub use extension::{
     AgentExtension, AgentExtensionSpec, DEFAULT_EXTENSION_TIMEOUT_SECONDS, MAX_EXTENSION_RESULTS,
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
+pub use notify::{
+    DeliveryState, EXECUTION_FINISHED, ExecutionEvent, MAX_WEBHOOK_URL_BYTES, MatchedLine,
+    NotifySpec, NotifyStatus, OUTPUT_MATCHED, SecretKeyRef, WebhookDelivery, WebhookSink,
+};
 pub use runtime::{AgentRuntime, AgentRuntimeSpec};
 
 /// The API group of every errand resource.

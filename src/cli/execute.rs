@@ -257,6 +257,9 @@ async fn apply_flags(
     if args.auto_telemetry {
         spec.auto_telemetry = true;
     }
+    if let Some(notify) = args.notify.webhook()? {
+        spec.notify = Some(notify);
+    }
     Ok(pushed)
 }
 

@@ -37,6 +37,9 @@ use crate::runner::signals::cancel_on_stop_signal;
 use crate::store::keys::{AnyResult, ExecutionId};
 use crate::store::{Store, StoreError};
 
+/// Why a local run takes no webhook: its signing key is a Kubernetes Secret, which only the
+/// cluster's controller reads, and the local sinks already reach any endpoint.
+const LOCAL_WEBHOOK_REFUSAL: &str = "spec.notify.webhook (--notify-webhook) is delivered by the cluster's controller, which signs it with a Kubernetes Secret; a local run notifies through --notify-command (for example curl to your endpoint) or --notify-file";
 /// How often waiting commands look at a record again.
 const POLL: Duration = Duration::from_millis(100);
 /// How long `cancel` and `delete` wait for a supervisor to exit once its record is final.
@@ -288,6 +291,9 @@ impl Backend for Local {
         request: &ExecutionRequest,
         args: &ExecuteArgs,
     ) -> Result<ExecutionRecord, CliError> {
+        if request.spec.notify.is_some() {
+            return Err(CliError::argument(LOCAL_WEBHOOK_REFUSAL));
+        }
         super::gc::automatic(self, args.output.format).await;
         let record = prepare(
             &self.data,

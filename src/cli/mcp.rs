@@ -60,13 +60,18 @@ pub struct ExecuteTool {
     pub notify_command: Option<String>,
     /// A file the run's `execution.finished` event is appended to as one JSON line (local runs).
     pub notify_file: Option<PathBuf>,
+    /// A URL the controller POSTs the run's end to as a signed CloudEvent (cluster runs; with
+    /// `notify_webhook_secret`).
+    pub notify_webhook: Option<String>,
+    /// `NAME:KEY` of the Secret key that signs webhook deliveries (cluster runs).
+    pub notify_webhook_secret: Option<String>,
 }
 
 /// What `execute` adds to its answer when a sink is set: the notification is armed, so the
 /// caller can stop polling and wait for the event.
 fn armed_notice(answer: &CallToolResult) -> Option<String> {
     let notify = &answer.structured_content.as_ref()?["execution"]["notify"];
-    let sinks: Vec<&str> = ["command", "file"]
+    let sinks: Vec<&str> = ["command", "file", "webhook"]
         .into_iter()
         .filter(|s| !notify[*s].is_null())
         .collect();
@@ -271,6 +276,8 @@ impl ErrandMcp {
                         "--notify-file",
                         tool.notify_file.map(|p| p.display().to_string()),
                     ),
+                    ("--notify-webhook", tool.notify_webhook),
+                    ("--notify-webhook-secret", tool.notify_webhook_secret),
                 ],
             )
         });

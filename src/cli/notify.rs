@@ -1,8 +1,9 @@
-//! Notification flags of `execute` and `errand notify set`: the sinks (a command, an NDJSON file) and output-match watches of a local execution.
+//! Notification flags of `execute` and `errand notify set`: the sinks (a command, an NDJSON file) and output-match watches of a local execution, and the webhook of a cluster one.
 
 use super::backend::{Backend, find};
 use super::output::{CliError, OutputArgs, print_ok};
 use super::show::print_record;
+use crate::api::{NotifySpec, SecretKeyRef, WebhookSink};
 use crate::local::notify::{NotifySettings, OutputMatch};
 
 /// Where a run's notifications go (local runs).
@@ -26,6 +27,14 @@ pub struct NotifyArgs {
     /// Which stream `--notify-on-output` watches: `stdout`, `stderr` or `both`.
     #[arg(long, value_name = "STREAM", default_value = "both", value_parser = ["stdout", "stderr", "both"])]
     pub notify_stream: String,
+    /// On a cluster: an `https://` (or `http://`) URL the controller POSTs the run's end to, as
+    /// a CloudEvent signed with `--notify-webhook-secret` (`spec.notify.webhook`).
+    #[arg(long, value_name = "URL", requires = "notify_webhook_secret")]
+    pub notify_webhook: Option<String>,
+    /// The Secret key, in the execution's namespace, whose value signs webhook deliveries:
+    /// `NAME:KEY`. Only the reference is stored; the controller reads the value to sign.
+    #[arg(long, value_name = "NAME:KEY", requires = "notify_webhook")]
+    pub notify_webhook_secret: Option<String>,
 }
 
 impl NotifyArgs {
@@ -34,6 +43,32 @@ impl NotifyArgs {
         self.notify_command.is_some()
             || self.notify_file.is_some()
             || self.notify_on_output.is_some()
+    }
+
+    /// The `spec.notify` the webhook flags ask for, `None` without them.
+    pub fn webhook(&self) -> Result<Option<NotifySpec>, CliError> {
+        let (Some(url), Some(secret)) = (&self.notify_webhook, &self.notify_webhook_secret) else {
+            return Ok(None);
+        };
+        crate::resolve::webhook_url(url)
+            .map_err(|message| CliError::argument(format!("--notify-webhook: {message}")))?;
+        let (name, key) = secret
+            .split_once(':')
+            .filter(|(name, key)| !name.is_empty() && !key.is_empty())
+            .ok_or_else(|| {
+                CliError::argument(format!(
+                    "--notify-webhook-secret {secret:?}: expected NAME:KEY, the Secret (in the execution's namespace) and its key whose value signs deliveries"
+                ))
+            })?;
+        Ok(Some(NotifySpec {
+            webhook: Some(WebhookSink {
+                url: url.clone(),
+                signing_secret_ref: SecretKeyRef {
+                    name: name.to_owned(),
+                    key: key.to_owned(),
+                },
+            }),
+        }))
     }
 
     /// `settings` with these flags applied; a watch starts at the given stream sizes.
@@ -88,6 +123,11 @@ pub async fn notify_set(
     args: &NotifyArgs,
     output: OutputArgs,
 ) -> Result<(), CliError> {
+    if args.notify_webhook.is_some() {
+        return Err(CliError::argument(
+            "--notify-webhook is set when the execution is created (spec.notify cannot change): errand execute --notify-webhook URL --notify-webhook-secret NAME:KEY",
+        ));
+    }
     if !args.given() {
         return Err(CliError::argument(
             "notify set needs --notify-command, --notify-file or --notify-on-output",

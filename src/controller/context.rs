@@ -1,6 +1,6 @@
 //! What every reconcile shares: the client, caches (namespaces among them), signer, results store, recorder, metrics, and the controller's memory of its own writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use tracing::warn;
 use super::config::ControllerConfig;
 use super::error::Error;
 use super::metrics::Metrics;
+use super::notify::WebhookSender;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
 use crate::cluster::catalog::ClusterCatalog;
@@ -61,6 +62,10 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// The span of each reconcile, in the execution's trace (off unless asked for).
     pub reconcile_spans: ReconcileSpans,
+    /// Makes the webhook attempts of finished executions.
+    pub webhooks: WebhookSender,
+    /// The uids whose webhook attempt is in flight: one at a time per execution.
+    deliveries: Mutex<HashSet<String>>,
 }
 
 impl Context {
@@ -95,6 +100,8 @@ impl Context {
             written: Mutex::default(),
             failures: Mutex::default(),
             reconcile_spans: ReconcileSpans::off(),
+            webhooks: WebhookSender::new(),
+            deliveries: Mutex::default(),
         }
     }
 
@@ -166,6 +173,22 @@ impl Context {
                 .expect("no panics while holding the lock")
                 .insert(uid, Arc::new(updated));
         }
+    }
+
+    /// Marks a webhook attempt of `uid` in flight; false when one already is.
+    pub fn begin_delivery(&self, uid: &str) -> bool {
+        self.deliveries
+            .lock()
+            .expect("no panics while holding the lock")
+            .insert(uid.to_owned())
+    }
+
+    /// Marks the webhook attempt of `uid` done.
+    pub fn end_delivery(&self, uid: &str) {
+        self.deliveries
+            .lock()
+            .expect("no panics while holding the lock")
+            .remove(uid);
     }
 
     /// Forgets everything about an execution that is gone.

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod metrics;
 pub mod names;
+pub mod notify;
 pub mod reconcile;
 pub mod results_cleanup;
 pub mod status;

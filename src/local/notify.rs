@@ -10,11 +10,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use super::record::{ExecutionRecord, Records};
+use crate::api::{ExecutionEvent, MatchedLine};
 
-/// Event type of a finished run.
-pub const EXECUTION_FINISHED: &str = "execution.finished";
-/// Event type of an output line that matched a watch.
-pub const OUTPUT_MATCHED: &str = "execution.output_matched";
+pub use crate::api::{EXECUTION_FINISHED, OUTPUT_MATCHED};
 /// How long a notify command may take before it is killed (its delivery then failed).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often a running execution's new output is checked against its watches.
@@ -35,12 +33,16 @@ pub struct NotifySettings {
     /// Output lines that notify (delivered to the same sinks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub output_matches: Vec<OutputMatch>,
+    /// The URL a cluster's controller POSTs the run's end to (`spec.notify.webhook`; cluster
+    /// executions only, and never stored in a local record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
 }
 
 impl NotifySettings {
     /// Whether any sink is set.
     pub fn armed(&self) -> bool {
-        self.command.is_some() || self.file.is_some()
+        self.command.is_some() || self.file.is_some() || self.webhook.is_some()
     }
 }
 
@@ -74,42 +76,12 @@ impl OutputMatch {
 /// One event and how its delivery went.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NotificationEvent {
-    /// `execution.finished` or `execution.output_matched`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// When it happened.
-    pub time: jiff::Timestamp,
-    /// The execution's name.
-    pub execution: String,
-    /// Its namespace.
-    pub namespace: String,
-    /// Its uid.
-    pub uid: String,
-    /// Its phase then.
-    pub phase: crate::api::Phase,
-    /// How it ended (finished events).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-    /// The agent's exit code (finished events).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// The line that matched (output-match events).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub matched: Option<MatchedLine>,
+    /// What happened: the same fields on every backend.
+    #[serde(flatten)]
+    pub event: ExecutionEvent,
     /// One entry per sink, filled once delivery was tried.
     #[serde(default)]
     pub deliveries: Vec<Delivery>,
-}
-
-/// The output line an event reports.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct MatchedLine {
-    /// The watch's pattern.
-    pub pattern: String,
-    /// `stdout` or `stderr`.
-    pub stream: String,
-    /// The line, without its newline.
-    pub line: String,
 }
 
 /// How delivery to one sink went.
@@ -128,23 +100,24 @@ impl NotificationEvent {
     /// The event of `record` as it stands.
     pub fn of(kind: &str, record: &ExecutionRecord, matched: Option<MatchedLine>) -> Self {
         Self {
-            kind: kind.to_owned(),
-            time: jiff::Timestamp::now(),
-            execution: record.name.clone(),
-            namespace: record.namespace.clone(),
-            uid: record.uid.clone(),
-            phase: record.phase,
-            reason: record.reason.clone(),
-            exit_code: record.exit_code,
-            matched,
+            event: ExecutionEvent {
+                kind: kind.to_owned(),
+                time: jiff::Timestamp::now(),
+                execution: record.name.clone(),
+                namespace: record.namespace.clone(),
+                uid: record.uid.clone(),
+                phase: record.phase,
+                reason: record.reason.clone(),
+                exit_code: record.exit_code,
+                matched,
+            },
             deliveries: Vec::new(),
         }
     }
 
     /// The event as sinks get it: one JSON line, without the delivery results.
     fn line(&self) -> String {
-        let mut value = serde_json::to_value(self).expect("an event serializes");
-        value.as_object_mut().map(|o| o.remove("deliveries"));
+        let mut value = serde_json::to_value(&self.event).expect("an event serializes");
         value["schema_version"] = 1.into();
         value.to_string()
     }
@@ -154,7 +127,7 @@ impl NotificationEvent {
 pub async fn deliver(settings: &NotifySettings, event: &mut NotificationEvent) {
     let line = event.line();
     if let Some(command) = &settings.command {
-        let result = run_command(command, event, &line).await;
+        let result = run_command(command, &event.event, &line).await;
         event.deliveries.push(Delivery {
             sink: "command".into(),
             ok: result.is_ok(),
@@ -171,7 +144,7 @@ pub async fn deliver(settings: &NotifySettings, event: &mut NotificationEvent) {
     }
 }
 
-async fn run_command(command: &str, event: &NotificationEvent, line: &str) -> Result<(), String> {
+async fn run_command(command: &str, event: &ExecutionEvent, line: &str) -> Result<(), String> {
     let mut child = tokio::process::Command::new("sh")
         .args(["-c", command])
         .env("ERRAND_EVENT_TYPE", &event.kind)

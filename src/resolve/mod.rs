@@ -11,6 +11,7 @@ mod deployment;
 mod extension;
 mod merge;
 mod nemo_spec;
+mod notify;
 mod problems;
 mod quantity;
 mod refs;
@@ -39,6 +40,7 @@ pub use deployment::{as_execution_spec, resolve_deployment, source_digest};
 pub use extension::{ResolvedExtension, check_extension, extension_result_name, pick_extension};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
+pub use notify::webhook_url;
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
@@ -69,11 +71,12 @@ pub fn resolve_execution(
     spec: &AgentExecutionSpec,
     catalog: &dyn Catalog,
 ) -> Result<Snapshot, InvalidSpec> {
+    let mut problems = Problems::default();
+    notify::check_notify(namespace, spec, catalog, &mut problems);
     if let Some(rerun) = &spec.rerun_of {
         let source = catalog.rerun_source(namespace, &rerun.name);
-        return resolve_rerun(namespace, spec, source.as_ref());
+        return problems.finish_with(resolve_rerun(namespace, spec, source.as_ref()));
     }
-    let mut problems = Problems::default();
     let agent = resolve_agent(namespace, spec, catalog, &mut problems);
     let environment = resolve_environment(namespace, spec, catalog, &mut problems);
     let workdir = resolve_workdir(namespace, spec.workdir.as_ref(), catalog, &mut problems);
@@ -158,13 +161,7 @@ pub fn admit_creation(
     if spec.cancel {
         problems.push("spec.cancel", CANCELLED_AT_CREATION);
     }
-    match resolution {
-        Ok(snapshot) => problems.finish(snapshot),
-        Err(invalid) => {
-            problems.extend(invalid.problems);
-            Err(problems.into_error())
-        }
-    }
+    problems.finish_with(resolution)
 }
 
 /// Checks a reference's name and that it stays in `namespace`.

@@ -84,6 +84,20 @@ impl Problems {
         InvalidSpec { problems: self.0 }
     }
 
+    /// `resolution` with the problems found so far added before its own.
+    pub(crate) fn finish_with<T>(
+        mut self,
+        resolution: Result<T, InvalidSpec>,
+    ) -> Result<T, InvalidSpec> {
+        match resolution {
+            Ok(value) => self.finish(value),
+            Err(invalid) => {
+                self.extend(invalid.problems);
+                Err(self.into_error())
+            }
+        }
+    }
+
     /// `Ok(value)` when nothing was found, else every problem.
     pub(crate) fn finish<T>(self, value: T) -> Result<T, InvalidSpec> {
         if self.0.is_empty() {

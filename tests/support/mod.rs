@@ -20,3 +20,4 @@ pub mod s3;
 pub mod store;
 pub mod telemetry;
 pub mod tenant;
+pub mod webhook_receiver;

@@ -364,7 +364,7 @@ impl Backend for Cluster {
         _args: &NotifyArgs,
     ) -> Result<ExecutionRecord, CliError> {
         Err(CliError::argument(
-            "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event",
+            "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event, and to the webhook it was created with (--notify-webhook)",
         ))
     }
 
@@ -403,7 +403,7 @@ impl Backend for Cluster {
         }
         if args.notify.given() {
             return Err(CliError::argument(
-                "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event",
+                "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event, and to a webhook with --notify-webhook URL --notify-webhook-secret NAME:KEY",
             ));
         }
         let mut spec = request.spec.clone();
@@ -858,7 +858,15 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .and_then(|json| serde_json::from_str(json).ok())
             .unwrap_or_default(),
         stdin_bytes: annotation(execution, STDIN_BYTES_ANNOTATION).and_then(|n| n.parse().ok()),
-        notify: None,
+        notify: execution
+            .spec
+            .notify
+            .as_ref()
+            .and_then(|n| n.webhook.as_ref())
+            .map(|webhook| crate::local::notify::NotifySettings {
+                webhook: Some(webhook.url.clone()),
+                ..Default::default()
+            }),
         notifications: Vec::new(),
     }
 }

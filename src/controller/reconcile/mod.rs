@@ -4,20 +4,22 @@
 //! its Job; [`validate`] completes the snapshot with this cluster's defaults and checks it
 //! against its limits; [`build`] signs the grants and builds the children; [`apply`] creates
 //! them (create-only) or stops what must stop; [`update_status`] writes the status; once it
-//! is finished, [`expire`] deletes it when its lifetime runs out. Validate and build take no
-//! client.
+//! is finished, [`notify`] delivers its end to its webhook and [`expire`] deletes it when its
+//! lifetime runs out. Validate and build take no client.
 //!
 //! Writes are few by construction: two creates (the snapshot ConfigMap carries the results
 //! finalizer from birth), one status write per phase shown (a run that ends within
 //! [`status::RUNNING_SHOWN_AFTER`] of its agent's start goes from `Starting` to its end in one),
-//! one Warning event per failure, and nothing at all for terminal executions but the one
-//! delete when their lifetime runs out.
+//! one Warning event per failure, and nothing at all for terminal executions but one status
+//! write per webhook attempt (when `spec.notify.webhook` is set) and the one delete when their
+//! lifetime runs out.
 
 mod apply;
 mod build;
 mod control;
 mod dereference;
 mod expire;
+mod notify;
 mod update_status;
 mod validate;
 
@@ -141,7 +143,15 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
         ctx: &ctx,
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
-        reconciler.retain().await?
+        let notify = notify::deliver_webhook(&execution, &ctx);
+        match [notify, reconciler.retain().await?]
+            .into_iter()
+            .flatten()
+            .min()
+        {
+            Some(after) => Action::requeue(after),
+            None => Action::await_change(),
+        }
     } else if status.snapshot.is_none() && execution.spec.held {
         reconciler.hold().await?
     } else if status.snapshot.is_none() {

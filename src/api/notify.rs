@@ -1,0 +1,139 @@
+//! Completion notifications: the event every backend sends (`execution.finished`, `execution.output_matched`), and on the cluster an execution's webhook sink and how its delivery went.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::execution::Phase;
+
+/// Event type of a finished run.
+pub const EXECUTION_FINISHED: &str = "execution.finished";
+/// Event type of an output line that matched a watch (local runs).
+pub const OUTPUT_MATCHED: &str = "execution.output_matched";
+/// The longest webhook URL accepted.
+pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+
+/// What happened to an execution, as every sink receives it: the local command and file sinks
+/// as is, the cluster's webhook as the `data` of a CloudEvent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ExecutionEvent {
+    /// `execution.finished` or `execution.output_matched`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When it happened (a finished event: when the run ended).
+    pub time: jiff::Timestamp,
+    /// The execution's name.
+    pub execution: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its uid.
+    pub uid: String,
+    /// Its phase then.
+    pub phase: Phase,
+    /// How it ended (finished events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The agent's exit code (finished events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The line that matched (output-match events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<MatchedLine>,
+}
+
+/// The output line an event reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct MatchedLine {
+    /// The watch's pattern.
+    pub pattern: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// The line, without its newline.
+    pub line: String,
+}
+
+/// Where an execution's notifications go (cluster).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifySpec {
+    /// An HTTP endpoint the controller POSTs the `execution.finished` CloudEvent to, signed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookSink>,
+}
+
+/// A webhook the controller delivers the run's end to: a CloudEvents 1.0 structured-mode JSON
+/// POST, signed with HMAC-SHA256 in `X-Errand-Signature: sha256=<hex>`, retried with backoff.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookSink {
+    /// The `https://` (or `http://`) URL to POST to, at most 2048 bytes, without user
+    /// information (credentials belong in the signing Secret, not in the spec).
+    #[schemars(length(min = 1, max = MAX_WEBHOOK_URL_BYTES))]
+    #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("url must start with https:// or http://"))]
+    pub url: String,
+    /// The Secret key (in this namespace) whose value signs each delivery. The controller
+    /// reads it when it delivers; it is never copied into the execution, its snapshot or status.
+    pub signing_secret_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the execution's namespace.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key in its `data`.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// How the execution's notifications went (cluster).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotifyStatus {
+    /// The delivery of the `execution.finished` event to `spec.notify.webhook`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookDelivery>,
+}
+
+/// Where a webhook delivery stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DeliveryState {
+    /// Not delivered yet; another attempt comes at `nextAttemptTime`.
+    Pending,
+    /// The endpoint answered 2xx.
+    Delivered,
+    /// Given up: the attempts ran out, or the endpoint refused it for good (a 4xx other than
+    /// 408 and 429, or a redirect).
+    Failed,
+}
+
+/// The record of one webhook delivery: enough to see what the endpoint answered, never the
+/// signing key.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookDelivery {
+    /// The CloudEvent's `id`, the same on every attempt, so a receiver can drop duplicates.
+    pub event_id: String,
+    /// Where the delivery stands.
+    pub state: DeliveryState,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// When the last attempt was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempt_time: Option<Time>,
+    /// The HTTP status the endpoint answered last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status_code: Option<u16>,
+    /// Why the last attempt failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the endpoint accepted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivered_time: Option<Time>,
+    /// When the next attempt is due (state `Pending`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_time: Option<Time>,
+}

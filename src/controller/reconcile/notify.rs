@@ -1,0 +1,122 @@
+//! Notify: once an execution is terminal, its `execution.finished` CloudEvent goes to its webhook, one attempt at a time in the background, each recorded in `status.notify.webhook`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use tracing::{debug, info, warn};
+
+use super::Reconciler;
+use crate::api::{AgentExecution, DeliveryState, NotifyStatus, SecretKeyRef, WebhookSink};
+use crate::controller::build::ExecutionOwner;
+use crate::controller::context::Context;
+use crate::controller::notify::{
+    ATTEMPT_TIMEOUT, AttemptOutcome, CloudEvent, Step, finished_event, next_step, record_attempt,
+};
+
+/// How long after starting an attempt the execution is looked at again, in case the attempt's
+/// status write is lost: the attempt's own timeout, and a margin to write.
+const AFTER_AN_ATTEMPT: Duration = ATTEMPT_TIMEOUT.saturating_add(Duration::from_secs(5));
+
+/// Moves the webhook delivery of a terminal `execution` on: starts an attempt in the
+/// background when one is due (and none is in flight). Returns when to look again, `None`
+/// when there is nothing (more) to deliver. Never fails: a delivery never changes the run.
+pub(super) fn deliver_webhook(execution: &AgentExecution, ctx: &Arc<Context>) -> Option<Duration> {
+    let webhook = execution.spec.notify.as_ref()?.webhook.clone()?;
+    let delivery = execution
+        .status
+        .as_ref()
+        .and_then(|s| s.notify.as_ref())
+        .and_then(|n| n.webhook.as_ref());
+    match next_step(delivery, Timestamp::now()) {
+        Step::Done => None,
+        Step::WaitFor(after) => Some(after),
+        Step::Attempt => {
+            let owner = ExecutionOwner::of(execution).ok()?;
+            if ctx.begin_delivery(&owner.uid) {
+                let execution = Arc::new(execution.clone());
+                tokio::spawn(attempt(execution, owner, webhook, Arc::clone(ctx)));
+            }
+            Some(AFTER_AN_ATTEMPT)
+        }
+    }
+}
+
+/// One attempt, and its record written to the status.
+async fn attempt(
+    execution: Arc<AgentExecution>,
+    owner: ExecutionOwner,
+    webhook: WebhookSink,
+    ctx: Arc<Context>,
+) {
+    let uid = owner.uid.clone();
+    if let Some(event) = finished_event(&execution) {
+        let event = CloudEvent::of(event);
+        let outcome = match signing_key(&ctx, &owner.namespace, &webhook.signing_secret_ref).await {
+            Ok(key) => ctx.webhooks.attempt(&webhook.url, &key, &event).await,
+            Err(error) => AttemptOutcome::Unanswered(error),
+        };
+        record(&ctx, &execution, owner, &event.id, &outcome).await;
+    }
+    ctx.end_delivery(&uid);
+}
+
+/// The signing key: the value of the Secret key the webhook names, read when it is used.
+async fn signing_key(
+    ctx: &Context,
+    namespace: &str,
+    reference: &SecretKeyRef,
+) -> Result<Vec<u8>, String> {
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(&reference.name)
+        .await
+        .map_err(|e| format!("reading Secret {:?}: {e}", reference.name))?
+        .ok_or_else(|| format!("Secret {:?} not found", reference.name))?;
+    secret
+        .data
+        .and_then(|mut data| data.remove(&reference.key))
+        .map(|value| value.0)
+        .ok_or_else(|| format!("Secret {:?} has no key {:?}", reference.name, reference.key))
+}
+
+/// Writes the attempt's record into the execution's status (the latest this controller knows).
+async fn record(
+    ctx: &Context,
+    execution: &Arc<AgentExecution>,
+    owner: ExecutionOwner,
+    event_id: &str,
+    outcome: &AttemptOutcome,
+) {
+    let latest = ctx.latest(Arc::clone(execution));
+    let mut status = latest.status.clone().unwrap_or_default();
+    let previous = status.notify.as_ref().and_then(|n| n.webhook.as_ref());
+    let delivery = record_attempt(previous, event_id, outcome, Timestamp::now());
+    let name = owner.name.clone();
+    match delivery.state {
+        DeliveryState::Delivered => {
+            info!(execution = %name, attempts = delivery.attempts, "webhook delivered");
+        }
+        DeliveryState::Pending => {
+            debug!(execution = %name, attempts = delivery.attempts, error = ?delivery.last_error, "webhook attempt failed; retrying");
+        }
+        DeliveryState::Failed => {
+            warn!(execution = %name, attempts = delivery.attempts, error = ?delivery.last_error, "webhook delivery given up");
+        }
+    }
+    status.notify = Some(NotifyStatus {
+        webhook: Some(delivery),
+    });
+    let reconciler = Reconciler {
+        api: Api::namespaced(ctx.client.clone(), &owner.namespace),
+        execution: &latest,
+        owner,
+        ctx,
+    };
+    if let Err(error) = reconciler.write_status(status).await {
+        // Looked at again after `AFTER_AN_ATTEMPT`; the same event id lets the receiver drop
+        // the repeat.
+        warn!(execution = %name, "recording the webhook attempt: {error}");
+    }
+}

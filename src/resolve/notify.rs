@@ -1,0 +1,166 @@
+//! Admission rules of `spec.notify`: the webhook's URL, and its signing Secret key, which must exist in the execution's namespace.
+
+use super::catalog::Catalog;
+use super::problems::Problems;
+use super::rules::{object_name, secret_key};
+use crate::api::{AgentExecutionSpec, MAX_WEBHOOK_URL_BYTES, WebhookSink};
+
+/// Checks `spec.notify` of an execution submitted in `namespace`.
+pub(crate) fn check_notify(
+    namespace: &str,
+    spec: &AgentExecutionSpec,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) {
+    let Some(webhook) = spec.notify.as_ref().and_then(|n| n.webhook.as_ref()) else {
+        return;
+    };
+    if let Err(message) = webhook_url(&webhook.url) {
+        problems.push("spec.notify.webhook.url", message);
+    }
+    check_signing_secret(namespace, webhook, catalog, problems);
+}
+
+/// Checks a webhook URL: absolute `https` or `http`, with a host, without user information
+/// (which would put a credential in the spec), at most [`MAX_WEBHOOK_URL_BYTES`].
+pub fn webhook_url(url: &str) -> Result<url::Url, String> {
+    if url.len() > MAX_WEBHOOK_URL_BYTES {
+        return Err(format!(
+            "is {} bytes; at most {MAX_WEBHOOK_URL_BYTES} are accepted",
+            url.len()
+        ));
+    }
+    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "https" | "http") {
+        return Err(format!(
+            "{url:?}: the scheme must be https or http, not {:?}",
+            parsed.scheme()
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{url:?} names no host"));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!(
+            "{:?} carries user information: the spec is readable by everyone who can list executions; sign deliveries with signingSecretRef instead",
+            redacted(&parsed)
+        ));
+    }
+    Ok(parsed)
+}
+
+/// `url` without its user information, for messages.
+fn redacted(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.to_string()
+}
+
+fn check_signing_secret(
+    namespace: &str,
+    webhook: &WebhookSink,
+    catalog: &dyn Catalog,
+    problems: &mut Problems,
+) {
+    let reference = &webhook.signing_secret_ref;
+    let before = problems.len();
+    if let Err(message) = object_name(&reference.name) {
+        problems.push("spec.notify.webhook.signingSecretRef.name", message);
+    }
+    if let Err(message) = secret_key(&reference.key) {
+        problems.push("spec.notify.webhook.signingSecretRef.key", message);
+    }
+    if problems.len() > before {
+        return;
+    }
+    match catalog.secret_keys(namespace, &reference.name) {
+        None => problems.push(
+            "spec.notify.webhook.signingSecretRef.name",
+            format!(
+                "Secret {:?} not found in namespace {namespace:?}",
+                reference.name
+            ),
+        ),
+        Some(keys) if !keys.contains(&reference.key) => problems.push(
+            "spec.notify.webhook.signingSecretRef.key",
+            format!("Secret {:?} has no key {:?}", reference.name, reference.key),
+        ),
+        Some(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NotifySpec, SecretKeyRef};
+    use crate::resolve::InMemoryCatalog;
+
+    fn spec(url: &str, name: &str, key: &str) -> AgentExecutionSpec {
+        AgentExecutionSpec {
+            notify: Some(NotifySpec {
+                webhook: Some(WebhookSink {
+                    url: url.into(),
+                    signing_secret_ref: SecretKeyRef {
+                        name: name.into(),
+                        key: key.into(),
+                    },
+                }),
+            }),
+            ..AgentExecutionSpec::default()
+        }
+    }
+
+    fn problems_of(spec: &AgentExecutionSpec, catalog: &InMemoryCatalog) -> Vec<String> {
+        let mut problems = Problems::default();
+        check_notify("team", spec, catalog, &mut problems);
+        let invalid = problems.into_error();
+        invalid.problems.iter().map(ToString::to_string).collect()
+    }
+
+    fn catalog() -> InMemoryCatalog {
+        InMemoryCatalog::default().with_secret("team", "hooks", &[("signing", "s3cret")])
+    }
+
+    #[test]
+    fn a_webhook_with_an_existing_secret_key_is_accepted() {
+        for url in ["https://hooks.example.com/errand", "http://10.0.0.1:8080/x"] {
+            assert!(problems_of(&spec(url, "hooks", "signing"), &catalog()).is_empty());
+        }
+    }
+
+    #[test]
+    fn bad_urls_are_refused_naming_the_field() {
+        for (url, says) in [
+            ("ftp://example.com/", "scheme must be https or http"),
+            ("hooks.example.com", "is not a URL"),
+            ("https://user:pw@example.com/", "carries user information"),
+        ] {
+            let problems = problems_of(&spec(url, "hooks", "signing"), &catalog());
+            assert_eq!(problems.len(), 1, "{url}: {problems:?}");
+            assert!(problems[0].starts_with("spec.notify.webhook.url: "));
+            assert!(problems[0].contains(says), "{url}: {problems:?}");
+            assert!(!problems[0].contains("pw"), "{problems:?}");
+        }
+        let long = format!("https://example.com/{}", "a".repeat(MAX_WEBHOOK_URL_BYTES));
+        assert!(problems_of(&spec(&long, "hooks", "signing"), &catalog())[0].contains("bytes"));
+    }
+
+    #[test]
+    fn the_signing_secret_must_exist_with_its_key() {
+        assert_eq!(
+            problems_of(&spec("https://h.example/", "nope", "signing"), &catalog()),
+            [
+                "spec.notify.webhook.signingSecretRef.name: Secret \"nope\" not found in namespace \"team\""
+            ]
+        );
+        assert_eq!(
+            problems_of(&spec("https://h.example/", "hooks", "other"), &catalog()),
+            ["spec.notify.webhook.signingSecretRef.key: Secret \"hooks\" has no key \"other\""]
+        );
+        assert_eq!(
+            problems_of(&spec("https://h.example/", "Bad_Name", "k/ey"), &catalog()).len(),
+            2
+        );
+    }
+}
