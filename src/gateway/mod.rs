@@ -29,7 +29,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::api::AgentDeployment;
 use crate::store::Store;
 use auth::ClusterAuthorizer;
-use server::Gateway;
+use server::{ClusterDirectory, Gateway};
 use sessions::Sessions;
 
 /// How the gateway is served.
@@ -55,15 +55,22 @@ pub fn start(
 ) {
     let gateway = Arc::new(Gateway {
         authorizer: Box::new(ClusterAuthorizer::new(client)),
-        deployments,
-        slices,
+        directory: Box::new(ClusterDirectory {
+            deployments,
+            slices,
+        }),
         sessions: Sessions::new(store),
-        client: reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .build()
-            .expect("a plain HTTP client builds"),
+        client: agent_client(),
         next: AtomicUsize::new(0),
     });
     tasks.spawn(server::serve(listener, acceptor, gateway));
+}
+
+/// A plain HTTP client for agent servers, as the gateway passes requests on with.
+pub fn agent_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .build()
+        .expect("a plain HTTP client builds")
 }
