@@ -15,7 +15,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::problems::Problem;
-use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
+use crate::api::{
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+};
 
 /// The errand resources with a CRD schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +89,7 @@ impl Resource {
         SCHEMAS[index].get_or_init(|| {
             let crd: CustomResourceDefinition =
                 serde_saphyr::from_str(yaml).expect("a committed CRD parses");
-            open_api_schema(&crd)
+            crd_schema(&crd)
         })
     }
 
@@ -101,12 +103,12 @@ impl Resource {
             Resource::AgentRuntime => AgentRuntime::crd(),
             Resource::AgentExtension => AgentExtension::crd(),
         };
-        open_api_schema(&crd)
+        crd_schema(&crd)
     }
 }
 
 /// The `openAPIV3Schema` of a CRD's (only) version.
-fn open_api_schema(crd: &CustomResourceDefinition) -> Value {
+fn crd_schema(crd: &CustomResourceDefinition) -> Value {
     let schema = crd.spec.versions[0]
         .schema
         .as_ref()
@@ -138,7 +140,18 @@ const OBJECT_META_FIELDS: [&str; 15] = [
 /// `resource`) on create: first its structure against the schema, then, for a well-formed
 /// object, the CEL rules. `status` is not checked: the API server ignores it on create.
 pub fn check_object(resource: Resource, object: &Value) -> Vec<Problem> {
-    let schema = resource.schema();
+    check_against(resource.schema(), object)
+}
+
+/// Every problem the API server would find in a whole AgentDeployment on create (the local
+/// backend's deployments; it is not a kind `apply` takes).
+pub fn check_deployment(object: &Value) -> Vec<Problem> {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    let schema = SCHEMA.get_or_init(|| crd_schema(&AgentDeployment::crd()));
+    check_against(schema, object)
+}
+
+fn check_against(schema: &Value, object: &Value) -> Vec<Problem> {
     let mut object = object.clone();
     if let Some(fields) = object.as_object_mut() {
         fields.remove("status");
