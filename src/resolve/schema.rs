@@ -49,36 +49,65 @@ impl Resource {
         }
     }
 
+    /// Every errand resource with a CRD schema.
+    pub const ALL: [Resource; 6] = [
+        Resource::Agent,
+        Resource::AgentEnvironment,
+        Resource::AgentRuntime,
+        Resource::AgentExtension,
+        Resource::Fileset,
+        Resource::AgentExecution,
+    ];
+
     /// The resource of an `errand.dev/v1alpha1` kind.
     pub fn from_kind(kind: &str) -> Option<Self> {
-        [
-            Resource::Agent,
-            Resource::AgentEnvironment,
-            Resource::AgentRuntime,
-            Resource::AgentExtension,
-            Resource::Fileset,
-            Resource::AgentExecution,
-        ]
-        .into_iter()
-        .find(|r| r.kind() == kind)
+        Self::ALL.into_iter().find(|r| r.kind() == kind)
     }
 
-    /// The `openAPIV3Schema` of the resource's generated CRD, built once.
+    /// The `openAPIV3Schema` of the resource's CRD, read once from the committed `crds/` file
+    /// (a test keeps it equal to the generated one): generating it from the Rust types takes
+    /// longer than anything else an `execute --local` does.
     pub fn schema(self) -> &'static Value {
         static SCHEMAS: [OnceLock<Value>; 6] = [const { OnceLock::new() }; 6];
-        let (index, crd): (usize, fn() -> CustomResourceDefinition) = match self {
-            Resource::Agent => (0, Agent::crd),
-            Resource::AgentEnvironment => (1, AgentEnvironment::crd),
-            Resource::Fileset => (2, Fileset::crd),
-            Resource::AgentExecution => (3, AgentExecution::crd),
-            Resource::AgentRuntime => (4, AgentRuntime::crd),
-            Resource::AgentExtension => (5, AgentExtension::crd),
+        let (index, yaml) = match self {
+            Resource::Agent => (0, include_str!("../../crds/agents.errand.dev.yaml")),
+            Resource::AgentEnvironment => (
+                1,
+                include_str!("../../crds/agentenvironments.errand.dev.yaml"),
+            ),
+            Resource::Fileset => (2, include_str!("../../crds/filesets.errand.dev.yaml")),
+            Resource::AgentExecution => (
+                3,
+                include_str!("../../crds/agentexecutions.errand.dev.yaml"),
+            ),
+            Resource::AgentRuntime => (4, include_str!("../../crds/agentruntimes.errand.dev.yaml")),
+            Resource::AgentExtension => (
+                5,
+                include_str!("../../crds/agentextensions.errand.dev.yaml"),
+            ),
         };
-        SCHEMAS[index].get_or_init(|| crd_schema(&crd()))
+        SCHEMAS[index].get_or_init(|| {
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(yaml).expect("a committed CRD parses");
+            crd_schema(&crd)
+        })
+    }
+
+    /// The `openAPIV3Schema` of the CRD generated from the resource's Rust type.
+    pub fn generated_schema(self) -> Value {
+        let crd = match self {
+            Resource::Agent => Agent::crd(),
+            Resource::AgentEnvironment => AgentEnvironment::crd(),
+            Resource::Fileset => Fileset::crd(),
+            Resource::AgentExecution => AgentExecution::crd(),
+            Resource::AgentRuntime => AgentRuntime::crd(),
+            Resource::AgentExtension => AgentExtension::crd(),
+        };
+        crd_schema(&crd)
     }
 }
 
-/// The `openAPIV3Schema` of a generated errand CRD.
+/// The `openAPIV3Schema` of a CRD's (only) version.
 fn crd_schema(crd: &CustomResourceDefinition) -> Value {
     let schema = crd.spec.versions[0]
         .schema
@@ -487,6 +516,17 @@ mod tests {
 
     fn runtime() -> Value {
         json!({"image": "busybox", "command": ["sh"]})
+    }
+
+    #[test]
+    fn the_committed_crd_schemas_are_the_generated_ones() {
+        for resource in Resource::ALL {
+            assert!(
+                *resource.schema() == resource.generated_schema(),
+                "crds/ is stale for {}: regenerate with `cargo run -- crds --out-dir crds`",
+                resource.kind()
+            );
+        }
     }
 
     #[test]
