@@ -72,6 +72,8 @@ async fn try_call(
     Ok((status, body))
 }
 
+/// Blocks its thread: the tests run on a multi-thread runtime so that the gateway and the
+/// controller in this process keep serving meanwhile (as for `Harness::cli`).
 fn curl(args: &[&str]) -> String {
     let output = std::process::Command::new("curl")
         .args(["-sS", "--max-time", "30"])
@@ -86,7 +88,7 @@ fn curl(args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_invokes_chats_and_completes_for_callers_with_rbac_only() {
     let Some(mut harness) = Harness::start_with_gateway("gateway").await else {
         return;
@@ -316,7 +318,7 @@ async fn cli_invoke_until_ok(harness: &Harness, gateway: &[&str], deployment: &s
     .await
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
     let Some(harness) = Harness::start_with_gateway("gateway-cli").await else {
         return;

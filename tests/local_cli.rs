@@ -1412,52 +1412,6 @@ fn rerun_runs_the_stored_snapshot_and_is_refused_once_it_is_gone() {
 }
 
 #[test]
-fn the_deployment_commands_refuse_the_local_backend_naming_the_command() {
-    let home = Home::new();
-    let config = home.write("agent.yaml", "config_format: agents-spec-v1\nname: v2\n");
-    for command in [
-        vec!["deploy", "calc", "--agent", "calculator"],
-        vec!["undeploy", "calc"],
-        vec!["undeploy", "--agent", "calculator"],
-        vec![
-            "redeploy",
-            "calc",
-            "--agent-config",
-            config.to_str().unwrap(),
-        ],
-        vec!["redeploy", "calc", "-f", config.to_str().unwrap()],
-        vec!["deployments", "list"],
-        vec!["deployments", "get", "calc"],
-        vec!["deployments", "wait", "calc"],
-        vec!["invoke", "calc", "--input", "1+1"],
-        vec![
-            "chat",
-            "--agent",
-            "calculator",
-            "--session-name",
-            "s",
-            "--message",
-            "hi",
-        ],
-        vec!["sessions", "list", "calc"],
-    ] {
-        let args: Vec<&str> = command.iter().copied().chain(["--local"]).collect();
-        let (code, answer) = home.json(&args);
-        assert_eq!(code, 4, "{args:?}: {answer}");
-        assert_eq!(
-            answer["error"]["code"], "cluster_only",
-            "{args:?}: {answer}"
-        );
-        let message = answer["error"]["message"].as_str().unwrap();
-        assert!(
-            message.starts_with(&format!("errand {} needs a cluster", command[0]))
-                && message.contains("no deployment mode"),
-            "{args:?}: {message}"
-        );
-    }
-}
-
-#[test]
 fn a_gateway_command_names_what_it_misses() {
     let home = Home::new();
     let (code, answer) = home.json(&["invoke", "--input", "1+1", "--local"]);

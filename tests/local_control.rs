@@ -460,6 +460,28 @@ fn create_defines_without_starting_and_start_runs_it() {
         (2, &Value::from("invalid_argument")),
         "{answer}"
     );
+    // `held` in a spec given to `execute` is refused, naming it, and creates nothing.
+    let before = names(&home);
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        &agent,
+        "--spec",
+        r#"{"held": true, "input": "x"}"#,
+    ]);
+    assert_eq!(
+        (code, &answer["error"]["code"]),
+        (2, &Value::from("invalid_argument")),
+        "{answer}"
+    );
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.held"),
+        "{answer}"
+    );
+    assert_eq!(names(&home), before);
 }
 
 #[test]

@@ -138,12 +138,17 @@ fn default_health_path() -> String {
     DEFAULT_HEALTH_PATH.to_owned()
 }
 
+/// Seconds a readiness probe may take, by default.
+pub const DEFAULT_PROBE_TIMEOUT_SECONDS: i32 = 1;
+/// Failed readiness probes in a row that make a ready pod unready, by default.
+pub const DEFAULT_FAILURE_THRESHOLD: i32 = 12;
+
 fn default_probe_timeout_seconds() -> i32 {
-    1
+    DEFAULT_PROBE_TIMEOUT_SECONDS
 }
 
 fn default_failure_threshold() -> i32 {
-    12
+    DEFAULT_FAILURE_THRESHOLD
 }
 
 impl Default for Readiness {

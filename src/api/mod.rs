@@ -19,8 +19,8 @@ pub use agent::{Agent, AgentConfig, AgentSpec, AgentStatus, RuntimeContainer, Ru
 pub use common::{Reference, ResultEntry};
 pub use deployment::{
     AgentDeployment, AgentDeploymentSpec, AgentDeploymentStatus, DEFAULT_AGENT_PORT,
-    DEFAULT_HEALTH_PATH, DEFAULT_STARTING_TIMEOUT_SECONDS, DeploymentPhase, MAX_REPLICAS,
-    Readiness,
+    DEFAULT_FAILURE_THRESHOLD, DEFAULT_HEALTH_PATH, DEFAULT_PROBE_TIMEOUT_SECONDS,
+    DEFAULT_STARTING_TIMEOUT_SECONDS, DeploymentPhase, MAX_REPLICAS, Readiness,
 };
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
+use super::gateway_client::{GatewayArgs, GatewayClient};
 use super::listing::ExecutionFilter;
 use super::notify::NotifyArgs;
 use super::output::CliError;
@@ -245,18 +246,8 @@ pub trait Backend: Send + Sync {
     /// The Filesets of the namespace.
     async fn filesets(&self) -> Result<Vec<Fileset>, CliError>;
 
-    /// Where AgentDeployments live, for `command`; a backend without them refuses, naming the
-    /// command.
-    fn deployments(&self, command: &str) -> Result<&dyn Deployments, CliError> {
-        Err(CliError::new(
-            "cluster_only",
-            format!(
-                "errand {command} needs a cluster: the local backend has no deployment mode \
-                 (its subprocess mode is not built yet); run it against a cluster \
-                 (--kubeconfig/--context, or without --local)"
-            ),
-        ))
-    }
+    /// Where AgentDeployments live.
+    fn deployments(&self) -> &dyn Deployments;
 }
 
 /// AgentDeployments as a backend keeps them. The commands (`deploy.rs`) wait, redeploy and
@@ -291,8 +282,13 @@ pub trait Deployments: Send + Sync {
     /// Deletes deployment `name` with its children and waits until they are gone.
     async fn delete_deployment(&self, name: &str) -> Result<(), CliError>;
 
-    /// The bearer token the backend's credentials carry, if any (the gateway's default).
-    fn bearer_token(&self) -> Option<String>;
+    /// A client of the gateway that reaches this backend's deployments: errand's gateway
+    /// where `args` say (cluster), or one served in this process (local).
+    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, CliError>;
+
+    /// Follows the output of deployment `name`'s agent servers: the last `lines` lines, then
+    /// (with `follow`) what they write until they stop or the command is interrupted.
+    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), CliError>;
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.

@@ -43,6 +43,14 @@ pub enum CatalogAction {
 pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), CliError> {
     let format = args.output.format;
     let request = spec_from_args(args, backend).await?;
+    if request.spec.held {
+        if let Some(pushed) = &request.pushed {
+            backend.undo_push(pushed).await;
+        }
+        return Err(CliError::argument(
+            "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
+        ));
+    }
     let record = match backend.create(&request, args).await {
         Ok(record) => record,
         Err(error) => {

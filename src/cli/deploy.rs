@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::backend::{Backend, Deployments, Document};
 use super::commands::agent_from_config;
-use super::gateway_client::{GatewayArgs, GatewayClient};
+use super::gateway_client::GatewayArgs;
 use super::output::{CliError, OutputArgs, print_ok};
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::api::{AgentDeployment, DeploymentPhase};
@@ -40,6 +40,15 @@ pub struct DeployArgs {
     /// The port the agent server listens on.
     #[arg(long, default_value_t = crate::api::DEFAULT_AGENT_PORT)]
     pub port: i32,
+    /// The agent server's readiness path.
+    #[arg(long, default_value = crate::api::DEFAULT_HEALTH_PATH)]
+    pub health_path: String,
+    /// Seconds a readiness probe may take.
+    #[arg(long, default_value_t = crate::api::DEFAULT_PROBE_TIMEOUT_SECONDS)]
+    pub probe_timeout_seconds: i32,
+    /// Failed probes in a row after which a ready server is not ready any more.
+    #[arg(long, default_value_t = crate::api::DEFAULT_FAILURE_THRESHOLD)]
+    pub failure_threshold: i32,
     /// Seconds it may stay Starting before it is marked Failed (0: no limit).
     #[arg(long, default_value_t = crate::api::DEFAULT_STARTING_TIMEOUT_SECONDS)]
     pub starting_timeout_seconds: i64,
@@ -181,12 +190,17 @@ pub struct Redeployed {
 /// `errand deploy`: creates the deployment and, unless `--no-wait`, waits until it is Ready
 /// (exit 0) or Failed (non-zero, with its message).
 pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), CliError> {
-    let deployments = backend.deployments("deploy")?;
+    let deployments = backend.deployments();
     let mut spec = json!({
         "agentRef": {"name": args.agent},
         "replicas": args.replicas,
         "port": args.port,
         "startingTimeoutSeconds": args.starting_timeout_seconds,
+        "readiness": {
+            "path": args.health_path,
+            "timeoutSeconds": args.probe_timeout_seconds,
+            "failureThreshold": args.failure_threshold,
+        },
     });
     if let Some(environment) = &args.environment {
         spec["environmentRef"] = json!({"name": environment});
@@ -211,7 +225,7 @@ pub async fn deployments(
     backend: &dyn Backend,
     action: &DeploymentsAction,
 ) -> Result<(), CliError> {
-    let deployments = backend.deployments("deployments")?;
+    let deployments = backend.deployments();
     match action {
         DeploymentsAction::List { output } => {
             let views: Vec<DeploymentView> = deployments
@@ -291,7 +305,7 @@ pub async fn undeploy(
     agent: Option<&str>,
     output: OutputArgs,
 ) -> Result<(), CliError> {
-    let deployments = backend.deployments("undeploy")?;
+    let deployments = backend.deployments();
     let names = match (name, agent) {
         (Some(name), _) => vec![name.to_owned()],
         (None, Some(agent)) => {
@@ -359,7 +373,7 @@ pub struct RedeployArgs {
 /// deployment is pointed at it, rolls, and once Ready the Agent it replaced is removed when no
 /// deployment references it any more. Run again after an interruption, it finishes the job.
 pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), CliError> {
-    let deployments = backend.deployments("redeploy")?;
+    let deployments = backend.deployments();
     let deployment = deployments.deployment(&args.name).await?;
     let mut document = new_agent(args)?;
     let agent = new_agent_name(&args.name, &document.object["spec"]);
@@ -474,7 +488,7 @@ pub async fn invoke(
     gateway: &GatewayArgs,
     output: OutputArgs,
 ) -> Result<(), CliError> {
-    let client = GatewayClient::new(gateway, backend.deployments("invoke")?)?;
+    let client = backend.deployments().gateway(gateway).await?;
     let path = format!("{}/invoke", target.path(backend.namespace()));
     let answer = client.post(&path, &json!({"input": input})).await?;
     print_ok(output.format, "invoke", &answer, || {
@@ -494,7 +508,7 @@ pub async fn chat(
     gateway: &GatewayArgs,
     output: OutputArgs,
 ) -> Result<(), CliError> {
-    let client = GatewayClient::new(gateway, backend.deployments("chat")?)?;
+    let client = backend.deployments().gateway(gateway).await?;
     let path = format!("{}/chat", target.path(backend.namespace()));
     let body = json!({"session": session, "message": message});
     let answer = client.post(&path, &body).await?;
@@ -513,7 +527,7 @@ pub async fn sessions(
     gateway: &GatewayArgs,
     output: OutputArgs,
 ) -> Result<(), CliError> {
-    let client = GatewayClient::new(gateway, backend.deployments("sessions")?)?;
+    let client = backend.deployments().gateway(gateway).await?;
     let path = format!("{}/sessions", target.path(backend.namespace()));
     let answer = client.get(&path).await?;
     print_ok(output.format, "sessions", &answer, || {

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::backend::Deployments;
 use super::output::CliError;
 
 /// Where the gateway is and who calls it.
@@ -27,12 +26,12 @@ pub struct GatewayArgs {
 pub struct GatewayClient {
     http: reqwest::Client,
     base: String,
-    token: String,
+    token: Option<String>,
 }
 
 impl GatewayClient {
-    /// A client as `args` say, with the backend's token when `args` name none.
-    pub fn new(args: &GatewayArgs, deployments: &dyn Deployments) -> Result<Self, CliError> {
+    /// A client as `args` say, with `token` (the kubeconfig user's) when `args` name none.
+    pub fn new(args: &GatewayArgs, token: Option<String>) -> Result<Self, CliError> {
         let base = args.gateway.clone().ok_or_else(|| {
             CliError::argument(
                 "--gateway: the gateway's URL is required (or ERRAND_GATEWAY), e.g. after \
@@ -46,16 +45,12 @@ impl GatewayClient {
                 "--gateway {base:?}: the scheme must be http or https"
             )));
         }
-        let token = args
-            .gateway_token
-            .clone()
-            .or_else(|| deployments.bearer_token())
-            .ok_or_else(|| {
-                CliError::argument(
-                    "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
+        let token = args.gateway_token.clone().or(token).ok_or_else(|| {
+            CliError::argument(
+                "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
                      user has none (or ERRAND_GATEWAY_TOKEN)",
-                )
-            })?;
+            )
+        })?;
         let mut builder = reqwest::Client::builder();
         if let Some(path) = &args.gateway_ca {
             let pem = std::fs::read(path)
@@ -70,8 +65,17 @@ impl GatewayClient {
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
-            token,
+            token: Some(token),
         })
+    }
+
+    /// A client of a gateway on this machine that asks for no token (the local backend's).
+    pub fn local(base: String) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base,
+            token: None,
+        }
     }
 
     /// `POST path` with a JSON body; the JSON answer.
@@ -91,7 +95,11 @@ impl GatewayClient {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
-        let response = request.bearer_auth(&self.token).send().await.map_err(|e| {
+        let request = match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        };
+        let response = request.send().await.map_err(|e| {
             CliError::new(
                 "gateway_unreachable",
                 format!("the gateway at {}: {e}", self.base),

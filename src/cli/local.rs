@@ -8,7 +8,14 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
+mod deployment_supervisor;
+mod deployments;
+
+pub use deployment_supervisor::serve_deployment;
+
+use super::backend::{
+    Applied, Backend, DeadlineChanged, Deployments, Document, LogStream, PushedFileset,
+};
 use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::inputs::RunInputs;
@@ -590,6 +597,10 @@ impl Backend for Local {
             .iter()
             .filter_map(|n| catalog.fileset_object(&self.namespace, n))
             .collect())
+    }
+
+    fn deployments(&self) -> &dyn Deployments {
+        self
     }
 }
 

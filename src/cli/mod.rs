@@ -289,6 +289,23 @@ pub enum Command {
     /// In a pod's extension container: after the agent's run succeeded, run the execution's
     /// extension and save its results.
     RunExtension(Box<pod::RunExtensionArgs>),
+    /// Print the output of a deployment's agent servers (local deployments).
+    Logs {
+        /// The deployment.
+        name: String,
+        /// How many of the last lines to print first.
+        #[arg(long = "tail", default_value_t = 100)]
+        lines: usize,
+        /// Keep printing what the servers write until the deployment is removed.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
+    /// Internal: the detached supervisor of a local AgentDeployment.
+    #[command(name = "__serve-deployment", hide = true)]
+    ServeDeployment {
+        /// The deployment.
+        name: String,
+    },
     /// Internal: the detached supervisor of `execute --no-wait`.
     #[command(name = "__supervise", hide = true)]
     Supervise {
@@ -448,6 +465,8 @@ impl Command {
             | Command::Completions { .. }
             | Command::Mcp(_)
             | Command::Supervise { .. }
+            | Command::ServeDeployment { .. }
+            | Command::Logs { .. }
             | Command::Controller(_)
             | Command::Stage(_)
             | Command::RunAgent(_)
@@ -566,6 +585,10 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
                 .supervise(&name, staging.settings())
                 .await;
         }
+        Command::ServeDeployment { name } => {
+            let local = local::Local::new(target)?;
+            return local::serve_deployment(local.data, &local.namespace, &name).await;
+        }
         // Local only (gc refuses a cluster), or an operator's store with either backend.
         Command::Gc(args) => return gc::gc(target, &args).await,
         Command::Admin { action } => return admin::admin(target, &action).await,
@@ -671,6 +694,11 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         } => deploy::undeploy(backend, name.as_deref(), agent.as_deref(), output).await,
         Command::Redeploy(args) => deploy::redeploy(backend, &args).await,
         Command::Deployments { action } => deploy::deployments(backend, &action).await,
+        Command::Logs {
+            name,
+            lines,
+            follow,
+        } => backend.deployments().logs(&name, lines, follow).await,
         Command::Invoke {
             target,
             input,
@@ -700,6 +728,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         | Command::Gc(_)
         | Command::Admin { .. }
         | Command::Supervise { .. }
+        | Command::ServeDeployment { .. }
         | Command::Stage(_)
         | Command::RunAgent(_)
         | Command::RunExtension(_) => unreachable!("handled above"),

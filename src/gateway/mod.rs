@@ -1,7 +1,8 @@
 //! The gateway: one authenticated entry to every AgentDeployment — invoke, named chat sessions and OpenAI chat completions — routed to ready pods only.
 //!
 //! [`route`] reads what a request asks for, [`requests`] checks its body, [`pick`] finds the
-//! deployment and a ready pod from the cached EndpointSlices, [`auth`] checks the caller's
+//! deployment and a ready pod (from the cached EndpointSlices on a cluster, through the
+//! [`server::Directory`] the local backend implements too), [`auth`] checks the caller's
 //! bearer token (TokenReview, then SubjectAccessReview on `agentdeployments/invoke`), all but
 //! the API calls pure; [`sessions`] keeps chat sessions in the object store; [`server`]
 //! passes requests on and streams answers back. Every replica serves it.
@@ -29,7 +30,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::api::AgentDeployment;
 use crate::store::Store;
 use auth::ClusterAuthorizer;
-use server::Gateway;
+use server::{ClusterDirectory, Gateway};
 use sessions::Sessions;
 
 /// How the gateway is served.
@@ -55,15 +56,22 @@ pub fn start(
 ) {
     let gateway = Arc::new(Gateway {
         authorizer: Box::new(ClusterAuthorizer::new(client)),
-        deployments,
-        slices,
+        directory: Box::new(ClusterDirectory {
+            deployments,
+            slices,
+        }),
         sessions: Sessions::new(store),
-        client: reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .build()
-            .expect("a plain HTTP client builds"),
+        client: agent_client(),
         next: AtomicUsize::new(0),
     });
     tasks.spawn(server::serve(listener, acceptor, gateway));
+}
+
+/// A plain HTTP client for agent servers, as the gateway passes requests on with.
+pub fn agent_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .build()
+        .expect("a plain HTTP client builds")
 }

@@ -35,14 +35,50 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
-/// Everything a request needs.
-pub struct Gateway {
-    /// Decides who may invoke what.
-    pub authorizer: Box<dyn Authorizer>,
+/// Where the gateway finds deployments and the agent servers ready to answer for them: the
+/// cluster's cached objects, or the local backend's records.
+pub trait Directory: Send + Sync {
+    /// The deployments of `namespace`.
+    fn deployments(&self, namespace: &str) -> Vec<Arc<AgentDeployment>>;
+    /// The addresses of the agent servers of `deployment` that are ready now.
+    fn ready_endpoints(&self, namespace: &str, deployment: &AgentDeployment) -> Vec<SocketAddr>;
+}
+
+/// The cluster's directory: AgentDeployments and the EndpointSlices of their Services, cached.
+pub struct ClusterDirectory {
     /// The AgentDeployments, cached.
     pub deployments: Cache<AgentDeployment>,
     /// The EndpointSlices of errand's Services, cached.
     pub slices: Cache<EndpointSlice>,
+}
+
+impl Directory for ClusterDirectory {
+    fn deployments(&self, namespace: &str) -> Vec<Arc<AgentDeployment>> {
+        self.deployments
+            .state()
+            .into_iter()
+            .filter(|d| d.namespace().as_deref() == Some(namespace))
+            .collect()
+    }
+
+    fn ready_endpoints(&self, namespace: &str, deployment: &AgentDeployment) -> Vec<SocketAddr> {
+        let service = crate::api::contract::deployment_service_name(&deployment.name_any());
+        let slices: Vec<Arc<EndpointSlice>> = self
+            .slices
+            .state()
+            .into_iter()
+            .filter(|s| s.namespace().as_deref() == Some(namespace))
+            .collect();
+        pick::ready_endpoints(&service, &slices)
+    }
+}
+
+/// Everything a request needs.
+pub struct Gateway {
+    /// Decides who may invoke what.
+    pub authorizer: Box<dyn Authorizer>,
+    /// Where deployments and their ready agent servers are found.
+    pub directory: Box<dyn Directory>,
     /// Where chat sessions are kept.
     pub sessions: Sessions,
     /// The client requests go on with (pooled connections to the pods).
@@ -172,12 +208,7 @@ impl Gateway {
     }
 
     fn deployment(&self, route: &Route) -> Result<Arc<AgentDeployment>, Refusal> {
-        let in_namespace: Vec<Arc<AgentDeployment>> = self
-            .deployments
-            .state()
-            .into_iter()
-            .filter(|d| d.namespace().as_deref() == Some(route.namespace.as_str()))
-            .collect();
+        let in_namespace = self.directory.deployments(&route.namespace);
         let picked = pick::deployment(&route.namespace, &route.target, &in_namespace)?;
         Ok(in_namespace
             .iter()
@@ -187,14 +218,7 @@ impl Gateway {
     }
 
     fn pod(&self, namespace: &str, deployment: &AgentDeployment) -> Result<SocketAddr, Refusal> {
-        let service = crate::api::contract::deployment_service_name(&deployment.name_any());
-        let slices: Vec<Arc<EndpointSlice>> = self
-            .slices
-            .state()
-            .into_iter()
-            .filter(|s| s.namespace().as_deref() == Some(namespace))
-            .collect();
-        let ready = pick::ready_endpoints(&service, &slices);
+        let ready = self.directory.ready_endpoints(namespace, deployment);
         if ready.is_empty() {
             return Err(Refusal::new(
                 503,

@@ -3,9 +3,11 @@
 //! A data directory holds a catalog of applied objects, one record per execution and the
 //! working files of each run; results go to the store like anywhere else. [`gc`] collects
 //! finished executions by age, count and size; [`references`] tells the store sweep what is
-//! still in use.
+//! still in use. [`DeploymentRecords`] keeps AgentDeployments, which the command line's
+//! deployment supervisor serves.
 
 mod catalog;
+mod deployments;
 mod environment;
 mod files;
 pub mod gc;
@@ -20,6 +22,10 @@ mod remove;
 mod supervise;
 
 pub use catalog::{CheckedObject, LocalCatalog, ObjectKind};
+pub use deployments::{
+    DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
+    admit_deployment,
+};
 pub use manifest::{
     DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, manifest_documents,
     parse_document, parse_manifests, read_manifest_file,
@@ -28,4 +34,4 @@ pub use paths::DataDir;
 pub use process::ProcessIdentity;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use remove::{RemoveError, remove_execution, results_of};
-pub use supervise::{SuperviseError, prepare, run_prepared, spawn_detached};
+pub use supervise::{SuperviseError, agent_env, prepare, run_prepared, spawn_detached};

@@ -423,8 +423,8 @@ pub fn generate_name(agent: &str) -> String {
     }
 }
 
-/// A unique id for an execution (hex, 32 characters).
-fn generate_uid(name: &str) -> String {
+/// A unique id for an execution or a deployment (hex, 32 characters).
+pub(super) fn generate_uid(name: &str) -> String {
     let mut hasher = Sha256::new();
     hasher.update(name.as_bytes());
     hasher.update(std::process::id().to_le_bytes());

@@ -256,7 +256,7 @@ fn record_telemetry(record: &ExecutionRecord) -> Option<TelemetryTarget> {
 
 /// The agent's environment: what the machine gives it ([`base_environment`]), the merged
 /// plain env, then the bound Secret values.
-fn agent_env(
+pub fn agent_env(
     data: &DataDir,
     snapshot: &Snapshot,
     inherit_env: bool,

@@ -15,7 +15,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::problems::Problem;
-use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
+use crate::api::{
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+};
 
 /// The errand resources with a CRD schema.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,16 +74,18 @@ impl Resource {
             Resource::AgentRuntime => (4, AgentRuntime::crd),
             Resource::AgentExtension => (5, AgentExtension::crd),
         };
-        SCHEMAS[index].get_or_init(|| {
-            let crd = crd();
-            let schema = crd.spec.versions[0]
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .expect("every errand CRD has a schema");
-            serde_json::to_value(schema).expect("a schema always serializes")
-        })
+        SCHEMAS[index].get_or_init(|| crd_schema(&crd()))
     }
+}
+
+/// The `openAPIV3Schema` of a generated errand CRD.
+fn crd_schema(crd: &CustomResourceDefinition) -> Value {
+    let schema = crd.spec.versions[0]
+        .schema
+        .as_ref()
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .expect("every errand CRD has a schema");
+    serde_json::to_value(schema).expect("a schema always serializes")
 }
 
 /// The fields of `metadata` a manifest may set (Kubernetes' ObjectMeta).
@@ -107,7 +111,18 @@ const OBJECT_META_FIELDS: [&str; 15] = [
 /// `resource`) on create: first its structure against the schema, then, for a well-formed
 /// object, the CEL rules. `status` is not checked: the API server ignores it on create.
 pub fn check_object(resource: Resource, object: &Value) -> Vec<Problem> {
-    let schema = resource.schema();
+    check_against(resource.schema(), object)
+}
+
+/// Every problem the API server would find in a whole AgentDeployment on create (the local
+/// backend's deployments; it is not a kind `apply` takes).
+pub fn check_deployment(object: &Value) -> Vec<Problem> {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    let schema = SCHEMA.get_or_init(|| crd_schema(&AgentDeployment::crd()));
+    check_against(schema, object)
+}
+
+fn check_against(schema: &Value, object: &Value) -> Vec<Problem> {
     let mut object = object.clone();
     if let Some(fields) = object.as_object_mut() {
         fields.remove("status");

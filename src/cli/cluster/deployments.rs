@@ -10,6 +10,7 @@ use super::{Cluster, FIELD_MANAGER, api_error};
 use crate::api::AgentDeployment;
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::cli::backend::Deployments;
+use crate::cli::gateway_client::{GatewayArgs, GatewayClient};
 use crate::cli::output::CliError;
 
 /// How long `undeploy` waits for a deployment's children to go.
@@ -111,8 +112,22 @@ impl Deployments for Cluster {
         Ok(())
     }
 
-    fn bearer_token(&self) -> Option<String> {
-        self.token.clone()
+    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, CliError> {
+        GatewayClient::new(args, self.token.clone())
+    }
+
+    async fn logs(&self, name: &str, _lines: usize, _follow: bool) -> Result<(), CliError> {
+        // The agent servers are pods: kubectl reads their logs with the caller's RBAC.
+        self.deployment(name).await?;
+        Err(CliError::new(
+            "local_only",
+            format!(
+                "errand logs reads the agent servers of a local deployment; on a cluster use \
+                 `kubectl logs -n {} -l {}={name} -f`",
+                self.namespace,
+                crate::api::contract::DEPLOYMENT_LABEL
+            ),
+        ))
     }
 }
 

@@ -712,8 +712,8 @@ impl Backend for Cluster {
             .items)
     }
 
-    fn deployments(&self, _command: &str) -> Result<&dyn super::backend::Deployments, CliError> {
-        Ok(self)
+    fn deployments(&self) -> &dyn super::backend::Deployments {
+        self
     }
 }
 
