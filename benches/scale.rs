@@ -661,6 +661,7 @@ async fn metric_sum(address: SocketAddr, name: &str) -> Option<f64> {
                     .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
             })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
+            // A fold from +0: `Sum` for floats starts at -0, which printed "-0 errors".
+            .fold(0.0, |sum, value| sum + value),
     )
 }
