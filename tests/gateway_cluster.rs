@@ -360,6 +360,21 @@ async fn the_cli_deploys_invokes_chats_redeploys_and_undeploys() {
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["sessions"]["sessions"][0]["name"], "s1", "{answer}");
     assert_eq!(answer["sessions"]["sessions"][0]["turns"], 2, "{answer}");
+    // The agent server's log, read through the API server: its one start-up line.
+    let logs = harness
+        .command(&["logs", "svc", "--tail", "20"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&logs.stdout);
+    assert!(
+        logs.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&logs.stderr)
+    );
+    assert!(
+        text.contains("agent-server: serving on port"),
+        "errand logs svc printed: {text}"
+    );
     // Without RBAC: 403 as the CLI reports it.
     let stranger = token_of(&harness, "stranger").await;
     let (code, answer) = harness.cli(&[

@@ -12,9 +12,11 @@
 #
 # The agent's name comes from the config at AGENT_CONFIG_PATH, so a test sees which snapshot
 # a pod runs. Listens on ERRAND_PORT (default 8000). Run without arguments it serves;
-# busybox nc runs it again with `handle` for each connection.
+# busybox nc runs it again with `handle` for each connection. It writes one line to the
+# container's log when it starts (`errand logs` tests read it); requests write none.
 set -eu
 if [ "${1:-}" != handle ]; then
+  echo "agent-server: serving on port ${ERRAND_PORT:-8000}" >&2
   exec busybox nc -ll -p "${ERRAND_PORT:-8000}" -e "$0" handle
 fi
 

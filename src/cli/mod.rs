@@ -289,14 +289,16 @@ pub enum Command {
     /// In a pod's extension container: after the agent's run succeeded, run the execution's
     /// extension and save its results.
     RunExtension(Box<pod::RunExtensionArgs>),
-    /// Print the output of a deployment's agent servers (local deployments).
+    /// Print the output of a deployment's agent servers (on a cluster: its pods' agent
+    /// containers, each line prefixed with its pod when there are several).
     Logs {
         /// The deployment.
         name: String,
         /// How many of the last lines to print first.
         #[arg(long = "tail", default_value_t = 100)]
         lines: usize,
-        /// Keep printing what the servers write until the deployment is removed.
+        /// Keep printing what the servers write until the deployment is removed (on a
+        /// cluster: until its pods stop).
         #[arg(short = 'f', long)]
         follow: bool,
     },

@@ -3,15 +3,20 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
+use futures::{AsyncBufReadExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams, PropagationPolicy,
+};
 use serde_json::json;
 
 use super::{Cluster, FIELD_MANAGER, api_error};
 use crate::api::AgentDeployment;
-use crate::api::contract::REPLACED_AGENT_ANNOTATION;
+use crate::api::contract::{AGENT_CONTAINER, DEPLOYMENT_LABEL, REPLACED_AGENT_ANNOTATION};
 use crate::cli::backend::Deployments;
 use crate::cli::gateway_client::{GatewayArgs, GatewayClient};
 use crate::cli::output::CliError;
+use crate::controller::names::label_value;
 
 /// How long `undeploy` waits for a deployment's children to go.
 const DELETE_WAIT: Duration = Duration::from_secs(120);
@@ -116,18 +121,73 @@ impl Deployments for Cluster {
         GatewayClient::new(args, self.token.clone())
     }
 
-    async fn logs(&self, name: &str, _lines: usize, _follow: bool) -> Result<(), CliError> {
-        // The agent servers are pods: kubectl reads their logs with the caller's RBAC.
+    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), CliError> {
         self.deployment(name).await?;
-        Err(CliError::new(
-            "local_only",
-            format!(
-                "errand logs reads the agent servers of a local deployment; on a cluster use \
-                 `kubectl logs -n {} -l {}={name} -f`",
-                self.namespace,
-                crate::api::contract::DEPLOYMENT_LABEL
-            ),
-        ))
+        // The label the controller puts on the deployment's pods (shortened with a hash when
+        // the name is not a valid label value).
+        let selector = format!("{DEPLOYMENT_LABEL}={}", label_value(name));
+        let pods = self.api::<Pod>();
+        let mut names: Vec<String> = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(api_error)?
+            .items
+            .into_iter()
+            .filter_map(|pod| pod.metadata.name)
+            .collect();
+        if names.is_empty() {
+            return Err(CliError::new(
+                "not_ready",
+                format!(
+                    "AgentDeployment {name:?} has no pods yet (label {selector} in namespace {:?}); \
+                     try again once `errand deployments get {name}` shows it starting",
+                    self.namespace
+                ),
+            ));
+        }
+        names.sort();
+        let params = LogParams {
+            container: Some(AGENT_CONTAINER.into()),
+            follow,
+            tail_lines: Some(i64::try_from(lines).unwrap_or(i64::MAX)),
+            ..LogParams::default()
+        };
+        let opened = futures::future::join_all(names.iter().map(|pod| {
+            let (pods, params) = (pods.clone(), params.clone());
+            async move { pods.log_stream(pod, &params).await }
+        }))
+        .await;
+        // A pod whose agent container has not started has no log yet: the others are read.
+        let mut streams = Vec::new();
+        let mut first_error = None;
+        for (pod, stream) in names.iter().zip(opened) {
+            match stream {
+                Ok(stream) => streams.push(Box::pin(stream.lines().map(move |l| (pod, l)))),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if streams.is_empty() {
+            return Err(first_error.map_or_else(|| not_found(name, &self.namespace), api_error));
+        }
+        // Several replicas interleave, each line prefixed with its pod as `kubectl logs --prefix`.
+        let prefixed = names.len() > 1;
+        let mut merged = futures::stream::select_all(streams);
+        while let Some((pod, line)) = merged.next().await {
+            let line = line.map_err(|e| {
+                CliError::new(
+                    "cluster_error",
+                    format!("reading the log of pod {pod}: {e}"),
+                )
+            })?;
+            if prefixed {
+                println!("[{pod}] {line}");
+            } else {
+                println!("{line}");
+            }
+        }
+        Ok(())
     }
 }
 
