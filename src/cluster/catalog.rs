@@ -206,7 +206,8 @@ pub async fn resolve(
         None => spec.agent.clone(),
     };
     let mut secrets = BTreeMap::new();
-    for name in bound_secret_names(cached_agent.as_ref(), cached_environment.as_ref()) {
+    let names = bound_secret_names(cached_agent.as_ref(), cached_environment.as_ref());
+    for name in names.into_iter().chain(signing_secret_name(spec)) {
         if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
             secrets.insert(name, keys);
         }
@@ -310,6 +311,13 @@ fn bound_secret_names(
     names
 }
 
+/// The Secret the execution's webhook signs its deliveries with, if it names one: admission
+/// checks that it exists and holds the key.
+fn signing_secret_name(spec: &AgentExecutionSpec) -> Option<String> {
+    let webhook = spec.notify.as_ref()?.webhook.as_ref()?;
+    Some(webhook.signing_secret_ref.name.clone())
+}
+
 /// The PriorityClass an environment names, if it names one.
 fn priority_class_name(environment: Option<&AgentEnvironmentSpec>) -> Option<&str> {
     environment?.compute.priority_class_name.as_deref()
@@ -392,7 +400,8 @@ pub async fn live_catalog(
         }
         None => spec.environment.clone(),
     };
-    for name in bound_secret_names(agent.as_ref(), environment.as_ref()) {
+    let names = bound_secret_names(agent.as_ref(), environment.as_ref());
+    for name in names.into_iter().chain(signing_secret_name(spec)) {
         if let Some(keys) = read_secret_keys(client, namespace, &name).await? {
             // The in-memory catalog models a whole Secret; empty values stand in for the real ones.
             let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "")).collect();
