@@ -126,8 +126,9 @@ pub trait Backend: Send + Sync {
         args: &NotifyArgs,
     ) -> Result<ExecutionRecord, CliError>;
 
-    /// Creates the execution `request` describes, checked as the API server would check it;
-    /// nothing of a refused one is left (not even a workdir the request pushed).
+    /// Creates the execution `request` describes, checked as the API server would check it
+    /// (callers go through [`ExecutionRequest::create`], which also removes the workdir a
+    /// refused request pushed).
     async fn create(
         &self,
         request: &ExecutionRequest,

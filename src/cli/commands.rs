@@ -44,23 +44,12 @@ pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Cl
     let format = args.output.format;
     let request = spec_from_args(args, backend).await?;
     if request.spec.held {
-        if let Some(pushed) = &request.pushed {
-            backend.undo_push(pushed).await;
-        }
+        request.abandon(backend).await;
         return Err(CliError::argument(
             "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
         ));
     }
-    let record = match backend.create(&request, args).await {
-        Ok(record) => record,
-        Err(error) => {
-            // A refused execution leaves nothing behind, not even the workdir it pushed.
-            if let Some(pushed) = &request.pushed {
-                backend.undo_push(pushed).await;
-            }
-            return Err(error);
-        }
-    };
+    let record = request.create(backend, args).await?;
     if args.no_wait {
         let record = backend.detach(&record, args).await?;
         print_ok(

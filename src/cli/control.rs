@@ -132,15 +132,7 @@ pub async fn create(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Cli
     }
     let mut request = spec_from_args(args, backend).await?;
     request.spec.held = true;
-    let record = match backend.create(&request, args).await {
-        Ok(record) => record,
-        Err(error) => {
-            if let Some(pushed) = &request.pushed {
-                backend.undo_push(pushed).await;
-            }
-            return Err(error);
-        }
-    };
+    let record = request.create(backend, args).await?;
     print_ok(
         args.output.format,
         "execution",

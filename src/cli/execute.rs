@@ -7,7 +7,8 @@ use super::inputs::{RunInputs, add_env, piped_stdin, read_inputs};
 use super::output::{CliError, OutputArgs};
 use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
-    DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
+    DocumentError, ExecutionRecord, ManifestObject, parse_document, parse_manifests,
+    read_manifest_file,
 };
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 
@@ -171,6 +172,34 @@ pub struct ExecutionRequest {
     pub inputs: RunInputs,
 }
 
+impl ExecutionRequest {
+    /// Drops what building the request left behind (the workdir it pushed), for a request that
+    /// will not be created.
+    pub async fn abandon(&self, backend: &dyn Backend) {
+        undo_push(backend, self.pushed.as_ref()).await;
+    }
+
+    /// Creates the execution on `backend`; a refused one leaves nothing behind, not even the
+    /// workdir the request pushed.
+    pub async fn create(
+        &self,
+        backend: &dyn Backend,
+        args: &ExecuteArgs,
+    ) -> Result<ExecutionRecord, CliError> {
+        let created = backend.create(self, args).await;
+        if created.is_err() {
+            self.abandon(backend).await;
+        }
+        created
+    }
+}
+
+async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
+    if let Some(pushed) = pushed {
+        backend.undo_push(pushed).await;
+    }
+}
+
 /// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied.
 /// A directory given as the base workdir is pushed to `backend` as a Fileset.
 pub async fn spec_from_args(
@@ -182,9 +211,7 @@ pub async fn spec_from_args(
     let (mut spec, name) = base_spec(args, namespace)?;
     let pushed = apply_flags(backend, args, namespace, &mut spec).await?;
     if let Err(error) = add_env(backend, &mut spec, &inputs.env).await {
-        if let Some(pushed) = &pushed {
-            backend.undo_push(pushed).await;
-        }
+        undo_push(backend, pushed.as_ref()).await;
         return Err(error);
     }
     Ok(ExecutionRequest {
