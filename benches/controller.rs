@@ -34,8 +34,8 @@ use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
 use shared::cluster::{Seen, memory_kib, watch_jobs};
-use support::writes::{Tally, Writes};
 use shared::percentile;
+use support::writes::{Tally, Writes};
 
 const SEQUENTIAL: usize = 200;
 const BURST: usize = 500;
@@ -143,7 +143,9 @@ async fn bench() {
     let restart_writes = Writes::default();
     let restarted = start_controller(
         &ns,
-        restart_writes.client(&support::cluster::kubeconfig_path()).await,
+        restart_writes
+            .client(&support::cluster::kubeconfig_path())
+            .await,
         store_dir.path(),
         None,
     );

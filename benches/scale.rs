@@ -43,8 +43,8 @@ use errand::api::{AgentExecution, AgentExecutionSpec, Phase, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
 use shared::cluster::{memory_kib, watch_jobs};
-use support::writes::Writes;
 use shared::{env_or, percentile};
+use support::writes::Writes;
 
 /// Every tenth execution runs the Agent whose pods kwok fails.
 const FAIL_EVERY: usize = 10;

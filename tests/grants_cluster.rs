@@ -70,6 +70,9 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_writes_four_objects_a
         return;
     };
     install_crds(&client).await;
+    // Kueue's Job webhook refuses every Job create while Kueue installs (another test of this
+    // file installs it), and a refused create retried is a write more: install it first.
+    cluster::ensure_kueue().await;
     let namespace = TestNamespace::create(&client, "grants-writes").await;
     let ns = namespace.name().to_owned();
     // The controller in this process, with a client that tallies every request but GETs
@@ -85,19 +88,8 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_writes_four_objects_a
         Some(cluster::free_pod_gateway_address()),
     );
     let store = Store::open(&store_url).unwrap();
-    errand_support::create(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-            "metadata": {"name": "calculator"},
-            "spec": {
-                "runtime": {"image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", AGENT]},
-                "config": {"config_format": "agents-spec-v1", "name": "calculator"},
-            },
-        }),
-    )
-    .await;
+    create_busybox_agent(&client, &ns, "calculator", AGENT).await;
+    create_busybox_agent(&client, &ns, "broken", "echo broken >&2; exit 3").await;
     let question = tempfile::tempdir().unwrap();
     std::fs::write(question.path().join("question.txt"), "What is 12 x 8?\n").unwrap();
     let pushed = store.push_fileset(&ns, question.path()).await.unwrap();
@@ -105,31 +97,8 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_writes_four_objects_a
     // Created after the catalog, so only the execution's own requests are counted.
     tokio::time::sleep(Duration::from_secs(2)).await;
     writes.take();
-    errand_support::create(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
-            "metadata": {"name": "calc"},
-            "spec": {"agentRef": {"name": "calculator"}, "input": "What is 12 x 8?",
-                     "workdir": {"base": "question"}},
-        }),
-    )
-    .await;
-    let api = Api::<AgentExecution>::namespaced(client.clone(), &ns);
-    let done = wait_for("calc to succeed", RUN_WAIT, || async {
-        let execution = api.get("calc").await.ok()?;
-        let phase = phase_of(&execution)?;
-        assert!(
-            phase == Phase::Succeeded || !phase.is_terminal(),
-            "calc ended {phase:?}: {:?}",
-            execution.status
-        );
-        (phase == Phase::Succeeded).then_some(execution)
-    })
-    .await;
-    // Writes settle: nothing more comes for a finished execution.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let done = run_to_end(&client, &ns, "calc", "calculator").await;
+    assert_eq!(phase_of(&done), Some(Phase::Succeeded), "{:?}", done.status);
     let succeeded = writes.take();
     // The snapshot ConfigMap, the Job, `Starting` and `Succeeded` (a run this short shows no
     // `Running`), and the pod's one TokenReview, which stores nothing: no Secret.
@@ -146,40 +115,13 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_writes_four_objects_a
     assert_eq!(succeeded.total(), 4);
 
     // A failed run costs the same and its one Warning event.
-    errand_support::create(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-            "metadata": {"name": "broken"},
-            "spec": {
-                "runtime": {"image": BUSYBOX_IMAGE, "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", "echo broken >&2; exit 3"]},
-                "config": {"config_format": "agents-spec-v1", "name": "broken"},
-            },
-        }),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    writes.take();
-    errand_support::create(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
-            "metadata": {"name": "broken-run"},
-            "spec": {"agentRef": {"name": "broken"}, "input": "What is 12 x 8?",
-                     "workdir": {"base": "question"}},
-        }),
-    )
-    .await;
-    let failed = wait_for("broken-run to end", RUN_WAIT, || async {
-        let execution = api.get("broken-run").await.ok()?;
-        phase_of(&execution)?.is_terminal().then_some(execution)
-    })
-    .await;
-    assert_eq!(phase_of(&failed), Some(Phase::Failed), "{:?}", failed.status);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let failed = run_to_end(&client, &ns, "broken-run", "broken").await;
+    assert_eq!(
+        phase_of(&failed),
+        Some(Phase::Failed),
+        "{:?}",
+        failed.status
+    );
     let failed_writes = writes.take();
     controller.abort();
     assert_eq!(
@@ -240,6 +182,48 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_writes_four_objects_a
         "the agent gets no token"
     );
     namespace.delete().await;
+}
+
+/// Creates the Agent `name` running `script` with `sh -c` on busybox.
+async fn create_busybox_agent(client: &Client, namespace: &str, name: &str, script: &str) {
+    errand_support::create(
+        client,
+        namespace,
+        json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": name},
+            "spec": {
+                "runtime": {"image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", script]},
+                "config": {"config_format": "agents-spec-v1", "name": name},
+            },
+        }),
+    )
+    .await;
+}
+
+/// Runs execution `name` of `agent` on the base Fileset `question` until it ends, and then
+/// a little longer, so the controller's writes for it have settled (a finished execution
+/// gets none).
+async fn run_to_end(client: &Client, namespace: &str, name: &str, agent: &str) -> AgentExecution {
+    errand_support::create(
+        client,
+        namespace,
+        json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": name},
+            "spec": {"agentRef": {"name": agent}, "input": "What is 12 x 8?",
+                     "workdir": {"base": "question"}},
+        }),
+    )
+    .await;
+    let api = Api::<AgentExecution>::namespaced(client.clone(), namespace);
+    let ended = wait_for(&format!("{name} to end"), RUN_WAIT, || async {
+        let execution = api.get(name).await.ok()?;
+        phase_of(&execution)?.is_terminal().then_some(execution)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ended
 }
 
 /// A token of the namespace's `default` ServiceAccount for `audience`, bound to `pod` if given.
