@@ -21,8 +21,6 @@ mod support;
 
 mod shared;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -35,8 +33,9 @@ use serde_json::json;
 use errand::api::{AgentExecution, AgentExecutionSpec, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
-use shared::cluster::{Seen, counting_client, memory_kib, watch_jobs};
+use shared::cluster::{Seen, memory_kib, watch_jobs};
 use shared::percentile;
+use support::writes::{Tally, Writes};
 
 const SEQUENTIAL: usize = 200;
 const BURST: usize = 500;
@@ -64,12 +63,12 @@ async fn bench() {
     let ns = namespace.name().to_owned();
     create_agent(&client, &ns).await;
 
-    let writes = Arc::new(AtomicUsize::new(0));
+    let writes = Writes::default();
     let store_dir = tempfile::tempdir().expect("a store directory");
     let blobs = support::cluster::free_pod_gateway_address();
     let controller = start_controller(
         &ns,
-        counting_client(&support::cluster::kubeconfig_path(), writes.clone()).await,
+        writes.client(&support::cluster::kubeconfig_path()).await,
         store_dir.path(),
         Some(blobs),
     );
@@ -78,8 +77,8 @@ async fn bench() {
     // 0. Whole lives: real pods run to Succeeded, then the executions are deleted (kubectl's
     // default, background) and their results and children go.
     let lives = whole_lives(&client, &ns, &writes).await;
-    let writes_per_life = lives.writes_until_done as f64 / LIVES as f64;
-    let writes_per_deletion = lives.writes_for_deletion as f64 / LIVES as f64;
+    let writes_per_life = lives.writes_until_done.total() as f64 / LIVES as f64;
+    let writes_per_deletion = lives.writes_for_deletion.total() as f64 / LIVES as f64;
 
     // The floor: a namespace no controller watches, where the client does the controller's work.
     let floor_namespace = support::cluster::TestNamespace::create(&client, "bench-floor").await;
@@ -87,7 +86,7 @@ async fn bench() {
     let floor_seen = watch_jobs(&client, &floor_ns);
 
     // 1. Interleaved single submissions.
-    writes.store(0, Ordering::SeqCst);
+    writes.take();
     let (mut via_errand, mut reaction, mut direct, mut floor) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut submit = |(total, react): (f64, f64)| {
@@ -112,7 +111,7 @@ async fn bench() {
             .await,
         );
     }
-    let writes_per_execution = writes.load(Ordering::SeqCst) as f64 / SEQUENTIAL as f64;
+    let writes_per_execution = writes.take().total() as f64 / SEQUENTIAL as f64;
 
     // 2. Bursts at the same client concurrency.
     let burst_errand = burst(&client, &ns, "burst", Submit::Errand, &seen).await;
@@ -141,15 +140,17 @@ async fn bench() {
         .await;
     wait_terminal(&client, &ns, BURST).await;
     controller.abort();
-    let restart_writes = Arc::new(AtomicUsize::new(0));
+    let restart_writes = Writes::default();
     let restarted = start_controller(
         &ns,
-        counting_client(&support::cluster::kubeconfig_path(), restart_writes.clone()).await,
+        restart_writes
+            .client(&support::cluster::kubeconfig_path())
+            .await,
         store_dir.path(),
         None,
     );
     tokio::time::sleep(Duration::from_secs(15)).await;
-    let writes_after_restart = restart_writes.load(Ordering::SeqCst);
+    let writes_after_restart = restart_writes.tally().total();
 
     // 4. Memory with PRESENT executions in the caches (this process runs the controller).
     let rss_before = memory_kib("VmRSS:");
@@ -225,6 +226,11 @@ async fn bench() {
         "| process RSS growth per execution, {extra} more executions ({PRESENT} present) | {:.2} KiB | | | <= 8 KiB |",
         (rss_after.saturating_sub(rss_before)) as f64 / extra as f64
     );
+    println!(
+        "\nController API writes by verb and resource, per execution: whole life: {}; deletion: {}",
+        lives.writes_until_done.per(LIVES),
+        lives.writes_for_deletion.per(LIVES)
+    );
     namespace.delete().await;
     floor_namespace.delete().await;
 }
@@ -256,13 +262,13 @@ fn start_controller(
 
 /// The controller's writes over [`LIVES`] whole executions.
 struct Lives {
-    writes_until_done: usize,
-    writes_for_deletion: usize,
+    writes_until_done: Tally,
+    writes_for_deletion: Tally,
 }
 
 /// Runs [`LIVES`] executions with real pods to `Succeeded`, then deletes them and waits
 /// until their snapshot ConfigMaps (which hold the results finalizer) are gone.
-async fn whole_lives(client: &Client, ns: &str, writes: &AtomicUsize) -> Lives {
+async fn whole_lives(client: &Client, ns: &str, writes: &Writes) -> Lives {
     let names: Vec<String> = (0..LIVES).map(|i| format!("life-{i}")).collect();
     for name in &names {
         create_execution_with(client, ns, name, None).await;
@@ -293,7 +299,7 @@ async fn whole_lives(client: &Client, ns: &str, writes: &AtomicUsize) -> Lives {
     }
     // Writes settle: nothing more should come for finished executions.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes_until_done = writes.swap(0, Ordering::SeqCst);
+    let writes_until_done = writes.take();
     for name in &names {
         api.delete(name, &Default::default())
             .await
@@ -315,7 +321,7 @@ async fn whole_lives(client: &Client, ns: &str, writes: &AtomicUsize) -> Lives {
     }
     Lives {
         writes_until_done,
-        writes_for_deletion: writes.swap(0, Ordering::SeqCst),
+        writes_for_deletion: writes.take(),
     }
 }
 

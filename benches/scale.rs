@@ -42,8 +42,9 @@ use tokio::sync::Mutex;
 use errand::api::{AgentExecution, AgentExecutionSpec, Phase, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
-use shared::cluster::{counting_client, memory_kib, watch_jobs};
+use shared::cluster::{memory_kib, watch_jobs};
 use shared::{env_or, percentile};
+use support::writes::Writes;
 
 /// Every tenth execution runs the Agent whose pods kwok fails.
 const FAIL_EVERY: usize = 10;
@@ -123,7 +124,7 @@ async fn bench() -> bool {
     .await;
 
     let store_dir = tempfile::tempdir().expect("a store directory");
-    let writes = Arc::new(AtomicUsize::new(0));
+    let writes = Writes::default();
     let controller = ControllerProcess::start(&kubeconfig, &ns, store_dir.path(), &writes).await;
     controller.wait_ready(Duration::from_secs(120)).await;
     let seen = watch_jobs(&client, &ns);
@@ -131,7 +132,7 @@ async fn bench() -> bool {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = memory_kib("VmRSS:");
     let cpu_before = controller.cpu_seconds();
-    writes.store(0, Ordering::SeqCst);
+    writes.take();
 
     // Create at `rate` per second, recording when each create call started.
     let names: Vec<String> = (0..executions).map(|i| format!("run-{i}")).collect();
@@ -215,7 +216,7 @@ async fn bench() -> bool {
     };
     // Writes settle: nothing more should come for finished executions.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let run_writes = writes.load(Ordering::SeqCst);
+    let run_writes = writes.take();
     let cpu = controller.cpu_seconds() - cpu_before;
     let errors = metric_sum(
         controller.address,
@@ -260,13 +261,13 @@ async fn bench() -> bool {
 
     // Restart with every execution present.
     controller.stop();
-    let restart_writes = Arc::new(AtomicUsize::new(0));
+    let restart_writes = Writes::default();
     let restarted =
         ControllerProcess::start(&kubeconfig, &ns, store_dir.path(), &restart_writes).await;
     let ready_after = restarted.wait_ready(Duration::from_secs(300)).await;
-    let writes_until_ready = restart_writes.load(Ordering::SeqCst);
+    let writes_until_ready = restart_writes.tally().total();
     tokio::time::sleep(AFTER_RESTART).await;
-    let writes_after_restart = restart_writes.load(Ordering::SeqCst);
+    let writes_after_restart = restart_writes.tally().total();
     let restart_errors = metric_sum(
         restarted.address,
         "errand_controller_reconcile_errors_total",
@@ -330,9 +331,10 @@ async fn bench() -> bool {
         verdict(rss_per_execution <= 8.0)
     );
     println!(
-        "| controller API writes per execution | {:.2} | <= 4 | {} |",
-        run_writes as f64 / n,
-        verdict(run_writes as f64 / n <= 4.0)
+        "| controller API writes per execution ({}) | {:.2} | <= 4 | {} |",
+        run_writes.per(executions),
+        run_writes.total() as f64 / n,
+        verdict(run_writes.total() as f64 / n <= 4.0)
     );
     println!(
         "| reconcile errors | {} | 0 | {} |",
@@ -541,7 +543,7 @@ impl ControllerProcess {
         kubeconfig: &std::path::Path,
         ns: &str,
         store: &std::path::Path,
-        writes: &Arc<AtomicUsize>,
+        writes: &Writes,
     ) -> Self {
         let threads: Arc<SyncMutex<Vec<u32>>> = Arc::default();
         let record = threads.clone();
@@ -559,7 +561,7 @@ impl ControllerProcess {
         let started = Instant::now();
         runtime
             .spawn(async move {
-                let client = counting_client(&kubeconfig, writes).await;
+                let client = writes.client(&kubeconfig).await;
                 support::harness::spawn_controller(
                     client,
                     &ns,

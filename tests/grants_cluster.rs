@@ -6,7 +6,6 @@
 mod support;
 
 use errand::api::contract::COMPLETED_RUN_RESULTS;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -22,6 +21,7 @@ use serde_json::{Value, json};
 use support::cluster::{self, BUSYBOX_IMAGE, TestNamespace};
 use support::errand::{self as errand_support, ERRAND_IMAGE, install_crds, wait_for};
 use support::harness::{Harness, RUN_WAIT, execution_id, phase_of, result_names, tail};
+use support::writes::{Tally, Writes};
 
 use errand::api::contract::{GRANT_TOKEN_AUDIENCE, Reason};
 use errand::api::{AgentExecution, Phase};
@@ -65,100 +65,75 @@ async fn pods_of(client: &Client, namespace: &str, execution: &str) -> Vec<Pod> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_asks_for_its_grants_when_its_pod_starts_and_no_secret_is_written() {
+async fn a_run_asks_for_its_grants_when_its_pod_starts_and_writes_four_objects_and_no_secret() {
     let Some(client) = cluster::client().await else {
         return;
     };
     install_crds(&client).await;
+    // Kueue's Job webhook refuses every Job create while Kueue installs (another test of this
+    // file installs it), and a refused create retried is a write more: install it first.
+    cluster::ensure_kueue().await;
     let namespace = TestNamespace::create(&client, "grants-writes").await;
     let ns = namespace.name().to_owned();
-    // The controller in this process, with a client that records every request but GETs
-    // (reads, lists and watches), as benches/controller.rs counts writes.
-    let writes = Arc::new(Mutex::new(Vec::<String>::new()));
+    // The controller in this process, with a client that tallies every request but GETs
+    // (reads, lists and watches), as the benchmarks count writes.
+    let writes = Writes::default();
     let dir = tempfile::tempdir().unwrap();
     let store_url = format!("file://{}", dir.path().display());
     let controller = support::harness::spawn_controller(
-        recording_client(Arc::clone(&writes)).await,
+        writes.client(&cluster::kubeconfig_path()).await,
         &ns,
         Store::open(&store_url).unwrap(),
         ERRAND_IMAGE,
         Some(cluster::free_pod_gateway_address()),
     );
     let store = Store::open(&store_url).unwrap();
-    errand_support::create(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-            "metadata": {"name": "calculator"},
-            "spec": {
-                "runtime": {"image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", AGENT]},
-                "config": {"config_format": "agents-spec-v1", "name": "calculator"},
-            },
-        }),
-    )
-    .await;
+    create_busybox_agent(&client, &ns, "calculator", AGENT).await;
+    create_busybox_agent(&client, &ns, "broken", "echo broken >&2; exit 3").await;
     let question = tempfile::tempdir().unwrap();
     std::fs::write(question.path().join("question.txt"), "What is 12 x 8?\n").unwrap();
     let pushed = store.push_fileset(&ns, question.path()).await.unwrap();
     errand_support::record_fileset(&client, &ns, "question", &pushed).await;
     // Created after the catalog, so only the execution's own requests are counted.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    writes.lock().unwrap().clear();
-    errand_support::create(
-        &client,
-        &ns,
-        json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
-            "metadata": {"name": "calc"},
-            "spec": {"agentRef": {"name": "calculator"}, "input": "What is 12 x 8?",
-                     "workdir": {"base": "question"}},
-        }),
-    )
-    .await;
-    let api = Api::<AgentExecution>::namespaced(client.clone(), &ns);
-    let done = wait_for("calc to succeed", RUN_WAIT, || async {
-        let execution = api.get("calc").await.ok()?;
-        let phase = phase_of(&execution)?;
-        assert!(
-            phase == Phase::Succeeded || !phase.is_terminal(),
-            "calc ended {phase:?}: {:?}",
-            execution.status
-        );
-        (phase == Phase::Succeeded).then_some(execution)
-    })
-    .await;
-    // Writes settle: nothing more comes for a finished execution.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let writes = writes.lock().unwrap().clone();
+    writes.take();
+    let done = run_to_end(&client, &ns, "calc", "calculator").await;
+    assert_eq!(phase_of(&done), Some(Phase::Succeeded), "{:?}", done.status);
+    let succeeded = writes.take();
+    // The snapshot ConfigMap, the Job, `Starting` and `Succeeded` (a run this short shows no
+    // `Running`), and the pod's one TokenReview, which stores nothing: no Secret.
+    assert_eq!(
+        succeeded,
+        Tally::of(&[
+            ("create configmaps", 1),
+            ("create jobs", 1),
+            ("create tokenreviews", 1),
+            ("patch agentexecutions/status", 2),
+        ]),
+        "the controller's writes for one successful execution"
+    );
+    assert_eq!(succeeded.total(), 4);
+
+    // A failed run costs the same and its one Warning event.
+    let failed = run_to_end(&client, &ns, "broken-run", "broken").await;
+    assert_eq!(
+        phase_of(&failed),
+        Some(Phase::Failed),
+        "{:?}",
+        failed.status
+    );
+    let failed_writes = writes.take();
     controller.abort();
-    eprintln!(
-        "controller requests other than GET for one execution ({}): {writes:#?}",
-        writes.len()
-    );
-    let (reviews, api_writes): (Vec<&String>, Vec<&String>) =
-        writes.iter().partition(|w| w.contains("/tokenreviews"));
     assert_eq!(
-        reviews.len(),
-        1,
-        "one TokenReview, when the pod asked for its grants: {writes:?}"
-    );
-    assert!(
-        api_writes.iter().all(|w| !w.contains("/secrets")),
-        "no Secret is written: {writes:?}"
-    );
-    assert_eq!(
-        api_writes
-            .iter()
-            .filter(|w| w.starts_with("POST") && !w.contains("/events"))
-            .count(),
-        2,
-        "the snapshot ConfigMap and the Job: {writes:?}"
-    );
-    assert!(
-        api_writes.len() <= 4,
-        "at most 4 API writes per execution (6 with the grants Secret and a status write for \
-         Running the run did not outlast): {writes:?}"
+        failed_writes,
+        Tally::of(&[
+            ("create configmaps", 1),
+            ("create events", 1),
+            ("create jobs", 1),
+            ("create tokenreviews", 1),
+            ("patch agentexecutions/status", 2),
+        ]),
+        "the controller's writes for one failed execution"
     );
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns)
         .list(&ListParams::default())
@@ -209,30 +184,46 @@ async fn a_run_asks_for_its_grants_when_its_pod_starts_and_no_secret_is_written(
     namespace.delete().await;
 }
 
-/// A client of the test cluster that records each request other than a GET as
-/// `<METHOD> <path>`.
-async fn recording_client(writes: Arc<Mutex<Vec<String>>>) -> Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(cluster::kubeconfig_path()).unwrap(),
-        &Default::default(),
+/// Creates the Agent `name` running `script` with `sh -c` on busybox.
+async fn create_busybox_agent(client: &Client, namespace: &str, name: &str, script: &str) {
+    errand_support::create(
+        client,
+        namespace,
+        json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": name},
+            "spec": {
+                "runtime": {"image": BUSYBOX_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", script]},
+                "config": {"config_format": "agents-spec-v1", "name": name},
+            },
+        }),
     )
-    .await
-    .unwrap();
-    let record =
-        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-            if request.method() != http::Method::GET {
-                writes.lock().unwrap().push(format!(
-                    "{} {}",
-                    request.method(),
-                    request.uri().path()
-                ));
-            }
-            request
-        });
-    kube::client::ClientBuilder::try_from(config)
-        .unwrap()
-        .with_layer(&record)
-        .build()
+    .await;
+}
+
+/// Runs execution `name` of `agent` on the base Fileset `question` until it ends, and then
+/// a little longer, so the controller's writes for it have settled (a finished execution
+/// gets none).
+async fn run_to_end(client: &Client, namespace: &str, name: &str, agent: &str) -> AgentExecution {
+    errand_support::create(
+        client,
+        namespace,
+        json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
+            "metadata": {"name": name},
+            "spec": {"agentRef": {"name": agent}, "input": "What is 12 x 8?",
+                     "workdir": {"base": "question"}},
+        }),
+    )
+    .await;
+    let api = Api::<AgentExecution>::namespaced(client.clone(), namespace);
+    let ended = wait_for(&format!("{name} to end"), RUN_WAIT, || async {
+        let execution = api.get(name).await.ok()?;
+        phase_of(&execution)?.is_terminal().then_some(execution)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ended
 }
 
 /// A token of the namespace's `default` ServiceAccount for `audience`, bound to `pod` if given.

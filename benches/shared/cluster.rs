@@ -1,9 +1,7 @@
-//! What the cluster benchmarks share: a client whose writes are counted, a watch that records when each Job appeared, and this process's memory.
+//! What the cluster benchmarks share: a watch that records when each Job appeared, and this process's memory (their writes are tallied by `tests/support/writes.rs`).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use futures::{StreamExt, TryStreamExt};
@@ -14,31 +12,6 @@ use tokio::sync::Mutex;
 
 /// When each Job name was first seen by a watch.
 pub type Seen = Arc<Mutex<HashMap<String, Instant>>>;
-
-/// A client of `kubeconfig` whose writes are counted: its requests other than GETs (reads,
-/// lists, watches) and TokenReviews (the grant endpoint's check of a pod's token, which the API
-/// server answers without storing anything).
-pub async fn counting_client(kubeconfig: &Path, writes: Arc<AtomicUsize>) -> Client {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).expect("the kubeconfig reads"),
-        &Default::default(),
-    )
-    .await
-    .expect("a client config");
-    let count =
-        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-            if request.method() != http::Method::GET
-                && !request.uri().path().ends_with("/tokenreviews")
-            {
-                writes.fetch_add(1, Ordering::SeqCst);
-            }
-            request
-        });
-    kube::client::ClientBuilder::try_from(config)
-        .expect("a client")
-        .with_layer(&count)
-        .build()
-}
 
 /// Records, from a watch of the Jobs in `ns`, when each was first seen.
 pub fn watch_jobs(client: &Client, ns: &str) -> Seen {

@@ -21,3 +21,4 @@ pub mod store;
 pub mod telemetry;
 pub mod tenant;
 pub mod webhook_receiver;
+pub mod writes;
