@@ -80,10 +80,13 @@ impl DataApi {
     }
 
     /// The same server, answering downloads that ask with `redirect=true` with a redirect to
-    /// a URL `signer` presigns (the store's own signer, whose URLs clients can reach).
-    pub fn with_redirects(self, signer: Arc<dyn UrlSigner>) -> Self {
+    /// a URL `store` presigns, when its URLs are meant for clients (s3://, gs://, az://); a
+    /// `file://` store's URLs point inside the cluster, so its downloads keep streaming.
+    pub fn redirecting_to(self, store: &Store) -> Self {
         DataApi {
-            redirects: Some(signer),
+            redirects: store
+                .presigned_signer()
+                .map(|signer| Arc::new(signer) as Arc<dyn UrlSigner>),
             ..self
         }
     }

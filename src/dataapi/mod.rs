@@ -80,9 +80,9 @@ pub fn start(
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), StartError> {
+    let store = sources.store;
     let front_proxy = Arc::new(FrontProxy::default());
     let acceptor = server::acceptor(certificate, Arc::clone(&front_proxy))?;
-    let presigner = sources.store.presigned_signer().filter(|_| redirects);
     let api = DataApi::new(
         Box::new(ClusterObjects {
             client: client.clone(),
@@ -92,14 +92,15 @@ pub fn start(
         Box::new(ClusterAuthorizer {
             client: client.clone(),
         }),
-        sources.store,
+        store.clone(),
         Arc::clone(&front_proxy),
         limits,
         sources.namespace,
     );
-    let api = Arc::new(match presigner {
-        Some(presigner) => api.with_redirects(Arc::new(presigner)),
-        None => api,
+    let api = Arc::new(if redirects {
+        api.redirecting_to(&store)
+    } else {
+        api
     });
     tasks.spawn(server::serve(listener, acceptor, api));
     tasks.spawn(frontproxy::keep(client, front_proxy));

@@ -96,7 +96,9 @@ impl DataApi {
             &[RESULTS_SUBRESOURCE, result.as_str()],
         );
         let what = format!("{} of execution {name}", result.as_str());
-        let (parts, body) = self.get(&format!("{path}?{}=true", redirect::PARAMETER)).await?;
+        let (parts, body) = self
+            .get(&format!("{path}?{}=true", redirect::PARAMETER))
+            .await?;
         if parts.status != StatusCode::TEMPORARY_REDIRECT {
             return save(&parts, body.into_data_stream(), &what, file).await;
         }
@@ -216,8 +218,8 @@ async fn save<E: std::fmt::Display>(
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = body.next().await {
-        let chunk = chunk
-            .map_err(|e| CliError::new("cluster_error", format!("reading {what}: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| CliError::new("cluster_error", format!("reading {what}: {e}")))?;
         hasher.update(&chunk);
         out.write_all(&chunk).map_err(io_error)?;
         size += chunk.len() as u64;
