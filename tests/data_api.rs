@@ -1,4 +1,4 @@
-//! The data API's request handling against a real file store, with the cluster's objects and authorizer in memory: listings, downloads with ranges and entity tags, every refusal of the issue's list (401, 403, 404 naming the valid results, 413, 422 naming the entry, an interrupted upload), concurrent pushes, and the front proxy's client certificate checked in a real TLS handshake.
+//! The data API's request handling against a real file store (and a real S3 server for redirects), with the cluster's objects and authorizer in memory: listings, downloads with ranges and entity tags, redirects to presigned URLs, every refusal of the issue's list (401, 403, 404 naming the valid results, 413, 422 naming the entry, an interrupted upload), concurrent pushes, and the front proxy's client certificate checked in a real TLS handshake.
 
 mod support;
 
@@ -158,6 +158,11 @@ fn rbac() -> Rbac {
 fn fixture(limits: UploadLimits) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();
+    fixture_on(store, dir, limits)
+}
+
+/// A server over `store` (kept in `dir` when it is a file store).
+fn fixture_on(store: Store, dir: tempfile::TempDir, limits: UploadLimits) -> Fixture {
     let (ca_pem, cert_pem, key_pem) = ca_and_client(FRONT_PROXY);
     let front_proxy = Arc::new(FrontProxy::default());
     front_proxy
@@ -414,6 +419,140 @@ async fn a_finished_executions_results_are_listed_and_downloaded_whole_or_in_ran
             .message()
             .contains("AgentExecution \"other\" not found")
     );
+}
+
+#[tokio::test]
+async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after_every_check() {
+    let Some(server) = support::s3::server().await else {
+        return;
+    };
+    let options = server.options();
+    let options: Vec<(&str, &str)> = options.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let url = format!("s3://{}/tenant-1", support::s3::BUCKET);
+    let store = Store::open_with_options(&url, &options).unwrap();
+    let mut f = fixture_on(
+        store.clone(),
+        tempfile::tempdir().unwrap(),
+        UploadLimits::default(),
+    );
+    f.api = Arc::new(
+        Arc::into_inner(f.api)
+            .expect("the only reference")
+            .redirecting_to(&store),
+    );
+    let workdir: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
+    f.finished_execution(&[(ResultName::OutputWorkdir, &workdir)])
+        .await;
+    let path = "agentexecutions/calc/results/output_workdir";
+    let etag = format!("\"{}\"", sha256_hex(&workdir));
+
+    let redirected = f.get("alice", &format!("{path}?redirect=true")).await;
+    assert_eq!(redirected.status, 307);
+    assert!(redirected.body.is_empty());
+    assert_eq!(
+        redirected.header("etag"),
+        etag,
+        "the digest still comes along"
+    );
+    assert_eq!(redirected.header("cache-control"), "no-store");
+    let location = redirected.header("location");
+    assert!(
+        location.starts_with(&format!(
+            "{}/{}/tenant-1/results/team-a/calc/uid-1/output_workdir?",
+            server.endpoint,
+            support::s3::BUCKET
+        )),
+        "{location}"
+    );
+    assert!(redirected.headers["location"].is_sensitive());
+    // The URL is the object's, signed by the store: a plain client with no credentials reads
+    // it, ranges too; it allows no other method.
+    let client = reqwest::Client::new();
+    let fetched = client.get(location).send().await.unwrap();
+    assert_eq!(fetched.status(), 200);
+    assert_eq!(fetched.bytes().await.unwrap().as_ref(), workdir.as_slice());
+    let part = client
+        .get(location)
+        .header("Range", "bytes=4000-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.status(), 206);
+    assert_eq!(part.bytes().await.unwrap().as_ref(), &workdir[4000..]);
+    let overwrite = client.put(location).body("x").send().await.unwrap();
+    assert_eq!(overwrite.status(), 403, "a GET URL does not allow PUT");
+
+    // Without the parameter, and for HEAD, the bytes stream as always.
+    for query in ["", "?redirect=false"] {
+        let streamed = f.get("alice", &format!("{path}{query}")).await;
+        assert_eq!(streamed.status, 200, "{query}");
+        assert_eq!(streamed.body.as_ref(), workdir.as_slice());
+    }
+    let request = Request::head(format!("{BASE}/{path}?redirect=true"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let head = f.send("alice", request).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length"), "5000");
+    // A request the validators answer gets that answer, not a URL.
+    let unchanged = f
+        .get_with(
+            "alice",
+            &format!("{path}?redirect=true"),
+            &[("If-None-Match", &etag)],
+        )
+        .await;
+    assert_eq!(unchanged.status, 304);
+
+    // Every refusal comes first, without a URL: 401, 403, 404, and a bad parameter is a 400.
+    let request = Request::get(format!("{BASE}/{path}?redirect=true"))
+        .header("X-Remote-User", "alice")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let anonymous = Answer::of(f.api.handle(request, None).await).await;
+    assert_eq!(anonymous.status, 401);
+    let denied = f.get("bob", &format!("{path}?redirect=true")).await;
+    assert_eq!(denied.status, 403);
+    let missing = f
+        .get(
+            "alice",
+            "agentexecutions/calc/results/run_error?redirect=true",
+        )
+        .await;
+    assert_eq!(missing.status, 404);
+    let bad = f.get("alice", &format!("{path}?redirect=yes")).await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        bad.message(),
+        "query parameter \"redirect\" must be true or false, not \"yes\""
+    );
+    for refused in [&anonymous, &denied, &missing, &bad] {
+        assert!(!refused.headers.contains_key("location"));
+    }
+}
+
+#[tokio::test]
+async fn a_file_store_streams_even_when_a_redirect_is_asked_for() {
+    let mut f = fixture(UploadLimits::default());
+    f.api = Arc::new(
+        Arc::into_inner(f.api)
+            .expect("the only reference")
+            .redirecting_to(&f.store),
+    );
+    f.finished_execution(&[(ResultName::RunResult, br#"{"response":"96"}"#)])
+        .await;
+    let answer = f
+        .get(
+            "alice",
+            "agentexecutions/calc/results/run_result?redirect=true",
+        )
+        .await;
+    assert_eq!(
+        answer.status, 200,
+        "its signed URLs point inside the cluster"
+    );
+    assert_eq!(answer.body.as_ref(), br#"{"response":"96"}"#);
+    assert!(!answer.headers.contains_key("location"));
 }
 
 #[tokio::test]

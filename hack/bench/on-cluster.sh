@@ -13,7 +13,7 @@ source "$repo/hack/testenv/lib.sh"
 cd "$repo"
 [[ $# -eq 1 ]] || die "usage: $0 NAME (a cluster benchmark: controller, e2e, data_api, gateway, scale)"
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-if [[ "$1" == e2e ]] && ! command -v s3s-fs >/dev/null; then
+if [[ "$1" == e2e || "$1" == data_api ]] && ! command -v s3s-fs >/dev/null; then
   log "installing s3s-fs (cargo install s3s-fs --version 0.14.1 --locked --features binary)"
   cargo install --quiet s3s-fs --version 0.14.1 --locked --features binary
 fi

@@ -18,6 +18,7 @@ use super::discovery;
 use super::frontproxy::FrontProxy;
 use super::objects::{Authorizer, Objects};
 use super::ranges::{self, Asked, Plan};
+use super::redirect::{self, Delivery};
 use super::results;
 use super::route::{self, Action, ObjectRequest, Route};
 use super::status::{Refusal, Subject};
@@ -28,6 +29,7 @@ use crate::api::data::{
 };
 use crate::api::{AgentExecution, Fileset};
 use crate::cluster::ApiError;
+use crate::store::grants::{Access, UrlSigner};
 use crate::store::keys::{self, ExecutionId};
 use crate::store::{Store, StoreError};
 
@@ -50,6 +52,9 @@ pub struct DataApi {
     pub namespace: Option<String>,
     /// Orders the status writes of concurrent pushes to one Fileset.
     pub(super) commits: upload::CommitLocks,
+    /// The signer of presigned URLs meant for clients, when downloads that ask may be
+    /// redirected to the store ([`redirect`]); `None`: every download streams.
+    redirects: Option<Arc<dyn UrlSigner>>,
 }
 
 impl DataApi {
@@ -70,6 +75,19 @@ impl DataApi {
             limits,
             namespace,
             commits: upload::CommitLocks::default(),
+            redirects: None,
+        }
+    }
+
+    /// The same server, answering downloads that ask with `redirect=true` with a redirect to
+    /// a URL `store` presigns, when its URLs are meant for clients (s3://, gs://, az://); a
+    /// `file://` store's URLs point inside the cluster, so its downloads keep streaming.
+    pub fn redirecting_to(self, store: &Store) -> Self {
+        DataApi {
+            redirects: store
+                .presigned_signer()
+                .map(|signer| Arc::new(signer) as Arc<dyn UrlSigner>),
+            ..self
         }
     }
 
@@ -137,14 +155,20 @@ impl DataApi {
                 let (_, listing) = self.listing(&object).await?;
                 Ok(json_response(StatusCode::OK, &listing))
             }
-            Action::GetResult(result) => self.get_result(&object, result, request.headers()).await,
+            Action::GetResult(result) => {
+                let asked = redirect::asked(request.uri().query())?;
+                self.get_result(&object, result, asked, request.headers())
+                    .await
+            }
             Action::DescribeContent => {
                 let fileset = self.fileset(&object).await?;
                 Ok(json_response(StatusCode::OK, &content_of(&fileset)))
             }
             Action::GetContent => {
+                let asked = redirect::asked(request.uri().query())?;
                 let fileset = self.fileset(&object).await?;
-                self.get_content(&object, &fileset, request.headers()).await
+                self.get_content(&object, &fileset, asked, request.headers())
+                    .await
             }
             Action::PutContent => {
                 let fileset = self.fileset(&object).await?;
@@ -222,6 +246,7 @@ impl DataApi {
         &self,
         object: &ObjectRequest,
         result: &str,
+        redirect: bool,
         headers: &HeaderMap,
     ) -> Result<Response<ResponseBody>, Refusal> {
         let (execution, listing) = self.listing(object).await?;
@@ -235,6 +260,7 @@ impl DataApi {
             content_type: &item.content_type,
             file_name: name.file_name(),
             head: object.head,
+            redirect,
         };
         self.send(download, headers).await
     }
@@ -243,6 +269,7 @@ impl DataApi {
         &self,
         object: &ObjectRequest,
         fileset: &Fileset,
+        redirect: bool,
         headers: &HeaderMap,
     ) -> Result<Response<ResponseBody>, Refusal> {
         let status = fileset.status.clone().unwrap_or_default();
@@ -265,6 +292,7 @@ impl DataApi {
             content_type: TAR_GZ_CONTENT_TYPE,
             file_name: format!("{}.tar.gz", object.name),
             head: object.head,
+            redirect,
         };
         self.send(download, headers).await
     }
@@ -304,6 +332,21 @@ impl DataApi {
         let Some(range) = range.filter(|_| status != StatusCode::NOT_MODIFIED) else {
             return Ok(builder.body(empty()).expect("a response from valid parts"));
         };
+        if let (Delivery::Redirect, Some(signer)) = (
+            redirect::delivery(download.redirect, download.head, self.redirects.is_some()),
+            &self.redirects,
+        ) {
+            // The client sends its Range again to the store, which answers it itself.
+            let location = presigned_get(signer.as_ref(), download.key).await?;
+            return Ok(builder
+                .status(StatusCode::TEMPORARY_REDIRECT)
+                .header(header::LOCATION, location)
+                // The URL is a bearer credential: no cache keeps it.
+                .header(header::CACHE_CONTROL, "no-store")
+                .header(header::CONTENT_LENGTH, 0)
+                .body(empty())
+                .expect("a response from valid parts"));
+        }
         builder = builder
             .header(header::CONTENT_TYPE, download.content_type)
             .header(header::CONTENT_LENGTH, range.end - range.start)
@@ -346,6 +389,24 @@ struct Download<'a> {
     content_type: &'a str,
     file_name: String,
     head: bool,
+    /// The client asked for a redirect to the store.
+    redirect: bool,
+}
+
+/// A presigned GET URL of `key`, lasting [`redirect::lifetime_seconds`]. Never logged: it is
+/// a bearer credential for the object.
+async fn presigned_get(signer: &dyn UrlSigner, key: &str) -> Result<HeaderValue, Refusal> {
+    let lifetime = redirect::lifetime_seconds(signer.max_lifetime_seconds());
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(lifetime);
+    let url = signer
+        .sign(Access::Get, key, expires)
+        .await
+        .map_err(|e| Refusal::internal(format!("presigning the redirect: {e}")))?;
+    let mut location = HeaderValue::from_str(&url).map_err(|_| {
+        Refusal::internal(format!("the presigned URL of {key} is not a header value"))
+    })?;
+    location.set_sensitive(true);
+    Ok(location)
 }
 
 /// The object `read` found, a 404 about `object` saying `missing` when there is none, or a 500

@@ -15,6 +15,7 @@ pub mod frontproxy;
 pub mod handler;
 pub mod objects;
 pub mod ranges;
+pub mod redirect;
 pub mod results;
 pub mod route;
 pub mod server;
@@ -44,6 +45,9 @@ pub struct DataApiOptions {
     pub listen: SocketAddr,
     /// What an upload may be.
     pub limits: UploadLimits,
+    /// Whether downloads that ask (`redirect=true`) may be redirected to the store's
+    /// presigned URL, when the store presigns URLs clients can reach ([`redirect`]).
+    pub redirects: bool,
 }
 
 /// What the data API reads from: the process's caches and its store.
@@ -64,19 +68,22 @@ pub struct Sources {
 pub struct StartError(#[from] tokio_rustls::rustls::Error);
 
 /// Starts serving the data API on `listener` and `tasks` with `certificate`, uploads within
-/// `limits`, with the front proxy's settings kept current alongside. Until they are first
-/// read, requests get 503.
+/// `limits`, redirecting downloads that ask when `redirects` allows and the store presigns,
+/// with the front proxy's settings kept current alongside. Until they are first read, requests
+/// get 503.
 pub fn start(
     client: Client,
     sources: Sources,
     listener: TcpListener,
     limits: UploadLimits,
+    redirects: bool,
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), StartError> {
+    let store = sources.store;
     let front_proxy = Arc::new(FrontProxy::default());
     let acceptor = server::acceptor(certificate, Arc::clone(&front_proxy))?;
-    let api = Arc::new(DataApi::new(
+    let api = DataApi::new(
         Box::new(ClusterObjects {
             client: client.clone(),
             executions: sources.executions,
@@ -85,11 +92,16 @@ pub fn start(
         Box::new(ClusterAuthorizer {
             client: client.clone(),
         }),
-        sources.store,
+        store.clone(),
         Arc::clone(&front_proxy),
         limits,
         sources.namespace,
-    ));
+    );
+    let api = Arc::new(if redirects {
+        api.redirecting_to(&store)
+    } else {
+        api
+    });
     tasks.spawn(server::serve(listener, acceptor, api));
     tasks.spawn(frontproxy::keep(client, front_proxy));
     Ok(())

@@ -260,6 +260,7 @@ pub async fn run(
             sources,
             bind(data_api.listen).await?,
             data_api.limits,
+            data_api.redirects,
             Arc::clone(certificate),
             &mut tasks,
         )?;

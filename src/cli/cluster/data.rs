@@ -1,6 +1,7 @@
 //! The client of errand's `data.errand.dev` API: results listed and downloaded, Fileset content pushed, all through the Kubernetes API server with the caller's own credentials.
 //!
-//! Downloads are checked against the sha256 the server sends as the `ETag`. Uploads stream:
+//! Downloads are checked against the sha256 the server sends as the `ETag`; they ask for a
+//! redirect to the store's presigned URL and follow it without Kubernetes credentials. Uploads stream:
 //! the kube client only sends bodies it holds in memory, so a push goes through a client
 //! built from the same configuration and layers (base URI, authentication, impersonation).
 
@@ -23,6 +24,7 @@ use crate::api::data::{
 };
 use crate::archive::ByteStream;
 use crate::cli::output::CliError;
+use crate::dataapi::redirect;
 use crate::store::keys::{AnyResult, ResultName};
 
 /// The data API of one cluster, for one namespace.
@@ -77,8 +79,11 @@ impl DataApi {
         Ok(text.into_bytes())
     }
 
-    /// Streams result `result` of execution `name` into `file`, checking its bytes against the
-    /// sha256 the server names in the `ETag`; returns the size.
+    /// Downloads result `result` of execution `name` into `file`, checking its bytes against
+    /// the sha256 the server names in the `ETag`; returns the size. Asks for a redirect to the
+    /// store: when errand answers with one, the bytes come straight from the object store's
+    /// presigned URL through a plain HTTP client (no Kubernetes credentials go there); when
+    /// that URL cannot be reached, they stream through the API server as without a redirect.
     pub async fn download(
         &self,
         name: &str,
@@ -90,54 +95,56 @@ impl DataApi {
             name,
             &[RESULTS_SUBRESOURCE, result.as_str()],
         );
+        let what = format!("{} of execution {name}", result.as_str());
+        let (parts, body) = self
+            .get(&format!("{path}?{}=true", redirect::PARAMETER))
+            .await?;
+        if parts.status != StatusCode::TEMPORARY_REDIRECT {
+            return save(&parts, body.into_data_stream(), &what, file).await;
+        }
+        let location = parts
+            .headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| {
+                CliError::new(
+                    "cluster_error",
+                    format!("errand redirected the download of {what} without a Location"),
+                )
+            })?;
+        match from_store(location).await {
+            Ok(response) if !response.status().is_success() => Err(CliError::new(
+                "store_error",
+                format!(
+                    "the store answered {} to the signed URL errand gave for {what}",
+                    response.status()
+                ),
+            )),
+            // The sha256 is errand's, from the redirect: the store's own ETag is not a digest.
+            Ok(response) => save(&parts, response.bytes_stream(), &what, file).await,
+            Err(e) if e.is_connect() => {
+                eprintln!(
+                    "errand: the store's signed URL for {what} cannot be reached ({}); \
+                     downloading through the Kubernetes API server instead",
+                    e.without_url()
+                );
+                let (parts, body) = self.get(&path).await?;
+                save(&parts, body.into_data_stream(), &what, file).await
+            }
+            Err(e) => Err(CliError::new(
+                "store_unreachable",
+                format!("downloading {what} from the store: {}", e.without_url()),
+            )),
+        }
+    }
+
+    /// The answer to a GET of `path` through the API server, its body still to be read.
+    async fn get(&self, path: &str) -> Result<(http::response::Parts, Body), CliError> {
         let request = Request::get(path)
             .body(Body::empty())
             .expect("a valid request");
         let response = self.client.send(request).await.map_err(api_error)?;
-        let (parts, body) = response.into_parts();
-        if !parts.status.is_success() {
-            let bytes = body
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            return Err(refusal(parts.status, &bytes));
-        }
-        let expected = parts
-            .headers
-            .get(header::ETAG)
-            .and_then(|v| v.to_str().ok())
-            .map(|v| v.trim_start_matches("W/").trim_matches('"').to_owned());
-        let io_error =
-            |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
-        let mut out = std::fs::File::create(file).map_err(io_error)?;
-        let mut hasher = Sha256::new();
-        let mut size = 0u64;
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                CliError::new(
-                    "cluster_error",
-                    format!("reading {} of execution {name}: {e}", result.as_str()),
-                )
-            })?;
-            hasher.update(&chunk);
-            out.write_all(&chunk).map_err(io_error)?;
-            size += chunk.len() as u64;
-        }
-        out.sync_all().map_err(io_error)?;
-        let actual = hex::encode(hasher.finalize());
-        if let Some(expected) = expected.filter(|e| *e != actual) {
-            return Err(CliError::new(
-                "corrupt_download",
-                format!(
-                    "{}: the {} bytes received have sha256 {actual}, the server announced {expected}",
-                    file.display(),
-                    size
-                ),
-            ));
-        }
-        Ok(size)
+        Ok(response.into_parts())
     }
 
     /// Streams `body` (a `tar.gz`) as Fileset `name`'s new content and returns what the
@@ -172,6 +179,63 @@ impl DataApi {
             )
         })
     }
+}
+
+/// GETs a presigned store URL with a client of its own: no Kubernetes credentials, no
+/// redirects (the URL names the object itself).
+async fn from_store(url: &str) -> Result<reqwest::Response, reqwest::Error> {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?
+        .get(url)
+        .send()
+        .await
+}
+
+/// Writes `body` into `file`, checking its bytes against the sha256 errand's answer `parts`
+/// names in the `ETag`; the size. A refusal in `parts` becomes the error it says.
+async fn save<E: std::fmt::Display>(
+    parts: &http::response::Parts,
+    mut body: impl futures::Stream<Item = Result<Bytes, E>> + Unpin,
+    what: &str,
+    file: &Path,
+) -> Result<u64, CliError> {
+    if !parts.status.is_success() {
+        let mut bytes = Vec::new();
+        while let Some(Ok(chunk)) = body.next().await {
+            bytes.extend_from_slice(&chunk);
+        }
+        return Err(refusal(parts.status, &Bytes::from(bytes)));
+    }
+    let expected = parts
+        .headers
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim_start_matches("W/").trim_matches('"').to_owned());
+    let io_error =
+        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
+    let mut out = std::fs::File::create(file).map_err(io_error)?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk =
+            chunk.map_err(|e| CliError::new("cluster_error", format!("reading {what}: {e}")))?;
+        hasher.update(&chunk);
+        out.write_all(&chunk).map_err(io_error)?;
+        size += chunk.len() as u64;
+    }
+    out.sync_all().map_err(io_error)?;
+    let actual = hex::encode(hasher.finalize());
+    if let Some(expected) = expected.filter(|e| *e != actual) {
+        return Err(CliError::new(
+            "corrupt_download",
+            format!(
+                "{}: the {size} bytes received have sha256 {actual}, the server announced {expected}",
+                file.display(),
+            ),
+        ));
+    }
+    Ok(size)
 }
 
 /// A request body streamed from a [`ByteStream`].
