@@ -541,13 +541,26 @@ fn requested_format(args: &[OsString]) -> Format {
     format
 }
 
+/// The runtime a command runs on: a local run's own process (`execute --local`, the detached
+/// supervisor) is one short task tree that waits on one child, and worker threads only add
+/// thread starts and cross-thread wake-ups to it; everything else gets the worker pool.
+fn runtime_builder(cli: &Cli) -> tokio::runtime::Builder {
+    let local_run = match &cli.command {
+        Command::Execute(_) => cli.target.local,
+        Command::Supervise { .. } => true,
+        _ => false,
+    };
+    if local_run {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     let format = cli.command.format();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder(&cli).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             return output::print_error(

@@ -65,32 +65,26 @@ impl Resource {
     }
 
     /// The `openAPIV3Schema` of the resource's CRD, read once from the committed `crds/` file
-    /// (a test keeps it equal to the generated one): generating it from the Rust types takes
-    /// longer than anything else an `execute --local` does.
+    /// (a test keeps it equal to the generated one), which build.rs turns into JSON: generating
+    /// it from the Rust types, or parsing the YAML, takes longer than anything else an
+    /// `execute --local` does.
     pub fn schema(self) -> &'static Value {
         static SCHEMAS: [OnceLock<Value>; 6] = [const { OnceLock::new() }; 6];
-        let (index, yaml) = match self {
-            Resource::Agent => (0, include_str!("../../crds/agents.errand.dev.yaml")),
-            Resource::AgentEnvironment => (
-                1,
-                include_str!("../../crds/agentenvironments.errand.dev.yaml"),
-            ),
-            Resource::Fileset => (2, include_str!("../../crds/filesets.errand.dev.yaml")),
-            Resource::AgentExecution => (
-                3,
-                include_str!("../../crds/agentexecutions.errand.dev.yaml"),
-            ),
-            Resource::AgentRuntime => (4, include_str!("../../crds/agentruntimes.errand.dev.yaml")),
-            Resource::AgentExtension => (
-                5,
-                include_str!("../../crds/agentextensions.errand.dev.yaml"),
-            ),
+        macro_rules! committed {
+            ($crd:literal) => {
+                include_str!(concat!(env!("OUT_DIR"), "/", $crd, ".schema.json"))
+            };
+        }
+        let (index, json) = match self {
+            Resource::Agent => (0, committed!("agents.errand.dev")),
+            Resource::AgentEnvironment => (1, committed!("agentenvironments.errand.dev")),
+            Resource::Fileset => (2, committed!("filesets.errand.dev")),
+            Resource::AgentExecution => (3, committed!("agentexecutions.errand.dev")),
+            Resource::AgentRuntime => (4, committed!("agentruntimes.errand.dev")),
+            Resource::AgentExtension => (5, committed!("agentextensions.errand.dev")),
         };
-        SCHEMAS[index].get_or_init(|| {
-            let crd: CustomResourceDefinition =
-                serde_saphyr::from_str(yaml).expect("a committed CRD parses");
-            crd_schema(&crd)
-        })
+        SCHEMAS[index]
+            .get_or_init(|| serde_json::from_str(json).expect("build.rs wrote a committed schema"))
     }
 
     /// The `openAPIV3Schema` of the CRD generated from the resource's Rust type.
