@@ -36,7 +36,7 @@ use clap::{Parser, Subcommand};
 use crate::local::ObjectKind;
 use commands::CatalogAction;
 use execute::ExecuteArgs;
-pub use output::{CliError, Format, OutputArgs, SCHEMA_VERSION};
+pub use output::{CliError, EXIT_BROKEN_PIPE, Format, OutputArgs, SCHEMA_VERSION};
 use target::Target;
 
 /// Run an AI agent once, to completion, and keep everything it produced.
@@ -587,7 +587,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Controller(args) => return controller::controller(*args).await,
         Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
         Command::Schema => {
-            println!("{:#}", schema::answers_schema());
+            output::write_line(format!("{:#}", schema::answers_schema()));
             return Ok(());
         }
         Command::Completions { shell } => {
@@ -755,7 +755,7 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
         CliError::new("internal", format!("cannot render the CRDs: {e}"))
     };
     let Some(dir) = out_dir else {
-        print!("{}", crate::api::crds::all_yaml().map_err(render_error)?);
+        output::write_stdout(&crate::api::crds::all_yaml().map_err(render_error)?);
         return Ok(());
     };
     for (file, crd) in crate::api::crds::all() {
