@@ -82,6 +82,46 @@ fn calculator_answers_and_keeps_every_result() {
 }
 
 #[test]
+fn a_closed_stdout_ends_the_command_quietly_and_the_execution_is_kept() {
+    use std::process::Stdio;
+    let home = Home::new();
+    let mut child = home
+        .command(&[
+            "execute",
+            "--local",
+            "--agent",
+            &calculator(),
+            "--input",
+            "What is 2 plus 3?",
+            "-o",
+            "json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `errand … | head -c 0`: the reader is gone before the answer is written.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(errand::cli::EXIT_BROKEN_PIPE),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "a closed stdout is no error to report: {stderr}"
+    );
+    let (code, listed) = home.json(&["list"]);
+    assert_eq!(code, 0, "{listed}");
+    assert!(
+        listed.to_string().contains("Succeeded"),
+        "the execution ran to its end and is kept: {listed}"
+    );
+}
+
+#[test]
 fn a_failing_agent_keeps_results_and_reports_its_stderr() {
     let home = Home::new();
     let agent = home.agent(

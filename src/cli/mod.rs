@@ -36,7 +36,7 @@ use clap::{Parser, Subcommand};
 use crate::local::ObjectKind;
 use commands::CatalogAction;
 use execute::ExecuteArgs;
-pub use output::{CliError, Format, OutputArgs, SCHEMA_VERSION};
+pub use output::{CliError, EXIT_BROKEN_PIPE, Format, OutputArgs, SCHEMA_VERSION};
 use target::Target;
 
 /// Run an AI agent once, to completion, and keep everything it produced.
@@ -541,13 +541,26 @@ fn requested_format(args: &[OsString]) -> Format {
     format
 }
 
+/// The runtime a command runs on: a local run's own process (`execute --local`, the detached
+/// supervisor) is one short task tree that waits on one child, and worker threads only add
+/// thread starts and cross-thread wake-ups to it; everything else gets the worker pool.
+fn runtime_builder(cli: &Cli) -> tokio::runtime::Builder {
+    let local_run = match &cli.command {
+        Command::Execute(_) => cli.target.local,
+        Command::Supervise { .. } => true,
+        _ => false,
+    };
+    if local_run {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
     let format = cli.command.format();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder(&cli).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             return output::print_error(
@@ -574,7 +587,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
         Command::Controller(args) => return controller::controller(*args).await,
         Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
         Command::Schema => {
-            println!("{:#}", schema::answers_schema());
+            output::write_line(format!("{:#}", schema::answers_schema()));
             return Ok(());
         }
         Command::Completions { shell } => {
@@ -742,7 +755,7 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
         CliError::new("internal", format!("cannot render the CRDs: {e}"))
     };
     let Some(dir) = out_dir else {
-        print!("{}", crate::api::crds::all_yaml().map_err(render_error)?);
+        output::write_stdout(&crate::api::crds::all_yaml().map_err(render_error)?);
         return Ok(());
     };
     for (file, crd) in crate::api::crds::all() {

@@ -96,6 +96,29 @@ impl From<InvalidSpec> for CliError {
     }
 }
 
+/// Exit code when stdout is closed under us (`errand … | head`): what a shell reports for a
+/// process ended by SIGPIPE (128 + 13). The Rust runtime ignores SIGPIPE, so writes see EPIPE.
+pub const EXIT_BROKEN_PIPE: i32 = 141;
+
+/// Writes `text` to stdout. A closed stdout ends the process quietly with [`EXIT_BROKEN_PIPE`]
+/// (no panic, no message), as a CLI does on EPIPE; any other write failure is reported on stderr.
+pub fn write_stdout(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(EXIT_BROKEN_PIPE);
+        }
+        eprintln!("error: writing to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Writes `line` and a newline to stdout, like [`write_stdout`].
+pub fn write_line(line: impl std::fmt::Display) {
+    write_stdout(&format!("{line}\n"));
+}
+
 /// Prints a successful answer: `human` for people, or `{schema_version, ok: true, type, <type>: payload}`.
 /// Every payload has a JSON Schema: `errand schema` lists each answer type (`schema.rs`).
 pub fn print_ok<T: Serialize + schemars::JsonSchema>(
@@ -108,7 +131,7 @@ pub fn print_ok<T: Serialize + schemars::JsonSchema>(
         Format::Human => {
             let text = human();
             if !text.is_empty() {
-                println!("{}", text.trim_end());
+                write_line(text.trim_end());
             }
         }
         Format::Json | Format::Yaml => {
@@ -123,11 +146,11 @@ pub fn print_ok<T: Serialize + schemars::JsonSchema>(
 fn print_answer(format: Format, answer: &Value) {
     match format {
         Format::Yaml => match serde_saphyr::to_string(answer) {
-            Ok(yaml) => print!("{yaml}"),
+            Ok(yaml) => write_stdout(&yaml),
             // Every JSON value has a YAML form; should rendering still fail, answer in JSON.
-            Err(_) => println!("{answer}"),
+            Err(_) => write_line(answer),
         },
-        _ => println!("{answer}"),
+        _ => write_line(answer),
     }
 }
 

@@ -77,7 +77,7 @@ pub fn record_outcome(
             .unwrap_or_default()
     );
     if format == Format::Human {
-        println!("{}", human());
+        crate::cli::output::write_line(human());
     }
     Err(CliError {
         code: "execution_failed",

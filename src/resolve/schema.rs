@@ -65,32 +65,26 @@ impl Resource {
     }
 
     /// The `openAPIV3Schema` of the resource's CRD, read once from the committed `crds/` file
-    /// (a test keeps it equal to the generated one): generating it from the Rust types takes
-    /// longer than anything else an `execute --local` does.
+    /// (a test keeps it equal to the generated one), which build.rs turns into JSON: generating
+    /// it from the Rust types, or parsing the YAML, takes longer than anything else an
+    /// `execute --local` does.
     pub fn schema(self) -> &'static Value {
         static SCHEMAS: [OnceLock<Value>; 6] = [const { OnceLock::new() }; 6];
-        let (index, yaml) = match self {
-            Resource::Agent => (0, include_str!("../../crds/agents.errand.dev.yaml")),
-            Resource::AgentEnvironment => (
-                1,
-                include_str!("../../crds/agentenvironments.errand.dev.yaml"),
-            ),
-            Resource::Fileset => (2, include_str!("../../crds/filesets.errand.dev.yaml")),
-            Resource::AgentExecution => (
-                3,
-                include_str!("../../crds/agentexecutions.errand.dev.yaml"),
-            ),
-            Resource::AgentRuntime => (4, include_str!("../../crds/agentruntimes.errand.dev.yaml")),
-            Resource::AgentExtension => (
-                5,
-                include_str!("../../crds/agentextensions.errand.dev.yaml"),
-            ),
+        macro_rules! committed {
+            ($crd:literal) => {
+                include_str!(concat!(env!("OUT_DIR"), "/", $crd, ".schema.json"))
+            };
+        }
+        let (index, json) = match self {
+            Resource::Agent => (0, committed!("agents.errand.dev")),
+            Resource::AgentEnvironment => (1, committed!("agentenvironments.errand.dev")),
+            Resource::Fileset => (2, committed!("filesets.errand.dev")),
+            Resource::AgentExecution => (3, committed!("agentexecutions.errand.dev")),
+            Resource::AgentRuntime => (4, committed!("agentruntimes.errand.dev")),
+            Resource::AgentExtension => (5, committed!("agentextensions.errand.dev")),
         };
-        SCHEMAS[index].get_or_init(|| {
-            let crd: CustomResourceDefinition =
-                serde_saphyr::from_str(yaml).expect("a committed CRD parses");
-            crd_schema(&crd)
-        })
+        SCHEMAS[index]
+            .get_or_init(|| serde_json::from_str(json).expect("build.rs wrote a committed schema"))
     }
 
     /// The `openAPIV3Schema` of the CRD generated from the resource's Rust type.
@@ -140,18 +134,59 @@ const OBJECT_META_FIELDS: [&str; 15] = [
 /// `resource`) on create: first its structure against the schema, then, for a well-formed
 /// object, the CEL rules. `status` is not checked: the API server ignores it on create.
 pub fn check_object(resource: Resource, object: &Value) -> Vec<Problem> {
-    check_against(resource.schema(), object)
+    static CREATE_RULES: [OnceLock<Value>; 6] = [const { OnceLock::new() }; 6];
+    let create_rules =
+        CREATE_RULES[resource as usize].get_or_init(|| create_rules(resource.schema()));
+    check_against(resource.schema(), create_rules, object)
 }
 
 /// Every problem the API server would find in a whole AgentDeployment on create (the local
 /// backend's deployments; it is not a kind `apply` takes).
 pub fn check_deployment(object: &Value) -> Vec<Problem> {
-    static SCHEMA: OnceLock<Value> = OnceLock::new();
-    let schema = SCHEMA.get_or_init(|| crd_schema(&AgentDeployment::crd()));
-    check_against(schema, object)
+    static SCHEMAS: OnceLock<(Value, Value)> = OnceLock::new();
+    let (schema, rules) = SCHEMAS.get_or_init(|| {
+        let schema = crd_schema(&AgentDeployment::crd());
+        let rules = create_rules(&schema);
+        (schema, rules)
+    });
+    check_against(schema, rules, object)
 }
 
-fn check_against(schema: &Value, object: &Value) -> Vec<Problem> {
+/// `schema` with only the CEL rules that run on create. A transition rule (one that reads
+/// `oldSelf`, without `optionalOldSelf`) is skipped when there is no old object, but the
+/// validator would still compile it, and compiling is most of what a check costs.
+fn create_rules(schema: &Value) -> Value {
+    match schema {
+        Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(key, value)| match (key.as_str(), value) {
+                    ("x-kubernetes-validations", Value::Array(rules)) => (
+                        key.clone(),
+                        rules
+                            .iter()
+                            .filter(|r| !is_transition_rule(r))
+                            .cloned()
+                            .collect(),
+                    ),
+                    _ => (key.clone(), create_rules(value)),
+                })
+                .collect(),
+        ),
+        Value::Array(items) => items.iter().map(create_rules).collect(),
+        other => other.clone(),
+    }
+}
+
+/// Whether a rule of `x-kubernetes-validations` only runs on update: it names `oldSelf`
+/// and does not opt into running without one. (Read from the text; a test checks the CRDs'
+/// rules against the compiled programs' references, which is what the validator goes by.)
+fn is_transition_rule(rule: &Value) -> bool {
+    let names_old_self = rule["rule"].as_str().is_some_and(|r| r.contains("oldSelf"));
+    names_old_self && rule["optionalOldSelf"] != Value::Bool(true)
+}
+
+fn check_against(schema: &Value, create_rules: &Value, object: &Value) -> Vec<Problem> {
     let mut object = object.clone();
     if let Some(fields) = object.as_object_mut() {
         fields.remove("status");
@@ -160,7 +195,7 @@ fn check_against(schema: &Value, object: &Value) -> Vec<Problem> {
     if !problems.is_empty() {
         return problems;
     }
-    match kube::core::cel::Validator::new().validate(schema, &object, None) {
+    match kube::core::cel::Validator::new().validate(create_rules, &object, None) {
         Ok(()) => Vec::new(),
         Err(errors) => errors
             .into_vec()
@@ -527,6 +562,57 @@ mod tests {
                 resource.kind()
             );
         }
+    }
+
+    /// Every rule in the CRDs, with whether the compiled program reads `oldSelf`.
+    fn rules_of(schema: &Value, found: &mut Vec<(Value, bool)>) {
+        match schema {
+            Value::Object(fields) => {
+                for (key, value) in fields {
+                    if let ("x-kubernetes-validations", Value::Array(rules)) = (key.as_str(), value)
+                    {
+                        for rule in rules {
+                            let program = kube::core::cel::cel::Program::compile(
+                                rule["rule"].as_str().unwrap(),
+                            )
+                            .unwrap();
+                            found
+                                .push((rule.clone(), program.references().has_variable("oldSelf")));
+                        }
+                    } else {
+                        rules_of(value, found);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| rules_of(item, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn create_checks_leave_out_exactly_the_transition_rules() {
+        let deployment = crd_schema(&AgentDeployment::crd());
+        let schemas = Resource::ALL.map(Resource::schema);
+        let mut transition_rules = 0;
+        for schema in schemas.into_iter().chain([&deployment]) {
+            let (mut all, mut kept) = (Vec::new(), Vec::new());
+            rules_of(schema, &mut all);
+            rules_of(&create_rules(schema), &mut kept);
+            for (rule, reads_old_self) in &all {
+                let left_out = rule["optionalOldSelf"] != Value::Bool(true) && *reads_old_self;
+                assert_eq!(is_transition_rule(rule), left_out, "{rule}");
+                transition_rules += usize::from(left_out);
+            }
+            let expected: Vec<_> = all
+                .into_iter()
+                .filter(|(r, _)| !is_transition_rule(r))
+                .collect();
+            assert_eq!(kept, expected);
+        }
+        assert!(
+            transition_rules > 0,
+            "the CRDs have transition rules to leave out"
+        );
     }
 
     #[test]

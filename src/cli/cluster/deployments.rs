@@ -182,9 +182,9 @@ impl Deployments for Cluster {
                 )
             })?;
             if prefixed {
-                println!("[{pod}] {line}");
+                crate::cli::output::write_line(format!("[{pod}] {line}"));
             } else {
-                println!("{line}");
+                crate::cli::output::write_line(line);
             }
         }
         Ok(())

@@ -204,7 +204,7 @@ impl Cluster {
                 {
                     let mut lines = stream.lines();
                     while let Some(Ok(line)) = lines.next().await {
-                        println!("{line}");
+                        crate::cli::output::write_line(line);
                     }
                     return;
                 }
