@@ -194,6 +194,13 @@ fn fixture_on(store: Store, dir: tempfile::TempDir, limits: UploadLimits) -> Fix
 }
 
 impl Fixture {
+    /// The same server, redirecting downloads that ask when its store presigns.
+    fn redirecting(mut self) -> Self {
+        let api = Arc::into_inner(self.api).expect("the only reference");
+        self.api = Arc::new(api.redirecting_to(&self.store));
+        self
+    }
+
     /// A finished execution `calc` whose results are in the store and its status.
     async fn finished_execution(&self, results: &[(ResultName, &[u8])]) -> Vec<ResultEntry> {
         let id = ExecutionId {
@@ -430,16 +437,12 @@ async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after
     let options: Vec<(&str, &str)> = options.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let url = format!("s3://{}/tenant-1", support::s3::BUCKET);
     let store = Store::open_with_options(&url, &options).unwrap();
-    let mut f = fixture_on(
+    let f = fixture_on(
         store.clone(),
         tempfile::tempdir().unwrap(),
         UploadLimits::default(),
-    );
-    f.api = Arc::new(
-        Arc::into_inner(f.api)
-            .expect("the only reference")
-            .redirecting_to(&store),
-    );
+    )
+    .redirecting();
     let workdir: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
     f.finished_execution(&[(ResultName::OutputWorkdir, &workdir)])
         .await;
@@ -533,12 +536,7 @@ async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after
 
 #[tokio::test]
 async fn a_file_store_streams_even_when_a_redirect_is_asked_for() {
-    let mut f = fixture(UploadLimits::default());
-    f.api = Arc::new(
-        Arc::into_inner(f.api)
-            .expect("the only reference")
-            .redirecting_to(&f.store),
-    );
+    let f = fixture(UploadLimits::default()).redirecting();
     f.finished_execution(&[(ResultName::RunResult, br#"{"response":"96"}"#)])
         .await;
     let answer = f
