@@ -99,6 +99,24 @@ impl DataApi {
         let (parts, body) = self
             .get(&format!("{path}?{}=true", redirect::PARAMETER))
             .await?;
+        if parts.status == StatusCode::BAD_GATEWAY {
+            // kube-apiserver's aggregation proxy refuses to forward redirects by default
+            // (`--aggregator-reject-forwarding-redirect=true`): it answers 502 instead.
+            let text = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            if !String::from_utf8_lossy(&text).contains("attempted to redirect") {
+                return Err(refusal(parts.status, &text));
+            }
+            eprintln!(
+                "errand: the Kubernetes API server does not forward errand's redirect to the \
+                 store; downloading {what} through it instead"
+            );
+            let (parts, body) = self.get(&path).await?;
+            return save(&parts, body.into_data_stream(), &what, file).await;
+        }
         if parts.status != StatusCode::TEMPORARY_REDIRECT {
             return save(&parts, body.into_data_stream(), &what, file).await;
         }
