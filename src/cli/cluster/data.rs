@@ -1,7 +1,7 @@
 //! The client of errand's `data.errand.dev` API: results listed and downloaded, Fileset content pushed, all through the Kubernetes API server with the caller's own credentials.
 //!
 //! Downloads are checked against the sha256 the server sends as the `ETag`; they ask for a
-//! redirect to the store's presigned URL and follow it without Kubernetes credentials. Uploads stream:
+//! link (the store's presigned URL) and use it without Kubernetes credentials. Uploads stream:
 //! the kube client only sends bodies it holds in memory, so a push goes through a client
 //! built from the same configuration and layers (base URI, authentication, impersonation).
 
@@ -19,12 +19,13 @@ use sha2::{Digest, Sha256};
 
 use super::api_error;
 use crate::api::data::{
-    AgentExecutionResults, CONTENT_SUBRESOURCE, DATA_API_VERSION, EXECUTIONS_RESOURCE,
-    FILESETS_RESOURCE, FilesetContent, RESULTS_SUBRESOURCE, TAR_GZ_CONTENT_TYPE,
+    AgentExecutionResults, CONTENT_SUBRESOURCE, DATA_API_VERSION, DownloadLink,
+    EXECUTIONS_RESOURCE, FILESETS_RESOURCE, FilesetContent, LINK_CONTENT_TYPE, RESULTS_SUBRESOURCE,
+    TAR_GZ_CONTENT_TYPE,
 };
 use crate::archive::ByteStream;
 use crate::cli::output::CliError;
-use crate::dataapi::redirect;
+use crate::dataapi::link;
 use crate::store::keys::{AnyResult, ResultName};
 
 /// The data API of one cluster, for one namespace.
@@ -80,10 +81,10 @@ impl DataApi {
     }
 
     /// Downloads result `result` of execution `name` into `file`, checking its bytes against
-    /// the sha256 the server names in the `ETag`; returns the size. Asks for a redirect to the
-    /// store: when errand answers with one, the bytes come straight from the object store's
-    /// presigned URL through a plain HTTP client (no Kubernetes credentials go there); when
-    /// that URL cannot be reached, they stream through the API server as without a redirect.
+    /// the sha256 the server names in the `ETag`; returns the size. Asks for a link: when errand
+    /// answers with one, the bytes come straight from the object store's presigned URL through
+    /// a plain HTTP client (no Kubernetes credentials go there), and when that URL cannot be
+    /// reached they stream through the API server; a store that gives no links streams them at once.
     pub async fn download(
         &self,
         name: &str,
@@ -97,40 +98,24 @@ impl DataApi {
         );
         let what = format!("{} of execution {name}", result.as_str());
         let (parts, body) = self
-            .get(&format!("{path}?{}=true", redirect::PARAMETER))
+            .get(&format!("{path}?{}=true", link::PARAMETER))
             .await?;
-        if parts.status == StatusCode::BAD_GATEWAY {
-            // kube-apiserver's aggregation proxy refuses to forward redirects by default
-            // (`--aggregator-reject-forwarding-redirect=true`): it answers 502 instead.
-            let text = body
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            if !String::from_utf8_lossy(&text).contains("attempted to redirect") {
-                return Err(refusal(parts.status, &text));
-            }
-            eprintln!(
-                "errand: the Kubernetes API server does not forward errand's redirect to the \
-                 store; downloading {what} through it instead"
-            );
-            let (parts, body) = self.get(&path).await?;
+        let is_link = parts.status.is_success()
+            && parts.headers.get(header::CONTENT_TYPE)
+                == Some(&http::HeaderValue::from_static(LINK_CONTENT_TYPE));
+        if !is_link {
             return save(&parts, body.into_data_stream(), &what, file).await;
         }
-        if parts.status != StatusCode::TEMPORARY_REDIRECT {
-            return save(&parts, body.into_data_stream(), &what, file).await;
-        }
-        let location = parts
-            .headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                CliError::new(
-                    "cluster_error",
-                    format!("errand redirected the download of {what} without a Location"),
-                )
-            })?;
-        match from_store(location).await {
+        let text = body.collect().await.map_err(|e| {
+            CliError::new("cluster_error", format!("reading the link to {what}: {e}"))
+        })?;
+        let link: DownloadLink = serde_json::from_slice(&text.to_bytes()).map_err(|e| {
+            CliError::new(
+                "cluster_error",
+                format!("errand's link to {what} is not a link: {e}"),
+            )
+        })?;
+        match from_store(&link.url).await {
             Ok(response) if !response.status().is_success() => Err(CliError::new(
                 "store_error",
                 format!(
@@ -138,7 +123,7 @@ impl DataApi {
                     response.status()
                 ),
             )),
-            // The sha256 is errand's, from the redirect: the store's own ETag is not a digest.
+            // The sha256 is errand's, from the link's answer: the store's own ETag is not a digest.
             Ok(response) => save(&parts, response.bytes_stream(), &what, file).await,
             Err(e) if e.is_connect() => {
                 eprintln!(
@@ -200,7 +185,7 @@ impl DataApi {
 }
 
 /// GETs a presigned store URL with a client of its own: no Kubernetes credentials, no
-/// redirects (the URL names the object itself).
+/// redirects (the URL names the object itself). The URL is never put into an error or log.
 async fn from_store(url: &str) -> Result<reqwest::Response, reqwest::Error> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
