@@ -512,6 +512,20 @@ async fn a_download_that_asks_gets_a_link_to_the_s3_stores_presigned_url_after_e
         .await;
     assert_eq!(unchanged.status, 304);
 
+    // A Fileset's content gets a link the same way.
+    f.add_fileset("src");
+    let archive = tar_gz(&[("main.py", b"print(1)\n")]);
+    assert_eq!(f.put("carol", "src", archive.clone()).await.status, 200);
+    let content = f.get("alice", "filesets/src/content?link=true").await;
+    assert_eq!(
+        content.header("content-type"),
+        "application/vnd.errand.link+json"
+    );
+    assert_eq!(content.json()["size"], archive.len());
+    let url = content.json()["url"].as_str().unwrap().to_owned();
+    let fetched = client.get(url).send().await.unwrap();
+    assert_eq!(fetched.bytes().await.unwrap().as_ref(), archive.as_slice());
+
     // Every refusal comes first, without a URL: 401, 403, 404, and a bad parameter is a 400.
     let request = Request::get(format!("{BASE}/{path}?link=true"))
         .header("X-Remote-User", "alice")
