@@ -388,10 +388,24 @@ fn the_data_api_is_registered_delegates_its_auth_and_joins_the_built_in_roles() 
     assert_eq!(strings(&push["resources"]), ["filesets/content"]);
     assert_eq!(strings(&push["verbs"]), ["update"]);
 
+    assert!(
+        controller_args(&objects).contains(&"--data-api-links=true"),
+        "downloads get links to an object store by default"
+    );
+    let Some(streaming) = render(&["dataApi.links=false"]) else {
+        return;
+    };
+    assert!(controller_args(&streaming).contains(&"--data-api-links=false"));
+
     let Some(without) = render(&["dataApi.enabled=false"]) else {
         return;
     };
     assert!(of_kind(&without, "APIService").is_empty());
+    assert!(
+        !controller_args(&without)
+            .iter()
+            .any(|a| a.starts_with("--data-api-links")),
+    );
     assert!(rules_for(&without, "apiservices").is_empty());
 }
 

@@ -1,4 +1,4 @@
-//! The data API's request handling against a real file store (and a real S3 server for redirects), with the cluster's objects and authorizer in memory: listings, downloads with ranges and entity tags, redirects to presigned URLs, every refusal of the issue's list (401, 403, 404 naming the valid results, 413, 422 naming the entry, an interrupted upload), concurrent pushes, and the front proxy's client certificate checked in a real TLS handshake.
+//! The data API's request handling against a real file store (and a real S3 server for links), with the cluster's objects and authorizer in memory: listings, downloads with ranges and entity tags, links to presigned URLs, every refusal of the issue's list (401, 403, 404 naming the valid results, 413, 422 naming the entry, an interrupted upload), concurrent pushes, and the front proxy's client certificate checked in a real TLS handshake.
 
 mod support;
 
@@ -194,6 +194,13 @@ fn fixture_on(store: Store, dir: tempfile::TempDir, limits: UploadLimits) -> Fix
 }
 
 impl Fixture {
+    /// The same server, giving links to downloads that ask when its store presigns.
+    fn linking(mut self) -> Self {
+        let api = Arc::into_inner(self.api).expect("the only reference");
+        self.api = Arc::new(api.linking_to(&self.store));
+        self
+    }
+
     /// A finished execution `calc` whose results are in the store and its status.
     async fn finished_execution(&self, results: &[(ResultName, &[u8])]) -> Vec<ResultEntry> {
         let id = ExecutionId {
@@ -422,7 +429,7 @@ async fn a_finished_executions_results_are_listed_and_downloaded_whole_or_in_ran
 }
 
 #[tokio::test]
-async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after_every_check() {
+async fn a_download_that_asks_gets_a_link_to_the_s3_stores_presigned_url_after_every_check() {
     let Some(server) = support::s3::server().await else {
         return;
     };
@@ -430,32 +437,34 @@ async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after
     let options: Vec<(&str, &str)> = options.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let url = format!("s3://{}/tenant-1", support::s3::BUCKET);
     let store = Store::open_with_options(&url, &options).unwrap();
-    let mut f = fixture_on(
+    let f = fixture_on(
         store.clone(),
         tempfile::tempdir().unwrap(),
         UploadLimits::default(),
-    );
-    f.api = Arc::new(
-        Arc::into_inner(f.api)
-            .expect("the only reference")
-            .redirecting_to(&store),
-    );
+    )
+    .linking();
     let workdir: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
     f.finished_execution(&[(ResultName::OutputWorkdir, &workdir)])
         .await;
     let path = "agentexecutions/calc/results/output_workdir";
     let etag = format!("\"{}\"", sha256_hex(&workdir));
 
-    let redirected = f.get("alice", &format!("{path}?redirect=true")).await;
-    assert_eq!(redirected.status, 307);
-    assert!(redirected.body.is_empty());
+    let before = jiff::Timestamp::now();
+    let answer = f.get("alice", &format!("{path}?link=true")).await;
+    assert_eq!(answer.status, 200);
     assert_eq!(
-        redirected.header("etag"),
-        etag,
-        "the digest still comes along"
+        answer.header("content-type"),
+        "application/vnd.errand.link+json"
     );
-    assert_eq!(redirected.header("cache-control"), "no-store");
-    let location = redirected.header("location");
+    assert_eq!(answer.header("etag"), etag, "the digest still comes along");
+    assert_eq!(answer.header("cache-control"), "no-store");
+    assert!(!answer.headers.contains_key("location"), "not a redirect");
+    let link = answer.json();
+    assert_eq!(link["size"], 5000);
+    let expires_at: jiff::Timestamp = link["expiresAt"].as_str().unwrap().parse().unwrap();
+    let lifetime = expires_at.duration_since(before).as_secs();
+    assert!((299..=301).contains(&lifetime), "{lifetime} s");
+    let location = link["url"].as_str().unwrap();
     assert!(
         location.starts_with(&format!(
             "{}/{}/tenant-1/results/team-a/calc/uid-1/output_workdir?",
@@ -464,7 +473,6 @@ async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after
         )),
         "{location}"
     );
-    assert!(redirected.headers["location"].is_sensitive());
     // The URL is the object's, signed by the store: a plain client with no credentials reads
     // it, ranges too; it allows no other method.
     let client = reqwest::Client::new();
@@ -483,12 +491,12 @@ async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after
     assert_eq!(overwrite.status(), 403, "a GET URL does not allow PUT");
 
     // Without the parameter, and for HEAD, the bytes stream as always.
-    for query in ["", "?redirect=false"] {
+    for query in ["", "?link=false"] {
         let streamed = f.get("alice", &format!("{path}{query}")).await;
         assert_eq!(streamed.status, 200, "{query}");
         assert_eq!(streamed.body.as_ref(), workdir.as_slice());
     }
-    let request = Request::head(format!("{BASE}/{path}?redirect=true"))
+    let request = Request::head(format!("{BASE}/{path}?link=true"))
         .body(Full::new(Bytes::new()))
         .unwrap();
     let head = f.send("alice", request).await;
@@ -498,61 +506,69 @@ async fn a_download_that_asks_is_redirected_to_the_s3_stores_presigned_url_after
     let unchanged = f
         .get_with(
             "alice",
-            &format!("{path}?redirect=true"),
+            &format!("{path}?link=true"),
             &[("If-None-Match", &etag)],
         )
         .await;
     assert_eq!(unchanged.status, 304);
 
+    // A Fileset's content gets a link the same way.
+    f.add_fileset("src");
+    let archive = tar_gz(&[("main.py", b"print(1)\n")]);
+    assert_eq!(f.put("carol", "src", archive.clone()).await.status, 200);
+    let content = f.get("alice", "filesets/src/content?link=true").await;
+    assert_eq!(
+        content.header("content-type"),
+        "application/vnd.errand.link+json"
+    );
+    assert_eq!(content.json()["size"], archive.len());
+    let url = content.json()["url"].as_str().unwrap().to_owned();
+    let fetched = client.get(url).send().await.unwrap();
+    assert_eq!(fetched.bytes().await.unwrap().as_ref(), archive.as_slice());
+
     // Every refusal comes first, without a URL: 401, 403, 404, and a bad parameter is a 400.
-    let request = Request::get(format!("{BASE}/{path}?redirect=true"))
+    let request = Request::get(format!("{BASE}/{path}?link=true"))
         .header("X-Remote-User", "alice")
         .body(Full::new(Bytes::new()))
         .unwrap();
     let anonymous = Answer::of(f.api.handle(request, None).await).await;
     assert_eq!(anonymous.status, 401);
-    let denied = f.get("bob", &format!("{path}?redirect=true")).await;
+    let denied = f.get("bob", &format!("{path}?link=true")).await;
     assert_eq!(denied.status, 403);
     let missing = f
-        .get(
-            "alice",
-            "agentexecutions/calc/results/run_error?redirect=true",
-        )
+        .get("alice", "agentexecutions/calc/results/run_error?link=true")
         .await;
     assert_eq!(missing.status, 404);
-    let bad = f.get("alice", &format!("{path}?redirect=yes")).await;
+    let bad = f.get("alice", &format!("{path}?link=yes")).await;
     assert_eq!(bad.status, 400);
     assert_eq!(
         bad.message(),
-        "query parameter \"redirect\" must be true or false, not \"yes\""
+        "query parameter \"link\" must be true or false, not \"yes\""
     );
     for refused in [&anonymous, &denied, &missing, &bad] {
-        assert!(!refused.headers.contains_key("location"));
+        assert_eq!(refused.header("content-type"), "application/json");
+        assert!(!String::from_utf8_lossy(&refused.body).contains("X-Amz-Signature"));
     }
 }
 
 #[tokio::test]
-async fn a_file_store_streams_even_when_a_redirect_is_asked_for() {
-    let mut f = fixture(UploadLimits::default());
-    f.api = Arc::new(
-        Arc::into_inner(f.api)
-            .expect("the only reference")
-            .redirecting_to(&f.store),
-    );
+async fn a_file_store_streams_even_when_a_link_is_asked_for() {
+    let f = fixture(UploadLimits::default()).linking();
     f.finished_execution(&[(ResultName::RunResult, br#"{"response":"96"}"#)])
         .await;
     let answer = f
-        .get(
-            "alice",
-            "agentexecutions/calc/results/run_result?redirect=true",
-        )
+        .get("alice", "agentexecutions/calc/results/run_result?link=true")
         .await;
     assert_eq!(
         answer.status, 200,
         "its signed URLs point inside the cluster"
     );
     assert_eq!(answer.body.as_ref(), br#"{"response":"96"}"#);
-    assert!(!answer.headers.contains_key("location"));
+    assert_eq!(
+        answer.header("content-type"),
+        "application/json",
+        "the result's own type, which a client tells from a link's"
+    );
 }
 
 #[tokio::test]

@@ -38,6 +38,22 @@ pub const CONTENT_KIND: &str = "FilesetContent";
 pub const TAR_GZ_CONTENT_TYPE: &str = "application/gzip";
 /// Content type of the JSON results (`run_result`, `run_error`, `manifest.json`).
 pub const JSON_CONTENT_TYPE: &str = "application/json";
+/// Content type of a [`DownloadLink`]: its own, so a client that asked for a link tells it from
+/// a result that is itself JSON (a store that gives no links streams the bytes instead).
+pub const LINK_CONTENT_TYPE: &str = "application/vnd.errand.link+json";
+
+/// A presigned GET URL of one object in the store, the answer to a download asked with
+/// `?link=true` when the store gives links. The URL is a bearer credential for that object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DownloadLink {
+    /// The presigned GET URL; it needs no Kubernetes credentials.
+    pub url: String,
+    /// When the URL stops working (RFC 3339).
+    pub expires_at: jiff::Timestamp,
+    /// The object's size in bytes.
+    pub size: u64,
+}
 
 /// The results of one execution, as far as they are saved.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -122,11 +122,12 @@ pub struct ControllerArgs {
     /// with 413.
     #[arg(long, env = "ERRAND_MAX_UPLOAD_BYTES", default_value_t = DEFAULT_MAX_UPLOAD_BYTES)]
     pub max_upload_bytes: u64,
-    /// Whether a data API download that asks (`?redirect=true`, as `errand results download`
-    /// does) gets a 307 to a 5-minute presigned URL of the object, when the store presigns URLs
-    /// clients can reach (s3://, gs://, az://); `false`: every download streams through errand.
-    #[arg(long, env = "ERRAND_DATA_API_REDIRECTS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub data_api_redirects: bool,
+    /// Whether a data API download that asks (`?link=true`, as `errand results download`
+    /// does) gets a link (a 5-minute presigned URL of the object) instead of the bytes, when the
+    /// store presigns URLs clients can reach (s3://, gs://, az://); `false`: every download
+    /// streams through errand.
+    #[arg(long, env = "ERRAND_DATA_API_LINKS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub data_api_links: bool,
     /// Directory holding `tls.crt` and `tls.key` kept current by cert-manager, for the webhook
     /// and the data API; without it the controller generates a self-signed certificate and puts
     /// its CA into the webhook configuration and the APIService itself.
@@ -278,7 +279,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
                 max_bytes: args.max_upload_bytes,
                 archive: extract_limits,
             },
-            redirects: args.data_api_redirects,
+            links: args.data_api_links,
         }),
         gateway: args.gateway_listen.map(|listen| GatewayOptions { listen }),
         leader_election: args.leader_elect.then(|| {

@@ -16,16 +16,16 @@ use super::authn::{self, UserInfo};
 use super::authz;
 use super::discovery;
 use super::frontproxy::FrontProxy;
+use super::link::{self, Delivery};
 use super::objects::{Authorizer, Objects};
 use super::ranges::{self, Asked, Plan};
-use super::redirect::{self, Delivery};
 use super::results;
 use super::route::{self, Action, ObjectRequest, Route};
 use super::status::{Refusal, Subject};
 use super::upload::{self, UploadLimits};
 use crate::api::data::{
-    AgentExecutionResults, CONTENT_KIND, DATA_API_VERSION, EXECUTIONS_RESOURCE, FILESETS_RESOURCE,
-    FilesetContent, TAR_GZ_CONTENT_TYPE,
+    AgentExecutionResults, CONTENT_KIND, DATA_API_VERSION, DownloadLink, EXECUTIONS_RESOURCE,
+    FILESETS_RESOURCE, FilesetContent, LINK_CONTENT_TYPE, TAR_GZ_CONTENT_TYPE,
 };
 use crate::api::{AgentExecution, Fileset};
 use crate::cluster::ApiError;
@@ -52,9 +52,9 @@ pub struct DataApi {
     pub namespace: Option<String>,
     /// Orders the status writes of concurrent pushes to one Fileset.
     pub(super) commits: upload::CommitLocks,
-    /// The signer of presigned URLs meant for clients, when downloads that ask may be
-    /// redirected to the store ([`redirect`]); `None`: every download streams.
-    redirects: Option<Arc<dyn UrlSigner>>,
+    /// The signer of presigned URLs meant for clients, when downloads that ask may get a link
+    /// to the store ([`link`]); `None`: every download streams.
+    links: Option<Arc<dyn UrlSigner>>,
 }
 
 impl DataApi {
@@ -75,16 +75,16 @@ impl DataApi {
             limits,
             namespace,
             commits: upload::CommitLocks::default(),
-            redirects: None,
+            links: None,
         }
     }
 
-    /// The same server, answering downloads that ask with `redirect=true` with a redirect to
-    /// a URL `store` presigns, when its URLs are meant for clients (s3://, gs://, az://); a
-    /// `file://` store's URLs point inside the cluster, so its downloads keep streaming.
-    pub fn redirecting_to(self, store: &Store) -> Self {
+    /// The same server, answering downloads that ask with `link=true` with a link: a URL
+    /// `store` presigns, when its URLs are meant for clients (s3://, gs://, az://); a `file://`
+    /// store's URLs point inside the cluster, so its downloads keep streaming.
+    pub fn linking_to(self, store: &Store) -> Self {
         DataApi {
-            redirects: store
+            links: store
                 .presigned_signer()
                 .map(|signer| Arc::new(signer) as Arc<dyn UrlSigner>),
             ..self
@@ -156,7 +156,7 @@ impl DataApi {
                 Ok(json_response(StatusCode::OK, &listing))
             }
             Action::GetResult(result) => {
-                let asked = redirect::asked(request.uri().query())?;
+                let asked = link::asked(request.uri().query())?;
                 self.get_result(&object, result, asked, request.headers())
                     .await
             }
@@ -165,7 +165,7 @@ impl DataApi {
                 Ok(json_response(StatusCode::OK, &content_of(&fileset)))
             }
             Action::GetContent => {
-                let asked = redirect::asked(request.uri().query())?;
+                let asked = link::asked(request.uri().query())?;
                 let fileset = self.fileset(&object).await?;
                 self.get_content(&object, &fileset, asked, request.headers())
                     .await
@@ -246,7 +246,7 @@ impl DataApi {
         &self,
         object: &ObjectRequest,
         result: &str,
-        redirect: bool,
+        link: bool,
         headers: &HeaderMap,
     ) -> Result<Response<ResponseBody>, Refusal> {
         let (execution, listing) = self.listing(object).await?;
@@ -260,7 +260,7 @@ impl DataApi {
             content_type: &item.content_type,
             file_name: name.file_name(),
             head: object.head,
-            redirect,
+            link,
         };
         self.send(download, headers).await
     }
@@ -269,7 +269,7 @@ impl DataApi {
         &self,
         object: &ObjectRequest,
         fileset: &Fileset,
-        redirect: bool,
+        link: bool,
         headers: &HeaderMap,
     ) -> Result<Response<ResponseBody>, Refusal> {
         let status = fileset.status.clone().unwrap_or_default();
@@ -292,7 +292,7 @@ impl DataApi {
             content_type: TAR_GZ_CONTENT_TYPE,
             file_name: format!("{}.tar.gz", object.name),
             head: object.head,
-            redirect,
+            link,
         };
         self.send(download, headers).await
     }
@@ -332,19 +332,20 @@ impl DataApi {
         let Some(range) = range.filter(|_| status != StatusCode::NOT_MODIFIED) else {
             return Ok(builder.body(empty()).expect("a response from valid parts"));
         };
-        if let (Delivery::Redirect, Some(signer)) = (
-            redirect::delivery(download.redirect, download.head, self.redirects.is_some()),
-            &self.redirects,
+        if let (Delivery::Link, Some(signer)) = (
+            link::delivery(download.link, download.head, self.links.is_some()),
+            &self.links,
         ) {
-            // The client sends its Range again to the store, which answers it itself.
-            let location = presigned_get(signer.as_ref(), download.key).await?;
+            // The link is to the whole object: a client sends its Range to the store itself.
+            let link = presigned_get(signer.as_ref(), download.key, size).await?;
+            let body = serde_json::to_vec(&link).expect("a link serializes");
             return Ok(builder
-                .status(StatusCode::TEMPORARY_REDIRECT)
-                .header(header::LOCATION, location)
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, LINK_CONTENT_TYPE)
                 // The URL is a bearer credential: no cache keeps it.
                 .header(header::CACHE_CONTROL, "no-store")
-                .header(header::CONTENT_LENGTH, 0)
-                .body(empty())
+                .header(header::CONTENT_LENGTH, body.len())
+                .body(full(body))
                 .expect("a response from valid parts"));
         }
         builder = builder
@@ -389,24 +390,28 @@ struct Download<'a> {
     content_type: &'a str,
     file_name: String,
     head: bool,
-    /// The client asked for a redirect to the store.
-    redirect: bool,
+    /// The client asked for a link to the store.
+    link: bool,
 }
 
-/// A presigned GET URL of `key`, lasting [`redirect::lifetime_seconds`]. Never logged: it is
-/// a bearer credential for the object.
-async fn presigned_get(signer: &dyn UrlSigner, key: &str) -> Result<HeaderValue, Refusal> {
-    let lifetime = redirect::lifetime_seconds(signer.max_lifetime_seconds());
-    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(lifetime);
+/// A link to `key` (`size` bytes): its presigned GET URL, lasting [`link::lifetime_seconds`].
+/// Never logged: the URL is a bearer credential for the object.
+async fn presigned_get(
+    signer: &dyn UrlSigner,
+    key: &str,
+    size: u64,
+) -> Result<DownloadLink, Refusal> {
+    let lifetime = link::lifetime_seconds(signer.max_lifetime_seconds());
+    let expires_at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(lifetime);
     let url = signer
-        .sign(Access::Get, key, expires)
+        .sign(Access::Get, key, expires_at)
         .await
-        .map_err(|e| Refusal::internal(format!("presigning the redirect: {e}")))?;
-    let mut location = HeaderValue::from_str(&url).map_err(|_| {
-        Refusal::internal(format!("the presigned URL of {key} is not a header value"))
-    })?;
-    location.set_sensitive(true);
-    Ok(location)
+        .map_err(|e| Refusal::internal(format!("presigning the link: {e}")))?;
+    Ok(DownloadLink {
+        url,
+        expires_at,
+        size,
+    })
 }
 
 /// The object `read` found, a 404 about `object` saying `missing` when there is none, or a 500
@@ -464,13 +469,15 @@ fn empty() -> ResponseBody {
     UnsyncBoxBody::new(Empty::new().map_err(|never| match never {}))
 }
 
+fn full(body: Vec<u8>) -> ResponseBody {
+    UnsyncBoxBody::new(Full::new(Bytes::from(body)).map_err(|never| match never {}))
+}
+
 fn bytes_response(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<ResponseBody> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, content_type)
-        .body(UnsyncBoxBody::new(
-            Full::new(Bytes::from(body)).map_err(|never| match never {}),
-        ))
+        .body(full(body))
         .expect("a response from valid parts")
 }
 

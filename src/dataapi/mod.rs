@@ -13,9 +13,9 @@ pub mod authz;
 pub mod discovery;
 pub mod frontproxy;
 pub mod handler;
+pub mod link;
 pub mod objects;
 pub mod ranges;
-pub mod redirect;
 pub mod results;
 pub mod route;
 pub mod server;
@@ -45,9 +45,9 @@ pub struct DataApiOptions {
     pub listen: SocketAddr,
     /// What an upload may be.
     pub limits: UploadLimits,
-    /// Whether downloads that ask (`redirect=true`) may be redirected to the store's
-    /// presigned URL, when the store presigns URLs clients can reach ([`redirect`]).
-    pub redirects: bool,
+    /// Whether downloads that ask (`link=true`) may get a link (the store's presigned URL),
+    /// when the store presigns URLs clients can reach ([`link`]).
+    pub links: bool,
 }
 
 /// What the data API reads from: the process's caches and its store.
@@ -68,7 +68,7 @@ pub struct Sources {
 pub struct StartError(#[from] tokio_rustls::rustls::Error);
 
 /// Starts serving the data API on `listener` and `tasks` with `certificate`, uploads within
-/// `limits`, redirecting downloads that ask when `redirects` allows and the store presigns,
+/// `limits`, giving links to downloads that ask when `links` allows and the store presigns,
 /// with the front proxy's settings kept current alongside. Until they are first read, requests
 /// get 503.
 pub fn start(
@@ -76,7 +76,7 @@ pub fn start(
     sources: Sources,
     listener: TcpListener,
     limits: UploadLimits,
-    redirects: bool,
+    links: bool,
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), StartError> {
@@ -97,11 +97,7 @@ pub fn start(
         limits,
         sources.namespace,
     );
-    let api = Arc::new(if redirects {
-        api.redirecting_to(&store)
-    } else {
-        api
-    });
+    let api = Arc::new(if links { api.linking_to(&store) } else { api });
     tasks.spawn(server::serve(listener, acceptor, api));
     tasks.spawn(frontproxy::keep(client, front_proxy));
     Ok(())

@@ -260,7 +260,7 @@ pub async fn run(
             sources,
             bind(data_api.listen).await?,
             data_api.limits,
-            data_api.redirects,
+            data_api.links,
             Arc::clone(certificate),
             &mut tasks,
         )?;

@@ -1,7 +1,7 @@
 //! The client of errand's `data.errand.dev` API: results listed and downloaded, Fileset content pushed, all through the Kubernetes API server with the caller's own credentials.
 //!
 //! Downloads are checked against the sha256 the server sends as the `ETag`; they ask for a
-//! redirect to the store's presigned URL and follow it without Kubernetes credentials. Uploads stream:
+//! link (the store's presigned URL) and use it without Kubernetes credentials. Uploads stream:
 //! the kube client only sends bodies it holds in memory, so a push goes through a client
 //! built from the same configuration and layers (base URI, authentication, impersonation).
 
@@ -19,12 +19,13 @@ use sha2::{Digest, Sha256};
 
 use super::api_error;
 use crate::api::data::{
-    AgentExecutionResults, CONTENT_SUBRESOURCE, DATA_API_VERSION, EXECUTIONS_RESOURCE,
-    FILESETS_RESOURCE, FilesetContent, RESULTS_SUBRESOURCE, TAR_GZ_CONTENT_TYPE,
+    AgentExecutionResults, CONTENT_SUBRESOURCE, DATA_API_VERSION, DownloadLink,
+    EXECUTIONS_RESOURCE, FILESETS_RESOURCE, FilesetContent, LINK_CONTENT_TYPE, RESULTS_SUBRESOURCE,
+    TAR_GZ_CONTENT_TYPE,
 };
 use crate::archive::ByteStream;
 use crate::cli::output::CliError;
-use crate::dataapi::redirect;
+use crate::dataapi::link;
 use crate::store::keys::{AnyResult, ResultName};
 
 /// The data API of one cluster, for one namespace.
@@ -80,10 +81,10 @@ impl DataApi {
     }
 
     /// Downloads result `result` of execution `name` into `file`, checking its bytes against
-    /// the sha256 the server names in the `ETag`; returns the size. Asks for a redirect to the
-    /// store: when errand answers with one, the bytes come straight from the object store's
-    /// presigned URL through a plain HTTP client (no Kubernetes credentials go there); when
-    /// that URL cannot be reached, they stream through the API server as without a redirect.
+    /// the sha256 the server names in the `ETag`; returns the size. Asks for a link: when errand
+    /// answers with one, the bytes come straight from the object store's presigned URL through
+    /// a plain HTTP client (no Kubernetes credentials go there), and when that URL cannot be
+    /// reached they stream through the API server; a store that gives no links streams them at once.
     pub async fn download(
         &self,
         name: &str,
@@ -97,22 +98,24 @@ impl DataApi {
         );
         let what = format!("{} of execution {name}", result.as_str());
         let (parts, body) = self
-            .get(&format!("{path}?{}=true", redirect::PARAMETER))
+            .get(&format!("{path}?{}=true", link::PARAMETER))
             .await?;
-        if parts.status != StatusCode::TEMPORARY_REDIRECT {
+        let is_link = parts.status.is_success()
+            && parts.headers.get(header::CONTENT_TYPE)
+                == Some(&http::HeaderValue::from_static(LINK_CONTENT_TYPE));
+        if !is_link {
             return save(&parts, body.into_data_stream(), &what, file).await;
         }
-        let location = parts
-            .headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(|| {
-                CliError::new(
-                    "cluster_error",
-                    format!("errand redirected the download of {what} without a Location"),
-                )
-            })?;
-        match from_store(location).await {
+        let text = body.collect().await.map_err(|e| {
+            CliError::new("cluster_error", format!("reading the link to {what}: {e}"))
+        })?;
+        let link: DownloadLink = serde_json::from_slice(&text.to_bytes()).map_err(|e| {
+            CliError::new(
+                "cluster_error",
+                format!("errand's link to {what} is not a link: {e}"),
+            )
+        })?;
+        match from_store(&link.url).await {
             Ok(response) if !response.status().is_success() => Err(CliError::new(
                 "store_error",
                 format!(
@@ -120,7 +123,7 @@ impl DataApi {
                     response.status()
                 ),
             )),
-            // The sha256 is errand's, from the redirect: the store's own ETag is not a digest.
+            // The sha256 is errand's, from the link's answer: the store's own ETag is not a digest.
             Ok(response) => save(&parts, response.bytes_stream(), &what, file).await,
             Err(e) if e.is_connect() => {
                 eprintln!(
@@ -182,7 +185,7 @@ impl DataApi {
 }
 
 /// GETs a presigned store URL with a client of its own: no Kubernetes credentials, no
-/// redirects (the URL names the object itself).
+/// redirects (the URL names the object itself). The URL is never put into an error or log.
 async fn from_store(url: &str) -> Result<reqwest::Response, reqwest::Error> {
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -282,4 +285,139 @@ fn refusal(code: StatusCode, body: &Bytes) -> CliError {
         Status::failure(&text, "").with_code(code.as_u16())
     });
     api_error(kube::Error::Api(status.boxed()))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The download against an API server answered in memory and a real HTTP store on loopback.
+
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    const CONTENT: &[u8] = b"the bytes of output_workdir";
+
+    /// A store on loopback answering every GET with [`CONTENT`]; what each request's head was.
+    async fn store() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!(
+            "http://{}/bucket/key?X-Amz-Signature=s",
+            listener.local_addr().unwrap()
+        );
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&heads);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.ends_with(b"\r\n\r\n") {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    head.extend_from_slice(&buf[..n]);
+                }
+                seen.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    CONTENT.len()
+                );
+                socket.write_all(answer.as_bytes()).await.unwrap();
+                socket.write_all(CONTENT).await.unwrap();
+            }
+        });
+        (url, heads)
+    }
+
+    /// The data API client of an API server that answers a download asked with `link=true`
+    /// with a link to `url` when there is one, any other with the bytes as `content_type`; the
+    /// URIs it was asked.
+    fn api(url: Option<String>, content_type: &'static str) -> (DataApi, Arc<Mutex<Vec<String>>>) {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&asked);
+        let etag = format!("\"{}\"", hex::encode(Sha256::digest(CONTENT)));
+        let service = tower::service_fn(move |request: Request<Body>| {
+            let uri = request.uri().to_string();
+            seen.lock().unwrap().push(uri.clone());
+            let response = http::Response::builder()
+                .status(200)
+                .header(header::ETAG, etag.as_str());
+            let response = match &url {
+                Some(url) if uri.ends_with("?link=true") => {
+                    let link = DownloadLink {
+                        url: url.clone(),
+                        expires_at: jiff::Timestamp::now(),
+                        size: CONTENT.len() as u64,
+                    };
+                    response
+                        .header(header::CONTENT_TYPE, LINK_CONTENT_TYPE)
+                        .body(Body::from(serde_json::to_vec(&link).unwrap()))
+                }
+                _ => response
+                    .header(header::CONTENT_TYPE, content_type)
+                    .body(Body::from(CONTENT.to_vec())),
+            };
+            async move { Ok::<_, std::convert::Infallible>(response.unwrap()) }
+        });
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::new(service, "team-a");
+        (DataApi::new(client, config, "team-a".to_owned()), asked)
+    }
+
+    const PATH: &str = "/apis/data.errand.dev/v1alpha1/namespaces/team-a/agentexecutions/calc/results/output_workdir";
+
+    async fn download(api: &DataApi, file: &Path) -> Result<u64, CliError> {
+        let result = AnyResult::parse("output_workdir").unwrap();
+        api.download("calc", &result, file).await
+    }
+
+    #[tokio::test]
+    async fn a_link_is_read_from_the_store_without_kubernetes_credentials() {
+        let (url, heads) = store().await;
+        let (api, asked) = api(Some(url), TAR_GZ_CONTENT_TYPE);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out");
+        assert_eq!(download(&api, &file).await.unwrap(), CONTENT.len() as u64);
+        assert_eq!(std::fs::read(&file).unwrap(), CONTENT);
+        assert_eq!(*asked.lock().unwrap(), [format!("{PATH}?link=true")]);
+        let heads = heads.lock().unwrap();
+        assert_eq!(heads.len(), 1);
+        assert!(
+            heads[0].starts_with("GET /bucket/key?X-Amz-Signature=s "),
+            "{}",
+            heads[0]
+        );
+        assert!(!heads[0].to_ascii_lowercase().contains("authorization"));
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_link_falls_back_to_streaming() {
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/bucket/key", closed.local_addr().unwrap());
+        drop(closed);
+        let (api, asked) = api(Some(url), TAR_GZ_CONTENT_TYPE);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out");
+        assert_eq!(download(&api, &file).await.unwrap(), CONTENT.len() as u64);
+        assert_eq!(std::fs::read(&file).unwrap(), CONTENT);
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [format!("{PATH}?link=true"), PATH.to_owned()]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_without_links_streams_in_one_request_even_json() {
+        let (api, asked) = api(None, crate::api::data::JSON_CONTENT_TYPE);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("out");
+        assert_eq!(download(&api, &file).await.unwrap(), CONTENT.len() as u64);
+        assert_eq!(std::fs::read(&file).unwrap(), CONTENT);
+        assert_eq!(*asked.lock().unwrap(), [format!("{PATH}?link=true")]);
+    }
 }
