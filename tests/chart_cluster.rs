@@ -278,6 +278,27 @@ async fn deployment_ready(client: &Client, namespace: &str, replicas: i32) {
     .await;
 }
 
+/// Waits until the webhook's Service routes to a replica: `helm install --wait` returns once
+/// the pods are Ready, and kube-proxy may program the Service a moment later (until then a
+/// call is refused, and the API server fails admission closed). A server-side dry run of a
+/// cluster-scoped object goes through the webhook and stores nothing.
+async fn webhook_routed() {
+    let probe = repo().join("examples/extension/extension.yaml");
+    wait_for(
+        "the webhook Service to route to a replica",
+        Duration::from_secs(60),
+        || {
+            let output = tool(
+                "kubectl",
+                &["apply", "--dry-run=server", "-f", probe.to_str().unwrap()],
+            );
+            let refused = !output.status.success() && text(&output).contains("connection refused");
+            async move { (!refused).then_some(()) }
+        },
+    )
+    .await;
+}
+
 /// The CA bundle the configuration trusts, once the controller has put it there.
 async fn ca_bundle(client: &Client, configuration: &str) -> Vec<u8> {
     let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
@@ -413,6 +434,8 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         "ValidatingWebhookConfiguration",
         "the certificate goes when the configuration does"
     );
+
+    webhook_routed().await;
 
     // A tenant namespace, restricted too, with the examples' objects.
     let team = TestNamespace::create_with_labels(&client, "team", &[RESTRICTED]).await;
