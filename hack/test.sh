@@ -87,6 +87,12 @@ trap 'exit 130' INT TERM
 bash hack/testenv/up.sh >/dev/null
 phase_done up
 
+# Kueue before any test: its webhooks see every Job and Pod of the cluster and fail closed, so
+# installing it while other tests create pods (cluster::ensure_kueue from a test) refuses
+# their creates until its Service routes. Tests still call ensure_kueue, which returns at once.
+bash hack/testenv/kueue.sh
+phase_done kueue
+
 # The errand image the pods run; its release build is cached across runs.
 bash hack/images/errand-image.sh
 phase_done errand-image

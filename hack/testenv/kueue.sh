@@ -9,9 +9,11 @@
 # requests for a 2-core node. The apiserver reaches its webhooks and its
 # aggregated API through their Services (kube-proxy).
 #
-# Not part of up.sh: Kueue's webhook sees every Job of the cluster, and a run
-# that needs no Kueue should not pay for it. Tests that need it call this
-# script (tests/support/cluster.rs: cluster::ensure_kueue); it is idempotent,
+# Not part of up.sh: Kueue's webhook sees every Job of the cluster, and a
+# cluster that needs no Kueue (a benchmark) should not pay for it. hack/test.sh
+# runs it before the tests, because its fail-closed webhooks refuse other
+# tests' pods and Jobs while it installs; tests that need it also call it
+# (tests/support/cluster.rs: cluster::ensure_kueue); it is idempotent,
 # serialized with a lock, and returns at once when Kueue already serves.
 # Installing took 27 s here, 10 s of them building the image (cached for the
 # next cluster).
