@@ -74,13 +74,14 @@ async fn put_small(
         size: parts.iter().map(|p| p.len() as u64).sum(),
         sha256: hex::encode(hasher.finalize()),
     };
+    let owned_key = key.to_owned();
     let (linked, parts, target) = tokio::task::spawn_blocking(move || {
-        let linked = write_unnamed(&target, &parts);
+        let linked = write_unnamed(&owned_key, &target, &parts);
         (linked, parts, target)
     })
     .await
     .map_err(|e| write_error(key, io::Error::other(e)))?;
-    match linked.map_err(|source| write_error(key, source))? {
+    match linked? {
         Linked::Created => Ok(Written::Created(written)),
         Linked::Existed => Ok(Written::Existed(written)),
         Linked::Unsupported => {
@@ -102,13 +103,14 @@ enum Linked {
 
 /// Writes `parts` to an unnamed file in `target`'s directory, syncs it and links it to
 /// `target`. Until the link the file has no name, so a crash leaves nothing behind.
-fn write_unnamed(target: &Path, parts: &[Bytes]) -> io::Result<Linked> {
+fn write_unnamed(key: &str, target: &Path, parts: &[Bytes]) -> Result<Linked, StoreError> {
+    let io_error = |source| write_error(key, source);
     let dir = target.parent().unwrap_or(target);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).custom_flags(nix::libc::O_TMPFILE);
     let mut opened = options.open(dir);
     if matches!(&opened, Err(e) if e.kind() == io::ErrorKind::NotFound) {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(create_dir_error(dir))?;
         opened = options.open(dir);
     }
     let mut file = match opened {
@@ -122,12 +124,12 @@ fn write_unnamed(target: &Path, parts: &[Bytes]) -> io::Result<Linked> {
         {
             return Ok(Linked::Unsupported);
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(io_error(e)),
     };
     for part in parts {
-        file.write_all(part)?;
+        file.write_all(part).map_err(io_error)?;
     }
-    file.sync_all()?;
+    file.sync_all().map_err(io_error)?;
     let by_descriptor = format!("/proc/self/fd/{}", file.as_raw_fd());
     match nix::unistd::linkat(
         AT_FDCWD,
@@ -139,7 +141,7 @@ fn write_unnamed(target: &Path, parts: &[Bytes]) -> io::Result<Linked> {
         Ok(()) => Ok(Linked::Created),
         Err(Errno::EEXIST) => Ok(Linked::Existed),
         Err(Errno::ENOENT) if !Path::new(&by_descriptor).exists() => Ok(Linked::Unsupported),
-        Err(errno) => Err(errno.into()),
+        Err(errno) => Err(io_error(errno.into())),
     }
 }
 
@@ -242,10 +244,12 @@ async fn create_parent(path: &Path) -> Result<(), StoreError> {
     let dir = path.parent().unwrap_or(path);
     tokio::fs::create_dir_all(dir)
         .await
-        .map_err(|source| StoreError::CreateDir {
-            path: dir.to_owned(),
-            source,
-        })
+        .map_err(create_dir_error(dir))
+}
+
+fn create_dir_error(dir: &Path) -> impl FnOnce(io::Error) -> StoreError {
+    let path = dir.to_owned();
+    move |source| StoreError::CreateDir { path, source }
 }
 
 /// A partial file, removed with the directories that held only it when the write ends,
