@@ -105,13 +105,16 @@ fn start_workers(workers: usize, out: tokio::sync::mpsc::Sender<io::Result<Bytes
 }
 
 fn compress_jobs(jobs: &Mutex<Receiver<Job>>, recycle: &mpsc::Sender<Vec<u8>>) {
-    let mut compressor = Compressor::new();
+    let mut compressor = Compressor::take();
     loop {
         let job = match jobs.lock() {
             Ok(rx) => rx.recv(),
             Err(poisoned) => poisoned.into_inner().recv(),
         };
-        let Ok(job) = job else { return };
+        let Ok(job) = job else {
+            compressor.give_back();
+            return;
+        };
         let result = compressor.gzip(&job.data[..job.len]);
         // The producer may already be gone; a lost buffer or reply is then harmless.
         let _ = recycle.send(job.data);
@@ -216,7 +219,9 @@ impl Chunker {
     pub(super) fn finish(mut self) -> Result<(), Closed> {
         if self.running.is_none() {
             // Everything fit in one chunk: compress it here, the same bytes a worker would make.
-            let member = Compressor::new().gzip(&self.buf[..self.len]);
+            let mut compressor = Compressor::take();
+            let member = compressor.gzip(&self.buf[..self.len]);
+            compressor.give_back();
             return self.out.blocking_send(member).map_err(|_| Closed);
         }
         if self.len > 0 {
@@ -231,10 +236,34 @@ struct Compressor {
     deflate: Compress,
 }
 
+/// Compressors set up earlier and idle now. Setting up a deflate state costs more than
+/// compressing a small archive, and one process packs several archives (a run's results);
+/// each member starts from a reset state, so a reused compressor writes the same bytes.
+static IDLE: Mutex<Vec<Compressor>> = Mutex::new(Vec::new());
+/// At most this many compressors are kept idle (a few hundred KiB each).
+const MAX_IDLE: usize = 4;
+
 impl Compressor {
     fn new() -> Compressor {
         Compressor {
             deflate: Compress::new(Compression::new(LEVEL), false),
+        }
+    }
+
+    /// An idle compressor, or a new one.
+    fn take() -> Compressor {
+        IDLE.lock()
+            .ok()
+            .and_then(|mut idle| idle.pop())
+            .unwrap_or_else(Compressor::new)
+    }
+
+    /// Keeps this compressor for the next [`Compressor::take`], unless enough are idle.
+    fn give_back(self) {
+        if let Ok(mut idle) = IDLE.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(self);
         }
     }
 

@@ -372,20 +372,24 @@ impl Store {
     /// Streams `body` into a new object at `key` and returns its size and sha256.
     ///
     /// Objects are write-once: when `key` already holds an object with other bytes this
-    /// refuses with [`StoreError::AlreadyExists`]; the same bytes again are accepted without a
-    /// write, so the retry of a put whose answer was lost succeeds. A `file://` store writes
-    /// a partial file and links it into place once complete ([`staged`]). Elsewhere, bodies
-    /// that fit in one part are written with one conditional put, which the backend makes
-    /// atomic; larger ones are checked first and then uploaded in parts, with at most
-    /// [`PARTS_IN_FLIGHT`] parts buffered (the backend shows none of them before the last).
+    /// refuses with [`StoreError::AlreadyExists`]; the same bytes again are accepted without
+    /// replacing the object, so the retry of a put whose answer was lost succeeds. A `file://`
+    /// store writes the object where no reader sees it and links it into place once complete
+    /// ([`staged`]); the link refuses a taken key, so nothing is looked up first. Elsewhere,
+    /// a taken key is looked up first and then only digested; bodies that fit in one part are
+    /// written with one conditional put, which the backend makes atomic; larger ones are
+    /// uploaded in parts, with at most [`PARTS_IN_FLIGHT`] parts buffered (the backend shows
+    /// none of them before the last).
     pub async fn put_new(&self, key: &str, body: ByteStream) -> Result<StoredObject, StoreError> {
-        if self.exists(key).await? {
-            let sent = digest(key, body).await?;
-            return self.same_as_stored(sent).await;
-        }
         let written = match &self.local {
             Some(fs) => staged::put(fs, key, body).await?,
-            None => self.put_new_remote(key, body).await?,
+            None => {
+                if self.exists(key).await? {
+                    let sent = digest(key, body).await?;
+                    return self.same_as_stored(sent).await;
+                }
+                self.put_new_remote(key, body).await?
+            }
         };
         match written {
             Written::Created(stored) => Ok(stored),
