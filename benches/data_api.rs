@@ -293,9 +293,10 @@ async fn bench() -> bool {
         Duration::from_secs(60),
     )
     .await;
+    // The aggregator answers 503 until its availability check has seen the new process.
     wait_for(
         "the data API of the controller on a file:// store",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         || http.download(&results),
     )
     .await;
