@@ -7,9 +7,15 @@
 //!   it names, writing and checking the file), the ratio the limit applies to;
 //!   and streamed through the API server's aggregation layer (client → TLS → kube-apiserver →
 //!   TLS → errand → store), as `kubectl get --raw` downloads, printed alongside;
-//! - pushing a 1 GiB directory through the API (`errand filesets push` against the cluster:
-//!   packed by the command line, streamed in one PUT, vetted and stored by errand) against
-//!   `errand filesets push --local` of the same directory;
+//! - pushing a 1 GiB directory as new content through the API (`errand filesets push` against
+//!   the cluster: packed by the command line, streamed in one PUT, vetted and stored by
+//!   errand) with errand's server on a `file://` store, the chart's default, against
+//!   `errand filesets push --local` of the same directory, the ratio the limit applies to;
+//!   and with the server on the S3 store, against `errand filesets push --store s3://…` into
+//!   that same store (an operator's push with the store's credentials) and against `--local`,
+//!   printed alongside. Every timed push stores its blob anew (the one there is removed
+//!   first), as a changed tree does; the server's debug log of each upload's timings is
+//!   printed at the end;
 //! - the peak RSS of errand's server (the `errand controller` process serving the API) during
 //!   each, above its RSS when idle (VmHWM after `clear_refs`, from `/proc/PID/status`).
 //!
@@ -17,7 +23,8 @@
 //! `source /var/tmp/errand-testenv/env`), under the cluster lock. The controller runs as a
 //! process on this host, serving the data API on the pod bridge's address; a Service without a
 //! selector and an EndpointSlice for that address stand in for the chart's Service, and the
-//! APIService `v1alpha1.data.errand.dev` points at it (it is removed at the end).
+//! APIService `v1alpha1.data.errand.dev` points at it (it is removed at the end). It runs on
+//! the S3 store first and is restarted on a `file://` store for the last pushes.
 //! `ERRAND_BENCH_GIB` scales the data (default 1), `ERRAND_BENCH_RUNS` the timed runs per side
 //! (default 3, medians and the median of paired ratios), `ERRAND_BENCH_DIR` the scratch
 //! directory (default /var/tmp, removed at the end). Exits non-zero when a limit is missed.
@@ -27,8 +34,9 @@ mod support;
 
 mod shared;
 
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -100,20 +108,8 @@ async fn bench() -> bool {
     let data_api = cluster::free_pod_gateway_address();
     // The APIService first: the controller puts its CA into it as it starts.
     register(&client, &ns, data_api.port()).await;
-    let mut controller = controller_command(
-        &ns,
-        &store_url,
-        &format!("http://{listen}"),
-        listen,
-        &scratch.path().join("controller.log"),
-    )
-    .args(["--leader-elect", "false", "--lease-namespace", &ns])
-    .args(["--data-api-listen", &data_api.to_string()])
-    .args(["--serving-service", SERVICE])
-    .envs(options.iter().map(|(k, v)| (k.to_uppercase(), v)))
-    .env("RUST_LOG", "warn")
-    .spawn()
-    .expect("errand controller starts");
+    let log = scratch.path().join("controller.log");
+    let mut controller = start_controller(&ns, &store_url, listen, data_api, &log, &options);
     let pid = controller.id();
     wait_until_ready(listen, "the controller", Duration::from_secs(60)).await;
     wait_for_data_api(&client).await;
@@ -211,7 +207,10 @@ async fn bench() -> bool {
     }
     store.delete(&key).await.expect("removing the result");
 
-    // (b) A 1 GiB directory: the runner benchmark's mixed tree.
+    // (b) A 1 GiB directory: the runner benchmark's mixed tree, stored as new content by every
+    // timed push: the blob each side stores is removed before it pushes, as for a changed tree
+    // (an unchanged one finds its blob in place and stores nothing, which on a cloud store also
+    // skips the copy to the content address).
     let tree = scratch.path().join("tree");
     let (files, bytes) = generate(&tree, total);
     eprintln!(
@@ -220,25 +219,112 @@ async fn bench() -> bool {
         fmt_mib(idle)
     );
     create_fileset(&client, &ns).await;
-    let home = scratch.path().join("home");
     let content =
         format!("/apis/data.errand.dev/v1alpha1/namespaces/{ns}/filesets/{FILESET}/content");
-    let mut pushes = Vec::new();
-    let mut push_peak = 0;
-    let mut direct_pushes = Vec::new();
+    let home = scratch.path().join("home");
+    // `errand filesets push --local` stores into its data directory's store, namespace default.
+    let local =
+        Store::open(&format!("file://{}", home.join("store").display())).expect("the local store");
+    let local = (&local, "default");
+    let pushes = Pushes {
+        kubeconfig: &kubeconfig,
+        ns: &ns,
+        tree: &tree,
+        home: &home,
+    };
+
+    // (b1) The server on the S3 store: against the same store pushed straight into by an
+    // operator's command line, and against `--local`.
+    let s3_side = (&store, ns.as_str());
+    let digest = pushes.warm_up(&client).await;
+    let mut s3_direct = Vec::new();
+    let mut s3_same_store = Vec::new();
+    let mut s3_against_local = Vec::new();
+    let mut s3_peak = 0;
     for run in 0..runs {
-        direct_pushes.push(timed(direct.push(&content, &tree)).await.0);
+        remove_blob(s3_side, &digest).await;
+        s3_direct.push(timed(direct.push(&content, &tree)).await.0);
         shared::sync();
         reset_peak(pid);
-        pushes.push(
+        s3_same_store.push(
             paired_async(
                 run,
-                || async { push_locally(&home, &tree) },
-                || async { push_through_the_api(&kubeconfig, &ns, &tree) },
+                || async {
+                    remove_blob(s3_side, &digest).await;
+                    pushes.to_store(&store_url, &options)
+                },
+                || async {
+                    remove_blob(s3_side, &digest).await;
+                    pushes.through_the_api()
+                },
             )
             .await,
         );
-        push_peak = push_peak.max(rss(pid).peak);
+        s3_against_local.push(
+            paired_async(
+                run,
+                || async {
+                    remove_blob(local, &digest).await;
+                    pushes.locally()
+                },
+                || async {
+                    remove_blob(s3_side, &digest).await;
+                    pushes.through_the_api()
+                },
+            )
+            .await,
+        );
+        s3_peak = s3_peak.max(rss(pid).peak);
+    }
+    let _ = controller.kill();
+    let _ = controller.wait();
+
+    // (b2) The server on a `file://` store, the chart's default (a PersistentVolumeClaim): the
+    // same controller restarted on it, against `--local`, the pair the limit applies to.
+    let file_store_dir = scratch.path().join("server-store");
+    let file_store_url = format!("file://{}", file_store_dir.display());
+    let file_store = Store::open(&file_store_url).expect("the server's file:// store");
+    let file_side = (&file_store, ns.as_str());
+    let mut controller = start_controller(&ns, &file_store_url, listen, data_api, &log, &[]);
+    let file_pid = controller.id();
+    wait_until_ready(
+        listen,
+        "the controller on a file:// store",
+        Duration::from_secs(60),
+    )
+    .await;
+    // The aggregator answers 503 until its availability check has seen the new process.
+    wait_for(
+        "the data API of the controller on a file:// store",
+        Duration::from_secs(180),
+        || http.download(&results),
+    )
+    .await;
+    let file_idle = rss(file_pid).current;
+    pushes.warm_up(&client).await;
+    let mut file_direct = Vec::new();
+    let mut file_against_local = Vec::new();
+    let mut file_peak = 0;
+    for run in 0..runs {
+        remove_blob(file_side, &digest).await;
+        file_direct.push(timed(direct.push(&content, &tree)).await.0);
+        shared::sync();
+        reset_peak(file_pid);
+        file_against_local.push(
+            paired_async(
+                run,
+                || async {
+                    remove_blob(local, &digest).await;
+                    pushes.locally()
+                },
+                || async {
+                    remove_blob(file_side, &digest).await;
+                    pushes.through_the_api()
+                },
+            )
+            .await,
+        );
+        file_peak = file_peak.max(rss(file_pid).peak);
     }
     let pushed = Api::<Fileset>::namespaced(client.clone(), &ns)
         .get(FILESET)
@@ -258,16 +344,19 @@ async fn bench() -> bool {
     namespace.delete().await;
 
     let gib_label = format!("{gib} GiB");
+    let s3_label = "S3 (s3s-fs on this host)";
+    let file_label = "`file://` (the chart's default)";
     let mut ok = true;
     println!(
-        "\n| benchmark | through the API (median) | baseline (median) | ratio (median of paired runs) | limit | ok |\n|---|---|---|---|---|---|"
+        "\n| benchmark | the server's store | through the API (median) | baseline (median) | ratio (median of paired runs) | limit | ok |\n|---|---|---|---|---|---|---|"
     );
-    for (what, baseline, runs, limited) in [
+    for (what, store, baseline, runs, limited) in [
         (
             format!(
                 "download a {gib_label} result: `errand results download` (asks for a link, GETs the store's presigned URL; file written and checked)"
             ),
-            "S3 GET from the store",
+            s3_label,
+            "S3 GET from the same store",
             &downloads,
             true,
         ),
@@ -275,15 +364,31 @@ async fn bench() -> bool {
             format!(
                 "download a {gib_label} result streamed through the API server (as `kubectl get --raw`)"
             ),
-            "S3 GET from the store",
+            s3_label,
+            "S3 GET from the same store",
             &streamed,
             false,
         ),
         (
-            format!("push a {gib_label} directory"),
-            "`errand filesets push --local`",
-            &pushes,
+            format!("push a {gib_label} directory as new content"),
+            file_label,
+            "`errand filesets push --local` (its own `file://` store, same disk)",
+            &file_against_local,
             true,
+        ),
+        (
+            format!("push a {gib_label} directory as new content"),
+            s3_label,
+            "`errand filesets push --store s3://…` to the same store (operator's credentials; same-store ratio)",
+            &s3_same_store,
+            false,
+        ),
+        (
+            format!("push a {gib_label} directory as new content"),
+            s3_label,
+            "`errand filesets push --local` (its own `file://` store)",
+            &s3_against_local,
+            false,
         ),
     ] {
         let (theirs, ours, ratio) = summarize(runs);
@@ -295,7 +400,7 @@ async fn bench() -> bool {
             ("-".to_owned(), "-")
         };
         println!(
-            "| {what} | {} | {} ({baseline}) | {ratio:.2} | {limit} | {verdict} |",
+            "| {what} | {store} | {} | {} ({baseline}) | {ratio:.2} | {limit} | {verdict} |",
             fmt_s(ours),
             fmt_s(theirs),
         );
@@ -304,36 +409,49 @@ async fn bench() -> bool {
         v.sort();
         v[v.len() / 2]
     };
-    for (what, baseline, direct, runs) in [
+    for (what, store, baseline, direct, runs) in [
         (
             "streamed download",
-            "S3 GET from the store",
+            s3_label,
+            "S3 GET from the same store",
             direct_downloads,
             &streamed,
         ),
         (
             "push",
+            file_label,
             "`errand filesets push --local`",
-            direct_pushes,
-            &pushes,
+            file_direct,
+            &file_against_local,
+        ),
+        (
+            "push",
+            s3_label,
+            "`errand filesets push --store s3://…`",
+            s3_direct,
+            &s3_same_store,
         ),
     ] {
         let (theirs, ours, _) = summarize(runs);
         let direct = median(direct);
         println!(
-            "| {what} from errand itself, without the aggregator (front-proxy certificate; where the time goes) | {} ({:.2} of the way through the API) | {} ({baseline}) | {:.2} | - | - |",
+            "| {what} from errand itself, without the aggregator (front-proxy certificate; where the time goes) | {store} | {} ({:.2} of the way through the API) | {} ({baseline}) | {:.2} | - | - |",
             fmt_s(direct),
             direct.as_secs_f64() / ours.as_secs_f64(),
             fmt_s(theirs),
             direct.as_secs_f64() / theirs.as_secs_f64(),
         );
     }
-    for (what, peak) in [("downloads", download_peak), ("pushes", push_peak)] {
+    for (what, store, peak, idle) in [
+        ("downloads", s3_label, download_peak, idle),
+        ("pushes", s3_label, s3_peak, idle),
+        ("pushes", file_label, file_peak, file_idle),
+    ] {
         let above = peak.saturating_sub(idle);
         let pass = above <= RSS_LIMIT;
         ok &= pass;
         println!(
-            "| server peak RSS during the {what} | {} above idle ({} peak, {} idle) | - | - | ≤ {} | {} |",
+            "| server peak RSS during the {what} | {store} | {} above idle ({} peak, {} idle) | - | - | ≤ {} | {} |",
             fmt_mib(above),
             fmt_mib(peak),
             fmt_mib(idle),
@@ -354,13 +472,163 @@ async fn bench() -> bool {
             .join(", ")
     };
     println!(
-        "\nper run, baseline/API in s: CLI downloads {}; streamed downloads {}; pushes {}",
+        "\nper run, baseline/API in s: CLI downloads {}; streamed downloads {}; pushes on file:// vs --local {}; pushes on S3 vs --store s3:// {}; pushes on S3 vs --local {}",
         walls(&downloads),
         walls(&streamed),
-        walls(&pushes)
+        walls(&file_against_local),
+        walls(&s3_same_store),
+        walls(&s3_against_local),
     );
+    println!(
+        "\nwhere errand's server spent each push's time (its debug log, in order: S3, then file://):"
+    );
+    for line in server_timings(&log) {
+        println!("- {line}");
+    }
     drop(scratch);
     ok
+}
+
+/// The controller on `store_url` (with the store's `options` as environment variables),
+/// serving its health at `listen` and the data API at `data_api`, logging into `log`: warnings,
+/// and the timings of each Fileset upload.
+fn start_controller(
+    ns: &str,
+    store_url: &str,
+    listen: SocketAddr,
+    data_api: SocketAddr,
+    log: &Path,
+    options: &[(&str, String)],
+) -> Child {
+    controller_command(ns, store_url, &format!("http://{listen}"), listen, log)
+        .args(["--leader-elect", "false", "--lease-namespace", ns])
+        .args(["--data-api-listen", &data_api.to_string()])
+        .args(["--serving-service", SERVICE])
+        .envs(options.iter().map(|(k, v)| (k.to_uppercase(), v)))
+        .env(
+            "RUST_LOG",
+            "warn,errand::dataapi::upload=debug,errand::store=debug",
+        )
+        .spawn()
+        .expect("errand controller starts")
+}
+
+/// The timings of each Fileset upload the controller logged into `log` (see
+/// `dataapi::upload` and `store`), one line per log line, in order.
+fn server_timings(log: &Path) -> Vec<String> {
+    const TIMINGS: [&str; 3] = [
+        "multipart upload complete",
+        "placed a fileset upload at its content address",
+        "timings of a Fileset upload",
+    ];
+    let text = std::fs::read_to_string(log).expect("the controller's log");
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|entry| {
+            let fields = entry.get("fields")?.as_object()?;
+            let message = fields.get("message")?.as_str()?;
+            TIMINGS.contains(&message).then(|| {
+                let values = fields
+                    .iter()
+                    .filter(|(name, _)| {
+                        !["message", "key", "namespace", "fileset"].contains(&name.as_str())
+                    })
+                    .map(|(name, value)| {
+                        format!(
+                            "{name} {}",
+                            value
+                                .as_str()
+                                .map_or_else(|| value.to_string(), str::to_owned)
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("{message}: {values}")
+            })
+        })
+        .collect()
+}
+
+/// Removes the blob `digest` and its path index from `store`'s `namespace` (a `(store,
+/// namespace)` pair), so that the next push there stores it anew.
+async fn remove_blob((store, namespace): (&Store, &str), digest: &str) {
+    store
+        .remove_pushed_fileset(namespace, digest)
+        .await
+        .expect("removing a pushed blob");
+}
+
+/// The pushes of the tree, each run to its end and timed.
+struct Pushes<'a> {
+    kubeconfig: &'a Path,
+    ns: &'a str,
+    tree: &'a Path,
+    /// The data directory of `--local`.
+    home: &'a Path,
+}
+
+impl Pushes<'_> {
+    /// An untimed push through the API (connections, caches, the page cache); the digest of
+    /// the content it recorded, without its `sha256:`.
+    async fn warm_up(&self, client: &Client) -> String {
+        self.through_the_api();
+        let fileset = Api::<Fileset>::namespaced(client.clone(), self.ns)
+            .get(FILESET)
+            .await
+            .expect("the Fileset");
+        let digest = fileset
+            .status
+            .and_then(|status| status.digest)
+            .expect("the push recorded a digest");
+        digest
+            .strip_prefix("sha256:")
+            .expect("a sha256 digest")
+            .to_owned()
+    }
+
+    /// `errand filesets push --local` into its own data directory.
+    fn locally(&self) -> Duration {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+        command
+            .args(["filesets", "push", FILESET])
+            .arg(self.tree)
+            .args(["--local", "-o", "json"])
+            .env("ERRAND_HOME", self.home);
+        timed_push(command, "errand filesets push --local")
+    }
+
+    /// `errand filesets push` to the cluster: packed by the command line and streamed through
+    /// the API server to errand's data API, as a tenant pushes (no store URL).
+    fn through_the_api(&self) -> Duration {
+        let mut command = self.to_cluster();
+        command
+            .env_remove("ERRAND_BACKEND")
+            .env_remove("ERRAND_STORE");
+        timed_push(command, "errand filesets push (through the data API)")
+    }
+
+    /// `errand filesets push --store URL` to the cluster: an operator's push straight into the
+    /// cluster's store with its credentials (`options`, as environment variables), recorded in
+    /// the Fileset's status.
+    fn to_store(&self, url: &str, options: &[(&str, String)]) -> Duration {
+        let mut command = self.to_cluster();
+        command
+            .args(["--store", url])
+            .env_remove("ERRAND_BACKEND")
+            .envs(options.iter().map(|(k, v)| (k.to_uppercase(), v)));
+        timed_push(command, "errand filesets push --store")
+    }
+
+    fn to_cluster(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
+        command
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .args(["--namespace", self.ns, "filesets", "push", FILESET])
+            .arg(self.tree)
+            .args(["-o", "json"]);
+        command
+    }
 }
 
 fn yes(pass: bool) -> &'static str {
@@ -434,33 +702,6 @@ fn cli_download(kubeconfig: &Path, ns: &str, file: &Path) -> u64 {
         "errand results download did not use the link: {stderr}"
     );
     std::fs::metadata(file).expect("the downloaded file").len()
-}
-
-/// `errand filesets push --local` of `tree` into its own data directory `home`.
-fn push_locally(home: &Path, tree: &Path) -> Duration {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
-    command
-        .args(["filesets", "push", FILESET])
-        .arg(tree)
-        .args(["--local", "-o", "json"])
-        .env("ERRAND_HOME", home);
-    timed_push(command, "errand filesets push --local")
-}
-
-/// `errand filesets push` of `tree` to the cluster of `kubeconfig`, namespace `ns`: packed by
-/// the command line and streamed through the API server to errand's data API, as a tenant
-/// pushes (no store URL).
-fn push_through_the_api(kubeconfig: &Path, ns: &str, tree: &Path) -> Duration {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
-    command
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--namespace", ns, "filesets", "push", FILESET])
-        .arg(tree)
-        .args(["-o", "json"])
-        .env_remove("ERRAND_BACKEND")
-        .env_remove("ERRAND_STORE");
-    timed_push(command, "errand filesets push (through the data API)")
 }
 
 /// Runs a push `command` to its end; its wall time.

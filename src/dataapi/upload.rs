@@ -7,6 +7,7 @@
 
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use futures::StreamExt;
 use http_body_util::BodyExt;
@@ -15,7 +16,7 @@ use hyper::body::{Body, Bytes};
 use hyper::header;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::handler::{DataApi, content_of, found, subject};
 use super::route::ObjectRequest;
@@ -125,10 +126,13 @@ where
         limits.max_bytes,
         Arc::clone(&abort),
     );
+    let started = Instant::now();
     let uploaded = api.store.put_new(&upload_key, body).await;
+    let stored_in = started.elapsed();
     let verdict = checker
         .await
         .map_err(|e| Refusal::internal(format!("checking the upload: {e}")))?;
+    let checked_in = started.elapsed();
     let abort = abort
         .lock()
         .expect("no panics while holding the lock")
@@ -144,6 +148,7 @@ where
             return Err(refusal);
         }
     };
+    let placing = Instant::now();
     if let Err(e) = api
         .store
         .place_fileset_upload(
@@ -156,6 +161,8 @@ where
     {
         return Err(Refusal::internal(format!("storing the upload: {e}")));
     }
+    let placed_in = placing.elapsed();
+    let recording = Instant::now();
     let content = FilesetStatus {
         digest: Some(format!("sha256:{}", stored.sha256)),
         size: Some(stored.size),
@@ -173,6 +180,17 @@ where
             object.name
         )
     })?;
+    // Where an upload's time went: receiving and storing the body (the check runs alongside;
+    // `checked` is when it had read it all), moving it to its address, recording it.
+    debug!(
+        namespace = %namespace,
+        fileset = %object.name,
+        stored = ?stored_in,
+        checked = ?checked_in,
+        placed = ?placed_in,
+        recorded = ?recording.elapsed(),
+        "timings of a Fileset upload"
+    );
     info!(
         namespace = %namespace,
         fileset = %object.name,

@@ -3,6 +3,7 @@
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -98,13 +99,24 @@ impl Store {
     ) -> Result<(String, bool), StoreError> {
         let key = keys::fileset(namespace, sha256)?;
         let placed = async {
+            let started = Instant::now();
             self.put_paths(namespace, sha256, index).await?;
+            let indexed = started.elapsed();
+            let moving = Instant::now();
             let created = !self.exists(&key).await?;
             if created {
+                // On a cloud store a copy of the whole object and a delete.
                 self.rename(upload_key, &key).await?;
             } else {
                 self.delete(upload_key).await?;
             }
+            tracing::debug!(
+                key,
+                created,
+                ?indexed,
+                moved = ?moving.elapsed(),
+                "placed a fileset upload at its content address"
+            );
             Ok(created)
         }
         .await;

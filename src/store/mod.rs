@@ -408,6 +408,7 @@ impl Store {
     }
 
     async fn put_new_remote(&self, key: &str, mut body: ByteStream) -> Result<Written, StoreError> {
+        let started = std::time::Instant::now();
         let path = object_path(key)?;
         let mut hasher = Sha256::new();
         let mut size = 0u64;
@@ -470,10 +471,20 @@ impl Store {
             }
             return Err(e);
         }
+        // The backend assembles the parts only now: on some servers a copy of the whole object.
+        let streaming = started.elapsed();
+        let completing = std::time::Instant::now();
         writer
             .finish()
             .await
             .map_err(|source| backend("put", key, source))?;
+        tracing::debug!(
+            key,
+            size,
+            ?streaming,
+            completed = ?completing.elapsed(),
+            "multipart upload complete"
+        );
         Ok(Written::Created(info(key, size, hasher)))
     }
 
