@@ -260,20 +260,7 @@ async fn bench() -> bool {
             )
             .await,
         );
-        s3_against_local.push(
-            paired_async(
-                run,
-                || async {
-                    remove_blob(local, &digest).await;
-                    pushes.locally()
-                },
-                || async {
-                    remove_blob(s3_side, &digest).await;
-                    pushes.through_the_api()
-                },
-            )
-            .await,
-        );
+        s3_against_local.push(pushes.against_local(run, local, s3_side, &digest).await);
         s3_peak = s3_peak.max(rss(pid).peak);
     }
     let _ = controller.kill();
@@ -310,20 +297,7 @@ async fn bench() -> bool {
         file_direct.push(timed(direct.push(&content, &tree)).await.0);
         shared::sync();
         reset_peak(file_pid);
-        file_against_local.push(
-            paired_async(
-                run,
-                || async {
-                    remove_blob(local, &digest).await;
-                    pushes.locally()
-                },
-                || async {
-                    remove_blob(file_side, &digest).await;
-                    pushes.through_the_api()
-                },
-            )
-            .await,
-        );
+        file_against_local.push(pushes.against_local(run, local, file_side, &digest).await);
         file_peak = file_peak.max(rss(file_pid).peak);
     }
     let pushed = Api::<Fileset>::namespaced(client.clone(), &ns)
@@ -587,6 +561,29 @@ impl Pushes<'_> {
     }
 
     /// `errand filesets push --local` into its own data directory.
+    /// One paired run of a push through the API (into `server`'s store) against
+    /// `errand filesets push --local` (into `local`), each storing `digest` anew.
+    async fn against_local(
+        &self,
+        run: usize,
+        local: (&Store, &str),
+        server: (&Store, &str),
+        digest: &str,
+    ) -> (Timed, Timed) {
+        paired_async(
+            run,
+            || async {
+                remove_blob(local, digest).await;
+                self.locally()
+            },
+            || async {
+                remove_blob(server, digest).await;
+                self.through_the_api()
+            },
+        )
+        .await
+    }
+
     fn locally(&self) -> Duration {
         let mut command = Command::new(env!("CARGO_BIN_EXE_errand"));
         command
