@@ -4,16 +4,18 @@
 //! a kwok binary (`bash hack/bench/on-cluster.sh scale` does both). kwok simulates the nodes
 //! and, with the Stages of `hack/bench/kwok-stages.yaml`, what the pods of errand's Jobs do:
 //! staging ends with errand's staged summary, the agent with errand's run summary in its
-//! termination message, one run in ten failing. The controller runs in this process on a
-//! runtime of its own, so its threads' CPU time is its own. The bench creates the executions
-//! at a steady rate and prints, against the targets:
+//! termination message, one run in ten failing. The controller runs in a process of its own
+//! (this binary, started again in controller mode), so its CPU time and memory are its own.
+//! The bench creates the executions at a steady rate and prints, against the targets:
 //! - create → Job seen, p50 and p99;
 //! - the time until every execution is terminal, and whether each ended as its agent did;
-//! - the controller's CPU seconds and this process's peak RSS growth per execution;
+//! - the controller's CPU seconds and peak RSS growth per execution;
 //! - the controller's API writes per execution and its reconcile errors;
 //! - its work-queue depth over time (the `work_queue_depth` metric, sampled every second);
 //! - after a restart with every execution present: the time until `/readyz` answers and the
-//!   writes in the next 30 s.
+//!   writes in the next 30 s;
+//! - where the machine's time went meanwhile: CPU seconds of every control-plane process and
+//!   of kwok, and kube-apiserver's own request latency by verb and resource.
 //!
 //! `ERRAND_SCALE_EXECUTIONS` (10000), `ERRAND_SCALE_NODES` (1000), `ERRAND_SCALE_RATE` (100 per
 //! second) and `ERRAND_SCALE_DEADLINE` (900 s from the first create) size a smaller run.
@@ -42,9 +44,9 @@ use tokio::sync::Mutex;
 use errand::api::{AgentExecution, AgentExecutionSpec, Phase, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
-use shared::cluster::{memory_kib, watch_jobs};
-use shared::{env_or, percentile};
-use support::writes::Writes;
+use shared::cluster::watch_jobs;
+use shared::{control_plane, env_or, percentile};
+use support::writes::{Tally, Writes};
 
 /// Every tenth execution runs the Agent whose pods kwok fails.
 const FAIL_EVERY: usize = 10;
@@ -53,11 +55,39 @@ const KWOK_LABEL: (&str, &str) = ("type", "kwok");
 const KWOK_TAINT: &str = "kwok.x-k8s.io/node";
 /// How many creates may be in flight at once while keeping the rate.
 const IN_FLIGHT: usize = 200;
+/// When, after the first create, the API server's CPU profile starts.
+const PROFILE_AFTER: Duration = Duration::from_secs(5);
+/// The functions of the API server's profile the benchmark prints: request handling by verb,
+/// and what inside it costs (server-side apply's managed fields, validation of custom
+/// resources by their schemas and CEL rules, admission, etcd, serialization, watch fan-out,
+/// TLS, garbage collection).
+const PROFILE_FUNCTIONS: [&str; 16] = [
+    "handlers.CreateResource",
+    "handlers.PatchResource",
+    "handlers.UpdateResource",
+    "handlers.GetResource",
+    "handlers.ListResource",
+    "fieldmanager.(*FieldManager).Apply",
+    "fieldmanager.(*FieldManager).Update",
+    "apiserver/schema/cel.(*Validator).Validate ",
+    "validation.(*schemaValidator)",
+    "admission.(*reinvoker).Admit",
+    "etcd3.(*store).GuaranteedUpdate",
+    "etcd3.(*store).Create",
+    "json.Unmarshal",
+    "(*Cacher).dispatchEvents",
+    "crypto/tls.(*Conn).Write",
+    "runtime.gcBgMarkWorker",
+];
 /// How long writes are counted after the restarted controller is ready.
 const AFTER_RESTART: Duration = Duration::from_secs(30);
 
 fn main() {
-    shared::run_async("scale", bench);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.split_first() {
+        Some((mode, rest)) if mode == CONTROLLER_MODE => serve_controller(rest),
+        _ => shared::run_async("scale", bench),
+    }
 }
 
 /// The terminal executions a watch saw, by outcome.
@@ -124,15 +154,24 @@ async fn bench() -> bool {
     .await;
 
     let store_dir = tempfile::tempdir().expect("a store directory");
-    let writes = Writes::default();
-    let controller = ControllerProcess::start(&kubeconfig, &ns, store_dir.path(), &writes).await;
+    let controller = ControllerProcess::start(&kubeconfig, &ns, store_dir.path());
     controller.wait_ready(Duration::from_secs(120)).await;
     let seen = watch_jobs(&client, &ns);
     let outcomes = watch_outcomes(&client, &ns);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let rss_before = memory_kib("VmRSS:");
+    let rss_before = controller.memory_kib("VmRSS:");
     let cpu_before = controller.cpu_seconds();
-    writes.take();
+    let writes_before = controller.writes();
+    let window = control_plane::Window::open(&client).await;
+    let profile = std::env::temp_dir().join("errand-scale-apiserver.pprof");
+    let profiling = {
+        let (client, profile) = (client.clone(), profile.clone());
+        let seconds = env_or("ERRAND_SCALE_PROFILE_SECONDS", 30);
+        tokio::spawn(async move {
+            tokio::time::sleep(PROFILE_AFTER).await;
+            control_plane::profile_apiserver(&client, seconds, &profile).await
+        })
+    };
 
     // Create at `rate` per second, recording when each create call started.
     let names: Vec<String> = (0..executions).map(|i| format!("run-{i}")).collect();
@@ -146,9 +185,7 @@ async fn bench() -> bool {
         let metrics = controller.address;
         tokio::spawn(async move {
             let mut samples = Vec::new();
-            let mut peak_rss = 0;
             loop {
-                peak_rss = peak_rss.max(memory_kib("VmRSS:"));
                 let queue_depth = metric(metrics, "errand_controller_work_queue_depth").await;
                 samples.push(Sample {
                     at: start.elapsed(),
@@ -158,74 +195,50 @@ async fn bench() -> bool {
                     queue_depth,
                 });
                 if stop.load(Ordering::SeqCst) {
-                    return (samples, peak_rss);
+                    return samples;
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         })
     };
-    let creates = {
-        let (client, ns, submitted, created) = (
-            client.clone(),
-            ns.clone(),
-            submitted.clone(),
-            created.clone(),
-        );
+    {
+        let (client, ns) = (client.clone(), ns.clone());
+        let (submitted, created) = (submitted.clone(), created.clone());
         let names = names.clone();
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-            let mut tasks = tokio::task::JoinSet::new();
-            for (i, name) in names.into_iter().enumerate() {
-                ticks.tick().await;
-                let permit = in_flight.clone().acquire_owned().await.expect("a permit");
-                let (client, ns, submitted, created) = (
-                    client.clone(),
-                    ns.clone(),
-                    submitted.clone(),
-                    created.clone(),
-                );
-                tasks.spawn(async move {
-                    submitted.lock().await.insert(name.clone(), Instant::now());
-                    let agent = if i % FAIL_EVERY == FAIL_EVERY - 1 {
-                        "fails"
-                    } else {
-                        "succeeds"
-                    };
-                    create_execution(&client, &ns, &name, agent).await;
-                    created.fetch_add(1, Ordering::SeqCst);
-                    drop(permit);
-                });
-            }
-            while let Some(done) = tasks.join_next().await {
-                done.expect("a create");
+        create_at_rate(executions, rate, move |i| {
+            let (client, ns, submitted, created) = (
+                client.clone(),
+                ns.clone(),
+                submitted.clone(),
+                created.clone(),
+            );
+            let name = names[i].clone();
+            async move {
+                submitted.lock().await.insert(name.clone(), Instant::now());
+                create_execution(&client, &ns, &name, agent_of(i)).await;
+                created.fetch_add(1, Ordering::SeqCst);
             }
         })
-    };
-    creates.await.expect("the creates");
+        .await;
+    }
     let creating = start.elapsed();
-    let all_terminal = loop {
-        if outcomes.lock().expect("outcomes").terminal() >= executions {
-            break Some(start.elapsed());
-        }
-        if start.elapsed() > deadline {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let all_terminal = until_terminal(start, deadline, || {
+        outcomes.lock().expect("outcomes").terminal() >= executions
+    })
+    .await;
     // Writes settle: nothing more should come for finished executions.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let run_writes = writes.take();
+    let run_writes = controller.writes().minus(&writes_before);
     let cpu = controller.cpu_seconds() - cpu_before;
+    let spent = window.close(&client).await;
     let errors = metric_sum(
         controller.address,
         "errand_controller_reconcile_errors_total",
     )
     .await;
     stop_sampling.store(true, Ordering::SeqCst);
-    let (samples, peak_rss) = sampler.await.expect("the sampler");
-    let peak_rss = peak_rss.max(memory_kib("VmRSS:"));
+    let samples = sampler.await.expect("the sampler");
+    let peak_rss = controller.memory_kib("VmHWM:");
 
     let latencies: Vec<f64> = {
         let (seen, submitted) = (seen.lock().await, submitted.lock().await);
@@ -261,13 +274,12 @@ async fn bench() -> bool {
 
     // Restart with every execution present.
     controller.stop();
-    let restart_writes = Writes::default();
-    let restarted =
-        ControllerProcess::start(&kubeconfig, &ns, store_dir.path(), &restart_writes).await;
+    let restarted = ControllerProcess::start(&kubeconfig, &ns, store_dir.path());
     let ready_after = restarted.wait_ready(Duration::from_secs(300)).await;
-    let writes_until_ready = restart_writes.tally().total();
+    // The tally it wrote last, at most `TALLY_EVERY` old, counts as "until ready".
+    let writes_until_ready = restarted.writes().total();
     tokio::time::sleep(AFTER_RESTART).await;
-    let writes_after_restart = restart_writes.tally().total();
+    let writes_after_restart = restarted.writes().total();
     let restart_errors = metric_sum(
         restarted.address,
         "errand_controller_reconcile_errors_total",
@@ -275,6 +287,10 @@ async fn bench() -> bool {
     .await;
     let restart_cpu = restarted.cpu_seconds();
     restarted.stop();
+
+    // The same load as plain Jobs, with errand's controller stopped: what the control plane
+    // does for a Job without errand.
+    let jobs = plain_jobs(&client, executions, rate, deadline).await;
 
     let n = executions as f64;
     let (p50, p99) = if latencies.is_empty() {
@@ -325,7 +341,7 @@ async fn bench() -> bool {
         cpu * 1000.0 / n
     );
     println!(
-        "| process peak RSS growth per execution | {rss_per_execution:.2} KiB ({} → {} KiB) | <= 8 KiB | {} |",
+        "| controller peak RSS growth per execution (its own process: VmRSS when ready → VmHWM) | {rss_per_execution:.2} KiB ({} → {} KiB) | <= 8 KiB | {} |",
         rss_before,
         peak_rss,
         verdict(rss_per_execution <= 8.0)
@@ -365,6 +381,23 @@ async fn bench() -> bool {
         fmt_metric(restart_errors),
         verdict(restart_errors == Some(0.0))
     );
+    print_side_by_side(&spent, cpu, all_terminal, &jobs, executions, rate);
+    println!();
+    match profiling.await.expect("the profile") {
+        Ok(()) => {
+            println!(
+                "kube-apiserver's CPU profile, {} s from {} s after errand's first create (`go tool pprof -top -cum {}`), selected functions:",
+                env_or("ERRAND_SCALE_PROFILE_SECONDS", 30),
+                PROFILE_AFTER.as_secs(),
+                profile.display()
+            );
+            match control_plane::profile_lines(&profile, &PROFILE_FUNCTIONS) {
+                Ok(lines) => lines.iter().for_each(|l| println!("    {l}")),
+                Err(e) => println!("    (not read: {e})"),
+            }
+        }
+        Err(e) => println!("no CPU profile of kube-apiserver: {e}"),
+    }
     println!();
     println!("Over time (every 10 s):");
     println!("| t | created | Jobs seen | terminal | work-queue depth |");
@@ -385,6 +418,252 @@ async fn bench() -> bool {
     namespace.delete().await;
     delete_nodes(&client).await;
     true
+}
+
+/// What the control plane did for the same load of plain Jobs.
+struct PlainJobs {
+    all_terminal: Option<Duration>,
+    complete: usize,
+    failed: usize,
+    spent: control_plane::Spent,
+}
+
+/// Creates `count` plain Jobs at `rate` per second in a namespace of their own, their pods
+/// as errand's would be (same image and command, on the kwok nodes, one in ten failing), and
+/// waits until all are Complete or Failed (or `deadline` passed).
+async fn plain_jobs(client: &Client, count: usize, rate: f64, deadline: Duration) -> PlainJobs {
+    let namespace = support::cluster::TestNamespace::create(client, "scale-jobs").await;
+    let ns = namespace.name().to_owned();
+    let ended = watch_job_outcomes(client, &ns);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let window = control_plane::Window::open(client).await;
+    let start = Instant::now();
+    {
+        let (client, ns) = (client.clone(), ns.clone());
+        create_at_rate(count, rate, move |i| {
+            let (client, ns) = (client.clone(), ns.clone());
+            async move { create_job(&client, &ns, &format!("job-{i}"), agent_of(i)).await }
+        })
+        .await;
+    }
+    let all_terminal = until_terminal(start, deadline, || {
+        let ended = ended.lock().expect("outcomes");
+        ended.0 + ended.1 >= count
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let spent = window.close(client).await;
+    let (complete, failed) = *ended.lock().expect("outcomes");
+    namespace.delete().await;
+    PlainJobs {
+        all_terminal,
+        complete,
+        failed,
+        spent,
+    }
+}
+
+/// Creates the plain Job `name` in `ns`: errand's pod for `agent` without errand.
+async fn create_job(client: &Client, ns: &str, name: &str, agent: &str) {
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {
+            // kwok's Stages fail the pods of the Agent named "fails", as for errand.
+            "metadata": {"labels": {"errand.dev/agent": agent}},
+            "spec": {"restartPolicy": "Never",
+                     "nodeSelector": {KWOK_LABEL.0: KWOK_LABEL.1},
+                     "tolerations": [{"key": KWOK_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{"name": "agent", "image": support::cluster::BUSYBOX_IMAGE,
+                                     "command": [if agent == "fails" { "false" } else { "true" }]}]}}}
+    }))
+    .expect("a Job");
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap_or_else(|e| panic!("creating Job {name}: {e}"));
+}
+
+/// Counts, from a watch of the Jobs in `ns`, those Complete and those Failed.
+fn watch_job_outcomes(client: &Client, ns: &str) -> Arc<SyncMutex<(usize, usize)>> {
+    let counts: Arc<SyncMutex<(usize, usize)>> = Arc::default();
+    let api = Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), ns);
+    let record = counts.clone();
+    tokio::spawn(async move {
+        let mut ended: HashMap<String, bool> = HashMap::new();
+        let mut events = watcher(api, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Ok(Some(job)) = events.try_next().await {
+            let condition = |kind: &str| {
+                job.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == kind && c.status == "True"))
+            };
+            if condition("Complete") {
+                ended.insert(job.name_any(), true);
+            } else if condition("Failed") {
+                ended.insert(job.name_any(), false);
+            }
+            let complete = ended.values().filter(|c| **c).count();
+            *record.lock().expect("outcomes") = (complete, ended.len() - complete);
+        }
+    });
+    counts
+}
+
+/// Starts `create(i)` for each `i` in `0..count`, `rate` a second and at most [`IN_FLIGHT`] at
+/// once, and returns when all have finished.
+async fn create_at_rate<F, Fut>(count: usize, rate: f64, create: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..count {
+        ticks.tick().await;
+        let permit = in_flight.clone().acquire_owned().await.expect("a permit");
+        let created = create(i);
+        tasks.spawn(async move {
+            created.await;
+            drop(permit);
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("a create");
+    }
+}
+
+/// Waits until `all_ended` holds (its time since `start`) or `deadline` has passed (`None`).
+async fn until_terminal(
+    start: Instant,
+    deadline: Duration,
+    all_ended: impl Fn() -> bool,
+) -> Option<Duration> {
+    loop {
+        if all_ended() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The Agent execution `i` runs: every [`FAIL_EVERY`]th fails.
+fn agent_of(i: usize) -> &'static str {
+    if i % FAIL_EVERY == FAIL_EVERY - 1 {
+        "fails"
+    } else {
+        "succeeds"
+    }
+}
+
+/// errand's run and the plain Jobs' side by side: time, CPU by process, API requests.
+fn print_side_by_side(
+    errand: &control_plane::Spent,
+    controller_cpu: f64,
+    errand_terminal: Option<Duration>,
+    jobs: &PlainJobs,
+    count: usize,
+    rate: f64,
+) {
+    let n = count as f64;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as f64;
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 && a.is_finite() {
+            format!("{:.2}", a / b)
+        } else {
+            "-".to_owned()
+        }
+    };
+    let secs = |t: Option<Duration>| t.map_or(f64::NAN, |t| t.as_secs_f64());
+    println!();
+    println!(
+        "Side by side: the same {count} at {rate}/s as plain Jobs (same image, command, kwok nodes and failures; errand's controller stopped). Plain Jobs: {} Complete, {} Failed.",
+        jobs.complete, jobs.failed
+    );
+    println!("| measure | errand | plain Jobs | errand / Jobs |");
+    println!("|---|---|---|---|");
+    println!(
+        "| first create → all terminal | {} | {} | {} |",
+        errand_terminal.map_or("not within the deadline".to_owned(), |t| format!(
+            "{:.1} s",
+            t.as_secs_f64()
+        )),
+        jobs.all_terminal
+            .map_or("not within the deadline".to_owned(), |t| format!(
+                "{:.1} s",
+                t.as_secs_f64()
+            )),
+        ratio(secs(errand_terminal), secs(jobs.all_terminal))
+    );
+    println!(
+        "| counted over (s, {cores} cores) | {:.0} | {:.0} | |",
+        errand.seconds, jobs.spent.seconds
+    );
+    println!(
+        "| CPU s, errand controller | {controller_cpu:.1} ({:.2} ms each) | - | |",
+        controller_cpu * 1000.0 / n
+    );
+    for name in control_plane::PROCESSES {
+        let (a, b) = (errand.cpu(name), jobs.spent.cpu(name));
+        if a + b < 0.05 {
+            continue;
+        }
+        println!(
+            "| CPU s, {name} | {a:.1} ({:.1} ms each) | {b:.1} ({:.1} ms each) | {} |",
+            a * 1000.0 / n,
+            b * 1000.0 / n,
+            ratio(a, b)
+        );
+    }
+    let (a, b) = (errand.total_cpu() + controller_cpu, jobs.spent.total_cpu());
+    println!(
+        "| CPU s, all of the above | {a:.1} ({:.0} % of the machine) | {b:.1} ({:.0} %) | {} |",
+        a / errand.seconds / cores * 100.0,
+        b / jobs.spent.seconds / cores * 100.0,
+        ratio(a, b)
+    );
+    let (a, b) = (errand.total_requests(), jobs.spent.total_requests());
+    println!(
+        "| kube-apiserver requests, all clients, per execution / Job | {:.1} | {:.1} | {} |",
+        a / n,
+        b / n,
+        ratio(a, b)
+    );
+    println!();
+    println!(
+        "kube-apiserver requests by kind (its own histogram: the p99 is a bucket bound), at least {} in either run:",
+        count / 10
+    );
+    println!("| request | errand: per execution, mean, p99 | plain Jobs: per Job, mean, p99 |");
+    println!("|---|---|---|");
+    let mut kinds: Vec<&str> = errand
+        .requests
+        .iter()
+        .chain(&jobs.spent.requests)
+        .filter(|r| r.count >= n / 10.0)
+        .map(|r| r.request.as_str())
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let cell = |row: Option<&control_plane::LatencyRow>| {
+        row.map_or("-".to_owned(), |r| {
+            format!("{:.2}, {:.0} ms, {} ms", r.count / n, r.mean_ms, r.p99_ms)
+        })
+    };
+    for kind in kinds {
+        println!(
+            "| {kind} | {} | {} |",
+            cell(errand.request(kind)),
+            cell(jobs.spent.request(kind))
+        );
+    }
 }
 
 fn fmt_metric(value: Option<f64>) -> String {
@@ -529,53 +808,44 @@ fn watch_outcomes(client: &Client, ns: &str) -> Arc<SyncMutex<Outcomes>> {
     outcomes
 }
 
-/// The controller on a runtime of its own, serving `/readyz` and `/metrics` at `address`;
-/// the CPU time of the runtime's threads is the controller's.
+/// The argument that makes this binary the controller's process instead of the benchmark.
+const CONTROLLER_MODE: &str = "--scale-controller";
+/// How often the controller's process writes its tally of API writes for the benchmark.
+const TALLY_EVERY: Duration = Duration::from_millis(100);
+
+/// The controller in a process of its own (this binary, started with [`CONTROLLER_MODE`]),
+/// serving `/readyz` and `/metrics` at `address`: its CPU time and memory are its own, not the
+/// benchmark's watches and maps. It tallies its API writes into `tally` (JSON, rewritten every
+/// [`TALLY_EVERY`]).
 struct ControllerProcess {
-    runtime: tokio::runtime::Runtime,
-    threads: Arc<SyncMutex<Vec<u32>>>,
+    child: Child,
+    pid: String,
     address: SocketAddr,
+    tally: tempfile::TempPath,
     started: Instant,
 }
 
 impl ControllerProcess {
-    async fn start(
-        kubeconfig: &std::path::Path,
-        ns: &str,
-        store: &std::path::Path,
-        writes: &Writes,
-    ) -> Self {
-        let threads: Arc<SyncMutex<Vec<u32>>> = Arc::default();
-        let record = threads.clone();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .thread_name("controller")
-            .on_thread_start(move || {
-                record.lock().expect("threads").extend(thread_id());
-            })
-            .enable_all()
-            .build()
-            .expect("the controller's runtime");
+    fn start(kubeconfig: &std::path::Path, ns: &str, store: &std::path::Path) -> Self {
         let address = support::cluster::free_pod_gateway_address();
-        let (kubeconfig, ns, writes) = (kubeconfig.to_owned(), ns.to_owned(), writes.clone());
-        let store = Store::open(&format!("file://{}", store.display())).expect("a file store");
+        let tally = tempfile::NamedTempFile::new()
+            .expect("a tally file")
+            .into_temp_path();
         let started = Instant::now();
-        runtime
-            .spawn(async move {
-                let client = writes.client(&kubeconfig).await;
-                support::harness::spawn_controller(
-                    client,
-                    &ns,
-                    store,
-                    support::errand::ERRAND_IMAGE,
-                    Some(address),
-                );
-            })
-            .await
-            .expect("the controller starts");
+        let child = Command::new(std::env::current_exe().expect("this benchmark's binary"))
+            .arg(CONTROLLER_MODE)
+            .args([kubeconfig.as_os_str(), ns.as_ref(), store.as_os_str()])
+            .arg(address.to_string())
+            .arg(&tally)
+            // Its stdin closes when this process ends, however it ends: then it ends too.
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("the controller's process starts");
         Self {
-            runtime,
-            threads,
+            pid: child.id().to_string(),
+            child,
             address,
+            tally,
             started,
         }
     }
@@ -597,41 +867,72 @@ impl ControllerProcess {
         }
     }
 
-    /// User plus system CPU seconds of the controller's threads so far.
+    /// User plus system CPU seconds of the controller's process so far.
     fn cpu_seconds(&self) -> f64 {
-        // /proc counts CPU time in USER_HZ ticks, 100 a second on Linux.
-        let ticks = 100.0;
-        self.threads
-            .lock()
-            .expect("threads")
-            .iter()
-            .filter_map(|tid| std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok())
-            .map(|stat| {
-                // Fields after the command's closing parenthesis: utime and stime are the
-                // 12th and 13th.
-                let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-                field(11).unwrap_or(0.0) + field(12).unwrap_or(0.0)
-            })
-            .sum::<f64>()
-            / ticks
+        control_plane::cpu_seconds(&self.pid).expect("the controller's process runs")
     }
 
-    /// Stops every task of the controller.
+    /// A field of the controller's `/proc/PID/status` in KiB (`VmRSS:`, `VmHWM:`).
+    fn memory_kib(&self, field: &str) -> u64 {
+        control_plane::status_kib(&self.pid, field)
+    }
+
+    /// The controller's API writes so far (as of its last tally, at most [`TALLY_EVERY`] ago).
+    fn writes(&self) -> Tally {
+        let text = std::fs::read_to_string(&self.tally).unwrap_or_default();
+        Tally(serde_json::from_str(&text).unwrap_or_default())
+    }
+
+    /// Stops the controller's process.
     fn stop(self) {
-        self.runtime.shutdown_background();
+        drop(self);
     }
 }
 
-/// The calling thread's id, from `/proc/thread-self` (a link to `PID/task/TID`).
-fn thread_id() -> Option<u32> {
-    std::fs::read_link("/proc/thread-self")
-        .ok()?
-        .file_name()?
-        .to_str()?
-        .parse()
-        .ok()
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The controller's process: `errand controller` for one namespace as the cluster tests run
+/// it (`support::harness::spawn_controller`), with a client that tallies its writes into the
+/// file the benchmark reads.
+fn serve_controller(args: &[String]) {
+    let [kubeconfig, ns, store, address, tally] = args else {
+        panic!("usage: {CONTROLLER_MODE} KUBECONFIG NAMESPACE STORE_DIR ADDRESS TALLY_FILE");
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(std::io::stderr)
+        .init();
+    std::thread::spawn(|| {
+        // The benchmark holds the other end of stdin: when it is gone, so is this process.
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        let writes = Writes::default();
+        let client = writes.client(std::path::Path::new(kubeconfig)).await;
+        let store = Store::open(&format!("file://{store}")).expect("a file store");
+        let address: SocketAddr = address.parse().expect("an address");
+        support::harness::spawn_controller(
+            client,
+            ns,
+            store,
+            support::errand::ERRAND_IMAGE,
+            Some(address),
+        );
+        let scratch = format!("{tally}.new");
+        loop {
+            let json = serde_json::to_string(&writes.tally().0).expect("a tally as JSON");
+            std::fs::write(&scratch, json).expect("the tally is written");
+            std::fs::rename(&scratch, tally).expect("the tally is replaced");
+            tokio::time::sleep(TALLY_EVERY).await;
+        }
+    });
 }
 
 /// The body of a plain HTTP GET of `path` at `address`, with its status line first.

@@ -35,12 +35,5 @@ pub fn watch_jobs(client: &Client, ns: &str) -> Seen {
 
 /// This process's resident memory in KiB (`VmRSS`), or its peak (`VmHWM`).
 pub fn memory_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    super::control_plane::status_kib("self", field)
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::{UsageWho, getrusage};
 
 pub mod cluster;
+pub mod control_plane;
 
 /// One mebibyte.
 pub const MIB: u64 = 1024 * 1024;

@@ -21,7 +21,8 @@ if [[ "$1" == scale ]]; then
   # kwok simulates the nodes; the control plane's own controllers may go faster than their
   # defaults so that they, not their client rate limits, are what the benchmark meets.
   eval "$(bash hack/bench/kwok.sh | grep '^KWOK_BIN=')"
-  export KWOK_BIN ERRAND_TESTENV_CONTROL_PLANE_QPS=${ERRAND_TESTENV_CONTROL_PLANE_QPS:-200}
+  export KWOK_BIN ERRAND_TESTENV_CONTROL_PLANE_QPS=${ERRAND_TESTENV_CONTROL_PLANE_QPS:-200} \
+    ERRAND_TESTENV_JOB_SYNCS=${ERRAND_TESTENV_JOB_SYNCS:-50} ERRAND_TESTENV_APISERVER_PROFILING=true
 fi
 bash hack/testenv/build.sh >/dev/null
 trap 'bash hack/testenv/down.sh' EXIT

@@ -276,6 +276,8 @@ rules:
     userGroups: ["system:serviceaccounts"]
   - level: None
 EOF_POLICY
+# The scale benchmark reads a CPU profile of the API server
+# (/debug/pprof/profile): ERRAND_TESTENV_APISERVER_PROFILING=true.
 start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
   --audit-policy-file="$S/audit-policy.yaml" --audit-log-path="$LOGS/audit.log" \
   --audit-log-maxsize=100 --audit-log-maxbackup=1 --audit-log-format=json \
@@ -295,7 +297,7 @@ start kube-apiserver "$TOOLS_BIN_DIR/kube-apiserver" \
   --requestheader-extra-headers-prefix=X-Remote-Extra- \
   --proxy-client-cert-file="$PKI/front-proxy-client.crt" --proxy-client-key-file="$PKI/front-proxy-client.key" \
   --default-not-ready-toleration-seconds=20 --default-unreachable-toleration-seconds=20 \
-  --allow-privileged=true --profiling=false --v=1
+  --allow-privileged=true --profiling="${ERRAND_TESTENV_APISERVER_PROFILING:-false}" --v=1
 wait_for "kube-apiserver /readyz" 120 kube-apiserver apiserver_ready
 mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
 
@@ -305,6 +307,14 @@ mv "$ADMIN_KUBECONFIG.tmp" "$ADMIN_KUBECONFIG"
 client_limits=()
 if [[ -n "${ERRAND_TESTENV_CONTROL_PLANE_QPS:-}" ]]; then
   client_limits=(--kube-api-qps="$ERRAND_TESTENV_CONTROL_PLANE_QPS" --kube-api-burst="$((2 * ERRAND_TESTENV_CONTROL_PLANE_QPS))")
+fi
+# The Job controller syncs 5 Jobs at a time by default: at 100 new Jobs a
+# second, each sync a few API calls on a loaded API server, that (not errand)
+# would set how fast pods appear. The scale benchmark raises it with
+# ERRAND_TESTENV_JOB_SYNCS.
+job_syncs=()
+if [[ -n "${ERRAND_TESTENV_JOB_SYNCS:-}" ]]; then
+  job_syncs=(--concurrent-job-syncs="$ERRAND_TESTENV_JOB_SYNCS")
 fi
 
 # Node loss (tests that stop the kubelet for good): the node is marked
@@ -319,7 +329,7 @@ start kube-controller-manager "$TOOLS_BIN_DIR/kube-controller-manager" \
   --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" --use-service-account-credentials=true \
   --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
   --node-monitor-grace-period=20s --node-monitor-period=2s \
-  --controllers='*' --profiling=false --v=1 "${client_limits[@]}"
+  --controllers='*' --profiling=false --v=1 "${client_limits[@]}" "${job_syncs[@]}"
 start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
   --kubeconfig="$S/scheduler.kubeconfig" \
   --authentication-kubeconfig="$S/scheduler.kubeconfig" --authorization-kubeconfig="$S/scheduler.kubeconfig" \

@@ -73,6 +73,21 @@ impl Tally {
             .join(", ")
     }
 
+    /// The writes in this tally that `earlier`, an earlier reading of the same tally, did not
+    /// have yet.
+    pub fn minus(&self, earlier: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(write, n)| {
+                    let before = earlier.0.get(write).copied().unwrap_or(0);
+                    (write.clone(), n.saturating_sub(before))
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+
     /// A tally of these writes, for comparison.
     pub fn of(writes: &[(&str, usize)]) -> Self {
         Self(writes.iter().map(|(w, n)| ((*w).to_owned(), *n)).collect())
