@@ -119,4 +119,32 @@ mod tests {
         let kept = serde_json::to_value(&workload).unwrap();
         assert_eq!(kept["spec"], serde_json::json!({}), "{kept}");
     }
+
+    #[test]
+    fn a_jobs_workload_is_found_by_the_jobs_uid_in_its_namespace() {
+        use kube::runtime::watcher::Event;
+
+        let owned_by = |job_uid: &str| {
+            let mut workload = Workload::new("job-errand-calc-3f2a1", WorkloadSpec {});
+            workload.metadata.namespace = Some("team-a".into());
+            workload.metadata.owner_references = Some(vec![OwnerReference {
+                kind: "Job".into(),
+                name: "errand-calc".into(),
+                uid: job_uid.into(),
+                ..OwnerReference::default()
+            }]);
+            workload
+        };
+        let (workloads, mut writer) = crate::cluster::index::indexed_store(Workload::job_uid);
+        writer.apply_watcher_event(&Event::Apply(owned_by("job-uid")));
+        let found = workloads.get("team-a", "job-uid");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].job_name(), Some("errand-calc"));
+        assert!(workloads.get("team-b", "job-uid").is_empty());
+        assert!(workloads.get("team-a", "other-job").is_empty());
+        // Re-created for a new Job of the same name: found by the new Job's uid only.
+        writer.apply_watcher_event(&Event::Apply(owned_by("new-job-uid")));
+        assert!(workloads.get("team-a", "job-uid").is_empty());
+        assert_eq!(workloads.get("team-a", "new-job-uid").len(), 1);
+    }
 }
