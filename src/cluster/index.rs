@@ -101,66 +101,87 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Index<K> {
 
 impl<K: Resource<DynamicType = ()> + Clone + 'static> IndexWriter<K> {
     /// Applies one watch event to the index and the store, as one change for readers.
+    ///
+    /// The store is written last, still under the index's lock: its first filling wakes the
+    /// reconciles waiting for the caches, and they must find the index filled too.
     pub fn apply_watcher_event(&mut self, event: &watcher::Event<K>) {
         let mut names = self.index.write();
         match event {
             watcher::Event::Apply(object) | watcher::Event::Delete(object) => {
-                // The store still holds the object as it was: its old value is the entry to leave.
-                if let Some(old) = self.index.store.get(&ObjectRef::from_obj(object)) {
-                    remove(&mut names, self.key_of, &old);
-                }
-                if matches!(event, watcher::Event::Apply(_)) {
-                    insert(&mut names, self.key_of, object);
+                // The store still holds the object as it was: where it was indexed until now.
+                let cached = self.index.store.get(&ObjectRef::from_obj(object));
+                let was = cached
+                    .as_deref()
+                    .and_then(|old| Entry::of(self.key_of, old));
+                let is = match event {
+                    watcher::Event::Apply(_) => Entry::of(self.key_of, object),
+                    _ => None,
+                };
+                if was != is {
+                    if let Some(was) = was {
+                        was.remove_from(&mut names);
+                    }
+                    if let Some(is) = is {
+                        is.insert_into(&mut names);
+                    }
                 }
             }
             watcher::Event::Init => self.relisted = Names::default(),
-            watcher::Event::InitApply(object) => insert(&mut self.relisted, self.key_of, object),
+            watcher::Event::InitApply(object) => {
+                if let Some(entry) = Entry::of(self.key_of, object) {
+                    entry.insert_into(&mut self.relisted);
+                }
+            }
             watcher::Event::InitDone => *names = std::mem::take(&mut self.relisted),
         }
         self.store.apply_watcher_event(event);
     }
 }
 
-/// Where `object` is indexed: its namespace, value and name.
-fn entry_of<K: Resource>(key_of: KeyOf<K>, object: &K) -> Option<(&str, &str, &str)> {
-    let meta = object.meta();
-    Some((
-        meta.namespace.as_deref()?,
-        key_of(object)?,
-        meta.name.as_deref()?,
-    ))
+/// Where an object is indexed.
+#[derive(PartialEq)]
+struct Entry<'a> {
+    namespace: &'a str,
+    key: &'a str,
+    name: &'a str,
 }
 
-fn insert<K: Resource>(names: &mut Names, key_of: KeyOf<K>, object: &K) {
-    let Some((namespace, key, name)) = entry_of(key_of, object) else {
-        return;
-    };
-    let entry = names
-        .entry(namespace.to_owned())
-        .or_default()
-        .entry(key.to_owned())
-        .or_default();
-    if !entry.iter().any(|n| n == name) {
-        entry.push(name.to_owned());
+impl<'a> Entry<'a> {
+    /// Where `object` is indexed, if it is (it has a namespace, a name and a value).
+    fn of<K: Resource>(key_of: KeyOf<K>, object: &'a K) -> Option<Self> {
+        let meta = object.meta();
+        Some(Entry {
+            namespace: meta.namespace.as_deref()?,
+            key: key_of(object)?,
+            name: meta.name.as_deref()?,
+        })
     }
-}
 
-/// Removes `object`'s entry, and the value and namespace it leaves empty.
-fn remove<K: Resource>(names: &mut Names, key_of: KeyOf<K>, object: &K) {
-    let Some((namespace, key, name)) = entry_of(key_of, object) else {
-        return;
-    };
-    let Some(keys) = names.get_mut(namespace) else {
-        return;
-    };
-    if let Some(entry) = keys.get_mut(key) {
-        entry.retain(|n| n != name);
-        if entry.is_empty() {
-            keys.remove(key);
+    fn insert_into(&self, names: &mut Names) {
+        let entry = names
+            .entry(self.namespace.to_owned())
+            .or_default()
+            .entry(self.key.to_owned())
+            .or_default();
+        if !entry.iter().any(|n| n == self.name) {
+            entry.push(self.name.to_owned());
         }
     }
-    if keys.is_empty() {
-        names.remove(namespace);
+
+    /// Removes this entry, and the value and namespace it leaves empty.
+    fn remove_from(&self, names: &mut Names) {
+        let Some(keys) = names.get_mut(self.namespace) else {
+            return;
+        };
+        if let Some(entry) = keys.get_mut(self.key) {
+            entry.retain(|n| n != self.name);
+            if entry.is_empty() {
+                keys.remove(self.key);
+            }
+        }
+        if keys.is_empty() {
+            names.remove(self.namespace);
+        }
     }
 }
 
