@@ -5,7 +5,7 @@
 //! flavors to pod set main: insufficient unused quota for nvidia.com/gpu ...". `v1beta1` is
 //! Kueue's storage version from v0.9 to v0.15 and still served after.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
 use kube::{Client, CustomResource};
 use serde::{Deserialize, Serialize};
 
@@ -36,23 +36,23 @@ pub struct WorkloadStatus {
 }
 
 impl Workload {
-    /// Whether the Job with `job_uid` owns this Workload.
-    pub fn is_of_job(&self, job_uid: &str) -> bool {
-        self.metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Job" && o.uid == job_uid)
+    /// The uid of the Job that owns this Workload, if a Job does (the Workload cache is
+    /// indexed by it).
+    pub fn job_uid(&self) -> Option<&str> {
+        self.job().map(|o| o.uid.as_str())
     }
 
     /// The name of the Job that owns this Workload, if a Job does.
     pub fn job_name(&self) -> Option<&str> {
+        self.job().map(|o| o.name.as_str())
+    }
+
+    fn job(&self) -> Option<&OwnerReference> {
         self.metadata
             .owner_references
             .iter()
             .flatten()
             .find(|o| o.kind == "Job")
-            .map(|o| o.name.as_str())
     }
 
     /// Its condition `type_`, if set.
@@ -111,13 +111,40 @@ mod tests {
             }]},
         }))
         .unwrap();
-        assert!(workload.is_of_job("job-uid"));
-        assert!(!workload.is_of_job("other"));
+        assert_eq!(workload.job_uid(), Some("job-uid"));
         assert_eq!(workload.job_name(), Some("errand-calc"));
         let reserved = workload.condition("QuotaReserved").unwrap();
         assert_eq!(reserved.reason, "Pending");
         assert!(workload.condition("Admitted").is_none());
         let kept = serde_json::to_value(&workload).unwrap();
         assert_eq!(kept["spec"], serde_json::json!({}), "{kept}");
+    }
+
+    #[test]
+    fn a_jobs_workload_is_found_by_the_jobs_uid_in_its_namespace() {
+        use kube::runtime::watcher::Event;
+
+        let owned_by = |job_uid: &str| {
+            let mut workload = Workload::new("job-errand-calc-3f2a1", WorkloadSpec {});
+            workload.metadata.namespace = Some("team-a".into());
+            workload.metadata.owner_references = Some(vec![OwnerReference {
+                kind: "Job".into(),
+                name: "errand-calc".into(),
+                uid: job_uid.into(),
+                ..OwnerReference::default()
+            }]);
+            workload
+        };
+        let (workloads, mut writer) = crate::cluster::index::indexed_store(Workload::job_uid);
+        writer.apply_watcher_event(&Event::Apply(owned_by("job-uid")));
+        let found = workloads.get("team-a", "job-uid");
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].job_name(), Some("errand-calc"));
+        assert!(workloads.get("team-b", "job-uid").is_empty());
+        assert!(workloads.get("team-a", "other-job").is_empty());
+        // Re-created for a new Job of the same name: found by the new Job's uid only.
+        writer.apply_watcher_event(&Event::Apply(owned_by("new-job-uid")));
+        assert!(workloads.get("team-a", "job-uid").is_empty());
+        assert_eq!(workloads.get("team-a", "new-job-uid").len(), 1);
     }
 }

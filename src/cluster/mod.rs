@@ -1,4 +1,4 @@
-//! What the cluster components share: the live-object catalog executions resolve against, the watches behind its caches and their readiness, Kueue's Workloads as errand reads them, the one metrics registry each component registers on, what the store sweep must keep, and the serving certificate of errand's HTTPS endpoints.
+//! What the cluster components share: the live-object catalog executions resolve against, the watches behind its caches, their indexes and readiness, Kueue's Workloads as errand reads them, the one metrics registry each component registers on, what the store sweep must keep, and the serving certificate of errand's HTTPS endpoints.
 //!
 //! The controller and the webhook (and the components still to come) sit above this module
 //! as peers; none of them imports another, and the process wiring in [`crate::serve`] hands
@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod catalog;
+pub mod index;
 pub mod kueue;
 pub mod metrics;
 pub mod readiness;

@@ -2,7 +2,7 @@
 
 use std::fmt::Debug;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec};
 use kube::core::PartialObjectMeta;
@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::AgentExecution;
 use crate::api::contract;
+use crate::cluster::index::{self, Index, KeyOf};
 
 /// The label selector of everything the controller creates.
 pub fn managed_selector() -> String {
@@ -34,7 +35,7 @@ where
 pub fn cache<K>(
     api: Api<K>,
     config: watcher::Config,
-    mut trim: impl FnMut(&mut K) + Send + 'static,
+    trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (
     Store<K>,
     impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
@@ -43,15 +44,47 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api, config)
+    let stream = trimmed_events(api, config, trim)
+        .reflect(writer)
+        .touched_objects();
+    (store, stream)
+}
+
+/// [`cache`], with the store indexed by `key_of` (see [`index`]).
+pub fn indexed_cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: impl FnMut(&mut K) + Send + 'static,
+    key_of: KeyOf<K>,
+) -> (
+    Index<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (index, mut writer) = index::indexed_store(key_of);
+    let stream = trimmed_events(api, config, trim)
+        .inspect_ok(move |event| writer.apply_watcher_event(event))
+        .touched_objects();
+    (index, stream)
+}
+
+/// The watch events of `K`, trimmed by `trim`, retried with backoff.
+fn trimmed_events<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    watcher(api, config)
         .modify(move |object| {
             object.meta_mut().managed_fields = None;
             trim(object);
         })
         .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    (store, stream)
 }
 
 /// Keeps only what the status needs of a Job: its identity, owner, suspension and status.
@@ -130,6 +163,13 @@ pub fn trim_pod(pod: &mut Pod) {
             container.allocated_resources = None;
         }
     }
+}
+
+/// The uid of the execution a pod of errand belongs to, which the pod cache is indexed by.
+pub fn pod_execution_uid(pod: &Pod) -> Option<&str> {
+    pod.labels()
+        .get(contract::EXECUTION_UID_LABEL)
+        .map(String::as_str)
 }
 
 /// The execution a pod of errand belongs to.

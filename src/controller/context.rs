@@ -20,6 +20,7 @@ use super::notify::WebhookSender;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::index::Index;
 use crate::cluster::kueue::Workload;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
 use crate::store::grants::UrlSigner;
@@ -38,10 +39,11 @@ pub struct Context {
     pub catalog: ClusterCatalog,
     /// Jobs created by errand (templates stripped).
     pub jobs: Store<Job>,
-    /// Pods of errand's Jobs (specs stripped).
-    pub pods: Store<Pod>,
-    /// Kueue's Workloads (conditions only), when the cluster runs Kueue.
-    pub workloads: Option<Store<Workload>>,
+    /// Pods of errand's Jobs (specs stripped), by the uid of their execution.
+    pub pods: Index<Pod>,
+    /// Kueue's Workloads (conditions only), by the uid of their Job, when the cluster runs
+    /// Kueue.
+    pub workloads: Option<Index<Workload>>,
     /// The metadata of the namespaces executions live in (for their lifetime annotation).
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
@@ -76,8 +78,8 @@ impl Context {
         config: ControllerConfig,
         catalog: ClusterCatalog,
         jobs: Store<Job>,
-        pods: Store<Pod>,
-        workloads: Option<Store<Workload>>,
+        pods: Index<Pod>,
+        workloads: Option<Index<Workload>>,
         caches_ready: CachesReady,
         results: crate::store::Store,
         signer: Arc<dyn UrlSigner>,

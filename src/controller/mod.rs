@@ -85,10 +85,11 @@ pub async fn run(
         all().labels(&managed),
         watches::trim_job,
     );
-    let (pods, pod_stream) = watches::cache(
+    let (pods, pod_stream) = watches::indexed_cache(
         watches::api::<Pod>(&client, namespace),
         all().labels(&managed),
         watches::trim_pod,
+        watches::pod_execution_uid,
     );
     // Snapshot ConfigMaps are watched by metadata only, and only for their deletion: their
     // finalizer keeps the results until both they and their execution are going.
@@ -102,12 +103,13 @@ pub async fn run(
     // execution still shows Queued, without Kueue's reason.
     let (workloads, workload_stream) = match kueue::workloads_served(&client).await {
         Ok(true) => {
-            let (store, stream) = watches::cache(
+            let (index, stream) = watches::indexed_cache(
                 watches::api::<Workload>(&client, namespace),
                 all(),
                 kueue::trim_workload,
+                Workload::job_uid,
             );
-            (Some(store), stream.boxed())
+            (Some(index), stream.boxed())
         }
         served => {
             if let Err(e) = served {
@@ -145,8 +147,12 @@ pub async fn run(
     );
     // Every reconcile waits for these two caches right after a start; one task waits for
     // them and tells all the others (`cluster::readiness` says why).
-    let mut caches = vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)];
-    caches.extend(workloads.as_ref().map(|w| Cache::new("Workload", w)));
+    let mut caches = vec![Cache::new("Job", &jobs), Cache::new("Pod", pods.store())];
+    caches.extend(
+        workloads
+            .as_ref()
+            .map(|w| Cache::new("Workload", w.store())),
+    );
     let (caches_ready, report_ready) = CachesReady::of(caches);
     let workload_execution = {
         let jobs = jobs.clone();

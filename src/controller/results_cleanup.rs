@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -139,17 +139,11 @@ async fn clean_up(
 
 /// Whether a pod of execution `uid` has not finished (it may still upload results).
 fn pod_running(ctx: &Context, namespace: &str, uid: &str) -> bool {
-    ctx.pods.state().iter().any(|pod: &Arc<Pod>| {
-        pod.namespace().as_deref() == Some(namespace)
-            && pod
-                .labels()
-                .get(contract::EXECUTION_UID_LABEL)
-                .map(String::as_str)
-                == Some(uid)
-            && !matches!(
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
+    ctx.pods.get(namespace, uid).iter().any(|pod| {
+        !matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
     })
 }
 

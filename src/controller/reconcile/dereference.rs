@@ -9,7 +9,6 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use super::Reconciler;
-use crate::api::contract;
 use crate::cluster::catalog;
 use crate::cluster::kueue::Workload;
 use crate::controller::error::{Error, Result};
@@ -81,22 +80,13 @@ impl Reconciler<'_> {
                 .filter(|job| owned(job))
                 .map(Arc::new),
         };
-        let pods = ctx.pods.state_filter(|pod| {
-            pod.namespace().as_deref() == Some(namespace)
-                && pod.labels().get(contract::EXECUTION_UID_LABEL) == Some(uid)
-        });
-        let job_uid = job.as_ref().and_then(|j| j.metadata.uid.clone());
+        let pods = ctx.pods.get(namespace, uid);
+        let job_uid = job.as_ref().and_then(|j| j.metadata.uid.as_deref());
         let workload = ctx
             .workloads
             .as_ref()
             .zip(job_uid)
-            .and_then(|(workloads, job_uid)| {
-                workloads
-                    .state_filter(|w| {
-                        w.metadata.namespace.as_deref() == Some(namespace) && w.is_of_job(&job_uid)
-                    })
-                    .pop()
-            });
+            .and_then(|(workloads, job_uid)| workloads.get(namespace, job_uid).pop());
         Ok(Observed {
             job_name,
             job,

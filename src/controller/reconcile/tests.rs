@@ -24,7 +24,9 @@ use crate::api::{
     AgentRuntime, AgentSpec, Fileset, contract,
 };
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::index::{Index, indexed_store};
 use crate::cluster::readiness::{Cache, CachesReady};
+use crate::cluster::watches;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
@@ -132,17 +134,29 @@ fn execution(status: Option<AgentExecutionStatus>) -> AgentExecution {
     AgentExecution::test().with_status(status)
 }
 
+/// Gives `apply` the events of a watch listing `objects`.
+fn listed<K>(objects: Vec<K>, mut apply: impl FnMut(&watcher::Event<K>)) {
+    apply(&watcher::Event::Init);
+    for object in objects {
+        apply(&watcher::Event::InitApply(object));
+    }
+    apply(&watcher::Event::InitDone);
+}
+
 fn filled<K>(objects: Vec<K>) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for object in objects {
-        writer.apply_watcher_event(&watcher::Event::InitApply(object));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
+    listed(objects, |event| writer.apply_watcher_event(event));
     store
+}
+
+/// A pod cache indexed as the controller's, filled with `pods`.
+fn filled_pods(pods: Vec<Pod>) -> Index<Pod> {
+    let (index, mut writer) = indexed_store(watches::pod_execution_uid);
+    listed(pods, |event| writer.apply_watcher_event(event));
+    index
 }
 
 fn namespaced<K: Resource<DynamicType = ()>>(mut object: K, name: &str) -> K {
@@ -185,7 +199,7 @@ fn context_with_config(client: Client, config: ControllerConfig) -> Arc<Context>
         client,
         config,
         filled(vec![]),
-        filled(vec![]),
+        filled_pods(vec![]),
         signer,
     ))
 }
@@ -196,14 +210,14 @@ fn context_signing_with(
     pods: Vec<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Arc<Context> {
-    context_over(client, filled(jobs), filled(pods), signer)
+    context_over(client, filled(jobs), filled_pods(pods), signer)
 }
 
 /// A context over the Job and Pod caches given, which may still be filling.
 fn context_over(
     client: Client,
     jobs: Store<Job>,
-    pods: Store<Pod>,
+    pods: Index<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Arc<Context> {
     let config = ControllerConfig::new("errand.local/errand:dev");
@@ -215,7 +229,7 @@ fn context_from(
     client: Client,
     config: ControllerConfig,
     jobs: Store<Job>,
-    pods: Store<Pod>,
+    pods: Index<Pod>,
     signer: Arc<dyn UrlSigner>,
 ) -> Context {
     let agent = namespaced(Agent::new("calculator", AgentSpec::test()), "calculator");
@@ -238,8 +252,10 @@ fn context_from(
             instance: None,
         },
     );
-    let (caches_ready, report_ready) =
-        CachesReady::of(vec![Cache::new("Job", &jobs), Cache::new("Pod", &pods)]);
+    let (caches_ready, report_ready) = CachesReady::of(vec![
+        Cache::new("Job", &jobs),
+        Cache::new("Pod", pods.store()),
+    ]);
     tokio::spawn(report_ready);
     Context::new(
         client,
@@ -438,7 +454,7 @@ async fn a_namespace_lifetime_wins_over_the_controller_default_and_a_bad_one_is_
             scripted_client(Arc::clone(&log)),
             config.clone(),
             filled(vec![]),
-            filled(vec![]),
+            filled_pods(vec![]),
             signer,
         )
         .with_namespaces(filled(vec![namespace_with_lifetime(annotation)]));
@@ -487,7 +503,7 @@ async fn an_unchanged_running_execution_costs_no_request() {
 #[tokio::test]
 async fn reconciles_waiting_for_the_caches_after_a_start_all_go_on_once_they_are_filled() {
     let (jobs, mut job_writer) = reflector::store();
-    let (pods, mut pod_writer) = reflector::store();
+    let (pods, mut pod_writer) = indexed_store(watches::pod_execution_uid);
     let ctx = context_over(
         scripted_client(Log::default()),
         jobs,
@@ -502,12 +518,12 @@ async fn reconciles_waiting_for_the_caches_after_a_start_all_go_on_once_they_are
         reconciles.iter().all(|r| !r.is_finished()),
         "they wait for the caches"
     );
-    job_writer.apply_watcher_event(&watcher::Event::Init);
-    job_writer.apply_watcher_event(&watcher::Event::InitApply(owned_job()));
-    job_writer.apply_watcher_event(&watcher::Event::InitDone);
-    pod_writer.apply_watcher_event(&watcher::Event::Init);
-    pod_writer.apply_watcher_event(&watcher::Event::InitApply(running_pod()));
-    pod_writer.apply_watcher_event(&watcher::Event::InitDone);
+    listed(vec![owned_job()], |event| {
+        job_writer.apply_watcher_event(event)
+    });
+    listed(vec![running_pod()], |event| {
+        pod_writer.apply_watcher_event(event)
+    });
     tokio::time::sleep(Duration::from_millis(500)).await;
     let done = reconciles.iter().filter(|r| r.is_finished()).count();
     assert_eq!(
