@@ -30,7 +30,11 @@ if [[ ! -f "$bin/.complete" ]]; then
   # Upstream's workflow/executor/osspecific/signal_linux.go is a symbolic link to
   # signal_darwin.go, and module zips leave links out, so argoexec is built from
   # a copy of the module with the link put back (the module cache is read-only).
+  # `go list -m` names the module's directory only once it is in the module
+  # cache: on a fresh machine, download it first.
+  (cd "$module" && go mod download github.com/argoproj/argo-workflows/v3)
   argo_dir=$(cd "$module" && go list -m -f '{{.Dir}}' github.com/argoproj/argo-workflows/v3)
+  [[ -d "$argo_dir" ]] || die "argo $version: the module's source is not in the Go module cache"
   cp -r "$argo_dir" "$scratch/src"
   chmod -R u+w "$scratch/src"
   ln -s signal_darwin.go "$scratch/src/workflow/executor/osspecific/signal_linux.go"
