@@ -5,7 +5,9 @@
 //! `LOOKUPS_EXECUTIONS` (10000) executions in one namespace, as in the scale benchmark. Then
 //! it finds the pods of every execution once by each method, checks that both found the same
 //! pod, and prints each method's time per lookup and their ratio. `LOOKUPS_ONLY=scan` or
-//! `index` runs one method alone (to count its instructions with callgrind).
+//! `index` runs one method alone (to count its instructions with callgrind: run the bench
+//! binary with `--bench`). Outside `cargo bench` (in `cargo test --all-targets`) it does
+//! nothing.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -25,6 +27,10 @@ use errand::controller::names;
 const NAMESPACE: &str = "errand-scale";
 
 fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("lookups benchmark: skipped outside `cargo bench --bench lookups`");
+        return;
+    }
     let executions: usize = std::env::var("LOOKUPS_EXECUTIONS")
         .map(|n| {
             n.parse()
