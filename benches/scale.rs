@@ -41,10 +41,11 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Mutex;
 
+use errand::api::contract::ConditionType;
 use errand::api::{AgentExecution, AgentExecutionSpec, Phase, Reference};
 use errand::controller::names::job_name;
 use errand::store::Store;
-use shared::cluster::watch_jobs;
+use shared::cluster::{Seen, watch_jobs, watch_pods};
 use shared::{control_plane, env_or, percentile};
 use support::writes::{Tally, Writes};
 
@@ -57,27 +58,29 @@ const KWOK_TAINT: &str = "kwok.x-k8s.io/node";
 const IN_FLIGHT: usize = 200;
 /// When, after the first create, the API server's CPU profile starts.
 const PROFILE_AFTER: Duration = Duration::from_secs(5);
-/// The functions of the API server's profile the benchmark prints: request handling by verb,
-/// and what inside it costs (server-side apply's managed fields, validation of custom
-/// resources by their schemas and CEL rules, admission, etcd, serialization, watch fan-out,
-/// TLS, garbage collection).
-const PROFILE_FUNCTIONS: [&str; 16] = [
-    "handlers.CreateResource",
-    "handlers.PatchResource",
-    "handlers.UpdateResource",
-    "handlers.GetResource",
-    "handlers.ListResource",
-    "fieldmanager.(*FieldManager).Apply",
-    "fieldmanager.(*FieldManager).Update",
-    "apiserver/schema/cel.(*Validator).Validate ",
-    "validation.(*schemaValidator)",
+/// The functions of the API server's profile the benchmark prints (the end of each name):
+/// request handling by verb, and what inside it costs (server-side apply and strategic merge
+/// patches, managed fields, validation of custom resources by their schemas and CEL rules,
+/// admission, etcd, serialization, watch fan-out, TLS, garbage collection).
+const PROFILE_FUNCTIONS: [&str; 18] = [
+    "handlers.CreateResource.createHandler.func1",
+    "handlers.(*patcher).patchResource.func2",
+    "handlers.UpdateResource.func1.4",
+    "handlers.ListResource.func1",
+    "handlers.(*WatchServer).HandleHTTP",
+    "handlers.(*applyPatcher).applyPatchToCurrentObject",
+    "handlers.(*smpPatcher).applyPatchToCurrentObject",
+    "internal.(*FieldManager).Apply",
+    "internal.(*FieldManager).Update",
+    "cel.(*Validator).Validate",
+    "validate.(*SchemaValidator).Validate",
     "admission.(*reinvoker).Admit",
     "etcd3.(*store).GuaranteedUpdate",
     "etcd3.(*store).Create",
-    "json.Unmarshal",
-    "(*Cacher).dispatchEvents",
+    "encoding/json.Unmarshal",
     "crypto/tls.(*Conn).Write",
     "runtime.gcBgMarkWorker",
+    "(*Cacher).dispatchEvents",
 ];
 /// How long writes are counted after the restarted controller is ready.
 const AFTER_RESTART: Duration = Duration::from_secs(30);
@@ -96,6 +99,8 @@ struct Outcomes {
     succeeded: HashSet<String>,
     failed: HashSet<String>,
     other: HashSet<String>,
+    /// The reason of each Failed execution's `Failed` condition.
+    failed_reasons: HashMap<String, String>,
 }
 
 impl Outcomes {
@@ -157,6 +162,7 @@ async fn bench() -> bool {
     let controller = ControllerProcess::start(&kubeconfig, &ns, store_dir.path());
     controller.wait_ready(Duration::from_secs(120)).await;
     let seen = watch_jobs(&client, &ns);
+    let pods_seen = watch_pods(&client, &ns);
     let outcomes = watch_outcomes(&client, &ns);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = controller.memory_kib("VmRSS:");
@@ -240,19 +246,21 @@ async fn bench() -> bool {
     let samples = sampler.await.expect("the sampler");
     let peak_rss = controller.memory_kib("VmHWM:");
 
-    let latencies: Vec<f64> = {
-        let (seen, submitted) = (seen.lock().await, submitted.lock().await);
-        names
-            .iter()
-            .filter_map(|n| {
-                let job = seen.get(&job_name(n))?;
-                Some(job.saturating_duration_since(submitted[n]).as_secs_f64() * 1000.0)
-            })
-            .collect()
+    let latencies = {
+        let submitted = submitted.lock().await;
+        since_submitted(&seen, names.iter().map(|n| (job_name(n), submitted[n]))).await
     };
-    let (succeeded, failed, other, wrong) = {
+    let to_pod = {
+        let submitted = submitted.lock().await;
+        since_submitted(
+            &pods_seen,
+            names.iter().map(|n| (job_name(n), submitted[n])),
+        )
+        .await
+    };
+    let (succeeded, failed, other, wrong, wrong_reasons) = {
         let outcomes = outcomes.lock().expect("outcomes");
-        let wrong = names
+        let wrong: Vec<&String> = names
             .iter()
             .enumerate()
             .filter(|(i, n)| {
@@ -263,16 +271,29 @@ async fn bench() -> bool {
                     outcomes.failed.contains(*n)
                 }
             })
-            .count();
+            .map(|(_, n)| n)
+            .collect();
+        let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+        for name in &wrong {
+            let reason = outcomes
+                .failed_reasons
+                .get(*name)
+                .map_or("Succeeded", String::as_str);
+            *reasons.entry(reason).or_default() += 1;
+        }
+        let reasons: Vec<String> = reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
         (
             outcomes.succeeded.len(),
             outcomes.failed.len(),
             outcomes.other.len(),
-            wrong,
+            wrong.len(),
+            reasons.join(", "),
         )
     };
 
-    // Restart with every execution present.
+    // Restart with every execution present (those still running may be written to: the
+    // benchmark says how many there were).
+    let unfinished = executions - outcomes.lock().expect("outcomes").terminal();
     controller.stop();
     let restarted = ControllerProcess::start(&kubeconfig, &ns, store_dir.path());
     let ready_after = restarted.wait_ready(Duration::from_secs(300)).await;
@@ -286,6 +307,10 @@ async fn bench() -> bool {
     )
     .await;
     let restart_cpu = restarted.cpu_seconds();
+
+    // Drain: delete errand's namespace with the controller running (the snapshots' finalizers
+    // are its to remove) and wait until it is gone, so that the plain Jobs meet an idle cluster.
+    let drained = drain(&client, namespace, deadline).await;
     restarted.stop();
 
     // The same load as plain Jobs, with errand's controller stopped: what the control plane
@@ -293,11 +318,10 @@ async fn bench() -> bool {
     let jobs = plain_jobs(&client, executions, rate, deadline).await;
 
     let n = executions as f64;
-    let (p50, p99) = if latencies.is_empty() {
-        (f64::NAN, f64::NAN)
-    } else {
-        (percentile(&latencies, 50.0), percentile(&latencies, 99.0))
-    };
+    let (p50, p99) = (
+        percentile_or_nan(&latencies, 50.0),
+        percentile_or_nan(&latencies, 99.0),
+    );
     let rss_per_execution = peak_rss.saturating_sub(rss_before) as f64 / n;
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
     println!();
@@ -313,6 +337,12 @@ async fn bench() -> bool {
     println!(
         "| create → Job, p99 | {p99:.1} ms | <= 1000 ms | {} |",
         verdict(p99 <= 1000.0)
+    );
+    println!(
+        "| create → first pod, p50 / p99 ({} pods seen) | {:.1} / {:.1} ms | | |",
+        to_pod.len(),
+        percentile_or_nan(&to_pod, 50.0),
+        percentile_or_nan(&to_pod, 99.0)
     );
     println!(
         "| creating {executions} took | {:.1} s ({:.1}/s) | | |",
@@ -336,6 +366,9 @@ async fn bench() -> bool {
         executions / FAIL_EVERY,
         verdict(other == 0 && wrong == 0 && succeeded + failed == executions)
     );
+    if wrong > 0 {
+        println!("| not as the agent ended, by reason | {wrong_reasons} | | |");
+    }
     println!(
         "| controller CPU, create of the first → all terminal | {cpu:.1} s ({:.2} ms/execution) | | |",
         cpu * 1000.0 / n
@@ -366,7 +399,7 @@ async fn bench() -> bool {
         fmt_metric(max_depth)
     );
     println!(
-        "| restart with {executions} present → /readyz | {:.2} s | <= 10 s | {} |",
+        "| restart with {executions} present ({unfinished} not yet ended) → /readyz | {:.2} s | <= 10 s | {} |",
         ready_after.as_secs_f64(),
         verdict(ready_after <= Duration::from_secs(10))
     );
@@ -381,7 +414,17 @@ async fn bench() -> bool {
         fmt_metric(restart_errors),
         verdict(restart_errors == Some(0.0))
     );
-    print_side_by_side(&spent, cpu, all_terminal, &jobs, executions, rate);
+    match drained {
+        Some(t) => println!(
+            "| drain: namespace deleted → gone (controller running) | {:.1} s | | |",
+            t.as_secs_f64()
+        ),
+        None => println!(
+            "| drain: namespace deleted → gone (controller running) | not within {} s: the plain Jobs met a busy cluster | | |",
+            deadline.as_secs()
+        ),
+    }
+    print_side_by_side(&spent, cpu, all_terminal, &to_pod, &jobs, executions, rate);
     println!();
     match profiling.await.expect("the profile") {
         Ok(()) => {
@@ -415,14 +458,58 @@ async fn bench() -> bool {
             fmt_metric(sample.queue_depth)
         );
     }
-    namespace.delete().await;
     delete_nodes(&client).await;
     true
+}
+
+/// For each (Job name, submitted at), the milliseconds until `seen` saw it, where it did.
+async fn since_submitted(
+    seen: &Seen,
+    submitted: impl Iterator<Item = (String, Instant)>,
+) -> Vec<f64> {
+    let seen = seen.lock().await;
+    submitted
+        .filter_map(|(job, at)| {
+            Some(seen.get(&job)?.saturating_duration_since(at).as_secs_f64() * 1000.0)
+        })
+        .collect()
+}
+
+/// The `p`th percentile of `values`, NaN when there are none.
+fn percentile_or_nan(values: &[f64], p: f64) -> f64 {
+    if values.is_empty() {
+        f64::NAN
+    } else {
+        percentile(values, p)
+    }
+}
+
+/// Deletes `namespace` and waits until it is gone (its time), or `within` has passed (`None`).
+async fn drain(
+    client: &Client,
+    namespace: support::cluster::TestNamespace,
+    within: Duration,
+) -> Option<Duration> {
+    let name = namespace.name().to_owned();
+    let start = Instant::now();
+    namespace.delete().await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    loop {
+        if let Ok(None) = namespaces.get_opt(&name).await {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > within {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// What the control plane did for the same load of plain Jobs.
 struct PlainJobs {
     all_terminal: Option<Duration>,
+    /// Milliseconds from each Job's create to its pod.
+    to_pod: Vec<f64>,
     complete: usize,
     failed: usize,
     spent: control_plane::Spent,
@@ -435,14 +522,20 @@ async fn plain_jobs(client: &Client, count: usize, rate: f64, deadline: Duration
     let namespace = support::cluster::TestNamespace::create(client, "scale-jobs").await;
     let ns = namespace.name().to_owned();
     let ended = watch_job_outcomes(client, &ns);
+    let pods_seen = watch_pods(client, &ns);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let window = control_plane::Window::open(client).await;
+    let submitted: Arc<SyncMutex<Vec<Option<Instant>>>> =
+        Arc::new(SyncMutex::new(vec![None; count]));
     let start = Instant::now();
     {
-        let (client, ns) = (client.clone(), ns.clone());
+        let (client, ns, submitted) = (client.clone(), ns.clone(), submitted.clone());
         create_at_rate(count, rate, move |i| {
-            let (client, ns) = (client.clone(), ns.clone());
-            async move { create_job(&client, &ns, &format!("job-{i}"), agent_of(i)).await }
+            let (client, ns, submitted) = (client.clone(), ns.clone(), submitted.clone());
+            async move {
+                submitted.lock().expect("submitted")[i] = Some(Instant::now());
+                create_job(&client, &ns, &format!("job-{i}"), agent_of(i)).await
+            }
         })
         .await;
     }
@@ -454,9 +547,18 @@ async fn plain_jobs(client: &Client, count: usize, rate: f64, deadline: Duration
     tokio::time::sleep(Duration::from_secs(3)).await;
     let spent = window.close(client).await;
     let (complete, failed) = *ended.lock().expect("outcomes");
+    let to_pod = {
+        let submitted = submitted.lock().expect("submitted").clone();
+        let submitted = submitted
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, at)| Some((format!("job-{i}"), at?)));
+        since_submitted(&pods_seen, submitted).await
+    };
     namespace.delete().await;
     PlainJobs {
         all_terminal,
+        to_pod,
         complete,
         failed,
         spent,
@@ -568,6 +670,7 @@ fn print_side_by_side(
     errand: &control_plane::Spent,
     controller_cpu: f64,
     errand_terminal: Option<Duration>,
+    errand_to_pod: &[f64],
     jobs: &PlainJobs,
     count: usize,
     rate: f64,
@@ -602,6 +705,16 @@ fn print_side_by_side(
             )),
         ratio(secs(errand_terminal), secs(jobs.all_terminal))
     );
+    for p in [50.0, 99.0] {
+        let (a, b) = (
+            percentile_or_nan(errand_to_pod, p),
+            percentile_or_nan(&jobs.to_pod, p),
+        );
+        println!(
+            "| create → first pod, p{p} (errand: via its Job) | {a:.1} ms | {b:.1} ms | {} |",
+            ratio(a, b)
+        );
+    }
     println!(
         "| counted over (s, {cores} cores) | {:.0} | {:.0} | |",
         errand.seconds, jobs.spent.seconds
@@ -796,6 +909,15 @@ fn watch_outcomes(client: &Client, ns: &str) -> Arc<SyncMutex<Outcomes>> {
                 continue;
             };
             let mut outcomes = record.lock().expect("outcomes");
+            if phase == Phase::Failed {
+                let reason = execution
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.conditions)
+                    .find(|c| c.type_ == ConditionType::Failed.as_str() && c.status == "True")
+                    .map_or_else(|| "no Failed condition".to_owned(), |c| c.reason.clone());
+                outcomes.failed_reasons.insert(execution.name_any(), reason);
+            }
             let set = match phase {
                 Phase::Succeeded => &mut outcomes.succeeded,
                 Phase::Failed => &mut outcomes.failed,

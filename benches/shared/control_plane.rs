@@ -286,7 +286,7 @@ pub async fn profile_apiserver(
 }
 
 /// The top of a CPU profile by cumulative time (`go tool pprof -top -cum`), the lines whose
-/// function matches one of `functions`, in the profile's order.
+/// function name ends with one of `functions`, in the profile's order.
 pub fn profile_lines(path: &std::path::Path, functions: &[&str]) -> Result<Vec<String>, String> {
     let output = std::process::Command::new("go")
         .args(["tool", "pprof", "-top", "-cum", "-nodecount=400"])
@@ -302,7 +302,10 @@ pub fn profile_lines(path: &std::path::Path, functions: &[&str]) -> Result<Vec<S
         .filter(|line| {
             line.starts_with("Duration")
                 || line.contains("flat%")
-                || functions.iter().any(|f| line.contains(f))
+                || line
+                    .split_whitespace()
+                    .last()
+                    .is_some_and(|name| functions.iter().any(|f| name.ends_with(f)))
         })
         .map(str::to_owned)
         .collect())
