@@ -18,7 +18,8 @@
 //!   of kwok, and kube-apiserver's own request latency by verb and resource.
 //!
 //! `ERRAND_SCALE_EXECUTIONS` (10000), `ERRAND_SCALE_NODES` (1000), `ERRAND_SCALE_RATE` (100 per
-//! second) and `ERRAND_SCALE_DEADLINE` (900 s from the first create) size a smaller run.
+//! second) and `ERRAND_SCALE_DEADLINE` (900 s from the first create) size a smaller run;
+//! `ERRAND_SCALE_CONTROLLER_WRAPPER` runs the controller under a profiler (`heaptrack -o FILE`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -954,15 +955,27 @@ impl ControllerProcess {
             .expect("a tally file")
             .into_temp_path();
         let started = Instant::now();
-        let child = Command::new(std::env::current_exe().expect("this benchmark's binary"))
-            .arg(CONTROLLER_MODE)
-            .args([kubeconfig.as_os_str(), ns.as_ref(), store.as_os_str()])
-            .arg(address.to_string())
-            .arg(&tally)
-            // Its stdin closes when this process ends, however it ends: then it ends too.
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("the controller's process starts");
+        // `ERRAND_SCALE_CONTROLLER_WRAPPER` (e.g. `heaptrack -o /tmp/controller`) runs the
+        // controller under a profiler; its CPU and RSS figures are then the wrapper's.
+        let wrapper = std::env::var("ERRAND_SCALE_CONTROLLER_WRAPPER").unwrap_or_default();
+        let mut command = wrapper.split_whitespace();
+        let exe = std::env::current_exe().expect("this benchmark's binary");
+        let child = match command.next() {
+            Some(program) => {
+                let mut wrapped = Command::new(program);
+                wrapped.args(command).arg(exe);
+                wrapped
+            }
+            None => Command::new(exe),
+        }
+        .arg(CONTROLLER_MODE)
+        .args([kubeconfig.as_os_str(), ns.as_ref(), store.as_os_str()])
+        .arg(address.to_string())
+        .arg(&tally)
+        // Its stdin closes when this process ends, however it ends: then it ends too.
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("the controller's process starts");
         Self {
             pid: child.id().to_string(),
             child,
