@@ -107,8 +107,8 @@ pub fn trim_config_map(config_map: &mut PartialObjectMeta<ConfigMap>) {
     }
 }
 
-/// Keeps only what the lifetime of finished executions needs of a namespace: its name and
-/// annotations.
+/// Keeps only what the controller needs of a namespace: its name, annotations (the lifetime
+/// of finished executions) and deletion (results cleanup).
 pub fn trim_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
     let meta = &mut namespace.metadata;
     meta.labels = None;

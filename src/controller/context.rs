@@ -14,6 +14,7 @@ use kube::{Client, ResourceExt};
 use tracing::warn;
 
 use super::config::ControllerConfig;
+use super::created_jobs::CreatedJobs;
 use super::error::Error;
 use super::metrics::Metrics;
 use super::notify::WebhookSender;
@@ -44,7 +45,8 @@ pub struct Context {
     /// Kueue's Workloads (conditions only), by the uid of their Job, when the cluster runs
     /// Kueue.
     pub workloads: Option<Index<Workload>>,
-    /// The metadata of the namespaces executions live in (for their lifetime annotation).
+    /// The metadata of the namespaces executions live in (for their lifetime annotation and
+    /// whether they are being deleted).
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     /// Whether `jobs` and `pods` are filled ([`Context::caches_filled`]).
     caches_ready: CachesReady,
@@ -60,6 +62,8 @@ pub struct Context {
     /// reconcile triggered by a child's event must not act on a status older than the one
     /// this controller already wrote.
     written: Mutex<HashMap<String, Arc<AgentExecution>>>,
+    /// Jobs created moments ago that the Job cache has not seen yet.
+    pub created_jobs: CreatedJobs,
     /// Consecutive failures by uid, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
     /// The span of each reconcile, in the execution's trace (off unless asked for).
@@ -100,6 +104,7 @@ impl Context {
             recorder,
             metrics,
             written: Mutex::default(),
+            created_jobs: CreatedJobs::default(),
             failures: Mutex::default(),
             reconcile_spans: ReconcileSpans::off(),
             webhooks: WebhookSender::new(),
@@ -144,6 +149,13 @@ impl Context {
             .ok()
     }
 
+    /// Whether `namespace` is being deleted, as the namespace cache knows it.
+    pub fn namespace_deleting(&self, namespace: &str) -> bool {
+        self.namespaces
+            .get(&ObjectRef::new(namespace))
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+    }
+
     /// `cached` with the status this controller wrote last, while the cache lags behind it.
     pub fn latest(&self, cached: Arc<AgentExecution>) -> Arc<AgentExecution> {
         let Some(uid) = cached.metadata.uid.clone() else {
@@ -167,8 +179,10 @@ impl Context {
         }
     }
 
-    /// Remembers the object a status write returned.
-    pub fn remember(&self, updated: AgentExecution) {
+    /// Remembers the object a status write returned (without its managed fields, which are
+    /// most of it and which nothing reads).
+    pub fn remember(&self, mut updated: AgentExecution) {
+        updated.metadata.managed_fields = None;
         if let Some(uid) = updated.metadata.uid.clone() {
             self.written
                 .lock()
@@ -199,6 +213,7 @@ impl Context {
             .lock()
             .expect("no panics while holding the lock")
             .remove(uid);
+        self.created_jobs.forget(uid);
         self.reset_backoff(uid);
     }
 

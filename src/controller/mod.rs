@@ -8,6 +8,7 @@
 pub mod build;
 pub mod config;
 pub mod context;
+pub mod created_jobs;
 pub mod deployment;
 pub mod error;
 pub mod events;
@@ -237,7 +238,11 @@ pub async fn run(
     };
     let job_execution = {
         let wants = queue();
-        move |job: Job| watches::job_execution(&job).map(&wants)
+        let ctx = Arc::clone(&ctx);
+        move |job: Job| {
+            ctx.created_jobs.seen(&job);
+            watches::job_execution(&job).map(&wants)
+        }
     };
     let dropped = Arc::clone(&ctx.metrics);
     let reconciler = Controller::for_stream(execution_stream, executions)

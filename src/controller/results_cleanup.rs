@@ -5,7 +5,9 @@
 //! ConfigMap; its finalizer holds it until the results are gone. With foreground deletion
 //! (`errand delete`) the execution itself waits for that too, because the ConfigMap blocks
 //! its owner's deletion. A snapshot ConfigMap deleted on its own while its execution lives
-//! is released without touching the results.
+//! is released without touching the results; in a namespace being deleted the execution goes
+//! too (the namespace controller deletes ConfigMaps before custom resources), so its results
+//! go with it rather than stay in the store with nothing left to delete them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,11 +41,13 @@ pub enum Step {
     KeepResults,
 }
 
-/// Decides what `config_map` needs, given its execution as the API server has it now and
-/// whether any pod of that execution is still running.
+/// Decides what `config_map` needs, given its execution as the API server has it now,
+/// whether their namespace is being deleted and whether any pod of that execution is still
+/// running.
 pub fn step(
     config_map: &PartialObjectMeta<ConfigMap>,
     execution: Option<&AgentExecution>,
+    namespace_deleting: bool,
     pod_running: bool,
 ) -> Step {
     if config_map.metadata.deletion_timestamp.is_none()
@@ -60,7 +64,9 @@ pub fn step(
     };
     let same = execution.filter(|e| e.metadata.uid.as_deref() == Some(id.uid.as_str()));
     match same {
-        Some(e) if e.metadata.deletion_timestamp.is_none() => Step::KeepResults,
+        Some(e) if e.metadata.deletion_timestamp.is_none() && !namespace_deleting => {
+            Step::KeepResults
+        }
         _ if pod_running => Step::WaitForPod,
         _ => Step::DeleteResults(id),
     }
@@ -115,7 +121,13 @@ async fn clean_up(
     // a pod that stopped uploading, or its later uploads would outlive the deletion.
     ctx.caches_filled().await?;
     let pod_running = uid.is_some_and(|uid| pod_running(&ctx, &namespace, uid));
-    match step(&config_map, execution.as_ref(), pod_running) {
+    let namespace_deleting = ctx.namespace_deleting(&namespace);
+    match step(
+        &config_map,
+        execution.as_ref(),
+        namespace_deleting,
+        pod_running,
+    ) {
         Step::Nothing => return Ok(Action::await_change()),
         Step::WaitForPod => return Ok(Action::requeue(POD_STOPPING_RECHECK)),
         Step::KeepResults => warn!(
@@ -231,37 +243,58 @@ mod tests {
 
     #[test]
     fn a_live_or_released_config_map_needs_nothing() {
-        assert_eq!(step(&config_map(false, true), None, false), Step::Nothing);
-        assert_eq!(step(&config_map(true, false), None, false), Step::Nothing);
+        assert_eq!(
+            step(&config_map(false, true), None, false, false),
+            Step::Nothing
+        );
+        assert_eq!(
+            step(&config_map(true, false), None, false, false),
+            Step::Nothing
+        );
     }
 
     #[test]
     fn results_go_once_the_execution_is_gone_or_going_and_its_pod_stopped() {
         let deleting = config_map(true, true);
         assert_eq!(
-            step(&deleting, None, false),
+            step(&deleting, None, false, false),
             Step::DeleteResults(ExecutionId::test())
         );
         let going = execution(UID, true);
         assert_eq!(
-            step(&deleting, Some(&going), false),
+            step(&deleting, Some(&going), false, false),
             Step::DeleteResults(ExecutionId::test())
         );
         let successor = execution("another-uid", false);
         assert_eq!(
-            step(&deleting, Some(&successor), false),
+            step(&deleting, Some(&successor), false, false),
             Step::DeleteResults(ExecutionId::test()),
             "a new execution of the same name does not keep the old one's results"
         );
-        assert_eq!(step(&deleting, None, true), Step::WaitForPod);
+        assert_eq!(step(&deleting, None, false, true), Step::WaitForPod);
     }
 
     #[test]
     fn a_config_map_deleted_under_a_live_execution_keeps_the_results() {
         let live = execution(UID, false);
         assert_eq!(
-            step(&config_map(true, true), Some(&live), false),
+            step(&config_map(true, true), Some(&live), false, false),
             Step::KeepResults
+        );
+    }
+
+    #[test]
+    fn in_a_namespace_being_deleted_the_results_go_with_the_live_execution() {
+        let live = execution(UID, false);
+        let deleting = config_map(true, true);
+        assert_eq!(
+            step(&deleting, Some(&live), true, false),
+            Step::DeleteResults(ExecutionId::test())
+        );
+        assert_eq!(
+            step(&deleting, Some(&live), true, true),
+            Step::WaitForPod,
+            "not while its pod may still upload"
         );
     }
 }

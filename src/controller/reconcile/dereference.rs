@@ -69,10 +69,10 @@ impl Reconciler<'_> {
             .jobs
             .get(&ObjectRef::new(&job_name).within(namespace))
             .filter(|job| owned(job));
-        let job = match cached {
+        let job = match cached.or_else(|| ctx.created_jobs.get(uid, &job_name)) {
             Some(job) => Some(job),
-            // The cache may not have caught up with a Job created moments ago: ask before
-            // concluding it is gone.
+            // Neither cached nor just created here: the Job is gone, or the cache lags behind
+            // one created before a restart. Ask before concluding it is gone.
             None => Api::<Job>::namespaced(ctx.client.clone(), namespace)
                 .get_opt(&job_name)
                 .await

@@ -197,6 +197,9 @@ impl Reconciler<'_> {
             Creation::Rejected(message) => return self.reject(&message).await,
         };
         debug!(execution = %self.owner.name, namespace, "children created");
+        self.ctx
+            .created_jobs
+            .created(&self.owner.uid, (*job).clone());
         let digest = config_map
             .annotations()
             .get(contract::SNAPSHOT_DIGEST_ANNOTATION)
