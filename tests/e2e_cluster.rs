@@ -88,6 +88,31 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_namespace_deletes_the_results_of_its_executions() {
+    let Some(e2e) = Harness::start("e2e-nsdel", Mode::WithPods).await else {
+        return;
+    };
+    e2e.create(example("examples/calculator/agent.yaml")).await;
+    let execution = example("examples/calculator/execution.yaml");
+    let name = execution["metadata"]["name"].as_str().unwrap().to_owned();
+    e2e.create(execution).await;
+    let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    let prefix = errand::store::keys::results_prefix(&e2e.execution_id(&done)).unwrap();
+    let saved = e2e.store().list(&prefix).await.unwrap();
+    assert!(!saved.is_empty(), "the run saved its results");
+
+    // The namespace controller deletes the snapshot ConfigMaps before the executions: their
+    // results must go all the same, not stay in the store with nothing left to delete them.
+    e2e.delete_namespace().await;
+    let left = e2e.store().list(&prefix).await.unwrap();
+    assert!(
+        left.is_empty(),
+        "results left after the namespace went: {left:?}"
+    );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_workdir_is_staged_from_filesets_in_the_pod() {
     let Some(e2e) = Harness::start("e2e-workdir", Mode::WithPods).await else {
         return;

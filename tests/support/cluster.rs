@@ -218,12 +218,17 @@ impl TestNamespace {
             .items
     }
 
-    /// Starts deleting the namespace (and everything in it); does not wait.
+    /// Starts deleting the namespace (and everything in it); does not wait. One already gone
+    /// is fine.
     pub async fn delete(self) {
-        Api::<Namespace>::all(self.client)
+        match Api::<Namespace>::all(self.client)
             .delete(&self.name, &DeleteParams::background())
             .await
-            .unwrap_or_else(|e| panic!("deleting test namespace {}: {e}", self.name));
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(e) => panic!("deleting test namespace {}: {e}", self.name),
+        }
     }
 }
 

@@ -27,9 +27,9 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -524,6 +524,25 @@ impl Harness {
                 .await
                 .is_empty()
                 .then_some(())
+        })
+        .await;
+    }
+
+    /// Deletes the test's namespace with the controller running, and waits until it is gone.
+    pub async fn delete_namespace(&self) {
+        let namespaces = Api::<Namespace>::all(self.client.clone());
+        let name = self.namespace.name();
+        namespaces
+            .delete(name, &DeleteParams::background())
+            .await
+            .unwrap_or_else(|e| panic!("deleting namespace {name}: {e}"));
+        wait_for("the namespace to be gone", self.wait_limit(), || async {
+            let gone = namespaces
+                .get_opt(name)
+                .await
+                .expect("reading the namespace")
+                .is_none();
+            gone.then_some(())
         })
         .await;
     }
