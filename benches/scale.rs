@@ -22,7 +22,8 @@
 //!
 //! `ERRAND_SCALE_EXECUTIONS` (10000), `ERRAND_SCALE_NODES` (1000), `ERRAND_SCALE_RATE` (100 per
 //! second) and `ERRAND_SCALE_DEADLINE` (900 s from the first create) size a smaller run;
-//! `ERRAND_SCALE_CONTROLLER_WRAPPER` runs the controller under a profiler (`heaptrack -o FILE`).
+//! `ERRAND_SCALE_CONTROLLER_WRAPPER` runs the controller under a profiler (a command the
+//! controller's command line is appended to, e.g. a script running `exec heaptrack -o FILE "$@"`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -977,8 +978,9 @@ impl ControllerProcess {
             .expect("a tally file")
             .into_temp_path();
         let started = Instant::now();
-        // `ERRAND_SCALE_CONTROLLER_WRAPPER` (e.g. `heaptrack -o /tmp/controller`) runs the
-        // controller under a profiler; its CPU and RSS figures are then the wrapper's.
+        // `ERRAND_SCALE_CONTROLLER_WRAPPER` (a command, e.g. a script running `exec heaptrack
+        // -o FILE "$@"`) runs the controller under a profiler; its CPU and RSS figures are then
+        // the wrapper's.
         let wrapper = std::env::var("ERRAND_SCALE_CONTROLLER_WRAPPER").unwrap_or_default();
         let mut command = wrapper.split_whitespace();
         let exe = std::env::current_exe().expect("this benchmark's binary");
