@@ -34,12 +34,7 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     let Some(e2e) = Harness::start("e2e-calc", Mode::WithPods).await else {
         return;
     };
-    e2e.create(example("examples/calculator/agent.yaml")).await;
-    let execution = example("examples/calculator/execution.yaml");
-    let name = execution["metadata"]["name"].as_str().unwrap().to_owned();
-    e2e.create(execution).await;
-
-    let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    let (name, done) = run_the_calculator(&e2e).await;
     assert_eq!(reason_of(&done, ConditionType::Complete), Some("Succeeded"));
     assert_eq!(
         reason_of(&done, ConditionType::ResultsSaved),
@@ -87,16 +82,22 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
     e2e.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_the_namespace_deletes_the_results_of_its_executions() {
-    let Some(e2e) = Harness::start("e2e-nsdel", Mode::WithPods).await else {
-        return;
-    };
+/// Runs the calculator example to `Succeeded`: its execution's name and the execution then.
+async fn run_the_calculator(e2e: &Harness) -> (String, AgentExecution) {
     e2e.create(example("examples/calculator/agent.yaml")).await;
     let execution = example("examples/calculator/execution.yaml");
     let name = execution["metadata"]["name"].as_str().unwrap().to_owned();
     e2e.create(execution).await;
     let done = e2e.wait_for_phase(&name, Phase::Succeeded).await;
+    (name, done)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_namespace_deletes_the_results_of_its_executions() {
+    let Some(e2e) = Harness::start("e2e-nsdel", Mode::WithPods).await else {
+        return;
+    };
+    let (_, done) = run_the_calculator(&e2e).await;
     let prefix = errand::store::keys::results_prefix(&e2e.execution_id(&done)).unwrap();
     let saved = e2e.store().list(&prefix).await.unwrap();
     assert!(!saved.is_empty(), "the run saved its results");

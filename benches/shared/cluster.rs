@@ -1,6 +1,7 @@
 //! What the cluster benchmarks share: watches that record when each Job and each Job's first pod appeared, and this process's memory (their writes are tallied by `tests/support/writes.rs`).
 
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use serde::de::DeserializeOwned;
 use tokio::sync::Mutex;
 
 /// When each Job name was first seen by a watch.
@@ -17,22 +19,9 @@ pub type Seen = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// Records, from a watch of the Jobs in `ns`, when each was first seen.
 pub fn watch_jobs(client: &Client, ns: &str) -> Seen {
-    let seen: Seen = Arc::default();
-    let jobs = Api::<Job>::namespaced(client.clone(), ns);
-    let record = seen.clone();
-    tokio::spawn(async move {
-        let mut events = watcher(jobs, watcher::Config::default())
-            .applied_objects()
-            .boxed();
-        while let Ok(Some(job)) = events.try_next().await {
-            record
-                .lock()
-                .await
-                .entry(job.name_any())
-                .or_insert_with(Instant::now);
-        }
-    });
-    seen
+    first_seen(Api::<Job>::namespaced(client.clone(), ns), |job| {
+        Some(job.name_any())
+    })
 }
 
 /// The label the Job controller puts on a Job's pods, naming the Job.
@@ -41,20 +30,26 @@ const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 /// Records, from a watch of the pods' metadata in `ns`, when the first pod of each Job (by
 /// name) was seen.
 pub fn watch_pods(client: &Client, ns: &str) -> Seen {
-    let seen: Seen = Arc::default();
     let pods = Api::<PartialObjectMeta<Pod>>::namespaced(client.clone(), ns);
+    first_seen(pods, |pod| pod.labels().get(JOB_NAME_LABEL).cloned())
+}
+
+/// Records, from a watch of `api`, when each `key` (of the objects that have one) was first
+/// seen.
+fn first_seen<K>(api: Api<K>, key: impl Fn(&K) -> Option<String> + Send + 'static) -> Seen
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let seen: Seen = Arc::default();
     let record = seen.clone();
     tokio::spawn(async move {
-        let mut events = watcher(pods, watcher::Config::default())
+        let mut events = watcher(api, watcher::Config::default())
             .applied_objects()
             .boxed();
-        while let Ok(Some(pod)) = events.try_next().await {
-            if let Some(job) = pod.labels().get(JOB_NAME_LABEL) {
-                record
-                    .lock()
-                    .await
-                    .entry(job.clone())
-                    .or_insert_with(Instant::now);
+        while let Ok(Some(object)) = events.try_next().await {
+            if let Some(key) = key(&object) {
+                record.lock().await.entry(key).or_insert_with(Instant::now);
             }
         }
     });
