@@ -2,7 +2,7 @@
 //!
 //! Needs the test cluster up with the test images (`bash hack/testenv/up.sh`, under the
 //! cluster lock) and `source /var/tmp/errand-testenv/env`; the controller and its gateway run
-//! in this process, as in `tests/gateway_cluster.rs`. The agent server is
+//! in this process, as in `tests/cluster/gateway.rs`. The agent server is
 //! `hack/images/agent-server.sh` (busybox sh, one process per request), the same for both
 //! paths; the absolute added time is printed beside the ratios, since a slower server makes
 //! any ratio look better.

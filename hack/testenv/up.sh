@@ -264,7 +264,7 @@ wait_for "etcd health" 60 etcd curl -fsS "http://127.0.0.1:$ETCD_CLIENT_PORT/hea
 # (metadata only: who, verb, resource, namespace, response code and the
 # authorizer's decision) to $LOGS/audit.log, so a test can derive the API
 # calls an installed controller made and check each against its RBAC
-# (tests/chart_cluster.rs). The log rotates at 100 MB, keeping one.
+# (tests/cluster/chart.rs). The log rotates at 100 MB, keeping one.
 cat >"$S/audit-policy.yaml" <<'EOF_POLICY'
 apiVersion: audit.k8s.io/v1
 kind: Policy

@@ -28,8 +28,8 @@ pub const USER: &str = "system:serviceaccount:errand-harness:errand-harness";
 
 static GRANTED: OnceCell<()> = OnceCell::const_new();
 
-/// Applies the chart's ClusterRoles and their bindings to [`USER`], once per test binary
-/// (server-side apply: binaries and repeated runs on one cluster agree).
+/// Applies the chart's ClusterRoles and their bindings to [`USER`], once per process
+/// (server-side apply: processes and repeated runs on one cluster agree).
 pub async fn grant(client: &Client) {
     GRANTED
         .get_or_init(|| async {

@@ -15,6 +15,7 @@
 //! let ns = cluster::TestNamespace::create(&client, "mytest").await;
 //! ```
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -73,8 +74,59 @@ pub fn cluster_required() -> bool {
     std::env::var(REQUIRED_ENV).is_ok_and(|v| v == "1")
 }
 
-/// A client for the test cluster, or `None` (after a loud message) unless
-/// `ERRAND_CLUSTER_TESTS=1`.
+/// The test cluster as the cluster tests hold it. They run at once, on libtest's threads of
+/// one binary, each holding a share ([`client`] takes it). A test that disturbs every other
+/// one holds it alone ([`alone`]): freezing the kubelet stops every pod on the node, and the
+/// Helm chart's release watches every namespace and admits (or, scaled to zero, refuses) every
+/// execution through its cluster-wide webhook. Fair: once a test waits to be alone, no other
+/// test starts until it is done.
+static CLUSTER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A test's hold on [`CLUSTER`].
+enum Hold {
+    Shared(tokio::sync::RwLockReadGuard<'static, ()>),
+    Alone(tokio::sync::RwLockWriteGuard<'static, ()>),
+}
+
+thread_local! {
+    /// This test's hold. libtest runs each test on a thread of its own, so the hold lasts until
+    /// the test ends, passed or failed; helpers that ask again (a test's [`client`], then its
+    /// `Harness::start`) keep the one they have. Taking a second share could wait forever
+    /// behind a test waiting to be alone, which waits for the first.
+    static HOLD: RefCell<Option<Hold>> = const { RefCell::new(None) };
+}
+
+async fn hold(alone: bool) {
+    if HOLD.with_borrow(Option::is_some) {
+        return;
+    }
+    let hold = if alone {
+        Hold::Alone(CLUSTER.write().await)
+    } else {
+        Hold::Shared(CLUSTER.read().await)
+    };
+    HOLD.set(Some(hold));
+}
+
+/// Holds the test cluster alone for the rest of this test: waits until the tests running
+/// now end, and keeps the others from starting. Call it first, before anything that takes a
+/// share (a [`client`], a `Harness`). Nothing without `ERRAND_CLUSTER_TESTS=1`.
+///
+/// # Panics
+/// When this test already holds a share.
+pub async fn alone() {
+    if !cluster_required() {
+        return;
+    }
+    assert!(
+        HOLD.with_borrow(Option::is_none),
+        "cluster::alone() must come before the test's first client"
+    );
+    hold(true).await;
+}
+
+/// A client for the test cluster, holding a share of it for the rest of the test ([`alone`]
+/// tests wait for it), or `None` (after a loud message) unless `ERRAND_CLUSTER_TESTS=1`.
 ///
 /// # Panics
 /// When `ERRAND_CLUSTER_TESTS=1` and the cluster cannot be reached.
@@ -88,6 +140,7 @@ pub async fn client() -> Option<Client> {
         );
         return None;
     }
+    hold(false).await;
     client_for(&kubeconfig_path(), true).await
 }
 

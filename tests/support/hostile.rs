@@ -1,4 +1,4 @@
-//! One hostile extraction, checked: whatever the bytes, extraction returns (no panic), writes nothing outside its root, and ends in bounded time. Shared by the property test (`tests/unpack_fuzz.rs`) and the `cargo fuzz` target (`fuzz/`).
+//! One hostile extraction, checked: whatever the bytes, extraction returns (no panic), writes nothing outside its root, and ends in bounded time. Shared by the property test (`tests/offline/unpack_fuzz.rs`) and the `cargo fuzz` target (`fuzz/`).
 
 use std::fs;
 use std::io::Cursor;

@@ -1,6 +1,7 @@
-//! Helpers shared by the integration tests (`mod support;` in each test file).
+//! Helpers shared by the integration tests (`mod support;` in `tests/offline/main.rs`,
+//! `tests/local/main.rs` and `tests/cluster/main.rs`) and the benches.
 //!
-//! Every test binary compiles this module and uses only part of it, so unused
+//! Each of those binaries compiles this module and uses only part of it, so unused
 //! items are expected here and `dead_code` is allowed for the module.
 #![allow(dead_code)]
 

@@ -1,0 +1,18 @@
+//! The integration tests that need neither a cluster nor a local errand home: the layers of `src/`, the CRDs and examples, the chart's templates, archives, the runner and the store, the pod commands, the data API, webhooks over real sockets. One binary, one `mod` per area.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod chart;
+mod crds;
+mod data_api;
+mod examples;
+mod layers;
+mod notify_webhook;
+mod pod_commands;
+mod runner_archive;
+mod runner_execute;
+mod runner_store;
+mod store_s3;
+mod unpack_fuzz;
+mod webhook_tls;
