@@ -7,7 +7,8 @@
 # ERRAND_CLUSTER_TESTS=1, and tears the cluster down on exit (also on failure
 # or Ctrl-C). Extra arguments go to `cargo test --all-targets`, e.g.
 # `bash hack/test.sh --no-fail-fast`; arguments that choose targets replace
-# --all-targets, e.g. `bash hack/test.sh --test cluster_smoke`.
+# --all-targets, e.g. `bash hack/test.sh --test cluster smoke::` (the integration tests
+# are three binaries, tests/offline, tests/local and tests/cluster, a module per area).
 #
 # Environment: ERRAND_TESTENV_KEEP=1 leaves the cluster running afterwards;
 # ERRAND_CACHE_DIR and ERRAND_TESTENV_DIR as in hack/testenv/lib.sh.
@@ -56,7 +57,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # s3s-fs, an S3 server that checks SigV4 signatures, for the presigned-URL
-# test (tests/store_s3.rs), from crates.io; only when missing (cargo keeps it
+# test (tests/offline/store_s3.rs), from crates.io; only when missing (cargo keeps it
 # in ~/.cargo/bin, so later runs on the same machine skip this). 0.14.1: later
 # releases need rustc 1.96.
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
@@ -98,7 +99,7 @@ bash hack/images/errand-image.sh
 phase_done errand-image
 
 # Every target, unless the arguments choose some: cargo runs the union of --all-targets and
-# a --test, so `--test cluster_smoke` alone would still run everything.
+# a --test, so `--test cluster` alone would still run everything.
 targets=(--all-targets)
 for arg in "$@"; do
   [[ "$arg" == -- ]] && break
