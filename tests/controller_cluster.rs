@@ -26,7 +26,7 @@ use support::harness::{Harness, Mode, message_of, phase_of, reason_of};
 
 use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
-use errand::controller::status::conditions;
+use errand::controller::conditions;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
 

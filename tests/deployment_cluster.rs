@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use errand::api::contract::ConditionType;
 use errand::api::{AgentDeployment, DeploymentPhase};
-use errand::controller::status::conditions;
+use errand::controller::conditions;
 use support::deployments::{
     create_deployment, create_server_agent, phase, pod_ip, starting_since, wait_for_deployment,
 };

@@ -12,7 +12,7 @@ use support::webhook_receiver::Receiver;
 use errand::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, DeliveryState, Phase, WebhookDelivery,
 };
-use errand::controller::notify::{
+use errand::controller::execution::notify::{
     AttemptOutcome, CloudEvent, Step, WebhookSender, finished_event, next_step, record_attempt,
 };
 

@@ -38,7 +38,7 @@ use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentExecution, Fileset, Phase};
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
-use errand::controller::status::conditions;
+use errand::controller::conditions;
 use errand::serve::{ServeOptions, run};
 use errand::store::Store;
 use errand::store::grants::{HmacSigner, UrlSigner};

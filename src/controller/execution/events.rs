@@ -2,7 +2,7 @@
 
 use kube::runtime::events::{Event, EventType};
 
-use super::status::conditions;
+use crate::controller::conditions;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecutionStatus, Phase};
 
@@ -52,7 +52,7 @@ mod tests {
 
     use super::*;
     use crate::api::AgentExecution;
-    use crate::controller::status;
+    use crate::controller::execution::status;
     use crate::resolve::{InvalidSpec, Problem};
 
     #[test]

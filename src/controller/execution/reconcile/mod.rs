@@ -34,7 +34,7 @@ use tracing::debug;
 use apply::Creation;
 
 use super::context::Context;
-use super::error::{Error, Result};
+use crate::controller::error::{Error, Result};
 use super::status;
 use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
 use crate::controller::build::ExecutionOwner;

@@ -19,9 +19,9 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
-use super::config::RESULTS_FINALIZER;
+use crate::controller::config::RESULTS_FINALIZER;
 use super::context::Context;
-use super::error::{Error, Result};
+use crate::controller::error::{Error, Result};
 use crate::api::{AgentExecution, contract};
 use crate::store::keys::{self, ExecutionId};
 

@@ -729,7 +729,8 @@ mod arithmetic {
 
     use super::*;
     use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS};
-    use crate::controller::build::{self, ExecutionOwner};
+    use crate::controller::build::ExecutionOwner;
+    use crate::controller::execution::build;
     use crate::resolve::{InMemoryCatalog, RunBudget, RunLimits, resolve_execution};
 
     fn spec(timeout: i64, start: Option<i64>) -> AgentExecutionSpec {

@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::conditions;
+use crate::controller::conditions;
 use crate::api::AgentExecutionStatus;
 use crate::api::contract::{ConditionType, Reason};
 
