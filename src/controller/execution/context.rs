@@ -13,10 +13,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
-use crate::controller::config::ControllerConfig;
 use super::created_jobs::CreatedJobs;
-use crate::controller::error::Error;
-use crate::controller::metrics::Metrics;
 use super::notify::WebhookSender;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
@@ -24,6 +21,9 @@ use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::index::Index;
 use crate::cluster::kueue::Workload;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
+use crate::controller::config::ControllerConfig;
+use crate::controller::error::Error;
+use crate::controller::metrics::Metrics;
 use crate::store::grants::UrlSigner;
 use crate::telemetry::ReconcileSpans;
 

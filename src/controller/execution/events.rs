@@ -2,9 +2,9 @@
 
 use kube::runtime::events::{Event, EventType};
 
-use crate::controller::conditions;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecutionStatus, Phase};
+use crate::controller::conditions;
 
 /// Longest event note the API server accepts.
 const NOTE_LIMIT: usize = 1024;

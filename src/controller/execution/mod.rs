@@ -32,13 +32,13 @@ use kube::{Client, ResourceExt};
 use tracing::{debug, warn};
 
 use super::ControllerSettings;
-use crate::controller::config::{ControllerConfig, FIELD_MANAGER};
-use crate::controller::metrics::Metrics;
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::kueue::{self, Workload};
 use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
+use crate::controller::config::{ControllerConfig, FIELD_MANAGER};
+use crate::controller::metrics::Metrics;
 use crate::telemetry::ReconcileSpans;
 use context::Context;
 

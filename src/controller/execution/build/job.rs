@@ -26,7 +26,11 @@ use crate::resolve::{RunBudget, Snapshot};
 /// reason ([`contract::JOB_FAILED_BY_DISRUPTION`]) still tells an eviction from a deletion
 /// once the pod is gone.
 pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerConfig) -> Job {
-    let mut meta = child_meta(execution, names::job_name(&execution.name), &snapshot.agent.name);
+    let mut meta = child_meta(
+        execution,
+        names::job_name(&execution.name),
+        &snapshot.agent.name,
+    );
     let annotations = BTreeMap::from([
         (
             contract::EXECUTION_NAME_ANNOTATION.to_owned(),

@@ -3,10 +3,10 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::controller::conditions::ConditionWriter;
 use super::decide::{Ending, Standing, queued_message};
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
+use crate::controller::conditions::ConditionWriter;
 use crate::resolve::InvalidSpec;
 use crate::runner::outcome::{bounded, results_not_saved};
 
