@@ -112,8 +112,7 @@ async fn a_child_refused_for_good_fails_the_execution_and_leaves_no_other_child(
         .clone()
         .unwrap();
     assert_eq!(status.phase, Some(Phase::Failed));
-    let failed =
-        status::conditions::get(&status.conditions, contract::ConditionType::Failed).unwrap();
+    let failed = conditions::get(&status.conditions, contract::ConditionType::Failed).unwrap();
     assert_eq!(failed.reason, contract::Reason::CreateRejected.as_str());
     assert_eq!(
         failed.message,
@@ -176,8 +175,7 @@ async fn a_refusal_that_may_pass_is_retried_and_shows_in_the_status_from_the_thi
         .status
         .clone()
         .unwrap();
-    let retrying =
-        status::conditions::get(&status.conditions, contract::ConditionType::Retrying).unwrap();
+    let retrying = conditions::get(&status.conditions, contract::ConditionType::Retrying).unwrap();
     assert_eq!(retrying.reason, contract::Reason::ReconcileError.as_str());
     assert!(
         retrying.message.starts_with(

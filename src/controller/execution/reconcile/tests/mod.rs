@@ -27,6 +27,7 @@ use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::index::{Index, indexed_store};
 use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
+use crate::controller::conditions;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
