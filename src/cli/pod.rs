@@ -1,4 +1,4 @@
-//! `errand stage`, `errand run-agent` and `errand run-extension`: the flags errand's containers in an execution's pod are started with (see `controller::build::pod`).
+//! `errand stage`, `errand run-agent` and `errand run-extension`: the flags errand's containers in an execution's pod are started with (see `controller::execution::build::pod`).
 
 use std::path::PathBuf;
 

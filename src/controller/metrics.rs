@@ -11,8 +11,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use super::status::{Timings, conditions};
-use super::work_queue::WorkQueue;
+use super::conditions;
+use super::execution::status::Timings;
+use super::execution::work_queue::WorkQueue;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, Phase};
 use crate::cluster::metrics::MetricsRegistry;

@@ -1,4 +1,4 @@
-//! Deterministic names and label values of an execution's children, so a restarted controller finds what it created.
+//! Deterministic names and label values of every kind's children (an execution's Job and snapshot, a deployment's Deployment, Service and snapshots), so a restarted controller finds what it created.
 
 use std::collections::BTreeMap;
 

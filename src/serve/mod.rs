@@ -377,7 +377,7 @@ mod tests {
             .wants(kube::runtime::reflector::ObjectRef::new("run").within("team"));
         metrics.reconcile_failed("conflict");
         metrics.job_created(0.02);
-        metrics.observe(&crate::controller::status::Timings {
+        metrics.observe(&crate::controller::execution::status::Timings {
             queue_wait: Some(30.0),
             start_latency: Some(35.0),
             run_duration: Some(7.0),
@@ -452,7 +452,7 @@ mod tests {
                 phase: Some(Phase::Starting),
                 ..Default::default()
             };
-            crate::controller::status::conditions::ConditionWriter::new(
+            crate::controller::conditions::ConditionWriter::new(
                 &mut status.conditions,
                 Some(1),
                 created.clone(),

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use errand::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, DeliveryState, Phase, WebhookDelivery,
 };
-use errand::controller::notify::{
+use errand::controller::execution::notify::{
     AttemptOutcome, CloudEvent, Step, WebhookSender, finished_event, next_step, record_attempt,
 };
 

@@ -27,7 +27,7 @@ impl Received {
     /// Asserts this is a signed CloudEvent POSTed to `path`: its `Content-Type` and an
     /// `X-Errand-Signature` that verifies with `key`.
     pub fn assert_signed_cloudevent(&self, path: &str, key: &[u8]) {
-        use errand::controller::notify::{CLOUDEVENTS_CONTENT_TYPE, verify};
+        use errand::controller::execution::notify::{CLOUDEVENTS_CONTENT_TYPE, verify};
         assert_eq!(self.method, "POST");
         assert_eq!(self.path, path);
         assert_eq!(self.content_type.as_deref(), Some(CLOUDEVENTS_CONTENT_TYPE));

@@ -1,29 +1,23 @@
-//! Pure builders of an execution's children: the snapshot ConfigMap and the Job.
+//! Pure builders every kind's children are made of: the owner they belong to, the snapshot ConfigMap's content, and what every agent pod shares (resources, security, environment, volumes).
 //!
-//! They take the execution, its snapshot and the controller's settings and return complete
-//! objects; the reconcile shell only creates them. Nothing here talks to the API server.
+//! Each kind builds its own children from these ([`crate::controller::execution::build`],
+//! [`crate::controller::deployment::build`]). Nothing here talks to the API server.
 
 mod config_map;
-mod job;
-mod pod;
+pub mod pod;
 pub mod resources;
 pub mod security;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 
 use crate::api::AgentExecution;
 
-pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_config_map, snapshot_holder};
-pub use job::job;
+pub use config_map::{AGENT_CONFIG_KEY, SNAPSHOT_KEY, snapshot_holder};
 pub use pod::{
-    AGENT_CONFIG_FILE, ERRAND_BIN_DIR, EXTENSION_DIR, EXTENSION_GRANTS_DIR, EXTENSION_GRANTS_PATH,
-    GRANT_TOKEN_DIR, GRANT_TOKEN_PATH, GRANTS_DIR, GRANTS_PATH, HANDOFF_DIR, HANDOFF_PATH,
-    SCRATCH_DIR, SNAPSHOT_DIR, SNAPSHOT_PATH, WORKSPACE_DIR, agent_env, agent_pod, empty_dir,
-    mount, snapshot_volume,
+    AGENT_CONFIG_FILE, SNAPSHOT_DIR, SNAPSHOT_MODE, SNAPSHOT_PATH, WORKSPACE_DIR, agent_env,
+    agent_pod, empty_dir, mount, snapshot_volume,
 };
-
-use super::names;
 
 /// Why an execution's children cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -90,18 +84,4 @@ impl ExecutionOwner {
             owner,
         })
     }
-
-    /// Metadata of a child named `name` with the common labels.
-    fn child_meta(&self, name: String, agent: &str) -> ObjectMeta {
-        ObjectMeta {
-            name: Some(name),
-            namespace: Some(self.namespace.clone()),
-            labels: Some(names::child_labels(&self.name, &self.uid, agent)),
-            owner_references: Some(vec![self.owner.clone()]),
-            ..ObjectMeta::default()
-        }
-    }
 }
-
-#[cfg(test)]
-mod tests;

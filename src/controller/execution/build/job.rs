@@ -8,9 +8,11 @@ use k8s_openapi::api::batch::v1::{
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{ExecutionOwner, names, pod};
+use super::{child_meta, pod};
 use crate::api::contract;
+use crate::controller::build::ExecutionOwner;
 use crate::controller::config::ControllerConfig;
+use crate::controller::names;
 use crate::resolve::{RunBudget, Snapshot};
 
 /// The Job that runs the execution once.
@@ -24,7 +26,11 @@ use crate::resolve::{RunBudget, Snapshot};
 /// reason ([`contract::JOB_FAILED_BY_DISRUPTION`]) still tells an eviction from a deletion
 /// once the pod is gone.
 pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerConfig) -> Job {
-    let mut meta = execution.child_meta(names::job_name(&execution.name), &snapshot.agent.name);
+    let mut meta = child_meta(
+        execution,
+        names::job_name(&execution.name),
+        &snapshot.agent.name,
+    );
     let annotations = BTreeMap::from([
         (
             contract::EXECUTION_NAME_ANNOTATION.to_owned(),

@@ -3,10 +3,10 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::conditions::ConditionWriter;
 use super::decide::{Ending, Standing, queued_message};
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
+use crate::controller::conditions::ConditionWriter;
 use crate::resolve::InvalidSpec;
 use crate::runner::outcome::{bounded, results_not_saved};
 
@@ -96,7 +96,7 @@ pub fn retrying(
         "reconciling failed {attempt} times in a row; retrying with backoff. Last error: {error}"
     ));
     let mut status = execution.status.clone().unwrap_or_default();
-    let shown = super::conditions::get(&status.conditions, ConditionType::Retrying);
+    let shown = crate::controller::conditions::get(&status.conditions, ConditionType::Retrying);
     let due = match shown {
         None => true,
         Some(shown) => attempt.is_power_of_two() && !same_error(&shown.message, &message),

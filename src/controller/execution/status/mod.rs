@@ -3,7 +3,6 @@
 //! The reconcile shell reads the objects, hands them to [`facts`], carries out the
 //! [`Decision`] of [`decide`] and writes what [`render`] returns; nothing here does I/O.
 
-pub mod conditions;
 mod control;
 mod decide;
 mod observe;

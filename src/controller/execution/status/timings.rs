@@ -3,9 +3,9 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::conditions;
 use crate::api::AgentExecutionStatus;
 use crate::api::contract::{ConditionType, Reason};
+use crate::controller::conditions;
 
 /// The observations a status change makes, each `None` unless this change is the one that
 /// first shows it.

@@ -19,10 +19,10 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use tracing::{info, warn};
 
-use super::config::RESULTS_FINALIZER;
 use super::context::Context;
-use super::error::{Error, Result};
 use crate::api::{AgentExecution, contract};
+use crate::controller::config::RESULTS_FINALIZER;
+use crate::controller::error::{Error, Result};
 use crate::store::keys::{self, ExecutionId};
 
 /// How often to look again while the execution's pod is still stopping.

@@ -12,8 +12,8 @@ use super::Reconciler;
 use crate::cluster::catalog;
 use crate::cluster::kueue::Workload;
 use crate::controller::error::{Error, Result};
+use crate::controller::execution::status::Warning;
 use crate::controller::names;
-use crate::controller::status::Warning;
 use crate::resolve::{InvalidSpec, Snapshot};
 
 /// The execution's Job and pods, as the caches (or, for a Job missing from its cache, the

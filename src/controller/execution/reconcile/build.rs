@@ -6,8 +6,9 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::controller::build::{self, ExecutionOwner};
+use crate::controller::build::ExecutionOwner;
 use crate::controller::config::ControllerConfig;
+use crate::controller::execution::build;
 use crate::resolve::Snapshot;
 
 /// What an admitted execution creates.

@@ -10,8 +10,8 @@ use super::Reconciler;
 use crate::api::AgentExecutionStatus;
 use crate::controller::config::FIELD_MANAGER;
 use crate::controller::error::{Error, Result};
-use crate::controller::events::outcome_event;
-use crate::controller::status;
+use crate::controller::execution::events::outcome_event;
+use crate::controller::execution::status;
 use crate::resolve::InvalidSpec;
 
 impl Reconciler<'_> {

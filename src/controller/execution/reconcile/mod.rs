@@ -34,10 +34,10 @@ use tracing::debug;
 use apply::Creation;
 
 use super::context::Context;
-use super::error::{Error, Result};
 use super::status;
 use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
 use crate::controller::build::ExecutionOwner;
+use crate::controller::error::{Error, Result};
 use crate::store::keys::ExecutionId;
 
 /// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost

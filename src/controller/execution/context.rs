@@ -1,4 +1,4 @@
-//! What every reconcile shares: the client, caches (namespaces among them), signer, results store, recorder, metrics, and the controller's memory of its own writes.
+//! What every reconcile of an execution shares: the client, caches (namespaces among them), signer, results store, recorder, metrics, and the controller's memory of its own writes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -13,10 +13,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::warn;
 
-use super::config::ControllerConfig;
 use super::created_jobs::CreatedJobs;
-use super::error::Error;
-use super::metrics::Metrics;
 use super::notify::WebhookSender;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
@@ -24,6 +21,9 @@ use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::index::Index;
 use crate::cluster::kueue::Workload;
 use crate::cluster::readiness::{CacheStopped, CachesReady};
+use crate::controller::config::ControllerConfig;
+use crate::controller::error::Error;
+use crate::controller::metrics::Metrics;
 use crate::store::grants::UrlSigner;
 use crate::telemetry::ReconcileSpans;
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use super::Reconciler;
 use super::build::Children;
 use crate::controller::error::{Error, Result};
-use crate::controller::status::Stop;
+use crate::controller::execution::status::Stop;
 
 /// What creating the children came to.
 pub(super) enum Creation {

@@ -11,8 +11,8 @@ use tracing::{debug, info, warn};
 use super::Reconciler;
 use crate::api::{AgentExecution, DeliveryState, NotifyStatus, SecretKeyRef, WebhookSink};
 use crate::controller::build::ExecutionOwner;
-use crate::controller::context::Context;
-use crate::controller::notify::{
+use crate::controller::execution::context::Context;
+use crate::controller::execution::notify::{
     ATTEMPT_TIMEOUT, AttemptOutcome, CloudEvent, Step, finished_event, next_step, record_attempt,
 };
 

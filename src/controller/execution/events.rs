@@ -2,9 +2,9 @@
 
 use kube::runtime::events::{Event, EventType};
 
-use super::status::conditions;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecutionStatus, Phase};
+use crate::controller::conditions;
 
 /// Longest event note the API server accepts.
 const NOTE_LIMIT: usize = 1024;
@@ -52,7 +52,7 @@ mod tests {
 
     use super::*;
     use crate::api::AgentExecution;
-    use crate::controller::status;
+    use crate::controller::execution::status;
     use crate::resolve::{InvalidSpec, Problem};
 
     #[test]

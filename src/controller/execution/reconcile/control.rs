@@ -11,7 +11,7 @@ use super::Reconciler;
 use crate::api::contract::CONTROL_ANNOTATION;
 use crate::api::{AgentExecutionStatus, Phase};
 use crate::controller::error::{Error, Result};
-use crate::controller::status::{self, ControlPlan, Facts};
+use crate::controller::execution::status::{self, ControlPlan, Facts};
 
 impl Reconciler<'_> {
     /// A held execution (`spec.held`, `errand create`): phase `Created`, nothing created until
