@@ -505,13 +505,11 @@ fn answers_page(schema: &Value) -> String {
          (generated from the Rust types the commands serialize).",
     );
     page.push_str("\n## Answers\n\n");
-    let mut seen = BTreeSet::new();
     for answer in schema["anyOf"].as_array().unwrap() {
         let kind = answer["properties"]["type"]["const"].as_str().unwrap();
         let ok = &answer["properties"]["ok"]["const"];
         let payload = json_type(&answer["properties"][kind]);
         // Two payloads may share a `type` (`deleted`, `gc`): both are listed.
-        seen.insert(kind.to_owned());
         let text = format!("`type: {kind}` (`ok: {ok}`): `{kind}` is {payload}");
         writeln!(page, "{}", fill(&text, "- ", "  ")).unwrap();
     }
@@ -528,7 +526,6 @@ fn answers_page(schema: &Value) -> String {
             writeln!(page, "{}", json_type(definition)).unwrap();
         }
     }
-    assert!(!seen.is_empty());
     page
 }
 
@@ -541,15 +538,13 @@ fn error_codes(schema: &Value) -> Vec<(String, String)> {
         .iter()
         .find(|a| a["properties"]["type"]["const"] == "error")
         .expect("an error answer");
-    let mut body = &error["properties"]["error"];
     let resolve = |s: &Value| -> Value {
         match s.get("$ref").and_then(Value::as_str) {
             Some(r) => schema["$defs"][r.rsplit('/').next().unwrap()].clone(),
             None => s.clone(),
         }
     };
-    let body_value = resolve(body);
-    body = &body_value;
+    let body = resolve(&error["properties"]["error"]);
     let code = resolve(&body["properties"]["code"]);
     let mut codes = Vec::new();
     for value in code
