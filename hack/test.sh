@@ -65,6 +65,13 @@ if ! command -v s3s-fs >/dev/null; then
   log "installing s3s-fs (cargo install s3s-fs --version 0.14.1 --locked --features binary, about 4 min)"
   cargo install --quiet s3s-fs --version 0.14.1 --locked --features binary
 fi
+# mdBook, for the test that builds the book in docs/ (tests/docs_reference.rs), from
+# crates.io; only when missing. 0.5.4 without its serve and watch features, which the build
+# does not need (about 4 min on 2 cores).
+if ! command -v mdbook >/dev/null; then
+  log "installing mdbook (cargo install mdbook --version 0.5.4 --locked --no-default-features --features search, about 4 min)"
+  cargo install --quiet mdbook --version 0.5.4 --locked --no-default-features --features search
+fi
 phase_done packages
 
 bash hack/testenv/build.sh >/dev/null

@@ -127,6 +127,28 @@ pub const NAMESPACE_TTL_ANNOTATION: &str = "errand.dev/ttl-seconds-after-finishe
 /// rule, a pod with condition `DisruptionTarget` (evicted, preempted, lost with its node).
 pub const JOB_FAILED_BY_DISRUPTION: &str = "PodFailurePolicy";
 
+/// Every label errand sets on what it creates, or reads; the book's generated reference lists
+/// them (`docs/src/reference/labels-annotations.md`), and its test fails on one left out.
+pub const LABELS: [&str; 7] = [
+    MANAGED_BY_LABEL,
+    EXECUTION_LABEL,
+    EXECUTION_UID_LABEL,
+    AGENT_LABEL,
+    KUEUE_QUEUE_LABEL,
+    DEPLOYMENT_LABEL,
+    DEPLOYMENT_UID_LABEL,
+];
+/// Every annotation errand sets or reads, listed in the same reference as [`LABELS`].
+pub const ANNOTATIONS: [&str; 7] = [
+    EXECUTION_NAME_ANNOTATION,
+    CONTROL_ANNOTATION,
+    REPLACED_AGENT_ANNOTATION,
+    SNAPSHOT_DIGEST_ANNOTATION,
+    SHOWN_ENV_ANNOTATION,
+    STDIN_BYTES_ANNOTATION,
+    NAMESPACE_TTL_ANNOTATION,
+];
+
 /// Name of the init container that installs errand and stages the workdir.
 pub const STAGE_CONTAINER: &str = "errand-stage";
 /// Name of the container that runs the agent under errand's runner.

@@ -1,8 +1,9 @@
 //! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other.
 //!
 //! Test code (`#[cfg(test)]` items and the files they declare) is left out: a test may build
-//! its fixtures from anywhere. The README's layout table lists the same layers in the same
-//! order, and [`the_readme_lists_the_layers_bottom_to_top`] keeps the two in step.
+//! its fixtures from anywhere. The layer table of the book's architecture page
+//! (`docs/src/contributor-guide/architecture.md`) lists the same layers in the same order, and
+//! [`the_architecture_page_lists_the_layers_bottom_to_top`] keeps the two in step.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -361,13 +362,15 @@ fn every_module_of_src_has_a_layer_and_every_layer_a_module() {
 }
 
 #[test]
-fn the_readme_lists_the_layers_bottom_to_top() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let layout = readme
-        .split("\n## Layout")
+fn the_architecture_page_lists_the_layers_bottom_to_top() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/contributor-guide/architecture.md"),
+    )
+    .unwrap();
+    let layout = page
+        .split("\n## Layers")
         .nth(1)
-        .expect("the README has a Layout section");
+        .expect("the architecture page has a Layers section");
     let listed: Vec<&str> = layout
         .lines()
         .take_while(|line| !line.starts_with("## "))

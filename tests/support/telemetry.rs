@@ -151,7 +151,7 @@ pub struct ExpectedExecution<'a> {
 }
 
 /// The trace id errand derives from an execution's uid: the first 16 bytes of
-/// `sha256(uid)`, as README's "Auto telemetry" documents.
+/// `sha256(uid)`, as the book's telemetry page (docs/src/operator-guide/telemetry.md) documents.
 pub fn trace_id_of(uid: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(&Sha256::digest(uid.as_bytes())[..16])
