@@ -65,7 +65,7 @@ if ! command -v s3s-fs >/dev/null; then
   log "installing s3s-fs (cargo install s3s-fs --version 0.14.1 --locked --features binary, about 4 min)"
   cargo install --quiet s3s-fs --version 0.14.1 --locked --features binary
 fi
-# mdBook, for the test that builds the book in docs/ (tests/docs_reference.rs), from
+# mdBook, for the test that builds the book in docs/ (tests/offline/docs_reference.rs), from
 # crates.io; only when missing. 0.5.4 without its serve and watch features, which the build
 # does not need (about 4 min on 2 cores).
 if ! command -v mdbook >/dev/null; then

@@ -6,6 +6,7 @@ mod support;
 mod chart;
 mod crds;
 mod data_api;
+mod docs_reference;
 mod examples;
 mod layers;
 mod notify_webhook;
