@@ -90,7 +90,7 @@ async fn client_reaches(
     let script = format!(
         r#"sleep 2
         for i in 1 2 3; do
-          page=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 {server_ip} {SERVER_PORT} | tail -n 1)
+          page=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 {server_ip} {SERVER_PORT} 2>/dev/null | tail -n 1)
           if [ -n "$page" ]; then echo "reached: $page"; exit 0; fi
           sleep 1
         done
