@@ -516,12 +516,13 @@ start kube-proxy "$TOOLS_BIN_DIR/kube-proxy" --config="$S/kube-proxy.yaml" --v=1
 # DNAT, so Service traffic is judged by the endpoint pod), it evaluates the
 # policies and accepts or drops it; later packets of an accepted connection
 # pass by conntrack. It fails closed (no --fail-open): with it gone, new pod
-# connections are dropped, as on a production node. Its NRI plugin is off:
-# containerd here serves no NRI socket, so it learns pod IPs from the API
-# server. Metrics on loopback only.
+# connections are dropped, as on a production node; up.sh fails if it dies
+# before the end. containerd here serves no NRI socket, so it learns pod IPs
+# from the API server only (its NRI plugin logs that it cannot connect).
+# Metrics on loopback only.
 start kube-network-policies "$NETPOL_BIN_DIR/kube-network-policies" \
   --kubeconfig="$S/kube-network-policies.kubeconfig" --hostname-override="$NODE_NAME" \
-  --nfqueue-id="$NETPOL_QUEUE" --metrics-bind-address=127.0.0.1:9080 --disable-nri --v=1
+  --nfqueue-id="$NETPOL_QUEUE" --metrics-bind-address=127.0.0.1:9080 --v=1
 netpol_queue_bound() {
   awk -v q="$NETPOL_QUEUE" '$1 == q { bound = 1 } END { exit !bound }' /proc/net/netfilter/nfnetlink_queue
 }

@@ -4,10 +4,13 @@
 // only takes an in-cluster config and up.sh runs it as a host process beside
 // the kubelet and kube-proxy, with a kubeconfig. The rest follows that main:
 // the same flags and defaults, without the alpha AdminNetworkPolicy APIs
-// (their CRDs are not installed), with --disable-nri wired to the controller
-// (the release declares the flag but never passes it on), and stopping on
-// SIGTERM as well as SIGINT, so down.sh's SIGTERM lets the controller delete
-// its nftables table.
+// (their CRDs are not installed), without --disable-nri (the release declares
+// it and never passes it on, and a controller with NRI off dereferences its
+// missing NRI plugin, a nil pointer, for the first packet from an IP its pod
+// cache does not know), and stopping on SIGTERM as well as SIGINT, so
+// down.sh's SIGTERM lets the controller delete its nftables table. Where the
+// runtime serves no NRI socket, the plugin fails to connect, logs it, and
+// knows no pod: pod IPs then come from the API server only.
 package main
 
 import (
@@ -40,7 +43,6 @@ var (
 	metricsBindAddress  string
 	hostnameOverride    string
 	netfilterBug1766Fix bool
-	disableNRI          bool
 )
 
 func init() {
@@ -50,7 +52,6 @@ func init() {
 	flag.StringVar(&metricsBindAddress, "metrics-bind-address", ":9080", "The IP address and port for the metrics server to serve on")
 	flag.StringVar(&hostnameOverride, "hostname-override", "", "If non-empty, will be used as the name of the Node that kube-network-policies is running on. If unset, the node name is assumed to be the same as the node's hostname.")
 	flag.BoolVar(&netfilterBug1766Fix, "netfilter-bug-1766-fix", true, "If set, process DNS packets on the PREROUTING hooks to avoid the race condition on the conntrack subsystem, not needed for kernels 6.12+ (see https://bugzilla.netfilter.org/show_bug.cgi?id=1766)")
-	flag.BoolVar(&disableNRI, "disable-nri", false, "If set, disable NRI, that is used to get the Pod IP information directly from the runtime to avoid the race explained in https://issues.k8s.io/85966")
 }
 
 func main() {
@@ -88,7 +89,6 @@ func run() int {
 		QueueID:             queueID,
 		NodeName:            nodeName,
 		NetfilterBug1766Fix: netfilterBug1766Fix,
-		NRIdisabled:         disableNRI,
 	}
 
 	config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
