@@ -530,9 +530,9 @@ netpol_queue_bound() {
 # its nftables table, so a bound queue means it is ready.
 wait_for "kube-network-policies to read netfilter queue $NETPOL_QUEUE" 120 kube-network-policies netpol_queue_bound
 # Its table sends those packets to the queue with nftables' queue statement.
-# A kernel built without it (CONFIG_NFT_QUEUE unset, as on this project's
-# Firecracker VMs; the table's batch then fails with "No such file or
-# directory" in its log) still has the xtables NFQUEUE target: the same
+# A kernel built without it (CONFIG_NFT_QUEUE unset, as on the 6.18 kernel
+# these tests first ran on; the table's batch then fails with "no such file
+# or directory" in its log) still has the xtables NFQUEUE target: the same
 # diversion, in a chain of ours that down.sh removes, in the mangle table's
 # POSTROUTING (before SNAT, as its own postrouting chain runs). Like its
 # table it skips established connections and the host's root processes (the
