@@ -35,7 +35,7 @@ phase_done() {
 # them; only what is missing is installed, after one apt-get update.
 declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
-  [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack
+  [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack [nft]=nftables
   [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
   [python3]=python3 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
 )

@@ -9,6 +9,7 @@
 # - tools/etcd: etcd and the OpenTelemetry Collector of the telemetry tests
 #   (tools/etcd/cmd/otelcol), in one `go build`: they share gRPC, protobuf and
 #   the OpenTelemetry SDK.
+# - tools/netpol: kube-network-policies, the NetworkPolicy enforcer (its lines here do not count in the others' digests: lib.sh).
 # Binaries are cached outside the repository, keyed by version and by the
 # modules' digest (see lib.sh), so a warm run only checks the cache. Prints
 # the bin directories when done.
@@ -123,15 +124,18 @@ build_etcd() {
   if [[ -x "$ETCD_BIN_DIR/server" ]]; then mv "$ETCD_BIN_DIR/server" "$ETCD_BIN_DIR/etcd"; fi
 }
 
+build_netpol() { go_build kube-network-policies netpol "$NETPOL_BIN_DIR" "-s -w" "" ./cmd/kube-network-policies; }
 mkdir -p "$TESTENV_CACHE_DIR"
 total_start=$(date +%s)
 build_cluster_tools
 build_etcd
+build_netpol
 log "all binaries ready in $(($(date +%s) - total_start))s"
 for b in "${TOOLS_BINARIES[@]}"; do
   [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b was not built"
 done
 [[ -x "$ETCD_BIN_DIR/otelcol" ]] || die "$ETCD_BIN_DIR/otelcol was not built"
+[[ -x "$NETPOL_BIN_DIR/kube-network-policies" ]] || die "$NETPOL_BIN_DIR/kube-network-policies was not built"
 "$TOOLS_BIN_DIR/kube-apiserver" --version >&2
 etcd_version=$("$ETCD_BIN_DIR/etcd" --version)
 echo "${etcd_version%%$'\n'*}" >&2
@@ -141,3 +145,4 @@ echo "${etcd_version%%$'\n'*}" >&2
 coredns_version=$("$TOOLS_BIN_DIR/coredns" -version)
 echo "${coredns_version%%$'\n'*}" >&2
 printf '%s\n' "$TOOLS_BIN_DIR" "$ETCD_BIN_DIR"
+printf '%s\n' "$NETPOL_BIN_DIR"

@@ -3,7 +3,8 @@
 # can run again from scratch: kills the containers and the processes it
 # started (by pid), unmounts the kubelet's and containerd's mounts and the
 # pods' network namespaces, deletes the pod bridge, CNI state, kube-proxy's
-# and up.sh's iptables rules, removes the kubelet's cgroups and restores the
+# and up.sh's iptables rules and kube-network-policies' nftables table,
+# removes the kubelet's cgroups and restores the
 # kernel tunables up.sh and the kubelet changed. Logs
 # stay in $ERRAND_TESTENV_DIR/logs for post-mortems. Safe to run at any time,
 # also when nothing is running. The binary cache is left alone.
@@ -60,8 +61,9 @@ stop() {
   if ((${#pids[@]})); then stop_pids "${pids[@]}"; fi
 }
 
-# The kubelet first, so it does not restart what is killed next.
-stop kubelet fake-gpu-plugin kube-proxy
+# The kubelet first, so it does not restart what is killed next. On SIGTERM
+# kube-network-policies deletes its nftables table (within its 5 s grace).
+stop kubelet fake-gpu-plugin kube-proxy kube-network-policies
 
 # Kill every container while containerd can still be asked to.
 if live_pid containerd >/dev/null && [[ -S "$CONTAINERD_SOCKET" ]]; then
@@ -126,6 +128,13 @@ for hook in INPUT FORWARD; do
   while iptables -w -D "$hook" -j "ERRAND-TESTENV-$hook" 2>/dev/null; do :; done
   if iptables -w -F "ERRAND-TESTENV-$hook" 2>/dev/null; then iptables -w -X "ERRAND-TESTENV-$hook"; fi
 done
+# The diversion to kube-network-policies' queue (a kernel without nftables'
+# queue statement, see up.sh), and its table if it was killed before deleting it.
+while iptables -w -t mangle -D POSTROUTING -j ERRAND-TESTENV-NETPOL 2>/dev/null; do :; done
+if iptables -w -t mangle -F ERRAND-TESTENV-NETPOL 2>/dev/null; then iptables -w -t mangle -X ERRAND-TESTENV-NETPOL; fi
+if command -v nft >/dev/null && nft list table inet kube-network-policies >/dev/null 2>&1; then
+  nft delete table inet kube-network-policies || log "could not delete nftables table inet kube-network-policies"
+fi
 
 if [[ -f "$RUN/sysctl.orig" ]]; then
   while read -r key value; do

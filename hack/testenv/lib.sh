@@ -15,13 +15,18 @@ module_version() {
 
 # A short digest of a tools module (go.mod, go.sum and its own Go sources) and
 # of build.sh: part of the cache key, so a change of pins, replace lines, a
-# tool's source or build flags rebuilds even at the same versions.
+# tool's source or build flags rebuilds even at the same versions. The lines of
+# build.sh that name netpol build only tools/netpol and are left out of the
+# other modules' digests: adding that small tool (or changing its recipe) must
+# not rebuild every Kubernetes binary.
 module_digest() {
-  (cd "$TESTENV_TOOLS_DIR/$1" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
-    xargs cat "$TESTENV_DIR/build.sh") | sha256sum | cut -c1-12
+  local recipe
+  if [[ "$1" == netpol ]]; then recipe=$(cat "$TESTENV_DIR/build.sh"); else recipe=$(grep -iv netpol "$TESTENV_DIR/build.sh"); fi
+  (cd "$TESTENV_TOOLS_DIR/$1" && printf '%s\n' "$recipe" &&
+    find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-12
 }
 
-# Two Go modules pin everything the test cluster runs. tools/cluster: the
+# Three Go modules pin everything the test cluster runs. tools/cluster: the
 # Kubernetes binaries (kube-proxy included), helm, CoreDNS (a trimmed main in
 # tools/cluster/cmd/coredns), local-path-provisioner, Kueue and the fake GPU
 # device plugin and the witness node (tools/cluster/cmd/), which share client-go and
@@ -30,6 +35,9 @@ module_digest() {
 # the OpenTelemetry Collector of the telemetry tests (a trimmed main in
 # tools/etcd/cmd/otelcol: the OTLP receiver and the contrib file exporter),
 # which shares those (gRPC, protobuf, the OTel SDK, zap) with it.
+# tools/netpol: the NetworkPolicy enforcer, sigs.k8s.io/kube-network-policies
+# (a trimmed main in tools/netpol/cmd), on the client-go its release is built
+# with (v0.32).
 K8S_VERSION=$(module_version cluster k8s.io/kubernetes)
 HELM_VERSION=$(module_version cluster helm.sh/helm/v3)
 COREDNS_VERSION=$(module_version cluster github.com/coredns/coredns)
@@ -37,12 +45,14 @@ LOCAL_PATH_VERSION=$(module_version cluster github.com/rancher/local-path-provis
 KUEUE_VERSION=$(module_version cluster sigs.k8s.io/kueue)
 ETCD_VERSION=$(module_version etcd go.etcd.io/etcd/server/v3)
 OTELCOL_VERSION=$(module_version etcd go.opentelemetry.io/collector/otelcol)
+NETPOL_VERSION=$(module_version netpol sigs.k8s.io/kube-network-policies)
 
 # Binaries live outside the repository, keyed by version and digest, so every
 # checkout on this machine (and every CI run on it) reuses them.
 TESTENV_CACHE_DIR="${ERRAND_CACHE_DIR:-/var/cache/errand}/testenv"
 TOOLS_BIN_DIR="$TESTENV_CACHE_DIR/cluster-$K8S_VERSION-$(module_digest cluster)/bin"
 ETCD_BIN_DIR="$TESTENV_CACHE_DIR/etcd-$ETCD_VERSION-$(module_digest etcd)/bin"
+NETPOL_BIN_DIR="$TESTENV_CACHE_DIR/kube-network-policies-$NETPOL_VERSION-$(module_digest netpol)/bin"
 K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
 TOOLS_BINARIES=("${K8S_BINARIES[@]}" helm coredns local-path-provisioner kueue fake-gpu-plugin witness-node)
 
@@ -70,6 +80,9 @@ POD_BRIDGE_MAC=02:00:0a:58:00:01
 POD_SUBNET=10.88.0.0/24
 POD_GATEWAY=10.88.0.1
 SERVICE_CIDR=10.96.0.0/24
+# The netfilter queue kube-network-policies takes the pods' new connections
+# from (its release's default).
+NETPOL_QUEUE=100
 CONTAINERD_SOCKET="$TESTENV_STATE_DIR/containerd/containerd.sock"
 
 # Images built locally by hack/images/test-images.sh (no registry is reachable).

@@ -2,7 +2,8 @@
 # Starts the single-node test cluster from the binaries hack/testenv/build.sh
 # cached: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, and
 # one real node (containerd + runc + bridge CNI + kubelet + kube-proxy in
-# iptables mode + a fake GPU device plugin), then the cluster add-ons
+# iptables mode + kube-network-policies enforcing NetworkPolicies + a fake GPU
+# device plugin), then the cluster add-ons
 # (addons/): CoreDNS behind the kube-dns Service and local-path-provisioner as
 # the default StorageClass. Waits until the node is Ready, DNS answers, the
 # provisioner runs and the default ServiceAccount exists, then prints the
@@ -19,16 +20,18 @@ S="$TESTENV_STATE_DIR"
 PKI="$S/pki"
 RUN="$S/run"
 LOGS="$S/logs"
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler witness-node containerd kubelet kube-proxy fake-gpu-plugin)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler witness-node containerd kubelet kube-proxy kube-network-policies fake-gpu-plugin)
 
 [[ $EUID -eq 0 ]] || die "up.sh must run as root (kubelet and containerd need it)"
 for b in "${TOOLS_BINARIES[@]}"; do
   [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
 done
 [[ -x "$ETCD_BIN_DIR/etcd" ]] || die "$ETCD_BIN_DIR/etcd is missing: run bash hack/testenv/build.sh first"
+[[ -x "$NETPOL_BIN_DIR/kube-network-policies" ]] ||
+  die "$NETPOL_BIN_DIR/kube-network-policies is missing: run bash hack/testenv/build.sh first"
 # Keeps build.sh of another checkout from removing these builds (see there).
-touch "$TOOLS_BIN_DIR/.last-used" "$ETCD_BIN_DIR/.last-used"
-for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl iptables iptables-restore conntrack; do
+touch "$TOOLS_BIN_DIR/.last-used" "$ETCD_BIN_DIR/.last-used" "$NETPOL_BIN_DIR/.last-used"
+for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl iptables iptables-restore conntrack nft; do
   command -v "$tool" >/dev/null || die "$tool is missing: bash hack/test.sh installs the Debian packages"
 done
 [[ -x /usr/lib/cni/bridge ]] || die "/usr/lib/cni/bridge is missing (Debian package containernetworking-plugins)"
@@ -104,6 +107,8 @@ new_cert kubelet-client ca "/O=system:nodes/CN=system:node:$NODE_NAME" client
 new_cert kubelet-serving ca "/CN=$NODE_NAME" server "DNS:$NODE_NAME,IP:127.0.0.1,IP:$POD_GATEWAY"
 # The default RBAC binds system:node-proxier to this user.
 new_cert kube-proxy ca "/CN=system:kube-proxy" client
+# Bound to its ClusterRole by addons/kube-network-policies.yaml.
+new_cert kube-network-policies ca "/CN=system:kube-network-policies" client
 # Service-account tokens are signed with this key pair (apiserver issues,
 # controller-manager's token controller signs legacy tokens with it too).
 openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
@@ -141,6 +146,7 @@ write_kubeconfig "$S/controller-manager.kubeconfig" kube-controller-manager syst
 write_kubeconfig "$S/scheduler.kubeconfig" kube-scheduler system:kube-scheduler
 write_kubeconfig "$S/kubelet.kubeconfig" kubelet-client "system:node:$NODE_NAME"
 write_kubeconfig "$S/kube-proxy.kubeconfig" kube-proxy system:kube-proxy
+write_kubeconfig "$S/kube-network-policies.kubeconfig" kube-network-policies system:kube-network-policies
 write_kubeconfig "$ADMIN_KUBECONFIG.tmp" admin errand-testenv-admin
 
 # ---------------------------------------------------------------- processes
@@ -504,6 +510,49 @@ conntrack:
 EOF
 start kube-proxy "$TOOLS_BIN_DIR/kube-proxy" --config="$S/kube-proxy.yaml" --v=1
 
+# NetworkPolicies are enforced by sigs.k8s.io/kube-network-policies (built
+# from tools/netpol), on the host like kube-proxy: netfilter hands it the
+# first packet of every new connection from or to a pod (after kube-proxy's
+# DNAT, so Service traffic is judged by the endpoint pod), it evaluates the
+# policies and accepts or drops it; later packets of an accepted connection
+# pass by conntrack. It fails closed (no --fail-open): with it gone, new pod
+# connections are dropped, as on a production node; up.sh fails if it dies
+# before the end. containerd here serves no NRI socket, so it learns pod IPs
+# from the API server only (its NRI plugin logs that it cannot connect).
+# Metrics on loopback only.
+start kube-network-policies "$NETPOL_BIN_DIR/kube-network-policies" \
+  --kubeconfig="$S/kube-network-policies.kubeconfig" --hostname-override="$NODE_NAME" \
+  --nfqueue-id="$NETPOL_QUEUE" --metrics-bind-address=127.0.0.1:9080 --v=1
+netpol_queue_bound() {
+  awk -v q="$NETPOL_QUEUE" '$1 == q { bound = 1 } END { exit !bound }' /proc/net/netfilter/nfnetlink_queue
+}
+# It reads the queue once its caches are synced and it has tried to install
+# its nftables table, so a bound queue means it is ready.
+wait_for "kube-network-policies to read netfilter queue $NETPOL_QUEUE" 120 kube-network-policies netpol_queue_bound
+# Its table sends those packets to the queue with nftables' queue statement.
+# A kernel built without it (CONFIG_NFT_QUEUE unset, as on the 6.18 kernel
+# these tests first ran on; the table's batch then fails with "no such file
+# or directory" in its log) still has the xtables NFQUEUE target: the same
+# diversion, in a chain of ours that down.sh removes, in the mangle table's
+# POSTROUTING (before SNAT, as its own postrouting chain runs). Like its
+# table it skips established connections and the host's root processes (the
+# kubelet's probes, the API server), and it queues every pod's new
+# connections rather than only those of pods a policy selects (that set
+# lives in the table that could not be installed): pods no policy selects
+# are accepted, a little later.
+if nft list table inet kube-network-policies >/dev/null 2>&1; then
+  log "kube-network-policies installed its nftables table"
+else
+  log "the kernel has no nftables queue statement: diverting pod connections to queue $NETPOL_QUEUE with iptables"
+  iptables -w -t mangle -N ERRAND-TESTENV-NETPOL 2>/dev/null || iptables -w -t mangle -F ERRAND-TESTENV-NETPOL
+  iptables -w -t mangle -A ERRAND-TESTENV-NETPOL -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+  iptables -w -t mangle -A ERRAND-TESTENV-NETPOL -m owner --uid-owner 0 -j RETURN
+  iptables -w -t mangle -A ERRAND-TESTENV-NETPOL -s "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
+  iptables -w -t mangle -A ERRAND-TESTENV-NETPOL -d "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
+  iptables -w -t mangle -C POSTROUTING -j ERRAND-TESTENV-NETPOL 2>/dev/null ||
+    iptables -w -t mangle -A POSTROUTING -j ERRAND-TESTENV-NETPOL
+fi
+
 # Four fake nvidia.com/gpu devices (tools/cluster/cmd/fake-gpu-plugin). The
 # kubelet's device-plugin socket is always /var/lib/kubelet/device-plugins,
 # whatever its root dir.
@@ -539,6 +588,10 @@ export PATH=$TOOLS_BIN_DIR:$ETCD_BIN_DIR:\$PATH
 export ERRAND_TESTENV_CONTAINERD_SOCKET=$CONTAINERD_SOCKET
 EOF
 
+# The enforcer fails closed: if it died while the rest came up, no pod could
+# open a connection, and every test would time out far from the cause.
+is_running kube-network-policies ||
+  die "kube-network-policies exited (log: $LOGS/kube-network-policies.log); pods cannot open connections without it"
 log "up in $(($(date +%s) - up_start))s"
 kubectl_admin get nodes -o wide >&2
 log "admin kubeconfig: $ADMIN_KUBECONFIG (or: source $S/env, for KUBECONFIG and kubectl/helm on PATH)"
