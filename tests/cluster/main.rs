@@ -15,6 +15,7 @@ mod grants;
 mod inputs;
 mod kueue;
 mod local_parity;
+mod network_policy;
 mod nemo;
 mod node_loss;
 mod notify;

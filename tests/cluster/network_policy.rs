@@ -6,16 +6,14 @@
 //! other NetworkPolicy test relies on this: on a cluster that ignores
 //! policies, a test of a policy can pass without the policy doing anything.
 
-mod support;
-
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, TestNamespace};
-use support::errand::wait_for;
+use crate::support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, TestNamespace};
+use crate::support::errand::wait_for;
 
 /// What the server pod serves, so a client's output shows it reached that server.
 const PAGE: &str = "hello-through-the-policies";
@@ -200,11 +198,4 @@ async fn network_policies_decide_who_reaches_a_pod() {
         "a default-deny egress policy on the client must stop it reaching the server"
     );
     ns.delete().await;
-}
-
-#[tokio::test]
-#[should_panic(expected = "bash hack/testenv/up.sh")]
-async fn required_but_unreachable_cluster_fails_with_how_to_start_it() {
-    let missing = std::env::temp_dir().join("errand-no-such-dir/admin.kubeconfig");
-    cluster::client_for(&missing, true).await;
 }
