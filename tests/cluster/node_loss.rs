@@ -4,7 +4,8 @@
 //! `NodeLost`, saying so, and errand never makes a second pod.
 //!
 //! It holds the test cluster alone ([`cluster::alone`]): a frozen kubelet stops every pod start
-//! on the node, so no other test may run meanwhile.
+//! on the node, so no other test may run meanwhile, and it lets the next tests in only once the
+//! cluster's own workloads, evicted too, serve again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -12,8 +13,11 @@ use std::time::Duration;
 use crate::support::cluster;
 use crate::support::errand::wait_for;
 use crate::support::harness::{Harness, Mode, message_of, reason_of, record_uids};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Api;
+use kube::api::PostParams;
+use kube::{Api, Client, ResourceExt};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
@@ -71,6 +75,51 @@ async fn node_ready(nodes: &Api<Node>) -> Option<()> {
     (ready && !tainted).then_some(())
 }
 
+/// Waits until the cluster's own workloads, evicted with every other pod of the node, serve
+/// again: each Deployment outside the test namespaces (CoreDNS, local-path-provisioner, Kueue)
+/// is available, and Kueue's fail-closed webhooks answer (a server-side dry run of a Job goes
+/// through them). Until then the tests that come next would have their pods and Jobs refused.
+async fn wait_for_the_cluster_to_serve_again(client: &Client, namespace: &str) {
+    let deployments = Api::<Deployment>::all(client.clone());
+    wait_for(
+        "the cluster's own Deployments to be available again",
+        EVICTION_WAIT,
+        || async {
+            let listed = deployments.list(&Default::default()).await.ok()?;
+            let all_available = listed
+                .items
+                .iter()
+                .filter(|d| !d.namespace().unwrap_or_default().starts_with("errand-"))
+                .all(|d| {
+                    let wanted = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                    let available = d.status.as_ref().and_then(|s| s.available_replicas);
+                    available.unwrap_or(0) >= wanted
+                });
+            all_available.then_some(())
+        },
+    )
+    .await;
+    let jobs = Api::<Job>::namespaced(client.clone(), namespace);
+    let probe: Job = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "probe", "image": cluster::BUSYBOX_IMAGE}],
+        }}},
+    }))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    wait_for(
+        "Kueue's webhooks to answer again",
+        EVICTION_WAIT,
+        || async { jobs.create(&dry_run, &probe).await.ok().map(|_| ()) },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_node_ends_the_run_as_node_lost_without_a_second_pod() {
     // Alone: the frozen kubelet would stall every other test's pods.
@@ -102,6 +151,7 @@ async fn a_lost_node_ends_the_run_as_node_lost_without_a_second_pod() {
         node_ready(&nodes)
     })
     .await;
+    wait_for_the_cluster_to_serve_again(&e2e.client, e2e.namespace.name()).await;
 
     assert_eq!(
         reason_of(&execution, ConditionType::Failed),
