@@ -21,6 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["controller", "webhook", "dataapi", "gateway"],
     &["serve"],
+    &["ops"],
     &["cli"],
 ];
 

@@ -20,7 +20,6 @@ use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::inputs::RunInputs;
 use super::notify::NotifyArgs;
-use super::output::CliError;
 use super::staging::StagingArgs;
 use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
@@ -30,6 +29,7 @@ use crate::local::{
     RemoveError, SuperviseError, parse_document, prepare, remove_execution, results_of,
     run_prepared, spawn_detached,
 };
+use crate::ops::{Error, ErrorCode};
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
@@ -57,15 +57,15 @@ pub struct Local {
 
 impl Local {
     /// The local backend chosen by `target` and the environment.
-    pub fn new(target: &Target) -> Result<Self, CliError> {
+    pub fn new(target: &Target) -> Result<Self, Error> {
         let namespace = target
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
         let data = DataDir::from_env();
         data.create().map_err(|e| {
-            CliError::new(
-                "io_error",
+            Error::new(
+                ErrorCode::IoError,
                 format!(
                     "cannot create the data directory {}: {e}",
                     data.root().display()
@@ -93,7 +93,7 @@ impl Local {
     }
 
     /// The store.
-    pub fn store(&self) -> Result<Store, CliError> {
+    pub fn store(&self) -> Result<Store, Error> {
         Store::open(&self.store_url).map_err(store_error)
     }
 
@@ -110,7 +110,7 @@ impl Local {
 
     /// Asks the supervisor of a running execution to stop and waits until it has saved its
     /// results and exited.
-    async fn stop(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+    async fn stop(&self, name: &str) -> Result<ExecutionRecord, Error> {
         let records = self.records();
         let mut record = records.read(&self.namespace, name).map_err(record_error)?;
         if record.phase.is_terminal() {
@@ -157,7 +157,7 @@ impl Local {
     }
 
     /// Hands the prepared execution `name` to a detached supervisor; its record once it has.
-    fn spawn(&self, name: &str, staging: &StagingArgs) -> Result<ExecutionRecord, CliError> {
+    fn spawn(&self, name: &str, staging: &StagingArgs) -> Result<ExecutionRecord, Error> {
         spawn_detached(&self.data, &self.namespace, name, &staging.settings())
             .map_err(supervise_error)?;
         self.records()
@@ -172,7 +172,7 @@ impl Local {
         mut record: ExecutionRecord,
         inputs: &RunInputs,
         notify: &NotifyArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         if inputs.stdin.is_none()
             && inputs.tags.is_empty()
             && inputs.env.is_empty()
@@ -198,12 +198,16 @@ impl Local {
 
     /// Checks every document for the catalog: its schema, name, namespace and an Agent's
     /// immutability, also against the documents before it.
-    fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, CliError> {
+    fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, Error> {
         let catalog = self.catalog();
         let mut checked: Vec<CheckedObject> = Vec::new();
         for document in documents {
-            let refused =
-                |e: String| CliError::new("invalid_manifest", format!("{}: {e}", document.source));
+            let refused = |e: String| {
+                Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!("{}: {e}", document.source),
+                )
+            };
             let manifest =
                 parse_document(document.object.clone()).map_err(|e| refused(e.to_string()))?;
             let object = catalog
@@ -215,7 +219,7 @@ impl Local {
     }
 
     /// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
-    pub async fn supervise(&self, name: &str, settings: StageSettings) -> Result<(), CliError> {
+    pub async fn supervise(&self, name: &str, settings: StageSettings) -> Result<(), Error> {
         run_prepared(
             &self.data,
             &self.namespace,
@@ -236,17 +240,17 @@ impl Backend for Local {
         &self.namespace
     }
 
-    async fn execution_names(&self) -> Result<Vec<String>, CliError> {
+    async fn execution_names(&self) -> Result<Vec<String>, Error> {
         Ok(self.records().names(&self.namespace))
     }
 
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error> {
         self.records()
             .read_current(&self.namespace, name)
             .map_err(record_error)
     }
 
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error> {
         let records = self.records();
         Ok(records
             .names(&self.namespace)
@@ -259,7 +263,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         args: &NotifyArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let size =
             |stream| std::fs::metadata(self.log_path(&record.name, stream)).map_or(0, |m| m.len());
         let sizes = (size(LogStream::Stdout), size(LogStream::Stderr));
@@ -276,7 +280,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         tags: &[String],
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let records = self.records();
         let mut current = records
             .read(&self.namespace, &record.name)
@@ -290,9 +294,9 @@ impl Backend for Local {
         &self,
         request: &ExecutionRequest,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         if request.spec.notify.is_some() {
-            return Err(CliError::argument(LOCAL_WEBHOOK_REFUSAL));
+            return Err(Error::argument(LOCAL_WEBHOOK_REFUSAL));
         }
         super::gc::automatic(self, args.output.format).await;
         let record = prepare(
@@ -317,7 +321,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         self.spawn(&record.name, &args.staging)
     }
 
@@ -326,7 +330,7 @@ impl Backend for Local {
         record: &ExecutionRecord,
         args: &ExecuteArgs,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         run_prepared(
             &self.data,
             &self.namespace,
@@ -339,11 +343,7 @@ impl Backend for Local {
         .map_err(supervise_error)
     }
 
-    async fn watch(
-        &self,
-        record: &ExecutionRecord,
-        print: bool,
-    ) -> Result<ExecutionRecord, CliError> {
+    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error> {
         let mut offset = 0u64;
         loop {
             let record = self.execution(&record.name).await?;
@@ -362,7 +362,7 @@ impl Backend for Local {
         record: &ExecutionRecord,
         stream: LogStream,
         lines: usize,
-    ) -> Result<(&'static str, Vec<String>), CliError> {
+    ) -> Result<(&'static str, Vec<String>), Error> {
         let text = std::fs::read_to_string(self.log_path(&record.name, stream)).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         let last = all[all.len().saturating_sub(lines)..]
@@ -376,7 +376,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         window: Option<ByteWindow>,
-    ) -> Result<Vec<StreamOutput>, CliError> {
+    ) -> Result<Vec<StreamOutput>, Error> {
         [LogStream::Stdout, LogStream::Stderr]
             .into_iter()
             .map(|stream| {
@@ -386,7 +386,7 @@ impl Backend for Local {
                     None => (std::fs::metadata(&path).map_or(0, |m| m.len()), None),
                     Some(window) => {
                         let (total, excerpt) = read_window(&path, window).map_err(|e| {
-                            CliError::new("io_error", format!("{}: {e}", path.display()))
+                            Error::new(ErrorCode::IoError, format!("{}: {e}", path.display()))
                         })?;
                         (total, Some(excerpt))
                     }
@@ -400,7 +400,7 @@ impl Backend for Local {
             .collect()
     }
 
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error> {
         Ok(record.results.clone())
     }
 
@@ -409,12 +409,12 @@ impl Backend for Local {
         record: &ExecutionRecord,
         result: AnyResult,
         file: &Path,
-    ) -> Result<u64, CliError> {
+    ) -> Result<u64, Error> {
         let (store, execution) = results_of(record).map_err(store_error)?;
         download_from_store(&store, &execution, &result, file).await
     }
 
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
         self.stop(&record.name).await
     }
 
@@ -422,7 +422,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         use nix::sys::signal::Signal;
         let records = self.records();
         if signal == Signal::SIGKILL {
@@ -438,7 +438,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         in_seconds: Option<u64>,
-    ) -> Result<DeadlineChanged, CliError> {
+    ) -> Result<DeadlineChanged, Error> {
         let records = self.records();
         let snapshot = records
             .snapshot(&self.namespace, &record.name)
@@ -458,7 +458,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         staging: &StagingArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let records = self.records();
         lifecycle::release_created(&records, &self.namespace, &record.name)
             .map_err(lifecycle_error)?;
@@ -469,7 +469,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         staging: &StagingArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         // The old run ends first (a running one is stopped as a cancel would stop it).
         let ended = self.stop(&record.name).await?;
         lifecycle::reset_for_restart(&self.records(), &ended)
@@ -478,7 +478,7 @@ impl Backend for Local {
         self.spawn(&record.name, staging)
     }
 
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error> {
         let record = self.stop(&record.name).await?;
         let removed = remove_execution(&self.records(), &record)
             .await
@@ -489,13 +489,13 @@ impl Backend for Local {
         Ok(Some(removed))
     }
 
-    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError> {
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, Error> {
         let checked = self.check_all(documents)?;
         let catalog = self.catalog();
         for object in &checked {
             catalog
                 .store(object)
-                .map_err(|e| CliError::new("io_error", e))?;
+                .map_err(|e| Error::new(ErrorCode::IoError, e))?;
         }
         Ok(checked
             .into_iter()
@@ -507,7 +507,7 @@ impl Backend for Local {
             .collect())
     }
 
-    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, Error> {
         let catalog = self.catalog();
         let cluster_scoped: Option<Vec<serde_json::Value>> = match kind {
             ObjectKind::Runtime => Some(json_objects(&catalog.runtime_objects())),
@@ -531,12 +531,12 @@ impl Backend for Local {
             .collect())
     }
 
-    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError> {
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), Error> {
         if self.catalog().delete(&self.namespace, kind, name) {
             return Ok(());
         }
-        Err(CliError::new(
-            "not_found",
+        Err(Error::new(
+            ErrorCode::NotFound,
             format!(
                 "{} {name:?} not found in namespace {:?}",
                 kind.kind(),
@@ -545,11 +545,7 @@ impl Backend for Local {
         ))
     }
 
-    async fn push_fileset(
-        &self,
-        name: Option<&str>,
-        dir: &Path,
-    ) -> Result<PushedFileset, CliError> {
+    async fn push_fileset(&self, name: Option<&str>, dir: &Path) -> Result<PushedFileset, Error> {
         let store = self.store()?;
         let pushed = store
             .push_fileset(&self.namespace, dir)
@@ -581,7 +577,7 @@ impl Backend for Local {
         };
         if let Err(e) = catalog.set_fileset(&self.namespace, &entry.name, &entry.status) {
             self.undo_push(&entry).await;
-            return Err(CliError::new("io_error", e));
+            return Err(Error::new(ErrorCode::IoError, e));
         }
         Ok(entry)
     }
@@ -596,7 +592,7 @@ impl Backend for Local {
         }
     }
 
-    async fn filesets(&self) -> Result<Vec<Fileset>, CliError> {
+    async fn filesets(&self) -> Result<Vec<Fileset>, Error> {
         let catalog = self.catalog();
         Ok(catalog
             .list(&self.namespace, ObjectKind::Fileset)
@@ -625,16 +621,16 @@ pub async fn download_from_store(
     execution: &ExecutionId,
     result: &AnyResult,
     file: &Path,
-) -> Result<u64, CliError> {
+) -> Result<u64, Error> {
     let key = result.key(execution).map_err(|e| store_error(e.into()))?;
     let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
     let io_error =
-        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
+        |e: std::io::Error| Error::new(ErrorCode::IoError, format!("{}: {e}", file.display()));
     let mut out = std::fs::File::create(file).map_err(io_error)?;
     let mut size = 0u64;
     while let Some(chunk) = body.next().await {
         let chunk =
-            chunk.map_err(|e| CliError::new("store_error", format!("reading {key}: {e}")))?;
+            chunk.map_err(|e| Error::new(ErrorCode::StoreError, format!("reading {key}: {e}")))?;
         out.write_all(&chunk).map_err(io_error)?;
         size += chunk.len() as u64;
     }
@@ -684,36 +680,36 @@ fn process_running(pid: i32) -> bool {
 }
 
 /// A store failure as a CLI error.
-pub fn store_error(error: StoreError) -> CliError {
-    CliError::new("store_error", error.to_string())
+pub fn store_error(error: StoreError) -> Error {
+    Error::new(ErrorCode::StoreError, error.to_string())
 }
 
 /// A record failure as a CLI error.
-pub fn record_error(error: RecordError) -> CliError {
+pub fn record_error(error: RecordError) -> Error {
     let code = match error {
-        RecordError::NotFound(..) => "not_found",
-        RecordError::AlreadyExists(..) => "already_exists",
-        RecordError::Io { .. } => "io_error",
+        RecordError::NotFound(..) => ErrorCode::NotFound,
+        RecordError::AlreadyExists(..) => ErrorCode::AlreadyExists,
+        RecordError::Io { .. } => ErrorCode::IoError,
     };
-    CliError::new(code, error.to_string())
+    Error::new(code, error.to_string())
 }
 
 /// A refused or failed lifecycle change as a CLI error.
-fn lifecycle_error(error: LifecycleError) -> CliError {
+fn lifecycle_error(error: LifecycleError) -> Error {
     match error {
-        LifecycleError::InvalidState(message) => CliError::new("invalid_state", message),
+        LifecycleError::InvalidState(message) => Error::new(ErrorCode::InvalidState, message),
         LifecycleError::Record(error) => record_error(error),
         LifecycleError::Store(error) => store_error(error),
-        LifecycleError::Io(error) => CliError::new("io_error", error.to_string()),
+        LifecycleError::Io(error) => Error::new(ErrorCode::IoError, error.to_string()),
     }
 }
 
 /// A supervision failure as a CLI error.
-fn supervise_error(error: SuperviseError) -> CliError {
+fn supervise_error(error: SuperviseError) -> Error {
     match error {
         SuperviseError::Invalid(invalid) => invalid.into(),
         SuperviseError::Record(error) => record_error(error),
         SuperviseError::Store(error) => store_error(error),
-        other => CliError::new("io_error", other.to_string()),
+        other => Error::new(ErrorCode::IoError, other.to_string()),
     }
 }

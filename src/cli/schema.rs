@@ -20,6 +20,7 @@ use super::output::SCHEMA_VERSION;
 use crate::api::{Fileset, ResultEntry};
 use crate::local::gc::GcReport;
 use crate::local::{ExecutionRecord, ObjectKind};
+use crate::ops::ErrorCode;
 use crate::resolve::Problem;
 use crate::retention::sweep_store::SweepReport;
 
@@ -28,8 +29,9 @@ use crate::retention::sweep_store::SweepReport;
 #[derive(JsonSchema)]
 #[allow(dead_code)] // Only its schema is used; print_error writes the same fields.
 struct ErrorBody {
-    /// Stable machine-readable code (`invalid_spec`, `not_found`, `invalid_state`, ...).
-    code: String,
+    /// Stable machine-readable code (`invalid_spec`, `not_found`, `invalid_state`, ...): one of
+    /// [`ErrorCode`]'s values, each with a fixed exit code.
+    code: ErrorCode,
     /// What is wrong, naming the field.
     message: String,
     /// Each problem of an invalid spec, with its field path.
