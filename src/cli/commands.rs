@@ -211,8 +211,7 @@ pub async fn apply(
     for file in files {
         let text = read_manifest_file(file).map_err(|e| Error::manifest_file("-f", e))?;
         let source = file.display().to_string();
-        let objects = manifest_documents(&text, &source)
-            .map_err(|e| Error::new(ErrorCode::InvalidManifest, e))?;
+        let objects = manifest_documents(&text, &source)?;
         documents.extend(
             objects
                 .into_iter()

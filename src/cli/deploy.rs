@@ -453,8 +453,7 @@ fn new_agent(args: &RedeployArgs) -> Result<Document, Error> {
     };
     let text = read_manifest_file(file).map_err(|e| Error::manifest_file("-f", e))?;
     let source = format!("-f {}", file.display());
-    let documents = manifest_documents(&text, &source)
-        .map_err(|e| Error::new(ErrorCode::InvalidManifest, e))?;
+    let documents = manifest_documents(&text, &source)?;
     match documents.as_slice() {
         [agent] if agent["kind"] == "Agent" => Ok(Document {
             source,

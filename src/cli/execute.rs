@@ -144,8 +144,7 @@ fn manifest_file_object<T>(
         return Ok(None);
     }
     let text = read_text(Path::new(value), flag)?;
-    let mut objects =
-        parse_manifests(&text, value).map_err(|e| Error::new(ErrorCode::InvalidManifest, e))?;
+    let mut objects = parse_manifests(&text, value)?;
     if objects.len() != 1 {
         return Err(Error::new(
             ErrorCode::InvalidManifest,

@@ -212,7 +212,7 @@ impl Local {
                 parse_document(document.object.clone()).map_err(|e| refused(e.to_string()))?;
             let object = catalog
                 .check_apply(&manifest, &self.namespace, &checked)
-                .map_err(refused)?;
+                .map_err(|e| refused(e.to_string()))?;
             checked.push(object);
         }
         Ok(checked)
@@ -495,7 +495,7 @@ impl Backend for Local {
         for object in &checked {
             catalog
                 .store(object)
-                .map_err(|e| Error::new(ErrorCode::IoError, e))?;
+                .map_err(|e| Error::new(ErrorCode::IoError, e.to_string()))?;
         }
         Ok(checked
             .into_iter()
@@ -577,7 +577,7 @@ impl Backend for Local {
         };
         if let Err(e) = catalog.set_fileset(&self.namespace, &entry.name, &entry.status) {
             self.undo_push(&entry).await;
-            return Err(Error::new(ErrorCode::IoError, e));
+            return Err(Error::new(ErrorCode::IoError, e.to_string()));
         }
         Ok(entry)
     }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::local::ReadManifestError;
+use crate::local::{ManifestError, ReadManifestError};
 use crate::resolve::InvalidSpec;
 
 /// The stable machine-readable code of a failed operation, as `-o json` answers name it.
@@ -207,6 +207,12 @@ impl From<InvalidSpec> for Error {
             message: error.to_string(),
             details: Some(("problems", problems)),
         }
+    }
+}
+
+impl From<ManifestError> for Error {
+    fn from(error: ManifestError) -> Self {
+        Self::new(ErrorCode::InvalidManifest, error.to_string())
     }
 }
 
