@@ -284,11 +284,14 @@ pub enum Command {
     /// Run the cluster controller (in the controller's Deployment).
     Controller(Box<controller::ControllerArgs>),
     /// In a pod's init container: install errand, stage the workdir, save `input_workdir`.
+    #[command(hide = true)]
     Stage(Box<pod::StageArgs>),
     /// In a pod's agent container: run the agent under errand's runner and save its results.
+    #[command(hide = true)]
     RunAgent(Box<pod::RunAgentArgs>),
     /// In a pod's extension container: after the agent's run succeeded, run the execution's
     /// extension and save its results.
+    #[command(hide = true)]
     RunExtension(Box<pod::RunExtensionArgs>),
     /// Print the output of a deployment's agent servers (on a cluster: its pods' agent
     /// containers, each line prefixed with its pod when there are several).
@@ -778,6 +781,18 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    #[test]
+    fn the_pod_commands_are_hidden_from_help() {
+        let cli = super::Cli::command();
+        for name in ["stage", "run-agent", "run-extension"] {
+            let command = cli.find_subcommand(name).expect("a pod command");
+            assert!(command.is_hide_set(), "{name} is listed in --help");
+        }
+        let help = cli.clone().render_help().to_string();
+        assert!(!help.contains("run-agent"), "{help}");
+        assert!(help.contains("execute"), "{help}");
+    }
 
     #[test]
     fn the_command_line_is_consistent() {
