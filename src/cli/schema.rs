@@ -31,7 +31,7 @@ use crate::retention::sweep_store::SweepReport;
 struct ErrorBody {
     /// Stable machine-readable code (`invalid_spec`, `not_found`, `invalid_state`, ...): one of
     /// [`ErrorCode`]'s values, each with a fixed exit code.
-    code: ErrorCode,
+    code: Code,
     /// What is wrong, naming the field.
     message: String,
     /// Each problem of an invalid spec, with its field path.
@@ -44,6 +44,16 @@ struct ErrorBody {
     refused: Option<Vec<Value>>,
     /// The deployment that failed (`deployment_failed`).
     deployment: Option<super::deploy::DeploymentView>,
+}
+
+/// An error answer's code: one of the codes errand gives today, listed with what each means;
+/// a reader still accepts a code it does not know, which a newer errand may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // Only its schema is used.
+enum Code {
+    Known(ErrorCode),
+    Other(String),
 }
 
 /// One successful answer type: its `type` and its payload's schema.
