@@ -2,7 +2,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::local::{Local, record_error, store_error};
+use super::local::Local;
 use super::output::{OutputArgs, human_size, print_ok};
 use super::target::Target;
 use crate::local::references::{ReferencesError, references};
@@ -55,7 +55,7 @@ async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
     let (store, references) = if target.is_local() {
         let local = Local::new(target)?;
         let references = references(&local.data).map_err(|e| match e {
-            ReferencesError::Record(e) => record_error(e),
+            ReferencesError::Record(e) => Error::from(e),
             unreadable @ ReferencesError::Unreadable { .. } => {
                 Error::new(ErrorCode::IoError, unreadable.to_string())
             }
@@ -76,7 +76,7 @@ async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
         Timestamp::now(),
     )
     .await
-    .map_err(store_error)?;
+    .map_err(Error::from)?;
     print_ok(args.output.format, "sweep", &report, || describe(&report));
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use jiff::Timestamp;
 
-use super::local::{Local, record_error, store_error};
+use super::local::Local;
 use super::output::{Format, OutputArgs, human_size, print_ok};
 use super::target::Target;
 use crate::local::gc::{GcError, GcReport, automatic_policy, collect, set_automatic_policy};
@@ -157,8 +157,8 @@ fn describe(report: &GcReport) -> String {
 
 fn gc_error(error: GcError) -> Error {
     match error {
-        GcError::Record(e) => record_error(e),
-        GcError::Store(e) => store_error(e),
+        GcError::Record(e) => Error::from(e),
+        GcError::Store(e) => Error::from(e),
         settings @ GcError::Settings { .. } => Error::new(ErrorCode::IoError, settings.to_string()),
     }
 }

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod deployment_supervisor;
@@ -25,17 +24,17 @@ use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::lifecycle::{self, LifecycleError};
 use crate::local::{
-    CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records,
-    RemoveError, SuperviseError, parse_document, prepare, remove_execution, results_of,
-    run_prepared, spawn_detached,
+    CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, Records, RemoveError,
+    SuperviseError, parse_document, prepare, remove_execution, results_of, run_prepared,
+    spawn_detached,
 };
-use crate::ops::{Error, ErrorCode};
+use crate::ops::{Error, ErrorCode, download_from_store};
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
 use crate::runner::signals::cancel_on_stop_signal;
-use crate::store::keys::{AnyResult, ExecutionId};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
+use crate::store::keys::AnyResult;
 
 /// Why a local run takes no webhook: its signing key is a Kubernetes Secret, which only the
 /// cluster's controller reads, and the local sinks already reach any endpoint.
@@ -94,7 +93,7 @@ impl Local {
 
     /// The store.
     pub fn store(&self) -> Result<Store, Error> {
-        Store::open(&self.store_url).map_err(store_error)
+        Store::open(&self.store_url).map_err(Error::from)
     }
 
     fn log_path(&self, name: &str, stream: LogStream) -> PathBuf {
@@ -112,12 +111,12 @@ impl Local {
     /// results and exited.
     async fn stop(&self, name: &str) -> Result<ExecutionRecord, Error> {
         let records = self.records();
-        let mut record = records.read(&self.namespace, name).map_err(record_error)?;
+        let mut record = records.read(&self.namespace, name).map_err(Error::from)?;
         if record.phase.is_terminal() {
             return Ok(record);
         }
         record.cancel_requested = true;
-        records.write(&record).map_err(record_error)?;
+        records.write(&record).map_err(Error::from)?;
         let alive = records
             .supervisor_pid(&self.namespace, name)
             .is_some_and(|pid| {
@@ -135,11 +134,11 @@ impl Local {
             };
             record.set_outcome(&outcome);
             record.completed_at = Some(jiff::Timestamp::now());
-            records.write(&record).map_err(record_error)?;
+            records.write(&record).map_err(Error::from)?;
             return Ok(record);
         }
         let record = loop {
-            let record = records.read(&self.namespace, name).map_err(record_error)?;
+            let record = records.read(&self.namespace, name).map_err(Error::from)?;
             if record.phase.is_terminal() {
                 break record;
             }
@@ -162,7 +161,7 @@ impl Local {
             .map_err(supervise_error)?;
         self.records()
             .read(&self.namespace, name)
-            .map_err(record_error)
+            .map_err(Error::from)
     }
 
     /// Keeps what the input flags gave a prepared execution: its standard input beside its
@@ -187,12 +186,12 @@ impl Local {
         if let Some(stdin) = &inputs.stdin {
             records
                 .write_stdin(&self.namespace, &record.name, stdin)
-                .map_err(record_error)?;
+                .map_err(Error::from)?;
             record.stdin_bytes = Some(stdin.len() as u64);
         }
         record.tags = inputs.tags.clone();
         record.env = inputs.shown_env();
-        records.write(&record).map_err(record_error)?;
+        records.write(&record).map_err(Error::from)?;
         Ok(record)
     }
 
@@ -247,7 +246,7 @@ impl Backend for Local {
     async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error> {
         self.records()
             .read_current(&self.namespace, name)
-            .map_err(record_error)
+            .map_err(Error::from)
     }
 
     async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error> {
@@ -270,9 +269,9 @@ impl Backend for Local {
         let records = self.records();
         let mut current = records
             .read(&self.namespace, &record.name)
-            .map_err(record_error)?;
+            .map_err(Error::from)?;
         current.notify = Some(args.apply(current.notify.clone().unwrap_or_default(), sizes)?);
-        records.write(&current).map_err(record_error)?;
+        records.write(&current).map_err(Error::from)?;
         Ok(current)
     }
 
@@ -284,9 +283,9 @@ impl Backend for Local {
         let records = self.records();
         let mut current = records
             .read(&self.namespace, &record.name)
-            .map_err(record_error)?;
+            .map_err(Error::from)?;
         current.tags = tags.to_vec();
-        records.write(&current).map_err(record_error)?;
+        records.write(&current).map_err(Error::from)?;
         Ok(current)
     }
 
@@ -314,7 +313,7 @@ impl Backend for Local {
         if !request.spec.held {
             return Ok(record);
         }
-        lifecycle::hold_created(&self.records(), record).map_err(record_error)
+        lifecycle::hold_created(&self.records(), record).map_err(Error::from)
     }
 
     async fn detach(
@@ -410,7 +409,7 @@ impl Backend for Local {
         result: AnyResult,
         file: &Path,
     ) -> Result<u64, Error> {
-        let (store, execution) = results_of(record).map_err(store_error)?;
+        let (store, execution) = results_of(record).map_err(Error::from)?;
         download_from_store(&store, &execution, &result, file).await
     }
 
@@ -442,7 +441,7 @@ impl Backend for Local {
         let records = self.records();
         let snapshot = records
             .snapshot(&self.namespace, &record.name)
-            .map_err(record_error)?;
+            .map_err(Error::from)?;
         let accepted =
             lifecycle::change_deadline(&records, record, snapshot.timeout_seconds, in_seconds)
                 .map_err(lifecycle_error)?;
@@ -483,8 +482,8 @@ impl Backend for Local {
         let removed = remove_execution(&self.records(), &record)
             .await
             .map_err(|e| match e {
-                RemoveError::Store(e) => store_error(e),
-                RemoveError::Record(e) => record_error(e),
+                RemoveError::Store(e) => Error::from(e),
+                RemoveError::Record(e) => Error::from(e),
             })?;
         Ok(Some(removed))
     }
@@ -550,7 +549,7 @@ impl Backend for Local {
         let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
-            .map_err(store_error)?;
+            .map_err(Error::from)?;
         for skipped in &pushed.skipped {
             eprintln!(
                 "warning: {} left out of the Fileset: {}: {}",
@@ -614,30 +613,6 @@ fn json_objects<T: serde::Serialize>(objects: &[T]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Streams one stored result of `execution` into `file`; returns its size. The local backend
-/// reads its own store; against a cluster only an operator's `--store` leads here.
-pub async fn download_from_store(
-    store: &Store,
-    execution: &ExecutionId,
-    result: &AnyResult,
-    file: &Path,
-) -> Result<u64, Error> {
-    let key = result.key(execution).map_err(|e| store_error(e.into()))?;
-    let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
-    let io_error =
-        |e: std::io::Error| Error::new(ErrorCode::IoError, format!("{}: {e}", file.display()));
-    let mut out = std::fs::File::create(file).map_err(io_error)?;
-    let mut size = 0u64;
-    while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| Error::new(ErrorCode::StoreError, format!("reading {key}: {e}")))?;
-        out.write_all(&chunk).map_err(io_error)?;
-        size += chunk.len() as u64;
-    }
-    out.sync_all().map_err(io_error)?;
-    Ok(size)
-}
-
 /// The size of the file at `path` and the excerpt `window` selects of it (a file not written
 /// yet is empty); reads only the bytes it shows.
 fn read_window(path: &Path, window: ByteWindow) -> std::io::Result<(u64, Excerpt)> {
@@ -679,27 +654,12 @@ fn process_running(pid: i32) -> bool {
     })
 }
 
-/// A store failure as a CLI error.
-pub fn store_error(error: StoreError) -> Error {
-    Error::new(ErrorCode::StoreError, error.to_string())
-}
-
-/// A record failure as a CLI error.
-pub fn record_error(error: RecordError) -> Error {
-    let code = match error {
-        RecordError::NotFound(..) => ErrorCode::NotFound,
-        RecordError::AlreadyExists(..) => ErrorCode::AlreadyExists,
-        RecordError::Io { .. } => ErrorCode::IoError,
-    };
-    Error::new(code, error.to_string())
-}
-
 /// A refused or failed lifecycle change as a CLI error.
 fn lifecycle_error(error: LifecycleError) -> Error {
     match error {
         LifecycleError::InvalidState(message) => Error::new(ErrorCode::InvalidState, message),
-        LifecycleError::Record(error) => record_error(error),
-        LifecycleError::Store(error) => store_error(error),
+        LifecycleError::Record(error) => Error::from(error),
+        LifecycleError::Store(error) => Error::from(error),
         LifecycleError::Io(error) => Error::new(ErrorCode::IoError, error.to_string()),
     }
 }
@@ -708,8 +668,8 @@ fn lifecycle_error(error: LifecycleError) -> Error {
 fn supervise_error(error: SuperviseError) -> Error {
     match error {
         SuperviseError::Invalid(invalid) => invalid.into(),
-        SuperviseError::Record(error) => record_error(error),
-        SuperviseError::Store(error) => store_error(error),
+        SuperviseError::Record(error) => Error::from(error),
+        SuperviseError::Store(error) => Error::from(error),
         other => Error::new(ErrorCode::IoError, other.to_string()),
     }
 }

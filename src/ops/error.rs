@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::local::{ManifestError, ReadManifestError};
+use crate::local::{ManifestError, ReadManifestError, RecordError};
 use crate::resolve::InvalidSpec;
+use crate::store::StoreError;
 
 /// The stable machine-readable code of a failed operation, as `-o json` answers name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -207,6 +208,23 @@ impl From<InvalidSpec> for Error {
             message: error.to_string(),
             details: Some(("problems", problems)),
         }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Self {
+        Self::new(ErrorCode::StoreError, error.to_string())
+    }
+}
+
+impl From<RecordError> for Error {
+    fn from(error: RecordError) -> Self {
+        let code = match error {
+            RecordError::NotFound(..) => ErrorCode::NotFound,
+            RecordError::AlreadyExists(..) => ErrorCode::AlreadyExists,
+            RecordError::Io { .. } => ErrorCode::IoError,
+        };
+        Self::new(code, error.to_string())
     }
 }
 

@@ -24,7 +24,6 @@ use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, Pus
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::listing::ExecutionFilter;
-use super::local::{download_from_store, store_error};
 use super::notify::NotifyArgs;
 use super::target::Target;
 use crate::api::contract::{
@@ -36,6 +35,7 @@ use crate::api::{
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::ops::download_from_store;
 use crate::ops::{Error, ErrorCode};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
@@ -259,7 +259,7 @@ impl Cluster {
         let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
-            .map_err(store_error)?;
+            .map_err(Error::from)?;
         warn_skipped(dir, &pushed.skipped);
         let status = FilesetStatus {
             digest: Some(format!("sha256:{}", pushed.digest)),
@@ -283,7 +283,7 @@ impl Cluster {
     fn operator_store(&self) -> Option<Result<Store, Error>> {
         self.store_url
             .as_deref()
-            .map(|url| Store::open(url).map_err(store_error))
+            .map(|url| Store::open(url).map_err(Error::from))
     }
 
     fn kind_api(&self, kind: ObjectKind) -> kube::Api<kube::core::DynamicObject> {
