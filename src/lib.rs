@@ -9,6 +9,7 @@ pub mod controller;
 pub mod dataapi;
 pub mod gateway;
 pub mod local;
+pub mod ops;
 pub mod resolve;
 pub mod retention;
 pub mod runner;

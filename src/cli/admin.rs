@@ -2,10 +2,11 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::local::{Local, record_error, store_error};
-use super::output::{CliError, OutputArgs, human_size, print_ok};
+use super::local::Local;
+use super::output::{OutputArgs, human_size, print_ok};
 use super::target::Target;
 use crate::local::references::{ReferencesError, references};
+use crate::ops::{Error, ErrorCode};
 use crate::retention::gc::parse_age;
 use crate::retention::sweep_store::{SweepReport, sweep_store};
 
@@ -43,20 +44,20 @@ impl AdminAction {
 }
 
 /// Runs an admin command against the local backend or the cluster.
-pub async fn admin(target: &Target, action: &AdminAction) -> Result<(), CliError> {
+pub async fn admin(target: &Target, action: &AdminAction) -> Result<(), Error> {
     match action {
         AdminAction::SweepStore(args) => sweep(target, args).await,
     }
 }
 
-async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), CliError> {
+async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
     // The references are read whole before the store is listed.
     let (store, references) = if target.is_local() {
         let local = Local::new(target)?;
         let references = references(&local.data).map_err(|e| match e {
-            ReferencesError::Record(e) => record_error(e),
+            ReferencesError::Record(e) => Error::from(e),
             unreadable @ ReferencesError::Unreadable { .. } => {
-                CliError::new("io_error", unreadable.to_string())
+                Error::new(ErrorCode::IoError, unreadable.to_string())
             }
         })?;
         (local.store()?, references)
@@ -75,7 +76,7 @@ async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), CliError> {
         Timestamp::now(),
     )
     .await
-    .map_err(store_error)?;
+    .map_err(Error::from)?;
     print_ok(args.output.format, "sweep", &report, || describe(&report));
     Ok(())
 }

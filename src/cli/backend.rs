@@ -13,9 +13,9 @@ use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::gateway_client::{GatewayArgs, GatewayClient};
 use super::listing::ExecutionFilter;
 use super::notify::NotifyArgs;
-use super::output::CliError;
 use crate::api::{AgentDeployment, Fileset, FilesetStatus, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
+use crate::ops::{Error, ErrorCode};
 use crate::store::keys::AnyResult;
 
 /// Which of the agent's output streams.
@@ -94,19 +94,19 @@ pub trait Backend: Send + Sync {
     fn namespace(&self) -> &str;
 
     /// The names of the executions in the namespace.
-    async fn execution_names(&self) -> Result<Vec<String>, CliError>;
+    async fn execution_names(&self) -> Result<Vec<String>, Error>;
 
     /// The record of the execution named exactly `name`, as it stands.
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError>;
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error>;
 
     /// The records of every execution in the namespace.
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError>;
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error>;
 
     /// The records of the executions `filter` selects.
     async fn find_executions(
         &self,
         filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, CliError> {
+    ) -> Result<Vec<ExecutionRecord>, Error> {
         let mut records = self.executions().await?;
         records.retain(|r| filter.matches(r));
         Ok(records)
@@ -117,14 +117,14 @@ pub trait Backend: Send + Sync {
         &self,
         record: &ExecutionRecord,
         tags: &[String],
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Applies `notify set`'s flags to a running execution's notification settings.
     async fn set_notify(
         &self,
         record: &ExecutionRecord,
         args: &NotifyArgs,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Creates the execution `request` describes, checked as the API server would check it
     /// (callers go through [`ExecutionRequest::create`], which also removes the workdir a
@@ -133,14 +133,14 @@ pub trait Backend: Send + Sync {
         &self,
         request: &ExecutionRequest,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Lets a created execution run without this process, and returns its record.
     async fn detach(
         &self,
         record: &ExecutionRecord,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Runs (or follows) a created execution until it ends, its output passed through when
     /// `passthrough`.
@@ -149,15 +149,11 @@ pub trait Backend: Send + Sync {
         record: &ExecutionRecord,
         args: &ExecuteArgs,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Follows an execution something else runs until it ends, printing its stdout as it grows
     /// when `print`; the final record carries the agent's response.
-    async fn watch(
-        &self,
-        record: &ExecutionRecord,
-        print: bool,
-    ) -> Result<ExecutionRecord, CliError>;
+    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error>;
 
     /// The last `lines` lines of the agent's `stream`, and which stream they are really from
     /// (`stdout`, `stderr`, or `stdout+stderr` where the two cannot be told apart).
@@ -166,7 +162,7 @@ pub trait Backend: Send + Sync {
         record: &ExecutionRecord,
         stream: LogStream,
         lines: usize,
-    ) -> Result<(&'static str, Vec<String>), CliError>;
+    ) -> Result<(&'static str, Vec<String>), Error>;
 
     /// The agent's output streams: their sizes as far as known without reading them, and with
     /// `window` the excerpt of each it selects.
@@ -174,10 +170,10 @@ pub trait Backend: Send + Sync {
         &self,
         record: &ExecutionRecord,
         window: Option<ByteWindow>,
-    ) -> Result<Vec<StreamOutput>, CliError>;
+    ) -> Result<Vec<StreamOutput>, Error>;
 
     /// The results saved so far, with size and sha256.
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError>;
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error>;
 
     /// Streams one result into `file`; returns its size.
     async fn download(
@@ -185,10 +181,10 @@ pub trait Backend: Send + Sync {
         record: &ExecutionRecord,
         result: AnyResult,
         file: &Path,
-    ) -> Result<u64, CliError>;
+    ) -> Result<u64, Error>;
 
     /// Asks a running execution to stop and waits until it has saved its results.
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError>;
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error>;
 
     /// Sends `signal` to a running execution: `SIGKILL` stops it without the agent's grace
     /// period and waits until its results are saved; any other signal but `SIGTERM` (which is
@@ -197,7 +193,7 @@ pub trait Backend: Send + Sync {
         &self,
         record: &ExecutionRecord,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Sets the deadline of an execution that has not ended to `in_seconds` from the moment the
     /// change is accepted, or with `None` back to the one `timeoutSeconds` gives.
@@ -205,14 +201,14 @@ pub trait Backend: Send + Sync {
         &self,
         record: &ExecutionRecord,
         in_seconds: Option<u64>,
-    ) -> Result<DeadlineChanged, CliError>;
+    ) -> Result<DeadlineChanged, Error>;
 
     /// Starts an execution `create` defined (phase `Created`).
     async fn start(
         &self,
         record: &ExecutionRecord,
         staging: &super::staging::StagingArgs,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Runs a finished execution again in place, from the same snapshot (local only: on a
     /// cluster a run happens at most once, and `rerun` makes a new execution).
@@ -220,32 +216,31 @@ pub trait Backend: Send + Sync {
         &self,
         record: &ExecutionRecord,
         staging: &super::staging::StagingArgs,
-    ) -> Result<ExecutionRecord, CliError>;
+    ) -> Result<ExecutionRecord, Error>;
 
     /// Deletes an execution with its results (stopping it first); returns how many stored
     /// results were removed, when the backend knows.
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError>;
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error>;
 
     /// Applies every document, all or nothing: each is checked before the first is stored.
-    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError>;
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, Error>;
 
     /// The Agents or AgentEnvironments of the namespace, or every AgentRuntime (cluster-scoped),
     /// as objects.
-    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError>;
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, Error>;
 
     /// Deletes one Agent, AgentEnvironment, AgentRuntime or Fileset.
-    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError>;
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), Error>;
 
     /// Packs `dir` and stores it as the content of Fileset `name` (by default
     /// `workdir-<digest prefix>`), creating the Fileset when it does not exist.
-    async fn push_fileset(&self, name: Option<&str>, dir: &Path)
-    -> Result<PushedFileset, CliError>;
+    async fn push_fileset(&self, name: Option<&str>, dir: &Path) -> Result<PushedFileset, Error>;
 
     /// Takes back what a push of this command added, for a command that fails after pushing.
     async fn undo_push(&self, pushed: &PushedFileset);
 
     /// The Filesets of the namespace.
-    async fn filesets(&self) -> Result<Vec<Fileset>, CliError>;
+    async fn filesets(&self) -> Result<Vec<Fileset>, Error>;
 
     /// Where AgentDeployments live.
     fn deployments(&self) -> &dyn Deployments;
@@ -259,13 +254,13 @@ pub trait Deployments: Send + Sync {
     async fn create_deployment(
         &self,
         deployment: &AgentDeployment,
-    ) -> Result<AgentDeployment, CliError>;
+    ) -> Result<AgentDeployment, Error>;
 
     /// The deployment named `name`.
-    async fn deployment(&self, name: &str) -> Result<AgentDeployment, CliError>;
+    async fn deployment(&self, name: &str) -> Result<AgentDeployment, Error>;
 
     /// Every deployment of the namespace.
-    async fn deployments(&self) -> Result<Vec<AgentDeployment>, CliError>;
+    async fn deployments(&self) -> Result<Vec<AgentDeployment>, Error>;
 
     /// Points deployment `name` at Agent `agent`, recording `replaced` as the Agent it
     /// replaces; with `dry_run` only checks that admission would accept it.
@@ -275,32 +270,32 @@ pub trait Deployments: Send + Sync {
         agent: &str,
         replaced: &str,
         dry_run: bool,
-    ) -> Result<(), CliError>;
+    ) -> Result<(), Error>;
 
     /// Forgets the replaced Agent a redeploy recorded on deployment `name`.
-    async fn forget_replaced_agent(&self, name: &str) -> Result<(), CliError>;
+    async fn forget_replaced_agent(&self, name: &str) -> Result<(), Error>;
 
     /// Deletes deployment `name` with its children and waits until they are gone.
-    async fn delete_deployment(&self, name: &str) -> Result<(), CliError>;
+    async fn delete_deployment(&self, name: &str) -> Result<(), Error>;
 
     /// A client of the gateway that reaches this backend's deployments: errand's gateway
     /// where `args` say (cluster), or one served in this process (local).
-    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, CliError>;
+    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, Error>;
 
     /// Follows the output of deployment `name`'s agent servers: the last `lines` lines, then
     /// (with `follow`) what they write until they stop or the command is interrupted.
-    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), CliError>;
+    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error>;
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.
-pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, CliError> {
+pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, Error> {
     let names = backend.execution_names().await?;
     let full = find_by_prefix(&names, name, backend.namespace())?;
     backend.execution(&full).await
 }
 
 /// `prefix` itself when it is one of `names`, else the only name starting with it.
-pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result<String, CliError> {
+pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result<String, Error> {
     if names.iter().any(|n| n == prefix) {
         return Ok(prefix.to_owned());
     }
@@ -310,15 +305,15 @@ pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result
         .filter(|n| n.starts_with(prefix))
         .collect();
     match matches.as_slice() {
-        [] => Err(CliError::new(
-            "not_found",
+        [] => Err(Error::new(
+            ErrorCode::NotFound,
             format!(
                 "no execution named {prefix:?} (or starting with it) in namespace {namespace:?}"
             ),
         )),
         [one] => Ok((*one).to_owned()),
-        many => Err(CliError::new(
-            "ambiguous_name",
+        many => Err(Error::new(
+            ErrorCode::AmbiguousName,
             format!(
                 "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}",
                 many.join(", ")

@@ -10,9 +10,10 @@ use super::answers::{
 use super::backend::{Backend, Document, LogStream, find};
 use super::execute::{ExecuteArgs, spec_from_args};
 use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
-use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use super::output::{Format, OutputArgs, human_size, print_ok};
 use super::show::{parse_result_name, print_record, print_results, record_outcome};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+use crate::ops::{Error, ErrorCode};
 
 /// What to do with Agents, AgentEnvironments or AgentRuntimes.
 #[derive(Debug, clap::Subcommand)]
@@ -40,12 +41,12 @@ pub enum CatalogAction {
 /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
 /// record with the response and excerpts of its output; `--until` observes it for a bounded
 /// time instead, `--no-wait` not at all.
-pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), CliError> {
+pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Error> {
     let format = args.output.format;
     let request = spec_from_args(args, backend).await?;
     if request.spec.held {
         request.abandon(backend).await;
-        return Err(CliError::argument(
+        return Err(Error::argument(
             "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
         ));
     }
@@ -78,7 +79,7 @@ pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Cl
 
 /// `errand status NAME`: the record, with the sizes of the agent's output streams (read from
 /// their sizes alone, never from the logs).
-pub async fn status(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+pub async fn status(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let view = with_sizes(backend, record).await?;
     print_ok(output.format, "execution", &view, || {
@@ -94,7 +95,7 @@ pub async fn watch(
     name: &str,
     excerpt: &super::observe::ExcerptArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let done = backend
         .watch(&record, output.format == Format::Human)
@@ -110,7 +111,7 @@ pub async fn tail(
     lines: usize,
     stderr: bool,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let stream = if stderr {
         LogStream::Stderr
@@ -132,7 +133,7 @@ pub async fn results_list(
     backend: &dyn Backend,
     name: &str,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let record = find(backend, name).await?;
     print_results(output.format, &backend.results(&record).await?);
     Ok(())
@@ -146,7 +147,7 @@ pub async fn results_download(
     name: &str,
     file: Option<PathBuf>,
     format: Format,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let result = parse_result_name(result)?;
     let record = find(backend, name).await?;
     let file = file.unwrap_or_else(|| PathBuf::from(result.file_name()));
@@ -165,11 +166,11 @@ pub async fn results_download(
 }
 
 /// `errand cancel NAME`: stops it and waits until its partial results are saved.
-pub async fn cancel(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+pub async fn cancel(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), Error> {
     let record = find(backend, name).await?;
     if record.phase.is_terminal() {
-        return Err(CliError::new(
-            "already_finished",
+        return Err(Error::new(
+            ErrorCode::AlreadyFinished,
             format!(
                 "execution {} already ended {:?}; there is nothing to cancel",
                 record.name, record.phase
@@ -185,7 +186,7 @@ pub async fn cancel(backend: &dyn Backend, name: &str, output: OutputArgs) -> Re
 }
 
 /// `errand delete NAME`: stops it if it runs, then removes it with its results.
-pub async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), CliError> {
+pub async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let removed = backend.delete(&record).await?;
     let name = record.name;
@@ -205,13 +206,12 @@ pub async fn apply(
     backend: &dyn Backend,
     files: &[PathBuf],
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let mut documents = Vec::new();
     for file in files {
-        let text = read_manifest_file(file).map_err(|e| CliError::manifest_file("-f", e))?;
+        let text = read_manifest_file(file).map_err(|e| Error::manifest_file("-f", e))?;
         let source = file.display().to_string();
-        let objects =
-            manifest_documents(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;
+        let objects = manifest_documents(&text, &source)?;
         documents.extend(
             objects
                 .into_iter()
@@ -240,7 +240,7 @@ pub async fn objects(
     kind: ObjectKind,
     action: Option<&CatalogAction>,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     match action.unwrap_or(&CatalogAction::List) {
         CatalogAction::List => {
             let objects = backend.objects(kind).await?;
@@ -260,7 +260,7 @@ pub async fn objects(
             });
         }
         CatalogAction::Create { .. } => {
-            return Err(CliError::argument(format!(
+            return Err(Error::argument(format!(
                 "create makes Agents only; apply {} manifests with `errand apply -f`",
                 kind.plural()
             )));
@@ -271,19 +271,18 @@ pub async fn objects(
 }
 
 /// The Agent `name` wrapping the bare agent config in `file`, to apply as `apply` applies one.
-pub(super) fn agent_from_config(name: &str, file: &Path) -> Result<Document, CliError> {
-    let text =
-        read_manifest_file(file).map_err(|e| CliError::manifest_file("--agent-config", e))?;
+pub(super) fn agent_from_config(name: &str, file: &Path) -> Result<Document, Error> {
+    let text = read_manifest_file(file).map_err(|e| Error::manifest_file("--agent-config", e))?;
     let source = format!("--agent-config {}", file.display());
     let config: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-        CliError::new(
-            "invalid_manifest",
+        Error::new(
+            ErrorCode::InvalidManifest,
             format!("{source}: not valid YAML or JSON: {e}"),
         )
     })?;
     if config.get("kind").is_some() || config.get("apiVersion").is_some() {
-        return Err(CliError::new(
-            "invalid_manifest",
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
             format!(
                 "{source}: --agent-config takes a bare agent config (config_format, name, ...), not a manifest; apply manifests with `errand apply -f`"
             ),
@@ -304,7 +303,7 @@ pub async fn delete_object(
     kind: ObjectKind,
     name: &str,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     backend.delete_object(kind, name).await?;
     let answer = DeletedObject {
         kind: kind.kind(),
@@ -322,11 +321,10 @@ pub async fn push(
     name: &str,
     dir: &Path,
     output: OutputArgs,
-) -> Result<(), CliError> {
-    crate::resolve::object_name(name)
-        .map_err(|e| CliError::argument(format!("fileset name: {e}")))?;
+) -> Result<(), Error> {
+    crate::resolve::object_name(name).map_err(|e| Error::argument(format!("fileset name: {e}")))?;
     if !dir.is_dir() {
-        return Err(CliError::argument(format!(
+        return Err(Error::argument(format!(
             "{}: not a directory",
             dir.display()
         )));
@@ -349,7 +347,7 @@ pub async fn push(
 }
 
 /// `errand filesets list`.
-pub async fn list_filesets(backend: &dyn Backend, output: OutputArgs) -> Result<(), CliError> {
+pub async fn list_filesets(backend: &dyn Backend, output: OutputArgs) -> Result<(), Error> {
     let filesets = backend.filesets().await?;
     print_ok(output.format, "filesets", &filesets, || {
         let mut out = format!("{:<32} {:>7} {:>10}  DIGEST", "NAME", "FILES", "SIZE");

@@ -4,10 +4,11 @@ use super::answers::{ExecutionView, Killed};
 use super::backend::{Backend, find};
 use super::execute::{ExecuteArgs, spec_from_args};
 use super::observe::with_sizes;
-use super::output::{CliError, OutputArgs, print_ok};
+use super::output::{OutputArgs, print_ok};
 use super::show::print_record;
 use super::staging::StagingArgs;
 use crate::api::MAX_TIMEOUT_SECONDS;
+use crate::ops::{Error, ErrorCode};
 use crate::runner::control::parse_signal;
 
 /// Flags of `errand kill`.
@@ -62,12 +63,12 @@ impl DeadlineAction {
 }
 
 /// `errand kill NAME --signal SIG`.
-pub async fn kill(backend: &dyn Backend, args: &KillArgs) -> Result<(), CliError> {
+pub async fn kill(backend: &dyn Backend, args: &KillArgs) -> Result<(), Error> {
     use nix::sys::signal::Signal;
     let record = find(backend, &args.name).await?;
     if record.phase.is_terminal() {
-        return Err(CliError::new(
-            "invalid_state",
+        return Err(Error::new(
+            ErrorCode::InvalidState,
             format!(
                 "execution {} already ended {:?}; there is nothing to signal",
                 record.name, record.phase
@@ -98,7 +99,7 @@ pub async fn kill(backend: &dyn Backend, args: &KillArgs) -> Result<(), CliError
 }
 
 /// `errand deadline set|clear NAME`.
-pub async fn deadline(backend: &dyn Backend, action: &DeadlineAction) -> Result<(), CliError> {
+pub async fn deadline(backend: &dyn Backend, action: &DeadlineAction) -> Result<(), Error> {
     let (name, in_seconds) = match action {
         DeadlineAction::Set {
             name, in_seconds, ..
@@ -124,9 +125,9 @@ pub async fn deadline(backend: &dyn Backend, action: &DeadlineAction) -> Result<
 
 /// `errand create`: defines an execution as `execute` would, without starting it (phase
 /// `Created`).
-pub async fn create(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), CliError> {
+pub async fn create(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Error> {
     if args.no_wait || args.until.is_some() || args.forever {
-        return Err(CliError::argument(
+        return Err(Error::argument(
             "--no-wait, --until and --forever: create starts nothing to wait for; `errand start NAME` starts it",
         ));
     }
@@ -155,7 +156,7 @@ pub async fn start(
     restart: bool,
     staging: &StagingArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let record = if restart {
         backend.restart(&record, staging).await?

@@ -19,7 +19,7 @@ use crate::store::Store;
 use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::WebhookOptions;
 
-use super::CliError;
+use crate::ops::{Error, ErrorCode};
 
 /// Options of `errand controller`.
 #[derive(Debug, clap::Args)]
@@ -181,7 +181,7 @@ impl ControllerArgs {
     }
 
     /// Where the certificate of the HTTPS endpoints comes from, if any is served.
-    fn certificates(&self) -> Result<Option<Certificates>, CliError> {
+    fn certificates(&self) -> Result<Option<Certificates>, Error> {
         if self.webhook_listen.is_none() && self.data_api_listen.is_none() {
             return Ok(None);
         }
@@ -189,8 +189,8 @@ impl ControllerArgs {
             return Ok(Some(Certificates::Files(dir.clone())));
         }
         let missing = |what: &str| {
-            CliError::new(
-                "invalid_config",
+            Error::new(
+                ErrorCode::InvalidConfig,
                 format!(
                     "--webhook-listen and --data-api-listen need either --serving-cert-dir \
                      (cert-manager) or a self-signed certificate, for which {what}"
@@ -221,11 +221,11 @@ impl ControllerArgs {
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
-pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
+pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     init_json_logs();
     let certificates = args.certificates()?;
     let results = Store::open(&args.store)
-        .map_err(|e| CliError::new("invalid_config", format!("opening the store: {e}")))?;
+        .map_err(|e| Error::new(ErrorCode::InvalidConfig, format!("opening the store: {e}")))?;
     let signing = url_signing(
         &results,
         &args.blob_url,
@@ -233,7 +233,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     )?;
     let client = kube::Client::try_default()
         .await
-        .map_err(|e| CliError::new("cluster_unreachable", format!("connecting: {e}")))?;
+        .map_err(|e| Error::new(ErrorCode::ClusterUnreachable, format!("connecting: {e}")))?;
     let identity = args
         .identity
         .clone()
@@ -295,7 +295,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), CliError> {
     };
     run(client, options, stop_signal())
         .await
-        .map_err(|e| CliError::new("controller_stopped", e.to_string()))
+        .map_err(|e| Error::new(ErrorCode::ControllerStopped, e.to_string()))
 }
 
 /// A Secret or ServiceAccount name, checked as the API server would.
@@ -316,7 +316,7 @@ fn url_signing(
     store: &Store,
     blob_url: &str,
     signing_key: Option<&str>,
-) -> Result<UrlSigning, CliError> {
+) -> Result<UrlSigning, Error> {
     if let Some(presigned) = store.presigned_signer() {
         return Ok(UrlSigning {
             signer: Arc::new(presigned),
@@ -324,8 +324,8 @@ fn url_signing(
         });
     }
     let invalid = |message: &str| {
-        CliError::new(
-            "invalid_config",
+        Error::new(
+            ErrorCode::InvalidConfig,
             format!("the file:// store {} needs {message}", store.url()),
         )
     };

@@ -15,10 +15,11 @@ use sha2::{Digest, Sha256};
 use super::backend::{Backend, Deployments, Document};
 use super::commands::agent_from_config;
 use super::gateway_client::GatewayArgs;
-use super::output::{CliError, OutputArgs, print_ok};
+use super::output::{OutputArgs, print_ok};
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::api::{AgentDeployment, DeploymentPhase};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+use crate::ops::{Error, ErrorCode};
 
 /// How often waiting commands look at a deployment again.
 const POLL: Duration = Duration::from_millis(500);
@@ -189,7 +190,7 @@ pub struct Redeployed {
 
 /// `errand deploy`: creates the deployment and, unless `--no-wait`, waits until it is Ready
 /// (exit 0) or Failed (non-zero, with its message).
-pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), CliError> {
+pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), Error> {
     let deployments = backend.deployments();
     let mut spec = json!({
         "agentRef": {"name": args.agent},
@@ -210,7 +211,7 @@ pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), CliE
         "metadata": {"name": args.name, "namespace": backend.namespace()},
         "spec": spec,
     }))
-    .map_err(|e| CliError::argument(format!("the deployment: {e}")))?;
+    .map_err(|e| Error::argument(format!("the deployment: {e}")))?;
     let created = deployments.create_deployment(&deployment).await?;
     let shown = if args.no_wait {
         created
@@ -221,10 +222,7 @@ pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), CliE
 }
 
 /// `errand deployments list|get|wait`.
-pub async fn deployments(
-    backend: &dyn Backend,
-    action: &DeploymentsAction,
-) -> Result<(), CliError> {
+pub async fn deployments(backend: &dyn Backend, action: &DeploymentsAction) -> Result<(), Error> {
     let deployments = backend.deployments();
     match action {
         DeploymentsAction::List { output } => {
@@ -255,7 +253,7 @@ pub async fn deployments(
 }
 
 /// Prints a deployment that settled; a Failed one is an error carrying it.
-fn print_deployment(output: OutputArgs, deployment: &AgentDeployment) -> Result<(), CliError> {
+fn print_deployment(output: OutputArgs, deployment: &AgentDeployment) -> Result<(), Error> {
     let view = DeploymentView::of(deployment);
     if view.phase == Some(DeploymentPhase::Failed) {
         return Err(failed(&view));
@@ -264,9 +262,9 @@ fn print_deployment(output: OutputArgs, deployment: &AgentDeployment) -> Result<
     Ok(())
 }
 
-fn failed(view: &DeploymentView) -> CliError {
-    CliError {
-        code: "deployment_failed",
+fn failed(view: &DeploymentView) -> Error {
+    Error {
+        code: ErrorCode::DeploymentFailed,
         message: format!(
             "AgentDeployment {:?} is Failed: {}",
             view.name,
@@ -277,7 +275,7 @@ fn failed(view: &DeploymentView) -> CliError {
 }
 
 /// Waits until deployment `name` is Ready or Failed for its current spec.
-async fn settled(deployments: &dyn Deployments, name: &str) -> Result<AgentDeployment, CliError> {
+async fn settled(deployments: &dyn Deployments, name: &str) -> Result<AgentDeployment, Error> {
     loop {
         let deployment = deployments.deployment(name).await?;
         if settled_phase(&deployment).is_some() {
@@ -304,15 +302,15 @@ pub async fn undeploy(
     name: Option<&str>,
     agent: Option<&str>,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let deployments = backend.deployments();
     let names = match (name, agent) {
         (Some(name), _) => vec![name.to_owned()],
         (None, Some(agent)) => {
             let names = serving(&deployments.deployments().await?, agent);
             if names.is_empty() {
-                return Err(CliError::new(
-                    "not_found",
+                return Err(Error::new(
+                    ErrorCode::NotFound,
                     format!(
                         "no AgentDeployment serves Agent {agent:?} in namespace {:?}",
                         backend.namespace()
@@ -321,7 +319,7 @@ pub async fn undeploy(
             }
             names
         }
-        (None, None) => return Err(CliError::argument("name a deployment, or --agent")),
+        (None, None) => return Err(Error::argument("name a deployment, or --agent")),
     };
     for name in &names {
         deployments.delete_deployment(name).await?;
@@ -372,7 +370,7 @@ pub struct RedeployArgs {
 /// admission dry run), so an invalid one changes nothing and is removed again; then the
 /// deployment is pointed at it, rolls, and once Ready the Agent it replaced is removed when no
 /// deployment references it any more. Run again after an interruption, it finishes the job.
-pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), CliError> {
+pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), Error> {
     let deployments = backend.deployments();
     let deployment = deployments.deployment(&args.name).await?;
     let mut document = new_agent(args)?;
@@ -417,7 +415,7 @@ pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), 
         if serving(&deployments.deployments().await?, old).is_empty() {
             match backend.delete_object(ObjectKind::Agent, old).await {
                 Ok(()) => replaced_removed = true,
-                Err(e) if e.code == "not_found" => replaced_removed = true,
+                Err(e) if e.code == ErrorCode::NotFound => replaced_removed = true,
                 Err(e) => return Err(e),
             }
         }
@@ -448,15 +446,14 @@ pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), 
 }
 
 /// The new Agent's document as `--agent-config` or `-f` give it (named later).
-fn new_agent(args: &RedeployArgs) -> Result<Document, CliError> {
+fn new_agent(args: &RedeployArgs) -> Result<Document, Error> {
     let Some(file) = &args.filename else {
         let config = args.agent_config.as_deref().expect("clap requires one");
         return agent_from_config("new", config);
     };
-    let text = read_manifest_file(file).map_err(|e| CliError::manifest_file("-f", e))?;
+    let text = read_manifest_file(file).map_err(|e| Error::manifest_file("-f", e))?;
     let source = format!("-f {}", file.display());
-    let documents =
-        manifest_documents(&text, &source).map_err(|e| CliError::new("invalid_manifest", e))?;
+    let documents = manifest_documents(&text, &source)?;
     match documents.as_slice() {
         [agent] if agent["kind"] == "Agent" => Ok(Document {
             source,
@@ -465,8 +462,8 @@ fn new_agent(args: &RedeployArgs) -> Result<Document, CliError> {
                 "metadata": {"name": "new"}, "spec": agent["spec"],
             }),
         }),
-        _ => Err(CliError::new(
-            "invalid_manifest",
+        _ => Err(Error::new(
+            ErrorCode::InvalidManifest,
             format!("{source}: redeploy takes exactly one document, an Agent"),
         )),
     }
@@ -487,7 +484,7 @@ pub async fn invoke(
     input: &str,
     gateway: &GatewayArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let client = backend.deployments().gateway(gateway).await?;
     let path = format!("{}/invoke", target.path(backend.namespace()));
     let answer = client.post(&path, &json!({"input": input})).await?;
@@ -507,7 +504,7 @@ pub async fn chat(
     message: &str,
     gateway: &GatewayArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let client = backend.deployments().gateway(gateway).await?;
     let path = format!("{}/chat", target.path(backend.namespace()));
     let body = json!({"session": session, "message": message});
@@ -526,7 +523,7 @@ pub async fn sessions(
     target: &GatewayTarget,
     gateway: &GatewayArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let client = backend.deployments().gateway(gateway).await?;
     let path = format!("{}/sessions", target.path(backend.namespace()));
     let answer = client.get(&path).await?;

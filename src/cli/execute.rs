@@ -4,12 +4,13 @@ use std::path::{Path, PathBuf};
 
 use super::backend::{Backend, PushedFileset};
 use super::inputs::{RunInputs, add_env, piped_stdin, read_inputs};
-use super::output::{CliError, OutputArgs};
+use super::output::OutputArgs;
 use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
     DocumentError, ExecutionRecord, ManifestObject, parse_document, parse_manifests,
     read_manifest_file,
 };
+use crate::ops::{Error, ErrorCode};
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
@@ -83,15 +84,15 @@ pub struct ExecuteArgs {
 fn base_spec(
     args: &ExecuteArgs,
     namespace: &str,
-) -> Result<(AgentExecutionSpec, Option<String>), CliError> {
+) -> Result<(AgentExecutionSpec, Option<String>), Error> {
     let (text, source) = match (&args.spec, &args.spec_file) {
         (Some(json), _) => (json.clone(), "--spec".to_owned()),
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
         (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
     let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-        CliError::new(
-            "invalid_manifest",
+        Error::new(
+            ErrorCode::InvalidManifest,
             format!("{source}: not valid YAML or JSON: {e}"),
         )
     })?;
@@ -100,15 +101,15 @@ fn base_spec(
             Ok(ManifestObject::Execution(execution)) => {
                 Ok((execution.spec, execution.metadata.name))
             }
-            Ok(_) => Err(CliError::new(
-                "invalid_manifest",
+            Ok(_) => Err(Error::new(
+                ErrorCode::InvalidManifest,
                 format!("{source}: expected an AgentExecution"),
             )),
             Err(DocumentError::Invalid { kind, problems, .. }) if kind == "AgentExecution" => {
                 Err(InvalidSpec { problems }.into())
             }
-            Err(error) => Err(CliError::new(
-                "invalid_manifest",
+            Err(error) => Err(Error::new(
+                ErrorCode::InvalidManifest,
                 format!("{source}: {error}"),
             )),
         };
@@ -117,8 +118,8 @@ fn base_spec(
 }
 
 /// A manifest file's text, refused when it is larger than the API server would take.
-fn read_text(path: &Path, flag: &str) -> Result<String, CliError> {
-    read_manifest_file(path).map_err(|e| CliError::manifest_file(flag, e))
+fn read_text(path: &Path, flag: &str) -> Result<String, Error> {
+    read_manifest_file(path).map_err(|e| Error::manifest_file(flag, e))
 }
 
 /// Whether a flag value names a manifest file rather than an object.
@@ -138,16 +139,15 @@ fn manifest_file_object<T>(
     flag: &str,
     what: &str,
     pick: impl FnOnce(ManifestObject) -> Option<T>,
-) -> Result<Option<T>, CliError> {
+) -> Result<Option<T>, Error> {
     if !is_manifest_file(value) {
         return Ok(None);
     }
     let text = read_text(Path::new(value), flag)?;
-    let mut objects =
-        parse_manifests(&text, value).map_err(|e| CliError::new("invalid_manifest", e))?;
+    let mut objects = parse_manifests(&text, value)?;
     if objects.len() != 1 {
-        return Err(CliError::new(
-            "invalid_manifest",
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
             format!(
                 "{flag} {value}: expected exactly one object, found {}",
                 objects.len()
@@ -156,7 +156,7 @@ fn manifest_file_object<T>(
     }
     pick(objects.remove(0))
         .map(Some)
-        .ok_or_else(|| CliError::argument(format!("{flag} {value}: the file does not hold {what}")))
+        .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
 /// The spec from `--spec`/`--spec-file` with the flags applied: the execution's name (`--name`,
@@ -185,7 +185,7 @@ impl ExecutionRequest {
         &self,
         backend: &dyn Backend,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let created = backend.create(self, args).await;
         if created.is_err() {
             self.abandon(backend).await;
@@ -205,7 +205,7 @@ async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
 pub async fn spec_from_args(
     args: &ExecuteArgs,
     backend: &dyn Backend,
-) -> Result<ExecutionRequest, CliError> {
+) -> Result<ExecutionRequest, Error> {
     let namespace = backend.namespace();
     let inputs = read_inputs(&args.inputs, piped_stdin)?;
     let (mut spec, name) = base_spec(args, namespace)?;
@@ -228,7 +228,7 @@ async fn apply_flags(
     args: &ExecuteArgs,
     namespace: &str,
     spec: &mut AgentExecutionSpec,
-) -> Result<Option<PushedFileset>, CliError> {
+) -> Result<Option<PushedFileset>, Error> {
     let in_namespace = |reference: &str, flag: &str| {
         workspace_name(reference, flag, namespace).map_err(|p| InvalidSpec { problems: vec![p] })
     };
@@ -292,7 +292,7 @@ async fn apply_flags(
 
 /// Refuses a `--workdir.base-workdir` that reads as a path (`/…`, `./…`, `../…`, `~…`) but
 /// names no directory, which would otherwise be taken for a `namespace/fileset` reference.
-fn refuse_missing_directory(base: &str) -> Result<(), CliError> {
+fn refuse_missing_directory(base: &str) -> Result<(), Error> {
     let looks_like_path = ["/", "./", "../", "~"].iter().any(|p| base.starts_with(p))
         || base.split('#').next().unwrap_or(base).matches('/').count() > 1;
     let path = Path::new(base);
@@ -304,7 +304,7 @@ fn refuse_missing_directory(base: &str) -> Result<(), CliError> {
     } else {
         "does not exist"
     };
-    Err(CliError::argument(format!(
+    Err(Error::argument(format!(
         "--workdir.base-workdir {base}: the directory {what} (give a directory to push, or a Fileset as NAME[#PATH/])"
     )))
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::output::CliError;
+use crate::ops::{Error, ErrorCode};
 
 /// Where the gateway is and who calls it.
 #[derive(Clone, Debug, clap::Args)]
@@ -31,22 +31,22 @@ pub struct GatewayClient {
 
 impl GatewayClient {
     /// A client as `args` say, with `token` (the kubeconfig user's) when `args` name none.
-    pub fn new(args: &GatewayArgs, token: Option<String>) -> Result<Self, CliError> {
+    pub fn new(args: &GatewayArgs, token: Option<String>) -> Result<Self, Error> {
         let base = args.gateway.clone().ok_or_else(|| {
-            CliError::argument(
+            Error::argument(
                 "--gateway: the gateway's URL is required (or ERRAND_GATEWAY), e.g. after \
                  `kubectl port-forward -n errand-system svc/errand 9443:gateway`",
             )
         })?;
         let url = reqwest::Url::parse(&base)
-            .map_err(|e| CliError::argument(format!("--gateway {base:?}: {e}")))?;
+            .map_err(|e| Error::argument(format!("--gateway {base:?}: {e}")))?;
         if !matches!(url.scheme(), "http" | "https") {
-            return Err(CliError::argument(format!(
+            return Err(Error::argument(format!(
                 "--gateway {base:?}: the scheme must be http or https"
             )));
         }
         let token = args.gateway_token.clone().or(token).ok_or_else(|| {
-            CliError::argument(
+            Error::argument(
                 "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
                      user has none (or ERRAND_GATEWAY_TOKEN)",
             )
@@ -54,14 +54,14 @@ impl GatewayClient {
         let mut builder = reqwest::Client::builder();
         if let Some(path) = &args.gateway_ca {
             let pem = std::fs::read(path)
-                .map_err(|e| CliError::argument(format!("--gateway-ca {}: {e}", path.display())))?;
+                .map_err(|e| Error::argument(format!("--gateway-ca {}: {e}", path.display())))?;
             let ca = reqwest::Certificate::from_pem(&pem)
-                .map_err(|e| CliError::argument(format!("--gateway-ca {}: {e}", path.display())))?;
+                .map_err(|e| Error::argument(format!("--gateway-ca {}: {e}", path.display())))?;
             builder = builder.add_root_certificate(ca);
         }
         let http = builder
             .build()
-            .map_err(|e| CliError::new("internal", format!("the HTTP client: {e}")))?;
+            .map_err(|e| Error::new(ErrorCode::Internal, format!("the HTTP client: {e}")))?;
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_owned(),
@@ -79,7 +79,7 @@ impl GatewayClient {
     }
 
     /// `POST path` with a JSON body; the JSON answer.
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, Error> {
         let request = self
             .http
             .post(format!("{}{path}", self.base))
@@ -89,27 +89,29 @@ impl GatewayClient {
     }
 
     /// `GET path`; the JSON answer.
-    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
+    pub async fn get(&self, path: &str) -> Result<Value, Error> {
         self.send(self.http.get(format!("{}{path}", self.base)))
             .await
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, Error> {
         let request = match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
         };
         let response = request.send().await.map_err(|e| {
-            CliError::new(
-                "gateway_unreachable",
+            Error::new(
+                ErrorCode::GatewayUnreachable,
                 format!("the gateway at {}: {e}", self.base),
             )
         })?;
         let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| CliError::new("gateway_error", format!("the gateway's answer: {e}")))?;
+        let text = response.text().await.map_err(|e| {
+            Error::new(
+                ErrorCode::GatewayError,
+                format!("the gateway's answer: {e}"),
+            )
+        })?;
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(body);
@@ -117,18 +119,18 @@ impl GatewayClient {
         let message = body["error"]["message"]
             .as_str()
             .map_or_else(|| body.to_string(), str::to_owned);
-        Err(CliError::new(gateway_code(status.as_u16()), message))
+        Err(Error::new(gateway_code(status.as_u16()), message))
     }
 }
 
 /// The command line's error code of a gateway refusal.
-fn gateway_code(status: u16) -> &'static str {
+fn gateway_code(status: u16) -> ErrorCode {
     match status {
-        400 | 413 => "invalid_argument",
-        401 => "unauthorized",
-        403 => "forbidden",
-        404 => "not_found",
-        503 => "not_ready",
-        _ => "gateway_error",
+        400 | 413 => ErrorCode::InvalidArgument,
+        401 => ErrorCode::Unauthorized,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        503 => ErrorCode::NotReady,
+        _ => ErrorCode::GatewayError,
     }
 }

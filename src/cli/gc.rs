@@ -2,10 +2,11 @@
 
 use jiff::Timestamp;
 
-use super::local::{Local, record_error, store_error};
-use super::output::{CliError, Format, OutputArgs, human_size, print_ok};
+use super::local::Local;
+use super::output::{Format, OutputArgs, human_size, print_ok};
 use super::target::Target;
 use crate::local::gc::{GcError, GcReport, automatic_policy, collect, set_automatic_policy};
+use crate::ops::{Error, ErrorCode};
 use crate::retention::gc::{GcPolicy, parse_age, parse_size};
 
 /// Options of `errand gc`.
@@ -48,10 +49,10 @@ impl GcArgs {
 
 /// `errand gc`: in `--namespace` if given, else in every namespace. Without limits it applies
 /// the automatic gc's.
-pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), CliError> {
+pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), Error> {
     if !target.is_local() {
-        return Err(CliError::new(
-            "local_only",
+        return Err(Error::new(
+            ErrorCode::LocalOnly,
             "errand gc collects local executions (pass --local); on a cluster, finished \
              executions go when their ttlSecondsAfterFinished runs out",
         ));
@@ -60,7 +61,7 @@ pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), CliError> {
     let mut policy = args.policy();
     if args.automatic {
         if policy.is_empty() {
-            return Err(CliError::argument(
+            return Err(Error::argument(
                 "--automatic needs at least one of --older-than, --max-executions or --max-bytes",
             ));
         }
@@ -82,7 +83,7 @@ pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), CliError> {
         policy = automatic_policy(&local.data)
             .map_err(gc_error)?
             .ok_or_else(|| {
-                CliError::argument(
+                Error::argument(
                     "errand gc needs at least one of --older-than, --max-executions or \
                      --max-bytes (or automatic limits saved with --automatic)",
                 )
@@ -154,10 +155,10 @@ fn describe(report: &GcReport) -> String {
     lines.join("\n")
 }
 
-fn gc_error(error: GcError) -> CliError {
+fn gc_error(error: GcError) -> Error {
     match error {
-        GcError::Record(e) => record_error(e),
-        GcError::Store(e) => store_error(e),
-        settings @ GcError::Settings { .. } => CliError::new("io_error", settings.to_string()),
+        GcError::Record(e) => Error::from(e),
+        GcError::Store(e) => Error::from(e),
+        settings @ GcError::Settings { .. } => Error::new(ErrorCode::IoError, settings.to_string()),
     }
 }

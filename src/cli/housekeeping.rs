@@ -4,7 +4,8 @@ use clap::CommandFactory;
 
 use super::answers::{DeletedAll, DeletedExecution};
 use super::backend::Backend;
-use super::output::{CliError, OutputArgs, print_ok};
+use super::output::{OutputArgs, print_ok};
+use crate::ops::Error;
 
 /// `delete --all [--dry-run]`.
 #[derive(Clone, Copy, Debug, clap::Args)]
@@ -24,7 +25,7 @@ pub async fn delete_all(
     backend: &dyn Backend,
     args: &DeleteAllArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let (finished, running): (Vec<_>, Vec<_>) = backend
         .executions()
         .await?

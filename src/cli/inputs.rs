@@ -5,10 +5,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::backend::Backend;
-use super::output::CliError;
 use crate::api::tags::check_tags;
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec};
 use crate::local::ObjectKind;
+use crate::ops::{Error, ErrorCode};
 use crate::resolve::env_name;
 
 /// The default bound of standard input: 64 MiB.
@@ -89,13 +89,13 @@ pub fn shown_env(
 pub fn read_inputs(
     args: &InputArgs,
     piped: impl FnOnce() -> Option<Box<dyn Read>>,
-) -> Result<RunInputs, CliError> {
+) -> Result<RunInputs, Error> {
     let max = args.stdin_max_bytes.unwrap_or(DEFAULT_STDIN_MAX_BYTES);
     let stdin = match (&args.stdin, &args.stdin_file) {
         (Some(dash), _) if dash == "-" => match piped() {
             Some(reader) => Some(read_bounded(reader, max, "standard input")?),
             None => {
-                return Err(CliError::argument(
+                return Err(Error::argument(
                     "--stdin -: standard input is a terminal or closed; pipe the input in, or give --stdin VALUE or --stdin-file PATH",
                 ));
             }
@@ -116,20 +116,20 @@ pub fn read_inputs(
     }
     for pair in &args.env {
         let (key, value) =
-            parse_env_pair(pair).map_err(|e| CliError::argument(format!("--env {e}")))?;
+            parse_env_pair(pair).map_err(|e| Error::argument(format!("--env {e}")))?;
         env.insert(key, value);
     }
     let mut masked = BTreeSet::new();
     for key in &args.masks {
-        env_name(key).map_err(|e| CliError::argument(format!("--mask {e}")))?;
+        env_name(key).map_err(|e| Error::argument(format!("--mask {e}")))?;
         if !env.contains_key(key) {
-            return Err(CliError::argument(format!(
+            return Err(Error::argument(format!(
                 "--mask {key}: no --env or --env-file sets {key}"
             )));
         }
         masked.insert(key.clone());
     }
-    let tags = check_tags(&args.tags).map_err(|e| CliError::argument(format!("--tag {e}")))?;
+    let tags = check_tags(&args.tags).map_err(|e| Error::argument(format!("--tag {e}")))?;
     Ok(RunInputs {
         stdin,
         env,
@@ -145,7 +145,7 @@ pub async fn add_env(
     backend: &dyn Backend,
     spec: &mut AgentExecutionSpec,
     env: &BTreeMap<String, String>,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     if env.is_empty() {
         return Ok(());
     }
@@ -155,8 +155,8 @@ pub async fn add_env(
             .iter()
             .find(|o| o["metadata"]["name"] == reference.name.as_str())
             .ok_or_else(|| {
-                CliError::new(
-                    "not_found",
+                Error::new(
+                    ErrorCode::NotFound,
                     format!(
                         "--environment {}: no AgentEnvironment of that name in namespace {:?} to add --env to",
                         reference.name,
@@ -166,8 +166,8 @@ pub async fn add_env(
             })?;
         let named: AgentEnvironmentSpec =
             serde_json::from_value(object["spec"].clone()).map_err(|e| {
-                CliError::new(
-                    "invalid_manifest",
+                Error::new(
+                    ErrorCode::InvalidManifest,
                     format!("AgentEnvironment {}: {e}", reference.name),
                 )
             })?;
@@ -192,16 +192,16 @@ pub fn piped_stdin() -> Option<Box<dyn Read>> {
     (kind.is_fifo() || kind.is_file() || kind.is_socket()).then(|| Box::new(file) as Box<dyn Read>)
 }
 
-fn too_large(what: &str, max: u64) -> CliError {
-    CliError::new(
-        "stdin_too_large",
+fn too_large(what: &str, max: u64) -> Error {
+    Error::new(
+        ErrorCode::StdinTooLarge,
         format!(
             "{what} is larger than --stdin-max-bytes {max}; raise the bound or put the input in the working directory"
         ),
     )
 }
 
-fn check_size(bytes: Vec<u8>, max: u64, what: &str) -> Result<Vec<u8>, CliError> {
+fn check_size(bytes: Vec<u8>, max: u64, what: &str) -> Result<Vec<u8>, Error> {
     if bytes.len() as u64 > max {
         return Err(too_large(what, max));
     }
@@ -209,18 +209,18 @@ fn check_size(bytes: Vec<u8>, max: u64, what: &str) -> Result<Vec<u8>, CliError>
 }
 
 /// Reads at most `max` bytes; one more is an error, so the bound holds however much is sent.
-fn read_bounded(reader: impl Read, max: u64, what: &str) -> Result<Vec<u8>, CliError> {
+fn read_bounded(reader: impl Read, max: u64, what: &str) -> Result<Vec<u8>, Error> {
     let mut bytes = Vec::new();
     reader
         .take(max.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(|e| CliError::new("io_error", format!("reading {what}: {e}")))?;
+        .map_err(|e| Error::new(ErrorCode::IoError, format!("reading {what}: {e}")))?;
     check_size(bytes, max, what)
 }
 
-fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, CliError> {
+fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, Error> {
     let file = std::fs::File::open(path)
-        .map_err(|e| CliError::argument(format!("--stdin-file {}: {e}", path.display())))?;
+        .map_err(|e| Error::argument(format!("--stdin-file {}: {e}", path.display())))?;
     read_bounded(file, max, &format!("--stdin-file {}", path.display()))
 }
 
@@ -234,11 +234,11 @@ fn parse_env_pair(pair: &str) -> Result<(String, String), String> {
 }
 
 /// The variables of an env file, each problem naming the file and line.
-fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, CliError> {
+fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Error> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::argument(format!("--env-file {}: {e}", path.display())))?;
+        .map_err(|e| Error::argument(format!("--env-file {}: {e}", path.display())))?;
     parse_env_file(&text)
-        .map_err(|e| CliError::argument(format!("--env-file {}: {e}", path.display())))
+        .map_err(|e| Error::argument(format!("--env-file {}: {e}", path.display())))
 }
 
 /// `KEY=VALUE` lines; blank lines and `#` comments are skipped, an `export ` prefix is allowed,

@@ -1,11 +1,12 @@
 //! `list` with its filters (`--state`, `--tag` patterns, `--limit`), `ps` (the executions still going) and `tag set`.
 
 use super::backend::{Backend, find};
-use super::output::{CliError, OutputArgs, print_ok};
+use super::output::{OutputArgs, print_ok};
 use super::show::{print_executions, print_record};
 use crate::api::Phase;
 use crate::api::tags::{TagPattern, check_tags};
 use crate::local::ExecutionRecord;
+use crate::ops::Error;
 
 /// The phases an execution goes through before it ends.
 const ACTIVE: [Phase; 4] = [
@@ -83,7 +84,7 @@ fn newest(mut records: Vec<ExecutionRecord>, limit: Option<usize>) -> Vec<Execut
 }
 
 /// `errand list`: the executions the filters select.
-pub async fn list(backend: &dyn Backend, args: &ListArgs) -> Result<(), CliError> {
+pub async fn list(backend: &dyn Backend, args: &ListArgs) -> Result<(), Error> {
     let filter = ExecutionFilter {
         phases: args.states.concat(),
         tags: args.tags.clone(),
@@ -94,9 +95,9 @@ pub async fn list(backend: &dyn Backend, args: &ListArgs) -> Result<(), CliError
 }
 
 /// `errand ps`: the executions that have not ended.
-pub async fn ps(backend: &dyn Backend, args: &ListArgs) -> Result<(), CliError> {
+pub async fn ps(backend: &dyn Backend, args: &ListArgs) -> Result<(), Error> {
     if !args.states.is_empty() {
-        return Err(CliError::argument(
+        return Err(Error::argument(
             "ps lists the executions that have not ended; use `errand list --state` for others",
         ));
     }
@@ -115,8 +116,8 @@ pub async fn tag_set(
     name: &str,
     tags: &[String],
     output: OutputArgs,
-) -> Result<(), CliError> {
-    let tags = check_tags(tags).map_err(CliError::argument)?;
+) -> Result<(), Error> {
+    let tags = check_tags(tags).map_err(Error::argument)?;
     let record = find(backend, name).await?;
     let record = backend.set_tags(&record, &tags).await?;
     let view = super::answers::ExecutionView::of(record);

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod deployment_supervisor;
@@ -20,22 +19,22 @@ use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::inputs::RunInputs;
 use super::notify::NotifyArgs;
-use super::output::CliError;
 use super::staging::StagingArgs;
 use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::lifecycle::{self, LifecycleError};
 use crate::local::{
-    CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, RecordError, Records,
-    RemoveError, SuperviseError, parse_document, prepare, remove_execution, results_of,
-    run_prepared, spawn_detached,
+    CheckedObject, DataDir, ExecutionRecord, LocalCatalog, ObjectKind, Records, RemoveError,
+    SuperviseError, parse_document, prepare, remove_execution, results_of, run_prepared,
+    spawn_detached,
 };
+use crate::ops::{Error, ErrorCode, download_from_store};
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
 use crate::runner::signals::cancel_on_stop_signal;
-use crate::store::keys::{AnyResult, ExecutionId};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
+use crate::store::keys::AnyResult;
 
 /// Why a local run takes no webhook: its signing key is a Kubernetes Secret, which only the
 /// cluster's controller reads, and the local sinks already reach any endpoint.
@@ -57,15 +56,15 @@ pub struct Local {
 
 impl Local {
     /// The local backend chosen by `target` and the environment.
-    pub fn new(target: &Target) -> Result<Self, CliError> {
+    pub fn new(target: &Target) -> Result<Self, Error> {
         let namespace = target
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
         let data = DataDir::from_env();
         data.create().map_err(|e| {
-            CliError::new(
-                "io_error",
+            Error::new(
+                ErrorCode::IoError,
                 format!(
                     "cannot create the data directory {}: {e}",
                     data.root().display()
@@ -93,8 +92,8 @@ impl Local {
     }
 
     /// The store.
-    pub fn store(&self) -> Result<Store, CliError> {
-        Store::open(&self.store_url).map_err(store_error)
+    pub fn store(&self) -> Result<Store, Error> {
+        Store::open(&self.store_url).map_err(Error::from)
     }
 
     fn log_path(&self, name: &str, stream: LogStream) -> PathBuf {
@@ -110,14 +109,14 @@ impl Local {
 
     /// Asks the supervisor of a running execution to stop and waits until it has saved its
     /// results and exited.
-    async fn stop(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+    async fn stop(&self, name: &str) -> Result<ExecutionRecord, Error> {
         let records = self.records();
-        let mut record = records.read(&self.namespace, name).map_err(record_error)?;
+        let mut record = records.read(&self.namespace, name).map_err(Error::from)?;
         if record.phase.is_terminal() {
             return Ok(record);
         }
         record.cancel_requested = true;
-        records.write(&record).map_err(record_error)?;
+        records.write(&record).map_err(Error::from)?;
         let alive = records
             .supervisor_pid(&self.namespace, name)
             .is_some_and(|pid| {
@@ -135,11 +134,11 @@ impl Local {
             };
             record.set_outcome(&outcome);
             record.completed_at = Some(jiff::Timestamp::now());
-            records.write(&record).map_err(record_error)?;
+            records.write(&record).map_err(Error::from)?;
             return Ok(record);
         }
         let record = loop {
-            let record = records.read(&self.namespace, name).map_err(record_error)?;
+            let record = records.read(&self.namespace, name).map_err(Error::from)?;
             if record.phase.is_terminal() {
                 break record;
             }
@@ -157,12 +156,12 @@ impl Local {
     }
 
     /// Hands the prepared execution `name` to a detached supervisor; its record once it has.
-    fn spawn(&self, name: &str, staging: &StagingArgs) -> Result<ExecutionRecord, CliError> {
+    fn spawn(&self, name: &str, staging: &StagingArgs) -> Result<ExecutionRecord, Error> {
         spawn_detached(&self.data, &self.namespace, name, &staging.settings())
             .map_err(supervise_error)?;
         self.records()
             .read(&self.namespace, name)
-            .map_err(record_error)
+            .map_err(Error::from)
     }
 
     /// Keeps what the input flags gave a prepared execution: its standard input beside its
@@ -172,7 +171,7 @@ impl Local {
         mut record: ExecutionRecord,
         inputs: &RunInputs,
         notify: &NotifyArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         if inputs.stdin.is_none()
             && inputs.tags.is_empty()
             && inputs.env.is_empty()
@@ -187,35 +186,39 @@ impl Local {
         if let Some(stdin) = &inputs.stdin {
             records
                 .write_stdin(&self.namespace, &record.name, stdin)
-                .map_err(record_error)?;
+                .map_err(Error::from)?;
             record.stdin_bytes = Some(stdin.len() as u64);
         }
         record.tags = inputs.tags.clone();
         record.env = inputs.shown_env();
-        records.write(&record).map_err(record_error)?;
+        records.write(&record).map_err(Error::from)?;
         Ok(record)
     }
 
     /// Checks every document for the catalog: its schema, name, namespace and an Agent's
     /// immutability, also against the documents before it.
-    fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, CliError> {
+    fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, Error> {
         let catalog = self.catalog();
         let mut checked: Vec<CheckedObject> = Vec::new();
         for document in documents {
-            let refused =
-                |e: String| CliError::new("invalid_manifest", format!("{}: {e}", document.source));
+            let refused = |e: String| {
+                Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!("{}: {e}", document.source),
+                )
+            };
             let manifest =
                 parse_document(document.object.clone()).map_err(|e| refused(e.to_string()))?;
             let object = catalog
                 .check_apply(&manifest, &self.namespace, &checked)
-                .map_err(refused)?;
+                .map_err(|e| refused(e.to_string()))?;
             checked.push(object);
         }
         Ok(checked)
     }
 
     /// `errand __supervise NAME`: the detached process behind `execute --no-wait`.
-    pub async fn supervise(&self, name: &str, settings: StageSettings) -> Result<(), CliError> {
+    pub async fn supervise(&self, name: &str, settings: StageSettings) -> Result<(), Error> {
         run_prepared(
             &self.data,
             &self.namespace,
@@ -236,17 +239,17 @@ impl Backend for Local {
         &self.namespace
     }
 
-    async fn execution_names(&self) -> Result<Vec<String>, CliError> {
+    async fn execution_names(&self) -> Result<Vec<String>, Error> {
         Ok(self.records().names(&self.namespace))
     }
 
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error> {
         self.records()
             .read_current(&self.namespace, name)
-            .map_err(record_error)
+            .map_err(Error::from)
     }
 
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error> {
         let records = self.records();
         Ok(records
             .names(&self.namespace)
@@ -259,16 +262,16 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         args: &NotifyArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let size =
             |stream| std::fs::metadata(self.log_path(&record.name, stream)).map_or(0, |m| m.len());
         let sizes = (size(LogStream::Stdout), size(LogStream::Stderr));
         let records = self.records();
         let mut current = records
             .read(&self.namespace, &record.name)
-            .map_err(record_error)?;
+            .map_err(Error::from)?;
         current.notify = Some(args.apply(current.notify.clone().unwrap_or_default(), sizes)?);
-        records.write(&current).map_err(record_error)?;
+        records.write(&current).map_err(Error::from)?;
         Ok(current)
     }
 
@@ -276,13 +279,13 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         tags: &[String],
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let records = self.records();
         let mut current = records
             .read(&self.namespace, &record.name)
-            .map_err(record_error)?;
+            .map_err(Error::from)?;
         current.tags = tags.to_vec();
-        records.write(&current).map_err(record_error)?;
+        records.write(&current).map_err(Error::from)?;
         Ok(current)
     }
 
@@ -290,9 +293,9 @@ impl Backend for Local {
         &self,
         request: &ExecutionRequest,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         if request.spec.notify.is_some() {
-            return Err(CliError::argument(LOCAL_WEBHOOK_REFUSAL));
+            return Err(Error::argument(LOCAL_WEBHOOK_REFUSAL));
         }
         super::gc::automatic(self, args.output.format).await;
         let record = prepare(
@@ -310,14 +313,14 @@ impl Backend for Local {
         if !request.spec.held {
             return Ok(record);
         }
-        lifecycle::hold_created(&self.records(), record).map_err(record_error)
+        lifecycle::hold_created(&self.records(), record).map_err(Error::from)
     }
 
     async fn detach(
         &self,
         record: &ExecutionRecord,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         self.spawn(&record.name, &args.staging)
     }
 
@@ -326,7 +329,7 @@ impl Backend for Local {
         record: &ExecutionRecord,
         args: &ExecuteArgs,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         run_prepared(
             &self.data,
             &self.namespace,
@@ -339,11 +342,7 @@ impl Backend for Local {
         .map_err(supervise_error)
     }
 
-    async fn watch(
-        &self,
-        record: &ExecutionRecord,
-        print: bool,
-    ) -> Result<ExecutionRecord, CliError> {
+    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error> {
         let mut offset = 0u64;
         loop {
             let record = self.execution(&record.name).await?;
@@ -362,7 +361,7 @@ impl Backend for Local {
         record: &ExecutionRecord,
         stream: LogStream,
         lines: usize,
-    ) -> Result<(&'static str, Vec<String>), CliError> {
+    ) -> Result<(&'static str, Vec<String>), Error> {
         let text = std::fs::read_to_string(self.log_path(&record.name, stream)).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
         let last = all[all.len().saturating_sub(lines)..]
@@ -376,7 +375,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         window: Option<ByteWindow>,
-    ) -> Result<Vec<StreamOutput>, CliError> {
+    ) -> Result<Vec<StreamOutput>, Error> {
         [LogStream::Stdout, LogStream::Stderr]
             .into_iter()
             .map(|stream| {
@@ -386,7 +385,7 @@ impl Backend for Local {
                     None => (std::fs::metadata(&path).map_or(0, |m| m.len()), None),
                     Some(window) => {
                         let (total, excerpt) = read_window(&path, window).map_err(|e| {
-                            CliError::new("io_error", format!("{}: {e}", path.display()))
+                            Error::new(ErrorCode::IoError, format!("{}: {e}", path.display()))
                         })?;
                         (total, Some(excerpt))
                     }
@@ -400,7 +399,7 @@ impl Backend for Local {
             .collect()
     }
 
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error> {
         Ok(record.results.clone())
     }
 
@@ -409,12 +408,12 @@ impl Backend for Local {
         record: &ExecutionRecord,
         result: AnyResult,
         file: &Path,
-    ) -> Result<u64, CliError> {
-        let (store, execution) = results_of(record).map_err(store_error)?;
+    ) -> Result<u64, Error> {
+        let (store, execution) = results_of(record).map_err(Error::from)?;
         download_from_store(&store, &execution, &result, file).await
     }
 
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
         self.stop(&record.name).await
     }
 
@@ -422,7 +421,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         use nix::sys::signal::Signal;
         let records = self.records();
         if signal == Signal::SIGKILL {
@@ -438,11 +437,11 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         in_seconds: Option<u64>,
-    ) -> Result<DeadlineChanged, CliError> {
+    ) -> Result<DeadlineChanged, Error> {
         let records = self.records();
         let snapshot = records
             .snapshot(&self.namespace, &record.name)
-            .map_err(record_error)?;
+            .map_err(Error::from)?;
         let accepted =
             lifecycle::change_deadline(&records, record, snapshot.timeout_seconds, in_seconds)
                 .map_err(lifecycle_error)?;
@@ -458,7 +457,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         staging: &StagingArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let records = self.records();
         lifecycle::release_created(&records, &self.namespace, &record.name)
             .map_err(lifecycle_error)?;
@@ -469,7 +468,7 @@ impl Backend for Local {
         &self,
         record: &ExecutionRecord,
         staging: &StagingArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         // The old run ends first (a running one is stopped as a cancel would stop it).
         let ended = self.stop(&record.name).await?;
         lifecycle::reset_for_restart(&self.records(), &ended)
@@ -478,24 +477,24 @@ impl Backend for Local {
         self.spawn(&record.name, staging)
     }
 
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error> {
         let record = self.stop(&record.name).await?;
         let removed = remove_execution(&self.records(), &record)
             .await
             .map_err(|e| match e {
-                RemoveError::Store(e) => store_error(e),
-                RemoveError::Record(e) => record_error(e),
+                RemoveError::Store(e) => Error::from(e),
+                RemoveError::Record(e) => Error::from(e),
             })?;
         Ok(Some(removed))
     }
 
-    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError> {
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, Error> {
         let checked = self.check_all(documents)?;
         let catalog = self.catalog();
         for object in &checked {
             catalog
                 .store(object)
-                .map_err(|e| CliError::new("io_error", e))?;
+                .map_err(|e| Error::new(ErrorCode::IoError, e.to_string()))?;
         }
         Ok(checked
             .into_iter()
@@ -507,7 +506,7 @@ impl Backend for Local {
             .collect())
     }
 
-    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, Error> {
         let catalog = self.catalog();
         let cluster_scoped: Option<Vec<serde_json::Value>> = match kind {
             ObjectKind::Runtime => Some(json_objects(&catalog.runtime_objects())),
@@ -531,12 +530,12 @@ impl Backend for Local {
             .collect())
     }
 
-    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError> {
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), Error> {
         if self.catalog().delete(&self.namespace, kind, name) {
             return Ok(());
         }
-        Err(CliError::new(
-            "not_found",
+        Err(Error::new(
+            ErrorCode::NotFound,
             format!(
                 "{} {name:?} not found in namespace {:?}",
                 kind.kind(),
@@ -545,16 +544,12 @@ impl Backend for Local {
         ))
     }
 
-    async fn push_fileset(
-        &self,
-        name: Option<&str>,
-        dir: &Path,
-    ) -> Result<PushedFileset, CliError> {
+    async fn push_fileset(&self, name: Option<&str>, dir: &Path) -> Result<PushedFileset, Error> {
         let store = self.store()?;
         let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
-            .map_err(store_error)?;
+            .map_err(Error::from)?;
         for skipped in &pushed.skipped {
             eprintln!(
                 "warning: {} left out of the Fileset: {}: {}",
@@ -581,7 +576,7 @@ impl Backend for Local {
         };
         if let Err(e) = catalog.set_fileset(&self.namespace, &entry.name, &entry.status) {
             self.undo_push(&entry).await;
-            return Err(CliError::new("io_error", e));
+            return Err(Error::new(ErrorCode::IoError, e.to_string()));
         }
         Ok(entry)
     }
@@ -596,7 +591,7 @@ impl Backend for Local {
         }
     }
 
-    async fn filesets(&self) -> Result<Vec<Fileset>, CliError> {
+    async fn filesets(&self) -> Result<Vec<Fileset>, Error> {
         let catalog = self.catalog();
         Ok(catalog
             .list(&self.namespace, ObjectKind::Fileset)
@@ -616,30 +611,6 @@ fn json_objects<T: serde::Serialize>(objects: &[T]) -> Vec<serde_json::Value> {
         .iter()
         .filter_map(|o| serde_json::to_value(o).ok())
         .collect()
-}
-
-/// Streams one stored result of `execution` into `file`; returns its size. The local backend
-/// reads its own store; against a cluster only an operator's `--store` leads here.
-pub async fn download_from_store(
-    store: &Store,
-    execution: &ExecutionId,
-    result: &AnyResult,
-    file: &Path,
-) -> Result<u64, CliError> {
-    let key = result.key(execution).map_err(|e| store_error(e.into()))?;
-    let mut body = store.get(&key).await.map_err(store_error)?.into_stream();
-    let io_error =
-        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
-    let mut out = std::fs::File::create(file).map_err(io_error)?;
-    let mut size = 0u64;
-    while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| CliError::new("store_error", format!("reading {key}: {e}")))?;
-        out.write_all(&chunk).map_err(io_error)?;
-        size += chunk.len() as u64;
-    }
-    out.sync_all().map_err(io_error)?;
-    Ok(size)
 }
 
 /// The size of the file at `path` and the excerpt `window` selects of it (a file not written
@@ -683,37 +654,22 @@ fn process_running(pid: i32) -> bool {
     })
 }
 
-/// A store failure as a CLI error.
-pub fn store_error(error: StoreError) -> CliError {
-    CliError::new("store_error", error.to_string())
-}
-
-/// A record failure as a CLI error.
-pub fn record_error(error: RecordError) -> CliError {
-    let code = match error {
-        RecordError::NotFound(..) => "not_found",
-        RecordError::AlreadyExists(..) => "already_exists",
-        RecordError::Io { .. } => "io_error",
-    };
-    CliError::new(code, error.to_string())
-}
-
 /// A refused or failed lifecycle change as a CLI error.
-fn lifecycle_error(error: LifecycleError) -> CliError {
+fn lifecycle_error(error: LifecycleError) -> Error {
     match error {
-        LifecycleError::InvalidState(message) => CliError::new("invalid_state", message),
-        LifecycleError::Record(error) => record_error(error),
-        LifecycleError::Store(error) => store_error(error),
-        LifecycleError::Io(error) => CliError::new("io_error", error.to_string()),
+        LifecycleError::InvalidState(message) => Error::new(ErrorCode::InvalidState, message),
+        LifecycleError::Record(error) => Error::from(error),
+        LifecycleError::Store(error) => Error::from(error),
+        LifecycleError::Io(error) => Error::new(ErrorCode::IoError, error.to_string()),
     }
 }
 
 /// A supervision failure as a CLI error.
-fn supervise_error(error: SuperviseError) -> CliError {
+fn supervise_error(error: SuperviseError) -> Error {
     match error {
         SuperviseError::Invalid(invalid) => invalid.into(),
-        SuperviseError::Record(error) => record_error(error),
-        SuperviseError::Store(error) => store_error(error),
-        other => CliError::new("io_error", other.to_string()),
+        SuperviseError::Record(error) => Error::from(error),
+        SuperviseError::Store(error) => Error::from(error),
+        other => Error::new(ErrorCode::IoError, other.to_string()),
     }
 }

@@ -17,8 +17,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::output::CliError;
 use super::target::Target;
+use crate::ops::{Error, ErrorCode};
 
 /// The default `--max-wait`: below the 60 s many MCP hosts allow a tool call.
 pub const DEFAULT_MAX_WAIT_SECONDS: f64 = 50.0;
@@ -169,10 +169,10 @@ impl ErrandMcp {
     }
 
     /// `until` as the command line takes it, refused over `--max-wait`.
-    fn until(&self, until: Option<f64>) -> Result<String, CliError> {
+    fn until(&self, until: Option<f64>) -> Result<String, Error> {
         let until = until.unwrap_or(super::observe::DEFAULT_UNTIL_SECONDS.min(self.max_wait));
         if until > self.max_wait {
-            return Err(CliError::argument(format!(
+            return Err(Error::argument(format!(
                 "until: {until} is over this server's --max-wait of {} seconds; call wait again to look longer",
                 self.max_wait
             )));
@@ -181,7 +181,7 @@ impl ErrandMcp {
     }
 
     /// Runs `errand ARGS -o json` against the server's target and answers with its JSON.
-    async fn run(&self, args: Result<Vec<String>, CliError>) -> Result<CallToolResult, ErrorData> {
+    async fn run(&self, args: Result<Vec<String>, Error>) -> Result<CallToolResult, ErrorData> {
         let args = match args {
             Ok(args) => args,
             Err(error) => return Ok(CallToolResult::structured_error(error_answer(&error))),
@@ -243,7 +243,7 @@ fn target_args(target: &Target) -> Vec<String> {
 }
 
 /// An error the server itself refuses a call with, in the command line's error answer.
-fn error_answer(error: &CliError) -> Value {
+fn error_answer(error: &Error) -> Value {
     serde_json::json!({
         "schema_version": super::output::SCHEMA_VERSION, "ok": false, "type": "error",
         "error": {"code": error.code, "message": error.message},
@@ -379,8 +379,8 @@ impl ServerHandler for ErrandMcp {
 }
 
 /// `errand mcp`: serves the tools on stdin/stdout until the client closes them.
-pub async fn serve(target: &Target, args: &McpArgs) -> Result<(), CliError> {
-    let failed = |e: String| CliError::new("mcp_error", e);
+pub async fn serve(target: &Target, args: &McpArgs) -> Result<(), Error> {
+    let failed = |e: String| Error::new(ErrorCode::McpError, e);
     let server = ErrandMcp::new(target, args.max_wait)
         .serve(rmcp::transport::stdio())
         .await

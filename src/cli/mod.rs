@@ -34,9 +34,10 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::local::ObjectKind;
+use crate::ops::{Error, ErrorCode};
 use commands::CatalogAction;
 use execute::ExecuteArgs;
-pub use output::{CliError, EXIT_BROKEN_PIPE, Format, OutputArgs, SCHEMA_VERSION};
+pub use output::{EXIT_BROKEN_PIPE, Format, OutputArgs, SCHEMA_VERSION};
 use target::Target;
 
 /// Run an AI agent once, to completion, and keep everything it produced.
@@ -283,11 +284,14 @@ pub enum Command {
     /// Run the cluster controller (in the controller's Deployment).
     Controller(Box<controller::ControllerArgs>),
     /// In a pod's init container: install errand, stage the workdir, save `input_workdir`.
+    #[command(hide = true)]
     Stage(Box<pod::StageArgs>),
     /// In a pod's agent container: run the agent under errand's runner and save its results.
+    #[command(hide = true)]
     RunAgent(Box<pod::RunAgentArgs>),
     /// In a pod's extension container: after the agent's run succeeded, run the execution's
     /// extension and save its results.
+    #[command(hide = true)]
     RunExtension(Box<pod::RunExtensionArgs>),
     /// Print the output of a deployment's agent servers (on a cluster: its pods' agent
     /// containers, each line prefixed with its pod when there are several).
@@ -499,7 +503,7 @@ fn report_parse_error(args: &[OsString], error: &clap::Error) -> i32 {
         let _ = error.print();
         return error.exit_code();
     }
-    output::print_error(format, &CliError::argument(parse_error_message(error)))
+    output::print_error(format, &Error::argument(parse_error_message(error)))
 }
 
 /// The first paragraph of clap's message, on one line and without its `error: ` prefix.
@@ -565,7 +569,10 @@ pub fn run(cli: Cli) -> i32 {
         Err(e) => {
             return output::print_error(
                 format,
-                &CliError::new("internal", format!("cannot start the runtime: {e}")),
+                &Error::new(
+                    ErrorCode::Internal,
+                    format!("cannot start the runtime: {e}"),
+                ),
             );
         }
     };
@@ -582,7 +589,7 @@ pub fn run(cli: Cli) -> i32 {
     }
 }
 
-async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
+async fn dispatch(target: &Target, command: Command) -> Result<(), Error> {
     match command {
         Command::Controller(args) => return controller::controller(*args).await,
         Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
@@ -750,9 +757,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), CliError> {
     }
 }
 
-fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
+fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), Error> {
     let render_error = |e: serde_saphyr::ser::Error| {
-        CliError::new("internal", format!("cannot render the CRDs: {e}"))
+        Error::new(ErrorCode::Internal, format!("cannot render the CRDs: {e}"))
     };
     let Some(dir) = out_dir else {
         output::write_stdout(&crate::api::crds::all_yaml().map_err(render_error)?);
@@ -762,7 +769,10 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
         let path = dir.join(file);
         let yaml = crate::api::crds::to_yaml(&crd).map_err(render_error)?;
         std::fs::write(&path, yaml).map_err(|e| {
-            CliError::new("io_error", format!("cannot write {}: {e}", path.display()))
+            Error::new(
+                ErrorCode::IoError,
+                format!("cannot write {}: {e}", path.display()),
+            )
         })?;
     }
     Ok(())
@@ -771,6 +781,18 @@ fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+
+    #[test]
+    fn the_pod_commands_are_hidden_from_help() {
+        let cli = super::Cli::command();
+        for name in ["stage", "run-agent", "run-extension"] {
+            let command = cli.find_subcommand(name).expect("a pod command");
+            assert!(command.is_hide_set(), "{name} is listed in --help");
+        }
+        let help = cli.clone().render_help().to_string();
+        assert!(!help.contains("run-agent"), "{help}");
+        assert!(help.contains("execute"), "{help}");
+    }
 
     #[test]
     fn the_command_line_is_consistent() {

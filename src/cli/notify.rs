@@ -1,10 +1,11 @@
 //! Notification flags of `execute` and `errand notify set`: the sinks (a command, an NDJSON file) and output-match watches of a local execution, and the webhook of a cluster one.
 
 use super::backend::{Backend, find};
-use super::output::{CliError, OutputArgs, print_ok};
+use super::output::{OutputArgs, print_ok};
 use super::show::print_record;
 use crate::api::{NotifySpec, SecretKeyRef, WebhookSink};
 use crate::local::notify::{NotifySettings, OutputMatch};
+use crate::ops::{Error, ErrorCode};
 
 /// Where a run's notifications go (local runs).
 #[derive(Debug, Default, Clone, clap::Args)]
@@ -46,17 +47,17 @@ impl NotifyArgs {
     }
 
     /// The `spec.notify` the webhook flags ask for, `None` without them.
-    pub fn webhook(&self) -> Result<Option<NotifySpec>, CliError> {
+    pub fn webhook(&self) -> Result<Option<NotifySpec>, Error> {
         let (Some(url), Some(secret)) = (&self.notify_webhook, &self.notify_webhook_secret) else {
             return Ok(None);
         };
         crate::resolve::webhook_url(url)
-            .map_err(|message| CliError::argument(format!("--notify-webhook: {message}")))?;
+            .map_err(|message| Error::argument(format!("--notify-webhook: {message}")))?;
         let (name, key) = secret
             .split_once(':')
             .filter(|(name, key)| !name.is_empty() && !key.is_empty())
             .ok_or_else(|| {
-                CliError::argument(format!(
+                Error::argument(format!(
                     "--notify-webhook-secret {secret:?}: expected NAME:KEY, the Secret (in the execution's namespace) and its key whose value signs deliveries"
                 ))
             })?;
@@ -76,28 +77,25 @@ impl NotifyArgs {
         &self,
         mut settings: NotifySettings,
         sizes: (u64, u64),
-    ) -> Result<NotifySettings, CliError> {
+    ) -> Result<NotifySettings, Error> {
         if let Some(command) = &self.notify_command {
             settings.command = (!command.is_empty()).then(|| command.clone());
         }
         if let Some(file) = &self.notify_file {
-            let absolute = std::path::absolute(file).map_err(|e| {
-                CliError::argument(format!("--notify-file {}: {e}", file.display()))
-            })?;
+            let absolute = std::path::absolute(file)
+                .map_err(|e| Error::argument(format!("--notify-file {}: {e}", file.display())))?;
             settings.file = Some(absolute);
         }
         if let Some(pattern) = &self.notify_on_output {
             if self.notify_regex {
                 regex::Regex::new(pattern).map_err(|e| {
-                    CliError::argument(format!(
+                    Error::argument(format!(
                         "--notify-on-output {pattern:?}: not a regular expression: {e}"
                     ))
                 })?;
             }
             if pattern.is_empty() {
-                return Err(CliError::argument(
-                    "--notify-on-output: the pattern is empty",
-                ));
+                return Err(Error::argument("--notify-on-output: the pattern is empty"));
             }
             settings.output_matches.push(OutputMatch {
                 pattern: pattern.clone(),
@@ -108,7 +106,7 @@ impl NotifyArgs {
             });
         }
         if !settings.output_matches.is_empty() && !settings.armed() {
-            return Err(CliError::argument(
+            return Err(Error::argument(
                 "--notify-on-output needs a sink: --notify-command or --notify-file",
             ));
         }
@@ -122,21 +120,21 @@ pub async fn notify_set(
     name: &str,
     args: &NotifyArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     if args.notify_webhook.is_some() {
-        return Err(CliError::argument(
+        return Err(Error::argument(
             "--notify-webhook is set when the execution is created (spec.notify cannot change): errand execute --notify-webhook URL --notify-webhook-secret NAME:KEY",
         ));
     }
     if !args.given() {
-        return Err(CliError::argument(
+        return Err(Error::argument(
             "notify set needs --notify-command, --notify-file or --notify-on-output",
         ));
     }
     let record = find(backend, name).await?;
     if record.phase.is_terminal() {
-        return Err(CliError::new(
-            "invalid_state",
+        return Err(Error::new(
+            ErrorCode::InvalidState,
             format!(
                 "execution {} already ended {:?}; its notifications were sent",
                 record.name, record.phase

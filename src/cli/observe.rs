@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 use super::answers::{ExecutionView, Observation};
 use super::backend::{Backend, find};
 use super::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, parse_max_bytes};
-use super::output::{CliError, OutputArgs};
+use super::output::OutputArgs;
 use super::show::{print_record, record_outcome};
 use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::local::ExecutionRecord;
+use crate::ops::Error;
 
 /// The default `wait --until`: 30 seconds.
 pub const DEFAULT_UNTIL_SECONDS: f64 = 30.0;
@@ -87,7 +88,7 @@ pub async fn observe(
     record: ExecutionRecord,
     until: f64,
     poll: f64,
-) -> Result<(ExecutionRecord, Observation), CliError> {
+) -> Result<(ExecutionRecord, Observation), Error> {
     let started = Instant::now();
     let until_duration = Duration::from_secs_f64(until);
     let mut record = record;
@@ -114,7 +115,7 @@ pub async fn with_excerpts(
     backend: &dyn Backend,
     record: ExecutionRecord,
     excerpt: &ExcerptArgs,
-) -> Result<ExecutionView, CliError> {
+) -> Result<ExecutionView, Error> {
     let output = match backend.output(&record, Some(excerpt.window())).await {
         Ok(output) => output,
         Err(e) => {
@@ -135,7 +136,7 @@ pub async fn with_excerpts(
 pub async fn with_sizes(
     backend: &dyn Backend,
     record: ExecutionRecord,
-) -> Result<ExecutionView, CliError> {
+) -> Result<ExecutionView, Error> {
     Ok(ExecutionView {
         output: backend.output(&record, None).await?,
         ..ExecutionView::of(record)
@@ -150,7 +151,7 @@ pub async fn answer_observed(
     observation: Observation,
     excerpt: &ExcerptArgs,
     output: OutputArgs,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let view = ExecutionView {
         observation: Some(observation),
         ..with_excerpts(backend, record, excerpt).await?
@@ -175,7 +176,7 @@ pub async fn answer_observed(
 }
 
 /// `errand wait NAME --until SECONDS --poll SECONDS`.
-pub async fn wait(backend: &dyn Backend, args: &WaitArgs) -> Result<(), CliError> {
+pub async fn wait(backend: &dyn Backend, args: &WaitArgs) -> Result<(), Error> {
     let record = find(backend, &args.name).await?;
     let (record, observation) = observe(backend, record, args.until, args.poll).await?;
     answer_observed(backend, record, observation, &args.excerpt, args.output).await

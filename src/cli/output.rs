@@ -3,8 +3,7 @@
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::local::ReadManifestError;
-use crate::resolve::InvalidSpec;
+use crate::ops::Error;
 
 /// Version of every JSON answer's schema.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -37,63 +36,6 @@ pub struct OutputArgs {
     /// Answer in YAML: the same object `-o json` prints, as one YAML document (`-o yaml`).
     #[arg(long, global = true, conflicts_with = "format")]
     pub yaml: bool,
-}
-
-/// A failed command: a stable code, a message that names what is wrong, and an exit code.
-#[derive(Debug)]
-pub struct CliError {
-    /// Stable machine-readable code, for example `invalid_spec` or `not_found`.
-    pub code: &'static str,
-    /// What is wrong.
-    pub message: String,
-    /// Extra structured detail (problems of an invalid spec, the record of a failed run).
-    pub details: Option<(&'static str, Value)>,
-}
-
-impl CliError {
-    /// A failure with `code` and `message`.
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            details: None,
-        }
-    }
-
-    /// Bad command-line input.
-    pub fn argument(message: impl Into<String>) -> Self {
-        Self::new("invalid_argument", message)
-    }
-
-    /// A manifest file given with `flag` that could not be read: a path that cannot be opened
-    /// is a bad argument; a file too large or not text is a bad manifest.
-    pub fn manifest_file(flag: &str, error: ReadManifestError) -> Self {
-        match error {
-            ReadManifestError::Unreadable { .. } => Self::argument(format!("{flag} {error}")),
-            _ => Self::new("invalid_manifest", format!("{flag} {error}")),
-        }
-    }
-
-    /// The process exit code of this failure.
-    pub fn exit_code(&self) -> i32 {
-        match self.code {
-            "execution_failed" | "deployment_failed" => 1,
-            "invalid_spec" | "invalid_argument" | "invalid_manifest" | "stdin_too_large" => 2,
-            "not_found" | "ambiguous_name" => 3,
-            _ => 4,
-        }
-    }
-}
-
-impl From<InvalidSpec> for CliError {
-    fn from(error: InvalidSpec) -> Self {
-        let problems = serde_json::to_value(&error.problems).expect("problems always serialize");
-        Self {
-            code: "invalid_spec",
-            message: error.to_string(),
-            details: Some(("problems", problems)),
-        }
-    }
 }
 
 /// Exit code when stdout is closed under us (`errand … | head`): what a shell reports for a
@@ -155,7 +97,7 @@ fn print_answer(format: Format, answer: &Value) {
 }
 
 /// Prints a failure (JSON on stdout, or text on stderr) and returns its exit code.
-pub fn print_error(format: Format, error: &CliError) -> i32 {
+pub fn print_error(format: Format, error: &Error) -> i32 {
     match format {
         Format::Human => eprintln!("error[{}]: {}", error.code, error.message),
         Format::Json | Format::Yaml => {

@@ -4,9 +4,10 @@ use serde_json::json;
 
 use super::backend::{Backend, find};
 use super::execute::ExecuteArgs;
-use super::output::{CliError, OutputArgs};
+use super::output::OutputArgs;
 use super::staging::StagingArgs;
 use super::telemetry::TelemetryArgs;
+use crate::ops::{Error, ErrorCode};
 
 /// Flags of `errand rerun`.
 #[derive(Debug, clap::Args)]
@@ -64,12 +65,12 @@ impl RerunArgs {
 }
 
 /// `errand rerun NAME` on either backend.
-pub async fn rerun(backend: &dyn Backend, args: RerunArgs) -> Result<(), CliError> {
+pub async fn rerun(backend: &dyn Backend, args: RerunArgs) -> Result<(), Error> {
     // A name that matches nothing goes on as it is, so that the refusal says the snapshot
     // went with the execution.
     let execution = match find(backend, &args.execution).await {
         Ok(record) => record.name,
-        Err(error) if error.code == "not_found" => args.execution.clone(),
+        Err(error) if error.code == ErrorCode::NotFound => args.execution.clone(),
         Err(error) => return Err(error),
     };
     super::commands::execute(backend, &args.into_execute(&execution)).await

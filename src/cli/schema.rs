@@ -20,6 +20,7 @@ use super::output::SCHEMA_VERSION;
 use crate::api::{Fileset, ResultEntry};
 use crate::local::gc::GcReport;
 use crate::local::{ExecutionRecord, ObjectKind};
+use crate::ops::ErrorCode;
 use crate::resolve::Problem;
 use crate::retention::sweep_store::SweepReport;
 
@@ -28,8 +29,9 @@ use crate::retention::sweep_store::SweepReport;
 #[derive(JsonSchema)]
 #[allow(dead_code)] // Only its schema is used; print_error writes the same fields.
 struct ErrorBody {
-    /// Stable machine-readable code (`invalid_spec`, `not_found`, `invalid_state`, ...).
-    code: String,
+    /// Stable machine-readable code (`invalid_spec`, `not_found`, `invalid_state`, ...): one of
+    /// [`ErrorCode`]'s values, each with a fixed exit code.
+    code: Code,
     /// What is wrong, naming the field.
     message: String,
     /// Each problem of an invalid spec, with its field path.
@@ -42,6 +44,16 @@ struct ErrorBody {
     refused: Option<Vec<Value>>,
     /// The deployment that failed (`deployment_failed`).
     deployment: Option<super::deploy::DeploymentView>,
+}
+
+/// An error answer's code: one of the codes errand gives today, listed with what each means;
+/// a reader still accepts a code it does not know, which a newer errand may give.
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // Only its schema is used.
+enum Code {
+    Known(ErrorCode),
+    Other(String),
 }
 
 /// One successful answer type: its `type` and its payload's schema.

@@ -1,9 +1,10 @@
 //! How executions are shown, the same for both backends: records, tables and results.
 
 use super::answers::ExecutionView;
-use super::output::{CliError, Format, human_size, print_ok};
+use super::output::{Format, human_size, print_ok};
 use crate::api::ResultEntry;
 use crate::local::ExecutionRecord;
+use crate::ops::{Error, ErrorCode};
 use crate::store::keys::{AnyResult, ResultName};
 
 /// Human summary of a record.
@@ -60,7 +61,7 @@ pub fn record_outcome(
     format: Format,
     view: &ExecutionView,
     human: impl FnOnce() -> String,
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let record = &view.record;
     if record.phase == crate::api::Phase::Succeeded {
         print_ok(format, "execution", view, human);
@@ -79,8 +80,8 @@ pub fn record_outcome(
     if format == Format::Human {
         crate::cli::output::write_line(human());
     }
-    Err(CliError {
-        code: "execution_failed",
+    Err(Error {
+        code: ErrorCode::ExecutionFailed,
         message,
         details: Some((
             "execution",
@@ -130,10 +131,10 @@ pub fn print_results(format: Format, results: &[ResultEntry]) {
 }
 
 /// The result called `name`, or an error listing the ones that exist.
-pub fn parse_result_name(result: &str) -> Result<AnyResult, CliError> {
+pub fn parse_result_name(result: &str) -> Result<AnyResult, Error> {
     AnyResult::parse(result).ok_or_else(|| {
         let known: Vec<&str> = ResultName::ALL.iter().map(|r| r.as_str()).collect();
-        CliError::argument(format!(
+        Error::argument(format!(
             "result {result:?} does not exist; results are {}, or one the execution's extension \
              declares",
             known.join(", ")

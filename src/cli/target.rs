@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::backend::Backend;
 use super::cluster::Cluster;
 use super::local::Local;
-use super::output::CliError;
+use crate::ops::Error;
 
 /// Options shared by the commands that touch executions or the catalog.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -58,10 +58,10 @@ impl Target {
 
     /// The backend the options choose. A cluster that cannot be reached is an error, never a
     /// reason to act locally instead.
-    pub async fn backend(&self) -> Result<Box<dyn Backend>, CliError> {
+    pub async fn backend(&self) -> Result<Box<dyn Backend>, Error> {
         if let Some(namespace) = &self.namespace {
             crate::resolve::object_name(namespace)
-                .map_err(|e| CliError::argument(format!("--namespace: {e}")))?;
+                .map_err(|e| Error::argument(format!("--namespace: {e}")))?;
         }
         if self.is_local() {
             Ok(Box::new(Local::new(self)?))

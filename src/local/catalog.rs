@@ -103,6 +103,38 @@ pub struct CheckedObject {
 /// The file an object is stored in.
 const OBJECT_FILE: &str = "object.json";
 
+/// Why the local catalog refused or failed to keep an object.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// AgentExecutions are run, not applied.
+    #[error("an AgentExecution is run with `errand execute --spec-file`, not applied")]
+    ExecutionApplied,
+    /// The object has no `metadata.name`.
+    #[error("{kind}: metadata.name is required")]
+    NoName { kind: &'static str },
+    /// A name or namespace that is not a valid object name.
+    #[error("{what} {field}: {reason}")]
+    BadName {
+        what: &'static str,
+        field: &'static str,
+        reason: String,
+    },
+    /// An Agent applied again with another spec.
+    #[error(
+        "Agent {name:?}: spec is immutable; delete it (`errand agents delete {name}`) and apply again"
+    )]
+    ImmutableAgent { name: String },
+    /// The object could not be encoded.
+    #[error("{0}")]
+    Encode(#[from] serde_json::Error),
+    /// The object could not be written.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 impl LocalCatalog {
     /// The catalog in `data`.
     pub fn new(data: DataDir) -> Self {
@@ -140,11 +172,10 @@ impl LocalCatalog {
         kind: ObjectKind,
         name: &str,
         value: &Value,
-    ) -> Result<(), String> {
+    ) -> Result<(), CatalogError> {
         let path = self.dir(namespace, kind, name).join(OBJECT_FILE);
-        let bytes = serde_json::to_vec_pretty(value).map_err(|e| e.to_string())?;
-        write_private(&path, &bytes)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let bytes = serde_json::to_vec_pretty(value)?;
+        write_private(&path, &bytes).map_err(|source| CatalogError::Write { path, source })?;
         let _ = std::fs::remove_file(self.legacy_file(namespace, kind, name));
         Ok(())
     }
@@ -157,7 +188,7 @@ impl LocalCatalog {
         manifest: &ManifestObject,
         default_namespace: &str,
         earlier: &[CheckedObject],
-    ) -> Result<CheckedObject, String> {
+    ) -> Result<CheckedObject, CatalogError> {
         let (kind, metadata_name, namespace) = match manifest {
             ManifestObject::Agent(o) => (
                 ObjectKind::Agent,
@@ -180,18 +211,19 @@ impl LocalCatalog {
             ManifestObject::Secret {
                 name, namespace, ..
             } => (ObjectKind::Secret, Some(name.clone()), namespace.clone()),
-            ManifestObject::Execution(_) => {
-                return Err(
-                    "an AgentExecution is run with `errand execute --spec-file`, not applied"
-                        .into(),
-                );
+            ManifestObject::Execution(_) => return Err(CatalogError::ExecutionApplied),
+        };
+        let bad_name = |field: &'static str| {
+            move |reason| CatalogError::BadName {
+                what: kind.kind(),
+                field,
+                reason,
             }
         };
-        let name =
-            metadata_name.ok_or_else(|| format!("{}: metadata.name is required", kind.kind()))?;
-        object_name(&name).map_err(|e| format!("{} metadata.name: {e}", kind.kind()))?;
+        let name = metadata_name.ok_or(CatalogError::NoName { kind: kind.kind() })?;
+        object_name(&name).map_err(bad_name("metadata.name"))?;
         let namespace = namespace.unwrap_or_else(|| default_namespace.to_owned());
-        object_name(&namespace).map_err(|e| format!("{} metadata.namespace: {e}", kind.kind()))?;
+        object_name(&namespace).map_err(bad_name("metadata.namespace"))?;
         let content = match manifest {
             ManifestObject::Agent(agent) => serde_json::to_value(&agent.spec),
             ManifestObject::Environment(environment) => serde_json::to_value(&environment.spec),
@@ -203,8 +235,7 @@ impl LocalCatalog {
             }
             ManifestObject::Secret { data, .. } => serde_json::to_value(data),
             ManifestObject::Execution(_) => unreachable!("refused above"),
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         let checked = CheckedObject {
             kind,
             namespace,
@@ -222,17 +253,16 @@ impl LocalCatalog {
                 })
                 .map(|o| o.content.clone());
             if stored.chain(pending).any(|spec| spec != checked.content) {
-                let name = &checked.name;
-                return Err(format!(
-                    "Agent {name:?}: spec is immutable; delete it (`errand agents delete {name}`) and apply again"
-                ));
+                return Err(CatalogError::ImmutableAgent {
+                    name: checked.name.clone(),
+                });
             }
         }
         Ok(checked)
     }
 
     /// Stores objects checked with [`LocalCatalog::check_apply`].
-    pub fn store(&self, object: &CheckedObject) -> Result<(), String> {
+    pub fn store(&self, object: &CheckedObject) -> Result<(), CatalogError> {
         self.write(
             &object.namespace,
             object.kind,
@@ -247,9 +277,13 @@ impl LocalCatalog {
         namespace: &str,
         name: &str,
         status: &FilesetStatus,
-    ) -> Result<(), String> {
-        object_name(name).map_err(|e| format!("fileset name: {e}"))?;
-        let status = serde_json::to_value(status).map_err(|e| e.to_string())?;
+    ) -> Result<(), CatalogError> {
+        object_name(name).map_err(|reason| CatalogError::BadName {
+            what: "fileset",
+            field: "name",
+            reason,
+        })?;
+        let status = serde_json::to_value(status)?;
         self.write(namespace, ObjectKind::Fileset, name, &status)
     }
 

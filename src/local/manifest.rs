@@ -124,27 +124,51 @@ impl std::fmt::Display for DocumentError {
 /// Parses every document of a YAML (or JSON) manifest stream; `source` names it in errors.
 /// Each object is checked as the API server would check it on create: its CRD's schema
 /// (types, unknown fields, enums, bounds) and CEL rules (an AgentExecution's when it is run).
-pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, String> {
+pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<ManifestObject>, ManifestError> {
     manifest_documents(text, source)?
         .into_iter()
         .enumerate()
         .map(|(index, doc)| {
-            parse_document(doc).map_err(|e| format!("{source}: document {}: {e}", index + 1))
+            parse_document(doc).map_err(|error| ManifestError::Document {
+                manifest: source.to_owned(),
+                number: index + 1,
+                error,
+            })
         })
         .collect()
 }
 
+/// A manifest stream that cannot be read as objects errand applies.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// Larger than a manifest may be.
+    #[error(transparent)]
+    TooLarge(ReadManifestError),
+    /// Not a YAML (or JSON) stream.
+    #[error("{manifest}: not valid YAML: {message}")]
+    NotYaml { manifest: String, message: String },
+    /// One document (numbered from 1) is not an object errand applies, or breaks its schema.
+    #[error("{manifest}: document {number}: {error}")]
+    Document {
+        manifest: String,
+        number: usize,
+        error: DocumentError,
+    },
+}
+
 /// The documents of a YAML (or JSON) manifest stream as they are written, empty ones left out;
 /// `source` names it in errors.
-pub fn manifest_documents(text: &str, source: &str) -> Result<Vec<Value>, String> {
+pub fn manifest_documents(text: &str, source: &str) -> Result<Vec<Value>, ManifestError> {
     if text.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(ReadManifestError::TooLarge {
+        return Err(ManifestError::TooLarge(ReadManifestError::TooLarge {
             path: source.to_owned(),
-        }
-        .to_string());
+        }));
     }
     let documents: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| format!("{source}: not valid YAML: {e}"))?;
+        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::NotYaml {
+            manifest: source.to_owned(),
+            message: e.to_string(),
+        })?;
     Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
 }
 
@@ -269,13 +293,13 @@ mod tests {
     fn type_errors_and_unknown_fields_name_their_field() {
         let text = "apiVersion: errand.dev/v1alpha1\nkind: AgentExecution\nmetadata: {name: x}\n\
                     spec: {agentRef: {name: a}, timeoutSeconds: \"30\", timeout_seconds: 1}\n";
-        let error = parse_manifests(text, "e.yaml").unwrap_err();
+        let error = parse_manifests(text, "e.yaml").unwrap_err().to_string();
         assert!(
             error.starts_with("e.yaml: document 1: AgentExecution \"x\" is invalid: spec.timeoutSeconds: invalid type: string \"30\", expected an integer; spec.timeout_seconds: unknown field \"timeout_seconds\""),
             "{error}"
         );
         let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringdata: {a: b}\n";
-        let error = parse_manifests(secret, "s.yaml").unwrap_err();
+        let error = parse_manifests(secret, "s.yaml").unwrap_err().to_string();
         assert!(
             error.starts_with("s.yaml: document 1: Secret \"s\" is invalid: stringdata: unknown field \"stringdata\""),
             "{error}"
@@ -284,8 +308,9 @@ mod tests {
 
     #[test]
     fn names_the_document_and_kind_on_error() {
-        let error =
-            parse_manifests("apiVersion: apps/v1\nkind: Deployment\n", "d.yaml").unwrap_err();
+        let error = parse_manifests("apiVersion: apps/v1\nkind: Deployment\n", "d.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(error.starts_with("d.yaml: document 1: apiVersion \"apps/v1\" kind \"Deployment\" is not something errand applies"), "{error}");
     }
 }

@@ -21,14 +21,14 @@ pub mod references;
 mod remove;
 mod supervise;
 
-pub use catalog::{CheckedObject, LocalCatalog, ObjectKind};
+pub use catalog::{CatalogError, CheckedObject, LocalCatalog, ObjectKind};
 pub use deployments::{
     DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
     admit_deployment,
 };
 pub use manifest::{
-    DocumentError, MAX_MANIFEST_BYTES, ManifestObject, ReadManifestError, manifest_documents,
-    parse_document, parse_manifests, read_manifest_file,
+    DocumentError, MAX_MANIFEST_BYTES, ManifestError, ManifestObject, ReadManifestError,
+    manifest_documents, parse_document, parse_manifests, read_manifest_file,
 };
 pub use paths::DataDir;
 pub use process::ProcessIdentity;

@@ -44,7 +44,7 @@ pub use notify::webhook_url;
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
-pub use rerun::{ImageRun, RerunSource, pin_image, resolve_rerun};
+pub use rerun::{ImageRun, RerunSource, UnpinnableImage, pin_image, resolve_rerun};
 pub use rules::{
     SUPPORTED_PROVIDERS, env_name, is_reserved_env, lifetime_seconds, mount_paths, object_name,
     relative_path,

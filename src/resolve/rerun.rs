@@ -149,8 +149,8 @@ fn stored_snapshot(
         }
         ImageRun::Reported(image_id) => match pin_image(&snapshot.agent.runtime.image, image_id) {
             Ok(pinned) => snapshot.agent.runtime.image = pinned,
-            Err(message) => {
-                problems.push(field, message);
+            Err(unpinnable) => {
+                problems.push(field, unpinnable.to_string());
                 return None;
             }
         },
@@ -158,12 +158,20 @@ fn stored_snapshot(
     Some(snapshot)
 }
 
+/// An image ID the kubelet reported that does not end in a sha256 digest, so nothing can pin it.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("the image digest {image_id:?} the kubelet reported is not sha256:<64 hex digits>")]
+pub struct UnpinnableImage {
+    /// What the kubelet reported.
+    pub image_id: String,
+}
+
 /// `image` pinned to what the kubelet reported in `image_id`. A registry digest
 /// (`repo@sha256:<hex>`, the manifest the node pulled) pins the repository of `image`, without
 /// its tag or digest: `repo@sha256:<hex>`. A bare image ID (`sha256:<hex>`: an image the node
 /// holds under no registry digest, such as one loaded into it directly) is itself the pin; only
 /// a node holding that image can run it.
-pub fn pin_image(image: &str, image_id: &str) -> Result<String, String> {
+pub fn pin_image(image: &str, image_id: &str) -> Result<String, UnpinnableImage> {
     let (repository_digest, digest) = match image_id.rsplit_once('@') {
         Some((_, digest)) => (true, digest),
         None => (false, image_id),
@@ -175,9 +183,9 @@ pub fn pin_image(image: &str, image_id: &str) -> Result<String, String> {
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     });
     if !valid {
-        return Err(format!(
-            "the image digest {image_id:?} the kubelet reported is not sha256:<64 hex digits>"
-        ));
+        return Err(UnpinnableImage {
+            image_id: image_id.to_owned(),
+        });
     }
     if !repository_digest {
         return Ok(digest.to_owned());

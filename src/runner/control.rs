@@ -38,13 +38,18 @@ pub struct RunControl {
     pub terminating: Option<String>,
 }
 
+/// A run control text that is not a run control document; says what the JSON parser found.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("not a run control document: {0}")]
+pub struct NotRunControl(String);
+
 impl RunControl {
     /// The control in `text`; an empty text (an annotation not set) is the default.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, NotRunControl> {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        serde_json::from_str(text).map_err(|e| format!("not a run control document: {e}"))
+        serde_json::from_str(text).map_err(|e| NotRunControl(e.to_string()))
     }
 
     /// The instant the agent must be stopped: the changed deadline, else `own` (its start plus

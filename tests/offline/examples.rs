@@ -141,7 +141,8 @@ fn every_invalid_example_is_refused_naming_its_field() {
         // is resolved with the rules of a create.
         let text = std::fs::read_to_string(&path).unwrap();
         let execution = match parse_manifests(&text, &path.display().to_string()) {
-            Err(message) => {
+            Err(error) => {
+                let message = error.to_string();
                 assert!(
                     message.contains(&format!("{field}: ")),
                     "{}: expected a problem at {field}, got: {message}",

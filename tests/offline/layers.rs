@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["controller", "webhook", "dataapi", "gateway"],
     &["serve"],
+    &["ops"],
     &["cli"],
 ];
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::api_error;
 use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
 use crate::cli::backend::{Applied, Document};
-use crate::cli::output::CliError;
+use crate::ops::{Error, ErrorCode};
 
 /// The field manager of everything errand's command line writes.
 pub const FIELD_MANAGER: &str = "errand";
@@ -66,12 +66,12 @@ fn resource_of(object: &Value) -> Option<ApiResource> {
 }
 
 /// Each document with its resource, name and namespace (`namespace` unless it names one).
-fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a>>, CliError> {
+fn plan<'a>(documents: &'a [Document], namespace: &str) -> Result<Vec<Planned<'a>>, Error> {
     documents
         .iter()
         .map(|document| {
             let refused = |message: String| {
-                CliError::new("invalid_manifest", format!("{}: {message}", document.source))
+                Error::new(ErrorCode::InvalidManifest, format!("{}: {message}", document.source))
             };
             let resource = resource_of(&document.object).ok_or_else(|| {
                 refused(format!(
@@ -118,7 +118,7 @@ pub async fn apply(
     client: &Client,
     namespace: &str,
     documents: &[Document],
-) -> Result<Vec<Applied>, CliError> {
+) -> Result<Vec<Applied>, Error> {
     let planned = plan(documents, namespace)?;
     let params = PatchParams {
         field_validation: Some(ValidationDirective::Strict),
@@ -158,7 +158,7 @@ pub async fn apply(
                 })
             })
             .collect();
-        return Err(CliError {
+        return Err(Error {
             code,
             message: format!("nothing applied: {message}"),
             details: Some(("refused", Value::Array(per_object))),
@@ -176,7 +176,7 @@ pub async fn apply(
                 .iter()
                 .map(|a: &Applied| format!("{}/{}", a.kind, a.name))
                 .collect();
-            return Err(CliError {
+            return Err(Error {
                 message: format!(
                     "{}: {} (applied before it: {})",
                     item.document.source,

@@ -12,8 +12,8 @@ use serde_json::json;
 use super::{Cluster, api_error, phase};
 use crate::api::{AgentExecution, Phase};
 use crate::cli::backend::DeadlineChanged;
-use crate::cli::output::CliError;
 use crate::local::ExecutionRecord;
+use crate::ops::{Error, ErrorCode};
 
 /// How long `deadline` waits for the controller to answer a change.
 const DEADLINE_ANSWER: Duration = Duration::from_secs(60);
@@ -23,7 +23,7 @@ impl Cluster {
         &self,
         name: &str,
         spec: serde_json::Value,
-    ) -> Result<AgentExecution, CliError> {
+    ) -> Result<AgentExecution, Error> {
         self.executions()
             .patch(
                 name,
@@ -40,9 +40,9 @@ impl Cluster {
         &self,
         record: &ExecutionRecord,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         if signal != nix::sys::signal::Signal::SIGKILL {
-            return Err(CliError::argument(format!(
+            return Err(Error::argument(format!(
                 "--signal {}: on a cluster only TERM (a cancel: SIGTERM, the grace period, SIGKILL) and KILL (a cancel without the grace period) can be sent; errand reaches the agent's pod only through the API server, which can stop a pod but not signal its processes",
                 signal.as_str().trim_start_matches("SIG")
             )));
@@ -59,18 +59,18 @@ impl Cluster {
         &self,
         record: &ExecutionRecord,
         in_seconds: Option<u64>,
-    ) -> Result<DeadlineChanged, CliError> {
+    ) -> Result<DeadlineChanged, Error> {
         let name = &record.name;
         let current = self.executions().get(name).await.map_err(api_error)?;
         if let Some(phase) = phase(&current).filter(|p| p.is_terminal()) {
-            return Err(CliError::new(
-                "invalid_state",
+            return Err(Error::new(
+                ErrorCode::InvalidState,
                 format!("execution {name} already ended {phase:?}; its deadline cannot change"),
             ));
         }
         if current.spec.cancel {
-            return Err(CliError::new(
-                "invalid_state",
+            return Err(Error::new(
+                ErrorCode::InvalidState,
                 format!(
                     "execution {name} is already being stopped (it was cancelled); the change came after termination began"
                 ),
@@ -88,7 +88,7 @@ impl Cluster {
                 .filter(|d| d.request == request)
             {
                 if let Some(refused) = &answer.refused {
-                    return Err(CliError::new("invalid_state", refused.clone()));
+                    return Err(Error::new(ErrorCode::InvalidState, refused.clone()));
                 }
                 // Cleared: the deadline timeoutSeconds gives, once the agent started.
                 let timeout = u64::try_from(execution.spec.timeout_seconds).unwrap_or(0);
@@ -106,16 +106,16 @@ impl Cluster {
                 });
             }
             if let Some(phase) = phase(&execution).filter(|p| p.is_terminal()) {
-                return Err(CliError::new(
-                    "invalid_state",
+                return Err(Error::new(
+                    ErrorCode::InvalidState,
                     format!(
                         "execution {name} ended {phase:?} before the controller took the deadline change"
                     ),
                 ));
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(CliError::new(
-                    "timeout",
+                return Err(Error::new(
+                    ErrorCode::Timeout,
                     format!(
                         "the controller did not answer the deadline change of execution {name} within {}s; is it running?",
                         DEADLINE_ANSWER.as_secs()
@@ -130,15 +130,15 @@ impl Cluster {
     pub(super) async fn start_held(
         &self,
         record: &ExecutionRecord,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let current = self
             .executions()
             .get(&record.name)
             .await
             .map_err(api_error)?;
         if !current.spec.held {
-            return Err(CliError::new(
-                "invalid_state",
+            return Err(Error::new(
+                ErrorCode::InvalidState,
                 format!(
                     "execution {} is {:?}, not Created: only a created execution can be started",
                     record.name,
@@ -154,9 +154,9 @@ impl Cluster {
 }
 
 /// `restart` on a cluster: refused, naming `rerun`.
-pub(super) fn restart_refused(name: &str) -> CliError {
-    CliError::new(
-        "not_supported",
+pub(super) fn restart_refused(name: &str) -> Error {
+    Error::new(
+        ErrorCode::NotSupported,
         format!(
             "restart: on a cluster a run happens at most once (its Job never starts a second pod, since an agent run is not idempotent); run it again from its snapshot as a new execution with `errand rerun {name}`"
         ),

@@ -24,8 +24,8 @@ use crate::api::data::{
     TAR_GZ_CONTENT_TYPE,
 };
 use crate::archive::ByteStream;
-use crate::cli::output::CliError;
 use crate::dataapi::link;
+use crate::ops::{Error, ErrorCode};
 use crate::store::keys::{AnyResult, ResultName};
 
 /// The data API of one cluster, for one namespace.
@@ -58,7 +58,7 @@ impl DataApi {
     }
 
     /// The results of execution `name` saved so far.
-    pub async fn results(&self, name: &str) -> Result<AgentExecutionResults, CliError> {
+    pub async fn results(&self, name: &str) -> Result<AgentExecutionResults, Error> {
         let path = self.path(EXECUTIONS_RESOURCE, name, &[RESULTS_SUBRESOURCE]);
         let request = Request::get(path)
             .body(Vec::new())
@@ -67,7 +67,7 @@ impl DataApi {
     }
 
     /// The bytes of a small result (a JSON record).
-    pub async fn result_bytes(&self, name: &str, result: ResultName) -> Result<Vec<u8>, CliError> {
+    pub async fn result_bytes(&self, name: &str, result: ResultName) -> Result<Vec<u8>, Error> {
         let path = self.path(
             EXECUTIONS_RESOURCE,
             name,
@@ -90,7 +90,7 @@ impl DataApi {
         name: &str,
         result: &AnyResult,
         file: &Path,
-    ) -> Result<u64, CliError> {
+    ) -> Result<u64, Error> {
         let path = self.path(
             EXECUTIONS_RESOURCE,
             name,
@@ -107,17 +107,20 @@ impl DataApi {
             return save(&parts, body.into_data_stream(), &what, file).await;
         }
         let text = body.collect().await.map_err(|e| {
-            CliError::new("cluster_error", format!("reading the link to {what}: {e}"))
+            Error::new(
+                ErrorCode::ClusterError,
+                format!("reading the link to {what}: {e}"),
+            )
         })?;
         let link: DownloadLink = serde_json::from_slice(&text.to_bytes()).map_err(|e| {
-            CliError::new(
-                "cluster_error",
+            Error::new(
+                ErrorCode::ClusterError,
                 format!("errand's link to {what} is not a link: {e}"),
             )
         })?;
         match from_store(&link.url).await {
-            Ok(response) if !response.status().is_success() => Err(CliError::new(
-                "store_error",
+            Ok(response) if !response.status().is_success() => Err(Error::new(
+                ErrorCode::StoreError,
                 format!(
                     "the store answered {} to the signed URL errand gave for {what}",
                     response.status()
@@ -134,15 +137,15 @@ impl DataApi {
                 let (parts, body) = self.get(&path).await?;
                 save(&parts, body.into_data_stream(), &what, file).await
             }
-            Err(e) => Err(CliError::new(
-                "store_unreachable",
+            Err(e) => Err(Error::new(
+                ErrorCode::StoreUnreachable,
                 format!("downloading {what} from the store: {}", e.without_url()),
             )),
         }
     }
 
     /// The answer to a GET of `path` through the API server, its body still to be read.
-    async fn get(&self, path: &str) -> Result<(http::response::Parts, Body), CliError> {
+    async fn get(&self, path: &str) -> Result<(http::response::Parts, Body), Error> {
         let request = Request::get(path)
             .body(Body::empty())
             .expect("a valid request");
@@ -152,11 +155,11 @@ impl DataApi {
 
     /// Streams `body` (a `tar.gz`) as Fileset `name`'s new content and returns what the
     /// Fileset's status now records.
-    pub async fn push(&self, name: &str, body: ByteStream) -> Result<FilesetContent, CliError> {
+    pub async fn push(&self, name: &str, body: ByteStream) -> Result<FilesetContent, Error> {
         let path = self.path(FILESETS_RESOURCE, name, &[CONTENT_SUBRESOURCE]);
         let unreachable = |e: String| {
-            CliError::new(
-                "cluster_unreachable",
+            Error::new(
+                ErrorCode::ClusterUnreachable,
                 format!("pushing Fileset {name:?}: {e}"),
             )
         };
@@ -176,8 +179,8 @@ impl DataApi {
             return Err(refusal(status, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(|e| {
-            CliError::new(
-                "cluster_error",
+            Error::new(
+                ErrorCode::ClusterError,
                 format!("the answer to pushing Fileset {name:?} is not a FilesetContent: {e}"),
             )
         })
@@ -202,7 +205,7 @@ async fn save<E: std::fmt::Display>(
     mut body: impl futures::Stream<Item = Result<Bytes, E>> + Unpin,
     what: &str,
     file: &Path,
-) -> Result<u64, CliError> {
+) -> Result<u64, Error> {
     if !parts.status.is_success() {
         let mut bytes = Vec::new();
         while let Some(Ok(chunk)) = body.next().await {
@@ -216,13 +219,13 @@ async fn save<E: std::fmt::Display>(
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim_start_matches("W/").trim_matches('"').to_owned());
     let io_error =
-        |e: std::io::Error| CliError::new("io_error", format!("{}: {e}", file.display()));
+        |e: std::io::Error| Error::new(ErrorCode::IoError, format!("{}: {e}", file.display()));
     let mut out = std::fs::File::create(file).map_err(io_error)?;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = body.next().await {
-        let chunk =
-            chunk.map_err(|e| CliError::new("cluster_error", format!("reading {what}: {e}")))?;
+        let chunk = chunk
+            .map_err(|e| Error::new(ErrorCode::ClusterError, format!("reading {what}: {e}")))?;
         hasher.update(&chunk);
         out.write_all(&chunk).map_err(io_error)?;
         size += chunk.len() as u64;
@@ -230,8 +233,8 @@ async fn save<E: std::fmt::Display>(
     out.sync_all().map_err(io_error)?;
     let actual = hex::encode(hasher.finalize());
     if let Some(expected) = expected.filter(|e| *e != actual) {
-        return Err(CliError::new(
-            "corrupt_download",
+        return Err(Error::new(
+            ErrorCode::CorruptDownload,
             format!(
                 "{}: the {size} bytes received have sha256 {actual}, the server announced {expected}",
                 file.display(),
@@ -279,7 +282,7 @@ async fn send_streamed(
 }
 
 /// A refused request as a CLI error: the API server's (or errand's) `Status`, else the body.
-fn refusal(code: StatusCode, body: &Bytes) -> CliError {
+fn refusal(code: StatusCode, body: &Bytes) -> Error {
     let status = serde_json::from_slice::<Status>(body).unwrap_or_else(|_| {
         let text = String::from_utf8_lossy(body).trim().to_owned();
         Status::failure(&text, "").with_code(code.as_u16())
@@ -371,7 +374,7 @@ mod tests {
 
     const PATH: &str = "/apis/data.errand.dev/v1alpha1/namespaces/team-a/agentexecutions/calc/results/output_workdir";
 
-    async fn download(api: &DataApi, file: &Path) -> Result<u64, CliError> {
+    async fn download(api: &DataApi, file: &Path) -> Result<u64, Error> {
         let result = AnyResult::parse("output_workdir").unwrap();
         api.download("calc", &result, file).await
     }

@@ -15,8 +15,8 @@ use crate::api::AgentDeployment;
 use crate::api::contract::{AGENT_CONTAINER, DEPLOYMENT_LABEL, REPLACED_AGENT_ANNOTATION};
 use crate::cli::backend::Deployments;
 use crate::cli::gateway_client::{GatewayArgs, GatewayClient};
-use crate::cli::output::CliError;
 use crate::controller::names::label_value;
+use crate::ops::{Error, ErrorCode};
 
 /// How long `undeploy` waits for a deployment's children to go.
 const DELETE_WAIT: Duration = Duration::from_secs(120);
@@ -26,7 +26,7 @@ impl Deployments for Cluster {
     async fn create_deployment(
         &self,
         deployment: &AgentDeployment,
-    ) -> Result<AgentDeployment, CliError> {
+    ) -> Result<AgentDeployment, Error> {
         let params = PostParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PostParams::default()
@@ -37,7 +37,7 @@ impl Deployments for Cluster {
             .map_err(api_error)
     }
 
-    async fn deployment(&self, name: &str) -> Result<AgentDeployment, CliError> {
+    async fn deployment(&self, name: &str) -> Result<AgentDeployment, Error> {
         self.api::<AgentDeployment>()
             .get_opt(name)
             .await
@@ -45,7 +45,7 @@ impl Deployments for Cluster {
             .ok_or_else(|| not_found(name, &self.namespace))
     }
 
-    async fn deployments(&self) -> Result<Vec<AgentDeployment>, CliError> {
+    async fn deployments(&self) -> Result<Vec<AgentDeployment>, Error> {
         Ok(self
             .api::<AgentDeployment>()
             .list(&ListParams::default())
@@ -60,7 +60,7 @@ impl Deployments for Cluster {
         agent: &str,
         replaced: &str,
         dry_run: bool,
-    ) -> Result<(), CliError> {
+    ) -> Result<(), Error> {
         // A merge patch: `agentRef` replaces the inline agent (the CEL rule allows one).
         let patch = json!({
             "metadata": {"annotations": {REPLACED_AGENT_ANNOTATION: replaced}},
@@ -78,7 +78,7 @@ impl Deployments for Cluster {
         Ok(())
     }
 
-    async fn forget_replaced_agent(&self, name: &str) -> Result<(), CliError> {
+    async fn forget_replaced_agent(&self, name: &str) -> Result<(), Error> {
         let patch = json!({"metadata": {"annotations": {REPLACED_AGENT_ANNOTATION: null}}});
         self.api::<AgentDeployment>()
             .patch(name, &PatchParams::default(), &Patch::Merge(patch))
@@ -87,7 +87,7 @@ impl Deployments for Cluster {
         Ok(())
     }
 
-    async fn delete_deployment(&self, name: &str) -> Result<(), CliError> {
+    async fn delete_deployment(&self, name: &str) -> Result<(), Error> {
         let api = self.api::<AgentDeployment>();
         // Foreground: the deployment stays (Terminating) until its children are gone.
         let params = DeleteParams {
@@ -104,8 +104,8 @@ impl Deployments for Cluster {
         let deadline = tokio::time::Instant::now() + DELETE_WAIT;
         while api.get_opt(name).await.map_err(api_error)?.is_some() {
             if tokio::time::Instant::now() >= deadline {
-                return Err(CliError::new(
-                    "timeout",
+                return Err(Error::new(
+                    ErrorCode::Timeout,
                     format!(
                         "AgentDeployment {name:?} is still being deleted after {}s",
                         DELETE_WAIT.as_secs()
@@ -117,11 +117,11 @@ impl Deployments for Cluster {
         Ok(())
     }
 
-    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, CliError> {
+    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, Error> {
         GatewayClient::new(args, self.token.clone())
     }
 
-    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), CliError> {
+    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error> {
         self.deployment(name).await?;
         // The label the controller puts on the deployment's pods (shortened with a hash when
         // the name is not a valid label value).
@@ -136,8 +136,8 @@ impl Deployments for Cluster {
             .filter_map(|pod| pod.metadata.name)
             .collect();
         if names.is_empty() {
-            return Err(CliError::new(
-                "not_ready",
+            return Err(Error::new(
+                ErrorCode::NotReady,
                 format!(
                     "AgentDeployment {name:?} has no pods yet (label {selector} in namespace {:?}); \
                      try again once `errand deployments get {name}` shows it starting",
@@ -176,8 +176,8 @@ impl Deployments for Cluster {
         let mut merged = futures::stream::select_all(streams);
         while let Some((pod, line)) = merged.next().await {
             let line = line.map_err(|e| {
-                CliError::new(
-                    "cluster_error",
+                Error::new(
+                    ErrorCode::ClusterError,
                     format!("reading the log of pod {pod}: {e}"),
                 )
             })?;
@@ -191,9 +191,9 @@ impl Deployments for Cluster {
     }
 }
 
-fn not_found(name: &str, namespace: &str) -> CliError {
-    CliError::new(
-        "not_found",
+fn not_found(name: &str, namespace: &str) -> Error {
+    Error::new(
+        ErrorCode::NotFound,
         format!("no AgentDeployment named {name:?} in namespace {namespace:?}"),
     )
 }

@@ -6,22 +6,22 @@ use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use super::super::inputs::RunInputs;
-use super::super::output::CliError;
 use crate::api::MAX_INPUT_BYTES;
 use crate::api::contract::{SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION};
 use crate::api::tags::{TagPattern, is_tag_label, tag_labels};
+use crate::ops::{Error, ErrorCode};
 
 /// Standard input as the execution's input (`ERRAND_INPUT_FILE` in the pod): UTF-8, at most
 /// the input's bound, and not besides `--input`.
-pub fn stdin_as_input(stdin: &[u8], input: &str) -> Result<String, CliError> {
+pub fn stdin_as_input(stdin: &[u8], input: &str) -> Result<String, Error> {
     if !input.is_empty() {
-        return Err(CliError::argument(
+        return Err(Error::argument(
             "standard input and --input both give the input; on a cluster standard input becomes the execution's input, so give one of them",
         ));
     }
     if stdin.len() > MAX_INPUT_BYTES {
-        return Err(CliError::new(
-            "stdin_too_large",
+        return Err(Error::new(
+            ErrorCode::StdinTooLarge,
             format!(
                 "standard input has {} bytes; on a cluster it becomes spec.input, which holds at most {MAX_INPUT_BYTES} bytes (put larger input in the working directory)",
                 stdin.len()
@@ -29,7 +29,7 @@ pub fn stdin_as_input(stdin: &[u8], input: &str) -> Result<String, CliError> {
         ));
     }
     String::from_utf8(stdin.to_vec()).map_err(|_| {
-        CliError::argument(
+        Error::argument(
             "standard input is not UTF-8; on a cluster it becomes spec.input, which is text (put binary input in the working directory)",
         )
     })

@@ -24,9 +24,7 @@ use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, Pus
 use super::excerpt::{ByteWindow, StreamOutput};
 use super::execute::{ExecuteArgs, ExecutionRequest};
 use super::listing::ExecutionFilter;
-use super::local::{download_from_store, store_error};
 use super::notify::NotifyArgs;
-use super::output::CliError;
 use super::target::Target;
 use crate::api::contract::{
     AGENT_CONTAINER, EXECUTION_UID_LABEL, SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION,
@@ -37,6 +35,8 @@ use crate::api::{
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::ops::download_from_store;
+use crate::ops::{Error, ErrorCode};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
 use crate::store::Store;
@@ -66,10 +66,10 @@ pub struct Cluster {
 impl Cluster {
     /// Connects as `target` says: its kubeconfig and context, else the current kube context
     /// (or the in-cluster config).
-    pub async fn connect(target: &Target) -> Result<Self, CliError> {
+    pub async fn connect(target: &Target) -> Result<Self, Error> {
         let unreachable = |e: String| {
-            CliError::new(
-                "cluster_unreachable",
+            Error::new(
+                ErrorCode::ClusterUnreachable,
                 format!("no Kubernetes configuration: {e}; use --local to run on this machine"),
             )
         };
@@ -80,17 +80,15 @@ impl Cluster {
         let config = match (&target.kubeconfig, &target.context) {
             (Some(path), _) => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
-                    CliError::argument(format!("--kubeconfig {}: {e}", path.display()))
+                    Error::argument(format!("--kubeconfig {}: {e}", path.display()))
                 })?;
                 kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
-                    .map_err(|e| {
-                        CliError::argument(format!("--kubeconfig {}: {e}", path.display()))
-                    })?
+                    .map_err(|e| Error::argument(format!("--kubeconfig {}: {e}", path.display())))?
             }
             (None, Some(context)) => kube::Config::from_kubeconfig(&options)
                 .await
-                .map_err(|e| CliError::argument(format!("--context {context}: {e}")))?,
+                .map_err(|e| Error::argument(format!("--context {context}: {e}")))?,
             (None, None) => kube::Config::infer()
                 .await
                 .map_err(|e| unreachable(e.to_string()))?,
@@ -127,7 +125,7 @@ impl Cluster {
     }
 
     /// Waits until the execution reaches a terminal phase.
-    async fn wait(&self, name: &str) -> Result<AgentExecution, CliError> {
+    async fn wait(&self, name: &str) -> Result<AgentExecution, Error> {
         loop {
             let execution = self.executions().get(name).await.map_err(api_error)?;
             if phase(&execution).is_some_and(Phase::is_terminal) {
@@ -157,11 +155,11 @@ impl Cluster {
     }
 
     /// The agent's response, from the execution's `run_result`.
-    async fn response(&self, name: &str) -> Result<Option<String>, CliError> {
+    async fn response(&self, name: &str) -> Result<Option<String>, Error> {
         let bytes = self.data.result_bytes(name, ResultName::RunResult).await?;
         let run: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            CliError::new(
-                "cluster_error",
+            Error::new(
+                ErrorCode::ClusterError,
                 format!("run_result of execution {name} is not JSON: {e}"),
             )
         })?;
@@ -169,7 +167,7 @@ impl Cluster {
     }
 
     /// The agent pod of the execution with this uid, if one exists.
-    async fn pod(&self, uid: &str) -> Result<Option<Pod>, CliError> {
+    async fn pod(&self, uid: &str) -> Result<Option<Pod>, Error> {
         let selector = format!("{EXECUTION_UID_LABEL}={uid}");
         let list = self
             .api::<Pod>()
@@ -214,7 +212,7 @@ impl Cluster {
     }
 
     /// Creates Fileset `name` unless it exists; whether it created it.
-    async fn ensure_fileset(&self, name: &str) -> Result<bool, CliError> {
+    async fn ensure_fileset(&self, name: &str) -> Result<bool, Error> {
         let filesets = self.api::<Fileset>();
         if filesets.get_opt(name).await.map_err(api_error)?.is_some() {
             return Ok(false);
@@ -236,7 +234,7 @@ impl Cluster {
 
     /// Streams `dir` packed to the data API as Fileset `name`'s content, which the server
     /// checks, stores and records in the Fileset's status.
-    async fn push_through_api(&self, name: &str, dir: &Path) -> Result<FilesetStatus, CliError> {
+    async fn push_through_api(&self, name: &str, dir: &Path) -> Result<FilesetStatus, Error> {
         let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
         let answer = self.data.push(name, packing.stream).await;
         // A packing failure reaches the server as a broken body: report its cause.
@@ -257,11 +255,11 @@ impl Cluster {
         store: &Store,
         name: &str,
         dir: &Path,
-    ) -> Result<FilesetStatus, CliError> {
+    ) -> Result<FilesetStatus, Error> {
         let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
-            .map_err(store_error)?;
+            .map_err(Error::from)?;
         warn_skipped(dir, &pushed.skipped);
         let status = FilesetStatus {
             digest: Some(format!("sha256:{}", pushed.digest)),
@@ -282,10 +280,10 @@ impl Cluster {
         Ok(status)
     }
 
-    fn operator_store(&self) -> Option<Result<Store, CliError>> {
+    fn operator_store(&self) -> Option<Result<Store, Error>> {
         self.store_url
             .as_deref()
-            .map(|url| Store::open(url).map_err(store_error))
+            .map(|url| Store::open(url).map_err(Error::from))
     }
 
     fn kind_api(&self, kind: ObjectKind) -> kube::Api<kube::core::DynamicObject> {
@@ -315,7 +313,7 @@ impl Backend for Cluster {
         &self.namespace
     }
 
-    async fn execution_names(&self) -> Result<Vec<String>, CliError> {
+    async fn execution_names(&self) -> Result<Vec<String>, Error> {
         let list = self
             .executions()
             .list_metadata(&ListParams::default())
@@ -328,19 +326,19 @@ impl Backend for Cluster {
             .collect())
     }
 
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, CliError> {
+    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error> {
         let execution = self.executions().get(name).await.map_err(api_error)?;
         Ok(self.record(&execution).await)
     }
 
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, CliError> {
+    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error> {
         self.find_executions(&ExecutionFilter::default()).await
     }
 
     async fn find_executions(
         &self,
         filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, CliError> {
+    ) -> Result<Vec<ExecutionRecord>, Error> {
         let mut params = ListParams::default();
         if let Some(selector) = tag_selector(&filter.tags) {
             params = params.labels(&selector);
@@ -362,8 +360,8 @@ impl Backend for Cluster {
         &self,
         _record: &ExecutionRecord,
         _args: &NotifyArgs,
-    ) -> Result<ExecutionRecord, CliError> {
-        Err(CliError::argument(
+    ) -> Result<ExecutionRecord, Error> {
+        Err(Error::argument(
             "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event, and to the webhook it was created with (--notify-webhook)",
         ))
     }
@@ -372,7 +370,7 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         tags: &[String],
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         let current = self
             .executions()
             .get(&record.name)
@@ -395,14 +393,14 @@ impl Backend for Cluster {
         &self,
         request: &ExecutionRequest,
         args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         if args.inherit_env {
-            return Err(CliError::argument(
+            return Err(Error::argument(
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
             ));
         }
         if args.notify.given() {
-            return Err(CliError::argument(
+            return Err(Error::argument(
                 "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event, and to a webhook with --notify-webhook URL --notify-webhook-secret NAME:KEY",
             ));
         }
@@ -444,7 +442,7 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         _args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         // The controller runs it; nothing of it depends on this process.
         Ok(record.clone())
     }
@@ -454,15 +452,11 @@ impl Backend for Cluster {
         record: &ExecutionRecord,
         _args: &ExecuteArgs,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         self.watch(record, passthrough).await
     }
 
-    async fn watch(
-        &self,
-        record: &ExecutionRecord,
-        print: bool,
-    ) -> Result<ExecutionRecord, CliError> {
+    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error> {
         if print {
             self.follow_log(&record.name, &record.uid).await;
         }
@@ -475,9 +469,9 @@ impl Backend for Cluster {
         record: &ExecutionRecord,
         stream: LogStream,
         lines: usize,
-    ) -> Result<(&'static str, Vec<String>), CliError> {
+    ) -> Result<(&'static str, Vec<String>), Error> {
         if stream == LogStream::Stderr {
-            return Err(CliError::argument(
+            return Err(Error::argument(
                 "--stderr: on a cluster the agent's stdout and stderr reach one container log, \
                  which cannot be split; `errand tail` shows both, and stderr.log in the \
                  output_artifacts result holds stderr alone",
@@ -485,8 +479,8 @@ impl Backend for Cluster {
         }
         let name = &record.name;
         let pod = self.pod(&record.uid).await?.ok_or_else(|| {
-            CliError::new(
-                "not_found",
+            Error::new(
+                ErrorCode::NotFound,
                 format!("execution {name} has no pod (yet, or any more); its logs are saved in output_artifacts"),
             )
         })?;
@@ -507,7 +501,7 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         window: Option<ByteWindow>,
-    ) -> Result<Vec<StreamOutput>, CliError> {
+    ) -> Result<Vec<StreamOutput>, Error> {
         // A pod's log has no size the API reports: without reading it, its size is unknown.
         let unknown = StreamOutput {
             stream: COMBINED_LOG.to_owned(),
@@ -536,7 +530,10 @@ impl Backend for Cluster {
                 futures::AsyncReadExt::read_to_end(&mut std::pin::pin!(stream), &mut bytes)
                     .await
                     .map_err(|e| {
-                        CliError::new("cluster_error", format!("reading the agent's log: {e}"))
+                        Error::new(
+                            ErrorCode::ClusterError,
+                            format!("reading the agent's log: {e}"),
+                        )
                     })?;
             }
             Err(kube::Error::Api(status)) if status.code == 400 => return Ok(vec![unknown]),
@@ -545,7 +542,7 @@ impl Backend for Cluster {
         Ok(vec![StreamOutput::from_bytes(COMBINED_LOG, &bytes, window)])
     }
 
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, CliError> {
+    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error> {
         if self.store_url.is_some() {
             return Ok(record.results.clone());
         }
@@ -566,7 +563,7 @@ impl Backend for Cluster {
         record: &ExecutionRecord,
         result: AnyResult,
         file: &Path,
-    ) -> Result<u64, CliError> {
+    ) -> Result<u64, Error> {
         match self.operator_store() {
             Some(store) => {
                 let execution = ExecutionId {
@@ -580,7 +577,7 @@ impl Backend for Cluster {
         }
     }
 
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, CliError> {
+    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
         let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
         self.executions()
             .patch(&record.name, &PatchParams::default(), &patch)
@@ -594,7 +591,7 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         self.kill(record, signal).await
     }
 
@@ -602,7 +599,7 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         in_seconds: Option<u64>,
-    ) -> Result<DeadlineChanged, CliError> {
+    ) -> Result<DeadlineChanged, Error> {
         Cluster::change_deadline(self, record, in_seconds).await
     }
 
@@ -610,7 +607,7 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         _staging: &super::staging::StagingArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         self.start_held(record).await
     }
 
@@ -618,11 +615,11 @@ impl Backend for Cluster {
         &self,
         record: &ExecutionRecord,
         _staging: &super::staging::StagingArgs,
-    ) -> Result<ExecutionRecord, CliError> {
+    ) -> Result<ExecutionRecord, Error> {
         Err(control::restart_refused(&record.name))
     }
 
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, CliError> {
+    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error> {
         let name = &record.name;
         self.executions()
             .delete(name, &DeleteParams::foreground())
@@ -640,11 +637,11 @@ impl Backend for Cluster {
         Ok(None)
     }
 
-    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, CliError> {
+    async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, Error> {
         apply::apply(&self.client, &self.namespace, documents).await
     }
 
-    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, CliError> {
+    async fn objects(&self, kind: ObjectKind) -> Result<Vec<serde_json::Value>, Error> {
         let list = self
             .kind_api(kind)
             .list(&ListParams::default())
@@ -657,7 +654,7 @@ impl Backend for Cluster {
             .collect())
     }
 
-    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), CliError> {
+    async fn delete_object(&self, kind: ObjectKind, name: &str) -> Result<(), Error> {
         self.kind_api(kind)
             .delete(name, &DeleteParams::default())
             .await
@@ -665,11 +662,7 @@ impl Backend for Cluster {
         Ok(())
     }
 
-    async fn push_fileset(
-        &self,
-        name: Option<&str>,
-        dir: &Path,
-    ) -> Result<PushedFileset, CliError> {
+    async fn push_fileset(&self, name: Option<&str>, dir: &Path) -> Result<PushedFileset, Error> {
         let name = match name {
             Some(name) => name.to_owned(),
             None => format!("workdir-{}", &content_digest(dir).await?[..12]),
@@ -703,7 +696,7 @@ impl Backend for Cluster {
         }
     }
 
-    async fn filesets(&self) -> Result<Vec<Fileset>, CliError> {
+    async fn filesets(&self) -> Result<Vec<Fileset>, Error> {
         Ok(self
             .api::<Fileset>()
             .list(&ListParams::default())
@@ -719,17 +712,17 @@ impl Backend for Cluster {
 
 /// The operator's store (`--store`, which the sweep needs) and what the cluster still
 /// references in it, for the store sweep.
-pub async fn store_references(target: &Target) -> Result<(Store, References), CliError> {
+pub async fn store_references(target: &Target) -> Result<(Store, References), Error> {
     let cluster = Cluster::connect(target).await?;
     let store = cluster.operator_store().unwrap_or_else(|| {
-        Err(CliError::argument(
+        Err(Error::argument(
             "sweeping a cluster's store needs --store (or ERRAND_STORE): the store URL the operator configured",
         ))
     })?;
     let references =
         crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
             .await
-            .map_err(|e| CliError::new("cluster_error", e.to_string()))?;
+            .map_err(|e| Error::new(ErrorCode::ClusterError, e.to_string()))?;
     Ok((store, references))
 }
 
@@ -741,8 +734,11 @@ fn push_options() -> PackOptions {
     }
 }
 
-fn archive_error(dir: &Path, error: crate::archive::ArchiveError) -> CliError {
-    CliError::new("invalid_argument", format!("{}: {error}", dir.display()))
+fn archive_error(dir: &Path, error: crate::archive::ArchiveError) -> Error {
+    Error::new(
+        ErrorCode::InvalidArgument,
+        format!("{}: {error}", dir.display()),
+    )
 }
 
 fn warn_skipped(dir: &Path, skipped: &[crate::archive::SkippedEntry]) {
@@ -758,7 +754,7 @@ fn warn_skipped(dir: &Path, skipped: &[crate::archive::SkippedEntry]) {
 
 /// The sha256 of `dir` packed, which names a workdir pushed without a name: packing is
 /// deterministic, so the same tree always gets the same Fileset.
-async fn content_digest(dir: &Path) -> Result<String, CliError> {
+async fn content_digest(dir: &Path) -> Result<String, Error> {
     use sha2::Digest;
     let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
     let mut hasher = sha2::Sha256::new();
@@ -778,20 +774,20 @@ async fn content_digest(dir: &Path) -> Result<String, CliError> {
 
 /// An API error as a CLI error, with the API server's words and, for a refused object, the
 /// `Status` with the fields it names.
-pub fn api_error(error: kube::Error) -> CliError {
+pub fn api_error(error: kube::Error) -> Error {
     let kube::Error::Api(status) = &error else {
-        return CliError::new("cluster_error", error.to_string());
+        return Error::new(ErrorCode::ClusterError, error.to_string());
     };
     let code = match status.code {
-        401 => "unauthorized",
-        404 => "not_found",
-        409 => "already_exists",
-        413 => "too_large",
+        401 => ErrorCode::Unauthorized,
+        404 => ErrorCode::NotFound,
+        409 => ErrorCode::AlreadyExists,
+        413 => ErrorCode::TooLarge,
         // An admission webhook's refusal arrives as 403 too, but it is about the object.
-        403 if status.message.contains("admission webhook") => "invalid_spec",
-        403 => "forbidden",
-        400 | 422 => "invalid_spec",
-        _ => "cluster_error",
+        403 if status.message.contains("admission webhook") => ErrorCode::InvalidSpec,
+        403 => ErrorCode::Forbidden,
+        400 | 422 => ErrorCode::InvalidSpec,
+        _ => ErrorCode::ClusterError,
     };
     let details = status
         .details
@@ -799,7 +795,7 @@ pub fn api_error(error: kube::Error) -> CliError {
         .filter(|d| !d.causes.is_empty())
         .and_then(|d| serde_json::to_value(&d.causes).ok())
         .map(|causes| ("causes", causes));
-    CliError {
+    Error {
         code,
         message: status.message.clone(),
         details,
@@ -920,7 +916,10 @@ mod tests {
         ];
         for (code, message, expected) in cases {
             let error = api_error(refused(code, message));
-            assert_eq!((error.code, error.message.as_str()), (expected, message));
+            assert_eq!(
+                (error.code.as_str(), error.message.as_str()),
+                (expected, message)
+            );
         }
     }
 }

@@ -12,12 +12,12 @@ use tokio::process::Child;
 
 use crate::api::SnapshotRef;
 use crate::api::contract::{ENV_AGENT_CONFIG_PATH, ENV_PORT};
-use crate::cli::output::CliError;
 use crate::controller::deployment::status::{Observed, decide};
 use crate::local::{
     DataDir, DeploymentRecord, DeploymentRecords, DeploymentState, ProcessIdentity, ServerState,
     agent_env,
 };
+use crate::ops::Error;
 
 /// Seconds between readiness probes (the cluster probes every 5 s; a local server is nearer).
 const PROBE_PERIOD: Duration = Duration::from_secs(1);
@@ -76,7 +76,7 @@ struct Server {
 }
 
 /// Serves deployment `name` until it is undeployed or this process is told to stop.
-pub async fn serve_deployment(data: DataDir, namespace: &str, name: &str) -> Result<(), CliError> {
+pub async fn serve_deployment(data: DataDir, namespace: &str, name: &str) -> Result<(), Error> {
     let records = DeploymentRecords::new(data.clone());
     let stop = crate::runner::signals::cancel_on_stop_signal();
     let mut state = records.state(namespace, name);

@@ -21,7 +21,6 @@ use crate::api::AgentDeployment;
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::cli::backend::Deployments;
 use crate::cli::gateway_client::{GatewayArgs, GatewayClient};
-use crate::cli::output::CliError;
 use crate::gateway::auth::Authorizer;
 use crate::gateway::refusal::Refusal;
 use crate::gateway::server::{Directory, Gateway, serve};
@@ -30,6 +29,7 @@ use crate::local::{
     DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
     admit_deployment,
 };
+use crate::ops::{Error, ErrorCode};
 
 /// How long a new supervisor may take to record itself.
 const SUPERVISOR_START: Duration = Duration::from_secs(10);
@@ -48,7 +48,7 @@ impl Local {
 
     /// Starts a supervisor for deployment `name` unless one runs or it is being deleted;
     /// servers a lost supervisor left behind are stopped first.
-    fn ensure_supervised(&self, name: &str) -> Result<(), CliError> {
+    fn ensure_supervised(&self, name: &str) -> Result<(), Error> {
         let records = self.deployment_records();
         let record = records
             .read(&self.namespace, name)
@@ -61,8 +61,8 @@ impl Local {
         let dir = records.dir(&self.namespace, name);
         let log_path = dir.join("supervisor.log");
         let io = |e: std::io::Error| {
-            CliError::new(
-                "io_error",
+            Error::new(
+                ErrorCode::IoError,
                 format!("starting the supervisor of {name:?}: {e}"),
             )
         };
@@ -93,8 +93,8 @@ impl Local {
                 return Ok(());
             }
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(CliError::new(
-                    "io_error",
+                return Err(Error::new(
+                    ErrorCode::IoError,
                     format!(
                         "the supervisor of {name:?} ended at once ({status}); see {}",
                         log_path.display()
@@ -102,8 +102,8 @@ impl Local {
                 ));
             }
             if std::time::Instant::now() > deadline {
-                return Err(CliError::new(
-                    "io_error",
+                return Err(Error::new(
+                    ErrorCode::IoError,
                     format!(
                         "the supervisor of {name:?} did not start within {}s; see {}",
                         SUPERVISOR_START.as_secs(),
@@ -116,7 +116,7 @@ impl Local {
     }
 
     /// Deployment `name` with its status, supervised.
-    fn supervised(&self, name: &str) -> Result<AgentDeployment, CliError> {
+    fn supervised(&self, name: &str) -> Result<AgentDeployment, Error> {
         self.ensure_supervised(name)?;
         self.deployment_records()
             .deployment(&self.namespace, name)
@@ -150,13 +150,13 @@ fn stop_orphans(servers: &[ServerState]) {
 }
 
 /// A deployment record error as the commands report it.
-pub fn deployment_error(error: DeploymentRecordError) -> CliError {
+pub fn deployment_error(error: DeploymentRecordError) -> Error {
     let code = match &error {
-        DeploymentRecordError::NotFound(..) => "not_found",
-        DeploymentRecordError::AlreadyExists(..) => "already_exists",
-        DeploymentRecordError::Io { .. } => "io_error",
+        DeploymentRecordError::NotFound(..) => ErrorCode::NotFound,
+        DeploymentRecordError::AlreadyExists(..) => ErrorCode::AlreadyExists,
+        DeploymentRecordError::Io { .. } => ErrorCode::IoError,
     };
-    CliError::new(code, error.to_string())
+    Error::new(code, error.to_string())
 }
 
 #[async_trait]
@@ -164,7 +164,7 @@ impl Deployments for Local {
     async fn create_deployment(
         &self,
         deployment: &AgentDeployment,
-    ) -> Result<AgentDeployment, CliError> {
+    ) -> Result<AgentDeployment, Error> {
         let snapshot = admit_deployment(&self.data, deployment)?;
         let name = deployment.metadata.name.clone().unwrap_or_default();
         let records = self.deployment_records();
@@ -180,11 +180,11 @@ impl Deployments for Local {
         self.supervised(&name)
     }
 
-    async fn deployment(&self, name: &str) -> Result<AgentDeployment, CliError> {
+    async fn deployment(&self, name: &str) -> Result<AgentDeployment, Error> {
         self.supervised(name)
     }
 
-    async fn deployments(&self) -> Result<Vec<AgentDeployment>, CliError> {
+    async fn deployments(&self) -> Result<Vec<AgentDeployment>, Error> {
         let names = self.deployment_records().names(&self.namespace);
         names.iter().map(|name| self.supervised(name)).collect()
     }
@@ -195,7 +195,7 @@ impl Deployments for Local {
         agent: &str,
         replaced: &str,
         dry_run: bool,
-    ) -> Result<(), CliError> {
+    ) -> Result<(), Error> {
         let records = self.deployment_records();
         let mut record = records
             .read(&self.namespace, name)
@@ -221,7 +221,7 @@ impl Deployments for Local {
         self.ensure_supervised(name)
     }
 
-    async fn forget_replaced_agent(&self, name: &str) -> Result<(), CliError> {
+    async fn forget_replaced_agent(&self, name: &str) -> Result<(), Error> {
         let records = self.deployment_records();
         let mut record = records
             .read(&self.namespace, name)
@@ -232,7 +232,7 @@ impl Deployments for Local {
         records.write(&record).map_err(deployment_error)
     }
 
-    async fn delete_deployment(&self, name: &str) -> Result<(), CliError> {
+    async fn delete_deployment(&self, name: &str) -> Result<(), Error> {
         let records = self.deployment_records();
         let mut record = records
             .read(&self.namespace, name)
@@ -250,8 +250,8 @@ impl Deployments for Local {
                     .map_err(deployment_error);
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(CliError::new(
-                    "timeout",
+                return Err(Error::new(
+                    ErrorCode::Timeout,
                     format!(
                         "the supervisor of AgentDeployment {name:?} did not stop its servers \
                          within {}s",
@@ -263,19 +263,27 @@ impl Deployments for Local {
         }
     }
 
-    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, CliError> {
+    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, Error> {
         if args.gateway.is_some() {
-            return Err(CliError::argument(
+            return Err(Error::argument(
                 "--gateway: the local backend serves its gateway in the command itself; leave \
                  --gateway out with --local",
             ));
         }
         let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .await
-            .map_err(|e| CliError::new("io_error", format!("serving the local gateway: {e}")))?;
-        let address = listener
-            .local_addr()
-            .map_err(|e| CliError::new("io_error", format!("serving the local gateway: {e}")))?;
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::IoError,
+                    format!("serving the local gateway: {e}"),
+                )
+            })?;
+        let address = listener.local_addr().map_err(|e| {
+            Error::new(
+                ErrorCode::IoError,
+                format!("serving the local gateway: {e}"),
+            )
+        })?;
         let gateway = Arc::new(Gateway {
             authorizer: Box::new(ThisUser),
             directory: Box::new(LocalDirectory {
@@ -290,7 +298,7 @@ impl Deployments for Local {
         Ok(GatewayClient::local(format!("http://{address}")))
     }
 
-    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), CliError> {
+    async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error> {
         let records = self.deployment_records();
         records
             .read(&self.namespace, name)
