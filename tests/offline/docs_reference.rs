@@ -10,6 +10,7 @@ use clap::CommandFactory;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
+use errand::ops::ErrorCode;
 use serde_json::Value;
 
 const REGENERATE: &str = "ERRAND_UPDATE_DOCS=1 cargo test --test offline docs_reference";
@@ -529,9 +530,9 @@ fn answers_page(schema: &Value) -> String {
     page
 }
 
-/// The error codes the error answer's `code` lists, with their descriptions, if it lists any
-/// (an enum in the schema); `errand schema` of today types `code` as a plain string.
-fn error_codes(schema: &Value) -> Vec<(String, String)> {
+/// The error codes the error answer's `code` lists (through `$ref`s and `anyOf`s down to
+/// `ErrorCode`'s `oneOf` of constants), each with its description and its exit code.
+fn error_codes(schema: &Value) -> Vec<(String, String, i32)> {
     let error = schema["anyOf"]
         .as_array()
         .unwrap()
@@ -545,45 +546,34 @@ fn error_codes(schema: &Value) -> Vec<(String, String)> {
         }
     };
     let body = resolve(&error["properties"]["error"]);
-    let code = resolve(&body["properties"]["code"]);
     let mut codes = Vec::new();
-    for value in code
-        .get("enum")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        codes.push((value.as_str().unwrap_or_default().to_owned(), String::new()));
-    }
-    for option in code.get("oneOf").into_iter().chain(code.get("anyOf")) {
-        for option in option.as_array().into_iter().flatten() {
+    let mut pending = vec![resolve(&body["properties"]["code"])];
+    while let Some(option) = pending.pop() {
+        if let Some(value) = option.get("const").and_then(Value::as_str) {
+            let code: ErrorCode = serde_json::from_value(Value::from(value))
+                .unwrap_or_else(|e| panic!("{value:?} is listed but is no ErrorCode: {e}"));
             let description = option["description"].as_str().unwrap_or_default();
-            for value in option.get("const").into_iter().chain(
-                option
-                    .get("enum")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten(),
-            ) {
-                codes.push((
-                    value.as_str().unwrap_or_default().to_owned(),
-                    description.into(),
-                ));
+            codes.push((value.to_owned(), description.to_owned(), code.exit_code()));
+        }
+        for list in ["oneOf", "anyOf"] {
+            for inner in option.get(list).and_then(Value::as_array).into_iter().flatten() {
+                pending.push(resolve(inner));
             }
         }
     }
+    codes.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
     codes
 }
 
-fn error_codes_page(codes: &[(String, String)]) -> String {
+fn error_codes_page(codes: &[(String, String, i32)]) -> String {
     let mut page = page_header(
         "Error codes",
         "Every `error.code` an answer of `errand ... -o json` may carry, from the error answer \
-         of `errand schema`.",
+         of `errand schema`, by the exit code the command ends with.",
     );
     page.push('\n');
-    for (code, description) in codes {
-        let text = format!("`{code}`: {}", inline(description));
+    for (code, description, exit) in codes {
+        let text = format!("`{code}` (exit {exit}): {}", inline(description));
         writeln!(page, "{}", fill(text.trim_end_matches(": "), "- ", "  ")).unwrap();
     }
     page
@@ -654,9 +644,8 @@ fn reference_pages() -> BTreeMap<String, String> {
     let schema = answers_schema();
     pages.insert("answers.md".to_owned(), answers_page(&schema));
     let codes = error_codes(&schema);
-    if !codes.is_empty() {
-        pages.insert("error-codes.md".to_owned(), error_codes_page(&codes));
-    }
+    assert!(!codes.is_empty(), "the error answer of `errand schema` lists no codes");
+    pages.insert("error-codes.md".to_owned(), error_codes_page(&codes));
     pages.insert("labels-annotations.md".to_owned(), labels_page());
     for crd in committed_crds() {
         let (file, page) = crd_page(&crd);
