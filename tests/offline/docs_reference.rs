@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
+use errand::ops::ErrorCode;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use errand::ops::ErrorCode;
 use serde_json::Value;
 
 const REGENERATE: &str = "ERRAND_UPDATE_DOCS=1 cargo test --test offline docs_reference";
@@ -556,7 +556,12 @@ fn error_codes(schema: &Value) -> Vec<(String, String, i32)> {
             codes.push((value.to_owned(), description.to_owned(), code.exit_code()));
         }
         for list in ["oneOf", "anyOf"] {
-            for inner in option.get(list).and_then(Value::as_array).into_iter().flatten() {
+            for inner in option
+                .get(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 pending.push(resolve(inner));
             }
         }
@@ -644,7 +649,10 @@ fn reference_pages() -> BTreeMap<String, String> {
     let schema = answers_schema();
     pages.insert("answers.md".to_owned(), answers_page(&schema));
     let codes = error_codes(&schema);
-    assert!(!codes.is_empty(), "the error answer of `errand schema` lists no codes");
+    assert!(
+        !codes.is_empty(),
+        "the error answer of `errand schema` lists no codes"
+    );
     pages.insert("error-codes.md".to_owned(), error_codes_page(&codes));
     pages.insert("labels-annotations.md".to_owned(), labels_page());
     for crd in committed_crds() {
