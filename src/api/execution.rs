@@ -281,7 +281,7 @@ pub struct ArtifactMount {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Extension {
-    /// Kind of extension; see the README for the accepted kinds.
+    /// Kind of extension: an installed AgentExtension's `extensionKind`.
     pub kind: String,
     /// Settings of the extension.
     #[serde(default, skip_serializing_if = "Option::is_none")]
