@@ -7,6 +7,7 @@ mod budget;
 mod catalog;
 mod compute;
 mod config_schema;
+pub mod cron;
 mod deployment;
 mod extension;
 mod merge;
