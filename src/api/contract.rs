@@ -127,9 +127,15 @@ pub const NAMESPACE_TTL_ANNOTATION: &str = "errand.dev/ttl-seconds-after-finishe
 /// rule, a pod with condition `DisruptionTarget` (evicted, preempted, lost with its node).
 pub const JOB_FAILED_BY_DISRUPTION: &str = "PodFailurePolicy";
 
+/// The label on each execution an AgentSchedule created: the schedule's name.
+pub const SCHEDULE_LABEL: &str = "errand.dev/schedule";
+/// The annotation on each execution an AgentSchedule created: the scheduled time it runs for
+/// (RFC 3339), which its name also encodes.
+pub const SCHEDULED_TIME_ANNOTATION: &str = "errand.dev/scheduled-time";
+
 /// Every label errand sets on what it creates, or reads; the book's generated reference lists
 /// them (`docs/src/reference/labels-annotations.md`), and its test fails on one left out.
-pub const LABELS: [&str; 7] = [
+pub const LABELS: [&str; 8] = [
     MANAGED_BY_LABEL,
     EXECUTION_LABEL,
     EXECUTION_UID_LABEL,
@@ -137,9 +143,10 @@ pub const LABELS: [&str; 7] = [
     KUEUE_QUEUE_LABEL,
     DEPLOYMENT_LABEL,
     DEPLOYMENT_UID_LABEL,
+    SCHEDULE_LABEL,
 ];
 /// Every annotation errand sets or reads, listed in the same reference as [`LABELS`].
-pub const ANNOTATIONS: [&str; 7] = [
+pub const ANNOTATIONS: [&str; 8] = [
     EXECUTION_NAME_ANNOTATION,
     CONTROL_ANNOTATION,
     REPLACED_AGENT_ANNOTATION,
@@ -147,6 +154,7 @@ pub const ANNOTATIONS: [&str; 7] = [
     SHOWN_ENV_ANNOTATION,
     STDIN_BYTES_ANNOTATION,
     NAMESPACE_TTL_ANNOTATION,
+    SCHEDULED_TIME_ANNOTATION,
 ];
 
 /// Name of the init container that installs errand and stages the workdir.

@@ -4,7 +4,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 use super::{
-    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime,
+    AgentSchedule, Fileset,
 };
 
 /// Every CRD with the file name it is committed under in `crds/`, sorted by file name so that
@@ -17,6 +18,7 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("agentextensions.errand.dev.yaml", AgentExtension::crd()),
         ("agentruntimes.errand.dev.yaml", AgentRuntime::crd()),
         ("agents.errand.dev.yaml", Agent::crd()),
+        ("agentschedules.errand.dev.yaml", AgentSchedule::crd()),
         ("filesets.errand.dev.yaml", Fileset::crd()),
     ]
 }

@@ -1,4 +1,4 @@
-//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution, AgentDeployment and the cluster-scoped AgentRuntime and AgentExtension) and the objects of the `data.errand.dev/v1alpha1` API.
+//! The `errand.dev/v1alpha1` custom resources (Agent, AgentEnvironment, Fileset, AgentExecution, AgentDeployment, AgentSchedule and the cluster-scoped AgentRuntime and AgentExtension) and the objects of the `data.errand.dev/v1alpha1` API.
 // kube's `printcolumn(type_ = ...)` repeated once per column reads to clippy as a duplicated attribute.
 #![allow(clippy::duplicated_attributes)]
 
@@ -14,6 +14,7 @@ mod extension;
 mod fileset;
 mod notify;
 mod runtime;
+mod schedule;
 pub mod tags;
 
 pub use agent::{Agent, AgentConfig, AgentSpec, AgentStatus, RuntimeContainer, RuntimeSecurity};
@@ -43,6 +44,11 @@ pub use notify::{
     NotifySpec, NotifyStatus, OUTPUT_MATCHED, SecretKeyRef, WebhookDelivery, WebhookSink,
 };
 pub use runtime::{AgentRuntime, AgentRuntimeSpec};
+pub use schedule::{
+    AgentSchedule, AgentScheduleSpec, AgentScheduleStatus, ConcurrencyPolicy,
+    DEFAULT_FAILED_HISTORY, DEFAULT_SUCCESSFUL_HISTORY, ExecutionTemplate, MAX_SCHEDULE_NAME,
+    TemplateMetadata,
+};
 
 /// The API group of every errand resource.
 pub const GROUP: &str = "errand.dev";

@@ -19,6 +19,7 @@ mod refs;
 mod rerun;
 mod rules;
 mod runtime;
+pub mod schedule;
 mod schema;
 mod secrets;
 mod snapshot;
