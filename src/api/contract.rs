@@ -208,7 +208,8 @@ pub enum ConditionType {
     /// The controller's last attempts to move the execution on failed and it keeps retrying;
     /// the message holds the last error. Present only while that lasts.
     Retrying,
-    /// An AgentDeployment has a pod that passes its readiness probe and serves requests.
+    /// An AgentDeployment has a pod that passes its readiness probe and serves requests; an
+    /// AgentSchedule's spec is valid and it is not suspended.
     Ready,
     /// The execution's extension ran after the agent succeeded (reason `ExtensionSucceeded`),
     /// or failed (`ExtensionFailed`). Absent without an extension or while it has not ended.
@@ -297,6 +298,10 @@ pub enum Reason {
     StartingTimeout,
     /// An AgentDeployment is being deleted with its children.
     Deleting,
+    /// An AgentSchedule creates its runs when they are due.
+    Scheduling,
+    /// An AgentSchedule is suspended (`spec.suspend`): it creates no runs.
+    Suspended,
     /// The extension ran and saved its results.
     ExtensionSucceeded,
     /// The extension exited non-zero, timed out, could not start or did not save its results;
@@ -362,6 +367,8 @@ impl Reason {
             Reason::AgentNotReady => "AgentNotReady",
             Reason::StartingTimeout => "StartingTimeout",
             Reason::Deleting => "Deleting",
+            Reason::Scheduling => "Scheduling",
+            Reason::Suspended => "Suspended",
             Reason::ExtensionSucceeded => "ExtensionSucceeded",
             Reason::ExtensionFailed => "ExtensionFailed",
         }

@@ -74,6 +74,9 @@ pub struct Metrics {
     sweeps: Family<OutcomeLabels, Counter>,
     swept_objects: Family<KindLabels, Counter>,
     swept_bytes: Family<KindLabels, Counter>,
+    schedule_created: Counter,
+    schedule_missed: Counter,
+    schedule_held: Counter,
     /// The executions waiting for a reconcile.
     pub work_queue: WorkQueue,
 }
@@ -102,6 +105,9 @@ impl Default for Metrics {
             sweeps: Family::default(),
             swept_objects: Family::default(),
             swept_bytes: Family::default(),
+            schedule_created: Counter::default(),
+            schedule_missed: Counter::default(),
+            schedule_held: Counter::default(),
             work_queue: WorkQueue::default(),
         }
     }
@@ -192,6 +198,21 @@ impl Metrics {
             "Bytes of the store objects the sweep removed, by kind",
             self.swept_bytes.clone(),
         );
+        registry.register(
+            "schedule_executions_created",
+            "Executions AgentSchedules created when they were due",
+            self.schedule_created.clone(),
+        );
+        registry.register(
+            "schedule_runs_missed",
+            "Scheduled times of AgentSchedules that passed without a run (a controller outage, past startingDeadlineSeconds, or refused at create)",
+            self.schedule_missed.clone(),
+        );
+        registry.register(
+            "schedule_runs_held",
+            "Due runs of AgentSchedules that concurrencyPolicy Forbid held while another ran",
+            self.schedule_held.clone(),
+        );
     }
 }
 
@@ -217,6 +238,21 @@ impl Metrics {
             metrics: Arc::clone(self),
             started: Instant::now(),
         }
+    }
+
+    /// Counts an execution a schedule created.
+    pub fn schedule_run_created(&self) {
+        self.schedule_created.inc();
+    }
+
+    /// Counts `n` scheduled times that passed without a run.
+    pub fn schedule_runs_missed(&self, n: u64) {
+        self.schedule_missed.inc_by(n);
+    }
+
+    /// Counts a due run that `Forbid` held.
+    pub fn schedule_run_held(&self) {
+        self.schedule_held.inc();
     }
 
     /// Counts a failed reconcile.

@@ -1,4 +1,4 @@
-//! The reconcilers of the cluster backend, one home per kind: each AgentExecution runs once as a Job ([`execution`]); each AgentDeployment is served by a Deployment ([`deployment`]).
+//! The reconcilers of the cluster backend, one home per kind: each AgentExecution runs once as a Job ([`execution`]); each AgentDeployment is served by a Deployment ([`deployment`]); each AgentSchedule creates executions on its cron schedule ([`schedule`]).
 //!
 //! [`run`] starts both reconcilers and the periodic [`store_sweep`]; [`crate::serve`] starts it
 //! once this replica leads. What the kinds share sits beside them: the settings ([`config`]),
@@ -13,6 +13,7 @@ pub mod error;
 pub mod execution;
 pub mod metrics;
 pub mod names;
+pub mod schedule;
 pub mod store_sweep;
 
 use std::future::Future;
@@ -44,7 +45,7 @@ pub struct ControllerSettings {
 }
 
 /// Reconciles AgentExecutions ([`execution::run`]) and AgentDeployments
-/// ([`deployment::run`]), and sweeps the store when configured, until `shutdown` completes;
+/// ([`deployment::run`]) and AgentSchedules ([`schedule::run`]), and sweeps the store when configured, until `shutdown` completes;
 /// in-flight reconciles finish first.
 ///
 /// `executions` is the cache of AgentExecutions and the stream that fills it.
@@ -87,6 +88,12 @@ pub async fn run(
         settings.config.clone(),
         shutdown.clone(),
     );
+    let schedules = schedule::run(
+        client.clone(),
+        settings.namespace.clone(),
+        Arc::clone(&metrics),
+        shutdown.clone(),
+    );
     let executions = execution::run(client, settings, catalog, metrics, executions, shutdown);
-    futures::join!(executions, sweeping, deployments);
+    futures::join!(executions, sweeping, deployments, schedules);
 }

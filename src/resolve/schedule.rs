@@ -78,6 +78,28 @@ pub fn check(spec: &AgentScheduleSpec, now: Timestamp) -> Result<Timing, Invalid
     }
 }
 
+/// The problems of a schedule's template as problems of the schedule: `spec.agentRef` is
+/// `spec.executionTemplate.spec.agentRef`.
+pub fn in_template(invalid: InvalidSpec) -> InvalidSpec {
+    let problems = invalid
+        .problems
+        .into_iter()
+        .map(|p| {
+            let rest = p
+                .field
+                .strip_prefix("spec")
+                .filter(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['));
+            let field = match rest {
+                Some(rest) => format!("spec.executionTemplate.spec{rest}"),
+                None if p.field.is_empty() => "spec.executionTemplate.spec".to_owned(),
+                None => format!("spec.executionTemplate.spec.{}", p.field),
+            };
+            Problem::new(field, p.message)
+        })
+        .collect();
+    InvalidSpec { problems }
+}
+
 /// The name of the execution a schedule creates for `scheduled`: `<schedule>-<minutes since
 /// the epoch>`, as a CronJob names its Jobs.
 pub fn execution_name(schedule: &str, scheduled: Timestamp) -> String {

@@ -1,4 +1,4 @@
-//! The admission decision for AgentExecutions, AgentDeployments and AgentExtensions as pure functions of the AdmissionReview: what to check, and the response that reports it.
+//! The admission decision for AgentExecutions, AgentDeployments, AgentSchedules and AgentExtensions as pure functions of the AdmissionReview: what to check, and the response that reports it.
 //!
 //! A create is resolved against the live objects it names (the caller does the lookups and
 //! hands the outcome to [`verdict`]); an update of an execution only needs the old and new
@@ -7,6 +7,8 @@
 //! is gone. A deployment resolves as an execution with nothing to run once
 //! ([`crate::resolve::as_execution_spec`]); an update is resolved again only when it changes
 //! the agent or environment (a redeploy), so a refused redeploy leaves the running one as it was.
+//! A schedule's create and every change of its spec check its timing
+//! ([`crate::resolve::schedule::check`]) and resolve its template as an execution's create.
 
 use kube::core::DynamicObject;
 use kube::core::admission::{
@@ -14,7 +16,9 @@ use kube::core::admission::{
 };
 use kube::core::response::{Status, StatusCause, StatusDetails};
 
-use crate::api::{AgentDeployment, AgentExecution, AgentExecutionSpec, AgentExtension};
+use crate::api::{
+    AgentDeployment, AgentExecution, AgentExecutionSpec, AgentExtension, AgentSchedule,
+};
 use crate::resolve::{InvalidSpec, Problem, RunLimits, Snapshot};
 
 /// Why a request body could not be read as an AdmissionReview.
@@ -42,15 +46,17 @@ pub enum Reviewed {
     Execution,
     /// An AgentDeployment.
     Deployment,
+    /// An AgentSchedule (its execution template is what is resolved).
+    Schedule,
 }
 
 impl Reviewed {
     /// The kind a request is about, from its `kind`.
     fn of(request: &AdmissionRequest<DynamicObject>) -> Self {
-        if request.kind.kind == "AgentDeployment" {
-            Reviewed::Deployment
-        } else {
-            Reviewed::Execution
+        match request.kind.kind.as_str() {
+            "AgentDeployment" => Reviewed::Deployment,
+            "AgentSchedule" => Reviewed::Schedule,
+            _ => Reviewed::Execution,
         }
     }
 
@@ -59,6 +65,7 @@ impl Reviewed {
         match self {
             Reviewed::Execution => "execution",
             Reviewed::Deployment => "deployment",
+            Reviewed::Schedule => "schedule",
         }
     }
 }
@@ -98,8 +105,10 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
         // Only the main resource is registered; status writes are the controller's own.
         return Step::Decided(Verdict::Allow);
     }
-    if Reviewed::of(request) == Reviewed::Deployment {
-        return deployment_step(request);
+    match Reviewed::of(request) {
+        Reviewed::Deployment => return deployment_step(request),
+        Reviewed::Schedule => return schedule_step(request),
+        Reviewed::Execution => {}
     }
     if request.kind.kind == "AgentExtension" {
         return Step::Decided(match request.operation {
@@ -164,6 +173,33 @@ fn deployment_step(request: &AdmissionRequest<DynamicObject>) -> Step {
                 }
                 (Ok(_), Ok(new)) => resolve(new),
                 (Err(message), _) | (_, Err(message)) => Step::Decided(Verdict::Malformed(message)),
+            }
+        }
+        Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
+    }
+}
+
+/// A schedule's create or update: its timing is checked here, then its template is resolved
+/// as an execution's create would be.
+fn schedule_step(request: &AdmissionRequest<DynamicObject>) -> Step {
+    match request.operation {
+        Operation::Create | Operation::Update => {
+            match decoded::<AgentSchedule>(request.object.as_ref(), "object", "AgentSchedule") {
+                Ok(schedule) => {
+                    match crate::resolve::schedule::check(&schedule.spec, jiff::Timestamp::now()) {
+                        Ok(_) => Step::Resolve {
+                            kind: Reviewed::Schedule,
+                            namespace: request
+                                .namespace
+                                .clone()
+                                .or(schedule.metadata.namespace)
+                                .unwrap_or_default(),
+                            spec: Box::new(schedule.spec.execution_template.spec),
+                        },
+                        Err(invalid) => Step::Decided(Verdict::Invalid(invalid)),
+                    }
+                }
+                Err(message) => Step::Decided(Verdict::Malformed(message)),
             }
         }
         Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
@@ -275,6 +311,9 @@ pub fn verdict(
     let checked = resolution.and_then(|snapshot| limits.check(&snapshot).map(|()| snapshot));
     match crate::resolve::admit_creation(spec, checked) {
         Ok(_) => Verdict::Allow,
+        Err(invalid) if kind == Reviewed::Schedule => {
+            Verdict::Invalid(crate::resolve::schedule::in_template(invalid))
+        }
         Err(invalid) => Verdict::Invalid(invalid),
     }
 }

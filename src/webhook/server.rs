@@ -26,6 +26,8 @@ use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 pub const VALIDATE_PATH: &str = "/validate-agentexecution";
 /// The path its AgentDeployment webhook points at (the same review: the request names its kind).
 pub const VALIDATE_DEPLOYMENT_PATH: &str = "/validate-agentdeployment";
+/// The path its AgentSchedule webhook points at (the review tells the kinds apart).
+pub const VALIDATE_SCHEDULE_PATH: &str = "/validate-agentschedule";
 /// The path its AgentExtension webhook points at (the review tells the kinds apart).
 pub const VALIDATE_EXTENSION_PATH: &str = "/validate-agentextension";
 
@@ -154,6 +156,7 @@ async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Bo
     if ![
         VALIDATE_PATH,
         VALIDATE_DEPLOYMENT_PATH,
+        VALIDATE_SCHEDULE_PATH,
         VALIDATE_EXTENSION_PATH,
     ]
     .contains(&request.uri().path())

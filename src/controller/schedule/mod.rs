@@ -1,0 +1,61 @@
+//! The AgentSchedule reconciler: executions created from a template on a cron schedule, with CronJob's semantics.
+//!
+//! The pure parts are shared with the local backend: [`crate::resolve::cron`] (when a
+//! schedule fires) and [`crate::resolve::schedule`] (what is due, held, missed, replaced or
+//! past the history limits); [`status`] renders the status, and [`reconcile`] is the shell
+//! that creates, cancels, deletes and writes.
+
+pub mod reconcile;
+pub mod status;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::watcher;
+use tracing::{debug, warn};
+
+use crate::api::contract::SCHEDULE_LABEL;
+use crate::api::{AgentExecution, AgentSchedule};
+use crate::cluster::watches;
+use crate::controller::metrics::Metrics;
+use reconcile::ScheduleContext;
+
+/// Reconciles the AgentSchedules of `namespace` (all when `None`) until `shutdown`.
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let schedules = watches::api::<AgentSchedule>(&client, namespace.as_deref());
+    // Only the executions schedules created: a small watch of its own.
+    let (runs, runs_changed) = watches::cache(
+        watches::api::<AgentExecution>(&client, namespace.as_deref()),
+        watcher::Config::default().labels(SCHEDULE_LABEL),
+        |execution: &mut AgentExecution| execution.metadata.managed_fields = None,
+    );
+    let ctx = Arc::new(ScheduleContext {
+        client,
+        runs,
+        metrics,
+    });
+    Controller::new(schedules, watcher::Config::default())
+        .owns_stream(runs_changed)
+        .with_config(controller::Config::default().concurrency(8))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(|result| {
+            match result {
+                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(controller::Error::ObjectNotFound(object)) => {
+                    debug!(%object, "deleted before its reconcile");
+                }
+                Err(e) => warn!("schedule controller: {e}"),
+            }
+            std::future::ready(())
+        })
+        .await;
+}
