@@ -19,5 +19,6 @@ mod nemo;
 mod network_policy;
 mod node_loss;
 mod notify;
+mod schedule;
 mod smoke;
 mod telemetry;

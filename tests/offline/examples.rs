@@ -2,9 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use errand::api::FilesetStatus;
+use errand::api::{AgentSchedule, FilesetStatus};
 use errand::local::{ManifestObject, parse_manifests};
-use errand::resolve::{InMemoryCatalog, admit_creation, resolve_execution};
+use errand::resolve::{InMemoryCatalog, Problem, admit_creation, resolve_execution, schedule};
+use jiff::Timestamp;
 
 const NS: &str = "team-a";
 
@@ -130,13 +131,48 @@ fn refused_field(path: &Path) -> String {
     field.to_owned()
 }
 
+/// The AgentSchedule `path` holds, if it holds one.
+fn schedule_in(path: &Path) -> Option<AgentSchedule> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.contains("\nkind: AgentSchedule\n")
+        .then(|| serde_saphyr::from_str(&text).expect("an AgentSchedule"))
+}
+
+/// What admission finds wrong with a schedule: its timing, then its template resolved as an
+/// execution's create.
+fn schedule_problems(schedule: &AgentSchedule, catalog: &InMemoryCatalog) -> Vec<Problem> {
+    if let Err(invalid) = schedule::check(&schedule.spec, Timestamp::now()) {
+        return invalid.problems;
+    }
+    let template = &schedule.spec.execution_template.spec;
+    match admit_creation(template, resolve_execution(NS, template, catalog)) {
+        Ok(_) => Vec::new(),
+        Err(invalid) => schedule::in_template(invalid).problems,
+    }
+}
+
+#[test]
+fn the_example_schedule_is_valid() {
+    let schedule = schedule_in(&repo().join("examples/schedule/schedule.yaml")).unwrap();
+    assert_eq!(schedule_problems(&schedule, &example_catalog()), []);
+}
+
 #[test]
 fn every_invalid_example_is_refused_naming_its_field() {
     let catalog = example_catalog();
     let files = yaml_files(&repo().join("examples/invalid"));
-    assert_eq!(files.len(), 21, "the bad inputs of the admission rules");
+    assert_eq!(files.len(), 24, "the bad inputs of the admission rules");
     for path in files {
         let field = refused_field(&path);
+        if let Some(schedule) = schedule_in(&path) {
+            let problems = schedule_problems(&schedule, &catalog);
+            assert!(
+                problems.iter().any(|p| p.field.starts_with(&field)),
+                "{}: expected a problem at {field}, got: {problems:?}",
+                path.display()
+            );
+            continue;
+        }
         // Reading the manifest checks its schema, as the API server does first; what passes
         // is resolved with the rules of a create.
         let text = std::fs::read_to_string(&path).unwrap();
