@@ -19,6 +19,7 @@ mod process;
 mod record;
 pub mod references;
 mod remove;
+mod schedules;
 mod supervise;
 
 pub use catalog::{CatalogError, CheckedObject, LocalCatalog, ObjectKind};
@@ -34,4 +35,5 @@ pub use paths::DataDir;
 pub use process::ProcessIdentity;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use remove::{RemoveError, remove_execution, results_of};
+pub use schedules::{ScheduleRecordError, ScheduleRecords, ScheduleState, admit_schedule};
 pub use supervise::{SuperviseError, agent_env, prepare, run_prepared, spawn_detached};

@@ -54,7 +54,7 @@ pub use rules::{
 pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{
     Resource, check_deployment, check_execution_spec, check_execution_spec_structure, check_object,
-    check_structure, decode,
+    check_schedule, check_structure, decode,
 };
 pub use secrets::{McpSecretRef, mcp_secret_refs};
 pub use snapshot::{

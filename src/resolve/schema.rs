@@ -16,7 +16,8 @@ use serde_json::{Map, Value};
 
 use super::problems::Problem;
 use crate::api::{
-    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset,
+    Agent, AgentDeployment, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime,
+    AgentSchedule, Fileset,
 };
 
 /// The errand resources with a CRD schema.
@@ -144,8 +145,24 @@ pub fn check_object(resource: Resource, object: &Value) -> Vec<Problem> {
 /// backend's deployments; it is not a kind `apply` takes).
 pub fn check_deployment(object: &Value) -> Vec<Problem> {
     static SCHEMAS: OnceLock<(Value, Value)> = OnceLock::new();
-    let (schema, rules) = SCHEMAS.get_or_init(|| {
-        let schema = crd_schema(&AgentDeployment::crd());
+    check_whole(&SCHEMAS, AgentDeployment::crd, object)
+}
+
+/// Every problem the API server would find in a whole AgentSchedule on create (the local
+/// backend's schedules).
+pub fn check_schedule(object: &Value) -> Vec<Problem> {
+    static SCHEMAS: OnceLock<(Value, Value)> = OnceLock::new();
+    check_whole(&SCHEMAS, AgentSchedule::crd, object)
+}
+
+/// `object` checked against the schema and create rules of `crd`, both worked out once.
+fn check_whole(
+    schemas: &'static OnceLock<(Value, Value)>,
+    crd: fn() -> CustomResourceDefinition,
+    object: &Value,
+) -> Vec<Problem> {
+    let (schema, rules) = schemas.get_or_init(|| {
+        let schema = crd_schema(&crd());
         let rules = create_rules(&schema);
         (schema, rules)
     });

@@ -1,0 +1,193 @@
+//! The local backend's AgentSchedules on disk: the object as the commands wrote it, and the status and supervisor its supervisor writes; admission as the webhook's.
+//!
+//! One directory per schedule, `schedules/<namespace>/<name>/`, with two writers kept apart:
+//! `schedule.json` (metadata and spec) is written by the commands, `state.json` (status and
+//! supervisor) only by the schedule's supervisor. Every write replaces its file whole.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use super::catalog::LocalCatalog;
+use super::files::write_private;
+use super::paths::DataDir;
+use super::process::ProcessIdentity;
+use crate::api::{AgentSchedule, AgentScheduleStatus};
+use crate::resolve::schedule::{self, Timing};
+use crate::resolve::{InvalidSpec, Problem, admit_creation, check_schedule, resolve_execution};
+
+/// What a schedule's supervisor writes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ScheduleState {
+    /// The status, planned as the controller plans it.
+    pub status: AgentScheduleStatus,
+    /// The supervisor.
+    pub supervisor: Option<ProcessIdentity>,
+}
+
+/// Why a schedule's files could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleRecordError {
+    /// No schedule has this name.
+    #[error("no AgentSchedule named {0:?} in namespace {1:?}")]
+    NotFound(String, String),
+    /// A schedule with this name exists already.
+    #[error("AgentSchedule {0:?} already exists in namespace {1:?}")]
+    AlreadyExists(String, String),
+    /// A file could not be read or written.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The schedules in a data directory.
+#[derive(Clone, Debug)]
+pub struct ScheduleRecords {
+    data: DataDir,
+}
+
+impl ScheduleRecords {
+    /// The schedules of `data`.
+    pub fn new(data: DataDir) -> Self {
+        Self { data }
+    }
+
+    fn namespace_dir(&self, namespace: &str) -> PathBuf {
+        self.data.root().join("schedules").join(namespace)
+    }
+
+    /// The directory of one schedule: its files and its supervisor's log.
+    pub fn dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.namespace_dir(namespace).join(name)
+    }
+
+    /// Records a new schedule (generation 1, a new uid, created now); refused when one of
+    /// that name exists.
+    pub fn create(&self, schedule: &mut AgentSchedule) -> Result<(), ScheduleRecordError> {
+        let (namespace, name) = names(schedule);
+        if self.dir(&namespace, &name).join("schedule.json").exists() {
+            return Err(ScheduleRecordError::AlreadyExists(name, namespace));
+        }
+        let metadata = &mut schedule.metadata;
+        metadata.generation = Some(1);
+        metadata.uid = Some(super::record::generate_uid(&name));
+        metadata.creation_timestamp = Some(Time(jiff::Timestamp::now()));
+        self.write(schedule)
+    }
+
+    /// Replaces a schedule's object (its status is the supervisor's, in the state).
+    pub fn write(&self, schedule: &AgentSchedule) -> Result<(), ScheduleRecordError> {
+        let (namespace, name) = names(schedule);
+        let mut object = schedule.clone();
+        object.status = None;
+        let bytes = serde_json::to_vec_pretty(&object).expect("a schedule serializes");
+        write(&self.dir(&namespace, &name).join("schedule.json"), &bytes)
+    }
+
+    /// Schedule `name` as the commands wrote it, with the status its supervisor wrote.
+    pub fn read(&self, namespace: &str, name: &str) -> Result<AgentSchedule, ScheduleRecordError> {
+        let path = self.dir(namespace, name).join("schedule.json");
+        if !path.exists() {
+            return Err(ScheduleRecordError::NotFound(
+                name.to_owned(),
+                namespace.to_owned(),
+            ));
+        }
+        let mut schedule: AgentSchedule = read_json(&path)?;
+        schedule.status = Some(self.state(namespace, name).status);
+        Ok(schedule)
+    }
+
+    /// What the supervisor of schedule `name` last wrote (nothing before it started).
+    pub fn state(&self, namespace: &str, name: &str) -> ScheduleState {
+        read_json(&self.dir(namespace, name).join("state.json")).unwrap_or_default()
+    }
+
+    /// Replaces what the supervisor of schedule `name` wrote.
+    pub fn write_state(
+        &self,
+        namespace: &str,
+        name: &str,
+        state: &ScheduleState,
+    ) -> Result<(), ScheduleRecordError> {
+        let bytes = serde_json::to_vec_pretty(state).expect("a state serializes");
+        write(&self.dir(namespace, name).join("state.json"), &bytes)
+    }
+
+    /// The names of the schedules of `namespace`, sorted.
+    pub fn names(&self, namespace: &str) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.namespace_dir(namespace))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.path().join("schedule.json").exists())
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Removes schedule `name`'s files.
+    pub fn remove(&self, namespace: &str, name: &str) -> Result<(), ScheduleRecordError> {
+        let dir = self.dir(namespace, name);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ScheduleRecordError::Io {
+                path: dir,
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Admits `schedule` as the API server and the webhook would: its schema and CEL rules, its
+/// timing, then its template resolved against the local catalog as an execution's create.
+/// Every problem names its field.
+pub fn admit_schedule(data: &DataDir, schedule: &AgentSchedule) -> Result<Timing, InvalidSpec> {
+    let object = serde_json::to_value(schedule).expect("a schedule serializes");
+    let problems = check_schedule(&object);
+    if !problems.is_empty() {
+        return Err(InvalidSpec { problems });
+    }
+    let namespace = schedule.metadata.namespace.clone().unwrap_or_default();
+    if namespace.is_empty() {
+        return Err(InvalidSpec {
+            problems: vec![Problem::new("metadata.namespace", "Required value")],
+        });
+    }
+    let timing = schedule::check(&schedule.spec, jiff::Timestamp::now())?;
+    let template = &schedule.spec.execution_template.spec;
+    let resolution = resolve_execution(&namespace, template, &LocalCatalog::new(data.clone()));
+    admit_creation(template, resolution).map_err(schedule::in_template)?;
+    Ok(timing)
+}
+
+fn names(object: &AgentSchedule) -> (String, String) {
+    (
+        object.metadata.namespace.clone().unwrap_or_default(),
+        object.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<(), ScheduleRecordError> {
+    write_private(path, bytes).map_err(|e| ScheduleRecordError::Io {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScheduleRecordError> {
+    std::fs::read(path)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
+        .map_err(|message| ScheduleRecordError::Io {
+            path: path.to_owned(),
+            message,
+        })
+}
