@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 
 use super::local::Local;
-use super::output::{Format, OutputArgs, human_size, print_ok};
+use super::output::{OutputArgs, human_size, print_ok};
 use super::target::Target;
 use crate::local::gc::{GcError, GcReport, automatic_policy, collect, set_automatic_policy};
 use crate::ops::{Error, ErrorCode};
@@ -104,7 +104,7 @@ pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), Error> {
 
 /// Runs the automatic gc, if one is set, before a local execution. A gc that fails is
 /// reported on stderr and does not stop the execution.
-pub async fn automatic(local: &Local, format: Format) {
+pub async fn automatic(local: &Local, report: bool) {
     let policy = match automatic_policy(&local.data) {
         Ok(Some(policy)) => policy,
         Ok(None) => return,
@@ -114,10 +114,10 @@ pub async fn automatic(local: &Local, format: Format) {
         }
     };
     match collect(&local.data, None, &policy, false, Timestamp::now()).await {
-        Ok(report) if !report.removed.is_empty() && format == Format::Human => eprintln!(
+        Ok(gc) if !gc.removed.is_empty() && report => eprintln!(
             "automatic gc removed {} finished executions ({})",
-            report.removed.len(),
-            human_size(report.removed_bytes)
+            gc.removed.len(),
+            human_size(gc.removed_bytes)
         ),
         Ok(_) => {}
         Err(e) => eprintln!("warning: automatic gc failed: {e}"),

@@ -2,15 +2,12 @@
 
 mod admin;
 mod answers;
-mod backend;
 mod cluster;
 mod commands;
 mod control;
 mod controller;
 mod deploy;
-mod excerpt;
 mod execute;
-mod gateway_client;
 mod gc;
 mod housekeeping;
 mod inputs;
@@ -239,7 +236,7 @@ pub enum Command {
         #[arg(long)]
         input: String,
         #[command(flatten)]
-        gateway: gateway_client::GatewayArgs,
+        gateway: deploy::GatewayArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -255,7 +252,7 @@ pub enum Command {
         #[arg(long)]
         message: String,
         #[command(flatten)]
-        gateway: gateway_client::GatewayArgs,
+        gateway: deploy::GatewayArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -384,7 +381,7 @@ pub enum SessionsAction {
         #[command(flatten)]
         target: deploy::GatewayTarget,
         #[command(flatten)]
-        gateway: gateway_client::GatewayArgs,
+        gateway: deploy::GatewayArgs,
         #[command(flatten)]
         output: OutputArgs,
     },

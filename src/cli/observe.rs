@@ -5,13 +5,13 @@
 use std::time::{Duration, Instant};
 
 use super::answers::{ExecutionView, Observation};
-use super::backend::{Backend, find};
-use super::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, parse_max_bytes};
 use super::output::OutputArgs;
 use super::show::{print_record, record_outcome};
 use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
+use crate::ops::backend::{Backend, find};
+use crate::ops::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, MAX_MAX_BYTES};
 
 /// The default `wait --until`: 30 seconds.
 pub const DEFAULT_UNTIL_SECONDS: f64 = 30.0;
@@ -182,9 +182,22 @@ pub async fn wait(backend: &dyn Backend, args: &WaitArgs) -> Result<(), Error> {
     answer_observed(backend, record, observation, &args.excerpt, args.output).await
 }
 
+/// Parses `--max-bytes`: 1 to [`MAX_MAX_BYTES`].
+pub fn parse_max_bytes(value: &str) -> Result<u64, String> {
+    let bytes: u64 = value
+        .parse()
+        .map_err(|_| format!("{value:?} is not a whole number of bytes"))?;
+    if bytes == 0 || bytes > MAX_MAX_BYTES {
+        return Err(format!(
+            "{bytes} is out of range: give 1 to {MAX_MAX_BYTES} bytes"
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parse_poll, parse_until};
+    use super::{parse_max_bytes, parse_poll, parse_until};
 
     #[test]
     fn until_and_poll_are_bounded_naming_the_range() {
@@ -203,5 +216,19 @@ mod tests {
             "0 is out of range: give 0.05 to 60 seconds"
         );
         assert!(parse_until("NaN").is_err(), "NaN is in no range");
+    }
+
+    #[test]
+    fn max_bytes_is_bounded_naming_the_range() {
+        assert_eq!(parse_max_bytes("65536"), Ok(65536));
+        assert_eq!(
+            parse_max_bytes("0").unwrap_err(),
+            "0 is out of range: give 1 to 16777216 bytes"
+        );
+        assert!(
+            parse_max_bytes("lots")
+                .unwrap_err()
+                .contains("not a whole number")
+        );
     }
 }

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use super::backend::Backend;
 use super::cluster::Cluster;
 use super::local::Local;
 use crate::ops::Error;
+use crate::ops::backend::Backend;
 
 /// Options shared by the commands that touch executions or the catalog.
 #[derive(Clone, Debug, Default, clap::Args)]

@@ -20,11 +20,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
-use super::excerpt::{ByteWindow, StreamOutput};
-use super::execute::{ExecuteArgs, ExecutionRequest};
-use super::listing::ExecutionFilter;
-use super::notify::NotifyArgs;
 use super::target::Target;
 use crate::api::contract::{
     AGENT_CONTAINER, EXECUTION_UID_LABEL, SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION,
@@ -35,7 +30,13 @@ use crate::api::{
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::ops::backend::{
+    Applied, Backend, DeadlineChanged, Document, ExecutionFilter, LogStream, PushedFileset,
+};
 use crate::ops::download_from_store;
+use crate::ops::excerpt::{ByteWindow, StreamOutput};
+use crate::ops::execute::{CreateOptions, ExecutionRequest};
+use crate::ops::notify::NotifyChange;
 use crate::ops::{Error, ErrorCode};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
@@ -359,7 +360,7 @@ impl Backend for Cluster {
     async fn set_notify(
         &self,
         _record: &ExecutionRecord,
-        _args: &NotifyArgs,
+        _change: &NotifyChange,
     ) -> Result<ExecutionRecord, Error> {
         Err(Error::argument(
             "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event, and to the webhook it was created with (--notify-webhook)",
@@ -392,14 +393,14 @@ impl Backend for Cluster {
     async fn create(
         &self,
         request: &ExecutionRequest,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error> {
-        if args.inherit_env {
+        if options.inherit_env {
             return Err(Error::argument(
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
             ));
         }
-        if args.notify.given() {
+        if options.notify.given() {
             return Err(Error::argument(
                 "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event, and to a webhook with --notify-webhook URL --notify-webhook-secret NAME:KEY",
             ));
@@ -441,7 +442,7 @@ impl Backend for Cluster {
     async fn detach(
         &self,
         record: &ExecutionRecord,
-        _args: &ExecuteArgs,
+        _options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error> {
         // The controller runs it; nothing of it depends on this process.
         Ok(record.clone())
@@ -450,7 +451,7 @@ impl Backend for Cluster {
     async fn run(
         &self,
         record: &ExecutionRecord,
-        _args: &ExecuteArgs,
+        _options: &CreateOptions,
         passthrough: bool,
     ) -> Result<ExecutionRecord, Error> {
         self.watch(record, passthrough).await
@@ -606,7 +607,7 @@ impl Backend for Cluster {
     async fn start(
         &self,
         record: &ExecutionRecord,
-        _staging: &super::staging::StagingArgs,
+        _staging: &crate::runner::StageSettings,
     ) -> Result<ExecutionRecord, Error> {
         self.start_held(record).await
     }
@@ -614,7 +615,7 @@ impl Backend for Cluster {
     async fn restart(
         &self,
         record: &ExecutionRecord,
-        _staging: &super::staging::StagingArgs,
+        _staging: &crate::runner::StageSettings,
     ) -> Result<ExecutionRecord, Error> {
         Err(control::restart_refused(&record.name))
     }
@@ -705,7 +706,7 @@ impl Backend for Cluster {
             .items)
     }
 
-    fn deployments(&self) -> &dyn super::backend::Deployments {
+    fn deployments(&self) -> &dyn crate::ops::Deployments {
         self
     }
 }
