@@ -2,7 +2,6 @@
 
 mod admin;
 mod answers;
-mod cluster;
 mod commands;
 mod control;
 mod controller;
@@ -12,7 +11,6 @@ mod gc;
 mod housekeeping;
 mod inputs;
 mod listing;
-mod local;
 mod mcp;
 mod notify;
 mod observe;
@@ -600,13 +598,13 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), Error> {
         }
         Command::Mcp(args) => return mcp::serve(target, &args).await,
         Command::Supervise { name, staging } => {
-            return local::Local::new(target)?
+            return crate::ops::local::Local::new(&target.config())?
                 .supervise(&name, staging.settings())
                 .await;
         }
         Command::ServeDeployment { name } => {
-            let local = local::Local::new(target)?;
-            return local::serve_deployment(local.data, &local.namespace, &name).await;
+            let local = crate::ops::local::Local::new(&target.config())?;
+            return crate::ops::local::serve_deployment(local.data, &local.namespace, &name).await;
         }
         // Local only (gc refuses a cluster), or an operator's store with either backend.
         Command::Gc(args) => return gc::gc(target, &args).await,

@@ -9,10 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod deployment_supervisor;
 mod deployments;
+pub mod gc;
 
 pub use deployment_supervisor::serve_deployment;
 
-use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::lifecycle::{self, LifecycleError};
 use crate::local::{
@@ -26,7 +26,7 @@ use crate::ops::backend::{
 use crate::ops::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use crate::ops::execute::{CreateOptions, ExecutionRequest, RunInputs};
 use crate::ops::notify::NotifyChange;
-use crate::ops::{Error, ErrorCode, download_from_store};
+use crate::ops::{BackendConfig, Error, ErrorCode, download_from_store};
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
@@ -53,9 +53,9 @@ pub struct Local {
 }
 
 impl Local {
-    /// The local backend chosen by `target` and the environment.
-    pub fn new(target: &Target) -> Result<Self, Error> {
-        let namespace = target
+    /// The local backend `config` describes, in the data directory the environment names.
+    pub fn new(config: &BackendConfig) -> Result<Self, Error> {
+        let namespace = config
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
@@ -69,7 +69,7 @@ impl Local {
                 ),
             )
         })?;
-        let store_url = target
+        let store_url = config
             .store
             .clone()
             .unwrap_or_else(|| data.default_store_url());
@@ -294,7 +294,7 @@ impl Backend for Local {
         if request.spec.notify.is_some() {
             return Err(Error::argument(LOCAL_WEBHOOK_REFUSAL));
         }
-        super::gc::automatic(self, options.report_gc).await;
+        gc::automatic(self, options.report_gc).await;
         let record = prepare(
             &self.data,
             &self.store_url,

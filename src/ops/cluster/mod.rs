@@ -20,7 +20,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::target::Target;
 use crate::api::contract::{
     AGENT_CONTAINER, EXECUTION_UID_LABEL, SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION,
 };
@@ -37,7 +36,7 @@ use crate::ops::download_from_store;
 use crate::ops::excerpt::{ByteWindow, StreamOutput};
 use crate::ops::execute::{CreateOptions, ExecutionRequest};
 use crate::ops::notify::NotifyChange;
-use crate::ops::{Error, ErrorCode};
+use crate::ops::{BackendConfig, Error, ErrorCode};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
 use crate::store::Store;
@@ -65,9 +64,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Connects as `target` says: its kubeconfig and context, else the current kube context
+    /// Connects as `wanted` says: its kubeconfig and context, else the current kube context
     /// (or the in-cluster config).
-    pub async fn connect(target: &Target) -> Result<Self, Error> {
+    pub async fn connect(wanted: &BackendConfig) -> Result<Self, Error> {
         let unreachable = |e: String| {
             Error::new(
                 ErrorCode::ClusterUnreachable,
@@ -75,10 +74,10 @@ impl Cluster {
             )
         };
         let options = KubeConfigOptions {
-            context: target.context.clone(),
+            context: wanted.context.clone(),
             ..KubeConfigOptions::default()
         };
-        let config = match (&target.kubeconfig, &target.context) {
+        let config = match (&wanted.kubeconfig, &wanted.context) {
             (Some(path), _) => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
                     Error::argument(format!("--kubeconfig {}: {e}", path.display()))
@@ -94,7 +93,7 @@ impl Cluster {
                 .await
                 .map_err(|e| unreachable(e.to_string()))?,
         };
-        let namespace = target
+        let namespace = wanted
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
@@ -109,7 +108,7 @@ impl Cluster {
             data: DataApi::new(client.clone(), config, namespace.clone()),
             client,
             namespace,
-            store_url: target.store.clone(),
+            store_url: wanted.store.clone(),
         })
     }
 
@@ -203,7 +202,7 @@ impl Cluster {
                 {
                     let mut lines = stream.lines();
                     while let Some(Ok(line)) = lines.next().await {
-                        crate::cli::output::write_line(line);
+                        crate::ops::stdout::write_line(line);
                     }
                     return;
                 }
@@ -713,15 +712,15 @@ impl Backend for Cluster {
 
 /// The operator's store (`--store`, which the sweep needs) and what the cluster still
 /// references in it, for the store sweep.
-pub async fn store_references(target: &Target) -> Result<(Store, References), Error> {
-    let cluster = Cluster::connect(target).await?;
+pub async fn store_references(config: &BackendConfig) -> Result<(Store, References), Error> {
+    let cluster = Cluster::connect(config).await?;
     let store = cluster.operator_store().unwrap_or_else(|| {
         Err(Error::argument(
             "sweeping a cluster's store needs --store (or ERRAND_STORE): the store URL the operator configured",
         ))
     })?;
     let references =
-        crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
+        crate::cluster::references::references(&cluster.client, config.namespace.as_deref())
             .await
             .map_err(|e| Error::new(ErrorCode::ClusterError, e.to_string()))?;
     Ok((store, references))

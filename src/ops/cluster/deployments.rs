@@ -182,9 +182,9 @@ impl Deployments for Cluster {
                 )
             })?;
             if prefixed {
-                crate::cli::output::write_line(format!("[{pod}] {line}"));
+                crate::ops::stdout::write_line(format!("[{pod}] {line}"));
             } else {
-                crate::cli::output::write_line(line);
+                crate::ops::stdout::write_line(line);
             }
         }
         Ok(())

@@ -308,7 +308,7 @@ impl Deployments for Local {
         let text = String::from_utf8_lossy(&bytes);
         let all: Vec<&str> = text.lines().collect();
         for line in &all[all.len().saturating_sub(lines)..] {
-            crate::cli::output::write_line(line);
+            crate::ops::stdout::write_line(line);
         }
         let mut offset = bytes.len() as u64;
         // Until the deployment is removed (or the command interrupted).
