@@ -8,8 +8,9 @@ use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
 };
+use crate::ops::backend::undo_push;
 use crate::ops::backend::{Backend, PushedFileset};
-use crate::ops::execute::{CreateOptions, ExecutionRequest, undo_push};
+use crate::ops::execute::{CreateOptions, ExecutionRequest};
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 

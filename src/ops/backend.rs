@@ -9,12 +9,13 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::excerpt::{ByteWindow, StreamOutput};
+pub use super::execute::PushedFileset;
 use super::execute::{CreateOptions, ExecutionRequest};
 use super::gateway_client::{GatewayClient, GatewayEndpoint};
 use super::notify::NotifyChange;
 use super::{Error, ErrorCode};
 use crate::api::tags::TagPattern;
-use crate::api::{AgentDeployment, Fileset, FilesetStatus, Phase, ResultEntry};
+use crate::api::{AgentDeployment, Fileset, Phase, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
 use crate::runner::StageSettings;
 use crate::store::keys::AnyResult;
@@ -73,19 +74,6 @@ pub struct DeadlineChanged {
     pub deadline_at: Option<jiff::Timestamp>,
     /// Whether the change cleared the deadline back to the one `timeoutSeconds` gives.
     pub cleared: bool,
-}
-
-/// A Fileset a command pushed, and how to take the push back.
-#[derive(Clone, Debug)]
-pub struct PushedFileset {
-    /// The Fileset's name.
-    pub name: String,
-    /// Its new content.
-    pub status: FilesetStatus,
-    /// Whether the Fileset did not exist before this push.
-    pub new_fileset: bool,
-    /// The blob's digest (hex), when this push stored it.
-    pub new_blob: Option<String>,
 }
 
 /// Which executions a listing shows.
@@ -303,6 +291,34 @@ pub trait Deployments: Send + Sync {
     /// Follows the output of deployment `name`'s agent servers: the last `lines` lines, then
     /// (with `follow`) what they write until they stop or the command is interrupted.
     async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error>;
+}
+
+impl ExecutionRequest {
+    /// Drops what building the request left behind (the workdir it pushed), for a request that
+    /// will not be created.
+    pub async fn abandon(&self, backend: &dyn Backend) {
+        undo_push(backend, self.pushed.as_ref()).await;
+    }
+
+    /// Creates the execution on `backend`; a refused one leaves nothing behind, not even the
+    /// workdir the request pushed.
+    pub async fn create(
+        &self,
+        backend: &dyn Backend,
+        options: &CreateOptions,
+    ) -> Result<ExecutionRecord, Error> {
+        let created = backend.create(self, options).await;
+        if created.is_err() {
+            self.abandon(backend).await;
+        }
+        created
+    }
+}
+
+pub async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
+    if let Some(pushed) = pushed {
+        backend.undo_push(pushed).await;
+    }
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.

@@ -2,11 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Error;
-use super::backend::{Backend, PushedFileset};
 use super::notify::NotifyChange;
-use crate::api::AgentExecutionSpec;
-use crate::local::ExecutionRecord;
+use crate::api::{AgentExecutionSpec, FilesetStatus};
 use crate::runner::StageSettings;
 use crate::telemetry::TelemetryTarget;
 
@@ -75,30 +72,15 @@ pub struct ExecutionRequest {
     pub inputs: RunInputs,
 }
 
-impl ExecutionRequest {
-    /// Drops what building the request left behind (the workdir it pushed), for a request that
-    /// will not be created.
-    pub async fn abandon(&self, backend: &dyn Backend) {
-        undo_push(backend, self.pushed.as_ref()).await;
-    }
-
-    /// Creates the execution on `backend`; a refused one leaves nothing behind, not even the
-    /// workdir the request pushed.
-    pub async fn create(
-        &self,
-        backend: &dyn Backend,
-        options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error> {
-        let created = backend.create(self, options).await;
-        if created.is_err() {
-            self.abandon(backend).await;
-        }
-        created
-    }
-}
-
-pub async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
-    if let Some(pushed) = pushed {
-        backend.undo_push(pushed).await;
-    }
+/// A Fileset a command pushed, and how to take the push back.
+#[derive(Clone, Debug)]
+pub struct PushedFileset {
+    /// The Fileset's name.
+    pub name: String,
+    /// Its new content.
+    pub status: FilesetStatus,
+    /// Whether the Fileset did not exist before this push.
+    pub new_fileset: bool,
+    /// The blob's digest (hex), when this push stored it.
+    pub new_blob: Option<String>,
 }
