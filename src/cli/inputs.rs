@@ -209,7 +209,7 @@ fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Error> {
 
 /// `KEY=VALUE` lines; blank lines and `#` comments are skipped, an `export ` prefix is allowed,
 /// and a value in matching single or double quotes loses them.
-pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut env = BTreeMap::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();

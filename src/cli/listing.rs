@@ -100,7 +100,7 @@ pub async fn tag_set(
     tags: &[String],
     output: OutputArgs,
 ) -> Result<(), Error> {
-    let tags = check_tags(tags).map_err(Error::argument)?;
+    let tags = check_tags(tags).map_err(|e| Error::argument(e.to_string()))?;
     let record = find(backend, name).await?;
     let record = backend.set_tags(&record, &tags).await?;
     let view = super::answers::ExecutionView::of(record);
