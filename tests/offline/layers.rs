@@ -215,31 +215,40 @@ fn leading_ident(rest: &str) -> Option<&str> {
     (end > 0).then(|| &rest[..end])
 }
 
-/// The first segments after a path prefix: one identifier, or each item of a `{...}` group.
-fn first_segments(rest: &str) -> Vec<String> {
-    let rest = rest.trim_start();
-    let Some(group) = rest.strip_prefix('{') else {
-        return leading_ident(rest).map(str::to_owned).into_iter().collect();
-    };
-    let mut segments = Vec::new();
+/// The items of a `{...}` group whose `{` is already taken off: the text of each, up to the
+/// `}` that closes the group.
+fn group_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
     let mut depth = 0;
     let mut item_start = 0;
     for (at, c) in group.char_indices() {
         match c {
             '{' => depth += 1,
             '}' if depth == 0 => {
-                segments.extend(leading_ident(&group[item_start..at]).map(str::to_owned));
+                items.push(&group[item_start..at]);
                 break;
             }
             '}' => depth -= 1,
             ',' if depth == 0 => {
-                segments.extend(leading_ident(&group[item_start..at]).map(str::to_owned));
+                items.push(&group[item_start..at]);
                 item_start = at + 1;
             }
             _ => {}
         }
     }
-    segments
+    items
+}
+
+/// The first segments after a path prefix: one identifier, or each item of a `{...}` group.
+fn first_segments(rest: &str) -> Vec<String> {
+    let rest = rest.trim_start();
+    let Some(group) = rest.strip_prefix('{') else {
+        return leading_ident(rest).map(str::to_owned).into_iter().collect();
+    };
+    group_items(group)
+        .into_iter()
+        .filter_map(|item| leading_ident(item).map(str::to_owned))
+        .collect()
 }
 
 /// The top-level modules other than its own that the code of a module at `module` names,
@@ -443,25 +452,10 @@ const SUBLAYERS: &[(&str, &[&[&str]])] = &[("ops", &[&["local", "cluster"], &["c
 fn expand_paths(rest: &str) -> Vec<Vec<String>> {
     let rest = rest.trim_start();
     if let Some(group) = rest.strip_prefix('{') {
-        let mut paths = Vec::new();
-        let mut depth = 0;
-        let mut item_start = 0;
-        for (at, c) in group.char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' if depth == 0 => {
-                    paths.extend(expand_paths(&group[item_start..at]));
-                    break;
-                }
-                '}' => depth -= 1,
-                ',' if depth == 0 => {
-                    paths.extend(expand_paths(&group[item_start..at]));
-                    item_start = at + 1;
-                }
-                _ => {}
-            }
-        }
-        return paths;
+        return group_items(group)
+            .into_iter()
+            .flat_map(expand_paths)
+            .collect();
     }
     let Some(ident) = leading_ident(rest) else {
         return Vec::new();
