@@ -239,35 +239,37 @@ fn group_items(group: &str) -> Vec<&str> {
     items
 }
 
-/// The first segments after a path prefix: one identifier, or each item of a `{...}` group.
-fn first_segments(rest: &str) -> Vec<String> {
-    let rest = rest.trim_start();
-    let Some(group) = rest.strip_prefix('{') else {
-        return leading_ident(rest).map(str::to_owned).into_iter().collect();
-    };
-    group_items(group)
-        .into_iter()
-        .filter_map(|item| leading_ident(item).map(str::to_owned))
-        .collect()
-}
-
 /// The top-level modules other than its own that the code of a module at `module` names,
 /// through `crate::` paths or `super::` paths that climb to the crate root.
 fn referenced_modules(code: &str, module: &[String]) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let starts_path = |at: usize| {
-        code[..at]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == ':'))
-    };
+    let mut found: BTreeSet<String> = rooted_paths(code, module)
+        .into_iter()
+        .filter_map(|path| path.into_iter().next())
+        .collect();
+    found.retain(|name| module.first() != Some(name));
+    found
+}
+
+/// Whether a path may start at byte `at` of `code`: it does not continue an identifier or
+/// another path.
+fn starts_path(code: &str, at: usize) -> bool {
+    code[..at]
+        .chars()
+        .next_back()
+        .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == ':'))
+}
+
+/// The `crate::` and `super::` paths of the code of the module at `module`, made absolute (a
+/// `super::` path that climbs past the crate root starts at the root).
+fn rooted_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
     for (at, _) in code.match_indices("crate::") {
-        if starts_path(at) {
-            found.extend(first_segments(&code[at + "crate::".len()..]));
+        if starts_path(code, at) {
+            found.extend(expand_paths(&code[at + "crate::".len()..]));
         }
     }
     for (at, _) in code.match_indices("super::") {
-        if !starts_path(at) {
+        if !starts_path(code, at) {
             continue;
         }
         let mut rest = &code[at..];
@@ -276,11 +278,13 @@ fn referenced_modules(code: &str, module: &[String]) -> BTreeSet<String> {
             climbs += 1;
             rest = after.trim_start();
         }
-        if climbs >= module.len() {
-            found.extend(first_segments(rest));
+        let base = &module[..module.len().saturating_sub(climbs)];
+        for path in expand_paths(rest) {
+            let mut absolute = base.to_vec();
+            absolute.extend(path);
+            found.push(absolute);
         }
     }
-    found.retain(|name| module.first() != Some(name));
     found
 }
 
@@ -503,39 +507,11 @@ fn absolute_paths(code: &str, module: &[String]) -> BTreeSet<Vec<String>> {
         let end = code[at..].find(';').map_or(code.len(), |end| at + end + 1);
         code.replace_range(at..end, " ");
     }
-    let starts_path = |at: usize| {
-        code[..at]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == ':'))
-    };
-    let mut found = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        if starts_path(at) {
-            found.extend(expand_paths(&code[at + "crate::".len()..]));
-        }
-    }
-    for (at, _) in code.match_indices("super::") {
-        if !starts_path(at) {
-            continue;
-        }
-        let mut rest = &code[at..];
-        let mut climbs = 0;
-        while let Some(after) = rest.strip_prefix("super::") {
-            climbs += 1;
-            rest = after.trim_start();
-        }
-        let base = &module[..module.len().saturating_sub(climbs)];
-        for path in expand_paths(rest) {
-            let mut absolute = base.to_vec();
-            absolute.extend(path);
-            found.insert(absolute);
-        }
-    }
+    let mut found: BTreeSet<Vec<String>> = rooted_paths(&code, module).into_iter().collect();
     for child in declared_children(&code) {
         let prefix = format!("{child}::");
         for (at, _) in code.match_indices(&prefix) {
-            if starts_path(at) {
+            if starts_path(&code, at) {
                 for path in expand_paths(&code[at..]) {
                     let mut absolute = module.to_vec();
                     absolute.extend(path);
