@@ -3,7 +3,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -11,6 +10,7 @@ use super::agent::AgentSpec;
 use super::common::{Reference, ResultEntry};
 use super::environment::AgentEnvironmentSpec;
 use super::notify::{NotifySpec, NotifyStatus};
+use super::phase::Phase;
 
 /// Timeout of an execution that sets none: one hour.
 pub const DEFAULT_TIMEOUT_SECONDS: i64 = 3600;
@@ -291,35 +291,6 @@ pub struct Extension {
 
 fn extension_config_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     super::common::preserved_object("Settings of the extension.")
-}
-
-/// Lifecycle phase of an execution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Phase {
-    /// Defined but held back (`spec.held`, `errand create`): nothing runs until it is started.
-    Created,
-    /// Accepted, not yet resolved.
-    Pending,
-    /// Resolved; Kueue holds the Job until its LocalQueue admits it. The message says why, in
-    /// Kueue's words. The start timeout does not count this wait.
-    Queued,
-    /// Resolved (and admitted, when queued); the pod is being scheduled, pulled or staged.
-    Starting,
-    /// The agent is running.
-    Running,
-    /// The agent exited 0 and results are saved.
-    Succeeded,
-    /// The run failed; see the conditions' reason and the message.
-    Failed,
-    /// Stopped on request; partial results are saved.
-    Cancelled,
-}
-
-impl Phase {
-    /// Whether the execution can no longer change phase.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Succeeded | Phase::Failed | Phase::Cancelled)
-    }
 }
 
 /// Observed state of an execution.

@@ -13,6 +13,7 @@ mod execution;
 mod extension;
 mod fileset;
 mod notify;
+mod phase;
 mod runtime;
 mod schedule;
 pub mod tags;
@@ -32,8 +33,8 @@ pub use environment::{
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,
     DEFAULT_TIMEOUT_SECONDS, DeadlineChange, DeadlineStatus, Extension, MAX_INPUT_BYTES,
-    MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS_AFTER_FINISHED, Phase, RERUN_TAKES_THE_SNAPSHOT,
-    SnapshotRef, Workdir,
+    MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS_AFTER_FINISHED, RERUN_TAKES_THE_SNAPSHOT, SnapshotRef,
+    Workdir,
 };
 pub use extension::{
     AgentExtension, AgentExtensionSpec, DEFAULT_EXTENSION_TIMEOUT_SECONDS, MAX_EXTENSION_RESULTS,
@@ -43,6 +44,7 @@ pub use notify::{
     DeliveryState, EXECUTION_FINISHED, ExecutionEvent, MAX_WEBHOOK_URL_BYTES, MatchedLine,
     NotifySpec, NotifyStatus, OUTPUT_MATCHED, SecretKeyRef, WebhookDelivery, WebhookSink,
 };
+pub use phase::Phase;
 pub use runtime::{AgentRuntime, AgentRuntimeSpec};
 pub use schedule::{
     AgentSchedule, AgentScheduleSpec, AgentScheduleStatus, ConcurrencyPolicy,

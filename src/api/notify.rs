@@ -5,7 +5,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::execution::Phase;
+use super::phase::Phase;
 
 /// Event type of a finished run.
 pub const EXECUTION_FINISHED: &str = "execution.finished";

@@ -13,13 +13,48 @@ pub const MAX_TAG_LENGTH: usize = 63;
 /// The most tags one execution carries.
 pub const MAX_TAGS: usize = 16;
 
+/// Why a tag, a list of tags or a tag pattern is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TagError {
+    /// Empty, or longer than [`MAX_TAG_LENGTH`].
+    #[error("{tag:?} is not a tag: it must have 1 to {MAX_TAG_LENGTH} characters")]
+    Length {
+        /// The tag.
+        tag: String,
+    },
+    /// A segment that is not lowercase letters, digits and inner dashes.
+    #[error(
+        "{tag:?} is not a tag: segment {segment:?} must be lowercase letters, digits and inner '-' (segments are separated by '.')"
+    )]
+    Segment {
+        /// The tag.
+        tag: String,
+        /// Its bad segment.
+        segment: String,
+    },
+    /// More than [`MAX_TAGS`] distinct tags.
+    #[error("{count} tags given; an execution carries at most {MAX_TAGS}")]
+    TooMany {
+        /// How many were given.
+        count: usize,
+    },
+    /// A `list --tag` pattern whose tag is refused.
+    #[error("pattern {pattern:?}: {reason}")]
+    Pattern {
+        /// The pattern.
+        pattern: String,
+        /// Why its tag is refused.
+        reason: Box<TagError>,
+    },
+}
+
 /// Checks one tag: dot-separated segments of lowercase letters, digits and inner dashes, at
 /// most 63 characters, so that it is a label name as it stands.
-pub fn check_tag(tag: &str) -> Result<(), String> {
+pub fn check_tag(tag: &str) -> Result<(), TagError> {
     if tag.is_empty() || tag.len() > MAX_TAG_LENGTH {
-        return Err(format!(
-            "{tag:?} is not a tag: it must have 1 to {MAX_TAG_LENGTH} characters"
-        ));
+        return Err(TagError::Length {
+            tag: tag.to_owned(),
+        });
     }
     let segment_ok = |s: &str| {
         let bytes = s.as_bytes();
@@ -28,15 +63,16 @@ pub fn check_tag(tag: &str) -> Result<(), String> {
         edge(bytes.first()) && edge(bytes.last()) && bytes.iter().all(inner)
     };
     if let Some(bad) = tag.split('.').find(|s| !segment_ok(s)) {
-        return Err(format!(
-            "{tag:?} is not a tag: segment {bad:?} must be lowercase letters, digits and inner '-' (segments are separated by '.')"
-        ));
+        return Err(TagError::Segment {
+            tag: tag.to_owned(),
+            segment: bad.to_owned(),
+        });
     }
     Ok(())
 }
 
 /// Checks every tag of a list, refuses duplicates and more than [`MAX_TAGS`]; returns them sorted.
-pub fn check_tags(tags: &[String]) -> Result<Vec<String>, String> {
+pub fn check_tags(tags: &[String]) -> Result<Vec<String>, TagError> {
     let mut sorted = Vec::with_capacity(tags.len());
     for tag in tags {
         check_tag(tag)?;
@@ -45,10 +81,9 @@ pub fn check_tags(tags: &[String]) -> Result<Vec<String>, String> {
         }
     }
     if sorted.len() > MAX_TAGS {
-        return Err(format!(
-            "{} tags given; an execution carries at most {MAX_TAGS}",
-            sorted.len()
-        ));
+        return Err(TagError::TooMany {
+            count: sorted.len(),
+        });
     }
     sorted.sort();
     Ok(sorted)
@@ -65,14 +100,18 @@ pub enum TagPattern {
 
 impl TagPattern {
     /// Parses `tag` or `prefix.*`.
-    pub fn parse(pattern: &str) -> Result<Self, String> {
+    pub fn parse(pattern: &str) -> Result<Self, TagError> {
+        let refused = |reason| TagError::Pattern {
+            pattern: pattern.to_owned(),
+            reason: Box::new(reason),
+        };
         match pattern.strip_suffix(".*") {
             Some(prefix) => check_tag(prefix)
                 .map(|()| TagPattern::Under(prefix.to_owned()))
-                .map_err(|e| format!("pattern {pattern:?}: {e}")),
+                .map_err(refused),
             None => check_tag(pattern)
                 .map(|()| TagPattern::Exact(pattern.to_owned()))
-                .map_err(|e| format!("pattern {pattern:?}: {e}")),
+                .map_err(refused),
         }
     }
 
@@ -135,7 +174,7 @@ mod tests {
     fn tags_are_dot_separated_label_safe_segments() {
         assert!(check_tag("team-a.nightly.v2").is_ok());
         assert_eq!(
-            check_tag("Team").unwrap_err(),
+            check_tag("Team").unwrap_err().to_string(),
             "\"Team\" is not a tag: segment \"Team\" must be lowercase letters, digits and inner '-' (segments are separated by '.')"
         );
         for bad in ["a..b", ".a", "a.", "-a", "a-", "a b", "a/b", "a_b", ""] {

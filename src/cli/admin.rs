@@ -2,10 +2,10 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::local::Local;
 use super::output::{OutputArgs, human_size, print_ok};
 use super::target::Target;
 use crate::local::references::{ReferencesError, references};
+use crate::ops::local::Local;
 use crate::ops::{Error, ErrorCode};
 use crate::retention::gc::parse_age;
 use crate::retention::sweep_store::{SweepReport, sweep_store};
@@ -53,7 +53,7 @@ pub async fn admin(target: &Target, action: &AdminAction) -> Result<(), Error> {
 async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
     // The references are read whole before the store is listed.
     let (store, references) = if target.is_local() {
-        let local = Local::new(target)?;
+        let local = Local::new(&target.config())?;
         let references = references(&local.data).map_err(|e| match e {
             ReferencesError::Record(e) => Error::from(e),
             unreadable @ ReferencesError::Unreadable { .. } => {
@@ -62,7 +62,7 @@ async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
         })?;
         (local.store()?, references)
     } else {
-        super::cluster::store_references(target).await?
+        crate::ops::cluster::store_references(&target.config()).await?
     };
     let grace = SignedDuration::from_secs(i64::try_from(args.grace).unwrap_or(i64::MAX));
     // Only a namespace named explicitly narrows the sweep (never a kube context's default).

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::excerpt::StreamOutput;
 use crate::api::FilesetStatus;
 use crate::local::ExecutionRecord;
+use crate::ops::excerpt::StreamOutput;
 
 /// An execution as the commands show it: its record, the agent's output streams (sizes, and
 /// excerpts in waiting answers), and how long a bounded wait looked at it.

@@ -7,12 +7,12 @@ use serde_json::json;
 use super::answers::{
     Deleted, DeletedObject, Downloaded, ExecutionView, Logs, PushedFilesetAnswer,
 };
-use super::backend::{Backend, Document, LogStream, find};
 use super::execute::{ExecuteArgs, spec_from_args};
 use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
 use super::output::{Format, OutputArgs, human_size, print_ok};
 use super::show::{parse_result_name, print_record, print_results, record_outcome};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+use crate::ops::backend::{Backend, Document, LogStream, find};
 use crate::ops::{Error, ErrorCode};
 
 /// What to do with Agents, AgentEnvironments or AgentRuntimes.
@@ -50,9 +50,10 @@ pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Er
             "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
         ));
     }
-    let record = request.create(backend, args).await?;
+    let options = args.options();
+    let record = request.create(backend, &options).await?;
     if args.no_wait {
-        let record = backend.detach(&record, args).await?;
+        let record = backend.detach(&record, &options).await?;
         print_ok(
             format,
             "execution",
@@ -67,12 +68,14 @@ pub async fn execute(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Er
         return Ok(());
     }
     if let Some(until) = args.until {
-        let record = backend.detach(&record, args).await?;
+        let record = backend.detach(&record, &options).await?;
         let (record, observation) = observe(backend, record, until, DEFAULT_POLL_SECONDS).await?;
         return answer_observed(backend, record, observation, &args.excerpt, args.output).await;
     }
     // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
-    let record = backend.run(&record, args, format == Format::Human).await?;
+    let record = backend
+        .run(&record, &options, format == Format::Human)
+        .await?;
     let view = with_excerpts(backend, record, &args.excerpt).await?;
     record_outcome(format, &view, || print_record(&view.record))
 }

@@ -1,13 +1,13 @@
 //! Control of an execution once defined, written once over [`Backend`]: `kill --signal`, `deadline set|clear`, `create` and `start`, and `restart`.
 
 use super::answers::{ExecutionView, Killed};
-use super::backend::{Backend, find};
 use super::execute::{ExecuteArgs, spec_from_args};
 use super::observe::with_sizes;
 use super::output::{OutputArgs, print_ok};
 use super::show::print_record;
 use super::staging::StagingArgs;
 use crate::api::MAX_TIMEOUT_SECONDS;
+use crate::ops::backend::{Backend, find};
 use crate::ops::{Error, ErrorCode};
 use crate::runner::control::parse_signal;
 
@@ -133,7 +133,7 @@ pub async fn create(backend: &dyn Backend, args: &ExecuteArgs) -> Result<(), Err
     }
     let mut request = spec_from_args(args, backend).await?;
     request.spec.held = true;
-    let record = request.create(backend, args).await?;
+    let record = request.create(backend, &args.options()).await?;
     print_ok(
         args.output.format,
         "execution",
@@ -159,9 +159,9 @@ pub async fn start(
 ) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let record = if restart {
-        backend.restart(&record, staging).await?
+        backend.restart(&record, &staging.settings()).await?
     } else {
-        backend.start(&record, staging).await?
+        backend.start(&record, &staging.settings()).await?
     };
     let view = with_sizes(backend, record).await?;
     print_ok(output.format, "execution", &view, || {

@@ -2,7 +2,7 @@
 //!
 //! A backend without deployments refuses each of them naming the command
 //! ([`Backend::deployments`]); the gateway's requests go over HTTP with a bearer token
-//! (`gateway_client.rs`).
+//! (`ops/gateway_client.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,14 +12,41 @@ use serde::Serialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::backend::{Backend, Deployments, Document};
 use super::commands::agent_from_config;
-use super::gateway_client::GatewayArgs;
 use super::output::{OutputArgs, print_ok};
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::api::{AgentDeployment, DeploymentPhase};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+use crate::ops::GatewayEndpoint;
+use crate::ops::backend::{Backend, Deployments, Document};
 use crate::ops::{Error, ErrorCode};
+
+/// Where the gateway is and who calls it.
+#[derive(Clone, Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// The gateway's base URL (its Service through a port-forward or an ingress, e.g.
+    /// `https://localhost:9443`).
+    #[arg(long, env = "ERRAND_GATEWAY", value_name = "URL")]
+    pub gateway: Option<String>,
+    /// The bearer token to call it with (else the kubeconfig user's token).
+    #[arg(long, env = "ERRAND_GATEWAY_TOKEN", hide_env_values = true)]
+    pub gateway_token: Option<String>,
+    /// A PEM file with the CA that signed the gateway's serving certificate (else the
+    /// system's roots).
+    #[arg(long, env = "ERRAND_GATEWAY_CA", value_name = "FILE")]
+    pub gateway_ca: Option<PathBuf>,
+}
+
+impl GatewayArgs {
+    /// The gateway these flags name.
+    pub fn endpoint(&self) -> GatewayEndpoint {
+        GatewayEndpoint {
+            url: self.gateway.clone(),
+            token: self.gateway_token.clone(),
+            ca: self.gateway_ca.clone(),
+        }
+    }
+}
 
 /// How often waiting commands look at a deployment again.
 const POLL: Duration = Duration::from_millis(500);
@@ -485,7 +512,7 @@ pub async fn invoke(
     gateway: &GatewayArgs,
     output: OutputArgs,
 ) -> Result<(), Error> {
-    let client = backend.deployments().gateway(gateway).await?;
+    let client = backend.deployments().gateway(&gateway.endpoint()).await?;
     let path = format!("{}/invoke", target.path(backend.namespace()));
     let answer = client.post(&path, &json!({"input": input})).await?;
     print_ok(output.format, "invoke", &answer, || {
@@ -505,7 +532,7 @@ pub async fn chat(
     gateway: &GatewayArgs,
     output: OutputArgs,
 ) -> Result<(), Error> {
-    let client = backend.deployments().gateway(gateway).await?;
+    let client = backend.deployments().gateway(&gateway.endpoint()).await?;
     let path = format!("{}/chat", target.path(backend.namespace()));
     let body = json!({"session": session, "message": message});
     let answer = client.post(&path, &body).await?;
@@ -524,7 +551,7 @@ pub async fn sessions(
     gateway: &GatewayArgs,
     output: OutputArgs,
 ) -> Result<(), Error> {
-    let client = backend.deployments().gateway(gateway).await?;
+    let client = backend.deployments().gateway(&gateway.endpoint()).await?;
     let path = format!("{}/sessions", target.path(backend.namespace()));
     let answer = client.get(&path).await?;
     print_ok(output.format, "sessions", &answer, || {

@@ -2,14 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
-use super::backend::{Backend, PushedFileset};
-use super::inputs::{RunInputs, add_env, piped_stdin, read_inputs};
+use super::inputs::{add_env, piped_stdin, read_inputs};
 use super::output::OutputArgs;
 use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
 use crate::local::{
-    DocumentError, ExecutionRecord, ManifestObject, parse_document, parse_manifests,
-    read_manifest_file,
+    DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
 };
+use crate::ops::backend::undo_push;
+use crate::ops::backend::{Backend, PushedFileset};
+use crate::ops::execute::{CreateOptions, ExecutionRequest};
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 
@@ -75,6 +76,19 @@ pub struct ExecuteArgs {
     pub telemetry: super::telemetry::TelemetryArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+impl ExecuteArgs {
+    /// The options a backend creates and runs the execution with.
+    pub fn options(&self) -> CreateOptions {
+        CreateOptions {
+            inherit_env: self.inherit_env,
+            otlp_endpoint: self.telemetry.otlp_endpoint.clone(),
+            notify: self.notify.change(),
+            staging: self.staging.settings(),
+            report_gc: self.output.format == super::output::Format::Human,
+        }
+    }
 }
 
 /// The spec and name from `--spec`/`--spec-file`: an AgentExecution, or a bare spec in either
@@ -157,47 +171,6 @@ fn manifest_file_object<T>(
     pick(objects.remove(0))
         .map(Some)
         .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {what}")))
-}
-
-/// The spec from `--spec`/`--spec-file` with the flags applied: the execution's name (`--name`,
-/// else the one the spec gives, if any) and the Fileset pushed for a base workdir directory.
-pub struct ExecutionRequest {
-    /// The complete spec.
-    pub spec: AgentExecutionSpec,
-    /// The execution's name, when the command line or the spec gives one.
-    pub name: Option<String>,
-    /// The Fileset this command pushed for `--workdir.base-workdir DIR`.
-    pub pushed: Option<PushedFileset>,
-    /// Standard input, variables and tags from the input flags.
-    pub inputs: RunInputs,
-}
-
-impl ExecutionRequest {
-    /// Drops what building the request left behind (the workdir it pushed), for a request that
-    /// will not be created.
-    pub async fn abandon(&self, backend: &dyn Backend) {
-        undo_push(backend, self.pushed.as_ref()).await;
-    }
-
-    /// Creates the execution on `backend`; a refused one leaves nothing behind, not even the
-    /// workdir the request pushed.
-    pub async fn create(
-        &self,
-        backend: &dyn Backend,
-        args: &ExecuteArgs,
-    ) -> Result<ExecutionRecord, Error> {
-        let created = backend.create(self, args).await;
-        if created.is_err() {
-            self.abandon(backend).await;
-        }
-        created
-    }
-}
-
-async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
-    if let Some(pushed) = pushed {
-        backend.undo_push(pushed).await;
-    }
 }
 
 /// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied.
@@ -284,7 +257,7 @@ async fn apply_flags(
     if args.auto_telemetry {
         spec.auto_telemetry = true;
     }
-    if let Some(notify) = args.notify.webhook()? {
+    if let Some(notify) = args.notify.change().webhook()? {
         spec.notify = Some(notify);
     }
     Ok(pushed)

@@ -1,11 +1,9 @@
 //! `errand gc`: collects finished local executions by age, count and size, once or automatically before every local execution.
 
-use jiff::Timestamp;
-
-use super::local::Local;
-use super::output::{Format, OutputArgs, human_size, print_ok};
+use super::output::{OutputArgs, human_size, print_ok};
 use super::target::Target;
-use crate::local::gc::{GcError, GcReport, automatic_policy, collect, set_automatic_policy};
+use crate::local::gc::GcReport;
+use crate::ops::local::{Local, gc};
 use crate::ops::{Error, ErrorCode};
 use crate::retention::gc::{GcPolicy, parse_age, parse_size};
 
@@ -57,18 +55,18 @@ pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), Error> {
              executions go when their ttlSecondsAfterFinished runs out",
         ));
     }
-    let local = Local::new(target)?;
-    let mut policy = args.policy();
+    let local = Local::new(&target.config())?;
+    let policy = args.policy();
     if args.automatic {
         if policy.is_empty() {
             return Err(Error::argument(
                 "--automatic needs at least one of --older-than, --max-executions or --max-bytes",
             ));
         }
-        set_automatic_policy(&local.data, Some(&policy)).map_err(gc_error)?;
+        gc::set_automatic(&local, Some(&policy))?;
     }
     if args.no_automatic {
-        set_automatic_policy(&local.data, None).map_err(gc_error)?;
+        gc::set_automatic(&local, None)?;
         if policy.is_empty() {
             print_ok(
                 args.output.format,
@@ -79,49 +77,9 @@ pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), Error> {
             return Ok(());
         }
     }
-    if policy.is_empty() {
-        policy = automatic_policy(&local.data)
-            .map_err(gc_error)?
-            .ok_or_else(|| {
-                Error::argument(
-                    "errand gc needs at least one of --older-than, --max-executions or \
-                     --max-bytes (or automatic limits saved with --automatic)",
-                )
-            })?;
-    }
-    let report = collect(
-        &local.data,
-        target.namespace.as_deref(),
-        &policy,
-        args.dry_run,
-        Timestamp::now(),
-    )
-    .await
-    .map_err(gc_error)?;
+    let report = gc::collect(&local, target.namespace.as_deref(), policy, args.dry_run).await?;
     print_ok(args.output.format, "gc", &report, || describe(&report));
     Ok(())
-}
-
-/// Runs the automatic gc, if one is set, before a local execution. A gc that fails is
-/// reported on stderr and does not stop the execution.
-pub async fn automatic(local: &Local, format: Format) {
-    let policy = match automatic_policy(&local.data) {
-        Ok(Some(policy)) => policy,
-        Ok(None) => return,
-        Err(e) => {
-            eprintln!("warning: automatic gc skipped: {e}");
-            return;
-        }
-    };
-    match collect(&local.data, None, &policy, false, Timestamp::now()).await {
-        Ok(report) if !report.removed.is_empty() && format == Format::Human => eprintln!(
-            "automatic gc removed {} finished executions ({})",
-            report.removed.len(),
-            human_size(report.removed_bytes)
-        ),
-        Ok(_) => {}
-        Err(e) => eprintln!("warning: automatic gc failed: {e}"),
-    }
 }
 
 fn describe(report: &GcReport) -> String {
@@ -153,12 +111,4 @@ fn describe(report: &GcReport) -> String {
         human_size(report.kept_bytes)
     ));
     lines.join("\n")
-}
-
-fn gc_error(error: GcError) -> Error {
-    match error {
-        GcError::Record(e) => Error::from(e),
-        GcError::Store(e) => Error::from(e),
-        settings @ GcError::Settings { .. } => Error::new(ErrorCode::IoError, settings.to_string()),
-    }
 }

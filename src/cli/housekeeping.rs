@@ -3,9 +3,9 @@
 use clap::CommandFactory;
 
 use super::answers::{DeletedAll, DeletedExecution};
-use super::backend::Backend;
 use super::output::{OutputArgs, print_ok};
 use crate::ops::Error;
+use crate::ops::backend::Backend;
 
 /// `delete --all [--dry-run]`.
 #[derive(Clone, Copy, Debug, clap::Args)]

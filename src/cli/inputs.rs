@@ -4,17 +4,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::backend::Backend;
 use crate::api::tags::check_tags;
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec};
 use crate::local::ObjectKind;
+use crate::ops::backend::Backend;
+use crate::ops::execute::RunInputs;
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::env_name;
 
 /// The default bound of standard input: 64 MiB.
 pub const DEFAULT_STDIN_MAX_BYTES: u64 = 64 * 1024 * 1024;
-/// What a masked variable's value reads as.
-pub const MASKED_VALUE: &str = "***";
 
 /// Standard input, environment and tags of a new execution.
 #[derive(Debug, Default, Clone, clap::Args)]
@@ -49,39 +48,6 @@ pub struct InputArgs {
     /// Set by commands that never take standard input (rerun).
     #[arg(skip)]
     pub ignore_piped_stdin: bool,
-}
-
-/// What the input flags add to a new execution.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RunInputs {
-    /// The bytes for the agent's standard input, when given.
-    pub stdin: Option<Vec<u8>>,
-    /// The variables `--env` and `--env-file` set.
-    pub env: BTreeMap<String, String>,
-    /// The variables never shown.
-    pub masked: BTreeSet<String>,
-    /// The tags, checked and sorted.
-    pub tags: Vec<String>,
-}
-
-impl RunInputs {
-    /// The variables as errand shows them: masked values read [`MASKED_VALUE`].
-    pub fn shown_env(&self) -> BTreeMap<String, String> {
-        shown_env(&self.env, &self.masked)
-    }
-}
-
-/// `env` as errand shows it: the value of every name in `masked` reads [`MASKED_VALUE`].
-pub fn shown_env(
-    env: &BTreeMap<String, String>,
-    masked: &BTreeSet<String>,
-) -> BTreeMap<String, String> {
-    env.iter()
-        .map(|(k, v)| {
-            let shown = if masked.contains(k) { MASKED_VALUE } else { v };
-            (k.clone(), shown.to_owned())
-        })
-        .collect()
 }
 
 /// Reads and checks every input flag; `piped` is this process's standard input when it is a
@@ -243,7 +209,7 @@ fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Error> {
 
 /// `KEY=VALUE` lines; blank lines and `#` comments are skipped, an `export ` prefix is allowed,
 /// and a value in matching single or double quotes loses them.
-pub fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
+fn parse_env_file(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut env = BTreeMap::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim();

@@ -1,12 +1,12 @@
 //! `list` with its filters (`--state`, `--tag` patterns, `--limit`), `ps` (the executions still going) and `tag set`.
 
-use super::backend::{Backend, find};
 use super::output::{OutputArgs, print_ok};
 use super::show::{print_executions, print_record};
 use crate::api::Phase;
 use crate::api::tags::{TagPattern, check_tags};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
+use crate::ops::backend::{Backend, ExecutionFilter, find};
 
 /// The phases an execution goes through before it ends.
 const ACTIVE: [Phase; 4] = [
@@ -42,23 +42,6 @@ pub struct ListArgs {
     pub limit: Option<usize>,
     #[command(flatten)]
     pub output: OutputArgs,
-}
-
-/// Which executions a listing shows.
-#[derive(Clone, Debug, Default)]
-pub struct ExecutionFilter {
-    /// Any of these phases; every phase when empty.
-    pub phases: Vec<Phase>,
-    /// All of these tag patterns.
-    pub tags: Vec<TagPattern>,
-}
-
-impl ExecutionFilter {
-    /// Whether `record` is shown.
-    pub fn matches(&self, record: &ExecutionRecord) -> bool {
-        (self.phases.is_empty() || self.phases.contains(&record.phase))
-            && self.tags.iter().all(|p| p.matches(&record.tags))
-    }
 }
 
 fn parse_state(value: &str) -> Result<Vec<Phase>, String> {
@@ -117,7 +100,7 @@ pub async fn tag_set(
     tags: &[String],
     output: OutputArgs,
 ) -> Result<(), Error> {
-    let tags = check_tags(tags).map_err(Error::argument)?;
+    let tags = check_tags(tags).map_err(|e| Error::argument(e.to_string()))?;
     let record = find(backend, name).await?;
     let record = backend.set_tags(&record, &tags).await?;
     let view = super::answers::ExecutionView::of(record);

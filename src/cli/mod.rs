@@ -2,20 +2,15 @@
 
 mod admin;
 mod answers;
-mod backend;
-mod cluster;
 mod commands;
 mod control;
 mod controller;
 mod deploy;
-mod excerpt;
 mod execute;
-mod gateway_client;
 mod gc;
 mod housekeeping;
 mod inputs;
 mod listing;
-mod local;
 mod mcp;
 mod notify;
 mod observe;
@@ -239,7 +234,7 @@ pub enum Command {
         #[arg(long)]
         input: String,
         #[command(flatten)]
-        gateway: gateway_client::GatewayArgs,
+        gateway: deploy::GatewayArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -255,7 +250,7 @@ pub enum Command {
         #[arg(long)]
         message: String,
         #[command(flatten)]
-        gateway: gateway_client::GatewayArgs,
+        gateway: deploy::GatewayArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -384,7 +379,7 @@ pub enum SessionsAction {
         #[command(flatten)]
         target: deploy::GatewayTarget,
         #[command(flatten)]
-        gateway: gateway_client::GatewayArgs,
+        gateway: deploy::GatewayArgs,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -576,82 +571,76 @@ pub fn run(cli: Cli) -> i32 {
             );
         }
     };
-    // The pod commands report through their exit code and termination message.
-    let command = match cli.command {
-        Command::Stage(args) => return runtime.block_on(pod::stage(*args)),
-        Command::RunAgent(args) => return runtime.block_on(pod::run_agent(*args)),
-        Command::RunExtension(args) => return runtime.block_on(pod::run_extension(*args)),
-        command => command,
-    };
-    match runtime.block_on(dispatch(&cli.target, command)) {
-        Ok(()) => 0,
+    match runtime.block_on(dispatch(&cli.target, cli.command)) {
+        Ok(code) => code,
         Err(error) => output::print_error(format, &error),
     }
 }
 
-async fn dispatch(target: &Target, command: Command) -> Result<(), Error> {
-    match command {
-        Command::Controller(args) => return controller::controller(*args).await,
-        Command::Crds { out_dir } => return print_crds(out_dir.as_deref()),
+/// Runs one command: the pod commands return their exit code, the others succeed (0) or fail
+/// with the error `run` prints.
+async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
+    let backend = || target.backend();
+    let done = match command {
+        Command::Controller(args) => controller::controller(*args).await,
+        Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
         Command::Schema => {
             output::write_line(format!("{:#}", schema::answers_schema()));
-            return Ok(());
+            Ok(())
         }
         Command::Completions { shell } => {
             housekeeping::print_completions(shell);
-            return Ok(());
+            Ok(())
         }
-        Command::Mcp(args) => return mcp::serve(target, &args).await,
+        Command::Mcp(args) => mcp::serve(target, &args).await,
         Command::Supervise { name, staging } => {
-            return local::Local::new(target)?
+            crate::ops::local::Local::new(&target.config())?
                 .supervise(&name, staging.settings())
-                .await;
+                .await
         }
         Command::ServeDeployment { name } => {
-            let local = local::Local::new(target)?;
-            return local::serve_deployment(local.data, &local.namespace, &name).await;
+            let local = crate::ops::local::Local::new(&target.config())?;
+            crate::ops::local::serve_deployment(local.data, &local.namespace, &name).await
         }
         // Local only (gc refuses a cluster), or an operator's store with either backend.
-        Command::Gc(args) => return gc::gc(target, &args).await,
-        Command::Admin { action } => return admin::admin(target, &action).await,
-        Command::Stage(_) | Command::RunAgent(_) | Command::RunExtension(_) => {
-            unreachable!("run() handles the pod commands before dispatching")
-        }
-        _ => {}
-    }
-    let backend = target.backend().await?;
-    let backend = backend.as_ref();
-    match command {
-        Command::Execute(args) => commands::execute(backend, &args).await,
+        Command::Gc(args) => gc::gc(target, &args).await,
+        Command::Admin { action } => admin::admin(target, &action).await,
+        // The pod commands report through their exit code and termination message.
+        Command::Stage(args) => return Ok(pod::stage(*args).await),
+        Command::RunAgent(args) => return Ok(pod::run_agent(*args).await),
+        Command::RunExtension(args) => return Ok(pod::run_extension(*args).await),
+        Command::Execute(args) => commands::execute(&*backend().await?, &args).await,
         Command::Watch {
             name,
             excerpt,
             output,
-        } => commands::watch(backend, &name, &excerpt, output).await,
-        Command::Wait(args) => observe::wait(backend, &args).await,
-        Command::Kill(args) => control::kill(backend, &args).await,
-        Command::Deadline { action } => control::deadline(backend, &action).await,
-        Command::Create(args) => control::create(backend, &args).await,
+        } => commands::watch(&*backend().await?, &name, &excerpt, output).await,
+        Command::Wait(args) => observe::wait(&*backend().await?, &args).await,
+        Command::Kill(args) => control::kill(&*backend().await?, &args).await,
+        Command::Deadline { action } => control::deadline(&*backend().await?, &action).await,
+        Command::Create(args) => control::create(&*backend().await?, &args).await,
         Command::Start {
             name,
             staging,
             output,
-        } => control::start(backend, &name, false, &staging, output).await,
+        } => control::start(&*backend().await?, &name, false, &staging, output).await,
         Command::Restart {
             name,
             staging,
             output,
-        } => control::start(backend, &name, true, &staging, output).await,
-        Command::Status { name, output } => commands::status(backend, &name, output).await,
+        } => control::start(&*backend().await?, &name, true, &staging, output).await,
+        Command::Status { name, output } => {
+            commands::status(&*backend().await?, &name, output).await
+        }
         Command::Tail {
             name,
             lines,
             stderr,
             output,
-        } => commands::tail(backend, &name, lines, stderr, output).await,
+        } => commands::tail(&*backend().await?, &name, lines, stderr, output).await,
         Command::Results {
             action: ResultsAction::List { name, output },
-        } => commands::results_list(backend, &name, output).await,
+        } => commands::results_list(&*backend().await?, &name, output).await,
         Command::Results {
             action:
                 ResultsAction::Download {
@@ -660,23 +649,27 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), Error> {
                     file,
                     format,
                 },
-        } => commands::results_download(backend, &result, &execution, file, format).await,
-        Command::Cancel { name, output } => commands::cancel(backend, &name, output).await,
+        } => {
+            commands::results_download(&*backend().await?, &result, &execution, file, format).await
+        }
+        Command::Cancel { name, output } => {
+            commands::cancel(&*backend().await?, &name, output).await
+        }
         Command::Delete {
             name: Some(name),
             output,
             ..
-        } => commands::delete(backend, &name, output).await,
+        } => commands::delete(&*backend().await?, &name, output).await,
         Command::Delete {
             name: None,
             all,
             output,
-        } => housekeeping::delete_all(backend, &all, output).await,
-        Command::List(args) => listing::list(backend, &args).await,
-        Command::Ps(args) => listing::ps(backend, &args).await,
+        } => housekeeping::delete_all(&*backend().await?, &all, output).await,
+        Command::List(args) => listing::list(&*backend().await?, &args).await,
+        Command::Ps(args) => listing::ps(&*backend().await?, &args).await,
         Command::Tag {
             action: TagAction::Set { name, tags, output },
-        } => listing::tag_set(backend, &name, &tags, output).await,
+        } => listing::tag_set(&*backend().await?, &name, &tags, output).await,
         Command::Notify {
             action:
                 NotifyAction::Set {
@@ -684,56 +677,106 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), Error> {
                     notify,
                     output,
                 },
-        } => notify::notify_set(backend, &name, &notify, output).await,
-        Command::Rerun(args) => rerun::rerun(backend, *args).await,
-        Command::Apply { files, output } => commands::apply(backend, &files, output).await,
+        } => notify::notify_set(&*backend().await?, &name, &notify, output).await,
+        Command::Rerun(args) => rerun::rerun(&*backend().await?, *args).await,
+        Command::Apply { files, output } => {
+            commands::apply(&*backend().await?, &files, output).await
+        }
         Command::Agents { action, output } => {
-            commands::objects(backend, ObjectKind::Agent, action.as_ref(), output).await
+            commands::objects(
+                &*backend().await?,
+                ObjectKind::Agent,
+                action.as_ref(),
+                output,
+            )
+            .await
         }
         Command::Environments { action, output } => {
-            commands::objects(backend, ObjectKind::Environment, action.as_ref(), output).await
+            commands::objects(
+                &*backend().await?,
+                ObjectKind::Environment,
+                action.as_ref(),
+                output,
+            )
+            .await
         }
         Command::Runtimes { action, output } => {
-            commands::objects(backend, ObjectKind::Runtime, action.as_ref(), output).await
+            commands::objects(
+                &*backend().await?,
+                ObjectKind::Runtime,
+                action.as_ref(),
+                output,
+            )
+            .await
         }
         Command::Extensions { action, output } => {
-            commands::objects(backend, ObjectKind::Extension, action.as_ref(), output).await
+            commands::objects(
+                &*backend().await?,
+                ObjectKind::Extension,
+                action.as_ref(),
+                output,
+            )
+            .await
         }
         Command::Filesets {
             action: FilesetsAction::Push { name, dir, output },
-        } => commands::push(backend, &name, &dir, output).await,
+        } => commands::push(&*backend().await?, &name, &dir, output).await,
         Command::Filesets {
             action: FilesetsAction::List { output },
-        } => commands::list_filesets(backend, output).await,
+        } => commands::list_filesets(&*backend().await?, output).await,
         Command::Filesets {
             action: FilesetsAction::Delete { name, output },
-        } => commands::delete_object(backend, ObjectKind::Fileset, &name, output).await,
-        Command::Deploy(args) => deploy::deploy(backend, &args).await,
+        } => commands::delete_object(&*backend().await?, ObjectKind::Fileset, &name, output).await,
+        Command::Deploy(args) => deploy::deploy(&*backend().await?, &args).await,
         Command::Undeploy {
             name,
             agent,
             output,
-        } => deploy::undeploy(backend, name.as_deref(), agent.as_deref(), output).await,
-        Command::Redeploy(args) => deploy::redeploy(backend, &args).await,
-        Command::Deployments { action } => deploy::deployments(backend, &action).await,
+        } => {
+            deploy::undeploy(
+                &*backend().await?,
+                name.as_deref(),
+                agent.as_deref(),
+                output,
+            )
+            .await
+        }
+        Command::Redeploy(args) => deploy::redeploy(&*backend().await?, &args).await,
+        Command::Deployments { action } => deploy::deployments(&*backend().await?, &action).await,
         Command::Logs {
             name,
             lines,
             follow,
-        } => backend.deployments().logs(&name, lines, follow).await,
+        } => {
+            backend()
+                .await?
+                .deployments()
+                .logs(&name, lines, follow)
+                .await
+        }
         Command::Invoke {
             target,
             input,
             gateway,
             output,
-        } => deploy::invoke(backend, &target, &input, &gateway, output).await,
+        } => deploy::invoke(&*backend().await?, &target, &input, &gateway, output).await,
         Command::Chat {
             target,
             session_name,
             message,
             gateway,
             output,
-        } => deploy::chat(backend, &target, &session_name, &message, &gateway, output).await,
+        } => {
+            deploy::chat(
+                &*backend().await?,
+                &target,
+                &session_name,
+                &message,
+                &gateway,
+                output,
+            )
+            .await
+        }
         Command::Sessions {
             action:
                 SessionsAction::List {
@@ -741,20 +784,9 @@ async fn dispatch(target: &Target, command: Command) -> Result<(), Error> {
                     gateway,
                     output,
                 },
-        } => deploy::sessions(backend, &target, &gateway, output).await,
-        Command::Controller(_)
-        | Command::Crds { .. }
-        | Command::Schema
-        | Command::Completions { .. }
-        | Command::Mcp(_)
-        | Command::Gc(_)
-        | Command::Admin { .. }
-        | Command::Supervise { .. }
-        | Command::ServeDeployment { .. }
-        | Command::Stage(_)
-        | Command::RunAgent(_)
-        | Command::RunExtension(_) => unreachable!("handled above"),
-    }
+        } => deploy::sessions(&*backend().await?, &target, &gateway, output).await,
+    };
+    done.map(|()| 0)
 }
 
 fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), Error> {

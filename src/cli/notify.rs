@@ -1,10 +1,9 @@
 //! Notification flags of `execute` and `errand notify set`: the sinks (a command, an NDJSON file) and output-match watches of a local execution, and the webhook of a cluster one.
 
-use super::backend::{Backend, find};
 use super::output::{OutputArgs, print_ok};
 use super::show::print_record;
-use crate::api::{NotifySpec, SecretKeyRef, WebhookSink};
-use crate::local::notify::{NotifySettings, OutputMatch};
+use crate::ops::backend::{Backend, find};
+use crate::ops::notify::NotifyChange;
 use crate::ops::{Error, ErrorCode};
 
 /// Where a run's notifications go (local runs).
@@ -39,78 +38,17 @@ pub struct NotifyArgs {
 }
 
 impl NotifyArgs {
-    /// Whether any notification flag is given.
-    pub fn given(&self) -> bool {
-        self.notify_command.is_some()
-            || self.notify_file.is_some()
-            || self.notify_on_output.is_some()
-    }
-
-    /// The `spec.notify` the webhook flags ask for, `None` without them.
-    pub fn webhook(&self) -> Result<Option<NotifySpec>, Error> {
-        let (Some(url), Some(secret)) = (&self.notify_webhook, &self.notify_webhook_secret) else {
-            return Ok(None);
-        };
-        crate::resolve::webhook_url(url)
-            .map_err(|message| Error::argument(format!("--notify-webhook: {message}")))?;
-        let (name, key) = secret
-            .split_once(':')
-            .filter(|(name, key)| !name.is_empty() && !key.is_empty())
-            .ok_or_else(|| {
-                Error::argument(format!(
-                    "--notify-webhook-secret {secret:?}: expected NAME:KEY, the Secret (in the execution's namespace) and its key whose value signs deliveries"
-                ))
-            })?;
-        Ok(Some(NotifySpec {
-            webhook: Some(WebhookSink {
-                url: url.clone(),
-                signing_secret_ref: SecretKeyRef {
-                    name: name.to_owned(),
-                    key: key.to_owned(),
-                },
-            }),
-        }))
-    }
-
-    /// `settings` with these flags applied; a watch starts at the given stream sizes.
-    pub fn apply(
-        &self,
-        mut settings: NotifySettings,
-        sizes: (u64, u64),
-    ) -> Result<NotifySettings, Error> {
-        if let Some(command) = &self.notify_command {
-            settings.command = (!command.is_empty()).then(|| command.clone());
+    /// The change these flags ask for.
+    pub fn change(&self) -> NotifyChange {
+        NotifyChange {
+            command: self.notify_command.clone(),
+            file: self.notify_file.clone(),
+            on_output: self.notify_on_output.clone(),
+            regex: self.notify_regex,
+            stream: self.notify_stream.clone(),
+            webhook: self.notify_webhook.clone(),
+            webhook_secret: self.notify_webhook_secret.clone(),
         }
-        if let Some(file) = &self.notify_file {
-            let absolute = std::path::absolute(file)
-                .map_err(|e| Error::argument(format!("--notify-file {}: {e}", file.display())))?;
-            settings.file = Some(absolute);
-        }
-        if let Some(pattern) = &self.notify_on_output {
-            if self.notify_regex {
-                regex::Regex::new(pattern).map_err(|e| {
-                    Error::argument(format!(
-                        "--notify-on-output {pattern:?}: not a regular expression: {e}"
-                    ))
-                })?;
-            }
-            if pattern.is_empty() {
-                return Err(Error::argument("--notify-on-output: the pattern is empty"));
-            }
-            settings.output_matches.push(OutputMatch {
-                pattern: pattern.clone(),
-                regex: self.notify_regex,
-                stream: self.notify_stream.clone(),
-                stdout_from: sizes.0,
-                stderr_from: sizes.1,
-            });
-        }
-        if !settings.output_matches.is_empty() && !settings.armed() {
-            return Err(Error::argument(
-                "--notify-on-output needs a sink: --notify-command or --notify-file",
-            ));
-        }
-        Ok(settings)
     }
 }
 
@@ -126,11 +64,12 @@ pub async fn notify_set(
             "--notify-webhook is set when the execution is created (spec.notify cannot change): errand execute --notify-webhook URL --notify-webhook-secret NAME:KEY",
         ));
     }
-    if !args.given() {
+    if !args.change().given() {
         return Err(Error::argument(
             "notify set needs --notify-command, --notify-file or --notify-on-output",
         ));
     }
+    let change = args.change();
     let record = find(backend, name).await?;
     if record.phase.is_terminal() {
         return Err(Error::new(
@@ -141,7 +80,7 @@ pub async fn notify_set(
             ),
         ));
     }
-    let record = backend.set_notify(&record, args).await?;
+    let record = backend.set_notify(&record, &change).await?;
     let view = super::answers::ExecutionView::of(record);
     print_ok(output.format, "execution", &view, || {
         print_record(&view.record)

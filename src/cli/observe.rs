@@ -5,13 +5,13 @@
 use std::time::{Duration, Instant};
 
 use super::answers::{ExecutionView, Observation};
-use super::backend::{Backend, find};
-use super::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, parse_max_bytes};
 use super::output::OutputArgs;
 use super::show::{print_record, record_outcome};
 use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
+use crate::ops::backend::{Backend, find};
+use crate::ops::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, MAX_MAX_BYTES};
 
 /// The default `wait --until`: 30 seconds.
 pub const DEFAULT_UNTIL_SECONDS: f64 = 30.0;
@@ -59,25 +59,41 @@ pub struct WaitArgs {
     pub output: OutputArgs,
 }
 
+/// Why a number of seconds (`--until`, `--poll`) is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SecondsError {
+    /// Not a number.
+    #[error("{0:?} is not a number of seconds")]
+    NotANumber(String),
+    /// Outside `min..=max` (or not a number at all: NaN).
+    #[error("{seconds} is out of range: give {min} to {max} seconds")]
+    OutOfRange {
+        /// The value.
+        seconds: f64,
+        /// The least accepted.
+        min: f64,
+        /// The most accepted.
+        max: f64,
+    },
+}
+
 /// Parses an `--until`: 0 to the longest timeout (7 days) in seconds, fractions allowed.
-pub fn parse_until(value: &str) -> Result<f64, String> {
+pub fn parse_until(value: &str) -> Result<f64, SecondsError> {
     parse_seconds(value, 0.0, MAX_TIMEOUT_SECONDS as f64)
 }
 
 /// Parses a `--poll`: 0.05 to 60 seconds.
-pub fn parse_poll(value: &str) -> Result<f64, String> {
+pub fn parse_poll(value: &str) -> Result<f64, SecondsError> {
     parse_seconds(value, MIN_POLL_SECONDS, 60.0)
 }
 
-fn parse_seconds(value: &str, min: f64, max: f64) -> Result<f64, String> {
+fn parse_seconds(value: &str, min: f64, max: f64) -> Result<f64, SecondsError> {
     let seconds: f64 = value
         .trim()
         .parse()
-        .map_err(|_| format!("{value:?} is not a number of seconds"))?;
+        .map_err(|_| SecondsError::NotANumber(value.to_owned()))?;
     if !(min..=max).contains(&seconds) {
-        return Err(format!(
-            "{seconds} is out of range: give {min} to {max} seconds"
-        ));
+        return Err(SecondsError::OutOfRange { seconds, min, max });
     }
     Ok(seconds)
 }
@@ -182,26 +198,53 @@ pub async fn wait(backend: &dyn Backend, args: &WaitArgs) -> Result<(), Error> {
     answer_observed(backend, record, observation, &args.excerpt, args.output).await
 }
 
+/// Parses `--max-bytes`: 1 to [`MAX_MAX_BYTES`].
+fn parse_max_bytes(value: &str) -> Result<u64, String> {
+    let bytes: u64 = value
+        .parse()
+        .map_err(|_| format!("{value:?} is not a whole number of bytes"))?;
+    if bytes == 0 || bytes > MAX_MAX_BYTES {
+        return Err(format!(
+            "{bytes} is out of range: give 1 to {MAX_MAX_BYTES} bytes"
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parse_poll, parse_until};
+    use super::{parse_max_bytes, parse_poll, parse_until};
 
     #[test]
     fn until_and_poll_are_bounded_naming_the_range() {
         assert_eq!(parse_until("0"), Ok(0.0));
         assert_eq!(parse_until("2.5"), Ok(2.5));
         assert_eq!(
-            parse_until("-1").unwrap_err(),
+            parse_until("-1").unwrap_err().to_string(),
             "-1 is out of range: give 0 to 604800 seconds"
         );
         assert_eq!(
-            parse_until("soon").unwrap_err(),
+            parse_until("soon").unwrap_err().to_string(),
             "\"soon\" is not a number of seconds"
         );
         assert_eq!(
-            parse_poll("0").unwrap_err(),
+            parse_poll("0").unwrap_err().to_string(),
             "0 is out of range: give 0.05 to 60 seconds"
         );
         assert!(parse_until("NaN").is_err(), "NaN is in no range");
+    }
+
+    #[test]
+    fn max_bytes_is_bounded_naming_the_range() {
+        assert_eq!(parse_max_bytes("65536"), Ok(65536));
+        assert_eq!(
+            parse_max_bytes("0").unwrap_err(),
+            "0 is out of range: give 1 to 16777216 bytes"
+        );
+        assert!(
+            parse_max_bytes("lots")
+                .unwrap_err()
+                .contains("not a whole number")
+        );
     }
 }

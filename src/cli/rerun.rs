@@ -2,11 +2,11 @@
 
 use serde_json::json;
 
-use super::backend::{Backend, find};
 use super::execute::ExecuteArgs;
 use super::output::OutputArgs;
 use super::staging::StagingArgs;
 use super::telemetry::TelemetryArgs;
+use crate::ops::backend::{Backend, find};
 use crate::ops::{Error, ErrorCode};
 
 /// Flags of `errand rerun`.
@@ -48,7 +48,7 @@ impl RerunArgs {
             until: None,
             forever: false,
             excerpt: super::observe::ExcerptArgs {
-                max_bytes: super::excerpt::DEFAULT_MAX_BYTES,
+                max_bytes: crate::ops::excerpt::DEFAULT_MAX_BYTES,
                 from_byte: None,
             },
             inherit_env: false,

@@ -14,13 +14,13 @@ use super::answers::{
     AutomaticGcOff, Deleted, DeletedAll, DeletedObject, Downloaded, ExecutionView, Killed, Logs,
     PushedFilesetAnswer,
 };
-use super::backend::{Applied, DeadlineChanged};
 use super::deploy::{DeploymentView, Redeployed, Undeployed};
 use super::output::SCHEMA_VERSION;
 use crate::api::{Fileset, ResultEntry};
 use crate::local::gc::GcReport;
 use crate::local::{ExecutionRecord, ObjectKind};
 use crate::ops::ErrorCode;
+use crate::ops::backend::{Applied, DeadlineChanged};
 use crate::resolve::Problem;
 use crate::retention::sweep_store::SweepReport;
 

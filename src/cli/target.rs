@@ -2,10 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::backend::Backend;
-use super::cluster::Cluster;
-use super::local::Local;
-use crate::ops::Error;
+use crate::ops::{Backend, BackendConfig, Error};
 
 /// Options shared by the commands that touch executions or the catalog.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -56,17 +53,21 @@ impl Target {
         !kubeconfig
     }
 
+    /// What the backend is built from: these options with the environment's choice of
+    /// backend worked out.
+    pub fn config(&self) -> BackendConfig {
+        BackendConfig {
+            local: self.is_local(),
+            namespace: self.namespace.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            store: self.store.clone(),
+        }
+    }
+
     /// The backend the options choose. A cluster that cannot be reached is an error, never a
     /// reason to act locally instead.
     pub async fn backend(&self) -> Result<Box<dyn Backend>, Error> {
-        if let Some(namespace) = &self.namespace {
-            crate::resolve::object_name(namespace)
-                .map_err(|e| Error::argument(format!("--namespace: {e}")))?;
-        }
-        if self.is_local() {
-            Ok(Box::new(Local::new(self)?))
-        } else {
-            Ok(Box::new(Cluster::connect(self).await?))
-        }
+        crate::ops::connect(&self.config()).await
     }
 }

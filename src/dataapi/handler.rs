@@ -12,6 +12,8 @@ use hyper::{Request, Response, StatusCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tracing::{debug, info};
 
+pub mod upload;
+
 use super::authn::{self, UserInfo};
 use super::authz;
 use super::discovery;
@@ -22,7 +24,6 @@ use super::ranges::{self, Asked, Plan};
 use super::results;
 use super::route::{self, Action, ObjectRequest, Route};
 use super::status::{Refusal, Subject};
-use super::upload::{self, UploadLimits};
 use crate::api::data::{
     AgentExecutionResults, CONTENT_KIND, DATA_API_VERSION, DownloadLink, EXECUTIONS_RESOURCE,
     FILESETS_RESOURCE, FilesetContent, LINK_CONTENT_TYPE, TAR_GZ_CONTENT_TYPE,
@@ -32,6 +33,7 @@ use crate::cluster::ApiError;
 use crate::store::grants::{Access, UrlSigner};
 use crate::store::keys::{self, ExecutionId};
 use crate::store::{Store, StoreError};
+use upload::UploadLimits;
 
 /// The body of every response.
 pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;

@@ -5,7 +5,7 @@
 //! ([`authn`], [`frontproxy`]); each request is authorized again with a SubjectAccessReview
 //! ([`authz`]); [`route`] names what is asked, [`results`] and [`ranges`] decide what to send
 //! and [`status`] how to refuse, all pure. [`handler`] answers, streaming downloads from the
-//! store and vetting uploads on their way in ([`upload`]); [`server`] is the HTTPS endpoint
+//! store and vetting uploads on their way in ([`handler::upload`]); [`server`] is the HTTPS endpoint
 //! every replica serves, with the certificate of [`crate::cluster::serving`].
 
 pub mod authn;
@@ -20,7 +20,6 @@ pub mod results;
 pub mod route;
 pub mod server;
 pub mod status;
-pub mod upload;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,8 +34,8 @@ use crate::cluster::serving::tls::ServingCertificate;
 use crate::store::Store;
 use frontproxy::FrontProxy;
 use handler::DataApi;
+pub use handler::upload::{DEFAULT_MAX_UPLOAD_BYTES, UploadLimits};
 use objects::{ClusterAuthorizer, ClusterObjects};
-pub use upload::{DEFAULT_MAX_UPLOAD_BYTES, UploadLimits};
 
 /// How the data API is served.
 #[derive(Clone, Debug)]

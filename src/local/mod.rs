@@ -14,6 +14,7 @@ pub mod gc;
 pub mod lifecycle;
 mod manifest;
 pub mod notify;
+mod output_watch;
 mod paths;
 mod process;
 mod record;

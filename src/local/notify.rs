@@ -9,16 +9,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use super::record::{ExecutionRecord, Records};
-use crate::api::{ExecutionEvent, MatchedLine};
+use crate::api::ExecutionEvent;
 
 pub use crate::api::{EXECUTION_FINISHED, OUTPUT_MATCHED};
 /// How long a notify command may take before it is killed (its delivery then failed).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often a running execution's new output is checked against its watches.
-const MATCH_POLL: Duration = Duration::from_millis(250);
-/// The most output-match events one run sends.
-const MAX_MATCH_EVENTS: usize = 100;
 
 /// Where an execution's notifications go, and which output lines notify.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -64,7 +59,7 @@ pub struct OutputMatch {
 
 impl OutputMatch {
     /// Whether `line` matches.
-    fn matches(&self, line: &str) -> bool {
+    pub fn matches(&self, line: &str) -> bool {
         if self.regex {
             regex::Regex::new(&self.pattern).is_ok_and(|r| r.is_match(line))
         } else {
@@ -97,24 +92,6 @@ pub struct Delivery {
 }
 
 impl NotificationEvent {
-    /// The event of `record` as it stands.
-    pub fn of(kind: &str, record: &ExecutionRecord, matched: Option<MatchedLine>) -> Self {
-        Self {
-            event: ExecutionEvent {
-                kind: kind.to_owned(),
-                time: jiff::Timestamp::now(),
-                execution: record.name.clone(),
-                namespace: record.namespace.clone(),
-                uid: record.uid.clone(),
-                phase: record.phase,
-                reason: record.reason.clone(),
-                exit_code: record.exit_code,
-                matched,
-            },
-            deliveries: Vec::new(),
-        }
-    }
-
     /// The event as sinks get it: one JSON line, without the delivery results.
     fn line(&self) -> String {
         let mut value = serde_json::to_value(&self.event).expect("an event serializes");
@@ -189,98 +166,9 @@ fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
     file.write_all(format!("{line}\n").as_bytes())
 }
 
-/// Watches a running execution's output for the lines its watches (re-read from its record, so
-/// that `notify set` on a running execution takes effect) match, and delivers an event for
-/// each, keeping them in the record's events; runs until dropped.
-pub async fn watch_output(records: Records, namespace: String, name: String, logs: [PathBuf; 2]) {
-    let mut read = [0u64; 2];
-    let mut partial = [String::new(), String::new()];
-    let mut sent = 0usize;
-    loop {
-        tokio::time::sleep(MATCH_POLL).await;
-        let Ok(record) = records.read(&namespace, &name) else {
-            continue;
-        };
-        let Some(settings) = record.notify.clone() else {
-            continue;
-        };
-        if settings.output_matches.is_empty() {
-            continue;
-        }
-        for (index, stream) in ["stdout", "stderr"].into_iter().enumerate() {
-            let lines = new_lines(&logs[index], &mut read[index], &mut partial[index]);
-            for (start, line) in lines {
-                for watch in &settings.output_matches {
-                    let from = if index == 0 {
-                        watch.stdout_from
-                    } else {
-                        watch.stderr_from
-                    };
-                    let wanted = watch.stream == "both" || watch.stream == stream;
-                    if !wanted || start < from || !watch.matches(&line) || sent >= MAX_MATCH_EVENTS
-                    {
-                        continue;
-                    }
-                    sent += 1;
-                    let matched = MatchedLine {
-                        pattern: watch.pattern.clone(),
-                        stream: stream.to_owned(),
-                        line: line.clone(),
-                    };
-                    let mut event = NotificationEvent::of(OUTPUT_MATCHED, &record, Some(matched));
-                    deliver(&settings, &mut event).await;
-                    let _ = records.append_event(&namespace, &name, &event);
-                }
-            }
-        }
-    }
-}
-
-/// The complete lines added to `path` since `read`, each with the offset it starts at.
-fn new_lines(path: &Path, read: &mut u64, partial: &mut String) -> Vec<(u64, String)> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return Vec::new();
-    };
-    let mut bytes = Vec::new();
-    if file.seek(SeekFrom::Start(*read)).is_err() || file.read_to_end(&mut bytes).is_err() {
-        return Vec::new();
-    }
-    let mut lines = Vec::new();
-    let mut start = *read - partial.len() as u64;
-    let mut rest = &bytes[..];
-    while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-        partial.push_str(&String::from_utf8_lossy(&rest[..end]));
-        lines.push((start, std::mem::take(partial)));
-        start = *read + (bytes.len() - rest.len() + end + 1) as u64;
-        rest = &rest[end + 1..];
-    }
-    partial.push_str(&String::from_utf8_lossy(rest));
-    *read += bytes.len() as u64;
-    lines
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn new_lines_come_whole_with_their_offsets() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("log");
-        let (mut read, mut partial) = (0, String::new());
-        std::fs::write(&path, "one\ntw").unwrap();
-        assert_eq!(
-            new_lines(&path, &mut read, &mut partial),
-            [(0, "one".to_owned())]
-        );
-        std::fs::write(&path, "one\ntwo\nthree\n").unwrap();
-        assert_eq!(
-            new_lines(&path, &mut read, &mut partial),
-            [(4, "two".to_owned()), (8, "three".to_owned())]
-        );
-        assert!(new_lines(&path, &mut read, &mut partial).is_empty());
-    }
 
     #[test]
     fn watches_match_substrings_or_regular_expressions() {

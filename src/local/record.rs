@@ -107,6 +107,28 @@ pub struct ExecutionRecord {
 }
 
 impl ExecutionRecord {
+    /// The notification event of this execution as it stands.
+    pub fn notification(
+        &self,
+        kind: &str,
+        matched: Option<crate::api::MatchedLine>,
+    ) -> super::notify::NotificationEvent {
+        super::notify::NotificationEvent {
+            event: crate::api::ExecutionEvent {
+                kind: kind.to_owned(),
+                time: jiff::Timestamp::now(),
+                execution: self.name.clone(),
+                namespace: self.namespace.clone(),
+                uid: self.uid.clone(),
+                phase: self.phase,
+                reason: self.reason.clone(),
+                exit_code: self.exit_code,
+                matched,
+            },
+            deliveries: Vec::new(),
+        }
+    }
+
     /// A new execution that has not started, supervised by this process (which runs it, or
     /// starts the detached supervisor that takes over).
     pub fn pending(

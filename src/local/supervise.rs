@@ -185,7 +185,7 @@ pub async fn run_prepared(
     record.started_at = Some(jiff::Timestamp::now());
     records.write(&record)?;
 
-    let watcher = tokio::spawn(notify::watch_output(
+    let watcher = tokio::spawn(super::output_watch::watch_output(
         records.clone(),
         namespace.to_owned(),
         name.to_owned(),
@@ -238,7 +238,7 @@ pub async fn run_prepared(
 /// is recorded with the event, never in the run's outcome) and puts every event sent in it.
 async fn notify_finished(records: &Records, record: &mut ExecutionRecord) {
     if let Some(settings) = record.notify.clone().filter(notify::NotifySettings::armed) {
-        let mut event = notify::NotificationEvent::of(notify::EXECUTION_FINISHED, record, None);
+        let mut event = record.notification(notify::EXECUTION_FINISHED, None);
         notify::deliver(&settings, &mut event).await;
         let _ = records.append_event(&record.namespace, &record.name, &event);
     }

@@ -1,7 +1,19 @@
-//! The operations the command line offers, apart from how they are asked for: the error every operation returns, with its stable code, and what both backends share.
+//! The operations the command line offers, apart from how they are asked for: the [`Backend`] the commands are written against and every type it takes or returns, the error every operation returns with its stable code, and the two backends (`local`, `cluster`) built from a [`BackendConfig`].
 
+pub mod backend;
+pub mod cluster;
+mod config;
 mod download;
 mod error;
+pub mod excerpt;
+pub mod execute;
+mod gateway_client;
+pub mod local;
+pub mod notify;
+pub mod stdout;
 
+pub use backend::{Backend, Deployments};
+pub use config::{BackendConfig, connect};
 pub use download::download_from_store;
 pub use error::{Error, ErrorCode};
+pub use gateway_client::{GatewayClient, GatewayEndpoint};

@@ -108,8 +108,33 @@ pub fn select(
     collected
 }
 
+/// Why an age or a size is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// It does not start with a whole number.
+    #[error("{value:?} does not start with a whole number")]
+    NotANumber {
+        /// The value as given.
+        value: String,
+    },
+    /// Its unit is none of `units`.
+    #[error("{value:?}: the unit must be {units}")]
+    Unit {
+        /// The value as given.
+        value: String,
+        /// The units it may have, with an example.
+        units: &'static str,
+    },
+    /// It does not fit 64 bits.
+    #[error("{value:?} is too large")]
+    TooLarge {
+        /// The value as given.
+        value: String,
+    },
+}
+
 /// Reads an age: whole seconds, or a number with `s`, `m`, `h`, `d` or `w` (`90m`, `7d`).
-pub fn parse_age(value: &str) -> Result<u64, String> {
+pub fn parse_age(value: &str) -> Result<u64, QuantityError> {
     let (number, unit) = split_unit(value)?;
     let scale = match unit {
         "" | "s" => 1,
@@ -118,9 +143,10 @@ pub fn parse_age(value: &str) -> Result<u64, String> {
         "d" => 86_400,
         "w" => 7 * 86_400,
         _ => {
-            return Err(format!(
-                "{value:?}: the unit must be s, m, h, d or w (as in 7d)"
-            ));
+            return Err(QuantityError::Unit {
+                value: value.to_owned(),
+                units: "s, m, h, d or w (as in 7d)",
+            });
         }
     };
     scaled(value, number, scale)
@@ -128,7 +154,7 @@ pub fn parse_age(value: &str) -> Result<u64, String> {
 
 /// Reads a size: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024; `Ki`/`KiB`
 /// and `KB` spell the same), as in `10G`.
-pub fn parse_size(value: &str) -> Result<u64, String> {
+pub fn parse_size(value: &str) -> Result<u64, QuantityError> {
     let (number, unit) = split_unit(value)?;
     let unit = unit.trim_end_matches(['B', 'b']).trim_end_matches('i');
     let scale = match unit.to_ascii_uppercase().as_str() {
@@ -138,31 +164,34 @@ pub fn parse_size(value: &str) -> Result<u64, String> {
         "G" => 1 << 30,
         "T" => 1 << 40,
         _ => {
-            return Err(format!(
-                "{value:?}: the unit must be K, M, G or T (as in 10G)"
-            ));
+            return Err(QuantityError::Unit {
+                value: value.to_owned(),
+                units: "K, M, G or T (as in 10G)",
+            });
         }
     };
     scaled(value, number, scale)
 }
 
 /// The leading whole number of `value` and the unit after it.
-fn split_unit(value: &str) -> Result<(u64, &str), String> {
+fn split_unit(value: &str) -> Result<(u64, &str), QuantityError> {
     let trimmed = value.trim();
     let digits = trimmed
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(digits);
-    let number = number
-        .parse()
-        .map_err(|_| format!("{value:?} does not start with a whole number"))?;
+    let number = number.parse().map_err(|_| QuantityError::NotANumber {
+        value: value.to_owned(),
+    })?;
     Ok((number, unit))
 }
 
-fn scaled(value: &str, number: u64, scale: u64) -> Result<u64, String> {
+fn scaled(value: &str, number: u64, scale: u64) -> Result<u64, QuantityError> {
     number
         .checked_mul(scale)
-        .ok_or_else(|| format!("{value:?} is too large"))
+        .ok_or_else(|| QuantityError::TooLarge {
+            value: value.to_owned(),
+        })
 }
 
 #[cfg(test)]
@@ -289,18 +318,29 @@ mod tests {
         assert_eq!(parse_age("90m"), Ok(5400));
         assert_eq!(parse_age("7d"), Ok(604_800));
         assert_eq!(parse_age("2w"), Ok(1_209_600));
-        assert!(parse_age("7y").unwrap_err().contains("unit"));
-        assert!(parse_age("d").unwrap_err().contains("whole number"));
-        assert!(parse_age("-1d").unwrap_err().contains("whole number"));
+        assert!(parse_age("7y").unwrap_err().to_string().contains("unit"));
+        assert!(
+            parse_age("d")
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
+        assert!(
+            parse_age("-1d")
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
         assert_eq!(parse_size("512"), Ok(512));
         assert_eq!(parse_size("10G"), Ok(10 << 30));
         assert_eq!(parse_size("1Mi"), Ok(1 << 20));
         assert_eq!(parse_size("1KiB"), Ok(1024));
         assert_eq!(parse_size("2kb"), Ok(2048));
-        assert!(parse_size("1P").unwrap_err().contains("unit"));
+        assert!(parse_size("1P").unwrap_err().to_string().contains("unit"));
         assert!(
             parse_size("99999999999T")
                 .unwrap_err()
+                .to_string()
                 .contains("too large")
         );
     }

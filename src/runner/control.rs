@@ -166,13 +166,23 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&partial, path)
 }
 
+/// Why a signal is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SignalError {
+    /// A number that is no signal's.
+    #[error("{0} is not a signal number")]
+    Number(i32),
+    /// A name that is no signal's.
+    #[error("{0:?} is not a signal name (TERM, KILL, INT, HUP, USR1, ...)")]
+    Name(String),
+}
+
 /// The signal named `name` (`TERM`, `SIGTERM`, `term` or a number such as `15`).
-pub fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
+pub fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, SignalError> {
     use std::str::FromStr;
     let trimmed = name.trim();
     if let Ok(number) = trimmed.parse::<i32>() {
-        return nix::sys::signal::Signal::try_from(number)
-            .map_err(|_| format!("{number} is not a signal number"));
+        return nix::sys::signal::Signal::try_from(number).map_err(|_| SignalError::Number(number));
     }
     let upper = trimmed.to_ascii_uppercase();
     let full = if upper.starts_with("SIG") {
@@ -180,8 +190,7 @@ pub fn parse_signal(name: &str) -> Result<nix::sys::signal::Signal, String> {
     } else {
         format!("SIG{upper}")
     };
-    nix::sys::signal::Signal::from_str(&full)
-        .map_err(|_| format!("{name:?} is not a signal name (TERM, KILL, INT, HUP, USR1, ...)"))
+    nix::sys::signal::Signal::from_str(&full).map_err(|_| SignalError::Name(name.to_owned()))
 }
 
 #[cfg(test)]
@@ -223,6 +232,7 @@ mod tests {
         assert!(
             parse_signal("BOGUS")
                 .unwrap_err()
+                .to_string()
                 .contains("not a signal name")
         );
         assert!(parse_signal("999").is_err());

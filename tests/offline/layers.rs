@@ -1,11 +1,11 @@
-//! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other.
+//! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other; the layers below `ops` (its backends over what they share); and that no import circle spans more than one file's type and its operations.
 //!
 //! Test code (`#[cfg(test)]` items and the files they declare) is left out: a test may build
 //! its fixtures from anywhere. The layer table of the book's architecture page
 //! (`docs/src/contributor-guide/architecture.md`) lists the same layers in the same order, and
 //! [`the_architecture_page_lists_the_layers_bottom_to_top`] keeps the two in step.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The top-level modules of `src/`, from the bottom layer to the top one. A module may use
@@ -215,50 +215,61 @@ fn leading_ident(rest: &str) -> Option<&str> {
     (end > 0).then(|| &rest[..end])
 }
 
-/// The first segments after a path prefix: one identifier, or each item of a `{...}` group.
-fn first_segments(rest: &str) -> Vec<String> {
-    let rest = rest.trim_start();
-    let Some(group) = rest.strip_prefix('{') else {
-        return leading_ident(rest).map(str::to_owned).into_iter().collect();
-    };
-    let mut segments = Vec::new();
+/// The items of a `{...}` group whose `{` is already taken off: the text of each, up to the
+/// `}` that closes the group.
+fn group_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
     let mut depth = 0;
     let mut item_start = 0;
     for (at, c) in group.char_indices() {
         match c {
             '{' => depth += 1,
             '}' if depth == 0 => {
-                segments.extend(leading_ident(&group[item_start..at]).map(str::to_owned));
+                items.push(&group[item_start..at]);
                 break;
             }
             '}' => depth -= 1,
             ',' if depth == 0 => {
-                segments.extend(leading_ident(&group[item_start..at]).map(str::to_owned));
+                items.push(&group[item_start..at]);
                 item_start = at + 1;
             }
             _ => {}
         }
     }
-    segments
+    items
 }
 
 /// The top-level modules other than its own that the code of a module at `module` names,
 /// through `crate::` paths or `super::` paths that climb to the crate root.
 fn referenced_modules(code: &str, module: &[String]) -> BTreeSet<String> {
-    let mut found = BTreeSet::new();
-    let starts_path = |at: usize| {
-        code[..at]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == ':'))
-    };
+    let mut found: BTreeSet<String> = rooted_paths(code, module)
+        .into_iter()
+        .filter_map(|path| path.into_iter().next())
+        .collect();
+    found.retain(|name| module.first() != Some(name));
+    found
+}
+
+/// Whether a path may start at byte `at` of `code`: it does not continue an identifier or
+/// another path.
+fn starts_path(code: &str, at: usize) -> bool {
+    code[..at]
+        .chars()
+        .next_back()
+        .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == ':'))
+}
+
+/// The `crate::` and `super::` paths of the code of the module at `module`, made absolute (a
+/// `super::` path that climbs past the crate root starts at the root).
+fn rooted_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
     for (at, _) in code.match_indices("crate::") {
-        if starts_path(at) {
-            found.extend(first_segments(&code[at + "crate::".len()..]));
+        if starts_path(code, at) {
+            found.extend(expand_paths(&code[at + "crate::".len()..]));
         }
     }
     for (at, _) in code.match_indices("super::") {
-        if !starts_path(at) {
+        if !starts_path(code, at) {
             continue;
         }
         let mut rest = &code[at..];
@@ -267,11 +278,13 @@ fn referenced_modules(code: &str, module: &[String]) -> BTreeSet<String> {
             climbs += 1;
             rest = after.trim_start();
         }
-        if climbs >= module.len() {
-            found.extend(first_segments(rest));
+        let base = &module[..module.len().saturating_sub(climbs)];
+        for path in expand_paths(rest) {
+            let mut absolute = base.to_vec();
+            absolute.extend(path);
+            found.push(absolute);
         }
     }
-    found.retain(|name| module.first() != Some(name));
     found
 }
 
@@ -427,5 +440,277 @@ fn the_check_finds_back_edges_and_peer_edges_and_ignores_tests_comments_and_stri
     assert_eq!(
         without_test_items("#[cfg(test)]\npub(crate) mod tests;\nfn f() {}").1,
         ["tests"]
+    );
+}
+
+/// The modules below a top-level module that are layered in their own right: the module, and
+/// its layers bottom to top above the rest of it. The rest (the modules not listed) is the
+/// bottom layer, whose modules may use each other; a listed module uses the rest and the
+/// listed layers below its own, never a peer; the module's own `mod.rs` only declares and
+/// re-exports.
+const SUBLAYERS: &[(&str, &[&[&str]])] = &[("ops", &[&["local", "cluster"], &["config"]])];
+
+/// The path prefixes after `crate::` or `super::` (already climbed) at the start of `rest`:
+/// `a::b::{c, d::e}` is `a::b::c` and `a::b::d::e`; each path ends at its last identifier
+/// followed by `::`, plus that one (so `a::B` is `[a, B]`).
+fn expand_paths(rest: &str) -> Vec<Vec<String>> {
+    let rest = rest.trim_start();
+    if let Some(group) = rest.strip_prefix('{') {
+        return group_items(group)
+            .into_iter()
+            .flat_map(expand_paths)
+            .collect();
+    }
+    let Some(ident) = leading_ident(rest) else {
+        return Vec::new();
+    };
+    let after = rest.trim_start()[ident.len()..].trim_start();
+    match after.strip_prefix("::") {
+        Some(more) => {
+            let tails = expand_paths(more);
+            if tails.is_empty() {
+                vec![vec![ident.to_owned()]]
+            } else {
+                tails
+                    .into_iter()
+                    .map(|tail| {
+                        let mut path = vec![ident.to_owned()];
+                        path.extend(tail);
+                        path
+                    })
+                    .collect()
+            }
+        }
+        None => vec![vec![ident.to_owned()]],
+    }
+}
+
+/// The child modules a file declares in files of their own (`mod name;`, `pub mod name;`).
+fn declared_children(code: &str) -> Vec<String> {
+    let words: Vec<&str> = code
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ';'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .filter(|pair| pair[0] == "mod")
+        .filter_map(|pair| pair[1].strip_suffix(';').map(str::to_owned))
+        .collect()
+}
+
+/// Every path the code of the module at `module` names, made absolute: `crate::` paths,
+/// `super::` paths, and paths through the child modules it declares. `pub use` items
+/// (re-exports) are left out: they make a module's items reachable, they use nothing.
+fn absolute_paths(code: &str, module: &[String]) -> BTreeSet<Vec<String>> {
+    let mut code = code.to_owned();
+    while let Some(at) = code.find("pub use ") {
+        let end = code[at..].find(';').map_or(code.len(), |end| at + end + 1);
+        code.replace_range(at..end, " ");
+    }
+    let mut found: BTreeSet<Vec<String>> = rooted_paths(&code, module).into_iter().collect();
+    for child in declared_children(&code) {
+        let prefix = format!("{child}::");
+        for (at, _) in code.match_indices(&prefix) {
+            if starts_path(&code, at) {
+                for path in expand_paths(&code[at..]) {
+                    let mut absolute = module.to_vec();
+                    absolute.extend(path);
+                    found.insert(absolute);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// What is wrong with the module at `module` naming `paths`, by [`SUBLAYERS`].
+fn sublayer_violations(
+    file: &str,
+    module: &[String],
+    paths: &BTreeSet<Vec<String>>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for (parent, layers) in SUBLAYERS {
+        if module.first().map(String::as_str) != Some(*parent) || module.len() < 2 {
+            continue;
+        }
+        let layer_of = |name: &str| {
+            layers
+                .iter()
+                .position(|layer| layer.contains(&name))
+                .map_or(0, |at| at + 1)
+        };
+        let own_name = module[1].as_str();
+        let own = layer_of(own_name);
+        for path in paths {
+            if path.first().map(String::as_str) != Some(*parent) || path.len() < 2 {
+                continue;
+            }
+            let target = path[1].as_str();
+            if target == own_name {
+                continue;
+            }
+            let layer = layer_of(target);
+            if layer > own {
+                found.push(format!(
+                    "{file}: {parent}::{own_name} uses {parent}::{target} from the higher layer {layer}"
+                ));
+            } else if layer == own && layer > 0 {
+                found.push(format!(
+                    "{file}: {parent}::{own_name} uses its peer {parent}::{target}; peers never use each other"
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// The import graph of the non-test files: for each file's module, the modules of the other
+/// files it names (a path names the file of its longest prefix that is a module of a file).
+fn file_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = product_files();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(f, _)| f.module.clone()).collect();
+    let mut graph = BTreeMap::new();
+    for (file, code) in &files {
+        let mut edges = BTreeSet::new();
+        for path in absolute_paths(code, &file.module) {
+            if let Some(target) = (1..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|prefix| modules.contains(prefix))
+                && target != file.module
+            {
+                edges.insert(target);
+            }
+        }
+        graph.insert(file.module.clone(), edges);
+    }
+    graph
+}
+
+/// The strongly connected components of `graph` restricted to `nodes` that hold more than
+/// one node: its import circles.
+fn circles(
+    graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+    nodes: &BTreeSet<Vec<String>>,
+) -> Vec<BTreeSet<Vec<String>>> {
+    let reaches = |from: &Vec<String>| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.clone()];
+        while let Some(node) = todo.pop() {
+            for next in graph.get(&node).into_iter().flatten() {
+                if nodes.contains(next) && seen.insert(next.clone()) {
+                    todo.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reach: BTreeMap<&Vec<String>, BTreeSet<Vec<String>>> =
+        nodes.iter().map(|n| (n, reaches(n))).collect();
+    let mut done = BTreeSet::new();
+    let mut found = Vec::new();
+    for node in nodes {
+        if done.contains(node) {
+            continue;
+        }
+        let component: BTreeSet<Vec<String>> = nodes
+            .iter()
+            .filter(|other| {
+                *other == node || (reach[node].contains(*other) && reach[*other].contains(node))
+            })
+            .cloned()
+            .collect();
+        done.extend(component.iter().cloned());
+        if component.len() > 1 {
+            found.push(component);
+        }
+    }
+    found
+}
+
+/// The import circles that span more than one file's type and its operations: a circle is
+/// allowed only when one of its files is the parent module of all the others (`local.rs` and
+/// `local/gc.rs`) and the others form no circle without it.
+fn wide_circles(
+    graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+    nodes: &BTreeSet<Vec<String>>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for circle in circles(graph, nodes) {
+        let parent = circle.iter().find(|candidate| {
+            circle.iter().all(|other| {
+                other.len() > candidate.len() && other.starts_with(candidate) || other == *candidate
+            })
+        });
+        let name = |module: &Vec<String>| format!("{}.rs", module.join("/"));
+        match parent {
+            Some(parent) => {
+                let mut rest = circle.clone();
+                rest.remove(parent);
+                found.extend(wide_circles(graph, &rest));
+            }
+            None => found.push(format!(
+                "an import circle: {}",
+                circle.iter().map(name).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+    found
+}
+
+#[test]
+fn no_import_circle_spans_more_than_one_file_and_its_operations() {
+    let graph = file_graph();
+    let nodes: BTreeSet<Vec<String>> = graph.keys().cloned().collect();
+    let found = wide_circles(&graph, &nodes);
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_modules_below_ops_keep_their_layers() {
+    let mut found = Vec::new();
+    for (file, code) in product_files() {
+        let name = file.path.strip_prefix(src()).unwrap().display().to_string();
+        let paths = absolute_paths(&code, &file.module);
+        found.extend(sublayer_violations(
+            &format!("src/{name}"),
+            &file.module,
+            &paths,
+        ));
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_circle_and_sublayer_checks_resolve_paths() {
+    let module = |m: &[&str]| m.iter().map(|s| (*s).to_owned()).collect::<Vec<String>>();
+    let paths = absolute_paths(
+        "mod gc;\nuse super::{Local, backend::{Backend, X}};\nfn f() { gc::run(); crate::ops::cluster::C; }\npub use x::Y;",
+        &module(&["ops", "local"]),
+    );
+    assert!(paths.contains(&module(&["ops", "Local"])));
+    assert!(paths.contains(&module(&["ops", "backend", "Backend"])));
+    assert!(paths.contains(&module(&["ops", "local", "gc", "run"])));
+    assert!(paths.contains(&module(&["ops", "cluster", "C"])));
+    assert!(
+        !paths.iter().any(|p| p.contains(&"Y".to_owned())),
+        "re-exports use nothing"
+    );
+    assert_eq!(
+        sublayer_violations("f.rs", &module(&["ops", "local"]), &paths),
+        ["f.rs: ops::local uses its peer ops::cluster; peers never use each other"]
+    );
+    let graph: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = [
+        (module(&["a"]), [module(&["a", "b"])].into()),
+        (module(&["a", "b"]), [module(&["a"])].into()),
+        (module(&["c"]), [module(&["d"])].into()),
+        (module(&["d"]), [module(&["c"])].into()),
+    ]
+    .into();
+    let nodes = graph.keys().cloned().collect();
+    assert_eq!(
+        wide_circles(&graph, &nodes),
+        ["an import circle: c.rs, d.rs"]
     );
 }

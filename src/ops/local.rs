@@ -9,18 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod deployment_supervisor;
 mod deployments;
+pub mod gc;
 
 pub use deployment_supervisor::serve_deployment;
 
-use super::backend::{
-    Applied, Backend, DeadlineChanged, Deployments, Document, LogStream, PushedFileset,
-};
-use super::excerpt::{ByteWindow, Excerpt, StreamOutput};
-use super::execute::{ExecuteArgs, ExecutionRequest};
-use super::inputs::RunInputs;
-use super::notify::NotifyArgs;
-use super::staging::StagingArgs;
-use super::target::Target;
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::lifecycle::{self, LifecycleError};
 use crate::local::{
@@ -28,7 +20,13 @@ use crate::local::{
     SuperviseError, parse_document, prepare, remove_execution, results_of, run_prepared,
     spawn_detached,
 };
-use crate::ops::{Error, ErrorCode, download_from_store};
+use crate::ops::backend::{
+    Applied, Backend, DeadlineChanged, Deployments, Document, LogStream, PushedFileset,
+};
+use crate::ops::excerpt::{ByteWindow, Excerpt, StreamOutput};
+use crate::ops::execute::{CreateOptions, ExecutionRequest, RunInputs};
+use crate::ops::notify::NotifyChange;
+use crate::ops::{BackendConfig, Error, ErrorCode, download_from_store};
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
@@ -55,9 +53,9 @@ pub struct Local {
 }
 
 impl Local {
-    /// The local backend chosen by `target` and the environment.
-    pub fn new(target: &Target) -> Result<Self, Error> {
-        let namespace = target
+    /// The local backend `config` describes, in the data directory the environment names.
+    pub fn new(config: &BackendConfig) -> Result<Self, Error> {
+        let namespace = config
             .namespace
             .clone()
             .unwrap_or_else(|| "default".to_owned());
@@ -71,7 +69,7 @@ impl Local {
                 ),
             )
         })?;
-        let store_url = target
+        let store_url = config
             .store
             .clone()
             .unwrap_or_else(|| data.default_store_url());
@@ -156,9 +154,8 @@ impl Local {
     }
 
     /// Hands the prepared execution `name` to a detached supervisor; its record once it has.
-    fn spawn(&self, name: &str, staging: &StagingArgs) -> Result<ExecutionRecord, Error> {
-        spawn_detached(&self.data, &self.namespace, name, &staging.settings())
-            .map_err(supervise_error)?;
+    fn spawn(&self, name: &str, staging: &StageSettings) -> Result<ExecutionRecord, Error> {
+        spawn_detached(&self.data, &self.namespace, name, staging).map_err(supervise_error)?;
         self.records()
             .read(&self.namespace, name)
             .map_err(Error::from)
@@ -170,7 +167,7 @@ impl Local {
         &self,
         mut record: ExecutionRecord,
         inputs: &RunInputs,
-        notify: &NotifyArgs,
+        notify: &NotifyChange,
     ) -> Result<ExecutionRecord, Error> {
         if inputs.stdin.is_none()
             && inputs.tags.is_empty()
@@ -261,7 +258,7 @@ impl Backend for Local {
     async fn set_notify(
         &self,
         record: &ExecutionRecord,
-        args: &NotifyArgs,
+        args: &NotifyChange,
     ) -> Result<ExecutionRecord, Error> {
         let size =
             |stream| std::fs::metadata(self.log_path(&record.name, stream)).map_or(0, |m| m.len());
@@ -292,24 +289,24 @@ impl Backend for Local {
     async fn create(
         &self,
         request: &ExecutionRequest,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error> {
         if request.spec.notify.is_some() {
             return Err(Error::argument(LOCAL_WEBHOOK_REFUSAL));
         }
-        super::gc::automatic(self, args.output.format).await;
+        gc::automatic(self, options.report_gc).await;
         let record = prepare(
             &self.data,
             &self.store_url,
             &self.namespace,
             request.name.as_deref(),
             &request.spec,
-            args.inherit_env,
-            args.telemetry.otlp_endpoint.as_ref(),
+            options.inherit_env,
+            options.otlp_endpoint.as_ref(),
         )
         .await
         .map_err(supervise_error)?;
-        let record = self.record_inputs(record, &request.inputs, &args.notify)?;
+        let record = self.record_inputs(record, &request.inputs, &options.notify)?;
         if !request.spec.held {
             return Ok(record);
         }
@@ -319,15 +316,15 @@ impl Backend for Local {
     async fn detach(
         &self,
         record: &ExecutionRecord,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error> {
-        self.spawn(&record.name, &args.staging)
+        self.spawn(&record.name, &options.staging)
     }
 
     async fn run(
         &self,
         record: &ExecutionRecord,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
         passthrough: bool,
     ) -> Result<ExecutionRecord, Error> {
         run_prepared(
@@ -335,7 +332,7 @@ impl Backend for Local {
             &self.namespace,
             &record.name,
             passthrough,
-            &args.staging.settings(),
+            &options.staging,
             cancel_on_stop_signal(),
         )
         .await
@@ -456,7 +453,7 @@ impl Backend for Local {
     async fn start(
         &self,
         record: &ExecutionRecord,
-        staging: &StagingArgs,
+        staging: &StageSettings,
     ) -> Result<ExecutionRecord, Error> {
         let records = self.records();
         lifecycle::release_created(&records, &self.namespace, &record.name)
@@ -467,7 +464,7 @@ impl Backend for Local {
     async fn restart(
         &self,
         record: &ExecutionRecord,
-        staging: &StagingArgs,
+        staging: &StageSettings,
     ) -> Result<ExecutionRecord, Error> {
         // The old run ends first (a running one is stopped as a cancel would stop it).
         let ended = self.stop(&record.name).await?;

@@ -1,4 +1,4 @@
-//! The command line's client of errand's gateway: where it is, the bearer token it is called with, and its errors as the commands report them.
+//! The client of errand's gateway the commands use: where it is, the bearer token it is called with, and its errors as the commands report them.
 
 use std::path::PathBuf;
 
@@ -6,20 +6,15 @@ use serde_json::Value;
 
 use crate::ops::{Error, ErrorCode};
 
-/// Where the gateway is and who calls it.
-#[derive(Clone, Debug, clap::Args)]
-pub struct GatewayArgs {
-    /// The gateway's base URL (its Service through a port-forward or an ingress, e.g.
-    /// `https://localhost:9443`).
-    #[arg(long, env = "ERRAND_GATEWAY", value_name = "URL")]
-    pub gateway: Option<String>,
+/// Where the gateway is and who calls it, as the `--gateway*` flags give it.
+#[derive(Clone, Debug, Default)]
+pub struct GatewayEndpoint {
+    /// The gateway's base URL.
+    pub url: Option<String>,
     /// The bearer token to call it with (else the kubeconfig user's token).
-    #[arg(long, env = "ERRAND_GATEWAY_TOKEN", hide_env_values = true)]
-    pub gateway_token: Option<String>,
-    /// A PEM file with the CA that signed the gateway's serving certificate (else the
-    /// system's roots).
-    #[arg(long, env = "ERRAND_GATEWAY_CA", value_name = "FILE")]
-    pub gateway_ca: Option<PathBuf>,
+    pub token: Option<String>,
+    /// A PEM file with the CA that signed the gateway's serving certificate.
+    pub ca: Option<PathBuf>,
 }
 
 /// Requests to the gateway with one caller's token.
@@ -31,8 +26,8 @@ pub struct GatewayClient {
 
 impl GatewayClient {
     /// A client as `args` say, with `token` (the kubeconfig user's) when `args` name none.
-    pub fn new(args: &GatewayArgs, token: Option<String>) -> Result<Self, Error> {
-        let base = args.gateway.clone().ok_or_else(|| {
+    pub fn new(args: &GatewayEndpoint, token: Option<String>) -> Result<Self, Error> {
+        let base = args.url.clone().ok_or_else(|| {
             Error::argument(
                 "--gateway: the gateway's URL is required (or ERRAND_GATEWAY), e.g. after \
                  `kubectl port-forward -n errand-system svc/errand 9443:gateway`",
@@ -45,14 +40,14 @@ impl GatewayClient {
                 "--gateway {base:?}: the scheme must be http or https"
             )));
         }
-        let token = args.gateway_token.clone().or(token).ok_or_else(|| {
+        let token = args.token.clone().or(token).ok_or_else(|| {
             Error::argument(
                 "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
                      user has none (or ERRAND_GATEWAY_TOKEN)",
             )
         })?;
         let mut builder = reqwest::Client::builder();
-        if let Some(path) = &args.gateway_ca {
+        if let Some(path) = &args.ca {
             let pem = std::fs::read(path)
                 .map_err(|e| Error::argument(format!("--gateway-ca {}: {e}", path.display())))?;
             let ca = reqwest::Certificate::from_pem(&pem)

@@ -18,14 +18,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::handler::{DataApi, content_of, found, subject};
-use super::route::ObjectRequest;
-use super::status::Refusal;
+use super::{DataApi, content_of, found, subject};
 use crate::api::data::FilesetContent;
 use crate::api::{Fileset, FilesetStatus};
 use crate::archive::{
     ArchiveError, ByteStream, CheckStats, ChunkReader, ExtractLimits, PathIndex, check_tar_gz,
 };
+use crate::dataapi::route::ObjectRequest;
+use crate::dataapi::status::Refusal;
 use crate::store::{StoreError, StoredObject, fileset_upload_key};
 
 /// The largest upload accepted by default: 8 GiB.
@@ -55,7 +55,7 @@ impl Default for UploadLimits {
 }
 
 /// Locks that keep the status writes of one Fileset in the order the uploads completed.
-pub(super) struct CommitLocks(Vec<tokio::sync::Mutex<()>>);
+pub(in crate::dataapi) struct CommitLocks(Vec<tokio::sync::Mutex<()>>);
 
 impl Default for CommitLocks {
     fn default() -> Self {
@@ -89,7 +89,7 @@ enum Abort {
 
 /// Stores the request's body as the new content of `fileset` and records it; the refusal
 /// otherwise, with nothing stored.
-pub(super) async fn put_content<B>(
+pub(in crate::dataapi) async fn put_content<B>(
     api: &DataApi,
     object: &ObjectRequest,
     fileset: &Fileset,

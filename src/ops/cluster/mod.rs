@@ -20,12 +20,6 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::backend::{Applied, Backend, DeadlineChanged, Document, LogStream, PushedFileset};
-use super::excerpt::{ByteWindow, StreamOutput};
-use super::execute::{ExecuteArgs, ExecutionRequest};
-use super::listing::ExecutionFilter;
-use super::notify::NotifyArgs;
-use super::target::Target;
 use crate::api::contract::{
     AGENT_CONTAINER, EXECUTION_UID_LABEL, SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION,
 };
@@ -35,8 +29,14 @@ use crate::api::{
 };
 use crate::archive::{PackOptions, pack_dir};
 use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::ops::backend::{
+    Applied, Backend, DeadlineChanged, Document, ExecutionFilter, LogStream, PushedFileset,
+};
 use crate::ops::download_from_store;
-use crate::ops::{Error, ErrorCode};
+use crate::ops::excerpt::{ByteWindow, StreamOutput};
+use crate::ops::execute::{CreateOptions, ExecutionRequest};
+use crate::ops::notify::NotifyChange;
+use crate::ops::{BackendConfig, Error, ErrorCode};
 use crate::retention::sweep::References;
 use crate::runner::outcome::Outcome;
 use crate::store::Store;
@@ -64,9 +64,9 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Connects as `target` says: its kubeconfig and context, else the current kube context
+    /// Connects as `wanted` says: its kubeconfig and context, else the current kube context
     /// (or the in-cluster config).
-    pub async fn connect(target: &Target) -> Result<Self, Error> {
+    pub async fn connect(wanted: &BackendConfig) -> Result<Self, Error> {
         let unreachable = |e: String| {
             Error::new(
                 ErrorCode::ClusterUnreachable,
@@ -74,10 +74,10 @@ impl Cluster {
             )
         };
         let options = KubeConfigOptions {
-            context: target.context.clone(),
+            context: wanted.context.clone(),
             ..KubeConfigOptions::default()
         };
-        let config = match (&target.kubeconfig, &target.context) {
+        let config = match (&wanted.kubeconfig, &wanted.context) {
             (Some(path), _) => {
                 let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
                     Error::argument(format!("--kubeconfig {}: {e}", path.display()))
@@ -93,7 +93,7 @@ impl Cluster {
                 .await
                 .map_err(|e| unreachable(e.to_string()))?,
         };
-        let namespace = target
+        let namespace = wanted
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
@@ -108,7 +108,7 @@ impl Cluster {
             data: DataApi::new(client.clone(), config, namespace.clone()),
             client,
             namespace,
-            store_url: target.store.clone(),
+            store_url: wanted.store.clone(),
         })
     }
 
@@ -202,7 +202,7 @@ impl Cluster {
                 {
                     let mut lines = stream.lines();
                     while let Some(Ok(line)) = lines.next().await {
-                        crate::cli::output::write_line(line);
+                        crate::ops::stdout::write_line(line);
                     }
                     return;
                 }
@@ -359,7 +359,7 @@ impl Backend for Cluster {
     async fn set_notify(
         &self,
         _record: &ExecutionRecord,
-        _args: &NotifyArgs,
+        _change: &NotifyChange,
     ) -> Result<ExecutionRecord, Error> {
         Err(Error::argument(
             "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event, and to the webhook it was created with (--notify-webhook)",
@@ -392,14 +392,14 @@ impl Backend for Cluster {
     async fn create(
         &self,
         request: &ExecutionRequest,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error> {
-        if args.inherit_env {
+        if options.inherit_env {
             return Err(Error::argument(
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
             ));
         }
-        if args.notify.given() {
+        if options.notify.given() {
             return Err(Error::argument(
                 "--notify-command, --notify-file and --notify-on-output apply to local runs only; a cluster execution reports its end as a Kubernetes Event, and to a webhook with --notify-webhook URL --notify-webhook-secret NAME:KEY",
             ));
@@ -441,7 +441,7 @@ impl Backend for Cluster {
     async fn detach(
         &self,
         record: &ExecutionRecord,
-        _args: &ExecuteArgs,
+        _options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error> {
         // The controller runs it; nothing of it depends on this process.
         Ok(record.clone())
@@ -450,7 +450,7 @@ impl Backend for Cluster {
     async fn run(
         &self,
         record: &ExecutionRecord,
-        _args: &ExecuteArgs,
+        _options: &CreateOptions,
         passthrough: bool,
     ) -> Result<ExecutionRecord, Error> {
         self.watch(record, passthrough).await
@@ -606,7 +606,7 @@ impl Backend for Cluster {
     async fn start(
         &self,
         record: &ExecutionRecord,
-        _staging: &super::staging::StagingArgs,
+        _staging: &crate::runner::StageSettings,
     ) -> Result<ExecutionRecord, Error> {
         self.start_held(record).await
     }
@@ -614,7 +614,7 @@ impl Backend for Cluster {
     async fn restart(
         &self,
         record: &ExecutionRecord,
-        _staging: &super::staging::StagingArgs,
+        _staging: &crate::runner::StageSettings,
     ) -> Result<ExecutionRecord, Error> {
         Err(control::restart_refused(&record.name))
     }
@@ -705,22 +705,22 @@ impl Backend for Cluster {
             .items)
     }
 
-    fn deployments(&self) -> &dyn super::backend::Deployments {
+    fn deployments(&self) -> &dyn crate::ops::Deployments {
         self
     }
 }
 
 /// The operator's store (`--store`, which the sweep needs) and what the cluster still
 /// references in it, for the store sweep.
-pub async fn store_references(target: &Target) -> Result<(Store, References), Error> {
-    let cluster = Cluster::connect(target).await?;
+pub async fn store_references(config: &BackendConfig) -> Result<(Store, References), Error> {
+    let cluster = Cluster::connect(config).await?;
     let store = cluster.operator_store().unwrap_or_else(|| {
         Err(Error::argument(
             "sweeping a cluster's store needs --store (or ERRAND_STORE): the store URL the operator configured",
         ))
     })?;
     let references =
-        crate::cluster::references::references(&cluster.client, target.namespace.as_deref())
+        crate::cluster::references::references(&cluster.client, config.namespace.as_deref())
             .await
             .map_err(|e| Error::new(ErrorCode::ClusterError, e.to_string()))?;
     Ok((store, references))

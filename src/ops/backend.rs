@@ -1,6 +1,6 @@
 //! What a backend is to the commands: the [`Backend`] trait the local and cluster backends implement, and what both share (finding an execution by prefix).
 //!
-//! The commands (`commands.rs`) are written once against this trait; a backend holds only
+//! The commands (`cli/commands.rs`) are written once against this trait; a backend holds only
 //! what differs between running on this machine and running through a Kubernetes API server.
 
 use std::path::Path;
@@ -9,13 +9,15 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 use super::excerpt::{ByteWindow, StreamOutput};
-use super::execute::{ExecuteArgs, ExecutionRequest};
-use super::gateway_client::{GatewayArgs, GatewayClient};
-use super::listing::ExecutionFilter;
-use super::notify::NotifyArgs;
-use crate::api::{AgentDeployment, Fileset, FilesetStatus, ResultEntry};
+pub use super::execute::PushedFileset;
+use super::execute::{CreateOptions, ExecutionRequest};
+use super::gateway_client::{GatewayClient, GatewayEndpoint};
+use super::notify::NotifyChange;
+use super::{Error, ErrorCode};
+use crate::api::tags::TagPattern;
+use crate::api::{AgentDeployment, Fileset, Phase, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
-use crate::ops::{Error, ErrorCode};
+use crate::runner::StageSettings;
 use crate::store::keys::AnyResult;
 
 /// Which of the agent's output streams.
@@ -74,17 +76,21 @@ pub struct DeadlineChanged {
     pub cleared: bool,
 }
 
-/// A Fileset a command pushed, and how to take the push back.
-#[derive(Clone, Debug)]
-pub struct PushedFileset {
-    /// The Fileset's name.
-    pub name: String,
-    /// Its new content.
-    pub status: FilesetStatus,
-    /// Whether the Fileset did not exist before this push.
-    pub new_fileset: bool,
-    /// The blob's digest (hex), when this push stored it.
-    pub new_blob: Option<String>,
+/// Which executions a listing shows.
+#[derive(Clone, Debug, Default)]
+pub struct ExecutionFilter {
+    /// Any of these phases; every phase when empty.
+    pub phases: Vec<Phase>,
+    /// All of these tag patterns.
+    pub tags: Vec<TagPattern>,
+}
+
+impl ExecutionFilter {
+    /// Whether `record` is shown.
+    pub fn matches(&self, record: &ExecutionRecord) -> bool {
+        (self.phases.is_empty() || self.phases.contains(&record.phase))
+            && self.tags.iter().all(|p| p.matches(&record.tags))
+    }
 }
 
 /// Where executions run and objects live: this machine, or a cluster.
@@ -123,7 +129,7 @@ pub trait Backend: Send + Sync {
     async fn set_notify(
         &self,
         record: &ExecutionRecord,
-        args: &NotifyArgs,
+        change: &NotifyChange,
     ) -> Result<ExecutionRecord, Error>;
 
     /// Creates the execution `request` describes, checked as the API server would check it
@@ -132,14 +138,14 @@ pub trait Backend: Send + Sync {
     async fn create(
         &self,
         request: &ExecutionRequest,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error>;
 
     /// Lets a created execution run without this process, and returns its record.
     async fn detach(
         &self,
         record: &ExecutionRecord,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
     ) -> Result<ExecutionRecord, Error>;
 
     /// Runs (or follows) a created execution until it ends, its output passed through when
@@ -147,7 +153,7 @@ pub trait Backend: Send + Sync {
     async fn run(
         &self,
         record: &ExecutionRecord,
-        args: &ExecuteArgs,
+        options: &CreateOptions,
         passthrough: bool,
     ) -> Result<ExecutionRecord, Error>;
 
@@ -207,7 +213,7 @@ pub trait Backend: Send + Sync {
     async fn start(
         &self,
         record: &ExecutionRecord,
-        staging: &super::staging::StagingArgs,
+        staging: &StageSettings,
     ) -> Result<ExecutionRecord, Error>;
 
     /// Runs a finished execution again in place, from the same snapshot (local only: on a
@@ -215,7 +221,7 @@ pub trait Backend: Send + Sync {
     async fn restart(
         &self,
         record: &ExecutionRecord,
-        staging: &super::staging::StagingArgs,
+        staging: &StageSettings,
     ) -> Result<ExecutionRecord, Error>;
 
     /// Deletes an execution with its results (stopping it first); returns how many stored
@@ -279,12 +285,40 @@ pub trait Deployments: Send + Sync {
     async fn delete_deployment(&self, name: &str) -> Result<(), Error>;
 
     /// A client of the gateway that reaches this backend's deployments: errand's gateway
-    /// where `args` say (cluster), or one served in this process (local).
-    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, Error>;
+    /// where `endpoint` says (cluster), or one served in this process (local).
+    async fn gateway(&self, endpoint: &GatewayEndpoint) -> Result<GatewayClient, Error>;
 
     /// Follows the output of deployment `name`'s agent servers: the last `lines` lines, then
     /// (with `follow`) what they write until they stop or the command is interrupted.
     async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error>;
+}
+
+impl ExecutionRequest {
+    /// Drops what building the request left behind (the workdir it pushed), for a request that
+    /// will not be created.
+    pub async fn abandon(&self, backend: &dyn Backend) {
+        undo_push(backend, self.pushed.as_ref()).await;
+    }
+
+    /// Creates the execution on `backend`; a refused one leaves nothing behind, not even the
+    /// workdir the request pushed.
+    pub async fn create(
+        &self,
+        backend: &dyn Backend,
+        options: &CreateOptions,
+    ) -> Result<ExecutionRecord, Error> {
+        let created = backend.create(self, options).await;
+        if created.is_err() {
+            self.abandon(backend).await;
+        }
+        created
+    }
+}
+
+pub async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
+    if let Some(pushed) = pushed {
+        backend.undo_push(pushed).await;
+    }
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.

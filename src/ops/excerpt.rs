@@ -117,19 +117,6 @@ impl StreamOutput {
     }
 }
 
-/// Parses `--max-bytes`: 1 to [`MAX_MAX_BYTES`].
-pub fn parse_max_bytes(value: &str) -> Result<u64, String> {
-    let bytes: u64 = value
-        .parse()
-        .map_err(|_| format!("{value:?} is not a whole number of bytes"))?;
-    if bytes == 0 || bytes > MAX_MAX_BYTES {
-        return Err(format!(
-            "{bytes} is out of range: give 1 to {MAX_MAX_BYTES} bytes"
-        ));
-    }
-    Ok(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,20 +179,6 @@ mod tests {
         assert_eq!(
             (excerpt.encoding, excerpt.data.as_str()),
             (Encoding::Base64, "qQ==")
-        );
-    }
-
-    #[test]
-    fn max_bytes_is_bounded_naming_the_range() {
-        assert_eq!(parse_max_bytes("65536"), Ok(65536));
-        assert_eq!(
-            parse_max_bytes("0").unwrap_err(),
-            "0 is out of range: give 1 to 16777216 bytes"
-        );
-        assert!(
-            parse_max_bytes("lots")
-                .unwrap_err()
-                .contains("not a whole number")
         );
     }
 }

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
-use super::super::inputs::RunInputs;
 use crate::api::MAX_INPUT_BYTES;
 use crate::api::contract::{SHOWN_ENV_ANNOTATION, STDIN_BYTES_ANNOTATION};
 use crate::api::tags::{TagPattern, is_tag_label, tag_labels};
+use crate::ops::execute::RunInputs;
 use crate::ops::{Error, ErrorCode};
 
 /// Standard input as the execution's input (`ERRAND_INPUT_FILE` in the pod): UTF-8, at most

@@ -13,10 +13,10 @@ use serde_json::json;
 use super::{Cluster, FIELD_MANAGER, api_error};
 use crate::api::AgentDeployment;
 use crate::api::contract::{AGENT_CONTAINER, DEPLOYMENT_LABEL, REPLACED_AGENT_ANNOTATION};
-use crate::cli::backend::Deployments;
-use crate::cli::gateway_client::{GatewayArgs, GatewayClient};
 use crate::controller::names::label_value;
+use crate::ops::backend::Deployments;
 use crate::ops::{Error, ErrorCode};
+use crate::ops::{GatewayClient, GatewayEndpoint};
 
 /// How long `undeploy` waits for a deployment's children to go.
 const DELETE_WAIT: Duration = Duration::from_secs(120);
@@ -117,7 +117,7 @@ impl Deployments for Cluster {
         Ok(())
     }
 
-    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, Error> {
+    async fn gateway(&self, args: &GatewayEndpoint) -> Result<GatewayClient, Error> {
         GatewayClient::new(args, self.token.clone())
     }
 
@@ -182,9 +182,9 @@ impl Deployments for Cluster {
                 )
             })?;
             if prefixed {
-                crate::cli::output::write_line(format!("[{pod}] {line}"));
+                crate::ops::stdout::write_line(format!("[{pod}] {line}"));
             } else {
-                crate::cli::output::write_line(line);
+                crate::ops::stdout::write_line(line);
             }
         }
         Ok(())

@@ -19,8 +19,6 @@ use nix::unistd::Pid;
 use super::Local;
 use crate::api::AgentDeployment;
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
-use crate::cli::backend::Deployments;
-use crate::cli::gateway_client::{GatewayArgs, GatewayClient};
 use crate::gateway::auth::Authorizer;
 use crate::gateway::refusal::Refusal;
 use crate::gateway::server::{Directory, Gateway, serve};
@@ -29,7 +27,9 @@ use crate::local::{
     DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
     admit_deployment,
 };
+use crate::ops::backend::Deployments;
 use crate::ops::{Error, ErrorCode};
+use crate::ops::{GatewayClient, GatewayEndpoint};
 
 /// How long a new supervisor may take to record itself.
 const SUPERVISOR_START: Duration = Duration::from_secs(10);
@@ -263,8 +263,8 @@ impl Deployments for Local {
         }
     }
 
-    async fn gateway(&self, args: &GatewayArgs) -> Result<GatewayClient, Error> {
-        if args.gateway.is_some() {
+    async fn gateway(&self, args: &GatewayEndpoint) -> Result<GatewayClient, Error> {
+        if args.url.is_some() {
             return Err(Error::argument(
                 "--gateway: the local backend serves its gateway in the command itself; leave \
                  --gateway out with --local",
@@ -308,7 +308,7 @@ impl Deployments for Local {
         let text = String::from_utf8_lossy(&bytes);
         let all: Vec<&str> = text.lines().collect();
         for line in &all[all.len().saturating_sub(lines)..] {
-            crate::cli::output::write_line(line);
+            crate::ops::stdout::write_line(line);
         }
         let mut offset = bytes.len() as u64;
         // Until the deployment is removed (or the command interrupted).

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::{Cluster, api_error, phase};
 use crate::api::{AgentExecution, Phase};
-use crate::cli::backend::DeadlineChanged;
 use crate::local::ExecutionRecord;
+use crate::ops::backend::DeadlineChanged;
 use crate::ops::{Error, ErrorCode};
 
 /// How long `deadline` waits for the controller to answer a change.

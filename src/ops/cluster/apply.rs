@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::api_error;
 use crate::api::{Agent, AgentEnvironment, AgentExecution, AgentExtension, AgentRuntime, Fileset};
-use crate::cli::backend::{Applied, Document};
+use crate::ops::backend::{Applied, Document};
 use crate::ops::{Error, ErrorCode};
 
 /// The field manager of everything errand's command line writes.
