@@ -97,3 +97,31 @@ pub async fn run(
     let executions = execution::run(client, settings, catalog, metrics, executions, shutdown);
     futures::join!(executions, sweeping, deployments, schedules);
 }
+
+/// Logs what a reconciler's stream yields that needs a line of its own: an object deleted
+/// before its reconcile, and the runtime's failures (a failed reconcile is logged by its
+/// error policy).
+pub fn log_outcome<K, E>(
+    kind: &str,
+    result: std::result::Result<
+        (
+            kube::runtime::reflector::ObjectRef<K>,
+            kube::runtime::controller::Action,
+        ),
+        kube::runtime::controller::Error<E, kube::runtime::watcher::Error>,
+    >,
+) -> std::future::Ready<()>
+where
+    K: kube::Resource,
+    E: std::error::Error,
+{
+    use kube::runtime::controller::Error;
+    match result {
+        Ok(_) | Err(Error::ReconcilerFailed(..)) => {}
+        Err(Error::ObjectNotFound(object)) => {
+            tracing::debug!(%object, "deleted before its reconcile");
+        }
+        Err(e) => tracing::warn!("{kind} controller: {e}"),
+    }
+    std::future::ready(())
+}

@@ -5,13 +5,13 @@
 //! commands, `state.json` (status, supervisor, agent servers) only by the deployment's
 //! supervisor. Every write replaces its file whole.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 use super::catalog::LocalCatalog;
-use super::files::write_private;
+use super::files::{self, names_holding, remove_all, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use crate::api::{AgentDeployment, AgentDeploymentStatus};
@@ -209,28 +209,16 @@ impl DeploymentRecords {
 
     /// The names of the deployments of `namespace`, sorted.
     pub fn names(&self, namespace: &str) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.namespace_dir(namespace))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|entry| entry.path().join("deployment.json").exists())
-            .filter_map(|entry| entry.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        names
+        names_holding(&self.namespace_dir(namespace), "deployment.json")
     }
 
     /// Removes deployment `name`'s files.
     pub fn remove(&self, namespace: &str, name: &str) -> Result<(), DeploymentRecordError> {
         let dir = self.dir(namespace, name);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(DeploymentRecordError::Io {
-                path: dir,
-                message: e.to_string(),
-            }),
-        }
+        remove_all(&dir).map_err(|e| DeploymentRecordError::Io {
+            path: dir,
+            message: e.to_string(),
+        })
     }
 }
 
@@ -278,14 +266,9 @@ fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), DeploymentRecordErr
     })
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(
-    path: &std::path::Path,
-) -> Result<T, DeploymentRecordError> {
-    std::fs::read(path)
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
-        .map_err(|message| DeploymentRecordError::Io {
-            path: path.to_owned(),
-            message,
-        })
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, DeploymentRecordError> {
+    files::read_json(path).map_err(|message| DeploymentRecordError::Io {
+        path: path.to_owned(),
+        message,
+    })
 }

@@ -57,6 +57,34 @@ pub(super) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     written
 }
 
+/// The names of the directories in `dir` that hold a file named `file`, sorted (none when
+/// `dir` does not exist).
+pub fn names_holding(dir: &Path, file: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().join(file).exists())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Removes `dir` with everything in it; a directory that is gone already is removed.
+pub fn remove_all(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The JSON document in `path`, or why it could not be read.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 use super::catalog::LocalCatalog;
-use super::files::write_private;
+use super::files::{self, names_holding, remove_all, write_private};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use crate::api::{AgentSchedule, AgentScheduleStatus};
@@ -121,28 +121,16 @@ impl ScheduleRecords {
 
     /// The names of the schedules of `namespace`, sorted.
     pub fn names(&self, namespace: &str) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.namespace_dir(namespace))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|entry| entry.path().join("schedule.json").exists())
-            .filter_map(|entry| entry.file_name().into_string().ok())
-            .collect();
-        names.sort();
-        names
+        names_holding(&self.namespace_dir(namespace), "schedule.json")
     }
 
     /// Removes schedule `name`'s files.
     pub fn remove(&self, namespace: &str, name: &str) -> Result<(), ScheduleRecordError> {
         let dir = self.dir(namespace, name);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ScheduleRecordError::Io {
-                path: dir,
-                message: e.to_string(),
-            }),
-        }
+        remove_all(&dir).map_err(|e| ScheduleRecordError::Io {
+            path: dir,
+            message: e.to_string(),
+        })
     }
 }
 
@@ -183,11 +171,8 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), ScheduleRecordError> {
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScheduleRecordError> {
-    std::fs::read(path)
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| serde_json::from_slice(&bytes).map_err(|e| e.to_string()))
-        .map_err(|message| ScheduleRecordError::Io {
-            path: path.to_owned(),
-            message,
-        })
+    files::read_json(path).map_err(|message| ScheduleRecordError::Io {
+        path: path.to_owned(),
+        message,
+    })
 }

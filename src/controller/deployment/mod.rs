@@ -16,7 +16,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::watcher;
-use tracing::{debug, warn};
 
 use crate::api::AgentDeployment;
 use crate::cluster::catalog::ClusterCatalog;
@@ -45,15 +44,6 @@ pub async fn run(
         .with_config(controller::Config::default().concurrency(16))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| {
-            match result {
-                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
-                Err(controller::Error::ObjectNotFound(object)) => {
-                    debug!(%object, "deleted before its reconcile");
-                }
-                Err(e) => warn!("deployment controller: {e}"),
-            }
-            std::future::ready(())
-        })
+        .for_each(|result| crate::controller::log_outcome("deployment", result))
         .await;
 }

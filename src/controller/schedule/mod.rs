@@ -15,7 +15,6 @@ use futures::StreamExt;
 use kube::Client;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::watcher;
-use tracing::{debug, warn};
 
 use crate::api::contract::SCHEDULE_LABEL;
 use crate::api::{AgentExecution, AgentSchedule};
@@ -47,15 +46,6 @@ pub async fn run(
         .with_config(controller::Config::default().concurrency(8))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| {
-            match result {
-                Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
-                Err(controller::Error::ObjectNotFound(object)) => {
-                    debug!(%object, "deleted before its reconcile");
-                }
-                Err(e) => warn!("schedule controller: {e}"),
-            }
-            std::future::ready(())
-        })
+        .for_each(|result| crate::controller::log_outcome("schedule", result))
         .await;
 }
