@@ -51,10 +51,17 @@ fn home_for(server: &ModelServer) -> Home {
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-keys"},
         "stringData": {"nvidia": "nvapi-stand-in-key"},
     });
+    // Where the runtime keeps its Python environment, should this process say (a local run gets
+    // only PATH, HOME, LANG and TZ of errand's environment).
+    let env: serde_json::Map<String, Value> = std::env::var("DEEPAGENTS_CACHE_DIR")
+        .into_iter()
+        .map(|dir| ("DEEPAGENTS_CACHE_DIR".to_owned(), Value::String(dir)))
+        .collect();
     let environment = json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "stand-in"},
         "spec": {"overlay": {"secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
-                             "models": {"default": {"base_url": server.base_url()}}}},
+                             "models": {"default": {"base_url": server.base_url()}},
+                             "env": env}},
     });
     for (name, manifest) in [
         ("runtime", runtime),
