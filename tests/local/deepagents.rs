@@ -37,8 +37,9 @@ fn applied(home: &Home, file: &str) {
 
 /// A home with the deepagents runtime installed (its launcher run from the checkout), the
 /// NeMo calculator Agent, the model key Secret and the `stand-in` environment, which binds
-/// `NVIDIA_API_KEY` from the Secret and points the default model at `server`.
-fn home_for(server: &ModelServer) -> Home {
+/// `NVIDIA_API_KEY` from the Secret, points the default model at `server` and adds `mcp` (the
+/// config's `mcp` section, `null` for none).
+fn home_for(server: &ModelServer, mcp: Value) -> Home {
     prepared();
     let home = Home::new();
     let runtime = json!({
@@ -57,12 +58,15 @@ fn home_for(server: &ModelServer) -> Home {
         .into_iter()
         .map(|dir| ("DEEPAGENTS_CACHE_DIR".to_owned(), Value::String(dir)))
         .collect();
-    let environment = json!({
+    let mut environment = json!({
         "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "stand-in"},
         "spec": {"overlay": {"secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
                              "models": {"default": {"base_url": server.base_url()}},
                              "env": env}},
     });
+    if !mcp.is_null() {
+        environment["spec"]["overlay"]["mcp"] = mcp;
+    }
     for (name, manifest) in [
         ("runtime", runtime),
         ("secret", secret),
@@ -101,7 +105,7 @@ fn execute(home: &Home, timeout: &str) -> (i32, Value) {
 #[test]
 fn the_nemo_calculator_runs_as_a_deepagents_agent_that_writes_its_answer_with_a_tool() {
     let server = ModelServer::start(&calculator_script(0));
-    let home = home_for(&server);
+    let home = home_for(&server, Value::Null);
     let (code, answer) = execute(&home, "120");
     assert_eq!(code, 0, "{answer}");
     let execution = &answer["execution"];
@@ -178,7 +182,7 @@ fn the_nemo_calculator_runs_as_a_deepagents_agent_that_writes_its_answer_with_a_
 fn a_timed_out_deepagents_run_stops_the_model_call_and_keeps_its_transcript_and_files() {
     // The model takes a minute over its answer; the run may take 15 seconds.
     let server = ModelServer::start(&calculator_script(60));
-    let home = home_for(&server);
+    let home = home_for(&server, Value::Null);
     let started = std::time::Instant::now();
     let (code, answer) = execute(&home, "15");
     assert!(
@@ -200,4 +204,48 @@ fn a_timed_out_deepagents_run_stops_the_model_call_and_keeps_its_transcript_and_
     assert_eq!(transcript["error"], "stopped by signal 15", "{transcript}");
     assert_eq!(transcript["tool_calls"][0]["name"], "write_file");
     assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn an_mcp_server_in_the_environment_gives_the_deepagents_agent_its_tool() {
+    let server = ModelServer::start(&json!([
+        {"tool_calls": [{"name": "multiply", "arguments": {"a": 12, "b": 8}}]},
+        {"content": "96"},
+    ]));
+    let log = tempfile::tempdir().unwrap();
+    let log_file = log.path().join("calls.log");
+    let support = repo("tests/support");
+    // The server, built with the official MCP Python SDK, runs over stdio in the tests'
+    // Python clients' environment.
+    let mcp = json!({"servers": {"calculator": {
+        "command": "python3",
+        "args": [format!("{support}/python_clients.py"), format!("{support}/mcp_tool_server.py")],
+        "env": {"MCP_TOOL_LOG": log_file},
+    }}});
+    let home = home_for(&server, mcp);
+    let (code, answer) = execute(&home, "120");
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["execution"]["response"], "96", "{answer}");
+    // The call reached the MCP server, which logged it.
+    assert_eq!(
+        std::fs::read_to_string(&log_file).unwrap_or_default(),
+        "multiply 12 8 = 96\n"
+    );
+    let requests = server.requests();
+    assert!(
+        requests[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("multiply")),
+        "{}",
+        requests[0]
+    );
+    let returned = requests[1]["messages"].as_array().unwrap();
+    assert!(
+        returned
+            .iter()
+            // The MCP tool's result, as text or as content blocks.
+            .any(|m| m["role"] == "tool" && m["content"].to_string().contains("96")),
+        "{returned:?}"
+    );
 }
