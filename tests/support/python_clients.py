@@ -17,6 +17,7 @@ LAUNCHER = os.path.join(HERE, "..", "..", "runtimes", "deepagents", "errand-deep
 
 
 def main():
+    sys.dont_write_bytecode = True  # no __pycache__ beside the launcher, in the checkout
     loader = importlib.machinery.SourceFileLoader("errand_deepagents_launcher", LAUNCHER)
     spec = importlib.util.spec_from_loader(loader.name, loader)
     launcher = importlib.util.module_from_spec(spec)
