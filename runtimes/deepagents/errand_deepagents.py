@@ -30,6 +30,8 @@ PUBLIC_BASE_URLS = {
     "openai": "https://api.openai.com/v1",
 }
 HARNESS = "deepagents"
+# The variables a stdio MCP server gets from the agent's environment, besides its own.
+BASE_ENV = ("PATH", "HOME", "LANG", "TZ", "TMPDIR", "DEEPAGENTS_CACHE_DIR", "XDG_CACHE_HOME")
 
 
 class ConfigError(Exception):
@@ -134,8 +136,11 @@ def mcp_connections(config):
         if not isinstance(server, dict) or server.get("enabled") is False:
             continue
         if server.get("command"):
-            env = {k: v for k, v in os.environ.items()}
-            env.update(server.get("env") or {})
+            # What a process needs, the variables its own `secrets` bound, and its `env`: not the
+            # model's key or another server's secrets.
+            names = [*BASE_ENV, *(server.get("secrets") or {})]
+            env = {k: os.environ[k] for k in names if k in os.environ}
+            env.update({k: str(v) for k, v in (server.get("env") or {}).items()})
             connections[name] = {"transport": "stdio", "command": server["command"],
                                  "args": list(server.get("args") or []), "env": env}
         elif server.get("url"):

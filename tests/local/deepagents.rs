@@ -226,7 +226,7 @@ fn an_mcp_server_in_the_environment_gives_the_deepagents_agent_its_tool() {
     let (code, answer) = execute(&home, "120");
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["execution"]["response"], "96", "{answer}");
-    // The call reached the MCP server, which logged it.
+    // The call reached the MCP server, which logged it; the model's key did not.
     assert_eq!(
         std::fs::read_to_string(&log_file).unwrap_or_default(),
         "multiply 12 8 = 96\n"
