@@ -249,3 +249,45 @@ fn an_mcp_server_in_the_environment_gives_the_deepagents_agent_its_tool() {
         "{returned:?}"
     );
 }
+
+#[test]
+fn a_provider_without_a_known_endpoint_fails_naming_the_field_before_any_model_call() {
+    let server = ModelServer::start(&calculator_script(0));
+    let home = home_for(&server, Value::Null);
+    let environment = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "acme"},
+        "spec": {"overlay": {"secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
+                             "models": {"default": {"provider": "openai_compatible"}}}},
+    });
+    let file = home.write("acme.json", &environment.to_string());
+    applied(&home, file.to_str().unwrap());
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        "calculator-agent",
+        "--environment",
+        "acme",
+        "--input",
+        "What is 12 multiplied by 8?",
+    ]);
+    assert_eq!(code, 1, "{answer}");
+    let execution = &answer["error"]["execution"];
+    assert_eq!(execution["phase"], "Failed", "{answer}");
+    let stderr = execution["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["stream"] == "stderr")
+        .map(|o| o["excerpt"]["data"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    assert!(
+        stderr.contains(
+            "models.default: provider 'openai_compatible' has no known OpenAI-compatible endpoint; set models.default.base_url"
+        ),
+        "{answer}"
+    );
+    let name = execution["name"].as_str().unwrap();
+    let run_result: Value = serde_json::from_slice(&home.download("run_result", name)).unwrap();
+    assert_eq!(run_result["exit_code"], 2, "{run_result}");
+    assert!(server.requests().is_empty());
+}
