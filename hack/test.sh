@@ -50,6 +50,8 @@ if command -v busybox >/dev/null && [[ "$(readelf -l "$(command -v busybox)" 2>/
 fi
 # gcc -static needs the C library's static archive.
 [[ -e /usr/lib/x86_64-linux-gnu/libc.a || -e /usr/lib/aarch64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
+# Debian's python3 makes virtual environments (the deepagents runtime's) with python3-venv.
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if ((${#missing[@]})); then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   log "installing Debian packages: ${missing[*]}"
@@ -104,6 +106,14 @@ phase_done kueue
 # The errand image the pods run; its release build is cached across runs.
 bash hack/images/errand-image.sh
 phase_done errand-image
+
+# The Python environments the deepagents runtime and the tests' Python clients run from
+# (runtimes/deepagents/requirements.lock, tests/support/python-clients.lock): created from PyPI
+# on the first run and cached under ~/.cache/errand (about 300 MB); a run that cannot create
+# them fails here rather than in the tests.
+runtimes/deepagents/errand-deepagents --prepare
+python3 tests/support/python_clients.py -c 'import mcp'
+phase_done python
 
 # Every target, unless the arguments choose some: cargo runs the union of --all-targets and
 # a --test, so `--test cluster` alone would still run everything.

@@ -17,6 +17,7 @@ pub mod hostile;
 pub mod kueue;
 pub mod local;
 pub mod mcp;
+pub mod model_server;
 pub mod s3;
 pub mod store;
 pub mod telemetry;

@@ -1,0 +1,293 @@
+//! The deepagents runtime (runtimes/deepagents) on the local backend: NeMo agents run as real deepagents agents against the stand-in model provider, through an environment that binds the key from a Secret and points the model at the stand-in.
+
+use std::sync::Once;
+
+use serde_json::{Value, json};
+
+use crate::support::local::Home;
+use crate::support::model_server::ModelServer;
+use crate::support::store::tar_files;
+
+fn repo(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Creates the runtime's Python environment once for this binary (its cache outlives the run):
+/// a run that had to build it would spend its timeout on pip. Not being able to build it fails
+/// the tests: they never skip.
+fn prepared() {
+    static PREPARE: Once = Once::new();
+    PREPARE.call_once(|| {
+        let output = std::process::Command::new(repo("runtimes/deepagents/errand-deepagents"))
+            .arg("--prepare")
+            .output()
+            .expect("running runtimes/deepagents/errand-deepagents --prepare");
+        assert!(
+            output.status.success(),
+            "the deepagents runtime's Python environment could not be created: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+}
+
+fn applied(home: &Home, file: &str) {
+    let (code, answer) = home.json(&["apply", "-f", file]);
+    assert_eq!(code, 0, "{answer}");
+}
+
+/// A home with the deepagents runtime installed (its launcher run from the checkout), the
+/// NeMo calculator Agent, the model key Secret and the `stand-in` environment, which binds
+/// `NVIDIA_API_KEY` from the Secret, points the default model at `server` and adds `mcp` (the
+/// config's `mcp` section, `null` for none).
+fn home_for(server: &ModelServer, mcp: Value) -> Home {
+    prepared();
+    let home = Home::new();
+    let runtime = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentRuntime", "metadata": {"name": "deepagents"},
+        "spec": {"harnessKind": "deepagents", "image": "errand.local/deepagents:test",
+                 "command": [repo("runtimes/deepagents/errand-deepagents")],
+                 "configFormats": ["nemo-agents-spec-v1", "agents-spec-v1"]},
+    });
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-keys"},
+        "stringData": {"nvidia": "nvapi-stand-in-key"},
+    });
+    // Where the runtime keeps its Python environment, should this process say (a local run gets
+    // only PATH, HOME, LANG and TZ of errand's environment).
+    let env: serde_json::Map<String, Value> = std::env::var("DEEPAGENTS_CACHE_DIR")
+        .into_iter()
+        .map(|dir| ("DEEPAGENTS_CACHE_DIR".to_owned(), Value::String(dir)))
+        .collect();
+    let mut environment = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "stand-in"},
+        "spec": {"overlay": {"secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
+                             "models": {"default": {"base_url": server.base_url()}},
+                             "env": env}},
+    });
+    if !mcp.is_null() {
+        environment["spec"]["overlay"]["mcp"] = mcp;
+    }
+    for (name, manifest) in [
+        ("runtime", runtime),
+        ("secret", secret),
+        ("environment", environment),
+    ] {
+        let file = home.write(&format!("{name}.json"), &manifest.to_string());
+        applied(&home, file.to_str().unwrap());
+    }
+    applied(&home, &repo("examples/nemo/agent.yaml"));
+    home
+}
+
+/// The stand-in's script for the calculator: a `write_file` tool call writing the product
+/// into the workspace, then the answer.
+fn calculator_script(answer_delay_seconds: u64) -> Value {
+    json!([
+        {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/answer.txt", "content": "96\n"}}]},
+        {"content": "96", "delay_seconds": answer_delay_seconds},
+    ])
+}
+
+fn execute(home: &Home, timeout: &str) -> (i32, Value) {
+    home.json(&[
+        "execute",
+        "--agent",
+        "calculator-agent",
+        "--environment",
+        "stand-in",
+        "--input",
+        "What is 12 multiplied by 8?",
+        "--timeout-seconds",
+        timeout,
+    ])
+}
+
+#[test]
+fn the_nemo_calculator_runs_as_a_deepagents_agent_that_writes_its_answer_with_a_tool() {
+    let server = ModelServer::start(&calculator_script(0));
+    let home = home_for(&server, Value::Null);
+    let (code, answer) = execute(&home, "120");
+    assert_eq!(code, 0, "{answer}");
+    let execution = &answer["execution"];
+    assert_eq!(execution["phase"], "Succeeded", "{answer}");
+    assert_eq!(execution["response"], "96", "{answer}");
+    let name = execution["name"].as_str().unwrap();
+
+    // The tool the model asked for wrote into the workspace, which errand kept.
+    let workdir = tar_files(&home.download("output_workdir", name));
+    assert_eq!(workdir.get("answer.txt").map(String::as_str), Some("96\n"));
+    // The transcript names the tool call, its result and the token counts.
+    let artifacts = tar_files(&home.download("output_artifacts", name));
+    let transcript: Value = serde_json::from_str(&artifacts["transcript.json"]).unwrap();
+    assert_eq!(
+        transcript["tool_calls"][0]["name"], "write_file",
+        "{transcript}"
+    );
+    assert_eq!(
+        transcript["tool_calls"][0]["args"]["file_path"],
+        "/answer.txt"
+    );
+    let tool = transcript["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["type"] == "tool")
+        .expect("a tool message");
+    assert_eq!(tool["name"], "write_file");
+    assert_eq!(transcript["model_calls"], 2);
+    assert!(
+        transcript["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{transcript}"
+    );
+
+    // What the stand-in was sent: the config's model, the key from the Secret, the
+    // instructions as the system prompt, deepagents' filesystem tools, streamed.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for request in &requests {
+        assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
+        assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
+        assert_eq!(request["stream"], true);
+        assert_eq!(request["messages"][0]["role"], "system");
+        assert!(
+            request["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are a concise calculator agent."),
+            "{request}"
+        );
+        assert!(
+            request["tools"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("write_file")),
+            "{request}"
+        );
+    }
+    assert_eq!(
+        requests[0]["messages"][1]["content"],
+        "What is 12 multiplied by 8?"
+    );
+    // The second request carries the tool's result back to the model.
+    let returned = requests[1]["messages"].as_array().unwrap();
+    assert!(
+        returned
+            .iter()
+            .any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("answer.txt")),
+        "{returned:?}"
+    );
+}
+
+#[test]
+fn a_timed_out_deepagents_run_stops_the_model_call_and_keeps_its_transcript_and_files() {
+    // The model takes a minute over its answer; the run may take 15 seconds.
+    let server = ModelServer::start(&calculator_script(60));
+    let home = home_for(&server, Value::Null);
+    let started = std::time::Instant::now();
+    let (code, answer) = execute(&home, "15");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(45),
+        "{answer}"
+    );
+    assert_eq!(code, 1, "{answer}");
+    let execution = &answer["error"]["execution"];
+    assert_eq!(execution["reason"], "DeadlineExceeded", "{answer}");
+    let name = execution["name"].as_str().unwrap();
+    let run_error: Value = serde_json::from_slice(&home.download("run_error", name)).unwrap();
+    assert_eq!(run_error["timed_out"], true, "{run_error}");
+    // The file the tool wrote before the deadline, and the transcript up to the model call
+    // SIGTERM stopped.
+    let workdir = tar_files(&home.download("output_workdir", name));
+    assert_eq!(workdir.get("answer.txt").map(String::as_str), Some("96\n"));
+    let artifacts = tar_files(&home.download("output_artifacts", name));
+    let transcript: Value = serde_json::from_str(&artifacts["transcript.json"]).unwrap();
+    assert_eq!(transcript["error"], "stopped by signal 15", "{transcript}");
+    assert_eq!(transcript["tool_calls"][0]["name"], "write_file");
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn an_mcp_server_in_the_environment_gives_the_deepagents_agent_its_tool() {
+    let server = ModelServer::start(&json!([
+        {"tool_calls": [{"name": "multiply", "arguments": {"a": 12, "b": 8}}]},
+        {"content": "96"},
+    ]));
+    let log = tempfile::tempdir().unwrap();
+    let log_file = log.path().join("calls.log");
+    let support = repo("tests/support");
+    // The server, built with the official MCP Python SDK, runs over stdio in the tests'
+    // Python clients' environment.
+    let mcp = json!({"servers": {"calculator": {
+        "command": "python3",
+        "args": [format!("{support}/python_clients.py"), format!("{support}/mcp_tool_server.py")],
+        "env": {"MCP_TOOL_LOG": log_file},
+    }}});
+    let home = home_for(&server, mcp);
+    let (code, answer) = execute(&home, "120");
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["execution"]["response"], "96", "{answer}");
+    // The call reached the MCP server, which logged it; the model's key did not.
+    assert_eq!(
+        std::fs::read_to_string(&log_file).unwrap_or_default(),
+        "multiply 12 8 = 96\n"
+    );
+    let requests = server.requests();
+    assert!(
+        requests[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("multiply")),
+        "{}",
+        requests[0]
+    );
+    let returned = requests[1]["messages"].as_array().unwrap();
+    assert!(
+        returned
+            .iter()
+            // The MCP tool's result, as text or as content blocks.
+            .any(|m| m["role"] == "tool" && m["content"].to_string().contains("96")),
+        "{returned:?}"
+    );
+}
+
+#[test]
+fn a_provider_without_a_known_endpoint_fails_naming_the_field_before_any_model_call() {
+    let server = ModelServer::start(&calculator_script(0));
+    let home = home_for(&server, Value::Null);
+    let environment = json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "acme"},
+        "spec": {"overlay": {"secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
+                             "models": {"default": {"provider": "openai_compatible"}}}},
+    });
+    let file = home.write("acme.json", &environment.to_string());
+    applied(&home, file.to_str().unwrap());
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        "calculator-agent",
+        "--environment",
+        "acme",
+        "--input",
+        "What is 12 multiplied by 8?",
+    ]);
+    assert_eq!(code, 1, "{answer}");
+    let execution = &answer["error"]["execution"];
+    assert_eq!(execution["phase"], "Failed", "{answer}");
+    let stderr = execution["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["stream"] == "stderr")
+        .map(|o| o["excerpt"]["data"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    assert!(
+        stderr.contains(
+            "models.default: provider 'openai_compatible' has no known OpenAI-compatible endpoint; set models.default.base_url"
+        ),
+        "{answer}"
+    );
+    let name = execution["name"].as_str().unwrap();
+    let run_result: Value = serde_json::from_slice(&home.download("run_result", name)).unwrap();
+    assert_eq!(run_result["exit_code"], 2, "{run_result}");
+    assert!(server.requests().is_empty());
+}

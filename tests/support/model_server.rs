@@ -1,0 +1,84 @@
+//! The stand-in model provider for one test (`tests/support/model_server.py`, run with the machine's `python3`): started with a script of replies, stopped when dropped, and its record of what the agent sent.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running stand-in model server answering from `script`.
+pub struct ModelServer {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl ModelServer {
+    /// Starts the server with `replies` (each `{"content": .., "tool_calls": [{"name", "arguments"}],
+    /// "delay_seconds": ..}`), waiting until it listens.
+    pub fn start(replies: &Value) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("script.json");
+        std::fs::write(&script, replies.to_string()).unwrap();
+        let port_file = dir.path().join("port");
+        let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/model_server.py");
+        let child = Command::new("python3")
+            .arg(server)
+            .arg("--script")
+            .arg(&script)
+            .arg("--record")
+            .arg(dir.path().join("record.jsonl"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting the stand-in model server with python3");
+        let mut server = Self {
+            child,
+            dir,
+            port: 0,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while server.port == 0 {
+            if let Ok(port) = std::fs::read_to_string(&port_file) {
+                server.port = port.trim().parse().unwrap();
+            } else if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("the stand-in model server exited: {status}");
+            } else {
+                assert!(
+                    Instant::now() < deadline,
+                    "the stand-in model server did not listen in 20s"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        server
+    }
+
+    /// Its OpenAI-compatible base URL (`http://127.0.0.1:PORT/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// The record file: one JSON line per chat request.
+    pub fn record_path(&self) -> PathBuf {
+        self.dir.path().join("record.jsonl")
+    }
+
+    /// The chat requests it was sent, in order: `path`, `authorization`, `model`, `stream`,
+    /// `messages`, `tools` (names).
+    pub fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.record_path())
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for ModelServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
