@@ -109,7 +109,7 @@ where
     }
 }
 
-/// Creates an errand object, or a Secret, ConfigMap, ServiceAccount, Role, RoleBinding or Job,
+/// Creates an errand object (AgentSchedule too), or a Secret, ConfigMap, ServiceAccount, Role, RoleBinding or Job,
 /// from its JSON form in `namespace`.
 pub async fn create(client: &Client, namespace: &str, object: serde_json::Value) {
     let kind = object["kind"].as_str().expect("a kind").to_owned();
@@ -129,6 +129,7 @@ pub async fn create(client: &Client, namespace: &str, object: serde_json::Value)
         "AgentExecution" => ApiResource::erase::<AgentExecution>(&()),
         "Fileset" => ApiResource::erase::<Fileset>(&()),
         "AgentDeployment" => ApiResource::erase::<errand::api::AgentDeployment>(&()),
+        "AgentSchedule" => ApiResource::erase::<errand::api::AgentSchedule>(&()),
         other => panic!("unexpected kind {other}"),
     };
     let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
