@@ -11,6 +11,7 @@ use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
+use crate::outbound::{Cidr, OutboundPolicy, OutboundSettings};
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -166,6 +167,78 @@ pub struct ControllerArgs {
         requires = "otlp_endpoint"
     )]
     pub export_reconcile_spans: bool,
+    /// What requests made on a tenant's behalf (notify webhooks) may reach.
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
+}
+
+/// The outbound policy's flags: the cluster's ranges, and the operator's deny and allow lists
+/// over the default (loopback, link-local, private, CGNAT, ULA, multicast denied).
+#[derive(Debug, clap::Args)]
+pub struct OutboundArgs {
+    /// The cluster's Service CIDR, denied to tenant-directed requests (repeat for dual stack).
+    #[arg(
+        long = "service-cidr",
+        value_name = "CIDR",
+        env = "ERRAND_SERVICE_CIDR",
+        value_delimiter = ','
+    )]
+    pub service_cidrs: Vec<Cidr>,
+    /// The cluster's pod CIDR, denied to tenant-directed requests (repeat for dual stack).
+    #[arg(
+        long = "pod-cidr",
+        value_name = "CIDR",
+        env = "ERRAND_POD_CIDR",
+        value_delimiter = ','
+    )]
+    pub pod_cidrs: Vec<Cidr>,
+    /// Another range (or address) tenant-directed requests may not reach; repeat for several.
+    #[arg(
+        long = "outbound-deny",
+        value_name = "CIDR",
+        env = "ERRAND_OUTBOUND_DENY",
+        value_delimiter = ','
+    )]
+    pub deny: Vec<Cidr>,
+    /// A range (or address) tenant-directed requests may reach whatever denies it, as an
+    /// in-cluster webhook receiver's Service IP; repeat for several.
+    #[arg(
+        long = "outbound-allow",
+        value_name = "CIDR",
+        env = "ERRAND_OUTBOUND_ALLOW",
+        value_delimiter = ','
+    )]
+    pub allow: Vec<Cidr>,
+}
+
+impl OutboundArgs {
+    /// The policy, with `api_servers` (the addresses the controller reaches its API server
+    /// at) denied too.
+    pub fn policy(&self, api_servers: Vec<std::net::IpAddr>) -> OutboundPolicy {
+        OutboundSettings {
+            service_cidrs: self.service_cidrs.clone(),
+            pod_cidrs: self.pod_cidrs.clone(),
+            api_servers,
+            deny: self.deny.clone(),
+            allow: self.allow.clone(),
+        }
+        .policy()
+    }
+}
+
+/// The addresses the controller reaches the API server at: the in-cluster Service address
+/// and the kubeconfig's or in-cluster config's server, when it is an IP address.
+fn api_server_addresses(cluster_url: &http::Uri) -> Vec<std::net::IpAddr> {
+    let mut addresses: Vec<std::net::IpAddr> = std::env::var("KUBERNETES_SERVICE_HOST")
+        .ok()
+        .and_then(|host| host.parse().ok())
+        .into_iter()
+        .collect();
+    let host = cluster_url.host().unwrap_or_default();
+    if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse() {
+        addresses.push(ip);
+    }
+    addresses
 }
 
 impl ControllerArgs {
@@ -231,8 +304,16 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         &args.blob_url,
         std::env::var("ERRAND_SIGNING_KEY").ok().as_deref(),
     )?;
-    let client = kube::Client::try_default()
-        .await
+    let kube_config = kube::Config::infer().await.map_err(|e| {
+        Error::new(
+            ErrorCode::ClusterUnreachable,
+            format!("reading the cluster's configuration: {e}"),
+        )
+    })?;
+    let outbound = args
+        .outbound
+        .policy(api_server_addresses(&kube_config.cluster_url));
+    let client = kube::Client::try_from(kube_config)
         .map_err(|e| Error::new(ErrorCode::ClusterUnreachable, format!("connecting: {e}")))?;
     let identity = args
         .identity
@@ -258,6 +339,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     config.store_sweep = store_sweep;
     config.otlp_endpoint = args.telemetry.otlp_endpoint;
     config.export_reconcile_spans = args.export_reconcile_spans;
+    tracing::info!(
+        allowed = ?outbound.allowed().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        denied = ?outbound.denied().map(|(range, _)| range.to_string()).collect::<Vec<_>>(),
+        "the outbound policy of tenant-directed requests"
+    );
+    config.outbound = Arc::new(outbound);
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),

@@ -13,7 +13,8 @@ use crate::api::{AgentExecution, DeliveryState, NotifyStatus, SecretKeyRef, Webh
 use crate::controller::build::ExecutionOwner;
 use crate::controller::execution::context::Context;
 use crate::controller::execution::notify::{
-    ATTEMPT_TIMEOUT, AttemptOutcome, CloudEvent, Step, finished_event, next_step, record_attempt,
+    ATTEMPT_TIMEOUT, Attempt, AttemptOutcome, CloudEvent, Step, Unanswered, finished_event,
+    next_step, record_attempt,
 };
 
 /// How long after starting an attempt the execution is looked at again, in case the attempt's
@@ -54,11 +55,25 @@ async fn attempt(
     let uid = owner.uid.clone();
     if let Some(event) = finished_event(&execution) {
         let event = CloudEvent::of(event);
-        let outcome = match signing_key(&ctx, &owner.namespace, &webhook.signing_secret_ref).await {
-            Ok(key) => ctx.webhooks.attempt(&webhook.url, &key, &event).await,
-            Err(error) => AttemptOutcome::Unanswered(error),
+        let attempt = match signing_key(&ctx, &owner.namespace, &webhook.signing_secret_ref).await {
+            Ok(key) => match crate::resolve::webhook_url(&webhook.url) {
+                Ok(url) => ctx.webhooks.attempt(&url, &key, &event).await,
+                Err(error) => Attempt {
+                    outcome: AttemptOutcome::Unanswered(Unanswered::Unreachable),
+                    detail: Some(format!("spec.notify.webhook.url: {error}")),
+                },
+            },
+            Err(error) => Attempt {
+                outcome: AttemptOutcome::Unanswered(Unanswered::SigningKeyUnreadable),
+                detail: Some(error),
+            },
         };
-        record(&ctx, &execution, owner, &event.id, &outcome).await;
+        if let Some(detail) = &attempt.detail {
+            // The detail names addresses and the controller's view: the log's, never the
+            // tenant's.
+            warn!(execution = %owner.name, namespace = %owner.namespace, "webhook attempt: {detail}");
+        }
+        record(&ctx, &execution, owner, &event.id, &attempt.outcome).await;
     }
     ctx.end_delivery(&uid);
 }
