@@ -67,11 +67,9 @@ pub fn start(
     tasks.spawn(server::serve(listener, acceptor, gateway));
 }
 
-/// A plain HTTP client for agent servers, as the gateway passes requests on with.
+/// A plain HTTP client for agent servers, as the gateway passes requests on with: to the
+/// addresses of the deployment's own pods, never following a redirect an agent server answers
+/// (which could point anywhere: the cloud metadata endpoint, another tenant's Service).
 pub fn agent_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .build()
-        .expect("a plain HTTP client builds")
+    crate::outbound::internal_client(CONNECT_TIMEOUT)
 }

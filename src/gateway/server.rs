@@ -32,6 +32,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// The largest request body read: chat histories are sent whole by OpenAI clients.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// The largest `/chat` answer read from an agent server (it is read whole, to keep the turn).
+pub const MAX_CHAT_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
@@ -232,7 +234,8 @@ impl Gateway {
         Ok(ready[self.next.fetch_add(1, Ordering::Relaxed) % ready.len()])
     }
 
-    /// POSTs the JSON `body` to `path` of the pod; 502 when it does not answer.
+    /// POSTs the JSON `body` to `path` of the pod; 502 when it does not answer or answers a
+    /// redirect (never followed, and its body and `Location` never passed on).
     async fn send(
         &self,
         pod: SocketAddr,
@@ -252,6 +255,7 @@ impl Gateway {
                     format!("the agent server at {pod} did not answer: {e}"),
                 )
             })
+            .and_then(refuse_redirect)
     }
 
     /// Sends `body` to `path` of the pod and streams its answer back as it comes (server-sent
@@ -302,7 +306,7 @@ impl Gateway {
                 format!("the agent server's /chat answer is not JSON: {e}"),
             )
         };
-        let bytes = upstream.bytes().await.map_err(|e| bad(e.to_string()))?;
+        let bytes = read_bounded(upstream, MAX_CHAT_ANSWER_BYTES).await?;
         let answer: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         if !status.is_success() {
             return Ok(json_response(status.as_u16(), &answer));
@@ -332,6 +336,46 @@ impl Gateway {
             }),
         ))
     }
+}
+
+/// An agent server's answer, unless it is a redirect: that is a 502 that names the status only.
+fn refuse_redirect(upstream: reqwest::Response) -> Result<reqwest::Response, Refusal> {
+    let status = upstream.status();
+    if status.is_redirection() {
+        return Err(Refusal::new(
+            502,
+            "BadGateway",
+            format!(
+                "the agent server answered a redirect (HTTP {}); the gateway does not follow \
+                 redirects: the agent server must answer the request itself",
+                status.as_u16()
+            ),
+        ));
+    }
+    Ok(upstream)
+}
+
+/// The whole body of `upstream`, or a 502 once it passes `max` bytes.
+async fn read_bounded(upstream: reqwest::Response, max: usize) -> Result<Vec<u8>, Refusal> {
+    let mut stream = upstream.bytes_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.try_next().await.map_err(|e| {
+        Refusal::new(
+            502,
+            "BadGateway",
+            format!("reading the agent server's /chat answer: {e}"),
+        )
+    })? {
+        if bytes.len() + chunk.len() > max {
+            return Err(Refusal::new(
+                502,
+                "BadGateway",
+                format!("the agent server's /chat answer is over {max} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// Serves the gateway on `listener` (with TLS when `acceptor` is given) until the task is
