@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
+use crate::cluster::listener::ServerLimits;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
@@ -170,6 +171,38 @@ pub struct ControllerArgs {
     /// What requests made on a tenant's behalf (notify webhooks) may reach.
     #[command(flatten)]
     pub outbound: OutboundArgs,
+    /// What every server tolerates from its clients.
+    #[command(flatten)]
+    pub server_limits: ServerLimitArgs,
+}
+
+/// The limits of the controller's servers (`/metrics` and grants, the webhook, the data API,
+/// the gateway).
+#[derive(Debug, clap::Args)]
+pub struct ServerLimitArgs {
+    /// Seconds a client may take to send a request's head, or to start its next request on a
+    /// kept-alive connection; slower connections are closed.
+    #[arg(long, env = "ERRAND_HEADER_READ_TIMEOUT_SECONDS", default_value_t = ServerLimits::DEFAULT.header_read_timeout.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout_seconds: u64,
+    /// Seconds a TLS handshake may take.
+    #[arg(long, env = "ERRAND_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = ServerLimits::DEFAULT.handshake_timeout.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tls_handshake_timeout_seconds: u64,
+    /// Connections each server serves at once; more get 503 with Retry-After.
+    #[arg(long, env = "ERRAND_MAX_CONNECTIONS", default_value_t = ServerLimits::DEFAULT.max_connections as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+}
+
+impl ServerLimitArgs {
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_seconds),
+            handshake_timeout: std::time::Duration::from_secs(self.tls_handshake_timeout_seconds),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// The outbound policy's flags: the cluster's ranges, and the operator's deny and allow lists
@@ -379,6 +412,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
             )
         }),
         instance: identity,
+        server_limits: args.server_limits.limits(),
     };
     run(client, options, stop_signal())
         .await

@@ -15,6 +15,7 @@ pub mod route;
 pub mod server;
 pub mod sessions;
 
+use crate::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -45,12 +46,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts serving the gateway on `listener` and `tasks`: over TLS with `acceptor` when given,
 /// routing by the `deployments` and `slices` caches, sessions in `store`.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     client: Client,
     deployments: Cache<AgentDeployment>,
     slices: Cache<EndpointSlice>,
     store: Store,
     listener: TcpListener,
+    limits: ServerLimits,
     acceptor: Option<TlsAcceptor>,
     tasks: &mut JoinSet<()>,
 ) {
@@ -64,7 +67,7 @@ pub fn start(
         client: agent_client(),
         next: AtomicUsize::new(0),
     });
-    tasks.spawn(server::serve(listener, acceptor, gateway));
+    tasks.spawn(server::serve(listener, acceptor, limits, gateway));
 }
 
 /// A plain HTTP client for agent servers, as the gateway passes requests on with: to the

@@ -1,5 +1,6 @@
 //! The gateway's HTTP(S) endpoint: authorizes each request, picks a ready pod of the deployment it names and passes the request on, streaming the answer back; chat turns go through the session store.
 
+use crate::cluster::listener::{self, ServerLimits};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,16 +11,13 @@ use futures::TryStreamExt;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store as Cache;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tracing::debug;
 
 use super::auth::Authorizer;
 use super::pick;
@@ -378,47 +376,20 @@ async fn read_bounded(upstream: reqwest::Response, max: usize) -> Result<Vec<u8>
     Ok(bytes)
 }
 
-/// Serves the gateway on `listener` (with TLS when `acceptor` is given) until the task is
-/// dropped.
-pub async fn serve(listener: TcpListener, acceptor: Option<TlsAcceptor>, gateway: Arc<Gateway>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                debug!("accepting a gateway connection: {e}");
-                continue;
-            }
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            debug!(%peer, "setting TCP_NODELAY: {e}");
-        }
-        let (acceptor, gateway) = (acceptor.clone(), Arc::clone(&gateway));
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let gateway = Arc::clone(&gateway);
-                async move { Ok::<_, Infallible>(gateway.answer(request).await) }
-            });
-            let served = match acceptor {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(stream) => {
-                        http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await
-                    }
-                    Err(e) => {
-                        debug!(%peer, "TLS handshake: {e}");
-                        return;
-                    }
-                },
-                None => {
-                    http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                }
-            };
-            if let Err(e) = served {
-                debug!(%peer, "serving a gateway connection: {e}");
-            }
-        });
-    }
+/// Serves the gateway on `listener` (with TLS when `acceptor` is given) within `limits` until
+/// the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    limits: ServerLimits,
+    gateway: Arc<Gateway>,
+) {
+    listener::serve(listener, acceptor, limits, "gateway", move |_| {
+        let gateway = Arc::clone(&gateway);
+        service_fn(move |request: Request<Incoming>| {
+            let gateway = Arc::clone(&gateway);
+            async move { Ok::<_, Infallible>(gateway.answer(request).await) }
+        })
+    })
+    .await;
 }

@@ -71,6 +71,9 @@ pub struct ServeOptions {
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
     pub instance: String,
+    /// What every server (the HTTP endpoint, the webhook, the data API, the gateway)
+    /// tolerates from its clients.
+    pub server_limits: crate::cluster::listener::ServerLimits,
 }
 
 /// Why the process stopped.
@@ -226,7 +229,7 @@ pub async fn run(
                 grant_metrics,
             ))),
         };
-        tasks.spawn(http::serve(listener, probes));
+        tasks.spawn(http::serve(listener, options.server_limits, probes));
     }
     let certificate = if options.webhook.is_some() || options.data_api.is_some() {
         let certificates = options.certificates.ok_or(RunError::NoCertificate)?;
@@ -244,6 +247,7 @@ pub async fn run(
             Arc::clone(&metrics.admission),
             options.config.run_limits(options.signer.as_ref()),
             bind(webhook.listen).await?,
+            options.server_limits,
             Arc::clone(certificate),
             &mut tasks,
         )?;
@@ -259,6 +263,7 @@ pub async fn run(
             client.clone(),
             sources,
             bind(data_api.listen).await?,
+            options.server_limits,
             data_api.limits,
             data_api.links,
             Arc::clone(certificate),
@@ -293,6 +298,7 @@ pub async fn run(
             slices,
             options.results.clone(),
             bind(gateway.listen).await?,
+            options.server_limits,
             acceptor,
             &mut tasks,
         );

@@ -1,5 +1,6 @@
 //! The gateway's upstream over real sockets, without a cluster: an agent server that answers with a redirect (to a "metadata" listener on loopback) gets the caller a 502 that carries neither the target's body nor the `Location`, and the target is never called.
 
+use errand::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -106,7 +107,7 @@ async fn a_redirecting_agent_server_gets_the_caller_a_502_not_the_metadata() {
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let served = tokio::spawn(serve(listener, None, gateway));
+        let served = tokio::spawn(serve(listener, None, ServerLimits::DEFAULT, gateway));
         for path in ["invoke", "v1/chat/completions", "chat"] {
             let body = match path {
                 "invoke" => serde_json::json!({"input": "2+2"}),
