@@ -7,6 +7,7 @@
 //! the API calls pure; [`sessions`] keeps chat sessions in the object store; [`server`]
 //! passes requests on and streams answers back. Every replica serves it.
 
+pub mod answer_cache;
 pub mod auth;
 pub mod pick;
 pub mod refusal;
