@@ -124,6 +124,10 @@ pub struct ControllerArgs {
     /// with 413.
     #[arg(long, env = "ERRAND_MAX_UPLOAD_BYTES", default_value_t = DEFAULT_MAX_UPLOAD_BYTES)]
     pub max_upload_bytes: u64,
+    /// The largest result a pod may upload through this controller's blob endpoint (a
+    /// `file://` store), in bytes; a larger upload is refused with 413.
+    #[arg(long, env = "ERRAND_MAX_RESULT_BYTES", default_value_t = crate::serve::blobs::DEFAULT_MAX_PUT_BYTES)]
+    pub max_result_bytes: u64,
     /// Whether a data API download that asks (`?link=true`, as `errand results download`
     /// does) gets a link (a 5-minute presigned URL of the object) instead of the bytes, when the
     /// store presigns URLs clients can reach (s3://, gs://, az://); `false`: every download
@@ -413,6 +417,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         }),
         instance: identity,
         server_limits: args.server_limits.limits(),
+        max_result_bytes: args.max_result_bytes,
     };
     run(client, options, stop_signal())
         .await

@@ -74,6 +74,8 @@ pub struct ServeOptions {
     /// What every server (the HTTP endpoint, the webhook, the data API, the gateway)
     /// tolerates from its clients.
     pub server_limits: crate::cluster::listener::ServerLimits,
+    /// The largest result a pod may upload through the blob endpoint (`file://` stores).
+    pub max_result_bytes: u64,
 }
 
 /// Why the process stopped.
@@ -219,9 +221,12 @@ pub async fn run(
         let probes = http::Probes {
             ready: Arc::clone(&ready),
             metrics: Arc::new(move || metrics.render(&store.state())),
-            blobs: options
-                .serve_blobs
-                .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
+            blobs: options.serve_blobs.map(|signer| {
+                Arc::new(
+                    blobs::BlobEndpoint::new(options.results.clone(), signer)
+                        .with_max_put_bytes(options.max_result_bytes),
+                )
+            }),
             grants: Some(Arc::new(grants::GrantEndpoint::new(
                 client.clone(),
                 Arc::clone(&options.signer),

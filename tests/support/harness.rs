@@ -647,6 +647,7 @@ pub fn spawn_controller_with(
     config.errand_image_pull_policy = Some("Never".into());
     let options = ServeOptions {
         server_limits: errand::cluster::listener::ServerLimits::DEFAULT,
+        max_result_bytes: errand::serve::blobs::DEFAULT_MAX_PUT_BYTES,
         config,
         namespace: Some(namespace.to_owned()),
         results: store,
