@@ -15,6 +15,7 @@ mod pod_commands;
 mod runner_archive;
 mod runner_execute;
 mod runner_store;
+mod server_fuzz;
 mod server_limits;
 mod store_s3;
 mod unpack_fuzz;
