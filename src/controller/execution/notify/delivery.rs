@@ -36,6 +36,11 @@ pub enum Unanswered {
     Unreachable,
     /// The signing Secret or its key could not be read.
     SigningKeyUnreadable,
+    /// The `urlFrom` Secret or its key could not be read.
+    UrlUnreadable,
+    /// The URL (the spec's, or the `urlFrom` Secret's value) is not an absolute http(s) URL
+    /// without user information.
+    InvalidUrl,
 }
 
 impl Unanswered {
@@ -54,6 +59,12 @@ impl Unanswered {
             }
             Unanswered::SigningKeyUnreadable => "signing-key-unreadable: the signing Secret or \
                 its key could not be read"
+                .to_owned(),
+            Unanswered::UrlUnreadable => {
+                "url-unreadable: the urlFrom Secret or its key could not be read".to_owned()
+            }
+            Unanswered::InvalidUrl => "invalid-url: the URL (or the urlFrom Secret's value) is \
+                not an absolute http(s) URL without user information"
                 .to_owned(),
         }
     }
