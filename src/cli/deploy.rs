@@ -28,9 +28,20 @@ pub struct GatewayArgs {
     /// `https://localhost:9443`).
     #[arg(long, env = "ERRAND_GATEWAY", value_name = "URL")]
     pub gateway: Option<String>,
-    /// The bearer token to call it with (else the kubeconfig user's token).
+    /// The bearer token to call it with (else the kubeconfig user's token). On the command
+    /// line it is visible to every user of the machine (`ps`): prefer ERRAND_GATEWAY_TOKEN
+    /// or --gateway-token-file.
     #[arg(long, env = "ERRAND_GATEWAY_TOKEN", hide_env_values = true)]
     pub gateway_token: Option<String>,
+    /// A file holding the bearer token to call the gateway with (surrounding whitespace is
+    /// ignored), as `kubectl create token` writes it.
+    #[arg(
+        long,
+        env = "ERRAND_GATEWAY_TOKEN_FILE",
+        value_name = "FILE",
+        conflicts_with = "gateway_token"
+    )]
+    pub gateway_token_file: Option<PathBuf>,
     /// A PEM file with the CA that signed the gateway's serving certificate (else the
     /// system's roots).
     #[arg(long, env = "ERRAND_GATEWAY_CA", value_name = "FILE")]
@@ -43,6 +54,7 @@ impl GatewayArgs {
         GatewayEndpoint {
             url: self.gateway.clone(),
             token: self.gateway_token.clone(),
+            token_file: self.gateway_token_file.clone(),
             ca: self.gateway_ca.clone(),
         }
     }
