@@ -1,15 +1,19 @@
-//! `errand execute`: build a spec from `--spec`/`--spec-file` and flags, then run it.
+//! `errand execute`, `create`, `start` and `restart`: build a spec from `--spec`/`--spec-file` and flags, then run it, define it, or start what was defined.
 
 use std::path::{Path, PathBuf};
 
-use super::inputs::{add_env, piped_stdin, read_inputs};
-use super::output::OutputArgs;
+use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
 use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
+use crate::cli::answers::ExecutionView;
+use crate::cli::inputs::{add_env, piped_stdin, read_inputs};
+use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::show::{print_record, record_outcome};
+use crate::cli::staging::StagingArgs;
 use crate::local::{
     DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
 };
 use crate::ops::backend::undo_push;
-use crate::ops::backend::{Backend, PushedFileset};
+use crate::ops::backend::{Backend, PushedFileset, find};
 use crate::ops::execute::{CreateOptions, ExecutionRequest};
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
@@ -67,13 +71,13 @@ pub struct ExecuteArgs {
     #[arg(long)]
     pub inherit_env: bool,
     #[command(flatten)]
-    pub inputs: super::inputs::InputArgs,
+    pub inputs: crate::cli::inputs::InputArgs,
     #[command(flatten)]
     pub notify: super::notify::NotifyArgs,
     #[command(flatten)]
-    pub staging: super::staging::StagingArgs,
+    pub staging: StagingArgs,
     #[command(flatten)]
-    pub telemetry: super::telemetry::TelemetryArgs,
+    pub telemetry: crate::cli::telemetry::TelemetryArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -86,8 +90,118 @@ impl ExecuteArgs {
             otlp_endpoint: self.telemetry.otlp_endpoint.clone(),
             notify: self.notify.change(),
             staging: self.staging.settings(),
-            report_gc: self.output.format == super::output::Format::Human,
+            report_gc: self.output.format == Format::Human,
         }
+    }
+
+    /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
+    /// record with the response and excerpts of its output; `--until` observes it for a bounded
+    /// time instead, `--no-wait` not at all.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        let format = args.output.format;
+        let request = spec_from_args(args, backend).await?;
+        if request.spec.held {
+            request.abandon(backend).await;
+            return Err(Error::argument(
+                "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
+            ));
+        }
+        let options = args.options();
+        let record = request.create(backend, &options).await?;
+        if args.no_wait {
+            let record = backend.detach(&record, &options).await?;
+            print_ok(
+                format,
+                "execution",
+                &ExecutionView::of(record.clone()),
+                || {
+                    format!(
+                        "execution {} started in the background in namespace {}; follow it with `errand watch {}`",
+                        record.name, record.namespace, record.name
+                    )
+                },
+            );
+            return Ok(());
+        }
+        if let Some(until) = args.until {
+            let record = backend.detach(&record, &options).await?;
+            let (record, observation) =
+                observe(backend, record, until, DEFAULT_POLL_SECONDS).await?;
+            return answer_observed(backend, record, observation, &args.excerpt, args.output).await;
+        }
+        // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
+        let record = backend
+            .run(&record, &options, format == Format::Human)
+            .await?;
+        let view = with_excerpts(backend, record, &args.excerpt).await?;
+        record_outcome(format, &view, || print_record(&view.record))
+    }
+
+    /// `errand create`: defines an execution as `execute` would, without starting it (phase
+    /// `Created`).
+    pub async fn create(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        if args.no_wait || args.until.is_some() || args.forever {
+            return Err(Error::argument(
+                "--no-wait, --until and --forever: create starts nothing to wait for; `errand start NAME` starts it",
+            ));
+        }
+        let mut request = spec_from_args(args, backend).await?;
+        request.spec.held = true;
+        let record = request.create(backend, &args.options()).await?;
+        print_ok(
+            args.output.format,
+            "execution",
+            &ExecutionView::of(record.clone()),
+            || {
+                format!(
+                    "execution {} created in namespace {}; start it with `errand start {}`",
+                    record.name, record.namespace, record.name
+                )
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Flags of `errand start` and `errand restart`.
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    /// Execution name or unambiguous prefix.
+    pub name: String,
+    #[command(flatten)]
+    pub staging: StagingArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl StartArgs {
+    /// `errand start NAME`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        self.start(backend, false).await
+    }
+
+    /// `errand restart NAME`.
+    pub async fn restart(&self, backend: &dyn Backend) -> Result<(), Error> {
+        self.start(backend, true).await
+    }
+
+    /// `errand start NAME` and `errand restart NAME`: the execution as it stands once its run was
+    /// handed on (it runs without this process).
+    async fn start(&self, backend: &dyn Backend, restart: bool) -> Result<(), Error> {
+        let (name, staging, output) = (&self.name, &self.staging, self.output);
+        let record = find(backend, name).await?;
+        let record = if restart {
+            backend.restart(&record, &staging.settings()).await?
+        } else {
+            backend.start(&record, &staging.settings()).await?
+        };
+        let view = with_sizes(backend, record).await?;
+        print_ok(output.format, "execution", &view, || {
+            print_record(&view.record)
+        });
+        Ok(())
     }
 }
 

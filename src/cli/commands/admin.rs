@@ -2,8 +2,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::output::{OutputArgs, human_size, print_ok};
-use super::target::Target;
+use crate::cli::output::{OutputArgs, human_size, print_ok};
+use crate::cli::target::Target;
 use crate::local::references::{ReferencesError, references};
 use crate::ops::local::Local;
 use crate::ops::{Error, ErrorCode};
@@ -43,10 +43,13 @@ impl AdminAction {
     }
 }
 
-/// Runs an admin command against the local backend or the cluster.
-pub async fn admin(target: &Target, action: &AdminAction) -> Result<(), Error> {
-    match action {
-        AdminAction::SweepStore(args) => sweep(target, args).await,
+impl AdminAction {
+    /// Runs an admin command against the local backend or the cluster.
+    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
+        let action = self;
+        match action {
+            AdminAction::SweepStore(args) => sweep(target, args).await,
+        }
     }
 }
 
