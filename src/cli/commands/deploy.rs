@@ -1,24 +1,22 @@
-//! The deployment commands (`deploy`, `undeploy`, `redeploy`, `deployments list|get|wait`, `logs`, `invoke`, `chat`, `sessions list`), written once over [`Deployments`].
+//! The deployment commands (`deploy`, `undeploy`, `redeploy`, `deployments list|get|wait`, `logs`, `invoke`, `chat`, `sessions list`), written once over [`Deployments`](crate::ops::backend::Deployments).
 //!
 //! A backend without deployments refuses each of them naming the command
 //! ([`Backend::deployments`]); the gateway's requests go over HTTP with a bearer token
 //! (`ops/gateway_client.rs`).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::objects::agent_from_config;
-use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::api::{AgentDeployment, DeploymentPhase};
 use crate::cli::output::{OutputArgs, print_ok};
-use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+use crate::local::{manifest_documents, read_manifest_file};
 use crate::ops::GatewayEndpoint;
-use crate::ops::backend::{Backend, Deployments, Document};
+use crate::ops::backend::{Backend, Document};
+use crate::ops::deploy::{remove_replaced, roll_out, serving, settled};
 use crate::ops::{Error, ErrorCode};
 
 /// Where the gateway is and who calls it.
@@ -47,9 +45,6 @@ impl GatewayArgs {
         }
     }
 }
-
-/// How often waiting commands look at a deployment again.
-const POLL: Duration = Duration::from_millis(500);
 
 /// `errand deploy NAME --agent AGENT`.
 #[derive(Debug, clap::Args)]
@@ -449,27 +444,6 @@ fn failed(view: &DeploymentView) -> Error {
     }
 }
 
-/// Waits until deployment `name` is Ready or Failed for its current spec.
-async fn settled(deployments: &dyn Deployments, name: &str) -> Result<AgentDeployment, Error> {
-    loop {
-        let deployment = deployments.deployment(name).await?;
-        if settled_phase(&deployment).is_some() {
-            return Ok(deployment);
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Ready or Failed, as observed for the deployment's current generation.
-fn settled_phase(deployment: &AgentDeployment) -> Option<DeploymentPhase> {
-    let status = deployment.status.as_ref()?;
-    let current = status.observed_generation.is_some()
-        && status.observed_generation == deployment.metadata.generation;
-    status
-        .phase
-        .filter(|p| current && matches!(p, DeploymentPhase::Ready | DeploymentPhase::Failed))
-}
-
 /// `errand undeploy NAME` or `errand undeploy --agent AGENT` (every deployment serving it):
 /// removes each with its children and waits until they are gone.
 async fn undeploy(
@@ -511,15 +485,6 @@ async fn undeploy(
     Ok(())
 }
 
-/// The deployments whose spec names Agent `agent`.
-fn serving(deployments: &[AgentDeployment], agent: &str) -> Vec<String> {
-    deployments
-        .iter()
-        .filter(|d| d.spec.agent_ref.as_ref().is_some_and(|r| r.name == agent))
-        .filter_map(|d| d.metadata.name.clone())
-        .collect()
-}
-
 /// `errand redeploy NAME --agent-config FILE`.
 #[derive(Debug, clap::Args)]
 pub struct RedeployArgs {
@@ -550,54 +515,15 @@ impl RedeployArgs {
         let args = self;
         let deployments = backend.deployments();
         let deployment = deployments.deployment(&args.name).await?;
-        let mut document = new_agent(args)?;
-        let agent = new_agent_name(&args.name, &document.object["spec"]);
-        document.object["metadata"]["name"] = json!(agent);
-        let current = deployment.spec.agent_ref.as_ref().map(|r| r.name.clone());
-        let replaced = deployment
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(REPLACED_AGENT_ANNOTATION))
-            .cloned()
-            .or_else(|| current.clone().filter(|c| *c != agent));
-        if current.as_deref() != Some(agent.as_str()) {
-            let existed = backend
-                .objects(ObjectKind::Agent)
-                .await?
-                .iter()
-                .any(|o| o["metadata"]["name"] == agent.as_str());
-            backend.apply(std::slice::from_ref(&document)).await?;
-            let from = replaced.as_deref().unwrap_or_default();
-            if let Err(refused) = deployments
-                .point_at_agent(&args.name, &agent, from, true)
-                .await
-            {
-                if !existed {
-                    backend.delete_object(ObjectKind::Agent, &agent).await?;
-                }
-                return Err(refused);
-            }
-            deployments
-                .point_at_agent(&args.name, &agent, from, false)
-                .await?;
-        }
+        let (agent, replaced) =
+            roll_out(backend, &args.name, &deployment, new_agent(args)?).await?;
         let rolled = settled(deployments, &args.name).await?;
         let view = DeploymentView::of(&rolled);
         if view.phase == Some(DeploymentPhase::Failed) {
             return Err(failed(&view));
         }
-        let mut replaced_removed = false;
-        if let Some(old) = replaced.as_deref().filter(|old| *old != agent) {
-            if serving(&deployments.deployments().await?, old).is_empty() {
-                match backend.delete_object(ObjectKind::Agent, old).await {
-                    Ok(()) => replaced_removed = true,
-                    Err(e) if e.code == ErrorCode::NotFound => replaced_removed = true,
-                    Err(e) => return Err(e),
-                }
-            }
-            deployments.forget_replaced_agent(&args.name).await?;
-        }
+        let replaced_removed =
+            remove_replaced(backend, &args.name, &agent, replaced.as_deref()).await?;
         let answer = Redeployed {
             deployment: view,
             agent,
@@ -645,14 +571,6 @@ fn new_agent(args: &RedeployArgs) -> Result<Document, Error> {
             format!("{source}: redeploy takes exactly one document, an Agent"),
         )),
     }
-}
-
-/// `<deployment>-<8 hex of the spec's sha256>`: the same config always gets the same name, so
-/// a re-run finds the Agent it created.
-fn new_agent_name(deployment: &str, spec: &serde_json::Value) -> String {
-    let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
-    let base: String = deployment.chars().take(54).collect();
-    format!("{}-{}", base.trim_end_matches('-'), &digest[..8])
 }
 
 /// `errand invoke DEPLOYMENT|--agent AGENT --input TEXT`.
@@ -718,44 +636,4 @@ async fn sessions(
         )
     });
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn deployment(
-        generation: i64,
-        observed: Option<i64>,
-        phase: DeploymentPhase,
-    ) -> AgentDeployment {
-        serde_json::from_value(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
-            "metadata": {"name": "calc", "generation": generation},
-            "spec": {"agentRef": {"name": "calculator"}},
-            "status": {"phase": phase, "observedGeneration": observed},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_deployment_settles_only_on_ready_or_failed_of_its_current_spec() {
-        use DeploymentPhase::*;
-        assert_eq!(settled_phase(&deployment(2, Some(2), Ready)), Some(Ready));
-        assert_eq!(settled_phase(&deployment(2, Some(2), Failed)), Some(Failed));
-        assert_eq!(settled_phase(&deployment(2, Some(2), Starting)), None);
-        // Ready for the previous spec: a redeploy has not been seen yet.
-        assert_eq!(settled_phase(&deployment(2, Some(1), Ready)), None);
-        assert_eq!(settled_phase(&deployment(1, None, Ready)), None);
-    }
-
-    #[test]
-    fn a_redeployed_agent_is_named_by_its_config_and_fits_a_label() {
-        let a = new_agent_name("calc", &json!({"config": {"name": "a"}}));
-        assert_eq!(a, new_agent_name("calc", &json!({"config": {"name": "a"}})));
-        assert_ne!(a, new_agent_name("calc", &json!({"config": {"name": "b"}})));
-        assert!(a.starts_with("calc-") && a.len() == 13, "{a}");
-        let long = new_agent_name(&"x".repeat(56), &json!({}));
-        assert!(long.len() <= 63, "{long}");
-    }
 }

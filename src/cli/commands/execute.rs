@@ -1,22 +1,18 @@
 //! `errand execute`, `create`, `start` and `restart`: build a spec from `--spec`/`--spec-file` and flags, then run it, define it, or start what was defined.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
-use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
+use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::cli::answers::ExecutionView;
-use crate::cli::inputs::{add_env, piped_stdin, read_inputs};
+use crate::cli::inputs::{piped_stdin, read_inputs};
 use crate::cli::output::{Format, OutputArgs, print_ok};
 use crate::cli::show::{print_record, record_outcome};
 use crate::cli::staging::StagingArgs;
-use crate::local::{
-    DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
-};
-use crate::ops::backend::undo_push;
-use crate::ops::backend::{Backend, PushedFileset, find};
+use crate::ops::Error;
+use crate::ops::backend::{Backend, find};
 use crate::ops::execute::{CreateOptions, ExecutionRequest};
-use crate::ops::{Error, ErrorCode};
-use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
+use crate::ops::request::{SpecFlags, request};
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
 #[derive(Debug, clap::Args)]
@@ -94,13 +90,35 @@ impl ExecuteArgs {
         }
     }
 
+    /// What the flags say of the spec.
+    fn spec_flags(&self) -> SpecFlags {
+        SpecFlags {
+            agent: self.agent.clone(),
+            input: self.input.clone(),
+            environment: self.environment.clone(),
+            base_workdir: self.base_workdir.clone(),
+            timeout_seconds: self.timeout_seconds,
+            auto_telemetry: self.auto_telemetry,
+            spec: self.spec.clone(),
+            spec_file: self.spec_file.clone(),
+            name: self.name.clone(),
+            notify: self.notify.change(),
+        }
+    }
+
+    /// The request the flags and the input flags make (standard input read first).
+    async fn request(&self, backend: &dyn Backend) -> Result<ExecutionRequest, Error> {
+        let inputs = read_inputs(&self.inputs, piped_stdin)?;
+        request(&self.spec_flags(), inputs, backend).await
+    }
+
     /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
     /// record with the response and excerpts of its output; `--until` observes it for a bounded
     /// time instead, `--no-wait` not at all.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
         let args = self;
         let format = args.output.format;
-        let request = spec_from_args(args, backend).await?;
+        let request = args.request(backend).await?;
         if request.spec.held {
             request.abandon(backend).await;
             return Err(Error::argument(
@@ -147,7 +165,7 @@ impl ExecuteArgs {
                 "--no-wait, --until and --forever: create starts nothing to wait for; `errand start NAME` starts it",
             ));
         }
-        let mut request = spec_from_args(args, backend).await?;
+        let mut request = args.request(backend).await?;
         request.spec.held = true;
         let record = request.create(backend, &args.options()).await?;
         print_ok(
@@ -203,195 +221,4 @@ impl StartArgs {
         });
         Ok(())
     }
-}
-
-/// The spec and name from `--spec`/`--spec-file`: an AgentExecution, or a bare spec in either
-/// shape (the CRD's camelCase spec or the NeMo job spec) for `namespace`. Either is checked
-/// against the AgentExecution schema (types, unknown fields, bounds), each problem naming its
-/// field; the CEL rules hold for the spec the flags complete, when it is created.
-fn base_spec(
-    args: &ExecuteArgs,
-    namespace: &str,
-) -> Result<(AgentExecutionSpec, Option<String>), Error> {
-    let (text, source) = match (&args.spec, &args.spec_file) {
-        (Some(json), _) => (json.clone(), "--spec".to_owned()),
-        (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
-        (None, None) => return Ok((AgentExecutionSpec::default(), None)),
-    };
-    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-        Error::new(
-            ErrorCode::InvalidManifest,
-            format!("{source}: not valid YAML or JSON: {e}"),
-        )
-    })?;
-    if value.get("kind").is_some() {
-        return match parse_document(value) {
-            Ok(ManifestObject::Execution(execution)) => {
-                Ok((execution.spec, execution.metadata.name))
-            }
-            Ok(_) => Err(Error::new(
-                ErrorCode::InvalidManifest,
-                format!("{source}: expected an AgentExecution"),
-            )),
-            Err(DocumentError::Invalid { kind, problems, .. }) if kind == "AgentExecution" => {
-                Err(InvalidSpec { problems }.into())
-            }
-            Err(error) => Err(Error::new(
-                ErrorCode::InvalidManifest,
-                format!("{source}: {error}"),
-            )),
-        };
-    }
-    Ok((parse_spec(value, namespace)?, None))
-}
-
-/// A manifest file's text, refused when it is larger than the API server would take.
-fn read_text(path: &Path, flag: &str) -> Result<String, Error> {
-    read_manifest_file(path).map_err(|e| Error::manifest_file(flag, e))
-}
-
-/// Whether a flag value names a manifest file rather than an object.
-fn is_manifest_file(value: &str) -> bool {
-    let path = Path::new(value);
-    path.is_file()
-        && matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        )
-}
-
-/// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is not a
-/// manifest file but an object name.
-fn manifest_file_object<T>(
-    value: &str,
-    flag: &str,
-    what: &str,
-    pick: impl FnOnce(ManifestObject) -> Option<T>,
-) -> Result<Option<T>, Error> {
-    if !is_manifest_file(value) {
-        return Ok(None);
-    }
-    let text = read_text(Path::new(value), flag)?;
-    let mut objects = parse_manifests(&text, value)?;
-    if objects.len() != 1 {
-        return Err(Error::new(
-            ErrorCode::InvalidManifest,
-            format!(
-                "{flag} {value}: expected exactly one object, found {}",
-                objects.len()
-            ),
-        ));
-    }
-    pick(objects.remove(0))
-        .map(Some)
-        .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {what}")))
-}
-
-/// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied.
-/// A directory given as the base workdir is pushed to `backend` as a Fileset.
-pub async fn spec_from_args(
-    args: &ExecuteArgs,
-    backend: &dyn Backend,
-) -> Result<ExecutionRequest, Error> {
-    let namespace = backend.namespace();
-    let inputs = read_inputs(&args.inputs, piped_stdin)?;
-    let (mut spec, name) = base_spec(args, namespace)?;
-    let pushed = apply_flags(backend, args, namespace, &mut spec).await?;
-    if let Err(error) = add_env(backend, &mut spec, &inputs.env).await {
-        undo_push(backend, pushed.as_ref()).await;
-        return Err(error);
-    }
-    Ok(ExecutionRequest {
-        spec,
-        name: args.name.clone().or(name),
-        pushed,
-        inputs,
-    })
-}
-
-/// Applies the flags on top of the spec; returns the Fileset it pushed, if any.
-async fn apply_flags(
-    backend: &dyn Backend,
-    args: &ExecuteArgs,
-    namespace: &str,
-    spec: &mut AgentExecutionSpec,
-) -> Result<Option<PushedFileset>, Error> {
-    let in_namespace = |reference: &str, flag: &str| {
-        workspace_name(reference, flag, namespace).map_err(|p| InvalidSpec { problems: vec![p] })
-    };
-    let mut pushed = None;
-    if let Some(agent) = &args.agent {
-        let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
-            ManifestObject::Agent(agent) => Some(agent.spec),
-            _ => None,
-        })?;
-        spec.agent_ref = match inline {
-            Some(_) => None,
-            None => Some(Reference::named(in_namespace(agent, "--agent")?)),
-        };
-        spec.agent = inline;
-    }
-    if let Some(environment) = &args.environment {
-        let inline = manifest_file_object(
-            environment,
-            "--environment",
-            "an AgentEnvironment",
-            |m| match m {
-                ManifestObject::Environment(environment) => Some(environment.spec),
-                _ => None,
-            },
-        )?;
-        spec.environment_ref = match inline {
-            Some(_) => None,
-            None => Some(Reference::named(in_namespace(
-                environment,
-                "--environment",
-            )?)),
-        };
-        spec.environment = inline;
-    }
-    if let Some(base) = &args.base_workdir {
-        refuse_missing_directory(base)?;
-        let base = if Path::new(base).is_dir() {
-            let entry = backend.push_fileset(None, Path::new(base)).await?;
-            let name = entry.name.clone();
-            pushed = Some(entry);
-            name
-        } else {
-            base.clone()
-        };
-        spec.workdir.get_or_insert_with(Workdir::default).base = Some(base);
-    }
-    if let Some(input) = &args.input {
-        spec.input = input.clone();
-    }
-    if let Some(seconds) = args.timeout_seconds {
-        spec.timeout_seconds = seconds;
-    }
-    if args.auto_telemetry {
-        spec.auto_telemetry = true;
-    }
-    if let Some(notify) = args.notify.change().webhook()? {
-        spec.notify = Some(notify);
-    }
-    Ok(pushed)
-}
-
-/// Refuses a `--workdir.base-workdir` that reads as a path (`/…`, `./…`, `../…`, `~…`) but
-/// names no directory, which would otherwise be taken for a `namespace/fileset` reference.
-fn refuse_missing_directory(base: &str) -> Result<(), Error> {
-    let looks_like_path = ["/", "./", "../", "~"].iter().any(|p| base.starts_with(p))
-        || base.split('#').next().unwrap_or(base).matches('/').count() > 1;
-    let path = Path::new(base);
-    if path.is_dir() || !(looks_like_path || path.exists()) {
-        return Ok(());
-    }
-    let what = if path.exists() {
-        "is not a directory"
-    } else {
-        "does not exist"
-    };
-    Err(Error::argument(format!(
-        "--workdir.base-workdir {base}: the directory {what} (give a directory to push, or a Fileset as NAME[#PATH/])"
-    )))
 }
