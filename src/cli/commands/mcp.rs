@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::target::Target;
+use crate::cli::target::Target;
 use crate::ops::{Error, ErrorCode};
 
 /// The default `--max-wait`: below the 60 s many MCP hosts allow a tool call.
@@ -258,7 +258,7 @@ fn target_args(target: &Target) -> Vec<String> {
 /// An error the server itself refuses a call with, in the command line's error answer.
 fn error_answer(error: &Error) -> Value {
     serde_json::json!({
-        "schema_version": super::output::SCHEMA_VERSION, "ok": false, "type": "error",
+        "schema_version": crate::cli::output::SCHEMA_VERSION, "ok": false, "type": "error",
         "error": {"code": error.code, "message": error.message},
     })
 }
@@ -398,15 +398,18 @@ impl ServerHandler for ErrandMcp {
     }
 }
 
-/// `errand mcp`: serves the tools on stdin/stdout until the client closes them.
-pub async fn serve(target: &Target, args: &McpArgs) -> Result<(), Error> {
-    let failed = |e: String| Error::new(ErrorCode::McpError, e);
-    let server = ErrandMcp::new(target, args.max_wait)
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    server.waiting().await.map_err(|e| failed(e.to_string()))?;
-    Ok(())
+impl McpArgs {
+    /// `errand mcp`: serves the tools on stdin/stdout until the client closes them.
+    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
+        let args = self;
+        let failed = |e: String| Error::new(ErrorCode::McpError, e);
+        let server = ErrandMcp::new(target, args.max_wait)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        server.waiting().await.map_err(|e| failed(e.to_string()))?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub struct ControllerArgs {
     pub staging_budget_seconds: i64,
     /// What staging may extract in each pod.
     #[command(flatten)]
-    pub extract: super::staging::ExtractArgs,
+    pub extract: crate::cli::staging::ExtractArgs,
     /// Seconds a cancelled pod gets to save its partial results.
     #[arg(long, default_value_t = 120)]
     pub termination_grace_seconds: i64,
@@ -163,7 +163,7 @@ pub struct ControllerArgs {
     /// The OpenTelemetry collector executions with `autoTelemetry: true` send their traces to
     /// (the runner's spans and the agent's own); without it such executions are refused.
     #[command(flatten)]
-    pub telemetry: super::telemetry::TelemetryArgs,
+    pub telemetry: crate::cli::telemetry::TelemetryArgs,
     /// Also export a `reconcile` span (service `errand-controller`) for each reconcile of an
     /// execution with `autoTelemetry: true` into that execution's trace, to --otlp-endpoint.
     #[arg(
