@@ -10,6 +10,7 @@ pub mod dataapi;
 pub mod gateway;
 pub mod local;
 pub mod ops;
+pub mod outbound;
 pub mod resolve;
 pub mod retention;
 pub mod runner;

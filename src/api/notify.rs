@@ -64,14 +64,24 @@ pub struct NotifySpec {
 
 /// A webhook the controller delivers the run's end to: a CloudEvents 1.0 structured-mode JSON
 /// POST, signed with HMAC-SHA256 in `X-Errand-Signature: sha256=<hex>`, retried with backoff.
+/// Exactly one of `url` or `urlFrom`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.url) ? 1 : 0) + (has(self.urlFrom) ? 1 : 0) == 1").message("exactly one of url or urlFrom must be set"))]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookSink {
     /// The `https://` (or `http://`) URL to POST to, at most 2048 bytes, without user
-    /// information (credentials belong in the signing Secret, not in the spec).
+    /// information (credentials belong in the signing Secret, not in the spec). Only
+    /// addresses the operator's outbound policy allows are reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_WEBHOOK_URL_BYTES))]
     #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('http://')").message("url must start with https:// or http://"))]
-    pub url: String,
+    pub url: Option<String>,
+    /// The Secret key (in this namespace) whose value is the URL, for a URL that carries a
+    /// token in its path or query (as chat services' incoming webhooks do). The controller
+    /// reads it when it delivers; the value never appears in the execution, its status, events
+    /// or the controller's log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_from: Option<SecretKeyRef>,
     /// The Secret key (in this namespace) whose value signs each delivery. The controller
     /// reads it when it delivers; it is never copied into the execution, its snapshot or status.
     pub signing_secret_ref: SecretKeyRef,

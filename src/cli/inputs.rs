@@ -5,9 +5,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::api::tags::check_tags;
-use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec};
-use crate::local::ObjectKind;
-use crate::ops::backend::Backend;
 use crate::ops::execute::RunInputs;
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::env_name;
@@ -102,49 +99,6 @@ pub fn read_inputs(
         masked,
         tags,
     })
-}
-
-/// Sets the `--env` variables in the execution's environment, over the environment's own: in
-/// its inline environment, or, when it names an AgentEnvironment, in a copy of that one made
-/// inline (the execution's snapshot holds the merged values either way).
-pub async fn add_env(
-    backend: &dyn Backend,
-    spec: &mut AgentExecutionSpec,
-    env: &BTreeMap<String, String>,
-) -> Result<(), Error> {
-    if env.is_empty() {
-        return Ok(());
-    }
-    if let Some(reference) = spec.environment_ref.take() {
-        let objects = backend.objects(ObjectKind::Environment).await?;
-        let object = objects
-            .iter()
-            .find(|o| o["metadata"]["name"] == reference.name.as_str())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorCode::NotFound,
-                    format!(
-                        "--environment {}: no AgentEnvironment of that name in namespace {:?} to add --env to",
-                        reference.name,
-                        backend.namespace()
-                    ),
-                )
-            })?;
-        let named: AgentEnvironmentSpec =
-            serde_json::from_value(object["spec"].clone()).map_err(|e| {
-                Error::new(
-                    ErrorCode::InvalidManifest,
-                    format!("AgentEnvironment {}: {e}", reference.name),
-                )
-            })?;
-        spec.environment = Some(named);
-    }
-    spec.environment
-        .get_or_insert_with(AgentEnvironmentSpec::default)
-        .overlay
-        .env
-        .extend(env.clone());
-    Ok(())
 }
 
 /// This process's standard input when it is a pipe, a socket or a file: what a caller pipes in.

@@ -1,38 +1,28 @@
 //! The `errand` command line: argument parsing and dispatch to the commands.
 
-mod admin;
 mod answers;
 mod commands;
-mod control;
-mod controller;
-mod deploy;
-mod execute;
-mod gc;
-mod housekeeping;
 mod inputs;
-mod listing;
-mod mcp;
-mod notify;
-mod observe;
 mod output;
-mod pod;
-mod rerun;
-mod schema;
 mod show;
 mod staging;
 mod target;
 mod telemetry;
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
 use crate::local::ObjectKind;
 use crate::ops::{Error, ErrorCode};
-use commands::CatalogAction;
-use execute::ExecuteArgs;
+use commands::execute::{ExecuteArgs, StartArgs};
+use commands::{
+    admin, control, controller, deploy, filesets, gc, housekeeping, listing, mcp, notify, objects,
+    observe, pod, rerun, results, schema,
+};
 pub use output::{EXIT_BROKEN_PIPE, Format, OutputArgs, SCHEMA_VERSION};
+#[cfg(test)]
+use results::ResultsAction;
 use target::Target;
 
 /// Run an AI agent once, to completion, and keep everything it produced.
@@ -53,61 +43,25 @@ pub enum Command {
     /// Run an agent once, to completion; waits and prints its record unless `--no-wait`.
     Execute(Box<ExecuteArgs>),
     /// Follow an execution's output until it ends, then print its record.
-    Watch {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        excerpt: observe::ExcerptArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Watch(observe::WatchArgs),
     /// Look at an execution until it ends or `--until` seconds pass (it goes on either way);
     /// print it with excerpts of its output.
     Wait(Box<observe::WaitArgs>),
     /// Print an execution's record.
-    Status {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Status(observe::StatusArgs),
     /// Print the last lines of an execution's stdout (or stderr).
-    Tail {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        /// How many lines (`-n` is the namespace, as in kubectl).
-        #[arg(long = "tail", visible_alias = "lines", default_value_t = 20)]
-        lines: usize,
-        /// Show stderr instead of stdout (local runs only: a pod's log holds both).
-        #[arg(long)]
-        stderr: bool,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Tail(observe::TailArgs),
     /// List or download an execution's results.
     Results {
         #[command(subcommand)]
-        action: ResultsAction,
+        action: results::ResultsAction,
     },
     /// Stop a running execution; its partial results are saved.
-    Cancel {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Cancel(control::CancelArgs),
     /// Delete an execution with its record and results (stopping it first if it runs), or with
     /// `--all` every finished one.
     #[command(visible_alias = "rm")]
-    Delete {
-        /// Execution name or unambiguous prefix.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        name: Option<String>,
-        #[command(flatten)]
-        all: housekeeping::DeleteAllArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Delete(housekeeping::DeleteArgs),
     /// Stop a running execution (`--signal TERM`, the default: a cancel), stop it without the
     /// grace period (`KILL`), or locally send its agent's process group any other signal.
     Kill(Box<control::KillArgs>),
@@ -120,24 +74,10 @@ pub enum Command {
     /// Define an execution without starting it (phase `Created`); takes `execute`'s flags.
     Create(Box<ExecuteArgs>),
     /// Start an execution `create` defined.
-    Start {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        staging: staging::StagingArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Start(Box<StartArgs>),
     /// Run a finished local execution again in place, from the same snapshot, once its old
     /// processes are gone (a running one is cancelled first). On a cluster use `rerun`.
-    Restart {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        staging: staging::StagingArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Restart(Box<StartArgs>),
     /// List executions, filtered by phase and tags.
     List(Box<listing::ListArgs>),
     /// List the executions that have not ended (pending, queued, starting, running).
@@ -145,12 +85,12 @@ pub enum Command {
     /// Change where a running local execution's notifications go.
     Notify {
         #[command(subcommand)]
-        action: NotifyAction,
+        action: notify::NotifyAction,
     },
     /// Change an execution's tags.
     Tag {
         #[command(subcommand)]
-        action: TagAction,
+        action: listing::TagAction,
     },
     /// Run an execution again from its snapshot: the same config, environment, workdir digests
     /// and input, and on a cluster the image digest it ran; the new execution records which
@@ -164,60 +104,25 @@ pub enum Command {
         action: admin::AdminAction,
     },
     /// Store Agents, AgentEnvironments, AgentRuntimes, AgentExtensions, Filesets and Secrets from manifest files.
-    Apply {
-        /// Manifest files (YAML or JSON, several documents each).
-        #[arg(short = 'f', long = "filename", required = true)]
-        files: Vec<PathBuf>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Apply(objects::ApplyArgs),
     /// List, create (from a bare agent config) or delete Agents.
-    Agents {
-        #[command(subcommand)]
-        action: Option<CatalogAction>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Agents(objects::CatalogArgs),
     /// List or delete AgentEnvironments.
-    Environments {
-        #[command(subcommand)]
-        action: Option<CatalogAction>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Environments(objects::CatalogArgs),
     /// List or delete AgentRuntimes (cluster-scoped: how each harness kind runs).
-    Runtimes {
-        #[command(subcommand)]
-        action: Option<CatalogAction>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Runtimes(objects::CatalogArgs),
     /// List or delete AgentExtensions (cluster-scoped: the trusted steps after an agent run).
-    Extensions {
-        #[command(subcommand)]
-        action: Option<CatalogAction>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Extensions(objects::CatalogArgs),
     /// Push, list or delete Filesets.
     Filesets {
         #[command(subcommand)]
-        action: FilesetsAction,
+        action: filesets::FilesetsAction,
     },
     /// Serve an Agent as an AgentDeployment; waits until it is Ready (or Failed: non-zero)
     /// unless `--no-wait`.
     Deploy(Box<deploy::DeployArgs>),
     /// Remove a deployment with its children, or with `--agent` every deployment of an Agent.
-    Undeploy {
-        /// The deployment.
-        #[arg(required_unless_present = "agent", conflicts_with = "agent")]
-        name: Option<String>,
-        /// Remove every deployment that serves this Agent.
-        #[arg(long)]
-        agent: Option<String>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Undeploy(deploy::UndeployArgs),
     /// Replace a deployment's agent: the new config is checked first (an invalid one changes
     /// nothing), then rolled out; the replaced Agent goes once nothing references it.
     Redeploy(Box<deploy::RedeployArgs>),
@@ -227,37 +132,14 @@ pub enum Command {
         action: deploy::DeploymentsAction,
     },
     /// Send one request to a deployment (or an agent's active one) through the gateway.
-    Invoke {
-        #[command(flatten)]
-        target: deploy::GatewayTarget,
-        /// The input.
-        #[arg(long)]
-        input: String,
-        #[command(flatten)]
-        gateway: deploy::GatewayArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Invoke(Box<deploy::InvokeArgs>),
     /// One turn of a named chat session with a deployment, through the gateway (resumable:
     /// the gateway keeps the session).
-    Chat {
-        #[command(flatten)]
-        target: deploy::GatewayTarget,
-        /// The session's name.
-        #[arg(long)]
-        session_name: String,
-        /// The message.
-        #[arg(long)]
-        message: String,
-        #[command(flatten)]
-        gateway: deploy::GatewayArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    Chat(Box<deploy::ChatArgs>),
     /// A deployment's chat sessions, through the gateway.
     Sessions {
         #[command(subcommand)]
-        action: SessionsAction,
+        action: deploy::SessionsAction,
     },
     /// Print the JSON Schema of every answer `-o json` prints.
     Schema,
@@ -271,11 +153,7 @@ pub enum Command {
     /// cancel, results_list, results_download, list); runs outlive the server.
     Mcp(Box<mcp::McpArgs>),
     /// Print every errand CustomResourceDefinition as YAML (or write one file each).
-    Crds {
-        /// Write `<plural>.errand.dev.yaml` files into this directory instead of printing.
-        #[arg(long, value_name = "DIR")]
-        out_dir: Option<PathBuf>,
-    },
+    Crds(housekeeping::CrdsArgs),
     /// Run the cluster controller (in the controller's Deployment).
     Controller(Box<controller::ControllerArgs>),
     /// In a pod's init container: install errand, stage the workdir, save `input_workdir`.
@@ -290,17 +168,7 @@ pub enum Command {
     RunExtension(Box<pod::RunExtensionArgs>),
     /// Print the output of a deployment's agent servers (on a cluster: its pods' agent
     /// containers, each line prefixed with its pod when there are several).
-    Logs {
-        /// The deployment.
-        name: String,
-        /// How many of the last lines to print first.
-        #[arg(long = "tail", default_value_t = 100)]
-        lines: usize,
-        /// Keep printing what the servers write until the deployment is removed (on a
-        /// cluster: until its pods stop).
-        #[arg(short = 'f', long)]
-        follow: bool,
-    },
+    Logs(deploy::LogsArgs),
     /// Internal: the detached supervisor of a local AgentDeployment.
     #[command(name = "__serve-deployment", hide = true)]
     ServeDeployment {
@@ -317,157 +185,47 @@ pub enum Command {
     },
 }
 
-/// `errand results ...`
-#[derive(Debug, Subcommand)]
-pub enum ResultsAction {
-    /// List the saved results with size and sha256.
-    List {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-    /// Download one result into a file.
-    Download {
-        /// `input_workdir`, `output_workdir`, `output_artifacts`, `run_result`, `run_error` or `manifest.json`.
-        result: String,
-        /// Execution name or unambiguous prefix (`--job` is the same option).
-        #[arg(long, visible_alias = "job")]
-        execution: String,
-        /// File to write; defaults to the result's name in the current directory.
-        #[arg(short = 'o', long = "out")]
-        file: Option<PathBuf>,
-        /// Answer format.
-        #[arg(long, value_enum, default_value_t = Format::Human)]
-        format: Format,
-    },
-}
-
-/// `errand notify ...`
-#[derive(Debug, Subcommand)]
-pub enum NotifyAction {
-    /// Set sinks or add an output watch (matching lines that appear from now on).
-    Set {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        #[command(flatten)]
-        notify: notify::NotifyArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-}
-
-/// `errand tag ...`
-#[derive(Debug, Subcommand)]
-pub enum TagAction {
-    /// Replace the execution's tags (none clears them).
-    Set {
-        /// Execution name or unambiguous prefix.
-        name: String,
-        /// The tags: dot-separated segments of lowercase letters, digits and inner `-`.
-        tags: Vec<String>,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-}
-
-/// `errand sessions ...`
-#[derive(Debug, Subcommand)]
-pub enum SessionsAction {
-    /// List a deployment's sessions (name, turns, last update).
-    List {
-        #[command(flatten)]
-        target: deploy::GatewayTarget,
-        #[command(flatten)]
-        gateway: deploy::GatewayArgs,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-}
-
-/// `errand filesets ...`
-#[derive(Debug, Subcommand)]
-pub enum FilesetsAction {
-    /// Pack a directory and store it as the Fileset's new content.
-    Push {
-        /// Fileset name.
-        name: String,
-        /// Directory to pack.
-        dir: PathBuf,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-    /// List Filesets.
-    List {
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-    /// Delete a Fileset (executions keep the content they pinned).
-    Delete {
-        /// Fileset name.
-        name: String,
-        #[command(flatten)]
-        output: OutputArgs,
-    },
-}
-
 impl Command {
     /// The output format the command answers in, for reporting its errors the same way.
     fn format(&self) -> Format {
         match self {
             Command::Execute(args) | Command::Create(args) => args.output.format,
+            Command::Watch(args) => args.output.format,
+            Command::Wait(args) => args.output.format,
+            Command::Status(args) => args.output.format,
+            Command::Tail(args) => args.output.format,
+            Command::Results { action } => action.format(),
+            Command::Cancel(args) => args.output.format,
+            Command::Delete(args) => args.output.format,
             Command::Kill(args) => args.output.format,
             Command::Deadline { action } => action.output().format,
-            Command::Start { output, .. } | Command::Restart { output, .. } => output.format,
-            Command::Gc(args) => args.output.format,
-            Command::Rerun(args) => args.output.format,
-            Command::Wait(args) => args.output.format,
+            Command::Start(args) | Command::Restart(args) => args.output.format,
             Command::List(args) | Command::Ps(args) => args.output.format,
-            Command::Tag {
-                action: TagAction::Set { output, .. },
-            }
-            | Command::Notify {
-                action: NotifyAction::Set { output, .. },
-            } => output.format,
+            Command::Notify { action } => action.format(),
+            Command::Tag { action } => action.format(),
+            Command::Rerun(args) => args.output.format,
+            Command::Gc(args) => args.output.format,
             Command::Admin { action } => action.output().format,
+            Command::Apply(args) => args.output.format,
+            Command::Agents(args)
+            | Command::Environments(args)
+            | Command::Runtimes(args)
+            | Command::Extensions(args) => args.output.format,
+            Command::Filesets { action } => action.format(),
             Command::Deploy(args) => args.output.format,
+            Command::Undeploy(args) => args.output.format,
             Command::Redeploy(args) => args.output.format,
             Command::Deployments { action } => action.output().format,
-            Command::Watch { output, .. }
-            | Command::Status { output, .. }
-            | Command::Tail { output, .. }
-            | Command::Cancel { output, .. }
-            | Command::Delete { output, .. }
-            | Command::Apply { output, .. }
-            | Command::Agents { output, .. }
-            | Command::Environments { output, .. }
-            | Command::Runtimes { output, .. }
-            | Command::Extensions { output, .. }
-            | Command::Undeploy { output, .. }
-            | Command::Invoke { output, .. }
-            | Command::Chat { output, .. }
-            | Command::Sessions {
-                action: SessionsAction::List { output, .. },
-            }
-            | Command::Results {
-                action: ResultsAction::List { output, .. },
-            }
-            | Command::Filesets {
-                action:
-                    FilesetsAction::Push { output, .. }
-                    | FilesetsAction::List { output }
-                    | FilesetsAction::Delete { output, .. },
-            } => output.format,
-            Command::Results {
-                action: ResultsAction::Download { format, .. },
-            } => *format,
-            Command::Crds { .. }
+            Command::Invoke(args) => args.output.format,
+            Command::Chat(args) => args.output.format,
+            Command::Sessions { action } => action.output().format,
+            Command::Crds(_)
             | Command::Schema
             | Command::Completions { .. }
             | Command::Mcp(_)
             | Command::Supervise { .. }
             | Command::ServeDeployment { .. }
-            | Command::Logs { .. }
+            | Command::Logs(_)
             | Command::Controller(_)
             | Command::Stage(_)
             | Command::RunAgent(_)
@@ -583,7 +341,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
     let backend = || target.backend();
     let done = match command {
         Command::Controller(args) => controller::controller(*args).await,
-        Command::Crds { out_dir } => print_crds(out_dir.as_deref()),
+        Command::Crds(args) => args.exec(),
         Command::Schema => {
             output::write_line(format!("{:#}", schema::answers_schema()));
             Ok(())
@@ -592,7 +350,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
             housekeeping::print_completions(shell);
             Ok(())
         }
-        Command::Mcp(args) => mcp::serve(target, &args).await,
+        Command::Mcp(args) => args.exec(target).await,
         Command::Supervise { name, staging } => {
             crate::ops::local::Local::new(&target.config())?
                 .supervise(&name, staging.settings())
@@ -603,211 +361,46 @@ async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
             crate::ops::local::serve_deployment(local.data, &local.namespace, &name).await
         }
         // Local only (gc refuses a cluster), or an operator's store with either backend.
-        Command::Gc(args) => gc::gc(target, &args).await,
-        Command::Admin { action } => admin::admin(target, &action).await,
+        Command::Gc(args) => args.exec(target).await,
+        Command::Admin { action } => action.exec(target).await,
         // The pod commands report through their exit code and termination message.
         Command::Stage(args) => return Ok(pod::stage(*args).await),
         Command::RunAgent(args) => return Ok(pod::run_agent(*args).await),
         Command::RunExtension(args) => return Ok(pod::run_extension(*args).await),
-        Command::Execute(args) => commands::execute(&*backend().await?, &args).await,
-        Command::Watch {
-            name,
-            excerpt,
-            output,
-        } => commands::watch(&*backend().await?, &name, &excerpt, output).await,
-        Command::Wait(args) => observe::wait(&*backend().await?, &args).await,
-        Command::Kill(args) => control::kill(&*backend().await?, &args).await,
-        Command::Deadline { action } => control::deadline(&*backend().await?, &action).await,
-        Command::Create(args) => control::create(&*backend().await?, &args).await,
-        Command::Start {
-            name,
-            staging,
-            output,
-        } => control::start(&*backend().await?, &name, false, &staging, output).await,
-        Command::Restart {
-            name,
-            staging,
-            output,
-        } => control::start(&*backend().await?, &name, true, &staging, output).await,
-        Command::Status { name, output } => {
-            commands::status(&*backend().await?, &name, output).await
-        }
-        Command::Tail {
-            name,
-            lines,
-            stderr,
-            output,
-        } => commands::tail(&*backend().await?, &name, lines, stderr, output).await,
-        Command::Results {
-            action: ResultsAction::List { name, output },
-        } => commands::results_list(&*backend().await?, &name, output).await,
-        Command::Results {
-            action:
-                ResultsAction::Download {
-                    result,
-                    execution,
-                    file,
-                    format,
-                },
-        } => {
-            commands::results_download(&*backend().await?, &result, &execution, file, format).await
-        }
-        Command::Cancel { name, output } => {
-            commands::cancel(&*backend().await?, &name, output).await
-        }
-        Command::Delete {
-            name: Some(name),
-            output,
-            ..
-        } => commands::delete(&*backend().await?, &name, output).await,
-        Command::Delete {
-            name: None,
-            all,
-            output,
-        } => housekeeping::delete_all(&*backend().await?, &all, output).await,
-        Command::List(args) => listing::list(&*backend().await?, &args).await,
-        Command::Ps(args) => listing::ps(&*backend().await?, &args).await,
-        Command::Tag {
-            action: TagAction::Set { name, tags, output },
-        } => listing::tag_set(&*backend().await?, &name, &tags, output).await,
-        Command::Notify {
-            action:
-                NotifyAction::Set {
-                    name,
-                    notify,
-                    output,
-                },
-        } => notify::notify_set(&*backend().await?, &name, &notify, output).await,
-        Command::Rerun(args) => rerun::rerun(&*backend().await?, *args).await,
-        Command::Apply { files, output } => {
-            commands::apply(&*backend().await?, &files, output).await
-        }
-        Command::Agents { action, output } => {
-            commands::objects(
-                &*backend().await?,
-                ObjectKind::Agent,
-                action.as_ref(),
-                output,
-            )
-            .await
-        }
-        Command::Environments { action, output } => {
-            commands::objects(
-                &*backend().await?,
-                ObjectKind::Environment,
-                action.as_ref(),
-                output,
-            )
-            .await
-        }
-        Command::Runtimes { action, output } => {
-            commands::objects(
-                &*backend().await?,
-                ObjectKind::Runtime,
-                action.as_ref(),
-                output,
-            )
-            .await
-        }
-        Command::Extensions { action, output } => {
-            commands::objects(
-                &*backend().await?,
-                ObjectKind::Extension,
-                action.as_ref(),
-                output,
-            )
-            .await
-        }
-        Command::Filesets {
-            action: FilesetsAction::Push { name, dir, output },
-        } => commands::push(&*backend().await?, &name, &dir, output).await,
-        Command::Filesets {
-            action: FilesetsAction::List { output },
-        } => commands::list_filesets(&*backend().await?, output).await,
-        Command::Filesets {
-            action: FilesetsAction::Delete { name, output },
-        } => commands::delete_object(&*backend().await?, ObjectKind::Fileset, &name, output).await,
-        Command::Deploy(args) => deploy::deploy(&*backend().await?, &args).await,
-        Command::Undeploy {
-            name,
-            agent,
-            output,
-        } => {
-            deploy::undeploy(
-                &*backend().await?,
-                name.as_deref(),
-                agent.as_deref(),
-                output,
-            )
-            .await
-        }
-        Command::Redeploy(args) => deploy::redeploy(&*backend().await?, &args).await,
-        Command::Deployments { action } => deploy::deployments(&*backend().await?, &action).await,
-        Command::Logs {
-            name,
-            lines,
-            follow,
-        } => {
-            backend()
-                .await?
-                .deployments()
-                .logs(&name, lines, follow)
-                .await
-        }
-        Command::Invoke {
-            target,
-            input,
-            gateway,
-            output,
-        } => deploy::invoke(&*backend().await?, &target, &input, &gateway, output).await,
-        Command::Chat {
-            target,
-            session_name,
-            message,
-            gateway,
-            output,
-        } => {
-            deploy::chat(
-                &*backend().await?,
-                &target,
-                &session_name,
-                &message,
-                &gateway,
-                output,
-            )
-            .await
-        }
-        Command::Sessions {
-            action:
-                SessionsAction::List {
-                    target,
-                    gateway,
-                    output,
-                },
-        } => deploy::sessions(&*backend().await?, &target, &gateway, output).await,
+        Command::Execute(args) => args.exec(&*backend().await?).await,
+        Command::Watch(args) => args.exec(&*backend().await?).await,
+        Command::Wait(args) => args.exec(&*backend().await?).await,
+        Command::Status(args) => args.exec(&*backend().await?).await,
+        Command::Tail(args) => args.exec(&*backend().await?).await,
+        Command::Results { action } => action.exec(&*backend().await?).await,
+        Command::Cancel(args) => args.exec(&*backend().await?).await,
+        Command::Delete(args) => args.exec(&*backend().await?).await,
+        Command::Kill(args) => args.exec(&*backend().await?).await,
+        Command::Deadline { action } => action.exec(&*backend().await?).await,
+        Command::Create(args) => args.create(&*backend().await?).await,
+        Command::Start(args) => args.exec(&*backend().await?).await,
+        Command::Restart(args) => args.restart(&*backend().await?).await,
+        Command::List(args) => args.exec(&*backend().await?).await,
+        Command::Ps(args) => args.ps(&*backend().await?).await,
+        Command::Tag { action } => action.exec(&*backend().await?).await,
+        Command::Notify { action } => action.exec(&*backend().await?).await,
+        Command::Rerun(args) => args.exec(&*backend().await?).await,
+        Command::Apply(args) => args.exec(&*backend().await?).await,
+        Command::Agents(args) => args.exec(&*backend().await?, ObjectKind::Agent).await,
+        Command::Environments(args) => args.exec(&*backend().await?, ObjectKind::Environment).await,
+        Command::Runtimes(args) => args.exec(&*backend().await?, ObjectKind::Runtime).await,
+        Command::Extensions(args) => args.exec(&*backend().await?, ObjectKind::Extension).await,
+        Command::Filesets { action } => action.exec(&*backend().await?).await,
+        Command::Deploy(args) => args.exec(&*backend().await?).await,
+        Command::Undeploy(args) => args.exec(&*backend().await?).await,
+        Command::Redeploy(args) => args.exec(&*backend().await?).await,
+        Command::Deployments { action } => action.exec(&*backend().await?).await,
+        Command::Logs(args) => args.exec(&*backend().await?).await,
+        Command::Invoke(args) => args.exec(&*backend().await?).await,
+        Command::Chat(args) => args.exec(&*backend().await?).await,
+        Command::Sessions { action } => action.exec(&*backend().await?).await,
     };
     done.map(|()| 0)
-}
-
-fn print_crds(out_dir: Option<&std::path::Path>) -> Result<(), Error> {
-    let render_error = |e: serde_saphyr::ser::Error| {
-        Error::new(ErrorCode::Internal, format!("cannot render the CRDs: {e}"))
-    };
-    let Some(dir) = out_dir else {
-        output::write_stdout(&crate::api::crds::all_yaml().map_err(render_error)?);
-        return Ok(());
-    };
-    for (file, crd) in crate::api::crds::all() {
-        let path = dir.join(file);
-        let yaml = crate::api::crds::to_yaml(&crd).map_err(render_error)?;
-        std::fs::write(&path, yaml).map_err(|e| {
-            Error::new(
-                ErrorCode::IoError,
-                format!("cannot write {}: {e}", path.display()),
-            )
-        })?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ pub mod access;
 pub mod catalog;
 pub mod index;
 pub mod kueue;
+pub mod listener;
 pub mod metrics;
 pub mod readiness;
 pub mod references;

@@ -1,8 +1,11 @@
 //! Settings of the controller that shape every execution's pod and lifetime: the errand image, budgets and defaults.
 
+use std::sync::Arc;
+
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::archive::ExtractLimits;
+use crate::outbound::OutboundPolicy;
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
 use crate::runner::DEFAULT_STAGING_BUDGET;
 use crate::store::grants::UrlSigner;
@@ -70,6 +73,8 @@ pub struct ControllerConfig {
     /// Export a span of each reconcile into the execution's trace, to
     /// [`ControllerConfig::otlp_endpoint`] (off by default).
     pub export_reconcile_spans: bool,
+    /// Which addresses requests made on a tenant's behalf (notify webhooks) may reach.
+    pub outbound: Arc<OutboundPolicy>,
 }
 
 /// How often the leader sweeps the store, and how old an unreferenced object must be to go.
@@ -102,6 +107,7 @@ impl ControllerConfig {
             store_sweep: None,
             otlp_endpoint: None,
             export_reconcile_spans: false,
+            outbound: Arc::new(OutboundPolicy::default()),
         }
     }
 

@@ -318,18 +318,17 @@ impl DataApi {
             Plan::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, Some(start..end + 1)),
             Plan::Unsatisfiable => {
                 let mut response = refusal_response(&Refusal::range_not_satisfiable(size));
-                response.headers_mut().insert(
-                    header::CONTENT_RANGE,
-                    header_value(&format!("bytes */{size}")),
-                );
+                if let Some(value) = header_value(&format!("bytes */{size}")) {
+                    response.headers_mut().insert(header::CONTENT_RANGE, value);
+                }
                 return Ok(response);
             }
         };
         let mut builder = Response::builder()
             .status(status)
             .header(header::ACCEPT_RANGES, "bytes");
-        if let Some(tag) = &download.tag {
-            builder = builder.header(header::ETAG, header_value(tag));
+        if let Some(tag) = download.tag.as_deref().and_then(header_value) {
+            builder = builder.header(header::ETAG, tag);
         }
         let Some(range) = range.filter(|_| status != StatusCode::NOT_MODIFIED) else {
             return Ok(builder.body(empty()).expect("a response from valid parts"));
@@ -353,15 +352,10 @@ impl DataApi {
         builder = builder
             .header(header::CONTENT_TYPE, download.content_type)
             .header(header::CONTENT_LENGTH, range.end - range.start)
-            .header(
-                header::CONTENT_DISPOSITION,
-                header_value(&format!("attachment; filename=\"{}\"", download.file_name)),
-            );
+            .header(header::CONTENT_DISPOSITION, attachment(&download.file_name));
         if status == StatusCode::PARTIAL_CONTENT {
-            builder = builder.header(
-                header::CONTENT_RANGE,
-                header_value(&format!("bytes {}-{}/{size}", range.start, range.end - 1)),
-            );
+            let value = format!("bytes {}-{}/{size}", range.start, range.end - 1);
+            builder = builder.header(header::CONTENT_RANGE, value);
         }
         if download.head || range.is_empty() {
             return Ok(builder.body(empty()).expect("a response from valid parts"));
@@ -463,8 +457,28 @@ pub(super) fn content_of(fileset: &Fileset) -> FilesetContent {
     }
 }
 
-fn header_value(text: &str) -> HeaderValue {
-    HeaderValue::from_str(text).expect("header values are built from printable ASCII")
+/// `text` as a header value; `None` when it cannot be one (a control character in a digest
+/// or file name a run's status carries, which a pod wrote): the header is left out, the
+/// connection goes on.
+fn header_value(text: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(text).ok()
+}
+
+/// A `Content-Disposition` for `file_name`, its quotes, backslashes and control characters
+/// replaced, so that any name gives a valid header.
+fn attachment(file_name: &str) -> HeaderValue {
+    let safe: String = file_name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    header_value(&format!("attachment; filename=\"{safe}\""))
+        .unwrap_or_else(|| HeaderValue::from_static("attachment"))
 }
 
 fn empty() -> ResponseBody {
@@ -492,4 +506,26 @@ fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response<
 pub fn refusal_response(refusal: &Refusal) -> Response<ResponseBody> {
     let status = StatusCode::from_u16(refusal.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     bytes_response(status, "application/json", refusal.body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forged_digest_or_file_name_gives_no_header_and_no_panic() {
+        assert_eq!(header_value("\"abc\nX-Injected: 1\""), None);
+        assert_eq!(
+            header_value("\"abc\""),
+            Some(HeaderValue::from_static("\"abc\""))
+        );
+        assert_eq!(
+            attachment("run\r\n\"x\\y.tar.gz"),
+            HeaderValue::from_static("attachment; filename=\"run___x_y.tar.gz\"")
+        );
+        assert_eq!(
+            attachment("ünïcode"),
+            HeaderValue::from_static("attachment; filename=\"_n_code\"")
+        );
+    }
 }

@@ -21,6 +21,7 @@ pub mod route;
 pub mod server;
 pub mod status;
 
+use crate::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -70,10 +71,12 @@ pub struct StartError(#[from] tokio_rustls::rustls::Error);
 /// `limits`, giving links to downloads that ask when `links` allows and the store presigns,
 /// with the front proxy's settings kept current alongside. Until they are first read, requests
 /// get 503.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     client: Client,
     sources: Sources,
     listener: TcpListener,
+    server_limits: ServerLimits,
     limits: UploadLimits,
     links: bool,
     certificate: Arc<ServingCertificate>,
@@ -97,7 +100,7 @@ pub fn start(
         sources.namespace,
     );
     let api = Arc::new(if links { api.linking_to(&store) } else { api });
-    tasks.spawn(server::serve(listener, acceptor, api));
+    tasks.spawn(server::serve(listener, acceptor, server_limits, api));
     tasks.spawn(frontproxy::keep(client, front_proxy));
     Ok(())
 }

@@ -1,18 +1,16 @@
 //! The data API's HTTPS endpoint: TLS with the shared serving certificate and an optional client certificate checked against the front-proxy CA, HTTP/1.1, one [`DataApi::handle`] per request.
 
+use crate::cluster::listener::{self, ServerLimits};
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use hyper::Request;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::{self, ServerConfig};
-use tracing::debug;
 
 use super::frontproxy::{FrontProxy, common_name};
 use super::handler::DataApi;
@@ -32,48 +30,26 @@ pub fn acceptor(
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Serves the data API over TLS on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, api: Arc<DataApi>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                debug!("accepting a data API connection: {e}");
-                continue;
-            }
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            debug!(%peer, "setting TCP_NODELAY: {e}");
-        }
-        let acceptor = acceptor.clone();
+/// Serves the data API over TLS on `listener` within `limits` until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    limits: ServerLimits,
+    api: Arc<DataApi>,
+) {
+    listener::serve(listener, Some(acceptor), limits, "data API", move |peer| {
+        // The chain was verified in the handshake; only its leaf's name is read here.
+        let name: Option<Arc<str>> = peer
+            .certificate
+            .as_ref()
+            .and_then(common_name)
+            .map(Arc::from);
         let api = Arc::clone(&api);
-        tokio::spawn(async move {
-            let stream = match acceptor.accept(stream).await {
-                Ok(stream) => stream,
-                Err(e) => {
-                    debug!(%peer, "data API TLS handshake: {e}");
-                    return;
-                }
-            };
-            // The chain was verified in the handshake; only its leaf's name is read here.
-            let name: Option<Arc<str>> = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(common_name)
-                .map(Arc::from);
-            let service = service_fn(move |request: Request<Incoming>| {
-                let api = Arc::clone(&api);
-                let name = name.clone();
-                async move { Ok::<_, Infallible>(api.handle(request, name.as_deref()).await) }
-            });
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(%peer, "serving a data API connection: {e}");
-            }
-        });
-    }
+        service_fn(move |request: Request<Incoming>| {
+            let api = Arc::clone(&api);
+            let name = name.clone();
+            async move { Ok::<_, Infallible>(api.handle(request, name.as_deref()).await) }
+        })
+    })
+    .await;
 }

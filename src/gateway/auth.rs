@@ -5,7 +5,6 @@
 //! deployment, as the API server's own webhook authenticator and authorizer do, so a chat does
 //! not cost two API calls a message; a failure to ask is never cached.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -18,12 +17,15 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use sha2::{Digest, Sha256};
 
+use super::answer_cache::AnswerCache;
 use super::refusal::Refusal;
 use crate::api::GROUP;
 use crate::cluster::access::{UserInfo, access_review};
 
 /// How long an answer is reused.
 pub const CACHE_SECONDS: u64 = 10;
+/// The most answers kept at once (each a token digest, a namespace and a name).
+pub const CACHE_CAPACITY: usize = 4096;
 /// The resource and subresource a caller needs `create` on.
 pub const INVOKE_RESOURCE: (&str, &str) = ("agentdeployments", "invoke");
 
@@ -104,13 +106,11 @@ pub fn decide(
 
 /// What an answer is cached by: the token's sha256, the namespace and the deployment.
 type CacheKey = (Vec<u8>, String, Option<String>);
-/// A cached answer and when it was given.
-type Cached = (Result<(), Refusal>, Instant);
 
 /// Asks the API server, with a short cache.
 pub struct ClusterAuthorizer {
     client: Client,
-    cache: Mutex<HashMap<CacheKey, Cached>>,
+    cache: Mutex<AnswerCache<CacheKey, Result<(), Refusal>>>,
 }
 
 impl ClusterAuthorizer {
@@ -118,7 +118,10 @@ impl ClusterAuthorizer {
     pub fn new(client: Client) -> Self {
         Self {
             client,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(AnswerCache::new(
+                Duration::from_secs(CACHE_SECONDS),
+                CACHE_CAPACITY,
+            )),
         }
     }
 
@@ -169,19 +172,22 @@ impl Authorizer for ClusterAuthorizer {
                 namespace.to_owned(),
                 name.map(str::to_owned),
             );
-            let ttl = Duration::from_secs(CACHE_SECONDS);
-            if let Some((answer, at)) = self.cache.lock().expect("not poisoned").get(&key)
-                && at.elapsed() < ttl
-            {
-                return answer.clone();
+            let cached = self
+                .cache
+                .lock()
+                .expect("not poisoned")
+                .get(&key, Instant::now());
+            if let Some(answer) = cached {
+                return answer;
             }
             let answer = self.ask(token, namespace, name).await;
             if answer.as_ref().is_err_and(|r| r.status == 503) {
                 return answer;
             }
-            let mut cache = self.cache.lock().expect("not poisoned");
-            cache.retain(|_, (_, at)| at.elapsed() < ttl);
-            cache.insert(key, (answer.clone(), Instant::now()));
+            self.cache
+                .lock()
+                .expect("not poisoned")
+                .insert(key, answer.clone(), Instant::now());
             answer
         })
     }

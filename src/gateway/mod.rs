@@ -7,6 +7,7 @@
 //! the API calls pure; [`sessions`] keeps chat sessions in the object store; [`server`]
 //! passes requests on and streams answers back. Every replica serves it.
 
+pub mod answer_cache;
 pub mod auth;
 pub mod pick;
 pub mod refusal;
@@ -15,6 +16,7 @@ pub mod route;
 pub mod server;
 pub mod sessions;
 
+use crate::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -45,12 +47,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts serving the gateway on `listener` and `tasks`: over TLS with `acceptor` when given,
 /// routing by the `deployments` and `slices` caches, sessions in `store`.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     client: Client,
     deployments: Cache<AgentDeployment>,
     slices: Cache<EndpointSlice>,
     store: Store,
     listener: TcpListener,
+    limits: ServerLimits,
     acceptor: Option<TlsAcceptor>,
     tasks: &mut JoinSet<()>,
 ) {
@@ -64,14 +68,12 @@ pub fn start(
         client: agent_client(),
         next: AtomicUsize::new(0),
     });
-    tasks.spawn(server::serve(listener, acceptor, gateway));
+    tasks.spawn(server::serve(listener, acceptor, limits, gateway));
 }
 
-/// A plain HTTP client for agent servers, as the gateway passes requests on with.
+/// A plain HTTP client for agent servers, as the gateway passes requests on with: to the
+/// addresses of the deployment's own pods, never following a redirect an agent server answers
+/// (which could point anywhere: the cloud metadata endpoint, another tenant's Service).
 pub fn agent_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .build()
-        .expect("a plain HTTP client builds")
+    crate::outbound::internal_client(CONNECT_TIMEOUT)
 }

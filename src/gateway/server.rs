@@ -1,5 +1,6 @@
 //! The gateway's HTTP(S) endpoint: authorizes each request, picks a ready pod of the deployment it names and passes the request on, streaming the answer back; chat turns go through the session store.
 
+use crate::cluster::listener::{self, ServerLimits};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,16 +11,13 @@ use futures::TryStreamExt;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store as Cache;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tracing::debug;
 
 use super::auth::Authorizer;
 use super::pick;
@@ -32,6 +30,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 /// The largest request body read: chat histories are sent whole by OpenAI clients.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// The largest `/chat` answer read from an agent server (it is read whole, to keep the turn).
+pub const MAX_CHAT_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
@@ -232,7 +232,8 @@ impl Gateway {
         Ok(ready[self.next.fetch_add(1, Ordering::Relaxed) % ready.len()])
     }
 
-    /// POSTs the JSON `body` to `path` of the pod; 502 when it does not answer.
+    /// POSTs the JSON `body` to `path` of the pod; 502 when it does not answer or answers a
+    /// redirect (never followed, and its body and `Location` never passed on).
     async fn send(
         &self,
         pod: SocketAddr,
@@ -252,6 +253,7 @@ impl Gateway {
                     format!("the agent server at {pod} did not answer: {e}"),
                 )
             })
+            .and_then(refuse_redirect)
     }
 
     /// Sends `body` to `path` of the pod and streams its answer back as it comes (server-sent
@@ -302,7 +304,7 @@ impl Gateway {
                 format!("the agent server's /chat answer is not JSON: {e}"),
             )
         };
-        let bytes = upstream.bytes().await.map_err(|e| bad(e.to_string()))?;
+        let bytes = read_bounded(upstream, MAX_CHAT_ANSWER_BYTES).await?;
         let answer: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
         if !status.is_success() {
             return Ok(json_response(status.as_u16(), &answer));
@@ -334,47 +336,60 @@ impl Gateway {
     }
 }
 
-/// Serves the gateway on `listener` (with TLS when `acceptor` is given) until the task is
-/// dropped.
-pub async fn serve(listener: TcpListener, acceptor: Option<TlsAcceptor>, gateway: Arc<Gateway>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                debug!("accepting a gateway connection: {e}");
-                continue;
-            }
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            debug!(%peer, "setting TCP_NODELAY: {e}");
-        }
-        let (acceptor, gateway) = (acceptor.clone(), Arc::clone(&gateway));
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let gateway = Arc::clone(&gateway);
-                async move { Ok::<_, Infallible>(gateway.answer(request).await) }
-            });
-            let served = match acceptor {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(stream) => {
-                        http1::Builder::new()
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await
-                    }
-                    Err(e) => {
-                        debug!(%peer, "TLS handshake: {e}");
-                        return;
-                    }
-                },
-                None => {
-                    http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                }
-            };
-            if let Err(e) = served {
-                debug!(%peer, "serving a gateway connection: {e}");
-            }
-        });
+/// An agent server's answer, unless it is a redirect: that is a 502 that names the status only.
+fn refuse_redirect(upstream: reqwest::Response) -> Result<reqwest::Response, Refusal> {
+    let status = upstream.status();
+    if status.is_redirection() {
+        return Err(Refusal::new(
+            502,
+            "BadGateway",
+            format!(
+                "the agent server answered a redirect (HTTP {}); the gateway does not follow \
+                 redirects: the agent server must answer the request itself",
+                status.as_u16()
+            ),
+        ));
     }
+    Ok(upstream)
+}
+
+/// The whole body of `upstream`, or a 502 once it passes `max` bytes.
+async fn read_bounded(upstream: reqwest::Response, max: usize) -> Result<Vec<u8>, Refusal> {
+    let mut stream = upstream.bytes_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.try_next().await.map_err(|e| {
+        Refusal::new(
+            502,
+            "BadGateway",
+            format!("reading the agent server's /chat answer: {e}"),
+        )
+    })? {
+        if bytes.len() + chunk.len() > max {
+            return Err(Refusal::new(
+                502,
+                "BadGateway",
+                format!("the agent server's /chat answer is over {max} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// Serves the gateway on `listener` (with TLS when `acceptor` is given) within `limits` until
+/// the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    limits: ServerLimits,
+    gateway: Arc<Gateway>,
+) {
+    listener::serve(listener, acceptor, limits, "gateway", move |_| {
+        let gateway = Arc::clone(&gateway);
+        service_fn(move |request: Request<Incoming>| {
+            let gateway = Arc::clone(&gateway);
+            async move { Ok::<_, Infallible>(gateway.answer(request).await) }
+        })
+    })
+    .await;
 }

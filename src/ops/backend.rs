@@ -1,6 +1,6 @@
 //! What a backend is to the commands: the [`Backend`] trait the local and cluster backends implement, and what both share (finding an execution by prefix).
 //!
-//! The commands (`cli/commands.rs`) are written once against this trait; a backend holds only
+//! The commands (`cli/commands/`) are written once against this trait; a backend holds only
 //! what differs between running on this machine and running through a Kubernetes API server.
 
 use std::path::Path;

@@ -1,11 +1,15 @@
-//! Where the commands act, once the command line has worked it out: this machine or a cluster, the namespace and the store; and the backend that config builds.
+//! Where the commands act, once the command line has worked it out: this machine or a cluster, the namespace and the store; the backend that config builds, and the store sweep over either backend's store.
 
 use std::path::PathBuf;
 
-use super::Error;
+use jiff::{SignedDuration, Timestamp};
+
 use super::backend::Backend;
 use super::cluster::Cluster;
 use super::local::Local;
+use super::{Error, ErrorCode};
+use crate::local::references::{ReferencesError, references};
+use crate::retention::sweep_store::SweepReport;
 
 /// What a backend is built from. The command line (`cli/target.rs`) works it out from its flags
 /// and the environment; no backend sees the flags themselves.
@@ -36,4 +40,37 @@ pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>, Error> 
     } else {
         Ok(Box::new(Cluster::connect(config).await?))
     }
+}
+
+/// `admin sweep-store`: removes from the store of `config`'s backend what nothing references
+/// any more and is older than `grace` (with `dry_run`, reports it and removes nothing). Only a
+/// namespace named explicitly narrows the sweep (never a kube context's default).
+pub async fn sweep_store(
+    config: &BackendConfig,
+    grace: SignedDuration,
+    dry_run: bool,
+) -> Result<SweepReport, Error> {
+    // The references are read whole before the store is listed.
+    let (store, references) = if config.local {
+        let local = Local::new(config)?;
+        let references = references(&local.data).map_err(|e| match e {
+            ReferencesError::Record(e) => Error::from(e),
+            unreadable @ ReferencesError::Unreadable { .. } => {
+                Error::new(ErrorCode::IoError, unreadable.to_string())
+            }
+        })?;
+        (local.store()?, references)
+    } else {
+        super::cluster::store_references(config).await?
+    };
+    crate::retention::sweep_store::sweep_store(
+        &store,
+        config.namespace.as_deref(),
+        &references,
+        grace,
+        dry_run,
+        Timestamp::now(),
+    )
+    .await
+    .map_err(Error::from)
 }

@@ -13,8 +13,46 @@ pub struct GatewayEndpoint {
     pub url: Option<String>,
     /// The bearer token to call it with (else the kubeconfig user's token).
     pub token: Option<String>,
+    /// A file holding the bearer token (surrounding whitespace ignored); it wins over `token`.
+    pub token_file: Option<PathBuf>,
     /// A PEM file with the CA that signed the gateway's serving certificate.
     pub ca: Option<PathBuf>,
+}
+
+/// The token in `path`, trimmed; an error naming the flag when it cannot be read or is empty.
+fn read_token(path: &std::path::Path) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::argument(format!("--gateway-token-file {}: {e}", path.display())))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Error::argument(format!(
+            "--gateway-token-file {}: the file is empty",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
+}
+
+/// A bearer token goes over plain `http://` only to this machine (a port-forward): anywhere
+/// else anyone on the path reads it.
+fn plain_http_only_to_loopback(url: &reqwest::Url) -> Result<(), Error> {
+    if url.scheme() != "http" {
+        return Ok(());
+    }
+    let loopback = match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    if loopback {
+        return Ok(());
+    }
+    Err(Error::argument(format!(
+        "--gateway {url}: a bearer token is not sent over plain http:// to another machine; \
+         use the gateway's https:// URL (with --gateway-ca for its CA), or a port-forward to \
+         http://localhost"
+    )))
 }
 
 /// Requests to the gateway with one caller's token.
@@ -40,12 +78,20 @@ impl GatewayClient {
                 "--gateway {base:?}: the scheme must be http or https"
             )));
         }
-        let token = args.token.clone().or(token).ok_or_else(|| {
-            Error::argument(
-                "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
+        let from_file = match &args.token_file {
+            Some(path) => Some(read_token(path)?),
+            None => None,
+        };
+        let token = from_file
+            .or(args.token.clone())
+            .or(token)
+            .ok_or_else(|| {
+                Error::argument(
+                    "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
                      user has none (or ERRAND_GATEWAY_TOKEN)",
-            )
-        })?;
+                )
+            })?;
+        plain_http_only_to_loopback(&url)?;
         let mut builder = reqwest::Client::builder();
         if let Some(path) = &args.ca {
             let pem = std::fs::read(path)
@@ -127,5 +173,47 @@ fn gateway_code(status: u16) -> ErrorCode {
         404 => ErrorCode::NotFound,
         503 => ErrorCode::NotReady,
         _ => ErrorCode::GatewayError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(url: &str) -> Result<(), Error> {
+        plain_http_only_to_loopback(&reqwest::Url::parse(url).unwrap())
+    }
+
+    #[test]
+    fn a_token_goes_over_plain_http_only_to_this_machine() {
+        for url in [
+            "http://localhost:9443",
+            "http://127.0.0.1:1",
+            "http://[::1]:8/",
+            "https://gateway.example.com",
+        ] {
+            assert!(check(url).is_ok(), "{url}");
+        }
+        for url in ["http://gateway.example.com", "http://10.0.0.1:11443"] {
+            let error = check(url).unwrap_err().to_string();
+            assert!(error.contains("--gateway"), "{error}");
+            assert!(error.contains("https://"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_token_file_is_read_trimmed_and_must_hold_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "  abc.def\n").unwrap();
+        assert_eq!(read_token(&path).unwrap(), "abc.def");
+        std::fs::write(&path, "\n").unwrap();
+        assert!(
+            read_token(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("--gateway-token-file")
+        );
+        assert!(read_token(&dir.path().join("none")).is_err());
     }
 }

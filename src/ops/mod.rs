@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod cluster;
 mod config;
+pub mod deploy;
 mod download;
 mod error;
 pub mod excerpt;
@@ -10,10 +11,11 @@ pub mod execute;
 mod gateway_client;
 pub mod local;
 pub mod notify;
+pub mod request;
 pub mod stdout;
 
 pub use backend::{Backend, Deployments};
-pub use config::{BackendConfig, connect};
+pub use config::{BackendConfig, connect, sweep_store};
 pub use download::download_from_store;
 pub use error::{Error, ErrorCode};
 pub use gateway_client::{GatewayClient, GatewayEndpoint};

@@ -47,7 +47,8 @@ impl NotifyChange {
             })?;
         Ok(Some(NotifySpec {
             webhook: Some(WebhookSink {
-                url: url.clone(),
+                url: Some(url.clone()),
+                url_from: None,
                 signing_secret_ref: SecretKeyRef {
                     name: name.to_owned(),
                     key: key.to_owned(),

@@ -3,7 +3,7 @@
 use super::catalog::Catalog;
 use super::problems::Problems;
 use super::rules::{object_name, secret_key};
-use crate::api::{AgentExecutionSpec, MAX_WEBHOOK_URL_BYTES, WebhookSink};
+use crate::api::{AgentExecutionSpec, MAX_WEBHOOK_URL_BYTES, SecretKeyRef};
 
 /// Checks `spec.notify` of an execution submitted in `namespace`.
 pub(crate) fn check_notify(
@@ -15,10 +15,31 @@ pub(crate) fn check_notify(
     let Some(webhook) = spec.notify.as_ref().and_then(|n| n.webhook.as_ref()) else {
         return;
     };
-    if let Err(message) = webhook_url(&webhook.url) {
-        problems.push("spec.notify.webhook.url", message);
+    match (&webhook.url, &webhook.url_from) {
+        (Some(url), None) => {
+            if let Err(message) = webhook_url(url) {
+                problems.push("spec.notify.webhook.url", message);
+            }
+        }
+        (None, Some(reference)) => check_secret_key(
+            namespace,
+            "spec.notify.webhook.urlFrom",
+            reference,
+            catalog,
+            problems,
+        ),
+        _ => problems.push(
+            "spec.notify.webhook",
+            "exactly one of url or urlFrom must be set".to_owned(),
+        ),
     }
-    check_signing_secret(namespace, webhook, catalog, problems);
+    check_secret_key(
+        namespace,
+        "spec.notify.webhook.signingSecretRef",
+        &webhook.signing_secret_ref,
+        catalog,
+        problems,
+    );
 }
 
 /// Checks a webhook URL: absolute `https` or `http`, with a host, without user information
@@ -57,33 +78,35 @@ fn redacted(url: &url::Url) -> String {
     shown.to_string()
 }
 
-fn check_signing_secret(
+/// Checks that the Secret key `reference` (at `field`) names exists in `namespace`.
+fn check_secret_key(
     namespace: &str,
-    webhook: &WebhookSink,
+    field: &str,
+    reference: &SecretKeyRef,
     catalog: &dyn Catalog,
     problems: &mut Problems,
 ) {
-    let reference = &webhook.signing_secret_ref;
     let before = problems.len();
+    let (name_field, key_field) = (format!("{field}.name"), format!("{field}.key"));
     if let Err(message) = object_name(&reference.name) {
-        problems.push("spec.notify.webhook.signingSecretRef.name", message);
+        problems.push(&name_field, message);
     }
     if let Err(message) = secret_key(&reference.key) {
-        problems.push("spec.notify.webhook.signingSecretRef.key", message);
+        problems.push(&key_field, message);
     }
     if problems.len() > before {
         return;
     }
     match catalog.secret_keys(namespace, &reference.name) {
         None => problems.push(
-            "spec.notify.webhook.signingSecretRef.name",
+            &name_field,
             format!(
                 "Secret {:?} not found in namespace {namespace:?}",
                 reference.name
             ),
         ),
         Some(keys) if !keys.contains(&reference.key) => problems.push(
-            "spec.notify.webhook.signingSecretRef.key",
+            &key_field,
             format!("Secret {:?} has no key {:?}", reference.name, reference.key),
         ),
         Some(_) => {}
@@ -93,14 +116,15 @@ fn check_signing_secret(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{NotifySpec, SecretKeyRef};
+    use crate::api::{NotifySpec, SecretKeyRef, WebhookSink};
     use crate::resolve::InMemoryCatalog;
 
     fn spec(url: &str, name: &str, key: &str) -> AgentExecutionSpec {
         AgentExecutionSpec {
             notify: Some(NotifySpec {
                 webhook: Some(WebhookSink {
-                    url: url.into(),
+                    url: Some(url.into()),
+                    url_from: None,
                     signing_secret_ref: SecretKeyRef {
                         name: name.into(),
                         key: key.into(),
@@ -161,6 +185,32 @@ mod tests {
         assert_eq!(
             problems_of(&spec("https://h.example/", "Bad_Name", "k/ey"), &catalog()).len(),
             2
+        );
+    }
+
+    #[test]
+    fn a_url_from_a_secret_needs_the_secret_key_and_excludes_url() {
+        let catalog = catalog().with_secret("team", "hook-url", &[("url", "https://h/x?token=t")]);
+        let mut from = spec("https://unused.example/", "hooks", "signing");
+        let webhook = from.notify.as_mut().unwrap().webhook.as_mut().unwrap();
+        webhook.url = None;
+        webhook.url_from = Some(SecretKeyRef {
+            name: "hook-url".into(),
+            key: "url".into(),
+        });
+        assert!(problems_of(&from, &catalog).is_empty());
+        let webhook = from.notify.as_mut().unwrap().webhook.as_mut().unwrap();
+        webhook.url_from.as_mut().unwrap().key = "nope".into();
+        assert_eq!(
+            problems_of(&from, &catalog),
+            ["spec.notify.webhook.urlFrom.key: Secret \"hook-url\" has no key \"nope\""]
+        );
+        let webhook = from.notify.as_mut().unwrap().webhook.as_mut().unwrap();
+        webhook.url = Some("https://h.example/".into());
+        assert!(
+            problems_of(&from, &catalog)
+                .iter()
+                .any(|p| p.contains("exactly one of url or urlFrom"))
         );
     }
 }

@@ -29,7 +29,12 @@ pub type ResponseBody = UnsyncBoxBody<Bytes, io::Error>;
 pub struct BlobEndpoint {
     store: Store,
     signer: std::sync::Arc<HmacSigner>,
+    max_put_bytes: u64,
 }
+
+/// The largest result a pod may PUT through the endpoint unless the controller sets another
+/// (`--max-result-bytes`): 16 GiB.
+pub const DEFAULT_MAX_PUT_BYTES: u64 = 16 << 30;
 
 /// A small response with a text body.
 pub fn text(status: StatusCode, body: impl Into<String>) -> Response<ResponseBody> {
@@ -80,7 +85,17 @@ fn signed_query(query: &str) -> Option<(i64, &str)> {
 impl BlobEndpoint {
     /// The endpoint over `store`, accepting URLs signed by `signer`.
     pub fn new(store: Store, signer: std::sync::Arc<HmacSigner>) -> Self {
-        Self { store, signer }
+        Self {
+            store,
+            signer,
+            max_put_bytes: DEFAULT_MAX_PUT_BYTES,
+        }
+    }
+
+    /// This endpoint refusing PUTs of more than `max` bytes with 413.
+    pub fn with_max_put_bytes(mut self, max: u64) -> Self {
+        self.max_put_bytes = max;
+        self
     }
 
     /// Answers one request to `/blobs/<key>?expires=..&signature=..`.
@@ -124,8 +139,28 @@ impl BlobEndpoint {
                     "only a range of the form bytes=N- is served\n",
                 ),
             },
-            Access::Put => self.put(&key, request.into_body()).await,
+            Access::Put => {
+                let declared = request
+                    .headers()
+                    .get(hyper::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if declared.is_some_and(|n| n > self.max_put_bytes) {
+                    return self.too_large();
+                }
+                self.put(&key, request.into_body()).await
+            }
         }
+    }
+
+    fn too_large(&self) -> Response<ResponseBody> {
+        text(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "a result may be at most {} bytes (the controller's --max-result-bytes)\n",
+                self.max_put_bytes
+            ),
+        )
     }
 
     async fn get(&self, key: &str) -> Response<ResponseBody> {
@@ -159,9 +194,23 @@ impl BlobEndpoint {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
+        let max = self.max_put_bytes;
+        let over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = std::sync::Arc::clone(&over);
+        let mut read = 0u64;
         let bytes = BodyStream::new(body)
             .try_filter_map(|frame| std::future::ready(Ok(frame.into_data().ok())))
             .map_err(io::Error::other)
+            .and_then(move |chunk: Bytes| {
+                read = read.saturating_add(chunk.len() as u64);
+                let result = if read > max {
+                    seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Err(io::Error::other(format!("the body is over {max} bytes")))
+                } else {
+                    Ok(chunk)
+                };
+                std::future::ready(result)
+            })
             .boxed();
         match self.store.put_new(key, bytes).await {
             Ok(info) => {
@@ -176,6 +225,7 @@ impl BlobEndpoint {
             Err(StoreError::AlreadyExists { .. }) => {
                 text(StatusCode::CONFLICT, "results are write-once\n")
             }
+            Err(_) if over.load(std::sync::atomic::Ordering::SeqCst) => self.too_large(),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         }
     }
@@ -217,6 +267,39 @@ mod tests {
 
     fn soon() -> Timestamp {
         Timestamp::now() + SignedDuration::from_mins(5)
+    }
+
+    #[tokio::test]
+    async fn a_put_over_the_limit_is_413_declared_or_not_and_nothing_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (endpoint, signer) = endpoint(dir.path());
+        let endpoint = endpoint.with_max_put_bytes(8);
+        let key = "results/team-a/calc/uid-1/output_artifacts";
+        let put = signer.sign(Access::Put, key, soon()).await.unwrap();
+        // Full sends no Content-Length header here: the stream is counted.
+        let response = endpoint
+            .handle(request(Method::PUT, &put, b"nine bytes"))
+            .await;
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let message = String::from_utf8(body(response).await).unwrap();
+        assert!(message.contains("at most 8 bytes"), "{message}");
+        let mut declared = request(Method::PUT, &put, b"");
+        declared.headers_mut().insert(
+            hyper::header::CONTENT_LENGTH,
+            HeaderValue::from_static("9000000000"),
+        );
+        assert_eq!(
+            endpoint.handle(declared).await.status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        let fits = endpoint
+            .handle(request(Method::PUT, &put, b"8 bytes!"))
+            .await;
+        assert_eq!(
+            fits.status(),
+            StatusCode::CREATED,
+            "nothing was kept before"
+        );
     }
 
     #[tokio::test]

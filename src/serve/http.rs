@@ -1,16 +1,14 @@
 //! The process's small HTTP server: `/healthz`, `/readyz`, `/metrics`, the grant endpoint pods ask for their signed URLs and, for `file://` stores, the signed-URL blob endpoint.
 
+use crate::cluster::listener::{self, ServerLimits};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tracing::debug;
 
 use super::blobs::{BLOBS_PATH, BlobEndpoint, ResponseBody, text};
 use super::grants::GrantEndpoint;
@@ -65,30 +63,16 @@ fn probe(probes: &Probes, path: &str) -> Response<ResponseBody> {
     }
 }
 
-/// Serves the endpoints on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, probes: Probes) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                debug!("accepting a connection: {e}");
-                continue;
-            }
-        };
+/// Serves the endpoints on `listener` within `limits` until the task is dropped.
+pub async fn serve(listener: TcpListener, limits: ServerLimits, probes: Probes) {
+    listener::serve(listener, None, limits, "controller HTTP", move |_| {
         let probes = probes.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |request: Request<Incoming>| {
-                let probes = probes.clone();
-                async move { Ok::<_, Infallible>(route(&probes, request).await) }
-            });
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(%peer, "serving a connection: {e}");
-            }
-        });
-    }
+        service_fn(move |request: Request<Incoming>| {
+            let probes = probes.clone();
+            async move { Ok::<_, Infallible>(route(&probes, request).await) }
+        })
+    })
+    .await;
 }
 
 #[cfg(test)]

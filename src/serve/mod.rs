@@ -71,6 +71,11 @@ pub struct ServeOptions {
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
     pub instance: String,
+    /// What every server (the HTTP endpoint, the webhook, the data API, the gateway)
+    /// tolerates from its clients.
+    pub server_limits: crate::cluster::listener::ServerLimits,
+    /// The largest result a pod may upload through the blob endpoint (`file://` stores).
+    pub max_result_bytes: u64,
 }
 
 /// Why the process stopped.
@@ -216,9 +221,12 @@ pub async fn run(
         let probes = http::Probes {
             ready: Arc::clone(&ready),
             metrics: Arc::new(move || metrics.render(&store.state())),
-            blobs: options
-                .serve_blobs
-                .map(|signer| Arc::new(blobs::BlobEndpoint::new(options.results.clone(), signer))),
+            blobs: options.serve_blobs.map(|signer| {
+                Arc::new(
+                    blobs::BlobEndpoint::new(options.results.clone(), signer)
+                        .with_max_put_bytes(options.max_result_bytes),
+                )
+            }),
             grants: Some(Arc::new(grants::GrantEndpoint::new(
                 client.clone(),
                 Arc::clone(&options.signer),
@@ -226,7 +234,7 @@ pub async fn run(
                 grant_metrics,
             ))),
         };
-        tasks.spawn(http::serve(listener, probes));
+        tasks.spawn(http::serve(listener, options.server_limits, probes));
     }
     let certificate = if options.webhook.is_some() || options.data_api.is_some() {
         let certificates = options.certificates.ok_or(RunError::NoCertificate)?;
@@ -244,6 +252,7 @@ pub async fn run(
             Arc::clone(&metrics.admission),
             options.config.run_limits(options.signer.as_ref()),
             bind(webhook.listen).await?,
+            options.server_limits,
             Arc::clone(certificate),
             &mut tasks,
         )?;
@@ -259,6 +268,7 @@ pub async fn run(
             client.clone(),
             sources,
             bind(data_api.listen).await?,
+            options.server_limits,
             data_api.limits,
             data_api.links,
             Arc::clone(certificate),
@@ -293,6 +303,7 @@ pub async fn run(
             slices,
             options.results.clone(),
             bind(gateway.listen).await?,
+            options.server_limits,
             acceptor,
             &mut tasks,
         );

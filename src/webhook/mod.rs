@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod review;
 pub mod server;
 
+use crate::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -36,13 +37,15 @@ pub struct WebhookOptions {
 pub struct StartError(#[from] TlsError);
 
 /// Starts serving the webhook on `listener` and `tasks` with `certificate`. Creates are
-/// checked against `limits`. Handshakes fail until the first certificate is loaded.
+/// checked against `limits`; connections are served within `server_limits`. Handshakes fail until the first certificate is loaded.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     client: Client,
     catalog: ClusterCatalog,
     metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
     listener: TcpListener,
+    server_limits: ServerLimits,
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
 ) -> Result<(), StartError> {
@@ -55,6 +58,6 @@ pub fn start(
         metrics,
         limits,
     });
-    tasks.spawn(server::serve(listener, acceptor, admission));
+    tasks.spawn(server::serve(listener, acceptor, server_limits, admission));
     Ok(())
 }

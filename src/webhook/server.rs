@@ -1,5 +1,6 @@
 //! The webhook's HTTPS endpoint: reads an AdmissionReview, resolves a create against the live objects, answers with the verdict.
 
+use crate::cluster::listener::{self, ServerLimits};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,14 +8,12 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use kube::Client;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, info};
+use tracing::info;
 
 use super::metrics::AdmissionMetrics;
 use super::review::{self, Step, Verdict};
@@ -179,41 +178,19 @@ async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Bo
         .expect("a JSON response is valid")
 }
 
-/// Serves the webhook over TLS on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, admission: Arc<Admission>) {
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                debug!("accepting a webhook connection: {e}");
-                continue;
-            }
-        };
-        // A response goes out as several TLS records; with Nagle's algorithm the later ones
-        // wait for the API server's delayed ACK, adding ~40ms to every review.
-        if let Err(e) = stream.set_nodelay(true) {
-            debug!(%peer, "setting TCP_NODELAY: {e}");
-        }
-        let acceptor = acceptor.clone();
+/// Serves the webhook over TLS on `listener` within `limits` until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    limits: ServerLimits,
+    admission: Arc<Admission>,
+) {
+    listener::serve(listener, Some(acceptor), limits, "webhook", move |_| {
         let admission = Arc::clone(&admission);
-        tokio::spawn(async move {
-            let stream = match acceptor.accept(stream).await {
-                Ok(stream) => stream,
-                Err(e) => {
-                    debug!(%peer, "TLS handshake: {e}");
-                    return;
-                }
-            };
-            let service = service_fn(move |request: Request<Incoming>| {
-                let admission = Arc::clone(&admission);
-                async move { Ok::<_, Infallible>(route(&admission, request).await) }
-            });
-            if let Err(e) = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(%peer, "serving a webhook connection: {e}");
-            }
-        });
-    }
+        service_fn(move |request: Request<Incoming>| {
+            let admission = Arc::clone(&admission);
+            async move { Ok::<_, Infallible>(route(&admission, request).await) }
+        })
+    })
+    .await;
 }

@@ -78,7 +78,7 @@ async fn a_finished_run_is_delivered_signed_to_its_webhook_and_recorded_in_statu
         .webhook
         .as_ref()
         .unwrap();
-    assert_eq!(spec.url, url);
+    assert_eq!(spec.url, Some(url));
     assert_eq!(spec.signing_secret_ref.name, "hook");
     assert_eq!(spec.signing_secret_ref.key, "signing");
     let status = execution.status.as_ref().unwrap();

@@ -1,6 +1,7 @@
 //! The data API's request handling against a real file store (and a real S3 server for links), with the cluster's objects and authorizer in memory: listings, downloads with ranges and entity tags, links to presigned URLs, every refusal of the list (401, 403, 404 naming the valid results, 413, 422 naming the entry, an interrupted upload), concurrent pushes, and the front proxy's client certificate checked in a real TLS handshake.
 
 use crate::support;
+use errand::cluster::listener::ServerLimits;
 
 use std::collections::HashMap;
 use std::io;
@@ -875,7 +876,12 @@ mod tls {
         let acceptor = server::acceptor(certificate, Arc::clone(&f.api.front_proxy)).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        tokio::spawn(server::serve(listener, acceptor, Arc::clone(&f.api)));
+        tokio::spawn(server::serve(
+            listener,
+            acceptor,
+            ServerLimits::DEFAULT,
+            Arc::clone(&f.api),
+        ));
         (address, material.ca_pem)
     }
 

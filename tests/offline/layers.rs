@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["archive"],
     &["resolve"],
     &["store"],
-    &["retention", "telemetry"],
+    &["retention", "telemetry", "outbound"],
     &["runner"],
     &["local"],
     &["cluster"],

@@ -1,5 +1,6 @@
 //! Webhook deliveries to a real local HTTP endpoint, without a cluster: the controller's sender and retry schedule deliver a finished execution's CloudEvent after a 500, with the same signed bytes on every attempt, and stop at once on a refusal or a redirect.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::webhook_receiver::Receiver;
@@ -11,8 +12,10 @@ use errand::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, DeliveryState, Phase, WebhookDelivery,
 };
 use errand::controller::execution::notify::{
-    AttemptOutcome, CloudEvent, Step, WebhookSender, finished_event, next_step, record_attempt,
+    AttemptOutcome, CloudEvent, Step, Unanswered, WebhookSender, finished_event, next_step,
+    record_attempt,
 };
+use errand::outbound::OutboundPolicy;
 
 const KEY: &[u8] = b"a signing key only the receiver and the Secret know";
 
@@ -38,17 +41,24 @@ fn succeeded() -> AgentExecution {
     execution
 }
 
+/// A sender that may reach this machine's loopback receivers, which the default policy denies.
+fn loopback_sender() -> WebhookSender {
+    let loopback = "127.0.0.0/8".parse().unwrap();
+    WebhookSender::new(Arc::new(OutboundPolicy::default().allow(loopback)))
+}
+
 /// Delivers `event` to `url` the way the controller does, one attempt after another as the
 /// schedule says (waiting out its delays), until it is done; the final record.
 async fn deliver(url: &str, event: &CloudEvent) -> WebhookDelivery {
-    let sender = WebhookSender::new();
+    let sender = loopback_sender();
+    let url = url::Url::parse(url).unwrap();
     let mut record: Option<WebhookDelivery> = None;
     loop {
         match next_step(record.as_ref(), Timestamp::now()) {
             Step::Done => return record.expect("a done delivery was tried"),
             Step::WaitFor(after) => tokio::time::sleep(after).await,
             Step::Attempt => {
-                let outcome = sender.attempt(url, KEY, event).await;
+                let outcome = sender.attempt(&url, KEY, event).await.outcome;
                 record = Some(record_attempt(
                     record.as_ref(),
                     &event.id,
@@ -121,7 +131,18 @@ async fn a_refusal_or_a_redirect_ends_the_delivery_at_once() {
         assert_eq!(record.last_status_code, Some(status));
         assert_eq!(
             record.last_error.as_deref(),
-            Some(format!("the endpoint answered HTTP {status}").as_str())
+            Some(
+                format!(
+                    "http-{}xx: the endpoint answered HTTP {status}{}",
+                    status / 100,
+                    if status == 302 {
+                        "; redirects are not followed"
+                    } else {
+                        ""
+                    }
+                )
+                .as_str()
+            )
         );
         assert_eq!(
             receiver.received().len(),
@@ -139,13 +160,12 @@ async fn an_endpoint_that_does_not_answer_is_an_error_worth_a_retry() {
         .local_addr()
         .unwrap();
     let event = CloudEvent::of(finished_event(&succeeded()).unwrap());
-    let outcome = WebhookSender::new()
-        .attempt(&format!("http://{address}/"), KEY, &event)
-        .await;
-    let AttemptOutcome::Unanswered(error) = &outcome else {
-        panic!("{outcome:?}");
-    };
-    assert!(error.contains("onnect"), "{error}");
+    let url = url::Url::parse(&format!("http://{address}/")).unwrap();
+    let attempt = loopback_sender().attempt(&url, KEY, &event).await;
+    let outcome = attempt.outcome;
+    assert_eq!(outcome, AttemptOutcome::Unanswered(Unanswered::Unreachable));
+    let detail = attempt.detail.unwrap();
+    assert!(detail.contains("onnect"), "the log says why: {detail}");
     let record = record_attempt(None, &event.id, &outcome, Timestamp::now());
     assert_eq!(record.state, DeliveryState::Pending);
     assert_eq!(record.last_status_code, None);
@@ -153,4 +173,45 @@ async fn an_endpoint_that_does_not_answer_is_an_error_worth_a_retry() {
         next_step(Some(&record), Timestamp::now()),
         Step::WaitFor(wait) if wait <= Duration::from_secs(2)
     ));
+}
+
+#[tokio::test]
+async fn the_default_policy_refuses_loopback_link_local_and_private_targets_naming_no_address() {
+    let receiver = Receiver::start("127.0.0.1", &[204]).await;
+    let event = CloudEvent::of(finished_event(&succeeded()).unwrap());
+    let sender = WebhookSender::new(Arc::new(OutboundPolicy::default()));
+    for url in [
+        receiver.url("/by-address"),
+        receiver.url("/").replace("127.0.0.1", "localhost"),
+        receiver.url("/").replace("127.0.0.1", "[::ffff:127.0.0.1]"),
+        "http://169.254.169.254/latest/meta-data/".to_owned(),
+        "http://10.96.0.1/".to_owned(),
+        "http://[fd00::1]/".to_owned(),
+    ] {
+        let attempt = sender
+            .attempt(&url::Url::parse(&url).unwrap(), KEY, &event)
+            .await;
+        assert_eq!(
+            attempt.outcome,
+            AttemptOutcome::Unanswered(Unanswered::RefusedByPolicy),
+            "{url}: {attempt:?}"
+        );
+        let record = record_attempt(None, &event.id, &attempt.outcome, Timestamp::now());
+        assert_eq!(record.state, DeliveryState::Failed, "{url}");
+        let error = record.last_error.unwrap();
+        assert!(error.starts_with("refused-by-policy:"), "{error}");
+        for leak in ["127.", "169.254", "10.96", "fd00", "localhost", "::"] {
+            assert!(!error.contains(leak), "{url}: status names {leak}: {error}");
+        }
+        assert!(
+            attempt
+                .detail
+                .is_some_and(|d| d.contains("outbound policy")),
+            "the log says which range"
+        );
+    }
+    assert!(
+        receiver.received().is_empty(),
+        "nothing reached the receiver"
+    );
 }

@@ -3,6 +3,7 @@
 //! and the signed-URL client against a server that insists on sized uploads.
 
 use errand::api::contract::COMPLETED_RUN_RESULTS;
+use errand::cluster::listener::ServerLimits;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -85,7 +86,7 @@ impl Pod {
                 Arc::clone(&signer),
             ))),
         };
-        let server = tokio::spawn(serve(listener, probes));
+        let server = tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
 
         let mut snapshot = json!({
             "version": "errand.dev/snapshot-v1",
@@ -772,7 +773,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         grants: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer))),
     };
-    tokio::spawn(serve(listener, probes));
+    tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
     let info = upload.await.unwrap().unwrap();
     assert_eq!(info.size, 14);
     assert_eq!(read_all(&store, &key).await, b"late but saved");
@@ -977,7 +978,7 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         grants: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
     };
-    tokio::spawn(serve(listener, probes));
+    tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
     let key = errand::store::keys::result(&execution(), ResultName::OutputWorkdir).unwrap();
     let expires = Timestamp::now() + SignedDuration::from_mins(5);
     let put_url = errand::store::grants::UrlSigner::sign(
@@ -1062,7 +1063,7 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
         grants: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
     };
-    tokio::spawn(serve(listener, probes));
+    tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
     let expires = Timestamp::now() + SignedDuration::from_mins(5);
     let get_url = errand::store::grants::UrlSigner::sign(
         signer.as_ref(),

@@ -1,5 +1,6 @@
 //! The webhook's HTTPS endpoint on a real socket: a client that trusts only the generated CA and checks the Service's DNS name (as the API server does) posts AdmissionReviews and reads the verdicts.
 
+use errand::cluster::listener::ServerLimits;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -60,7 +61,12 @@ async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
         metrics,
         limits: RunLimits::default(),
     });
-    tokio::spawn(server::serve(listener, acceptor, admission));
+    tokio::spawn(server::serve(
+        listener,
+        acceptor,
+        ServerLimits::DEFAULT,
+        admission,
+    ));
     (address, material.ca_pem, registry)
 }
 

@@ -646,6 +646,8 @@ pub fn spawn_controller_with(
     // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
     config.errand_image_pull_policy = Some("Never".into());
     let options = ServeOptions {
+        server_limits: errand::cluster::listener::ServerLimits::DEFAULT,
+        max_result_bytes: errand::serve::blobs::DEFAULT_MAX_PUT_BYTES,
         config,
         namespace: Some(namespace.to_owned()),
         results: store,

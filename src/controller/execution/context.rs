@@ -90,6 +90,7 @@ impl Context {
         recorder: Recorder,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let webhooks = WebhookSender::new(Arc::clone(&config.outbound));
         Self {
             client,
             config,
@@ -107,7 +108,7 @@ impl Context {
             created_jobs: CreatedJobs::default(),
             failures: Mutex::default(),
             reconcile_spans: ReconcileSpans::off(),
-            webhooks: WebhookSender::new(),
+            webhooks,
             deliveries: Mutex::default(),
         }
     }

@@ -860,7 +860,11 @@ pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRe
             .as_ref()
             .and_then(|n| n.webhook.as_ref())
             .map(|webhook| crate::local::notify::NotifySettings {
-                webhook: Some(webhook.url.clone()),
+                webhook: Some(webhook.url.clone().unwrap_or_else(|| {
+                    webhook.url_from.as_ref().map_or_else(String::new, |from| {
+                        format!("(from Secret {:?} key {:?})", from.name, from.key)
+                    })
+                })),
                 ..Default::default()
             }),
         notifications: Vec::new(),

@@ -294,7 +294,12 @@ impl Deployments for Local {
             next: AtomicUsize::new(0),
         });
         // It lives as long as this command.
-        tokio::spawn(serve(listener, None, gateway));
+        tokio::spawn(serve(
+            listener,
+            None,
+            crate::cluster::listener::ServerLimits::DEFAULT,
+            gateway,
+        ));
         Ok(GatewayClient::local(format!("http://{address}")))
     }
 

@@ -15,17 +15,80 @@ pub const FIRST_RETRY_DELAY: Duration = Duration::from_secs(2);
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 /// How long one attempt may take (connect, send, answer).
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest `lastError` kept in status.
-const MAX_ERROR_CHARS: usize = 256;
-
 /// What the endpoint made of one attempt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AttemptOutcome {
     /// It answered with this HTTP status.
     Answered(u16),
-    /// No answer: the request could not be made or sent, or timed out (or the signing key
-    /// could not be read); the error says why, never the key.
-    Unanswered(String),
+    /// No answer, for this reason (a class: the detail, which may name addresses, goes to the
+    /// controller's log only).
+    Unanswered(Unanswered),
+}
+
+/// Why an attempt got no answer: what a tenant may learn of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The URL's host is an address the controller's outbound policy denies.
+    RefusedByPolicy,
+    /// No answer within [`ATTEMPT_TIMEOUT`].
+    Timeout,
+    /// The host did not resolve, or refused or dropped the connection, or TLS failed.
+    Unreachable,
+    /// The signing Secret or its key could not be read.
+    SigningKeyUnreadable,
+    /// The `urlFrom` Secret or its key could not be read.
+    UrlUnreadable,
+    /// The URL (the spec's, or the `urlFrom` Secret's value) is not an absolute http(s) URL
+    /// without user information.
+    InvalidUrl,
+}
+
+impl Unanswered {
+    /// The `lastError` of an attempt that ended so: its class, then what it means.
+    pub fn message(self) -> String {
+        match self {
+            Unanswered::RefusedByPolicy => "refused-by-policy: the URL's address is one the \
+                controller may not send to (ask the operator to allow it in outbound.allow)"
+                .to_owned(),
+            Unanswered::Timeout => format!(
+                "timeout: the endpoint did not answer within {}s",
+                ATTEMPT_TIMEOUT.as_secs()
+            ),
+            Unanswered::Unreachable => {
+                "unreachable: the host did not resolve, or the connection or TLS failed".to_owned()
+            }
+            Unanswered::SigningKeyUnreadable => "signing-key-unreadable: the signing Secret or \
+                its key could not be read"
+                .to_owned(),
+            Unanswered::UrlUnreadable => {
+                "url-unreadable: the urlFrom Secret or its key could not be read".to_owned()
+            }
+            Unanswered::InvalidUrl => "invalid-url: the URL (or the urlFrom Secret's value) is \
+                not an absolute http(s) URL without user information"
+                .to_owned(),
+        }
+    }
+
+    /// Whether another attempt may fare better: not when the policy refused the address.
+    fn retryable(self) -> bool {
+        self != Unanswered::RefusedByPolicy
+    }
+}
+
+/// The `lastError` of an answer with `status` that did not deliver: its class and the status.
+fn answered_message(status: u16) -> String {
+    let class = match status {
+        300..=399 => "http-3xx",
+        400..=499 => "http-4xx",
+        500..=599 => "http-5xx",
+        _ => "http-other",
+    };
+    let redirect = if (300..400).contains(&status) {
+        "; redirects are not followed"
+    } else {
+        ""
+    };
+    format!("{class}: the endpoint answered HTTP {status}{redirect}")
 }
 
 /// What to do about an execution's webhook now.
@@ -80,20 +143,21 @@ pub fn record_attempt(
     now: Timestamp,
 ) -> WebhookDelivery {
     let attempts = previous.map_or(0, |p| p.attempts).saturating_add(1);
-    let (status, error) = match outcome {
+    let (status, unanswered) = match outcome {
         AttemptOutcome::Answered(status) => (Some(*status), None),
-        AttemptOutcome::Unanswered(error) => (None, Some(shorten(error))),
+        AttemptOutcome::Unanswered(why) => (None, Some(*why)),
     };
-    let state = match status {
-        Some(200..=299) => DeliveryState::Delivered,
-        Some(code) if !retryable(code) => DeliveryState::Failed,
+    let state = match (status, unanswered) {
+        (Some(200..=299), _) => DeliveryState::Delivered,
+        (Some(code), _) if !retryable(code) => DeliveryState::Failed,
+        (_, Some(why)) if !why.retryable() => DeliveryState::Failed,
         _ if attempts >= MAX_ATTEMPTS => DeliveryState::Failed,
         _ => DeliveryState::Pending,
     };
-    let error = error.or_else(|| {
+    let error = unanswered.map(Unanswered::message).or_else(|| {
         status
             .filter(|_| state != DeliveryState::Delivered)
-            .map(|code| format!("the endpoint answered HTTP {code}"))
+            .map(answered_message)
     });
     let at = |t: Timestamp| Some(Time(t));
     WebhookDelivery {
@@ -110,15 +174,6 @@ pub fn record_attempt(
             .then(|| now + retry_delay(attempts))
             .and_then(at),
     }
-}
-
-fn shorten(error: &str) -> String {
-    if error.chars().count() <= MAX_ERROR_CHARS {
-        return error.to_owned();
-    }
-    let mut short: String = error.chars().take(MAX_ERROR_CHARS - 3).collect();
-    short.push_str("...");
-    short
 }
 
 #[cfg(test)]
@@ -157,7 +212,7 @@ mod tests {
         let mut waits = Vec::new();
         for attempt in 1..=MAX_ATTEMPTS {
             let outcome = if attempt % 2 == 0 {
-                AttemptOutcome::Unanswered("connection refused".into())
+                AttemptOutcome::Unanswered(Unanswered::Unreachable)
             } else {
                 AttemptOutcome::Answered(503)
             };
@@ -178,7 +233,10 @@ mod tests {
         assert_eq!(waits, [2, 4, 8, 16, 32, 64, 128]);
         let last = record.unwrap();
         assert_eq!(last.state, DeliveryState::Failed, "attempts ran out");
-        assert_eq!(last.last_error.as_deref(), Some("connection refused"));
+        assert_eq!(
+            last.last_error.as_deref(),
+            Some("unreachable: the host did not resolve, or the connection or TLS failed")
+        );
         assert_eq!(next_step(Some(&last), at), Step::Done);
     }
 
@@ -189,7 +247,7 @@ mod tests {
         assert_eq!(record.last_status_code, Some(500));
         assert_eq!(
             record.last_error.as_deref(),
-            Some("the endpoint answered HTTP 500")
+            Some("http-5xx: the endpoint answered HTTP 500")
         );
         assert_eq!(
             next_step(Some(&record), now() + Duration::from_millis(500)),
@@ -211,15 +269,35 @@ mod tests {
     }
 
     #[test]
-    fn waits_are_capped_and_errors_shortened() {
+    fn waits_are_capped() {
         assert_eq!(retry_delay(1), FIRST_RETRY_DELAY);
         assert_eq!(retry_delay(40), MAX_RETRY_DELAY);
+    }
+
+    #[test]
+    fn a_refusal_by_the_outbound_policy_ends_the_delivery_naming_only_its_class() {
         let record = record_attempt(
             None,
             "id",
-            &AttemptOutcome::Unanswered("x".repeat(1000)),
+            &AttemptOutcome::Unanswered(Unanswered::RefusedByPolicy),
             now(),
         );
-        assert_eq!(record.last_error.unwrap().chars().count(), MAX_ERROR_CHARS);
+        assert_eq!(record.state, DeliveryState::Failed);
+        assert_eq!(record.next_attempt_time, None);
+        let error = record.last_error.unwrap();
+        assert!(error.starts_with("refused-by-policy: "), "{error}");
+        assert!(
+            !error.chars().any(|c| c.is_ascii_digit()),
+            "no address: {error}"
+        );
+        for why in [Unanswered::Timeout, Unanswered::SigningKeyUnreadable] {
+            let record = record_attempt(None, "id", &AttemptOutcome::Unanswered(why), now());
+            assert_eq!(record.state, DeliveryState::Pending, "{why:?}");
+        }
+        let redirect = record_attempt(None, "id", &AttemptOutcome::Answered(302), now());
+        assert_eq!(
+            redirect.last_error.as_deref(),
+            Some("http-3xx: the endpoint answered HTTP 302; redirects are not followed")
+        );
     }
 }

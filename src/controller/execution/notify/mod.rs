@@ -14,6 +14,7 @@ pub use cloudevent::{
     CLOUDEVENTS_CONTENT_TYPE, CloudEvent, SIGNATURE_HEADER, finished_event, sign, verify,
 };
 pub use delivery::{
-    ATTEMPT_TIMEOUT, AttemptOutcome, MAX_ATTEMPTS, Step, next_step, record_attempt, retry_delay,
+    ATTEMPT_TIMEOUT, AttemptOutcome, MAX_ATTEMPTS, Step, Unanswered, next_step, record_attempt,
+    retry_delay,
 };
-pub use sender::WebhookSender;
+pub use sender::{Attempt, WebhookSender};

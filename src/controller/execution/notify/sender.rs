@@ -1,58 +1,76 @@
-//! The HTTP client of webhook deliveries: one signed POST of a CloudEvent, no redirects, bounded by [`ATTEMPT_TIMEOUT`].
+//! The HTTP client of webhook deliveries: one signed POST of a CloudEvent through the outbound policy ([`crate::outbound`]), no redirects, bounded by [`ATTEMPT_TIMEOUT`].
+
+use std::sync::Arc;
 
 use super::cloudevent::{CLOUDEVENTS_CONTENT_TYPE, CloudEvent, SIGNATURE_HEADER, sign};
-use super::delivery::{ATTEMPT_TIMEOUT, AttemptOutcome};
+use super::delivery::{ATTEMPT_TIMEOUT, AttemptOutcome, Unanswered};
+use crate::outbound::{Failure, OutboundPolicy, TenantClient};
 
 /// Makes webhook attempts; one per controller, its connections reused.
 #[derive(Clone)]
 pub struct WebhookSender {
-    client: reqwest::Client,
+    client: TenantClient,
 }
 
-impl Default for WebhookSender {
-    fn default() -> Self {
-        Self::new()
-    }
+/// One attempt: what the tenant sees, and what only the controller's log gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// The outcome, in classes.
+    pub outcome: AttemptOutcome,
+    /// Why it got no answer, in full (addresses included; never the URL, which may carry a
+    /// token).
+    pub detail: Option<String>,
 }
 
 impl WebhookSender {
-    /// A client that follows no redirects (the signed event goes only where the spec says)
-    /// and gives up on an attempt after [`ATTEMPT_TIMEOUT`].
-    pub fn new() -> Self {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(ATTEMPT_TIMEOUT)
-            .connect_timeout(ATTEMPT_TIMEOUT)
-            .user_agent(concat!("errand/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("a TLS client with the native roots builds");
-        Self { client }
+    /// A sender whose attempts reach only the addresses `policy` allows, follow no redirects
+    /// (the signed event goes only where the spec says) and give up after [`ATTEMPT_TIMEOUT`].
+    pub fn new(policy: Arc<OutboundPolicy>) -> Self {
+        Self {
+            client: TenantClient::new(policy, ATTEMPT_TIMEOUT),
+        }
     }
 
     /// POSTs `event` to `url`, signed with `key`: one attempt.
-    pub async fn attempt(&self, url: &str, key: &[u8], event: &CloudEvent) -> AttemptOutcome {
+    pub async fn attempt(&self, url: &url::Url, key: &[u8], event: &CloudEvent) -> Attempt {
+        let request = match self.client.post(url) {
+            Ok(request) => request,
+            Err(refused) => {
+                return Attempt {
+                    outcome: AttemptOutcome::Unanswered(Unanswered::RefusedByPolicy),
+                    detail: Some(refused.to_string()),
+                };
+            }
+        };
         let body = event.body();
-        let request = self
-            .client
-            .post(url)
+        let request = request
             .header(http::header::CONTENT_TYPE, CLOUDEVENTS_CONTENT_TYPE)
             .header(SIGNATURE_HEADER, sign(key, &body))
             .body(body);
         match request.send().await {
-            Ok(response) => AttemptOutcome::Answered(response.status().as_u16()),
-            Err(error) => AttemptOutcome::Unanswered(describe(&error)),
+            Ok(response) => Attempt {
+                outcome: AttemptOutcome::Answered(response.status().as_u16()),
+                detail: None,
+            },
+            Err(error) => {
+                let why = match Failure::of(&error) {
+                    Failure::RefusedByPolicy => Unanswered::RefusedByPolicy,
+                    Failure::Timeout => Unanswered::Timeout,
+                    Failure::Unreachable => Unanswered::Unreachable,
+                };
+                Attempt {
+                    outcome: AttemptOutcome::Unanswered(why),
+                    detail: Some(describe(error.without_url())),
+                }
+            }
         }
     }
 }
 
-/// `error` with its causes, which say what actually failed (refused, DNS, TLS).
-fn describe(error: &reqwest::Error) -> String {
-    let mut text = if error.is_timeout() {
-        format!("no answer within {}s", ATTEMPT_TIMEOUT.as_secs())
-    } else {
-        error.to_string()
-    };
-    let mut source = std::error::Error::source(error);
+/// `error` with its causes, which say what actually failed (refused, DNS, TLS, the policy).
+fn describe(error: reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(&error);
     while let Some(cause) = source {
         text.push_str(": ");
         text.push_str(&cause.to_string());

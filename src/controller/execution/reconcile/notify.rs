@@ -13,7 +13,8 @@ use crate::api::{AgentExecution, DeliveryState, NotifyStatus, SecretKeyRef, Webh
 use crate::controller::build::ExecutionOwner;
 use crate::controller::execution::context::Context;
 use crate::controller::execution::notify::{
-    ATTEMPT_TIMEOUT, AttemptOutcome, CloudEvent, Step, finished_event, next_step, record_attempt,
+    ATTEMPT_TIMEOUT, Attempt, AttemptOutcome, CloudEvent, Step, Unanswered, finished_event,
+    next_step, record_attempt,
 };
 
 /// How long after starting an attempt the execution is looked at again, in case the attempt's
@@ -54,17 +55,71 @@ async fn attempt(
     let uid = owner.uid.clone();
     if let Some(event) = finished_event(&execution) {
         let event = CloudEvent::of(event);
-        let outcome = match signing_key(&ctx, &owner.namespace, &webhook.signing_secret_ref).await {
-            Ok(key) => ctx.webhooks.attempt(&webhook.url, &key, &event).await,
-            Err(error) => AttemptOutcome::Unanswered(error),
+        let attempt = match (
+            secret_value(&ctx, &owner.namespace, &webhook.signing_secret_ref).await,
+            webhook_url(&ctx, &owner.namespace, &webhook).await,
+        ) {
+            (Ok(key), Ok(url)) => ctx.webhooks.attempt(&url, &key, &event).await,
+            (Err(error), _) => Attempt {
+                outcome: AttemptOutcome::Unanswered(Unanswered::SigningKeyUnreadable),
+                detail: Some(error),
+            },
+            (_, Err(attempt)) => attempt,
         };
-        record(&ctx, &execution, owner, &event.id, &outcome).await;
+        if let Some(detail) = &attempt.detail {
+            // The detail names addresses and the controller's view: the log's, never the
+            // tenant's.
+            warn!(execution = %owner.name, namespace = %owner.namespace, "webhook attempt: {detail}");
+        }
+        record(&ctx, &execution, owner, &event.id, &attempt.outcome).await;
     }
     ctx.end_delivery(&uid);
 }
 
-/// The signing key: the value of the Secret key the webhook names, read when it is used.
-async fn signing_key(
+/// The URL to deliver to: the spec's, or the value of the Secret key `urlFrom` names, read
+/// when it is used (and never written anywhere: a failure to read or parse it says which
+/// Secret key, not what it holds).
+async fn webhook_url(
+    ctx: &Context,
+    namespace: &str,
+    webhook: &WebhookSink,
+) -> Result<url::Url, Attempt> {
+    let unusable = |why: Unanswered, detail: String| Attempt {
+        outcome: AttemptOutcome::Unanswered(why),
+        detail: Some(detail),
+    };
+    match (&webhook.url, &webhook.url_from) {
+        (Some(url), _) => crate::resolve::webhook_url(url).map_err(|e| {
+            unusable(
+                Unanswered::InvalidUrl,
+                format!("spec.notify.webhook.url: {e}"),
+            )
+        }),
+        (None, Some(reference)) => {
+            let value = secret_value(ctx, namespace, reference)
+                .await
+                .map_err(|e| unusable(Unanswered::UrlUnreadable, e))?;
+            let text = String::from_utf8(value).unwrap_or_default();
+            crate::resolve::webhook_url(text.trim()).map_err(|_| {
+                unusable(
+                    Unanswered::InvalidUrl,
+                    format!(
+                        "spec.notify.webhook.urlFrom: the value of Secret {:?} key {:?} is not an \
+                         absolute http(s) URL without user information",
+                        reference.name, reference.key
+                    ),
+                )
+            })
+        }
+        (None, None) => Err(unusable(
+            Unanswered::InvalidUrl,
+            "spec.notify.webhook has neither url nor urlFrom".to_owned(),
+        )),
+    }
+}
+
+/// The value of a Secret key in `namespace`, read when it is used.
+async fn secret_value(
     ctx: &Context,
     namespace: &str,
     reference: &SecretKeyRef,

@@ -108,7 +108,7 @@ fn the_stage_container_installs_errand_and_the_agent_runs_under_it() {
     assert_eq!(pod.init_containers.as_ref().unwrap().len(), 1);
     let stage = container(&job, "errand-stage");
     assert_eq!(stage.image.as_deref(), Some("errand.local/errand:dev"));
-    // Exactly the flags `errand stage` and `errand run-agent` parse (src/cli/pod.rs).
+    // Exactly the flags `errand stage` and `errand run-agent` parse (src/cli/commands/pod.rs).
     assert_eq!(
         stage.command.as_ref().unwrap(),
         &[

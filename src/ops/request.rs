@@ -1,94 +1,42 @@
-//! `errand execute`: build a spec from `--spec`/`--spec-file` and flags, then run it.
+//! An execution's request from what `execute` and `create` are given: the spec from `--spec`/`--spec-file` or a manifest, with the flags laid over it, a base workdir directory pushed as a Fileset, and `--env` set in its environment.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::inputs::{add_env, piped_stdin, read_inputs};
-use super::output::OutputArgs;
-use crate::api::{AgentExecutionSpec, MAX_TIMEOUT_SECONDS, Reference, Workdir};
+use super::backend::{Backend, PushedFileset, undo_push};
+use super::execute::{ExecutionRequest, RunInputs};
+use super::notify::NotifyChange;
+use super::{Error, ErrorCode};
+use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
-    DocumentError, ManifestObject, parse_document, parse_manifests, read_manifest_file,
+    DocumentError, ManifestObject, ObjectKind, parse_document, parse_manifests, read_manifest_file,
 };
-use crate::ops::backend::undo_push;
-use crate::ops::backend::{Backend, PushedFileset};
-use crate::ops::execute::{CreateOptions, ExecutionRequest};
-use crate::ops::{Error, ErrorCode};
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 
-/// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
-#[derive(Debug, clap::Args)]
-pub struct ExecuteArgs {
-    /// The agent: the name of an applied Agent (`NAME` or `NAMESPACE/NAME`, which must be the
-    /// target namespace), or a manifest file holding one (run inline).
-    #[arg(long)]
+/// What the command line says of the spec: each field overrides the same field of `spec` or
+/// `spec_file`.
+#[derive(Clone, Debug, Default)]
+pub struct SpecFlags {
+    /// `--agent`: an applied Agent's name, or a manifest file holding one.
     pub agent: Option<String>,
-    /// The input given to the agent.
-    #[arg(long)]
+    /// `--input`.
     pub input: Option<String>,
-    /// The environment: the name of an applied AgentEnvironment (`NAME` or `NAMESPACE/NAME`,
-    /// which must be the target namespace), or a manifest file holding one.
-    #[arg(long)]
+    /// `--environment`: an applied AgentEnvironment's name, or a manifest file holding one.
     pub environment: Option<String>,
-    /// The base working directory: a Fileset (`name[#path/]`), or a local directory that is
-    /// pushed as a Fileset first.
-    #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
+    /// `--workdir.base-workdir`: a Fileset, or a directory to push as one.
     pub base_workdir: Option<String>,
-    /// Seconds the agent may run, at most 604800 (7 days).
-    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_TIMEOUT_SECONDS))]
+    /// `--timeout-seconds`.
     pub timeout_seconds: Option<i64>,
-    /// Turn on the agent's telemetry export.
-    #[arg(long)]
+    /// `--auto-telemetry`.
     pub auto_telemetry: bool,
-    /// The whole spec as JSON: the AgentExecution's spec (camelCase), the NeMo job spec
-    /// (`agent`, `environment`, `workdir.base_workdir`, `timeout_seconds`, ...), or an
-    /// AgentExecution.
-    #[arg(long, conflicts_with = "spec_file")]
+    /// `--spec`: the whole spec as JSON or YAML.
     pub spec: Option<String>,
-    /// A file holding the spec in either shape (or an AgentExecution manifest), YAML or JSON.
-    #[arg(long)]
+    /// `--spec-file`.
     pub spec_file: Option<PathBuf>,
-    /// Name of the execution; generated from the agent's name when not given.
-    #[arg(long)]
+    /// `--name`.
     pub name: Option<String>,
-    /// Return at once, leaving the run going in the background.
-    #[arg(long, conflicts_with_all = ["until", "forever"])]
-    pub no_wait: bool,
-    /// Observe the run for up to this many seconds, then return it as it stands with excerpts
-    /// of its output; it goes on in the background.
-    #[arg(long, value_name = "SECONDS", value_parser = super::observe::parse_until, conflicts_with = "forever")]
-    pub until: Option<f64>,
-    /// Wait until the run ends (the default).
-    #[arg(long)]
-    pub forever: bool,
-    #[command(flatten)]
-    pub excerpt: super::observe::ExcerptArgs,
-    /// Give a local agent this shell's whole environment (but errand's own `ERRAND_*`
-    /// variables). By default it gets what a pod would: its resolved environment with `PATH`,
-    /// `HOME`, `LANG` and `TZ`.
-    #[arg(long)]
-    pub inherit_env: bool,
-    #[command(flatten)]
-    pub inputs: super::inputs::InputArgs,
-    #[command(flatten)]
-    pub notify: super::notify::NotifyArgs,
-    #[command(flatten)]
-    pub staging: super::staging::StagingArgs,
-    #[command(flatten)]
-    pub telemetry: super::telemetry::TelemetryArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
-}
-
-impl ExecuteArgs {
-    /// The options a backend creates and runs the execution with.
-    pub fn options(&self) -> CreateOptions {
-        CreateOptions {
-            inherit_env: self.inherit_env,
-            otlp_endpoint: self.telemetry.otlp_endpoint.clone(),
-            notify: self.notify.change(),
-            staging: self.staging.settings(),
-            report_gc: self.output.format == super::output::Format::Human,
-        }
-    }
+    /// The notification flags (their webhook goes into the spec).
+    pub notify: NotifyChange,
 }
 
 /// The spec and name from `--spec`/`--spec-file`: an AgentExecution, or a bare spec in either
@@ -96,7 +44,7 @@ impl ExecuteArgs {
 /// against the AgentExecution schema (types, unknown fields, bounds), each problem naming its
 /// field; the CEL rules hold for the spec the flags complete, when it is created.
 fn base_spec(
-    args: &ExecuteArgs,
+    args: &SpecFlags,
     namespace: &str,
 ) -> Result<(AgentExecutionSpec, Option<String>), Error> {
     let (text, source) = match (&args.spec, &args.spec_file) {
@@ -173,14 +121,15 @@ fn manifest_file_object<T>(
         .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {what}")))
 }
 
-/// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied.
-/// A directory given as the base workdir is pushed to `backend` as a Fileset.
-pub async fn spec_from_args(
-    args: &ExecuteArgs,
+/// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied,
+/// and the `--env` variables set in its environment. A directory given as the base workdir is
+/// pushed to `backend` as a Fileset (and taken back when a later step fails).
+pub async fn request(
+    args: &SpecFlags,
+    inputs: RunInputs,
     backend: &dyn Backend,
 ) -> Result<ExecutionRequest, Error> {
     let namespace = backend.namespace();
-    let inputs = read_inputs(&args.inputs, piped_stdin)?;
     let (mut spec, name) = base_spec(args, namespace)?;
     let pushed = apply_flags(backend, args, namespace, &mut spec).await?;
     if let Err(error) = add_env(backend, &mut spec, &inputs.env).await {
@@ -198,7 +147,7 @@ pub async fn spec_from_args(
 /// Applies the flags on top of the spec; returns the Fileset it pushed, if any.
 async fn apply_flags(
     backend: &dyn Backend,
-    args: &ExecuteArgs,
+    args: &SpecFlags,
     namespace: &str,
     spec: &mut AgentExecutionSpec,
 ) -> Result<Option<PushedFileset>, Error> {
@@ -257,7 +206,7 @@ async fn apply_flags(
     if args.auto_telemetry {
         spec.auto_telemetry = true;
     }
-    if let Some(notify) = args.notify.change().webhook()? {
+    if let Some(notify) = args.notify.webhook()? {
         spec.notify = Some(notify);
     }
     Ok(pushed)
@@ -280,4 +229,47 @@ fn refuse_missing_directory(base: &str) -> Result<(), Error> {
     Err(Error::argument(format!(
         "--workdir.base-workdir {base}: the directory {what} (give a directory to push, or a Fileset as NAME[#PATH/])"
     )))
+}
+
+/// Sets the `--env` variables in the execution's environment, over the environment's own: in
+/// its inline environment, or, when it names an AgentEnvironment, in a copy of that one made
+/// inline (the execution's snapshot holds the merged values either way).
+async fn add_env(
+    backend: &dyn Backend,
+    spec: &mut AgentExecutionSpec,
+    env: &BTreeMap<String, String>,
+) -> Result<(), Error> {
+    if env.is_empty() {
+        return Ok(());
+    }
+    if let Some(reference) = spec.environment_ref.take() {
+        let objects = backend.objects(ObjectKind::Environment).await?;
+        let object = objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == reference.name.as_str())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "--environment {}: no AgentEnvironment of that name in namespace {:?} to add --env to",
+                        reference.name,
+                        backend.namespace()
+                    ),
+                )
+            })?;
+        let named: AgentEnvironmentSpec =
+            serde_json::from_value(object["spec"].clone()).map_err(|e| {
+                Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!("AgentEnvironment {}: {e}", reference.name),
+                )
+            })?;
+        spec.environment = Some(named);
+    }
+    spec.environment
+        .get_or_insert_with(AgentEnvironmentSpec::default)
+        .overlay
+        .env
+        .extend(env.clone());
+    Ok(())
 }

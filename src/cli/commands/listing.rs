@@ -1,9 +1,9 @@
 //! `list` with its filters (`--state`, `--tag` patterns, `--limit`), `ps` (the executions still going) and `tag set`.
 
-use super::output::{OutputArgs, print_ok};
-use super::show::{print_executions, print_record};
 use crate::api::Phase;
 use crate::api::tags::{TagPattern, check_tags};
+use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::show::{print_executions, print_record};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
 use crate::ops::backend::{Backend, ExecutionFilter, find};
@@ -66,35 +66,71 @@ fn newest(mut records: Vec<ExecutionRecord>, limit: Option<usize>) -> Vec<Execut
     records
 }
 
-/// `errand list`: the executions the filters select.
-pub async fn list(backend: &dyn Backend, args: &ListArgs) -> Result<(), Error> {
-    let filter = ExecutionFilter {
-        phases: args.states.concat(),
-        tags: args.tags.clone(),
-    };
-    let records = newest(backend.find_executions(&filter).await?, args.limit);
-    print_executions(args.output.format, &records);
-    Ok(())
+impl ListArgs {
+    /// `errand list`: the executions the filters select.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        let filter = ExecutionFilter {
+            phases: args.states.concat(),
+            tags: args.tags.clone(),
+        };
+        let records = newest(backend.find_executions(&filter).await?, args.limit);
+        print_executions(args.output.format, &records);
+        Ok(())
+    }
 }
 
-/// `errand ps`: the executions that have not ended.
-pub async fn ps(backend: &dyn Backend, args: &ListArgs) -> Result<(), Error> {
-    if !args.states.is_empty() {
-        return Err(Error::argument(
-            "ps lists the executions that have not ended; use `errand list --state` for others",
-        ));
+impl ListArgs {
+    /// `errand ps`: the executions that have not ended.
+    pub async fn ps(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        if !args.states.is_empty() {
+            return Err(Error::argument(
+                "ps lists the executions that have not ended; use `errand list --state` for others",
+            ));
+        }
+        let filter = ExecutionFilter {
+            phases: ACTIVE.to_vec(),
+            tags: args.tags.clone(),
+        };
+        let records = newest(backend.find_executions(&filter).await?, args.limit);
+        print_executions(args.output.format, &records);
+        Ok(())
     }
-    let filter = ExecutionFilter {
-        phases: ACTIVE.to_vec(),
-        tags: args.tags.clone(),
-    };
-    let records = newest(backend.find_executions(&filter).await?, args.limit);
-    print_executions(args.output.format, &records);
-    Ok(())
+}
+
+/// `errand tag ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum TagAction {
+    /// Replace the execution's tags (none clears them).
+    Set {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        /// The tags: dot-separated segments of lowercase letters, digits and inner `-`.
+        tags: Vec<String>,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+impl TagAction {
+    /// The answer format.
+    pub fn format(&self) -> Format {
+        match self {
+            TagAction::Set { output, .. } => output.format,
+        }
+    }
+
+    /// Runs the subcommand.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        match self {
+            TagAction::Set { name, tags, output } => tag_set(backend, name, tags, *output).await,
+        }
+    }
 }
 
 /// `errand tag set NAME TAG...`: replaces the execution's tags (none clears them).
-pub async fn tag_set(
+async fn tag_set(
     backend: &dyn Backend,
     name: &str,
     tags: &[String],
@@ -103,7 +139,7 @@ pub async fn tag_set(
     let tags = check_tags(tags).map_err(|e| Error::argument(e.to_string()))?;
     let record = find(backend, name).await?;
     let record = backend.set_tags(&record, &tags).await?;
-    let view = super::answers::ExecutionView::of(record);
+    let view = crate::cli::answers::ExecutionView::of(record);
     print_ok(output.format, "execution", &view, || {
         print_record(&view.record)
     });

@@ -3,9 +3,9 @@
 use serde_json::json;
 
 use super::execute::ExecuteArgs;
-use super::output::OutputArgs;
-use super::staging::StagingArgs;
-use super::telemetry::TelemetryArgs;
+use crate::cli::output::OutputArgs;
+use crate::cli::staging::StagingArgs;
+use crate::cli::telemetry::TelemetryArgs;
 use crate::ops::backend::{Backend, find};
 use crate::ops::{Error, ErrorCode};
 
@@ -52,7 +52,7 @@ impl RerunArgs {
                 from_byte: None,
             },
             inherit_env: false,
-            inputs: super::inputs::InputArgs {
+            inputs: crate::cli::inputs::InputArgs {
                 ignore_piped_stdin: true,
                 ..Default::default()
             },
@@ -64,14 +64,17 @@ impl RerunArgs {
     }
 }
 
-/// `errand rerun NAME` on either backend.
-pub async fn rerun(backend: &dyn Backend, args: RerunArgs) -> Result<(), Error> {
-    // A name that matches nothing goes on as it is, so that the refusal says the snapshot
-    // went with the execution.
-    let execution = match find(backend, &args.execution).await {
-        Ok(record) => record.name,
-        Err(error) if error.code == ErrorCode::NotFound => args.execution.clone(),
-        Err(error) => return Err(error),
-    };
-    super::commands::execute(backend, &args.into_execute(&execution)).await
+impl RerunArgs {
+    /// `errand rerun NAME` on either backend.
+    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        // A name that matches nothing goes on as it is, so that the refusal says the snapshot
+        // went with the execution.
+        let execution = match find(backend, &args.execution).await {
+            Ok(record) => record.name,
+            Err(error) if error.code == ErrorCode::NotFound => args.execution.clone(),
+            Err(error) => return Err(error),
+        };
+        args.into_execute(&execution).exec(backend).await
+    }
 }

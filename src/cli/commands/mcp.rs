@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::target::Target;
+use crate::cli::target::Target;
 use crate::ops::{Error, ErrorCode};
 
 /// The default `--max-wait`: below the 60 s many MCP hosts allow a tool call.
@@ -142,14 +142,23 @@ pub struct ErrandMcp {
     max_wait: f64,
 }
 
-/// The arguments of one tool call: `words` (the command and its positional arguments), then
-/// `--flag value` for each flag of the table `flags` that has a value.
-fn command(words: &[&str], flags: Vec<(&str, Option<String>)>) -> Vec<String> {
+/// The arguments of one tool call: `words` (the command), `--flag=value` for each flag of the
+/// table `flags` that has a value, then `--` and the `positionals`: a value a tool call sends
+/// (a name like `--help`) is never read as a flag.
+fn command(
+    words: &[&str],
+    positionals: &[&str],
+    flags: Vec<(&str, Option<String>)>,
+) -> Vec<String> {
     let mut args: Vec<String> = words.iter().map(|word| (*word).to_owned()).collect();
     for (name, value) in flags {
         if let Some(value) = value {
-            args.extend([name.to_owned(), value]);
+            args.push(format!("{name}={value}"));
         }
+    }
+    if !positionals.is_empty() {
+        args.push("--".to_owned());
+        args.extend(positionals.iter().map(|p| (*p).to_owned()));
     }
     args
 }
@@ -194,10 +203,13 @@ impl ErrandMcp {
         } else {
             ["-o", "json"]
         };
+        // The answer format goes before `--`, after which only positionals come.
+        let split = args.iter().position(|a| a == "--").unwrap_or(args.len());
         let output = tokio::process::Command::new(exe)
             .args(&self.target_args)
-            .args(&args)
+            .args(&args[..split])
             .args(json)
+            .args(&args[split..])
             .stdin(std::process::Stdio::null())
             .output()
             .await
@@ -230,6 +242,7 @@ fn target_args(target: &Target) -> Vec<String> {
     let local: &[&str] = if target.local { &["--local"] } else { &[] };
     command(
         local,
+        &[],
         vec![
             ("--namespace", target.namespace.clone()),
             (
@@ -245,7 +258,7 @@ fn target_args(target: &Target) -> Vec<String> {
 /// An error the server itself refuses a call with, in the command line's error answer.
 fn error_answer(error: &Error) -> Value {
     serde_json::json!({
-        "schema_version": super::output::SCHEMA_VERSION, "ok": false, "type": "error",
+        "schema_version": crate::cli::output::SCHEMA_VERSION, "ok": false, "type": "error",
         "error": {"code": error.code, "message": error.message},
     })
 }
@@ -261,8 +274,10 @@ impl ErrandMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let args = self.until(tool.until).map(|until| {
             command(
-                &["execute", "--until", &until],
+                &["execute"],
+                &[],
                 vec![
+                    ("--until", Some(until)),
                     ("--agent", tool.agent),
                     ("--input", tool.input),
                     ("--environment", tool.environment),
@@ -293,7 +308,8 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["status", &tool.name], vec![]))).await
+        self.run(Ok(command(&["status"], &[&tool.name], vec![])))
+            .await
     }
 
     #[tool(description = "The last lines of an execution's output.")]
@@ -301,7 +317,7 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<TailTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        let args = command(&["tail", &tool.name], vec![("--tail", text(tool.lines))]);
+        let args = command(&["tail"], &[&tool.name], vec![("--tail", text(tool.lines))]);
         self.run(Ok(args)).await
     }
 
@@ -314,8 +330,10 @@ impl ErrandMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let args = self.until(tool.until).map(|until| {
             command(
-                &["wait", &tool.name, "--until", &until],
+                &["wait"],
+                &[&tool.name],
                 vec![
+                    ("--until", Some(until)),
                     ("--poll", text(tool.poll)),
                     ("--max-bytes", text(tool.max_bytes)),
                     ("--from-byte", text(tool.from_byte)),
@@ -330,7 +348,8 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["cancel", &tool.name], vec![]))).await
+        self.run(Ok(command(&["cancel"], &[&tool.name], vec![])))
+            .await
     }
 
     #[tool(description = "The results an execution saved, with size and sha256.")]
@@ -338,7 +357,7 @@ impl ErrandMcp {
         &self,
         Parameters(tool): Parameters<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["results", "list", &tool.name], vec![])))
+        self.run(Ok(command(&["results", "list"], &[&tool.name], vec![])))
             .await
     }
 
@@ -350,7 +369,8 @@ impl ErrandMcp {
         Parameters(tool): Parameters<DownloadTool>,
     ) -> Result<CallToolResult, ErrorData> {
         let args = command(
-            &["results", "download", &tool.result],
+            &["results", "download"],
+            &[&tool.result],
             vec![
                 ("--execution", Some(tool.name)),
                 ("--out", Some(tool.path.display().to_string())),
@@ -361,7 +381,7 @@ impl ErrandMcp {
 
     #[tool(description = "The executions of the namespace.")]
     async fn list(&self, Parameters(_): Parameters<ListTool>) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["list"], vec![]))).await
+        self.run(Ok(command(&["list"], &[], vec![]))).await
     }
 }
 
@@ -378,20 +398,23 @@ impl ServerHandler for ErrandMcp {
     }
 }
 
-/// `errand mcp`: serves the tools on stdin/stdout until the client closes them.
-pub async fn serve(target: &Target, args: &McpArgs) -> Result<(), Error> {
-    let failed = |e: String| Error::new(ErrorCode::McpError, e);
-    let server = ErrandMcp::new(target, args.max_wait)
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    server.waiting().await.map_err(|e| failed(e.to_string()))?;
-    Ok(())
+impl McpArgs {
+    /// `errand mcp`: serves the tools on stdin/stdout until the client closes them.
+    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
+        let args = self;
+        let failed = |e: String| Error::new(ErrorCode::McpError, e);
+        let server = ErrandMcp::new(target, args.max_wait)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        server.waiting().await.map_err(|e| failed(e.to_string()))?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{ErrandMcp, Target};
+    use super::{ErrandMcp, Target, command};
 
     #[test]
     fn until_defaults_below_and_is_refused_over_the_servers_maximum() {
@@ -408,5 +431,18 @@ mod tests {
             refused.message,
             "until: 21 is over this server's --max-wait of 20 seconds; call wait again to look longer"
         );
+    }
+
+    #[test]
+    fn values_from_a_tool_call_are_never_read_as_flags() {
+        assert_eq!(
+            command(
+                &["wait"],
+                &["--help"],
+                vec![("--until", Some("-5".into())), ("--poll", None)]
+            ),
+            ["wait", "--until=-5", "--", "--help"]
+        );
+        assert_eq!(command(&["list"], &[], vec![]), ["list"]);
     }
 }

@@ -1,14 +1,12 @@
 //! `errand admin`: operator commands; `sweep-store` removes what nothing references any more from the store of either backend.
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 
-use super::output::{OutputArgs, human_size, print_ok};
-use super::target::Target;
-use crate::local::references::{ReferencesError, references};
-use crate::ops::local::Local;
-use crate::ops::{Error, ErrorCode};
+use crate::cli::output::{OutputArgs, human_size, print_ok};
+use crate::cli::target::Target;
+use crate::ops::{Error, sweep_store};
 use crate::retention::gc::parse_age;
-use crate::retention::sweep_store::{SweepReport, sweep_store};
+use crate::retention::sweep_store::SweepReport;
 
 /// `errand admin ...`
 #[derive(Debug, clap::Subcommand)]
@@ -43,40 +41,19 @@ impl AdminAction {
     }
 }
 
-/// Runs an admin command against the local backend or the cluster.
-pub async fn admin(target: &Target, action: &AdminAction) -> Result<(), Error> {
-    match action {
-        AdminAction::SweepStore(args) => sweep(target, args).await,
+impl AdminAction {
+    /// Runs an admin command against the local backend or the cluster.
+    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
+        let action = self;
+        match action {
+            AdminAction::SweepStore(args) => sweep(target, args).await,
+        }
     }
 }
 
 async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
-    // The references are read whole before the store is listed.
-    let (store, references) = if target.is_local() {
-        let local = Local::new(&target.config())?;
-        let references = references(&local.data).map_err(|e| match e {
-            ReferencesError::Record(e) => Error::from(e),
-            unreadable @ ReferencesError::Unreadable { .. } => {
-                Error::new(ErrorCode::IoError, unreadable.to_string())
-            }
-        })?;
-        (local.store()?, references)
-    } else {
-        crate::ops::cluster::store_references(&target.config()).await?
-    };
     let grace = SignedDuration::from_secs(i64::try_from(args.grace).unwrap_or(i64::MAX));
-    // Only a namespace named explicitly narrows the sweep (never a kube context's default).
-    let namespace = target.namespace.as_deref();
-    let report = sweep_store(
-        &store,
-        namespace,
-        &references,
-        grace,
-        args.dry_run,
-        Timestamp::now(),
-    )
-    .await
-    .map_err(Error::from)?;
+    let report = sweep_store(&target.config(), grace, args.dry_run).await?;
     print_ok(args.output.format, "sweep", &report, || describe(&report));
     Ok(())
 }

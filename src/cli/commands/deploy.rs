@@ -1,24 +1,22 @@
-//! The deployment commands (`deploy`, `undeploy`, `redeploy`, `deployments list|get|wait`, `invoke`, `chat`, `sessions list`), written once over [`Deployments`].
+//! The deployment commands (`deploy`, `undeploy`, `redeploy`, `deployments list|get|wait`, `logs`, `invoke`, `chat`, `sessions list`), written once over [`Deployments`](crate::ops::backend::Deployments).
 //!
 //! A backend without deployments refuses each of them naming the command
 //! ([`Backend::deployments`]); the gateway's requests go over HTTP with a bearer token
 //! (`ops/gateway_client.rs`).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
-use super::commands::agent_from_config;
-use super::output::{OutputArgs, print_ok};
-use crate::api::contract::REPLACED_AGENT_ANNOTATION;
+use super::objects::agent_from_config;
 use crate::api::{AgentDeployment, DeploymentPhase};
-use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
+use crate::cli::output::{OutputArgs, print_ok};
+use crate::local::{manifest_documents, read_manifest_file};
 use crate::ops::GatewayEndpoint;
-use crate::ops::backend::{Backend, Deployments, Document};
+use crate::ops::backend::{Backend, Document};
+use crate::ops::deploy::{remove_replaced, roll_out, serving, settled};
 use crate::ops::{Error, ErrorCode};
 
 /// Where the gateway is and who calls it.
@@ -28,9 +26,20 @@ pub struct GatewayArgs {
     /// `https://localhost:9443`).
     #[arg(long, env = "ERRAND_GATEWAY", value_name = "URL")]
     pub gateway: Option<String>,
-    /// The bearer token to call it with (else the kubeconfig user's token).
+    /// The bearer token to call it with (else the kubeconfig user's token). On the command
+    /// line it is visible to every user of the machine (`ps`): prefer ERRAND_GATEWAY_TOKEN
+    /// or --gateway-token-file.
     #[arg(long, env = "ERRAND_GATEWAY_TOKEN", hide_env_values = true)]
     pub gateway_token: Option<String>,
+    /// A file holding the bearer token to call the gateway with (surrounding whitespace is
+    /// ignored), as `kubectl create token` writes it.
+    #[arg(
+        long,
+        env = "ERRAND_GATEWAY_TOKEN_FILE",
+        value_name = "FILE",
+        conflicts_with = "gateway_token"
+    )]
+    pub gateway_token_file: Option<PathBuf>,
     /// A PEM file with the CA that signed the gateway's serving certificate (else the
     /// system's roots).
     #[arg(long, env = "ERRAND_GATEWAY_CA", value_name = "FILE")]
@@ -43,13 +52,11 @@ impl GatewayArgs {
         GatewayEndpoint {
             url: self.gateway.clone(),
             token: self.gateway_token.clone(),
+            token_file: self.gateway_token_file.clone(),
             ca: self.gateway_ca.clone(),
         }
     }
 }
-
-/// How often waiting commands look at a deployment again.
-const POLL: Duration = Duration::from_millis(500);
 
 /// `errand deploy NAME --agent AGENT`.
 #[derive(Debug, clap::Args)]
@@ -118,6 +125,148 @@ impl DeploymentsAction {
             DeploymentsAction::List { output }
             | DeploymentsAction::Get { output, .. }
             | DeploymentsAction::Wait { output, .. } => *output,
+        }
+    }
+}
+
+/// Flags of `errand undeploy`.
+#[derive(Debug, clap::Args)]
+pub struct UndeployArgs {
+    /// The deployment.
+    #[arg(required_unless_present = "agent", conflicts_with = "agent")]
+    pub name: Option<String>,
+    /// Remove every deployment that serves this Agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl UndeployArgs {
+    /// `errand undeploy NAME` or `errand undeploy --agent AGENT`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        undeploy(
+            backend,
+            self.name.as_deref(),
+            self.agent.as_deref(),
+            self.output,
+        )
+        .await
+    }
+}
+
+/// Flags of `errand logs`.
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    /// The deployment.
+    pub name: String,
+    /// How many of the last lines to print first.
+    #[arg(long = "tail", default_value_t = 100)]
+    pub lines: usize,
+    /// Keep printing what the servers write until the deployment is removed (on a
+    /// cluster: until its pods stop).
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+}
+
+impl LogsArgs {
+    /// `errand logs NAME [--tail N] [-f]`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let deployments = backend.deployments();
+        deployments.logs(&self.name, self.lines, self.follow).await
+    }
+}
+
+/// Flags of `errand invoke`.
+#[derive(Debug, clap::Args)]
+pub struct InvokeArgs {
+    #[command(flatten)]
+    pub target: GatewayTarget,
+    /// The input.
+    #[arg(long)]
+    pub input: String,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl InvokeArgs {
+    /// `errand invoke`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        invoke(
+            backend,
+            &self.target,
+            &self.input,
+            &self.gateway,
+            self.output,
+        )
+        .await
+    }
+}
+
+/// Flags of `errand chat`.
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub target: GatewayTarget,
+    /// The session's name.
+    #[arg(long)]
+    pub session_name: String,
+    /// The message.
+    #[arg(long)]
+    pub message: String,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl ChatArgs {
+    /// `errand chat`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        chat(
+            backend,
+            &self.target,
+            &self.session_name,
+            &self.message,
+            &self.gateway,
+            self.output,
+        )
+        .await
+    }
+}
+
+/// `errand sessions ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum SessionsAction {
+    /// List a deployment's sessions (name, turns, last update).
+    List {
+        #[command(flatten)]
+        target: GatewayTarget,
+        #[command(flatten)]
+        gateway: GatewayArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+impl SessionsAction {
+    /// The options every sessions command has.
+    pub fn output(&self) -> OutputArgs {
+        match self {
+            SessionsAction::List { output, .. } => *output,
+        }
+    }
+
+    /// Runs the subcommand.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        match self {
+            SessionsAction::List {
+                target,
+                gateway,
+                output,
+            } => sessions(backend, target, gateway, *output).await,
         }
     }
 }
@@ -215,66 +364,72 @@ pub struct Redeployed {
     pub replaced_removed: bool,
 }
 
-/// `errand deploy`: creates the deployment and, unless `--no-wait`, waits until it is Ready
-/// (exit 0) or Failed (non-zero, with its message).
-pub async fn deploy(backend: &dyn Backend, args: &DeployArgs) -> Result<(), Error> {
-    let deployments = backend.deployments();
-    let mut spec = json!({
-        "agentRef": {"name": args.agent},
-        "replicas": args.replicas,
-        "port": args.port,
-        "startingTimeoutSeconds": args.starting_timeout_seconds,
-        "readiness": {
-            "path": args.health_path,
-            "timeoutSeconds": args.probe_timeout_seconds,
-            "failureThreshold": args.failure_threshold,
-        },
-    });
-    if let Some(environment) = &args.environment {
-        spec["environmentRef"] = json!({"name": environment});
+impl DeployArgs {
+    /// `errand deploy`: creates the deployment and, unless `--no-wait`, waits until it is Ready
+    /// (exit 0) or Failed (non-zero, with its message).
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        let deployments = backend.deployments();
+        let mut spec = json!({
+            "agentRef": {"name": args.agent},
+            "replicas": args.replicas,
+            "port": args.port,
+            "startingTimeoutSeconds": args.starting_timeout_seconds,
+            "readiness": {
+                "path": args.health_path,
+                "timeoutSeconds": args.probe_timeout_seconds,
+                "failureThreshold": args.failure_threshold,
+            },
+        });
+        if let Some(environment) = &args.environment {
+            spec["environmentRef"] = json!({"name": environment});
+        }
+        let deployment: AgentDeployment = serde_json::from_value(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
+            "metadata": {"name": args.name, "namespace": backend.namespace()},
+            "spec": spec,
+        }))
+        .map_err(|e| Error::argument(format!("the deployment: {e}")))?;
+        let created = deployments.create_deployment(&deployment).await?;
+        let shown = if args.no_wait {
+            created
+        } else {
+            settled(deployments, &args.name).await?
+        };
+        print_deployment(args.output, &shown)
     }
-    let deployment: AgentDeployment = serde_json::from_value(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
-        "metadata": {"name": args.name, "namespace": backend.namespace()},
-        "spec": spec,
-    }))
-    .map_err(|e| Error::argument(format!("the deployment: {e}")))?;
-    let created = deployments.create_deployment(&deployment).await?;
-    let shown = if args.no_wait {
-        created
-    } else {
-        settled(deployments, &args.name).await?
-    };
-    print_deployment(args.output, &shown)
 }
 
-/// `errand deployments list|get|wait`.
-pub async fn deployments(backend: &dyn Backend, action: &DeploymentsAction) -> Result<(), Error> {
-    let deployments = backend.deployments();
-    match action {
-        DeploymentsAction::List { output } => {
-            let views: Vec<DeploymentView> = deployments
-                .deployments()
-                .await?
-                .iter()
-                .map(DeploymentView::of)
-                .collect();
-            print_ok(output.format, "deployments", &views, || {
-                views
+impl DeploymentsAction {
+    /// `errand deployments list|get|wait`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let action = self;
+        let deployments = backend.deployments();
+        match action {
+            DeploymentsAction::List { output } => {
+                let views: Vec<DeploymentView> = deployments
+                    .deployments()
+                    .await?
                     .iter()
-                    .map(DeploymentView::human)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
-            Ok(())
-        }
-        DeploymentsAction::Get { name, output } => {
-            let view = DeploymentView::of(&deployments.deployment(name).await?);
-            print_ok(output.format, "deployment", &view, || view.human());
-            Ok(())
-        }
-        DeploymentsAction::Wait { name, output } => {
-            print_deployment(*output, &settled(deployments, name).await?)
+                    .map(DeploymentView::of)
+                    .collect();
+                print_ok(output.format, "deployments", &views, || {
+                    views
+                        .iter()
+                        .map(DeploymentView::human)
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+                Ok(())
+            }
+            DeploymentsAction::Get { name, output } => {
+                let view = DeploymentView::of(&deployments.deployment(name).await?);
+                print_ok(output.format, "deployment", &view, || view.human());
+                Ok(())
+            }
+            DeploymentsAction::Wait { name, output } => {
+                print_deployment(*output, &settled(deployments, name).await?)
+            }
         }
     }
 }
@@ -301,30 +456,9 @@ fn failed(view: &DeploymentView) -> Error {
     }
 }
 
-/// Waits until deployment `name` is Ready or Failed for its current spec.
-async fn settled(deployments: &dyn Deployments, name: &str) -> Result<AgentDeployment, Error> {
-    loop {
-        let deployment = deployments.deployment(name).await?;
-        if settled_phase(&deployment).is_some() {
-            return Ok(deployment);
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Ready or Failed, as observed for the deployment's current generation.
-fn settled_phase(deployment: &AgentDeployment) -> Option<DeploymentPhase> {
-    let status = deployment.status.as_ref()?;
-    let current = status.observed_generation.is_some()
-        && status.observed_generation == deployment.metadata.generation;
-    status
-        .phase
-        .filter(|p| current && matches!(p, DeploymentPhase::Ready | DeploymentPhase::Failed))
-}
-
 /// `errand undeploy NAME` or `errand undeploy --agent AGENT` (every deployment serving it):
 /// removes each with its children and waits until they are gone.
-pub async fn undeploy(
+async fn undeploy(
     backend: &dyn Backend,
     name: Option<&str>,
     agent: Option<&str>,
@@ -363,15 +497,6 @@ pub async fn undeploy(
     Ok(())
 }
 
-/// The deployments whose spec names Agent `agent`.
-fn serving(deployments: &[AgentDeployment], agent: &str) -> Vec<String> {
-    deployments
-        .iter()
-        .filter(|d| d.spec.agent_ref.as_ref().is_some_and(|r| r.name == agent))
-        .filter_map(|d| d.metadata.name.clone())
-        .collect()
-}
-
 /// `errand redeploy NAME --agent-config FILE`.
 #[derive(Debug, clap::Args)]
 pub struct RedeployArgs {
@@ -393,83 +518,47 @@ pub struct RedeployArgs {
     pub output: OutputArgs,
 }
 
-/// `errand redeploy`: the new Agent is created and checked against the deployment first (an
-/// admission dry run), so an invalid one changes nothing and is removed again; then the
-/// deployment is pointed at it, rolls, and once Ready the Agent it replaced is removed when no
-/// deployment references it any more. Run again after an interruption, it finishes the job.
-pub async fn redeploy(backend: &dyn Backend, args: &RedeployArgs) -> Result<(), Error> {
-    let deployments = backend.deployments();
-    let deployment = deployments.deployment(&args.name).await?;
-    let mut document = new_agent(args)?;
-    let agent = new_agent_name(&args.name, &document.object["spec"]);
-    document.object["metadata"]["name"] = json!(agent);
-    let current = deployment.spec.agent_ref.as_ref().map(|r| r.name.clone());
-    let replaced = deployment
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REPLACED_AGENT_ANNOTATION))
-        .cloned()
-        .or_else(|| current.clone().filter(|c| *c != agent));
-    if current.as_deref() != Some(agent.as_str()) {
-        let existed = backend
-            .objects(ObjectKind::Agent)
-            .await?
-            .iter()
-            .any(|o| o["metadata"]["name"] == agent.as_str());
-        backend.apply(std::slice::from_ref(&document)).await?;
-        let from = replaced.as_deref().unwrap_or_default();
-        if let Err(refused) = deployments
-            .point_at_agent(&args.name, &agent, from, true)
-            .await
-        {
-            if !existed {
-                backend.delete_object(ObjectKind::Agent, &agent).await?;
+impl RedeployArgs {
+    /// `errand redeploy`: the new Agent is created and checked against the deployment first (an
+    /// admission dry run), so an invalid one changes nothing and is removed again; then the
+    /// deployment is pointed at it, rolls, and once Ready the Agent it replaced is removed when no
+    /// deployment references it any more. Run again after an interruption, it finishes the job.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        let deployments = backend.deployments();
+        let deployment = deployments.deployment(&args.name).await?;
+        let (agent, replaced) =
+            roll_out(backend, &args.name, &deployment, new_agent(args)?).await?;
+        let rolled = settled(deployments, &args.name).await?;
+        let view = DeploymentView::of(&rolled);
+        if view.phase == Some(DeploymentPhase::Failed) {
+            return Err(failed(&view));
+        }
+        let replaced_removed =
+            remove_replaced(backend, &args.name, &agent, replaced.as_deref()).await?;
+        let answer = Redeployed {
+            deployment: view,
+            agent,
+            replaced,
+            replaced_removed,
+        };
+        print_ok(args.output.format, "redeployed", &answer, || {
+            let mut text = format!(
+                "agentdeployment/{} serves agent/{}",
+                args.name, answer.agent
+            );
+            if let Some(old) = &answer.replaced {
+                let what = if answer.replaced_removed {
+                    "removed"
+                } else {
+                    "kept: another deployment uses it"
+                };
+                text.push_str(&format!("\nagent/{old} {what}"));
             }
-            return Err(refused);
-        }
-        deployments
-            .point_at_agent(&args.name, &agent, from, false)
-            .await?;
+            text
+        });
+        Ok(())
     }
-    let rolled = settled(deployments, &args.name).await?;
-    let view = DeploymentView::of(&rolled);
-    if view.phase == Some(DeploymentPhase::Failed) {
-        return Err(failed(&view));
-    }
-    let mut replaced_removed = false;
-    if let Some(old) = replaced.as_deref().filter(|old| *old != agent) {
-        if serving(&deployments.deployments().await?, old).is_empty() {
-            match backend.delete_object(ObjectKind::Agent, old).await {
-                Ok(()) => replaced_removed = true,
-                Err(e) if e.code == ErrorCode::NotFound => replaced_removed = true,
-                Err(e) => return Err(e),
-            }
-        }
-        deployments.forget_replaced_agent(&args.name).await?;
-    }
-    let answer = Redeployed {
-        deployment: view,
-        agent,
-        replaced,
-        replaced_removed,
-    };
-    print_ok(args.output.format, "redeployed", &answer, || {
-        let mut text = format!(
-            "agentdeployment/{} serves agent/{}",
-            args.name, answer.agent
-        );
-        if let Some(old) = &answer.replaced {
-            let what = if answer.replaced_removed {
-                "removed"
-            } else {
-                "kept: another deployment uses it"
-            };
-            text.push_str(&format!("\nagent/{old} {what}"));
-        }
-        text
-    });
-    Ok(())
 }
 
 /// The new Agent's document as `--agent-config` or `-f` give it (named later).
@@ -496,16 +585,8 @@ fn new_agent(args: &RedeployArgs) -> Result<Document, Error> {
     }
 }
 
-/// `<deployment>-<8 hex of the spec's sha256>`: the same config always gets the same name, so
-/// a re-run finds the Agent it created.
-fn new_agent_name(deployment: &str, spec: &serde_json::Value) -> String {
-    let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
-    let base: String = deployment.chars().take(54).collect();
-    format!("{}-{}", base.trim_end_matches('-'), &digest[..8])
-}
-
 /// `errand invoke DEPLOYMENT|--agent AGENT --input TEXT`.
-pub async fn invoke(
+async fn invoke(
     backend: &dyn Backend,
     target: &GatewayTarget,
     input: &str,
@@ -524,7 +605,7 @@ pub async fn invoke(
 }
 
 /// `errand chat DEPLOYMENT|--agent AGENT --session-name S --message TEXT`: one turn.
-pub async fn chat(
+async fn chat(
     backend: &dyn Backend,
     target: &GatewayTarget,
     session: &str,
@@ -545,7 +626,7 @@ pub async fn chat(
 }
 
 /// `errand sessions list DEPLOYMENT|--agent AGENT`.
-pub async fn sessions(
+async fn sessions(
     backend: &dyn Backend,
     target: &GatewayTarget,
     gateway: &GatewayArgs,
@@ -567,44 +648,4 @@ pub async fn sessions(
         )
     });
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn deployment(
-        generation: i64,
-        observed: Option<i64>,
-        phase: DeploymentPhase,
-    ) -> AgentDeployment {
-        serde_json::from_value(json!({
-            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
-            "metadata": {"name": "calc", "generation": generation},
-            "spec": {"agentRef": {"name": "calculator"}},
-            "status": {"phase": phase, "observedGeneration": observed},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_deployment_settles_only_on_ready_or_failed_of_its_current_spec() {
-        use DeploymentPhase::*;
-        assert_eq!(settled_phase(&deployment(2, Some(2), Ready)), Some(Ready));
-        assert_eq!(settled_phase(&deployment(2, Some(2), Failed)), Some(Failed));
-        assert_eq!(settled_phase(&deployment(2, Some(2), Starting)), None);
-        // Ready for the previous spec: a redeploy has not been seen yet.
-        assert_eq!(settled_phase(&deployment(2, Some(1), Ready)), None);
-        assert_eq!(settled_phase(&deployment(1, None, Ready)), None);
-    }
-
-    #[test]
-    fn a_redeployed_agent_is_named_by_its_config_and_fits_a_label() {
-        let a = new_agent_name("calc", &json!({"config": {"name": "a"}}));
-        assert_eq!(a, new_agent_name("calc", &json!({"config": {"name": "a"}})));
-        assert_ne!(a, new_agent_name("calc", &json!({"config": {"name": "b"}})));
-        assert!(a.starts_with("calc-") && a.len() == 13, "{a}");
-        let long = new_agent_name(&"x".repeat(56), &json!({}));
-        assert!(long.len() <= 63, "{long}");
-    }
 }

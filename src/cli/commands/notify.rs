@@ -1,7 +1,7 @@
 //! Notification flags of `execute` and `errand notify set`: the sinks (a command, an NDJSON file) and output-match watches of a local execution, and the webhook of a cluster one.
 
-use super::output::{OutputArgs, print_ok};
-use super::show::print_record;
+use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::show::print_record;
 use crate::ops::backend::{Backend, find};
 use crate::ops::notify::NotifyChange;
 use crate::ops::{Error, ErrorCode};
@@ -52,8 +52,42 @@ impl NotifyArgs {
     }
 }
 
+/// `errand notify ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum NotifyAction {
+    /// Set sinks or add an output watch (matching lines that appear from now on).
+    Set {
+        /// Execution name or unambiguous prefix.
+        name: String,
+        #[command(flatten)]
+        notify: NotifyArgs,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+}
+
+impl NotifyAction {
+    /// The answer format.
+    pub fn format(&self) -> Format {
+        match self {
+            NotifyAction::Set { output, .. } => output.format,
+        }
+    }
+
+    /// Runs the subcommand.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        match self {
+            NotifyAction::Set {
+                name,
+                notify,
+                output,
+            } => notify_set(backend, name, notify, *output).await,
+        }
+    }
+}
+
 /// `errand notify set NAME ...`: changes where a running execution's notifications go.
-pub async fn notify_set(
+async fn notify_set(
     backend: &dyn Backend,
     name: &str,
     args: &NotifyArgs,
@@ -81,7 +115,7 @@ pub async fn notify_set(
         ));
     }
     let record = backend.set_notify(&record, &change).await?;
-    let view = super::answers::ExecutionView::of(record);
+    let view = crate::cli::answers::ExecutionView::of(record);
     print_ok(output.format, "execution", &view, || {
         print_record(&view.record)
     });

@@ -1,7 +1,7 @@
 //! `errand schema`: the JSON Schema of every answer the command line prints with `-o json`, generated from the Rust types the commands serialize.
 //!
-//! Each answer is `{schema_version, ok, type, <type>: payload}` ([`super::output::print_ok`]) or
-//! the error answer ([`super::output::print_error`]). The schema is one choice over them, the
+//! Each answer is `{schema_version, ok, type, <type>: payload}` ([`crate::cli::output::print_ok`]) or
+//! the error answer ([`crate::cli::output::print_error`]). The schema is one choice over them, the
 //! payload schemas generated with `schemars` and shared through `$defs`. A test checks every
 //! answer the CLI prints in the test suites against it, so a new answer type that is missing
 //! here fails.
@@ -10,13 +10,13 @@ use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
-use super::answers::{
+use super::deploy::{DeploymentView, Redeployed, Undeployed};
+use crate::api::{Fileset, ResultEntry};
+use crate::cli::answers::{
     AutomaticGcOff, Deleted, DeletedAll, DeletedObject, Downloaded, ExecutionView, Killed, Logs,
     PushedFilesetAnswer,
 };
-use super::deploy::{DeploymentView, Redeployed, Undeployed};
-use super::output::SCHEMA_VERSION;
-use crate::api::{Fileset, ResultEntry};
+use crate::cli::output::SCHEMA_VERSION;
 use crate::local::gc::GcReport;
 use crate::local::{ExecutionRecord, ObjectKind};
 use crate::ops::ErrorCode;

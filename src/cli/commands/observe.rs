@@ -1,16 +1,17 @@
-//! Bounded observation of an execution: `errand wait`, `execute --until`, and the answers that carry the agent's output with it.
+//! Observing an execution: `errand watch`, `wait`, `status` and `tail`, `execute --until`, and the answers that carry the agent's output with it.
 //!
 //! Observing never changes the run: reaching `--until` returns the execution as it stands.
 
 use std::time::{Duration, Instant};
 
-use super::answers::{ExecutionView, Observation};
-use super::output::OutputArgs;
-use super::show::{print_record, record_outcome};
 use crate::api::MAX_TIMEOUT_SECONDS;
+use crate::cli::answers::Logs;
+use crate::cli::answers::{ExecutionView, Observation};
+use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::show::{print_record, record_outcome};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::{Backend, LogStream, find};
 use crate::ops::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, MAX_MAX_BYTES};
 
 /// The default `wait --until`: 30 seconds.
@@ -57,6 +58,88 @@ pub struct WaitArgs {
     pub excerpt: ExcerptArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// Flags of `errand watch`.
+#[derive(Debug, clap::Args)]
+pub struct WatchArgs {
+    /// Execution name or unambiguous prefix.
+    pub name: String,
+    #[command(flatten)]
+    pub excerpt: ExcerptArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl WatchArgs {
+    /// `errand watch NAME`: follows the agent's output until the execution ends, then prints it
+    /// with excerpts of its output.
+    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+        let record = find(backend, &self.name).await?;
+        let human = self.output.format == Format::Human;
+        let done = backend.watch(&record, human).await?;
+        let view = with_excerpts(backend, done, &self.excerpt).await?;
+        record_outcome(self.output.format, &view, || print_record(&view.record))
+    }
+}
+
+/// Flags of `errand status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Execution name or unambiguous prefix.
+    pub name: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl StatusArgs {
+    /// `errand status NAME`: the record, with the sizes of the agent's output streams (read
+    /// from their sizes alone, never from the logs).
+    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+        let record = find(backend, &self.name).await?;
+        let view = with_sizes(backend, record).await?;
+        print_ok(self.output.format, "execution", &view, || {
+            print_record(&view.record)
+        });
+        Ok(())
+    }
+}
+
+/// Flags of `errand tail`.
+#[derive(Debug, clap::Args)]
+pub struct TailArgs {
+    /// Execution name or unambiguous prefix.
+    pub name: String,
+    /// How many lines (`-n` is the namespace, as in kubectl).
+    #[arg(long = "tail", visible_alias = "lines", default_value_t = 20)]
+    pub lines: usize,
+    /// Show stderr instead of stdout (local runs only: a pod's log holds both).
+    #[arg(long)]
+    pub stderr: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl TailArgs {
+    /// `errand tail -n N NAME`: the last lines of the agent's output.
+    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+        let record = find(backend, &self.name).await?;
+        let stream = if self.stderr {
+            LogStream::Stderr
+        } else {
+            LogStream::Stdout
+        };
+        let (stream, last) = backend.logs(&record, stream, self.lines).await?;
+        let answer = Logs {
+            execution: record.name,
+            stream,
+            lines: last,
+        };
+        print_ok(self.output.format, "logs", &answer, || {
+            answer.lines.join("\n")
+        });
+        Ok(())
+    }
 }
 
 /// Why a number of seconds (`--until`, `--poll`) is refused.
@@ -187,15 +270,17 @@ pub async fn answer_observed(
     if view.record.phase.is_terminal() {
         return record_outcome(output.format, &view, human);
     }
-    super::output::print_ok(output.format, "execution", &view, human);
+    print_ok(output.format, "execution", &view, human);
     Ok(())
 }
 
-/// `errand wait NAME --until SECONDS --poll SECONDS`.
-pub async fn wait(backend: &dyn Backend, args: &WaitArgs) -> Result<(), Error> {
-    let record = find(backend, &args.name).await?;
-    let (record, observation) = observe(backend, record, args.until, args.poll).await?;
-    answer_observed(backend, record, observation, &args.excerpt, args.output).await
+impl WaitArgs {
+    /// `errand wait NAME --until SECONDS --poll SECONDS`.
+    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+        let record = find(backend, &self.name).await?;
+        let (record, observation) = observe(backend, record, self.until, self.poll).await?;
+        answer_observed(backend, record, observation, &self.excerpt, self.output).await
+    }
 }
 
 /// Parses `--max-bytes`: 1 to [`MAX_MAX_BYTES`].

@@ -1,7 +1,7 @@
 //! `errand gc`: collects finished local executions by age, count and size, once or automatically before every local execution.
 
-use super::output::{OutputArgs, human_size, print_ok};
-use super::target::Target;
+use crate::cli::output::{OutputArgs, human_size, print_ok};
+use crate::cli::target::Target;
 use crate::local::gc::GcReport;
 use crate::ops::local::{Local, gc};
 use crate::ops::{Error, ErrorCode};
@@ -45,41 +45,44 @@ impl GcArgs {
     }
 }
 
-/// `errand gc`: in `--namespace` if given, else in every namespace. Without limits it applies
-/// the automatic gc's.
-pub async fn gc(target: &Target, args: &GcArgs) -> Result<(), Error> {
-    if !target.is_local() {
-        return Err(Error::new(
-            ErrorCode::LocalOnly,
-            "errand gc collects local executions (pass --local); on a cluster, finished \
+impl GcArgs {
+    /// `errand gc`: in `--namespace` if given, else in every namespace. Without limits it applies
+    /// the automatic gc's.
+    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
+        let args = self;
+        if !target.is_local() {
+            return Err(Error::new(
+                ErrorCode::LocalOnly,
+                "errand gc collects local executions (pass --local); on a cluster, finished \
              executions go when their ttlSecondsAfterFinished runs out",
-        ));
-    }
-    let local = Local::new(&target.config())?;
-    let policy = args.policy();
-    if args.automatic {
-        if policy.is_empty() {
-            return Err(Error::argument(
-                "--automatic needs at least one of --older-than, --max-executions or --max-bytes",
             ));
         }
-        gc::set_automatic(&local, Some(&policy))?;
-    }
-    if args.no_automatic {
-        gc::set_automatic(&local, None)?;
-        if policy.is_empty() {
-            print_ok(
-                args.output.format,
-                "gc",
-                &super::answers::AutomaticGcOff { automatic: false },
-                || "automatic gc is off".to_owned(),
-            );
-            return Ok(());
+        let local = Local::new(&target.config())?;
+        let policy = args.policy();
+        if args.automatic {
+            if policy.is_empty() {
+                return Err(Error::argument(
+                    "--automatic needs at least one of --older-than, --max-executions or --max-bytes",
+                ));
+            }
+            gc::set_automatic(&local, Some(&policy))?;
         }
+        if args.no_automatic {
+            gc::set_automatic(&local, None)?;
+            if policy.is_empty() {
+                print_ok(
+                    args.output.format,
+                    "gc",
+                    &crate::cli::answers::AutomaticGcOff { automatic: false },
+                    || "automatic gc is off".to_owned(),
+                );
+                return Ok(());
+            }
+        }
+        let report = gc::collect(&local, target.namespace.as_deref(), policy, args.dry_run).await?;
+        print_ok(args.output.format, "gc", &report, || describe(&report));
+        Ok(())
     }
-    let report = gc::collect(&local, target.namespace.as_deref(), policy, args.dry_run).await?;
-    print_ok(args.output.format, "gc", &report, || describe(&report));
-    Ok(())
 }
 
 fn describe(report: &GcReport) -> String {

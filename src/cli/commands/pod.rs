@@ -139,9 +139,9 @@ pub struct StageArgs {
     #[command(flatten)]
     pub grants: GrantRequestArgs,
     #[command(flatten)]
-    pub staging: super::staging::StagingArgs,
+    pub staging: crate::cli::staging::StagingArgs,
     #[command(flatten)]
-    pub telemetry: super::telemetry::TelemetryArgs,
+    pub telemetry: crate::cli::telemetry::TelemetryArgs,
 }
 
 /// Options of `errand run-agent`.
@@ -153,7 +153,7 @@ pub struct RunAgentArgs {
     #[command(flatten)]
     pub paths: PodPathArgs,
     #[command(flatten)]
-    pub telemetry: super::telemetry::TelemetryArgs,
+    pub telemetry: crate::cli::telemetry::TelemetryArgs,
     /// The agent's command and arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
+use crate::cluster::listener::ServerLimits;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
 use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
+use crate::outbound::{Cidr, OutboundPolicy, OutboundSettings};
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -66,7 +68,7 @@ pub struct ControllerArgs {
     pub staging_budget_seconds: i64,
     /// What staging may extract in each pod.
     #[command(flatten)]
-    pub extract: super::staging::ExtractArgs,
+    pub extract: crate::cli::staging::ExtractArgs,
     /// Seconds a cancelled pod gets to save its partial results.
     #[arg(long, default_value_t = 120)]
     pub termination_grace_seconds: i64,
@@ -122,6 +124,10 @@ pub struct ControllerArgs {
     /// with 413.
     #[arg(long, env = "ERRAND_MAX_UPLOAD_BYTES", default_value_t = DEFAULT_MAX_UPLOAD_BYTES)]
     pub max_upload_bytes: u64,
+    /// The largest result a pod may upload through this controller's blob endpoint (a
+    /// `file://` store), in bytes; a larger upload is refused with 413.
+    #[arg(long, env = "ERRAND_MAX_RESULT_BYTES", default_value_t = crate::serve::blobs::DEFAULT_MAX_PUT_BYTES)]
+    pub max_result_bytes: u64,
     /// Whether a data API download that asks (`?link=true`, as `errand results download`
     /// does) gets a link (a 5-minute presigned URL of the object) instead of the bytes, when the
     /// store presigns URLs clients can reach (s3://, gs://, az://); `false`: every download
@@ -157,7 +163,7 @@ pub struct ControllerArgs {
     /// The OpenTelemetry collector executions with `autoTelemetry: true` send their traces to
     /// (the runner's spans and the agent's own); without it such executions are refused.
     #[command(flatten)]
-    pub telemetry: super::telemetry::TelemetryArgs,
+    pub telemetry: crate::cli::telemetry::TelemetryArgs,
     /// Also export a `reconcile` span (service `errand-controller`) for each reconcile of an
     /// execution with `autoTelemetry: true` into that execution's trace, to --otlp-endpoint.
     #[arg(
@@ -166,6 +172,110 @@ pub struct ControllerArgs {
         requires = "otlp_endpoint"
     )]
     pub export_reconcile_spans: bool,
+    /// What requests made on a tenant's behalf (notify webhooks) may reach.
+    #[command(flatten)]
+    pub outbound: OutboundArgs,
+    /// What every server tolerates from its clients.
+    #[command(flatten)]
+    pub server_limits: ServerLimitArgs,
+}
+
+/// The limits of the controller's servers (`/metrics` and grants, the webhook, the data API,
+/// the gateway).
+#[derive(Debug, clap::Args)]
+pub struct ServerLimitArgs {
+    /// Seconds a client may take to send a request's head, or to start its next request on a
+    /// kept-alive connection; slower connections are closed.
+    #[arg(long, env = "ERRAND_HEADER_READ_TIMEOUT_SECONDS", default_value_t = ServerLimits::DEFAULT.header_read_timeout.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout_seconds: u64,
+    /// Seconds a TLS handshake may take.
+    #[arg(long, env = "ERRAND_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = ServerLimits::DEFAULT.handshake_timeout.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tls_handshake_timeout_seconds: u64,
+    /// Connections each server serves at once; more get 503 with Retry-After.
+    #[arg(long, env = "ERRAND_MAX_CONNECTIONS", default_value_t = ServerLimits::DEFAULT.max_connections as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+}
+
+impl ServerLimitArgs {
+    fn limits(&self) -> ServerLimits {
+        ServerLimits {
+            header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_seconds),
+            handshake_timeout: std::time::Duration::from_secs(self.tls_handshake_timeout_seconds),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
+    }
+}
+
+/// The outbound policy's flags: the cluster's ranges, and the operator's deny and allow lists
+/// over the default (loopback, link-local, private, CGNAT, ULA, multicast denied).
+#[derive(Debug, clap::Args)]
+pub struct OutboundArgs {
+    /// The cluster's Service CIDR, denied to tenant-directed requests (repeat for dual stack).
+    #[arg(
+        long = "service-cidr",
+        value_name = "CIDR",
+        env = "ERRAND_SERVICE_CIDR",
+        value_delimiter = ','
+    )]
+    pub service_cidrs: Vec<Cidr>,
+    /// The cluster's pod CIDR, denied to tenant-directed requests (repeat for dual stack).
+    #[arg(
+        long = "pod-cidr",
+        value_name = "CIDR",
+        env = "ERRAND_POD_CIDR",
+        value_delimiter = ','
+    )]
+    pub pod_cidrs: Vec<Cidr>,
+    /// Another range (or address) tenant-directed requests may not reach; repeat for several.
+    #[arg(
+        long = "outbound-deny",
+        value_name = "CIDR",
+        env = "ERRAND_OUTBOUND_DENY",
+        value_delimiter = ','
+    )]
+    pub deny: Vec<Cidr>,
+    /// A range (or address) tenant-directed requests may reach whatever denies it, as an
+    /// in-cluster webhook receiver's Service IP; repeat for several.
+    #[arg(
+        long = "outbound-allow",
+        value_name = "CIDR",
+        env = "ERRAND_OUTBOUND_ALLOW",
+        value_delimiter = ','
+    )]
+    pub allow: Vec<Cidr>,
+}
+
+impl OutboundArgs {
+    /// The policy, with `api_servers` (the addresses the controller reaches its API server
+    /// at) denied too.
+    pub fn policy(&self, api_servers: Vec<std::net::IpAddr>) -> OutboundPolicy {
+        OutboundSettings {
+            service_cidrs: self.service_cidrs.clone(),
+            pod_cidrs: self.pod_cidrs.clone(),
+            api_servers,
+            deny: self.deny.clone(),
+            allow: self.allow.clone(),
+        }
+        .policy()
+    }
+}
+
+/// The addresses the controller reaches the API server at: the in-cluster Service address
+/// and the kubeconfig's or in-cluster config's server, when it is an IP address.
+fn api_server_addresses(cluster_url: &http::Uri) -> Vec<std::net::IpAddr> {
+    let mut addresses: Vec<std::net::IpAddr> = std::env::var("KUBERNETES_SERVICE_HOST")
+        .ok()
+        .and_then(|host| host.parse().ok())
+        .into_iter()
+        .collect();
+    let host = cluster_url.host().unwrap_or_default();
+    if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse() {
+        addresses.push(ip);
+    }
+    addresses
 }
 
 impl ControllerArgs {
@@ -231,8 +341,16 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         &args.blob_url,
         std::env::var("ERRAND_SIGNING_KEY").ok().as_deref(),
     )?;
-    let client = kube::Client::try_default()
-        .await
+    let kube_config = kube::Config::infer().await.map_err(|e| {
+        Error::new(
+            ErrorCode::ClusterUnreachable,
+            format!("reading the cluster's configuration: {e}"),
+        )
+    })?;
+    let outbound = args
+        .outbound
+        .policy(api_server_addresses(&kube_config.cluster_url));
+    let client = kube::Client::try_from(kube_config)
         .map_err(|e| Error::new(ErrorCode::ClusterUnreachable, format!("connecting: {e}")))?;
     let identity = args
         .identity
@@ -258,6 +376,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     config.store_sweep = store_sweep;
     config.otlp_endpoint = args.telemetry.otlp_endpoint;
     config.export_reconcile_spans = args.export_reconcile_spans;
+    tracing::info!(
+        allowed = ?outbound.allowed().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        denied = ?outbound.denied().map(|(range, _)| range.to_string()).collect::<Vec<_>>(),
+        "the outbound policy of tenant-directed requests"
+    );
+    config.outbound = Arc::new(outbound);
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),
@@ -292,6 +416,8 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
             )
         }),
         instance: identity,
+        server_limits: args.server_limits.limits(),
+        max_result_bytes: args.max_result_bytes,
     };
     run(client, options, stop_signal())
         .await

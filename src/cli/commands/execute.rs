@@ -1,0 +1,224 @@
+//! `errand execute`, `create`, `start` and `restart`: build a spec from `--spec`/`--spec-file` and flags, then run it, define it, or start what was defined.
+
+use std::path::PathBuf;
+
+use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerpts, with_sizes};
+use crate::api::MAX_TIMEOUT_SECONDS;
+use crate::cli::answers::ExecutionView;
+use crate::cli::inputs::{piped_stdin, read_inputs};
+use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::show::{print_record, record_outcome};
+use crate::cli::staging::StagingArgs;
+use crate::ops::Error;
+use crate::ops::backend::{Backend, find};
+use crate::ops::execute::{CreateOptions, ExecutionRequest};
+use crate::ops::request::{SpecFlags, request};
+
+/// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
+#[derive(Debug, clap::Args)]
+pub struct ExecuteArgs {
+    /// The agent: the name of an applied Agent (`NAME` or `NAMESPACE/NAME`, which must be the
+    /// target namespace), or a manifest file holding one (run inline).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The input given to the agent.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// The environment: the name of an applied AgentEnvironment (`NAME` or `NAMESPACE/NAME`,
+    /// which must be the target namespace), or a manifest file holding one.
+    #[arg(long)]
+    pub environment: Option<String>,
+    /// The base working directory: a Fileset (`name[#path/]`), or a local directory that is
+    /// pushed as a Fileset first.
+    #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
+    pub base_workdir: Option<String>,
+    /// Seconds the agent may run, at most 604800 (7 days).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_TIMEOUT_SECONDS))]
+    pub timeout_seconds: Option<i64>,
+    /// Turn on the agent's telemetry export.
+    #[arg(long)]
+    pub auto_telemetry: bool,
+    /// The whole spec as JSON: the AgentExecution's spec (camelCase), the NeMo job spec
+    /// (`agent`, `environment`, `workdir.base_workdir`, `timeout_seconds`, ...), or an
+    /// AgentExecution.
+    #[arg(long, conflicts_with = "spec_file")]
+    pub spec: Option<String>,
+    /// A file holding the spec in either shape (or an AgentExecution manifest), YAML or JSON.
+    #[arg(long)]
+    pub spec_file: Option<PathBuf>,
+    /// Name of the execution; generated from the agent's name when not given.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Return at once, leaving the run going in the background.
+    #[arg(long, conflicts_with_all = ["until", "forever"])]
+    pub no_wait: bool,
+    /// Observe the run for up to this many seconds, then return it as it stands with excerpts
+    /// of its output; it goes on in the background.
+    #[arg(long, value_name = "SECONDS", value_parser = super::observe::parse_until, conflicts_with = "forever")]
+    pub until: Option<f64>,
+    /// Wait until the run ends (the default).
+    #[arg(long)]
+    pub forever: bool,
+    #[command(flatten)]
+    pub excerpt: super::observe::ExcerptArgs,
+    /// Give a local agent this shell's whole environment (but errand's own `ERRAND_*`
+    /// variables). By default it gets what a pod would: its resolved environment with `PATH`,
+    /// `HOME`, `LANG` and `TZ`.
+    #[arg(long)]
+    pub inherit_env: bool,
+    #[command(flatten)]
+    pub inputs: crate::cli::inputs::InputArgs,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
+    #[command(flatten)]
+    pub staging: StagingArgs,
+    #[command(flatten)]
+    pub telemetry: crate::cli::telemetry::TelemetryArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl ExecuteArgs {
+    /// The options a backend creates and runs the execution with.
+    pub fn options(&self) -> CreateOptions {
+        CreateOptions {
+            inherit_env: self.inherit_env,
+            otlp_endpoint: self.telemetry.otlp_endpoint.clone(),
+            notify: self.notify.change(),
+            staging: self.staging.settings(),
+            report_gc: self.output.format == Format::Human,
+        }
+    }
+
+    /// What the flags say of the spec.
+    fn spec_flags(&self) -> SpecFlags {
+        SpecFlags {
+            agent: self.agent.clone(),
+            input: self.input.clone(),
+            environment: self.environment.clone(),
+            base_workdir: self.base_workdir.clone(),
+            timeout_seconds: self.timeout_seconds,
+            auto_telemetry: self.auto_telemetry,
+            spec: self.spec.clone(),
+            spec_file: self.spec_file.clone(),
+            name: self.name.clone(),
+            notify: self.notify.change(),
+        }
+    }
+
+    /// The request the flags and the input flags make (standard input read first).
+    async fn request(&self, backend: &dyn Backend) -> Result<ExecutionRequest, Error> {
+        let inputs = read_inputs(&self.inputs, piped_stdin)?;
+        request(&self.spec_flags(), inputs, backend).await
+    }
+
+    /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
+    /// record with the response and excerpts of its output; `--until` observes it for a bounded
+    /// time instead, `--no-wait` not at all.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        let format = args.output.format;
+        let request = args.request(backend).await?;
+        if request.spec.held {
+            request.abandon(backend).await;
+            return Err(Error::argument(
+                "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
+            ));
+        }
+        let options = args.options();
+        let record = request.create(backend, &options).await?;
+        if args.no_wait {
+            let record = backend.detach(&record, &options).await?;
+            print_ok(
+                format,
+                "execution",
+                &ExecutionView::of(record.clone()),
+                || {
+                    format!(
+                        "execution {} started in the background in namespace {}; follow it with `errand watch {}`",
+                        record.name, record.namespace, record.name
+                    )
+                },
+            );
+            return Ok(());
+        }
+        if let Some(until) = args.until {
+            let record = backend.detach(&record, &options).await?;
+            let (record, observation) =
+                observe(backend, record, until, DEFAULT_POLL_SECONDS).await?;
+            return answer_observed(backend, record, observation, &args.excerpt, args.output).await;
+        }
+        // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
+        let record = backend
+            .run(&record, &options, format == Format::Human)
+            .await?;
+        let view = with_excerpts(backend, record, &args.excerpt).await?;
+        record_outcome(format, &view, || print_record(&view.record))
+    }
+
+    /// `errand create`: defines an execution as `execute` would, without starting it (phase
+    /// `Created`).
+    pub async fn create(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let args = self;
+        if args.no_wait || args.until.is_some() || args.forever {
+            return Err(Error::argument(
+                "--no-wait, --until and --forever: create starts nothing to wait for; `errand start NAME` starts it",
+            ));
+        }
+        let mut request = args.request(backend).await?;
+        request.spec.held = true;
+        let record = request.create(backend, &args.options()).await?;
+        print_ok(
+            args.output.format,
+            "execution",
+            &ExecutionView::of(record.clone()),
+            || {
+                format!(
+                    "execution {} created in namespace {}; start it with `errand start {}`",
+                    record.name, record.namespace, record.name
+                )
+            },
+        );
+        Ok(())
+    }
+}
+
+/// Flags of `errand start` and `errand restart`.
+#[derive(Debug, clap::Args)]
+pub struct StartArgs {
+    /// Execution name or unambiguous prefix.
+    pub name: String,
+    #[command(flatten)]
+    pub staging: StagingArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl StartArgs {
+    /// `errand start NAME`.
+    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        self.start(backend, false).await
+    }
+
+    /// `errand restart NAME`.
+    pub async fn restart(&self, backend: &dyn Backend) -> Result<(), Error> {
+        self.start(backend, true).await
+    }
+
+    /// `errand start NAME` and `errand restart NAME`: the execution as it stands once its run was
+    /// handed on (it runs without this process).
+    async fn start(&self, backend: &dyn Backend, restart: bool) -> Result<(), Error> {
+        let (name, staging, output) = (&self.name, &self.staging, self.output);
+        let record = find(backend, name).await?;
+        let record = if restart {
+            backend.restart(&record, &staging.settings()).await?
+        } else {
+            backend.start(&record, &staging.settings()).await?
+        };
+        let view = with_sizes(backend, record).await?;
+        print_ok(output.format, "execution", &view, || {
+            print_record(&view.record)
+        });
+        Ok(())
+    }
+}
