@@ -1,5 +1,6 @@
 //! `errand controller`: runs the cluster controller in this process with JSON logs.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
-use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
+use crate::controller::config::{AgentIngress, ControllerConfig, StoreSweepSchedule, parse_labels};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
 use crate::retention::gc::parse_age;
@@ -166,6 +167,23 @@ pub struct ControllerArgs {
         requires = "otlp_endpoint"
     )]
     pub export_reconcile_spans: bool,
+    /// Create a NetworkPolicy per AgentDeployment that admits only the gateway (this
+    /// controller's pods, `--gateway-pod-labels` in its own namespace) and
+    /// `--agent-ingress-cidr` to the agent's pods.
+    #[arg(long, env = "ERRAND_DEPLOYMENT_NETWORK_POLICIES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub deployment_network_policies: bool,
+    /// Labels of this controller's pods (`key=value,...`), which serve the gateway.
+    #[arg(
+        long,
+        env = "ERRAND_GATEWAY_POD_LABELS",
+        value_parser = parse_labels,
+        default_value = "app.kubernetes.io/name=errand,app.kubernetes.io/instance=errand,app.kubernetes.io/component=controller"
+    )]
+    pub gateway_pod_labels: BTreeMap<String, String>,
+    /// A CIDR every AgentDeployment's NetworkPolicy also admits (repeatable), for example the
+    /// nodes' addresses on a CNI that filters traffic from the node.
+    #[arg(long = "agent-ingress-cidr")]
+    pub agent_ingress_cidrs: Vec<String>,
 }
 
 impl ControllerArgs {
@@ -258,6 +276,11 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     config.store_sweep = store_sweep;
     config.otlp_endpoint = args.telemetry.otlp_endpoint;
     config.export_reconcile_spans = args.export_reconcile_spans;
+    config.agent_ingress = args.deployment_network_policies.then(|| AgentIngress {
+        gateway_namespace: args.lease_namespace.clone(),
+        gateway_pod_labels: args.gateway_pod_labels,
+        cidrs: args.agent_ingress_cidrs,
+    });
     tracing::info!(
         store = results.url(),
         presigned = signing.serve_blobs.is_none(),
