@@ -17,6 +17,7 @@ pub mod hostile;
 pub mod kueue;
 pub mod local;
 pub mod mcp;
+pub mod netpol;
 pub mod s3;
 pub mod store;
 pub mod telemetry;
