@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
-use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
+use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned, caller};
 use crate::controller::config::{AgentIngress, ControllerConfig, StoreSweepSchedule, parse_labels};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
@@ -198,8 +198,12 @@ impl ControllerArgs {
         })
     }
 
-    /// Where the certificate of the HTTPS endpoints comes from, if any is served.
-    fn certificates(&self) -> Result<Option<Certificates>, Error> {
+    /// Where the certificate of the HTTPS endpoints comes from, if any is served; a
+    /// self-signed one also puts `webhook_path_token` into the webhook configuration's paths.
+    fn certificates(
+        &self,
+        webhook_path_token: Option<String>,
+    ) -> Result<Option<Certificates>, Error> {
         if self.webhook_listen.is_none() && self.data_api_listen.is_none() {
             return Ok(None);
         }
@@ -234,6 +238,7 @@ impl ControllerArgs {
             secret: self.serving_secret.clone(),
             service,
             trusted_by,
+            webhook_path_token,
         })))
     }
 }
@@ -241,14 +246,17 @@ impl ControllerArgs {
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     init_json_logs();
-    let certificates = args.certificates()?;
+    let signing_key = std::env::var("ERRAND_SIGNING_KEY").ok();
+    // Only the API server, which calls the path the controller writes into the webhook
+    // configuration, learns the token: other callers get no review.
+    let webhook_path_token = signing_key
+        .as_deref()
+        .filter(|key| key.len() >= 32)
+        .map(|key| caller::path_token(key.as_bytes()));
+    let certificates = args.certificates(webhook_path_token.clone())?;
     let results = Store::open(&args.store)
         .map_err(|e| Error::new(ErrorCode::InvalidConfig, format!("opening the store: {e}")))?;
-    let signing = url_signing(
-        &results,
-        &args.blob_url,
-        std::env::var("ERRAND_SIGNING_KEY").ok().as_deref(),
-    )?;
+    let signing = url_signing(&results, &args.blob_url, signing_key.as_deref())?;
     let client = kube::Client::try_default()
         .await
         .map_err(|e| Error::new(ErrorCode::ClusterUnreachable, format!("connecting: {e}")))?;
@@ -294,7 +302,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         serve_blobs: signing.serve_blobs,
         listen: Some(args.listen),
         certificates,
-        webhook: args.webhook_listen.map(|listen| WebhookOptions { listen }),
+        webhook: args.webhook_listen.map(|listen| WebhookOptions {
+            listen,
+            // The token is in the configuration's paths only when the controller keeps them
+            // (a self-signed certificate); cert-manager's configuration keeps the chart's paths.
+            path_token: webhook_path_token.filter(|_| args.serving_cert_dir.is_none()),
+        }),
         data_api: args.data_api_listen.map(|listen| DataApiOptions {
             listen,
             // An upload is refused when staging it would pass the pods' extraction limits.

@@ -243,6 +243,7 @@ pub async fn run(
             catalog.clone(),
             Arc::clone(&metrics.admission),
             options.config.run_limits(options.signer.as_ref()),
+            webhook.path_token,
             bind(webhook.listen).await?,
             Arc::clone(certificate),
             &mut tasks,

@@ -28,6 +28,11 @@ use server::{Admission, ClusterResolver};
 pub struct WebhookOptions {
     /// The HTTPS address (the Service's target port).
     pub listen: SocketAddr,
+    /// The secret last segment of the paths the API server calls
+    /// ([`crate::cluster::serving::caller`]); a request without it is answered 403 with no
+    /// review. `None`: the paths are the plain ones (where the configuration's paths are not
+    /// the controller's to keep).
+    pub path_token: Option<String>,
 }
 
 /// Why the webhook could not start: its TLS could not be configured.
@@ -42,6 +47,7 @@ pub fn start(
     catalog: ClusterCatalog,
     metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
+    path_token: Option<String>,
     listener: TcpListener,
     certificate: Arc<ServingCertificate>,
     tasks: &mut JoinSet<()>,
@@ -54,6 +60,7 @@ pub fn start(
         }),
         metrics,
         limits,
+        path_token,
     });
     tasks.spawn(server::serve(listener, acceptor, admission));
     Ok(())
