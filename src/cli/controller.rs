@@ -12,6 +12,7 @@ use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned, caller};
 use crate::controller::config::{AgentIngress, ControllerConfig, StoreSweepSchedule, parse_labels};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
+use crate::gateway::sessions::{DEFAULT_MAX_TURNS, SessionLimits};
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -180,6 +181,15 @@ pub struct ControllerArgs {
         default_value = "app.kubernetes.io/name=errand,app.kubernetes.io/instance=errand,app.kubernetes.io/component=controller"
     )]
     pub gateway_pod_labels: BTreeMap<String, String>,
+    /// Turns a gateway chat session may hold; the next is refused (409) and a new session
+    /// must start.
+    #[arg(long, env = "ERRAND_GATEWAY_SESSION_MAX_TURNS", default_value_t = DEFAULT_MAX_TURNS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub gateway_session_max_turns: u32,
+    /// How long a gateway chat session lasts after its last turn (seconds, or a number with s,
+    /// m, h, d or w; 0 = until its deployment goes).
+    #[arg(long, env = "ERRAND_GATEWAY_SESSION_RETENTION", default_value = "30d", value_parser = parse_age)]
+    pub gateway_session_retention: u64,
     /// A CIDR every AgentDeployment's NetworkPolicy also admits (repeatable), for example the
     /// nodes' addresses on a CNI that filters traffic from the node.
     #[arg(long = "agent-ingress-cidr")]
@@ -317,7 +327,14 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
             },
             links: args.data_api_links,
         }),
-        gateway: args.gateway_listen.map(|listen| GatewayOptions { listen }),
+        gateway: args.gateway_listen.map(|listen| GatewayOptions {
+            listen,
+            sessions: SessionLimits {
+                max_turns: args.gateway_session_max_turns as usize,
+                retention: (args.gateway_session_retention > 0)
+                    .then(|| std::time::Duration::from_secs(args.gateway_session_retention)),
+            },
+        }),
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,

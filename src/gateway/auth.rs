@@ -29,14 +29,14 @@ pub const INVOKE_RESOURCE: (&str, &str) = ("agentdeployments", "invoke");
 
 /// Decides whether a token may invoke a deployment.
 pub trait Authorizer: Send + Sync {
-    /// `Ok` when the holder of `token` may invoke deployment `name` in `namespace` (any
-    /// deployment there when `None`: a request by agent).
+    /// The caller, when the holder of `token` may invoke deployment `name` in `namespace`
+    /// (any deployment there when `None`: a request by agent).
     fn authorize<'a>(
         &'a self,
         token: Option<&'a str>,
         namespace: &'a str,
         name: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>>;
+    ) -> BoxFuture<'a, Result<UserInfo, Refusal>>;
 }
 
 /// The user a reviewed token belongs to, or 401.
@@ -105,7 +105,7 @@ pub fn decide(
 /// What an answer is cached by: the token's sha256, the namespace and the deployment.
 type CacheKey = (Vec<u8>, String, Option<String>);
 /// A cached answer and when it was given.
-type Cached = (Result<(), Refusal>, Instant);
+type Cached = (Result<UserInfo, Refusal>, Instant);
 
 /// Asks the API server, with a short cache.
 pub struct ClusterAuthorizer {
@@ -122,7 +122,12 @@ impl ClusterAuthorizer {
         }
     }
 
-    async fn ask(&self, token: &str, namespace: &str, name: Option<&str>) -> Result<(), Refusal> {
+    async fn ask(
+        &self,
+        token: &str,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<UserInfo, Refusal> {
         let unavailable = |what: &str, e: kube::Error| {
             Refusal::new(503, "Unavailable", format!("{what} failed: {e}"))
         };
@@ -145,7 +150,8 @@ impl ClusterAuthorizer {
             )
             .await
             .map_err(|e| unavailable("reviewing access", e))?;
-        decide(&user, namespace, name, &access.status.unwrap_or_default())
+        decide(&user, namespace, name, &access.status.unwrap_or_default())?;
+        Ok(user)
     }
 }
 
@@ -155,7 +161,7 @@ impl Authorizer for ClusterAuthorizer {
         token: Option<&'a str>,
         namespace: &'a str,
         name: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>> {
+    ) -> BoxFuture<'a, Result<UserInfo, Refusal>> {
         Box::pin(async move {
             let token = token.ok_or_else(|| {
                 Refusal::new(

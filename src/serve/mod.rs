@@ -293,6 +293,7 @@ pub async fn run(
             deployments,
             slices,
             options.results.clone(),
+            gateway.sessions,
             bind(gateway.listen).await?,
             acceptor,
             &mut tasks,

@@ -1,4 +1,4 @@
-//! Tenants cannot get round errand's authorization on the test cluster, which enforces NetworkPolicies: a pod of another namespace (or of the deployment's own) cannot call an AgentDeployment's pods, by pod IP or Service, while the gateway still serves it, and the deployment's own NetworkPolicy is what refuses them; the chart's NetworkPolicy refuses stranger pods the controller's admission port and lets only execution pods reach its grant port.
+//! Tenants cannot get round errand's authorization on the test cluster, which enforces NetworkPolicies: a pod of another namespace (or of the deployment's own) cannot call an AgentDeployment's pods, by pod IP or Service, while the gateway still serves it, and the deployment's own NetworkPolicy is what refuses them; through the gateway, a caller cannot list, read or continue another caller's chat session; the chart's NetworkPolicy refuses stranger pods the controller's admission port and lets only execution pods reach its grant port.
 
 use std::path::Path;
 use std::process::Command;
@@ -29,7 +29,16 @@ async fn pods_cannot_call_a_deployment_past_the_gateway() {
         return;
     };
     let caller = token_of(&harness, "caller").await;
+    let other = token_of(&harness, "other").await;
     allow_invoke(&harness, "caller").await;
+    harness
+        .create(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "invoke-other"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "invoke"},
+            "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": harness.namespace.name()}],
+        }))
+        .await;
     create_server_agent(&harness, "echo").await;
     create_deployment(&harness, "echo", "echo", json!({})).await;
     let ready = wait_for_phase(&harness, "echo", DeploymentPhase::Ready, RUN_WAIT).await;
@@ -101,6 +110,72 @@ async fn pods_cannot_call_a_deployment_past_the_gateway() {
     })
     .await;
     assert_eq!(answer["output"], "echo: hello");
+
+    // Sessions are their caller's: user B cannot list, read or continue user A's.
+    let chat = |token: &str, message: &str| {
+        let (harness, token, message) = (&harness, token.to_owned(), message.to_owned());
+        async move {
+            call(
+                harness,
+                "POST",
+                "deployments/echo/chat",
+                Some(&token),
+                Some(json!({"session": "s1", "message": message})),
+            )
+            .await
+        }
+    };
+    let (status, reply) = chat(&caller, "my secret plan").await;
+    assert_eq!((status, &reply["turn"]), (200, &json!(1)), "{reply}");
+    let other_token = Some(other.as_str());
+    let (status, listed) = call(
+        &harness,
+        "GET",
+        "deployments/echo/sessions",
+        other_token,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(
+        listed["sessions"],
+        json!([]),
+        "B lists none of A's sessions"
+    );
+    let (status, read) = call(
+        &harness,
+        "GET",
+        "deployments/echo/sessions/s1",
+        other_token,
+        None,
+    )
+    .await;
+    assert_eq!(
+        status, 404,
+        "A's session is, to B, one that does not exist: {read}"
+    );
+    let (_, never) = call(
+        &harness,
+        "GET",
+        "deployments/echo/sessions/never-used",
+        other_token,
+        None,
+    )
+    .await;
+    assert_eq!(
+        read["error"]["type"], never["error"]["type"],
+        "the refusal does not tell A's session from one never used"
+    );
+    let (status, reply) = chat(&other, "hello?").await;
+    assert_eq!(
+        (status, &reply["turn"]),
+        (200, &json!(1)),
+        "B's message to s1 starts B's own session, it does not append to A's: {reply}"
+    );
+    let (_, mine) = call(&harness, "GET", "deployments/echo/sessions/s1", token, None).await;
+    let turns = mine["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{mine}");
+    assert_eq!(turns[0]["user"], "my secret plan");
 
     // The policy is what refused them: without it the stranger gets an answer.
     policies

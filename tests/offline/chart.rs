@@ -888,3 +888,20 @@ fn the_controller_may_apply_network_policies() {
     assert_eq!(rules.len(), 1, "{rules:?}");
     assert_eq!(strings(&rules[0].1["verbs"]), ["get", "create", "patch"]);
 }
+
+#[test]
+fn gateway_sessions_are_bounded_by_the_charts_values() {
+    let Some(objects) = render(&[]) else { return };
+    let args = controller_args(&objects);
+    assert!(args.contains(&"--gateway-session-max-turns=200"), "{args:?}");
+    assert!(args.contains(&"--gateway-session-retention=30d"), "{args:?}");
+    let Some(objects) = render(&[
+        "gateway.sessions.maxTurns=10",
+        "gateway.sessions.retention=12h",
+    ]) else {
+        return;
+    };
+    let args = controller_args(&objects);
+    assert!(args.contains(&"--gateway-session-max-turns=10"), "{args:?}");
+    assert!(args.contains(&"--gateway-session-retention=12h"), "{args:?}");
+}
