@@ -28,7 +28,6 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::api::AgentDeployment;
-use crate::store::Store;
 use auth::ClusterAuthorizer;
 use server::{ClusterDirectory, Gateway};
 use sessions::{SessionLimits, Sessions};
@@ -46,13 +45,12 @@ pub struct GatewayOptions {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts serving the gateway on `listener` and `tasks`: over TLS with `acceptor` when given,
-/// routing by the `deployments` and `slices` caches, sessions in `store` within `limits`.
+/// routing by the `deployments` and `slices` caches, keeping chat `sessions`.
 pub fn start(
     client: Client,
     deployments: Cache<AgentDeployment>,
     slices: Cache<EndpointSlice>,
-    store: Store,
-    limits: SessionLimits,
+    sessions: Sessions,
     listener: TcpListener,
     acceptor: Option<TlsAcceptor>,
     tasks: &mut JoinSet<()>,
@@ -63,7 +61,7 @@ pub fn start(
             deployments,
             slices,
         }),
-        sessions: Sessions::new(store, limits),
+        sessions,
         client: agent_client(),
         next: AtomicUsize::new(0),
     });

@@ -13,15 +13,14 @@ pub mod server;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use kube::Client;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::serving::tls::{self, ServingCertificate, TlsError};
 use crate::resolve::RunLimits;
 use metrics::AdmissionMetrics;
-use server::{Admission, ClusterResolver};
+use server::Admission;
+pub use server::ClusterResolver;
 
 /// How the webhook is served.
 #[derive(Clone, Debug)]
@@ -41,10 +40,10 @@ pub struct WebhookOptions {
 pub struct StartError(#[from] TlsError);
 
 /// Starts serving the webhook on `listener` and `tasks` with `certificate`. Creates are
-/// checked against `limits`. Handshakes fail until the first certificate is loaded.
+/// resolved by `resolver` and checked against `limits`; only paths ending with `path_token`
+/// are answered when it is given. Handshakes fail until the first certificate is loaded.
 pub fn start(
-    client: Client,
-    catalog: ClusterCatalog,
+    resolver: ClusterResolver,
     metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
     path_token: Option<String>,
@@ -54,10 +53,7 @@ pub fn start(
 ) -> Result<(), StartError> {
     let acceptor = tls::acceptor(certificate)?;
     let admission = Arc::new(Admission {
-        resolver: Box::new(ClusterResolver {
-            client: client.clone(),
-            catalog,
-        }),
+        resolver: Box::new(resolver),
         metrics,
         limits,
         path_token,

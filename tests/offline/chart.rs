@@ -893,8 +893,14 @@ fn the_controller_may_apply_network_policies() {
 fn gateway_sessions_are_bounded_by_the_charts_values() {
     let Some(objects) = render(&[]) else { return };
     let args = controller_args(&objects);
-    assert!(args.contains(&"--gateway-session-max-turns=200"), "{args:?}");
-    assert!(args.contains(&"--gateway-session-retention=30d"), "{args:?}");
+    assert!(
+        args.contains(&"--gateway-session-max-turns=200"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--gateway-session-retention=30d"),
+        "{args:?}"
+    );
     let Some(objects) = render(&[
         "gateway.sessions.maxTurns=10",
         "gateway.sessions.retention=12h",
@@ -903,5 +909,8 @@ fn gateway_sessions_are_bounded_by_the_charts_values() {
     };
     let args = controller_args(&objects);
     assert!(args.contains(&"--gateway-session-max-turns=10"), "{args:?}");
-    assert!(args.contains(&"--gateway-session-retention=12h"), "{args:?}");
+    assert!(
+        args.contains(&"--gateway-session-retention=12h"),
+        "{args:?}"
+    );
 }
