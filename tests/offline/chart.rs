@@ -914,3 +914,58 @@ fn gateway_sessions_are_bounded_by_the_charts_values() {
         "{args:?}"
     );
 }
+
+#[test]
+fn an_admission_policy_limits_the_controller_to_objects_errand_manages() {
+    let Some(objects) = render(&[]) else { return };
+    let policy = of_kind(&objects, "ValidatingAdmissionPolicy");
+    assert_eq!(policy.len(), 1);
+    let spec = &policy[0]["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    let resources: Vec<&str> = spec["matchConstraints"]["resourceRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| strings(&rule["resources"]))
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            "pods",
+            "services",
+            "configmaps",
+            "deployments",
+            "jobs",
+            "networkpolicies"
+        ]
+    );
+    assert!(
+        spec["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:errand-system:errand'"),
+        "only the controller's ServiceAccount is limited"
+    );
+    let label = errand::api::contract::MANAGED_BY_LABEL;
+    for validation in spec["validations"].as_array().unwrap() {
+        let expression = validation["expression"].as_str().unwrap();
+        assert!(
+            expression.contains(&format!(
+                "['{label}'] == '{}'",
+                errand::api::contract::MANAGED_BY
+            )),
+            "{expression}"
+        );
+    }
+    let binding = of_kind(&objects, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(
+        binding[0]["spec"]["policyName"],
+        policy[0]["metadata"]["name"]
+    );
+    assert_eq!(strings(&binding[0]["spec"]["validationActions"]), ["Deny"]);
+
+    let Some(objects) = render(&["admissionPolicy.enabled=false"]) else {
+        return;
+    };
+    assert!(of_kind(&objects, "ValidatingAdmissionPolicy").is_empty());
+}
