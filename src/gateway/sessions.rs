@@ -8,7 +8,9 @@
 //! a re-created deployment of the same name from inheriting the old conversations. Turns are
 //! never rewritten: two turns racing for the same number cannot both be stored, and the loser
 //! is told to retry (409). A session holds at most [`SessionLimits::max_turns`] turns and ends
-//! [`SessionLimits::retention`] after its last turn: it is then deleted when next touched.
+//! [`SessionLimits::retention`] after its last turn: it is then deleted when next touched. The
+//! store sweep removes every session of a deployment that is gone
+//! ([`crate::retention::sweep::Kind::Sessions`]).
 
 use std::time::Duration;
 
