@@ -21,3 +21,4 @@ mod node_loss;
 mod notify;
 mod smoke;
 mod telemetry;
+mod tenant_isolation;

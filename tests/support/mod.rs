@@ -18,6 +18,7 @@ pub mod kueue;
 pub mod local;
 pub mod mcp;
 pub mod model_server;
+pub mod netpol;
 pub mod s3;
 pub mod store;
 pub mod telemetry;
