@@ -1,7 +1,7 @@
 //! Settings of the controller that shape every execution's pod and lifetime: the errand image, budgets and defaults.
 
-use std::sync::Arc;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod answers;
+pub mod anyone;
 pub mod archives;
 pub mod audit;
 pub mod chart_rbac;

@@ -376,11 +376,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     let certificates = args.certificates(webhook_path_token.clone())?;
     let results = Store::open(&args.store)
         .map_err(|e| Error::new(ErrorCode::InvalidConfig, format!("opening the store: {e}")))?;
-    let signing = url_signing(
-        &results,
-        &args.blob_url,
-        signing_key.as_deref(),
-    )?;
+    let signing = url_signing(&results, &args.blob_url, signing_key.as_deref())?;
     let kube_config = kube::Config::infer().await.map_err(|e| {
         Error::new(
             ErrorCode::ClusterUnreachable,
