@@ -1,4 +1,4 @@
-//! What the cluster still references in the store, for the store sweep: the uids of its AgentExecutions, and the Fileset blobs its Filesets and live snapshots pin.
+//! What the cluster still references in the store, for the store sweep: the uids of its AgentExecutions and AgentDeployments, and the Fileset blobs its Filesets and live snapshots pin.
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
@@ -7,11 +7,12 @@ use kube::{Client, ResourceExt};
 use super::ApiError;
 use super::watches::{self, managed_selector};
 use crate::api::contract::SNAPSHOT_KEY;
-use crate::api::{AgentExecution, Fileset};
+use crate::api::{AgentDeployment, AgentExecution, Fileset};
 use crate::resolve::Snapshot;
 use crate::retention::sweep::References;
 
-/// Every AgentExecution in `namespace` (all namespaces when `None`) and every blob its
+/// Every AgentExecution and AgentDeployment in `namespace` (all namespaces when `None`) and
+/// every blob its
 /// Filesets and snapshot ConfigMaps pin, read in that order (a snapshot made while this runs pins what its Fileset pinned when
 /// it was read). A snapshot that does not parse fails the whole read: a sweep must not run on
 /// part of the references.
@@ -24,6 +25,13 @@ pub async fn references(client: &Client, namespace: Option<&str>) -> Result<Refe
     references
         .executions
         .extend(executions.items.iter().filter_map(|e| e.uid()));
+    let deployments = watches::api::<AgentDeployment>(client, namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(ApiError::during("listing AgentDeployments"))?;
+    references
+        .deployments
+        .extend(deployments.items.iter().filter_map(|d| d.uid()));
     let filesets = watches::api::<Fileset>(client, namespace)
         .list(&ListParams::default())
         .await

@@ -1,5 +1,6 @@
 //! Settings of the controller that shape every execution's pod and lifetime: the errand image, budgets and defaults.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -75,6 +76,57 @@ pub struct ControllerConfig {
     pub export_reconcile_spans: bool,
     /// Which addresses requests made on a tenant's behalf (notify webhooks) may reach.
     pub outbound: Arc<OutboundPolicy>,
+    /// Who may reach an AgentDeployment's pods (`None`: no NetworkPolicy is created, the pods
+    /// take traffic from anywhere the cluster's own policies allow).
+    pub agent_ingress: Option<AgentIngress>,
+}
+
+/// The sources an AgentDeployment's NetworkPolicy admits to its agent server's port: the
+/// gateway (the controller's own pods) and optional address ranges. Traffic from a pod's own
+/// node (the kubelet's probes) passes every NetworkPolicy implementation without a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentIngress {
+    /// The namespace the controller's pods (the gateway) run in.
+    pub gateway_namespace: String,
+    /// Labels that select the controller's pods in that namespace.
+    pub gateway_pod_labels: BTreeMap<String, String>,
+    /// Extra CIDRs admitted (for example the nodes' addresses, on a CNI that polices
+    /// traffic from the node, or a mesh's ingress).
+    pub cidrs: Vec<String>,
+}
+
+impl AgentIngress {
+    /// The controller's pods as the chart labels them when installed as release `errand` in
+    /// `errand-system`.
+    pub fn chart_default() -> Self {
+        Self {
+            gateway_namespace: "errand-system".to_owned(),
+            gateway_pod_labels: [
+                ("app.kubernetes.io/name", "errand"),
+                ("app.kubernetes.io/instance", "errand"),
+                ("app.kubernetes.io/component", "controller"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            cidrs: Vec::new(),
+        }
+    }
+}
+
+/// Reads `key=value[,key=value...]` labels, as `--gateway-pod-labels` takes them.
+pub fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, String> {
+    value
+        .split(',')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Ok((key.trim().to_owned(), value.trim().to_owned()))
+            }
+            _ => Err(format!(
+                "{pair:?} is not a label: write key=value, several separated by commas"
+            )),
+        })
+        .collect()
 }
 
 /// How often the leader sweeps the store, and how old an unreferenced object must be to go.
@@ -108,6 +160,7 @@ impl ControllerConfig {
             otlp_endpoint: None,
             export_reconcile_spans: false,
             outbound: Arc::new(OutboundPolicy::default()),
+            agent_ingress: Some(AgentIngress::chart_default()),
         }
     }
 
@@ -173,6 +226,20 @@ mod tests {
         Snapshot {
             queue_name: queue.map(str::to_owned),
             ..Snapshot::test()
+        }
+    }
+
+    #[test]
+    fn labels_are_key_value_pairs_separated_by_commas() {
+        assert_eq!(
+            parse_labels("a=1, b.io/c=two").unwrap(),
+            BTreeMap::from([("a".into(), "1".into()), ("b.io/c".into(), "two".into())])
+        );
+        for bad in ["", "a", "=1", "a=1,,b=2"] {
+            assert!(
+                parse_labels(bad).unwrap_err().contains("not a label"),
+                "{bad}"
+            );
         }
     }
 

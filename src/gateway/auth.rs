@@ -31,14 +31,14 @@ pub const INVOKE_RESOURCE: (&str, &str) = ("agentdeployments", "invoke");
 
 /// Decides whether a token may invoke a deployment.
 pub trait Authorizer: Send + Sync {
-    /// `Ok` when the holder of `token` may invoke deployment `name` in `namespace` (any
-    /// deployment there when `None`: a request by agent).
+    /// The caller, when the holder of `token` may invoke deployment `name` in `namespace`
+    /// (any deployment there when `None`: a request by agent).
     fn authorize<'a>(
         &'a self,
         token: Option<&'a str>,
         namespace: &'a str,
         name: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>>;
+    ) -> BoxFuture<'a, Result<UserInfo, Refusal>>;
 }
 
 /// The user a reviewed token belongs to, or 401.
@@ -110,7 +110,7 @@ type CacheKey = (Vec<u8>, String, Option<String>);
 /// Asks the API server, with a short cache.
 pub struct ClusterAuthorizer {
     client: Client,
-    cache: Mutex<AnswerCache<CacheKey, Result<(), Refusal>>>,
+    cache: Mutex<AnswerCache<CacheKey, Result<UserInfo, Refusal>>>,
 }
 
 impl ClusterAuthorizer {
@@ -125,7 +125,12 @@ impl ClusterAuthorizer {
         }
     }
 
-    async fn ask(&self, token: &str, namespace: &str, name: Option<&str>) -> Result<(), Refusal> {
+    async fn ask(
+        &self,
+        token: &str,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<UserInfo, Refusal> {
         let unavailable = |what: &str, e: kube::Error| {
             Refusal::new(503, "Unavailable", format!("{what} failed: {e}"))
         };
@@ -148,7 +153,8 @@ impl ClusterAuthorizer {
             )
             .await
             .map_err(|e| unavailable("reviewing access", e))?;
-        decide(&user, namespace, name, &access.status.unwrap_or_default())
+        decide(&user, namespace, name, &access.status.unwrap_or_default())?;
+        Ok(user)
     }
 }
 
@@ -158,7 +164,7 @@ impl Authorizer for ClusterAuthorizer {
         token: Option<&'a str>,
         namespace: &'a str,
         name: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>> {
+    ) -> BoxFuture<'a, Result<UserInfo, Refusal>> {
         Box::pin(async move {
             let token = token.ok_or_else(|| {
                 Refusal::new(

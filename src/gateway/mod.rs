@@ -30,29 +30,31 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::api::AgentDeployment;
-use crate::store::Store;
 use auth::ClusterAuthorizer;
 use server::{ClusterDirectory, Gateway};
-use sessions::Sessions;
+use sessions::{SessionLimits, Sessions};
 
 /// How the gateway is served.
 #[derive(Clone, Debug)]
 pub struct GatewayOptions {
     /// The address it listens on.
     pub listen: SocketAddr,
+    /// How many turns a chat session may hold and how long it lasts.
+    pub sessions: SessionLimits,
 }
 
 /// How long connecting to a pod may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts serving the gateway on `listener` and `tasks`: over TLS with `acceptor` when given,
-/// routing by the `deployments` and `slices` caches, sessions in `store`.
+/// routing by the `deployments` and `slices` caches, keeping chat `sessions`, serving
+/// connections within `limits`.
 #[allow(clippy::too_many_arguments)]
 pub fn start(
     client: Client,
     deployments: Cache<AgentDeployment>,
     slices: Cache<EndpointSlice>,
-    store: Store,
+    sessions: Sessions,
     listener: TcpListener,
     limits: ServerLimits,
     acceptor: Option<TlsAcceptor>,
@@ -64,7 +66,7 @@ pub fn start(
             deployments,
             slices,
         }),
-        sessions: Sessions::new(store),
+        sessions,
         client: agent_client(),
         next: AtomicUsize::new(0),
     });

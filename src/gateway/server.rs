@@ -24,7 +24,7 @@ use super::pick;
 use super::refusal::Refusal;
 use super::requests;
 use super::route::{self, Action, NoRoute, Route, Target};
-use super::sessions::{Sessions, Turn, messages};
+use super::sessions::{SessionScope, Sessions, Turn, messages};
 use crate::api::AgentDeployment;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
@@ -142,17 +142,26 @@ impl Gateway {
             Target::Deployment(name) => Some(name.as_str()),
             Target::Agent(_) => None,
         };
-        self.authorizer
+        let caller = self
+            .authorizer
             .authorize(token.as_deref(), &route.namespace, name)
             .await?;
         let deployment = self.deployment(&route)?;
         let deployment_name = deployment.name_any();
+        // The caller's own sessions with this deployment (this one, not an earlier one of the
+        // same name).
+        let scope = SessionScope::new(
+            &route.namespace,
+            deployment
+                .metadata
+                .uid
+                .as_deref()
+                .unwrap_or(&deployment_name),
+            &caller,
+        );
         match &route.action {
             Action::Sessions => {
-                let sessions = self
-                    .sessions
-                    .list(&route.namespace, &deployment_name)
-                    .await?;
+                let sessions = self.sessions.list(&scope).await?;
                 return Ok(json_response(
                     200,
                     &json!({"deployment": deployment_name, "sessions": sessions}),
@@ -160,10 +169,9 @@ impl Gateway {
             }
             Action::Session(session) => {
                 requests::session_name(session)?;
-                let turns = self
-                    .sessions
-                    .history(&route.namespace, &deployment_name, session)
-                    .await?;
+                let turns = self.sessions.history(&scope, session).await?;
+                // Another caller's session is one this caller does not have: the same 404 as
+                // a name never used, so its existence does not show.
                 if turns.is_empty() {
                     return Err(Refusal::new(
                         404,
@@ -199,10 +207,7 @@ impl Gateway {
                 requests::chat_completions(&body)?;
                 self.pass(pod, "/v1/chat/completions", body).await
             }
-            Action::Chat => {
-                self.chat(&route.namespace, &deployment_name, pod, &body)
-                    .await
-            }
+            Action::Chat => self.chat(&scope, &deployment_name, pod, &body).await,
             Action::Sessions | Action::Session(_) => unreachable!("answered above"),
         }
     }
@@ -282,16 +287,17 @@ impl Gateway {
     /// stored.
     async fn chat(
         &self,
-        namespace: &str,
+        scope: &SessionScope,
         deployment: &str,
         pod: SocketAddr,
         body: &[u8],
     ) -> Result<Response<Body>, Refusal> {
         let turn = requests::chat_turn(body)?;
-        let history = self
-            .sessions
-            .history(namespace, deployment, &turn.session)
-            .await?;
+        let history = self.sessions.history(scope, &turn.session).await?;
+        // A full session is refused before the agent spends anything on the turn.
+        self.sessions
+            .limits()
+            .room_for_a_turn(&turn.session, history.len())?;
         let request = json!({"messages": messages(&history, &turn.message)});
         let upstream = self
             .send(pod, "/chat", Bytes::from(request.to_string()))
@@ -322,7 +328,7 @@ impl Gateway {
             at: jiff::Timestamp::now().to_string(),
         };
         self.sessions
-            .record(namespace, deployment, &turn.session, history.len(), &stored)
+            .record(scope, &turn.session, history.len(), &stored)
             .await?;
         Ok(json_response(
             StatusCode::OK.as_u16(),

@@ -207,6 +207,18 @@ impl DeploymentRecords {
         Ok(object)
     }
 
+    /// The namespaces that have a deployment directory, sorted.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> = std::fs::read_dir(self.data.root().join("deployments"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .collect();
+        namespaces.sort();
+        namespaces
+    }
+
     /// The names of the deployments of `namespace`, sorted.
     pub fn names(&self, namespace: &str) -> Vec<String> {
         names_holding(&self.namespace_dir(namespace), "deployment.json")

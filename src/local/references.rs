@@ -1,6 +1,7 @@
-//! What the local backend still references in its store, for the store sweep: the uids of its executions, and the Fileset blobs its catalog and its executions' snapshots pin.
+//! What the local backend still references in its store, for the store sweep: the uids of its executions and deployments, and the Fileset blobs its catalog and its executions' snapshots pin.
 
 use super::catalog::{LocalCatalog, ObjectKind};
+use super::deployments::DeploymentRecords;
 use super::paths::DataDir;
 use super::record::{RecordError, Records};
 use crate::resolve::{Catalog, Snapshot};
@@ -22,7 +23,7 @@ pub enum ReferencesError {
     },
 }
 
-/// Every execution in `data` and every blob its catalog and snapshots pin.
+/// Every execution and deployment in `data` and every blob its catalog and snapshots pin.
 pub fn references(data: &DataDir) -> Result<References, ReferencesError> {
     let mut references = References::default();
     let catalog = LocalCatalog::new(data.clone());
@@ -40,6 +41,21 @@ pub fn references(data: &DataDir) -> Result<References, ReferencesError> {
             if let Some(digest) = status.digest {
                 references.pin(&namespace, &digest);
             }
+        }
+    }
+    let deployments = DeploymentRecords::new(data.clone());
+    for namespace in deployments.namespaces() {
+        for name in deployments.names(&namespace) {
+            let uid = deployments
+                .read(&namespace, &name)
+                .map_err(|e| ReferencesError::Unreadable {
+                    path: deployments.dir(&namespace, &name),
+                    message: e.to_string(),
+                })?
+                .object
+                .metadata
+                .uid;
+            references.deployments.extend(uid);
         }
     }
     let records = Records::new(data.clone());

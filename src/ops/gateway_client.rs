@@ -82,15 +82,12 @@ impl GatewayClient {
             Some(path) => Some(read_token(path)?),
             None => None,
         };
-        let token = from_file
-            .or(args.token.clone())
-            .or(token)
-            .ok_or_else(|| {
-                Error::argument(
-                    "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
+        let token = from_file.or(args.token.clone()).or(token).ok_or_else(|| {
+            Error::argument(
+                "--gateway-token: the gateway needs a bearer token and the kubeconfig's \
                      user has none (or ERRAND_GATEWAY_TOKEN)",
-                )
-            })?;
+            )
+        })?;
         plain_http_only_to_loopback(&url)?;
         let mut builder = reqwest::Client::builder();
         if let Some(path) = &args.ca {

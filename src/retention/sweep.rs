@@ -25,6 +25,8 @@ pub struct References {
     /// The Fileset blobs pinned by a Fileset's current content or by a live execution's
     /// snapshot: namespace and lowercase hex sha256.
     pub filesets: BTreeSet<(String, String)>,
+    /// The uids of the AgentDeployments that exist: their gateway chat sessions stay.
+    pub deployments: BTreeSet<String>,
 }
 
 impl References {
@@ -57,6 +59,9 @@ pub enum Kind {
     /// An object a `file://` store was still writing when its writer stopped
     /// (`partial/<key>.<token>`).
     Partial,
+    /// The gateway chat sessions with one AgentDeployment, everyone's
+    /// (`sessions/<ns>/<deployment uid>/...`).
+    Sessions,
 }
 
 impl Kind {
@@ -67,18 +72,20 @@ impl Kind {
             Kind::Fileset => "fileset",
             Kind::Upload => "upload",
             Kind::Partial => "partial",
+            Kind::Sessions => "sessions",
         }
     }
 }
 
-/// Objects that belong to one thing: an execution's results, one Fileset blob, one upload.
+/// Objects that belong to one thing: an execution's results, one Fileset blob, one upload,
+/// one deployment's sessions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Group {
     /// What they are.
     pub kind: Kind,
     /// Their namespace.
     pub namespace: String,
-    /// The execution uid, the blob's digest or the upload's token.
+    /// The execution uid, the blob's digest, the upload's token or the deployment's uid.
     pub id: String,
     /// The objects' keys.
     pub keys: Vec<String>,
@@ -136,6 +143,7 @@ pub fn plan(
             Kind::Fileset => references
                 .filesets
                 .contains(&(group.namespace.clone(), group.id.clone())),
+            Kind::Sessions => references.deployments.contains(&group.id),
             Kind::Upload | Kind::Partial => false,
         };
         if referenced {
@@ -170,6 +178,13 @@ fn owner(key: &str) -> Option<(Kind, String, String)> {
         {
             let id = key.strip_prefix("partial/")?.to_owned();
             Some((Kind::Partial, (*namespace).to_owned(), id))
+        }
+        ["sessions", namespace, deployment, _, ..] if valid(namespace) && valid(deployment) => {
+            Some((
+                Kind::Sessions,
+                (*namespace).to_owned(),
+                (*deployment).to_owned(),
+            ))
         }
         ["uploads", namespace, file] if valid(namespace) && valid(file) => {
             let token = file.split('.').next().filter(|t| !t.is_empty())?;
@@ -235,6 +250,29 @@ mod tests {
         );
         assert_eq!(ids(&sweep.remove), vec![(Kind::Results, GONE)]);
         assert_eq!(sweep.remove[0].bytes, 100);
+        assert_eq!(sweep.remove[0].keys.len(), 2);
+        assert_eq!(sweep.referenced, 1);
+    }
+
+    #[test]
+    fn the_sessions_of_a_deployment_that_is_gone_go_whoevers_they_are() {
+        let mut references = references();
+        references.deployments.insert(UID.to_owned());
+        let listed = [
+            object(
+                &format!("sessions/team-a/{UID}/alice/s1/000000.json"),
+                10,
+                0,
+            ),
+            object(
+                &format!("sessions/team-a/{GONE}/alice/s1/000000.json"),
+                10,
+                0,
+            ),
+            object(&format!("sessions/team-a/{GONE}/bob/s9/000000.json"), 10, 0),
+        ];
+        let sweep = plan(&listed, &references, SignedDuration::ZERO, at(1));
+        assert_eq!(ids(&sweep.remove), vec![(Kind::Sessions, GONE)]);
         assert_eq!(sweep.remove[0].keys.len(), 2);
         assert_eq!(sweep.referenced, 1);
     }

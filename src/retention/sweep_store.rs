@@ -9,8 +9,9 @@ use super::sweep::{Group, Kind, References, plan};
 use crate::store::{Store, StoreError};
 
 /// The prefixes the sweep looks under; anything else in the store is never listed.
-const SWEPT_PREFIXES: [&str; 6] = [
+const SWEPT_PREFIXES: [&str; 7] = [
     "results/",
+    "sessions/",
     "filesets/",
     "uploads/",
     "partial/results/",

@@ -36,6 +36,7 @@ use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, ControllerSettings};
 use crate::dataapi::{self, DataApiOptions};
+use crate::gateway::sessions::Sessions;
 use crate::gateway::{self, GatewayOptions};
 use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::metrics::AdmissionMetrics;
@@ -247,10 +248,13 @@ pub async fn run(
     };
     if let (Some(webhook), Some(certificate)) = (options.webhook, &certificate) {
         webhook::start(
-            client.clone(),
-            catalog.clone(),
+            webhook::ClusterResolver {
+                client: client.clone(),
+                catalog: catalog.clone(),
+            },
             Arc::clone(&metrics.admission),
             options.config.run_limits(options.signer.as_ref()),
+            webhook.path_token,
             bind(webhook.listen).await?,
             options.server_limits,
             Arc::clone(certificate),
@@ -301,7 +305,7 @@ pub async fn run(
             client.clone(),
             deployments,
             slices,
-            options.results.clone(),
+            Sessions::new(options.results.clone(), gateway.sessions),
             bind(gateway.listen).await?,
             options.server_limits,
             acceptor,

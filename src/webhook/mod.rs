@@ -14,21 +14,25 @@ use crate::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use kube::Client;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::serving::tls::{self, ServingCertificate, TlsError};
 use crate::resolve::RunLimits;
 use metrics::AdmissionMetrics;
-use server::{Admission, ClusterResolver};
+use server::Admission;
+pub use server::ClusterResolver;
 
 /// How the webhook is served.
 #[derive(Clone, Debug)]
 pub struct WebhookOptions {
     /// The HTTPS address (the Service's target port).
     pub listen: SocketAddr,
+    /// The secret last segment of the paths the API server calls
+    /// ([`crate::cluster::serving::caller`]); a request without it is answered 403 with no
+    /// review. `None`: the paths are the plain ones (where the configuration's paths are not
+    /// the controller's to keep).
+    pub path_token: Option<String>,
 }
 
 /// Why the webhook could not start: its TLS could not be configured.
@@ -37,13 +41,15 @@ pub struct WebhookOptions {
 pub struct StartError(#[from] TlsError);
 
 /// Starts serving the webhook on `listener` and `tasks` with `certificate`. Creates are
-/// checked against `limits`; connections are served within `server_limits`. Handshakes fail until the first certificate is loaded.
+/// resolved by `resolver` and checked against `limits`; only paths ending with `path_token`
+/// are answered when it is given; connections are served within `server_limits`. Handshakes
+/// fail until the first certificate is loaded.
 #[allow(clippy::too_many_arguments)]
 pub fn start(
-    client: Client,
-    catalog: ClusterCatalog,
+    resolver: ClusterResolver,
     metrics: Arc<AdmissionMetrics>,
     limits: RunLimits,
+    path_token: Option<String>,
     listener: TcpListener,
     server_limits: ServerLimits,
     certificate: Arc<ServingCertificate>,
@@ -51,12 +57,10 @@ pub fn start(
 ) -> Result<(), StartError> {
     let acceptor = tls::acceptor(certificate)?;
     let admission = Arc::new(Admission {
-        resolver: Box::new(ClusterResolver {
-            client: client.clone(),
-            catalog,
-        }),
+        resolver: Box::new(resolver),
         metrics,
         limits,
+        path_token,
     });
     tasks.spawn(server::serve(listener, acceptor, server_limits, admission));
     Ok(())

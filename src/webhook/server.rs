@@ -19,6 +19,7 @@ use super::metrics::AdmissionMetrics;
 use super::review::{self, Step, Verdict};
 use crate::api::AgentExecutionSpec;
 use crate::cluster::catalog::{self, ClusterCatalog};
+use crate::cluster::serving::caller as serving_caller;
 use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
 
 /// The path the ValidatingWebhookConfiguration's AgentExecution webhook points at.
@@ -78,6 +79,8 @@ pub struct Admission {
     pub metrics: Arc<AdmissionMetrics>,
     /// What the cluster allows a run: a run its store's signed URLs cannot serve is refused.
     pub limits: RunLimits,
+    /// The token the API server's paths end with (`None`: the plain paths are answered).
+    pub path_token: Option<String>,
 }
 
 impl Admission {
@@ -150,17 +153,53 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
         .expect("a static response is valid")
 }
 
-/// Answers one HTTP request.
-async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
-    if ![
+/// Who a request is for, from its path alone.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The API server: a review path with the token, or a plain one when there is no token.
+    ApiServer,
+    /// A review path without the right token: no review is made, so nothing about any object
+    /// can be learned from the answer.
+    Unauthenticated,
+    /// Not a path the webhook serves.
+    Unknown,
+}
+
+/// Tells the API server from other callers by `path` ([`crate::cluster::serving::caller`]).
+pub fn caller(path: &str, token: Option<&str>) -> Caller {
+    let paths = [
         VALIDATE_PATH,
         VALIDATE_DEPLOYMENT_PATH,
         VALIDATE_SCHEDULE_PATH,
         VALIDATE_EXTENSION_PATH,
-    ]
-    .contains(&request.uri().path())
-    {
-        return plain(StatusCode::NOT_FOUND, "not found\n");
+    ];
+    let Some(base) = paths.into_iter().find(|base| {
+        path == *base
+            || path
+                .strip_prefix(*base)
+                .is_some_and(|rest| rest.starts_with('/'))
+    }) else {
+        return Caller::Unknown;
+    };
+    match token {
+        None if path == base => Caller::ApiServer,
+        Some(token) if serving_caller::is_authenticated(path, base, token) => Caller::ApiServer,
+        _ => Caller::Unauthenticated,
+    }
+}
+
+/// Answers one HTTP request.
+async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
+    match caller(request.uri().path(), admission.path_token.as_deref()) {
+        Caller::ApiServer => {}
+        Caller::Unauthenticated => {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "admission reviews are answered for the API server only, on the path of the \
+                 webhook configuration\n",
+            );
+        }
+        Caller::Unknown => return plain(StatusCode::NOT_FOUND, "not found\n"),
     }
     if request.method() != Method::POST {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n");

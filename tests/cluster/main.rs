@@ -22,3 +22,4 @@ mod notify;
 mod schedule;
 mod smoke;
 mod telemetry;
+mod tenant_isolation;

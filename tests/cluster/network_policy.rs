@@ -12,38 +12,13 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 
-use crate::support::cluster::{self, BUSYBOX_IMAGE, DEFAULT_TIMEOUT, TestNamespace};
+use crate::support::cluster::{self, DEFAULT_TIMEOUT, TestNamespace};
 use crate::support::errand::wait_for;
+use crate::support::netpol::{self, busybox_pod, create_policy};
 
 /// What the server pod serves, so a client's output shows it reached that server.
 const PAGE: &str = "hello-through-the-policies";
 const SERVER_PORT: u16 = 8080;
-
-/// A busybox pod with `labels` that runs `script` once.
-fn busybox_pod(name: &str, labels: &[(&str, &str)], script: &str) -> Pod {
-    let labels: serde_json::Map<_, _> = labels
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), json!(v)))
-        .collect();
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": labels },
-        "spec": {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": false,
-            // busybox as PID 1 ignores SIGTERM: do not wait 30s for it.
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "main",
-                "image": BUSYBOX_IMAGE,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-            }],
-        }
-    }))
-    .expect("a valid Pod")
-}
 
 /// Starts the server pod (`app=server`) and returns its IP once it runs.
 async fn start_server(pods: &Api<Pod>) -> String {
@@ -71,12 +46,7 @@ async fn start_server(pods: &Api<Pod>) -> String {
     .await
 }
 
-/// Whether a new client pod with `labels` reaches the server at `server_ip`,
-/// from what the pod printed and how it ended.
-///
-/// The client waits 2 s before its first try, so the enforcer has seen its
-/// IP (it learns pod IPs from the API server), then tries three times with a
-/// 3 s connect timeout: a refused client is one whose every try timed out.
+/// Whether a new client pod with `labels` reaches the server at `server_ip` and gets its page.
 async fn client_reaches(
     client: &kube::Client,
     ns: &TestNamespace,
@@ -84,46 +54,13 @@ async fn client_reaches(
     labels: &[(&str, &str)],
     server_ip: &str,
 ) -> bool {
-    // busybox's wget crashes on plain HTTP; nc speaks it well enough.
-    let script = format!(
-        r#"sleep 2
-        for i in 1 2 3; do
-          page=$(printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 {server_ip} {SERVER_PORT} 2>/dev/null | tail -n 1)
-          if [ -n "$page" ]; then echo "reached: $page"; exit 0; fi
-          sleep 1
-        done
-        echo unreachable
-        exit 1"#
-    );
-    let pods = ns.api::<Pod>();
-    pods.create(&PostParams::default(), &busybox_pod(name, labels, &script))
-        .await
-        .unwrap_or_else(|e| panic!("creating client pod {name}: {e}"));
-    let phase = wait_for(
-        &format!("client pod {name} to finish"),
-        DEFAULT_TIMEOUT,
-        || async {
-            let pod = pods.get(name).await.expect("reading a client pod");
-            pod.status?
-                .phase
-                .filter(|phase| phase == "Succeeded" || phase == "Failed")
-        },
-    )
-    .await;
-    let logs = cluster::pod_logs(client, ns.name(), name, None).await;
-    match (phase.as_str(), logs.trim()) {
-        ("Succeeded", out) if out == format!("reached: {PAGE}") => true,
-        ("Failed", "unreachable") => false,
-        (phase, out) => panic!("client pod {name} ended {phase} with unexpected output {out:?}"),
+    match netpol::client_reaches(client, ns, name, labels, server_ip, SERVER_PORT).await {
+        Some(page) => {
+            assert_eq!(page, PAGE, "client pod {name} reached another server");
+            true
+        }
+        None => false,
     }
-}
-
-async fn create_policy(policies: &Api<NetworkPolicy>, policy: serde_json::Value) {
-    let policy: NetworkPolicy = serde_json::from_value(policy).expect("a valid NetworkPolicy");
-    policies
-        .create(&PostParams::default(), &policy)
-        .await
-        .expect("creating a NetworkPolicy");
 }
 
 #[tokio::test]

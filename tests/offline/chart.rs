@@ -789,3 +789,183 @@ fn agent_deployments_are_admitted_by_the_webhook_and_served_with_deployments_and
         "the edit role creates AgentDeployments: {view:?}"
     );
 }
+
+/// The ingress rules of the chart's NetworkPolicy, each as (ports, `from` or null).
+fn policy_rules(objects: &[Value]) -> Vec<(Vec<i64>, Value)> {
+    let policies = of_kind(objects, "NetworkPolicy");
+    assert_eq!(policies.len(), 1, "one NetworkPolicy for the controller");
+    let spec = &policies[0]["spec"];
+    assert_eq!(
+        spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "controller"
+    );
+    assert_eq!(strings(&spec["policyTypes"]), ["Ingress"]);
+    spec["ingress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|rule| {
+            let ports = rule["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["port"].as_i64().unwrap())
+                .collect();
+            (ports, rule["from"].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn network_policies_admit_each_listeners_callers_only() {
+    let Some(objects) = render(&[]) else { return };
+    let rules = policy_rules(&objects);
+    // By default no rule names the webhook or data API ports: only the node reaches them.
+    assert!(
+        rules
+            .iter()
+            .all(|(ports, _)| !ports.contains(&9443) && !ports.contains(&10443)),
+        "{rules:?}"
+    );
+    let (_, http) = rules.iter().find(|(ports, _)| ports == &[8080]).unwrap();
+    let peers = http.as_array().unwrap();
+    assert_eq!(
+        peers[0]["podSelector"]["matchExpressions"][0]["key"], "errand.dev/execution",
+        "execution pods reach their grants"
+    );
+    assert_eq!(peers[0]["namespaceSelector"], serde_json::json!({}));
+    assert_eq!(
+        peers[1]["podSelector"]["matchLabels"]["app.kubernetes.io/name"], "prometheus",
+        "the scrapers"
+    );
+    let (_, gateway) = rules.iter().find(|(ports, _)| ports == &[11443]).unwrap();
+    assert!(gateway.is_null(), "the gateway takes callers from anywhere");
+    let args = controller_args(&objects);
+    assert!(
+        args.contains(&"--deployment-network-policies=true"),
+        "{args:?}"
+    );
+    assert!(args.contains(
+        &"--gateway-pod-labels=app.kubernetes.io/name=errand,app.kubernetes.io/instance=errand,app.kubernetes.io/component=controller"
+    ));
+
+    let Some(objects) = render(&[
+        "networkPolicy.apiServer[0].ipBlock.cidr=10.0.0.10/32",
+        "networkPolicy.gatewayFrom[0].namespaceSelector.matchLabels.tenant=yes",
+        "networkPolicy.metricsFrom=null",
+        "networkPolicy.agentDeployments=false",
+        "networkPolicy.agentIngressCIDRs={192.168.0.0/24}",
+    ]) else {
+        return;
+    };
+    let rules = policy_rules(&objects);
+    let (_, api_server) = rules
+        .iter()
+        .find(|(ports, _)| ports == &[9443, 10443])
+        .unwrap();
+    assert_eq!(api_server[0]["ipBlock"]["cidr"], "10.0.0.10/32");
+    let (_, http) = rules.iter().find(|(ports, _)| ports == &[8080]).unwrap();
+    assert_eq!(http.as_array().unwrap().len(), 1, "execution pods only");
+    let (_, gateway) = rules.iter().find(|(ports, _)| ports == &[11443]).unwrap();
+    assert_eq!(
+        gateway[0]["namespaceSelector"]["matchLabels"]["tenant"],
+        "yes"
+    );
+    let args = controller_args(&objects);
+    assert!(args.contains(&"--deployment-network-policies=false"));
+    assert!(args.contains(&"--agent-ingress-cidr=192.168.0.0/24"));
+
+    let Some(objects) = render(&["networkPolicy.enabled=false"]) else {
+        return;
+    };
+    assert!(of_kind(&objects, "NetworkPolicy").is_empty());
+}
+
+#[test]
+fn the_controller_may_apply_network_policies() {
+    let Some(objects) = render(&[]) else { return };
+    let rules = rules_for(&objects, "networkpolicies");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(strings(&rules[0].1["verbs"]), ["get", "create", "patch"]);
+}
+
+#[test]
+fn gateway_sessions_are_bounded_by_the_charts_values() {
+    let Some(objects) = render(&[]) else { return };
+    let args = controller_args(&objects);
+    assert!(
+        args.contains(&"--gateway-session-max-turns=200"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--gateway-session-retention=30d"),
+        "{args:?}"
+    );
+    let Some(objects) = render(&[
+        "gateway.sessions.maxTurns=10",
+        "gateway.sessions.retention=12h",
+    ]) else {
+        return;
+    };
+    let args = controller_args(&objects);
+    assert!(args.contains(&"--gateway-session-max-turns=10"), "{args:?}");
+    assert!(
+        args.contains(&"--gateway-session-retention=12h"),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn an_admission_policy_limits_the_controller_to_objects_errand_manages() {
+    let Some(objects) = render(&[]) else { return };
+    let policy = of_kind(&objects, "ValidatingAdmissionPolicy");
+    assert_eq!(policy.len(), 1);
+    let spec = &policy[0]["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    let resources: Vec<&str> = spec["matchConstraints"]["resourceRules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|rule| strings(&rule["resources"]))
+        .collect();
+    assert_eq!(
+        resources,
+        [
+            "pods",
+            "services",
+            "configmaps",
+            "deployments",
+            "jobs",
+            "networkpolicies"
+        ]
+    );
+    assert!(
+        spec["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap()
+            .contains("system:serviceaccount:errand-system:errand'"),
+        "only the controller's ServiceAccount is limited"
+    );
+    let label = errand::api::contract::MANAGED_BY_LABEL;
+    for validation in spec["validations"].as_array().unwrap() {
+        let expression = validation["expression"].as_str().unwrap();
+        assert!(
+            expression.contains(&format!(
+                "['{label}'] == '{}'",
+                errand::api::contract::MANAGED_BY
+            )),
+            "{expression}"
+        );
+    }
+    let binding = of_kind(&objects, "ValidatingAdmissionPolicyBinding");
+    assert_eq!(
+        binding[0]["spec"]["policyName"],
+        policy[0]["metadata"]["name"]
+    );
+    assert_eq!(strings(&binding[0]["spec"]["validationActions"]), ["Deny"]);
+
+    let Some(objects) = render(&["admissionPolicy.enabled=false"]) else {
+        return;
+    };
+    assert!(of_kind(&objects, "ValidatingAdmissionPolicy").is_empty());
+}

@@ -1,32 +1,17 @@
 //! The gateway's upstream over real sockets, without a cluster: an agent server that answers with a redirect (to a "metadata" listener on loopback) gets the caller a 502 that carries neither the target's body nor the `Location`, and the target is never called.
 
+use crate::support::anyone::Anyone;
 use errand::cluster::listener::ServerLimits;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures::future::BoxFuture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use errand::api::{AgentDeployment, AgentDeploymentSpec, AgentDeploymentStatus, DeploymentPhase};
-use errand::gateway::auth::Authorizer;
-use errand::gateway::refusal::Refusal;
 use errand::gateway::server::{Directory, Gateway, serve};
-use errand::gateway::sessions::Sessions;
-
-struct Anyone;
-
-impl Authorizer for Anyone {
-    fn authorize<'a>(
-        &'a self,
-        _: Option<&'a str>,
-        _: &'a str,
-        _: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>> {
-        Box::pin(async { Ok(()) })
-    }
-}
+use errand::gateway::sessions::{SessionLimits, Sessions};
 
 struct OnePod(SocketAddr);
 
@@ -101,6 +86,7 @@ async fn a_redirecting_agent_server_gets_the_caller_a_502_not_the_metadata() {
             directory: Box::new(OnePod(agent)),
             sessions: Sessions::new(
                 errand::store::Store::open(&format!("file://{}", store.path().display())).unwrap(),
+                SessionLimits::default(),
             ),
             client: errand::gateway::agent_client(),
             next: AtomicUsize::new(0),

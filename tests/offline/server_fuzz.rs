@@ -1,20 +1,18 @@
 //! Property tests of every server's request parsing with arbitrary methods, paths, headers and bodies: the gateway and the controller's HTTP endpoint (probes, grants, blobs) over real sockets, within their limits, and the pure parsers of the webhook, the data API and the gateway. No panic, an answer or a closed connection in bounded time, and the server still serves afterwards.
 
+use crate::support::anyone::Anyone;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use errand::api::{AgentDeployment, AgentDeploymentSpec, AgentDeploymentStatus, DeploymentPhase};
 use errand::cluster::listener::ServerLimits;
-use errand::gateway::auth::Authorizer;
-use errand::gateway::refusal::Refusal;
 use errand::gateway::server::{Directory, Gateway};
-use errand::gateway::sessions::Sessions;
+use errand::gateway::sessions::{SessionLimits, Sessions};
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::Probes;
 use errand::store::grants::HmacSigner;
@@ -37,19 +35,6 @@ fn count_server_panics() {
             previous(info);
         }));
     });
-}
-
-struct Anyone;
-
-impl Authorizer for Anyone {
-    fn authorize<'a>(
-        &'a self,
-        _: Option<&'a str>,
-        _: &'a str,
-        _: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>> {
-        Box::pin(async { Ok(()) })
-    }
 }
 
 /// One deployment, `calc`, whose pod is an address nobody listens on.
@@ -98,7 +83,7 @@ fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 2]) {
         let gateway = Arc::new(Gateway {
             authorizer: Box::new(Anyone),
             directory: Box::new(Nowhere),
-            sessions: Sessions::new(store.clone()),
+            sessions: Sessions::new(store.clone(), SessionLimits::default()),
             client: errand::gateway::agent_client(),
             next: AtomicUsize::new(0),
         });

@@ -32,9 +32,10 @@ impl Resolver for InMemory {
     }
 }
 
-/// Starts the webhook on a loopback port; returns its address, the CA to trust and the
-/// registry its metrics are on.
-async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
+/// Starts the webhook on a loopback port, answering the paths that end with `path_token` (the
+/// plain ones without); returns its address, the CA to trust and the registry its metrics are
+/// on.
+async fn start_with(path_token: Option<&str>) -> (std::net::SocketAddr, String, MetricsRegistry) {
     let names = certs::service_dns_names("errand-webhook", "errand-system");
     let material = certs::generate(&names, jiff::Timestamp::now()).unwrap();
     let certificate = Arc::new(tls::ServingCertificate::default());
@@ -60,6 +61,7 @@ async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
         ))),
         metrics,
         limits: RunLimits::default(),
+        path_token: path_token.map(str::to_owned),
     });
     tokio::spawn(server::serve(
         listener,
@@ -68,6 +70,10 @@ async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
         admission,
     ));
     (address, material.ca_pem, registry)
+}
+
+async fn start() -> (std::net::SocketAddr, String, MetricsRegistry) {
+    start_with(None).await
 }
 
 /// One HTTPS request with a client that trusts only `ca_pem`; returns the status line and body.
@@ -182,4 +188,35 @@ async fn a_client_that_does_not_trust_the_ca_cannot_connect() {
     })
     .await;
     assert!(result.is_err(), "the handshake must fail with a foreign CA");
+}
+
+#[tokio::test]
+async fn a_caller_without_the_path_token_learns_nothing_about_any_object() {
+    let token = errand::cluster::serving::caller::path_token(b"0123456789abcdef0123456789abcdef");
+    let (address, ca, _) = start_with(Some(&token)).await;
+    // Whether the agent exists or not, a caller without the token gets the same answer, made
+    // without a review: no oracle for object names.
+    for agent in ["calculator", "nope"] {
+        for path in [
+            VALIDATE_PATH.to_owned(),
+            format!("{VALIDATE_PATH}/{}", "0".repeat(32)),
+            format!("{VALIDATE_PATH}/{}x", token),
+        ] {
+            let (status, body) = post(address, &ca, &path, &create_review(agent)).await;
+            assert_eq!(status, "HTTP/1.1 403 Forbidden", "{path}");
+            assert_eq!(
+                body,
+                "admission reviews are answered for the API server only, on the path of the \
+                 webhook configuration\n"
+            );
+        }
+    }
+    // The API server's path (as the controller writes it into the configuration) is answered.
+    let path = errand::cluster::serving::caller::authenticated_path(VALIDATE_PATH, &token);
+    let (status, body) = post(address, &ca, &path, &create_review("nope")).await;
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let review: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(review["response"]["allowed"], false, "{review}");
+    let (_, body) = post(address, &ca, "/elsewhere", b"{}").await;
+    assert_eq!(body, "not found\n");
 }

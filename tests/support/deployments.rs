@@ -157,3 +157,50 @@ pub async fn allow_invoke(harness: &Harness, subject: &str) {
         }))
         .await;
 }
+
+/// Sends a request to the gateway and returns the status and the body as JSON (or text).
+pub async fn call(
+    harness: &Harness,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    try_call(harness, method, path, token, body)
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// [`call`], with a gateway that may not listen (yet): `Err` when it does not answer.
+pub async fn try_call(
+    harness: &Harness,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Result<(u16, Value), reqwest::Error> {
+    let url = format!(
+        "{}/v1/namespaces/{}/{path}",
+        harness.gateway_url(),
+        harness.namespace.name()
+    );
+    let client = reqwest::Client::new();
+    let mut request = match method {
+        "GET" => client.get(&url),
+        _ => client.post(&url),
+    };
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await?;
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Ok((status, body))
+}

@@ -657,7 +657,10 @@ pub fn spawn_controller_with(
         certificates: None,
         webhook: None,
         data_api: None,
-        gateway: gateway.map(|listen| errand::gateway::GatewayOptions { listen }),
+        gateway: gateway.map(|listen| errand::gateway::GatewayOptions {
+            listen,
+            sessions: errand::gateway::sessions::SessionLimits::default(),
+        }),
         leader_election: None,
         instance: format!("test-{namespace}"),
     };

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod answers;
+pub mod anyone;
 pub mod archives;
 pub mod audit;
 pub mod chart_rbac;
@@ -18,6 +19,7 @@ pub mod kueue;
 pub mod local;
 pub mod mcp;
 pub mod model_server;
+pub mod netpol;
 pub mod s3;
 pub mod store;
 pub mod telemetry;

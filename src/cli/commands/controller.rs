@@ -1,5 +1,6 @@
 //! `errand controller`: runs the cluster controller in this process with JSON logs.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,10 +9,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::listener::ServerLimits;
-use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned};
-use crate::controller::config::{ControllerConfig, StoreSweepSchedule};
+use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned, caller};
+use crate::controller::config::{AgentIngress, ControllerConfig, StoreSweepSchedule, parse_labels};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
+use crate::gateway::sessions::{DEFAULT_MAX_TURNS, SessionLimits};
 use crate::outbound::{Cidr, OutboundPolicy, OutboundSettings};
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
@@ -178,6 +180,32 @@ pub struct ControllerArgs {
     /// What every server tolerates from its clients.
     #[command(flatten)]
     pub server_limits: ServerLimitArgs,
+    /// Create a NetworkPolicy per AgentDeployment that admits only the gateway (this
+    /// controller's pods, `--gateway-pod-labels` in its own namespace) and
+    /// `--agent-ingress-cidr` to the agent's pods.
+    #[arg(long, env = "ERRAND_DEPLOYMENT_NETWORK_POLICIES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub deployment_network_policies: bool,
+    /// Labels of this controller's pods (`key=value,...`), which serve the gateway.
+    #[arg(
+        long,
+        env = "ERRAND_GATEWAY_POD_LABELS",
+        value_parser = parse_labels,
+        default_value = "app.kubernetes.io/name=errand,app.kubernetes.io/instance=errand,app.kubernetes.io/component=controller"
+    )]
+    pub gateway_pod_labels: BTreeMap<String, String>,
+    /// Turns a gateway chat session may hold; the next is refused (409) and a new session
+    /// must start.
+    #[arg(long, env = "ERRAND_GATEWAY_SESSION_MAX_TURNS", default_value_t = DEFAULT_MAX_TURNS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub gateway_session_max_turns: u32,
+    /// How long a gateway chat session lasts after its last turn (seconds, or a number with s,
+    /// m, h, d or w; 0 = until its deployment goes).
+    #[arg(long, env = "ERRAND_GATEWAY_SESSION_RETENTION", default_value = "30d", value_parser = parse_age)]
+    pub gateway_session_retention: u64,
+    /// A CIDR every AgentDeployment's NetworkPolicy also admits (repeatable), for example the
+    /// nodes' addresses on a CNI that filters traffic from the node.
+    #[arg(long = "agent-ingress-cidr")]
+    pub agent_ingress_cidrs: Vec<String>,
 }
 
 /// The limits of the controller's servers (`/metrics` and grants, the webhook, the data API,
@@ -290,8 +318,12 @@ impl ControllerArgs {
         })
     }
 
-    /// Where the certificate of the HTTPS endpoints comes from, if any is served.
-    fn certificates(&self) -> Result<Option<Certificates>, Error> {
+    /// Where the certificate of the HTTPS endpoints comes from, if any is served; a
+    /// self-signed one also puts `webhook_path_token` into the webhook configuration's paths.
+    fn certificates(
+        &self,
+        webhook_path_token: Option<String>,
+    ) -> Result<Option<Certificates>, Error> {
         if self.webhook_listen.is_none() && self.data_api_listen.is_none() {
             return Ok(None);
         }
@@ -326,6 +358,7 @@ impl ControllerArgs {
             secret: self.serving_secret.clone(),
             service,
             trusted_by,
+            webhook_path_token,
         })))
     }
 }
@@ -333,14 +366,17 @@ impl ControllerArgs {
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     init_json_logs();
-    let certificates = args.certificates()?;
+    let signing_key = std::env::var("ERRAND_SIGNING_KEY").ok();
+    // Only the API server, which calls the path the controller writes into the webhook
+    // configuration, learns the token: other callers get no review.
+    let webhook_path_token = signing_key
+        .as_deref()
+        .filter(|key| key.len() >= 32)
+        .map(|key| caller::path_token(key.as_bytes()));
+    let certificates = args.certificates(webhook_path_token.clone())?;
     let results = Store::open(&args.store)
         .map_err(|e| Error::new(ErrorCode::InvalidConfig, format!("opening the store: {e}")))?;
-    let signing = url_signing(
-        &results,
-        &args.blob_url,
-        std::env::var("ERRAND_SIGNING_KEY").ok().as_deref(),
-    )?;
+    let signing = url_signing(&results, &args.blob_url, signing_key.as_deref())?;
     let kube_config = kube::Config::infer().await.map_err(|e| {
         Error::new(
             ErrorCode::ClusterUnreachable,
@@ -376,6 +412,11 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     config.store_sweep = store_sweep;
     config.otlp_endpoint = args.telemetry.otlp_endpoint;
     config.export_reconcile_spans = args.export_reconcile_spans;
+    config.agent_ingress = args.deployment_network_policies.then(|| AgentIngress {
+        gateway_namespace: args.lease_namespace.clone(),
+        gateway_pod_labels: args.gateway_pod_labels,
+        cidrs: args.agent_ingress_cidrs,
+    });
     tracing::info!(
         allowed = ?outbound.allowed().iter().map(ToString::to_string).collect::<Vec<_>>(),
         denied = ?outbound.denied().map(|(range, _)| range.to_string()).collect::<Vec<_>>(),
@@ -395,7 +436,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         serve_blobs: signing.serve_blobs,
         listen: Some(args.listen),
         certificates,
-        webhook: args.webhook_listen.map(|listen| WebhookOptions { listen }),
+        webhook: args.webhook_listen.map(|listen| WebhookOptions {
+            listen,
+            // The token is in the configuration's paths only when the controller keeps them
+            // (a self-signed certificate); cert-manager's configuration keeps the chart's paths.
+            path_token: webhook_path_token.filter(|_| args.serving_cert_dir.is_none()),
+        }),
         data_api: args.data_api_listen.map(|listen| DataApiOptions {
             listen,
             // An upload is refused when staging it would pass the pods' extraction limits.
@@ -405,7 +451,14 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
             },
             links: args.data_api_links,
         }),
-        gateway: args.gateway_listen.map(|listen| GatewayOptions { listen }),
+        gateway: args.gateway_listen.map(|listen| GatewayOptions {
+            listen,
+            sessions: SessionLimits {
+                max_turns: args.gateway_session_max_turns as usize,
+                retention: (args.gateway_session_retention > 0)
+                    .then(|| std::time::Duration::from_secs(args.gateway_session_retention)),
+            },
+        }),
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,

@@ -43,6 +43,9 @@ pub struct SelfSigned {
     pub service: String,
     /// The objects whose CA bundle to keep (at least one).
     pub trusted_by: Vec<CaBundleHolder>,
+    /// The token the webhook configuration's paths end with ([`super::caller`]); `None`
+    /// leaves the paths as they are.
+    pub webhook_path_token: Option<String>,
 }
 
 /// A cluster-scoped object through which the API server calls errand, with the CA bundle it
@@ -151,7 +154,13 @@ pub async fn sync(
             let material = shared_material(client, settings, owners).await?;
             serving.load_pem(&material.cert_pem, &material.key_pem)?;
             for holder in &holders {
-                holder.trust_ca(client, &material.ca_pem).await?;
+                holder
+                    .trust_ca(
+                        client,
+                        &material.ca_pem,
+                        settings.webhook_path_token.as_deref(),
+                    )
+                    .await?;
             }
             Ok(())
         }
@@ -199,12 +208,18 @@ impl Holder {
         owner.expect("an object read from the API server has a name and a uid")
     }
 
-    /// Puts `ca_pem` into the object's CA bundle where it is missing.
-    async fn trust_ca(&self, client: &Client, ca_pem: &str) -> Result<(), ProvisionError> {
+    /// Puts `ca_pem` into the object's CA bundle where it is missing, and `path_token` into
+    /// a webhook configuration's paths.
+    async fn trust_ca(
+        &self,
+        client: &Client,
+        ca_pem: &str,
+        path_token: Option<&str>,
+    ) -> Result<(), ProvisionError> {
         match self {
             Holder::WebhookConfiguration(configuration) => {
                 let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
-                trust_ca_in_webhooks(&api, configuration, ca_pem).await
+                trust_ca_in_webhooks(&api, configuration, ca_pem, path_token).await
             }
             Holder::ApiService(service) => {
                 let current = service.spec.as_ref().and_then(|s| s.ca_bundle.as_ref());
@@ -304,37 +319,53 @@ async fn shared_material(
     Err(ProvisionError::Contended(settings.secret.clone()))
 }
 
-/// Puts `ca_pem` into the CA bundle of every webhook of the configuration that lacks it.
+/// Puts `ca_pem` into the CA bundle of every webhook of the configuration that lacks it, and
+/// `path_token` at the end of each webhook's path where it is not.
 async fn trust_ca_in_webhooks(
     api: &Api<ValidatingWebhookConfiguration>,
     configuration: &ValidatingWebhookConfiguration,
     ca_pem: &str,
+    path_token: Option<&str>,
 ) -> Result<(), ProvisionError> {
     let stale: Vec<serde_json::Value> = configuration
         .webhooks
         .iter()
         .flatten()
-        .filter(|w| {
-            w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(ca_pem.as_bytes())
-        })
-        .map(|w| {
-            serde_json::json!({
-                "name": w.name,
-                "clientConfig": {"caBundle": ByteString(ca_pem.as_bytes().to_vec())},
-            })
+        .filter_map(|w| {
+            let mut client_config = serde_json::Map::new();
+            if w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(ca_pem.as_bytes())
+            {
+                client_config.insert(
+                    "caBundle".to_owned(),
+                    serde_json::json!(ByteString(ca_pem.as_bytes().to_vec())),
+                );
+            }
+            let path = w
+                .client_config
+                .service
+                .as_ref()
+                .and_then(|s| s.path.as_deref());
+            if let (Some(token), Some(path)) = (path_token, path) {
+                let wanted = super::caller::authenticated_path(path, token);
+                if path != wanted {
+                    client_config.insert("service".to_owned(), serde_json::json!({"path": wanted}));
+                }
+            }
+            (!client_config.is_empty())
+                .then(|| serde_json::json!({"name": w.name, "clientConfig": client_config}))
         })
         .collect();
     if stale.is_empty() {
         return Ok(());
     }
     let name = configuration.meta().name.clone().unwrap_or_default();
-    // Webhooks merge by name, so only the CA bundles of these entries change.
+    // Webhooks merge by name, so only the CA bundles and paths of these entries change.
     let patch = serde_json::json!({"webhooks": stale});
     api.patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
         .await
         .map_err(kube_error(format!(
             "patching the CA bundle of ValidatingWebhookConfiguration {name}"
         )))?;
-    info!(configuration = %name, webhooks = stale.len(), "put the webhook CA in the configuration");
+    info!(configuration = %name, webhooks = stale.len(), "put the webhook CA and path in the configuration");
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! Pure builders of an AgentDeployment's children: the snapshot ConfigMap, the Deployment of its agent server and the ClusterIP Service in front of it.
+//! Pure builders of an AgentDeployment's children: the snapshot ConfigMap, the Deployment of its agent server, the ClusterIP Service in front of it and the NetworkPolicy that admits only the gateway to its pods.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +8,10 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
     Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,7 +25,7 @@ use crate::controller::build::{
     ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount, resources,
     security, snapshot_holder, snapshot_volume,
 };
-use crate::controller::config::ControllerConfig;
+use crate::controller::config::{AgentIngress, ControllerConfig};
 use crate::controller::names;
 use crate::resolve::Snapshot;
 
@@ -39,6 +43,8 @@ pub struct Children {
     pub deployment: Deployment,
     /// The ClusterIP Service in front of its ready pods.
     pub service: Service,
+    /// Who may reach the pods (`None` when the controller is configured to create none).
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// The children of `owner` (an AgentDeployment) running `snapshot` with `spec`'s replicas,
@@ -114,10 +120,60 @@ pub fn children(
         }),
         ..Service::default()
     };
+    let network_policy = config.agent_ingress.as_ref().map(|ingress| NetworkPolicy {
+        metadata: meta(names::deployment_workload_name(&owner.name)),
+        spec: Some(network_policy(&owner.uid, spec.port, ingress)),
+    });
     Children {
         snapshot: snapshot_holder(meta(snapshot_name), snapshot),
         deployment,
         service,
+        network_policy,
+    }
+}
+
+/// The deployment's pods (by its uid label) take connections only on the agent server's
+/// port, and only from the gateway (the controller's pods, by namespace and labels) and
+/// `ingress`'s CIDRs. Every other pod, of this namespace or another, is refused: the gateway's
+/// authorization cannot be bypassed by calling the Service directly. The kubelet's probes come
+/// from the pod's own node, which NetworkPolicies do not filter.
+fn network_policy(uid: &str, port: i32, ingress: &AgentIngress) -> NetworkPolicySpec {
+    let gateway = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_owned(),
+                ingress.gateway_namespace.clone(),
+            )])),
+            ..LabelSelector::default()
+        }),
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(ingress.gateway_pod_labels.clone()),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    };
+    let ranges = ingress.cidrs.iter().map(|cidr| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: cidr.clone(),
+            except: None,
+        }),
+        ..NetworkPolicyPeer::default()
+    });
+    NetworkPolicySpec {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(names::deployment_selector(uid)),
+            ..LabelSelector::default()
+        }),
+        policy_types: Some(vec!["Ingress".to_owned()]),
+        ingress: Some(vec![NetworkPolicyIngressRule {
+            from: Some(std::iter::once(gateway).chain(ranges).collect()),
+            ports: Some(vec![NetworkPolicyPort {
+                port: Some(IntOrString::Int(port)),
+                protocol: Some("TCP".to_owned()),
+                end_port: None,
+            }]),
+        }]),
+        egress: None,
     }
 }
 

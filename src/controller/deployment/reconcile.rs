@@ -6,6 +6,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -182,6 +183,10 @@ async fn apply_children(
     namespace: &str,
     children: &Children,
 ) -> Result<Deployment> {
+    // The policy first: no pod of a new deployment is ever reachable past the gateway.
+    if let Some(policy) = &children.network_policy {
+        apply::<NetworkPolicy>(ctx, namespace, policy).await?;
+    }
     apply::<ConfigMap>(ctx, namespace, &children.snapshot).await?;
     apply::<Service>(ctx, namespace, &children.service).await?;
     apply::<Deployment>(ctx, namespace, &children.deployment).await

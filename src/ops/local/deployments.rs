@@ -19,10 +19,11 @@ use nix::unistd::Pid;
 use super::Local;
 use crate::api::AgentDeployment;
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
+use crate::cluster::access::UserInfo;
 use crate::gateway::auth::Authorizer;
 use crate::gateway::refusal::Refusal;
 use crate::gateway::server::{Directory, Gateway, serve};
-use crate::gateway::sessions::Sessions;
+use crate::gateway::sessions::{SessionLimits, Sessions};
 use crate::local::{
     DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
     admit_deployment,
@@ -289,7 +290,7 @@ impl Deployments for Local {
             directory: Box::new(LocalDirectory {
                 records: self.deployment_records(),
             }),
-            sessions: Sessions::new(self.store()?),
+            sessions: Sessions::new(self.store()?, SessionLimits::default()),
             client: crate::gateway::agent_client(),
             next: AtomicUsize::new(0),
         });
@@ -326,7 +327,7 @@ impl Deployments for Local {
 }
 
 /// The local gateway's caller is the user running the command, who owns the data directory:
-/// there is no one else to refuse.
+/// there is no one else to refuse, and every session is theirs.
 struct ThisUser;
 
 impl Authorizer for ThisUser {
@@ -335,8 +336,13 @@ impl Authorizer for ThisUser {
         _token: Option<&'a str>,
         _namespace: &'a str,
         _name: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<(), Refusal>> {
-        Box::pin(async { Ok(()) })
+    ) -> BoxFuture<'a, Result<UserInfo, Refusal>> {
+        Box::pin(async {
+            Ok(UserInfo {
+                username: "local".to_owned(),
+                ..UserInfo::default()
+            })
+        })
     }
 }
 

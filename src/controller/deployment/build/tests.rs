@@ -180,3 +180,75 @@ fn a_new_snapshot_rolls_the_pods_without_taking_one_away_first() {
         Some(&snapshot.digest())
     );
 }
+
+#[test]
+fn the_network_policy_admits_only_the_gateway_to_the_agent_port_of_these_pods() {
+    let (_, children) = built();
+    let policy = children.network_policy.expect("a policy by default");
+    let owner = &policy.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("AgentDeployment", UID)
+    );
+    let spec = policy.spec.unwrap();
+    assert_eq!(
+        spec.pod_selector.unwrap().match_labels,
+        Some(crate::controller::names::deployment_selector(UID)),
+        "the pods of this deployment, by uid"
+    );
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_owned()]));
+    let rules = spec.ingress.unwrap();
+    assert_eq!(rules.len(), 1, "one rule: everything else is refused");
+    let ports = rules[0].ports.as_ref().unwrap();
+    assert_eq!(
+        ports[0].port,
+        Some(IntOrString::Int(AgentDeployment::test().spec.port))
+    );
+    let from = rules[0].from.as_ref().unwrap();
+    assert_eq!(from.len(), 1, "only the gateway");
+    let gateway = &from[0];
+    let namespace = gateway
+        .namespace_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(namespace["kubernetes.io/metadata.name"], "errand-system");
+    let pods = gateway
+        .pod_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(pods["app.kubernetes.io/component"], "controller");
+    assert!(gateway.ip_block.is_none());
+}
+
+#[test]
+fn extra_cidrs_are_admitted_beside_the_gateway_and_no_policy_when_turned_off() {
+    let deployment = AgentDeployment::test();
+    let snapshot = resolve_deployment(NS, &deployment.spec, &InMemoryCatalog::test()).unwrap();
+    let owner = ExecutionOwner::of_object(&deployment).unwrap();
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    let mut ingress = crate::controller::config::AgentIngress::chart_default();
+    ingress.cidrs = vec!["10.0.0.0/24".to_owned()];
+    config.agent_ingress = Some(ingress);
+    let policy = children(&owner, &deployment.spec, &snapshot, &config)
+        .network_policy
+        .unwrap();
+    let from = policy.spec.unwrap().ingress.unwrap()[0]
+        .from
+        .clone()
+        .unwrap();
+    assert_eq!(
+        from[1].ip_block.as_ref().map(|b| b.cidr.as_str()),
+        Some("10.0.0.0/24")
+    );
+    config.agent_ingress = None;
+    assert_eq!(
+        children(&owner, &deployment.spec, &snapshot, &config).network_policy,
+        None
+    );
+}
