@@ -64,6 +64,21 @@ fn assert_named_for_their_minutes(schedule: &str, runs: &[AgentExecution]) {
     }
 }
 
+/// Each run's name, phase and message, for a failure message.
+fn phases(runs: &[AgentExecution]) -> Vec<String> {
+    runs.iter()
+        .map(|r| {
+            let status = r.status.clone().unwrap_or_default();
+            format!(
+                "{}: {:?} {}",
+                r.name_any(),
+                status.phase,
+                status.message.unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
 /// The minutes since the epoch `runs` were scheduled for.
 fn minutes(runs: &[AgentExecution]) -> Vec<i64> {
     runs.iter()
@@ -87,7 +102,7 @@ fn now_minute() -> i64 {
     jiff::Timestamp::now().as_second() / 60
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_every_minute_schedule_runs_once_a_minute_in_pods_and_keeps_its_history_limit() {
     let Some(harness) = Harness::start("schedule-runs", Mode::WithPods).await else {
         return;
@@ -108,11 +123,13 @@ async fn an_every_minute_schedule_runs_once_a_minute_in_pods_and_keeps_its_histo
     let mut succeeded = BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(300);
     while succeeded.len() < 3 {
+        let runs = runs_of(&harness, "ticker").await;
         assert!(
             Instant::now() < deadline,
-            "three runs of the every-minute schedule did not succeed in 300 s: seen {seen:?}, succeeded {succeeded:?}"
+            "three runs of the every-minute schedule did not succeed in 300 s: seen {seen:?}, succeeded {succeeded:?}, now {:?}\ncontroller log:\n{}",
+            phases(&runs),
+            harness.controller_log()
         );
-        let runs = runs_of(&harness, "ticker").await;
         assert_named_for_their_minutes("ticker", &runs);
         for run in &runs {
             seen.insert(run.name_any());
@@ -168,7 +185,7 @@ async fn an_every_minute_schedule_runs_once_a_minute_in_pods_and_keeps_its_histo
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbid_holds_replace_cancels_and_an_outage_gives_one_catch_up_run_within_the_deadline() {
     let Some(mut harness) = Harness::start("schedule-policy", Mode::WithoutPods).await else {
         return;
