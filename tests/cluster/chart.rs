@@ -705,9 +705,11 @@ async fn the_chart_installs_admits_tests_fails_closed_and_uninstalls() {
         let message = text(&output);
         assert!(!output.status.success(), "{} was admitted", file.display());
         if by == "webhook" {
+            let webhooks = ["agentexecutions", "agentextensions", "agentschedules"];
             assert!(
-                message.contains("failed calling webhook \"agentexecutions.errand.dev\"")
-                    || message.contains("failed calling webhook \"agentextensions.errand.dev\""),
+                webhooks.iter().any(|w| {
+                    message.contains(&format!("failed calling webhook \"{w}.errand.dev\""))
+                }),
                 "{}: not a clear fail-closed message: {message}",
                 file.display()
             );

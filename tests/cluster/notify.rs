@@ -29,10 +29,13 @@ fn delivery_state(execution: &AgentExecution) -> Option<DeliveryState> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_run_is_delivered_signed_to_its_webhook_and_recorded_in_status() {
-    let Some(harness) = Harness::start("notify-webhook", Mode::WithPods).await else {
+    // On the pod bridge: reachable from the controller wherever it runs (this machine or a
+    // pod). A private address, so the operator allows it, as for an in-cluster receiver.
+    let allow = format!("--outbound-allow={}/32", cluster::POD_GATEWAY);
+    let Some(harness) = Harness::start_with_controller_args("notify-webhook", &[&allow]).await
+    else {
         return;
     };
-    // On the pod bridge: reachable from the controller wherever it runs (this machine or a pod).
     let receiver = Receiver::start(cluster::POD_GATEWAY, &[500, 204]).await;
     harness
         .create(json!({
