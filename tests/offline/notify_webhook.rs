@@ -155,10 +155,7 @@ async fn a_refusal_or_a_redirect_ends_the_delivery_at_once() {
 #[tokio::test]
 async fn an_endpoint_that_does_not_answer_is_an_error_worth_a_retry() {
     // A port nobody listens on: bound, then closed.
-    let address = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let address = crate::support::ports::free_local_address();
     let event = CloudEvent::of(finished_event(&succeeded()).unwrap());
     let url = url::Url::parse(&format!("http://{address}/")).unwrap();
     let attempt = loopback_sender().attempt(&url, KEY, &event).await;

@@ -730,11 +730,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
     // Reserve a port, then start the blob endpoint on it only after the upload began.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::ports::free_local_address().port();
     let address = format!("127.0.0.1:{port}");
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&format!("file://{}", dir.path().display())).unwrap();

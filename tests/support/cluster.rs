@@ -44,9 +44,11 @@ pub const POD_GATEWAY: &str = "10.88.0.1";
 /// # Panics
 /// When the address is not this machine's, i.e. the test cluster's bridge is not up.
 pub fn free_pod_gateway_address() -> std::net::SocketAddr {
-    std::net::TcpListener::bind((POD_GATEWAY, 0))
-        .and_then(|listener| listener.local_addr())
-        .unwrap_or_else(|e| panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)"))
+    let host = POD_GATEWAY.parse().expect("an IP address");
+    if let Err(e) = std::net::TcpListener::bind((host, 0)) {
+        panic!("binding {POD_GATEWAY}: {e} (is the test cluster up?)");
+    }
+    super::ports::free_address(host)
 }
 /// Label put on every namespace `TestNamespace` creates.
 pub const TEST_NAMESPACE_LABEL: &str = "errand.dev/test-namespace";

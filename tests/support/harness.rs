@@ -171,9 +171,7 @@ impl Harness {
     /// A [`Mode::WithoutPods`] harness whose controller also serves the gateway (plain HTTP on
     /// a free local port, [`Harness::gateway_url`]).
     pub async fn start_with_gateway(prefix: &str) -> Option<Self> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free local port");
-        let gateway = listener.local_addr().expect("a bound address");
-        drop(listener);
+        let gateway = super::ports::free_local_address();
         Self::launch(prefix, &[], Mode::WithoutPods, &[], Some(gateway)).await
     }
 

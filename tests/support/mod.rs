@@ -20,6 +20,7 @@ pub mod local;
 pub mod mcp;
 pub mod model_server;
 pub mod netpol;
+pub mod ports;
 pub mod s3;
 pub mod store;
 pub mod telemetry;

@@ -77,7 +77,7 @@ pub async fn server_on(host: &str) -> Option<S3Server> {
     let data = tempfile::tempdir().unwrap();
     // s3s-fs keeps each bucket as a directory of its root.
     std::fs::create_dir(data.path().join(BUCKET)).unwrap();
-    let port = free_port(host);
+    let port = super::ports::free_address(host.parse().expect("an IP address")).port();
     let mut command = Command::new("s3s-fs");
     command
         .args(["--host", host, "--port", &port.to_string()])
@@ -91,14 +91,6 @@ pub async fn server_on(host: &str) -> Option<S3Server> {
 /// The credentials the server accepts: access key id and secret key.
 pub fn credentials() -> (&'static str, &'static str) {
     (ACCESS_KEY, SECRET_KEY)
-}
-
-fn free_port(host: &str) -> u16 {
-    std::net::TcpListener::bind((host, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn start(mut command: Command, host: &str, port: u16, data: tempfile::TempDir) -> Option<S3Server> {

@@ -283,11 +283,7 @@ pub async fn local_collector() -> Option<LocalCollector> {
         return None;
     };
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = super::ports::free_local_address().port();
     let output = dir.path().join("traces.jsonl");
     let config = dir.path().join("config.yaml");
     std::fs::write(
