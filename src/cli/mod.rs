@@ -18,7 +18,7 @@ use crate::ops::{Error, ErrorCode};
 use commands::execute::{ExecuteArgs, StartArgs};
 use commands::{
     admin, control, controller, deploy, filesets, gc, housekeeping, listing, mcp, notify, objects,
-    observe, pod, rerun, results, schema,
+    observe, pod, rerun, results, schedule, schema,
 };
 pub use output::{EXIT_BROKEN_PIPE, Format, OutputArgs, SCHEMA_VERSION};
 #[cfg(test)]
@@ -131,6 +131,12 @@ pub enum Command {
         #[command(subcommand)]
         action: deploy::DeploymentsAction,
     },
+    /// Create, list, show, suspend, resume, trigger or delete AgentSchedules: executions
+    /// created on a cron schedule.
+    Schedule {
+        #[command(subcommand)]
+        action: schedule::ScheduleAction,
+    },
     /// Send one request to a deployment (or an agent's active one) through the gateway.
     Invoke(Box<deploy::InvokeArgs>),
     /// One turn of a named chat session with a deployment, through the gateway (resumable:
@@ -175,6 +181,12 @@ pub enum Command {
         /// The deployment.
         name: String,
     },
+    /// Internal: the detached supervisor of a local AgentSchedule.
+    #[command(name = "__serve-schedule", hide = true)]
+    ServeSchedule {
+        /// The schedule.
+        name: String,
+    },
     /// Internal: the detached supervisor of `execute --no-wait`.
     #[command(name = "__supervise", hide = true)]
     Supervise {
@@ -216,6 +228,7 @@ impl Command {
             Command::Undeploy(args) => args.output.format,
             Command::Redeploy(args) => args.output.format,
             Command::Deployments { action } => action.output().format,
+            Command::Schedule { action } => action.output().format,
             Command::Invoke(args) => args.output.format,
             Command::Chat(args) => args.output.format,
             Command::Sessions { action } => action.output().format,
@@ -225,6 +238,7 @@ impl Command {
             | Command::Mcp(_)
             | Command::Supervise { .. }
             | Command::ServeDeployment { .. }
+            | Command::ServeSchedule { .. }
             | Command::Logs(_)
             | Command::Controller(_)
             | Command::Stage(_)
@@ -360,6 +374,10 @@ async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
             let local = crate::ops::local::Local::new(&target.config())?;
             crate::ops::local::serve_deployment(local.data, &local.namespace, &name).await
         }
+        Command::ServeSchedule { name } => {
+            let local = crate::ops::local::Local::new(&target.config())?;
+            crate::ops::local::serve_schedule(local, &name).await
+        }
         // Local only (gc refuses a cluster), or an operator's store with either backend.
         Command::Gc(args) => args.exec(target).await,
         Command::Admin { action } => action.exec(target).await,
@@ -395,6 +413,7 @@ async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
         Command::Undeploy(args) => args.exec(&*backend().await?).await,
         Command::Redeploy(args) => args.exec(&*backend().await?).await,
         Command::Deployments { action } => action.exec(&*backend().await?).await,
+        Command::Schedule { action } => action.exec(&*backend().await?).await,
         Command::Logs(args) => args.exec(&*backend().await?).await,
         Command::Invoke(args) => args.exec(&*backend().await?).await,
         Command::Chat(args) => args.exec(&*backend().await?).await,

@@ -5,13 +5,13 @@
 //! commands, `state.json` (status, supervisor, agent servers) only by the deployment's
 //! supervisor. Every write replaces its file whole.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 use super::catalog::LocalCatalog;
-use super::files::{self, names_holding, remove_all, write_private};
+use super::files::{ObjectFilesError, names_holding, read_record, remove_record, write_record};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use crate::api::{AgentDeployment, AgentDeploymentStatus};
@@ -51,25 +51,6 @@ pub struct DeploymentState {
     pub supervisor: Option<ProcessIdentity>,
     /// Its agent servers.
     pub servers: Vec<ServerState>,
-}
-
-/// Why a deployment's files could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum DeploymentRecordError {
-    /// No deployment has this name.
-    #[error("no AgentDeployment named {0:?} in namespace {1:?}")]
-    NotFound(String, String),
-    /// A deployment with this name exists already.
-    #[error("AgentDeployment {0:?} already exists in namespace {1:?}")]
-    AlreadyExists(String, String),
-    /// A file could not be read or written.
-    #[error("{path}: {message}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
 }
 
 /// The deployments in a data directory.
@@ -122,14 +103,14 @@ impl DeploymentRecords {
         namespace: &str,
         name: &str,
         snapshot: &Snapshot,
-    ) -> Result<(), DeploymentRecordError> {
+    ) -> Result<(), ObjectFilesError> {
         let digest = snapshot.digest();
-        write(
+        write_record(
             &self.snapshot_file(namespace, name, &digest),
             &snapshot.canonical_json(),
         )?;
         let config = serde_json::to_vec_pretty(&snapshot.config).expect("a config serializes");
-        write(&self.agent_config(namespace, name, &digest), &config)
+        write_record(&self.agent_config(namespace, name, &digest), &config)
     }
 
     /// The snapshot `digest` of deployment `name`.
@@ -138,13 +119,13 @@ impl DeploymentRecords {
         namespace: &str,
         name: &str,
         digest: &str,
-    ) -> Result<Snapshot, DeploymentRecordError> {
-        read_json(&self.snapshot_file(namespace, name, digest))
+    ) -> Result<Snapshot, ObjectFilesError> {
+        read_record(&self.snapshot_file(namespace, name, digest))
     }
 
     /// Records a new deployment (generation 1, a new uid, created now); refused when one of
     /// that name exists.
-    pub fn create(&self, record: &mut DeploymentRecord) -> Result<(), DeploymentRecordError> {
+    pub fn create(&self, record: &mut DeploymentRecord) -> Result<(), ObjectFilesError> {
         let (namespace, name) = names(&record.object);
         let metadata = &mut record.object.metadata;
         metadata.generation = Some(1);
@@ -152,37 +133,38 @@ impl DeploymentRecords {
         metadata.creation_timestamp = Some(Time(jiff::Timestamp::now()));
         let dir = self.dir(&namespace, &name);
         if dir.join("deployment.json").exists() {
-            return Err(DeploymentRecordError::AlreadyExists(name, namespace));
+            return Err(ObjectFilesError::AlreadyExists {
+                kind: "AgentDeployment",
+                name,
+                namespace,
+            });
         }
         self.write(record)
     }
 
     /// Replaces a deployment's record.
-    pub fn write(&self, record: &DeploymentRecord) -> Result<(), DeploymentRecordError> {
+    pub fn write(&self, record: &DeploymentRecord) -> Result<(), ObjectFilesError> {
         let (namespace, name) = names(&record.object);
         let bytes = serde_json::to_vec_pretty(record).expect("a record serializes");
-        write(&self.dir(&namespace, &name).join("deployment.json"), &bytes)
+        write_record(&self.dir(&namespace, &name).join("deployment.json"), &bytes)
     }
 
     /// The record of deployment `name`.
-    pub fn read(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<DeploymentRecord, DeploymentRecordError> {
+    pub fn read(&self, namespace: &str, name: &str) -> Result<DeploymentRecord, ObjectFilesError> {
         let path = self.dir(namespace, name).join("deployment.json");
         if !path.exists() {
-            return Err(DeploymentRecordError::NotFound(
-                name.to_owned(),
-                namespace.to_owned(),
-            ));
+            return Err(ObjectFilesError::NotFound {
+                kind: "AgentDeployment",
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            });
         }
-        read_json(&path)
+        read_record(&path)
     }
 
     /// What the supervisor of deployment `name` last wrote (nothing before it started).
     pub fn state(&self, namespace: &str, name: &str) -> DeploymentState {
-        read_json(&self.dir(namespace, name).join("state.json")).unwrap_or_default()
+        read_record(&self.dir(namespace, name).join("state.json")).unwrap_or_default()
     }
 
     /// Replaces what the supervisor of deployment `name` wrote.
@@ -191,9 +173,9 @@ impl DeploymentRecords {
         namespace: &str,
         name: &str,
         state: &DeploymentState,
-    ) -> Result<(), DeploymentRecordError> {
+    ) -> Result<(), ObjectFilesError> {
         let bytes = serde_json::to_vec_pretty(state).expect("a state serializes");
-        write(&self.dir(namespace, name).join("state.json"), &bytes)
+        write_record(&self.dir(namespace, name).join("state.json"), &bytes)
     }
 
     /// The deployment `name` with the status its supervisor wrote.
@@ -201,7 +183,7 @@ impl DeploymentRecords {
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<AgentDeployment, DeploymentRecordError> {
+    ) -> Result<AgentDeployment, ObjectFilesError> {
         let mut object = self.read(namespace, name)?.object;
         object.status = Some(self.state(namespace, name).status);
         Ok(object)
@@ -225,12 +207,9 @@ impl DeploymentRecords {
     }
 
     /// Removes deployment `name`'s files.
-    pub fn remove(&self, namespace: &str, name: &str) -> Result<(), DeploymentRecordError> {
+    pub fn remove(&self, namespace: &str, name: &str) -> Result<(), ObjectFilesError> {
         let dir = self.dir(namespace, name);
-        remove_all(&dir).map_err(|e| DeploymentRecordError::Io {
-            path: dir,
-            message: e.to_string(),
-        })
+        remove_record(&dir)
     }
 }
 
@@ -269,18 +248,4 @@ fn names(object: &AgentDeployment) -> (String, String) {
 /// `sha256:<hex>` → `<hex>`.
 fn hex_of(digest: &str) -> &str {
     digest.strip_prefix("sha256:").unwrap_or(digest)
-}
-
-fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), DeploymentRecordError> {
-    write_private(path, bytes).map_err(|e| DeploymentRecordError::Io {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, DeploymentRecordError> {
-    files::read_json(path).map_err(|message| DeploymentRecordError::Io {
-        path: path.to_owned(),
-        message,
-    })
 }

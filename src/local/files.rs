@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Creates `dir` and its missing parents, each readable by the owner only.
@@ -77,6 +77,63 @@ pub fn remove_all(dir: &Path) -> io::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
+}
+
+/// Why the files of one named local object (a deployment, a schedule) could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectFilesError {
+    /// No object of this kind has this name.
+    #[error("no {kind} named {name:?} in namespace {namespace:?}")]
+    NotFound {
+        /// The kind (`AgentDeployment`).
+        kind: &'static str,
+        /// The name asked for.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
+    /// An object of this kind with this name exists already.
+    #[error("{kind} {name:?} already exists in namespace {namespace:?}")]
+    AlreadyExists {
+        /// The kind.
+        kind: &'static str,
+        /// The name.
+        name: String,
+        /// The namespace.
+        namespace: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {message}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// [`write_private`] for a record.
+pub fn write_record(path: &Path, bytes: &[u8]) -> Result<(), ObjectFilesError> {
+    write_private(path, bytes).map_err(|e| ObjectFilesError::Io {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// [`read_json`] for a record.
+pub fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ObjectFilesError> {
+    read_json(path).map_err(|message| ObjectFilesError::Io {
+        path: path.to_owned(),
+        message,
+    })
+}
+
+/// [`remove_all`] for a record's directory.
+pub fn remove_record(dir: &Path) -> Result<(), ObjectFilesError> {
+    remove_all(dir).map_err(|e| ObjectFilesError::Io {
+        path: dir.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 /// The JSON document in `path`, or why it could not be read.

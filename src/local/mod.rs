@@ -9,7 +9,7 @@
 mod catalog;
 mod deployments;
 mod environment;
-mod files;
+pub mod files;
 pub mod gc;
 pub mod lifecycle;
 mod manifest;
@@ -25,8 +25,7 @@ mod supervise;
 
 pub use catalog::{CatalogError, CheckedObject, LocalCatalog, ObjectKind};
 pub use deployments::{
-    DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
-    admit_deployment,
+    DeploymentRecord, DeploymentRecords, DeploymentState, ServerState, admit_deployment,
 };
 pub use manifest::{
     DocumentError, MAX_MANIFEST_BYTES, ManifestError, ManifestObject, ReadManifestError,
@@ -36,5 +35,5 @@ pub use paths::DataDir;
 pub use process::ProcessIdentity;
 pub use record::{ExecutionRecord, RECORD_SCHEMA_VERSION, RecordError, Records, generate_name};
 pub use remove::{RemoveError, remove_execution, results_of};
-pub use schedules::{ScheduleRecordError, ScheduleRecords, ScheduleState, admit_schedule};
+pub use schedules::{ScheduleRecords, ScheduleState, admit_schedule};
 pub use supervise::{SuperviseError, agent_env, prepare, run_prepared, spawn_detached};

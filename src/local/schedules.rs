@@ -4,13 +4,13 @@
 //! `schedule.json` (metadata and spec) is written by the commands, `state.json` (status and
 //! supervisor) only by the schedule's supervisor. Every write replaces its file whole.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 
 use super::catalog::LocalCatalog;
-use super::files::{self, names_holding, remove_all, write_private};
+use super::files::{ObjectFilesError, names_holding, read_record, remove_record, write_record};
 use super::paths::DataDir;
 use super::process::ProcessIdentity;
 use crate::api::{AgentSchedule, AgentScheduleStatus};
@@ -24,25 +24,6 @@ pub struct ScheduleState {
     pub status: AgentScheduleStatus,
     /// The supervisor.
     pub supervisor: Option<ProcessIdentity>,
-}
-
-/// Why a schedule's files could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduleRecordError {
-    /// No schedule has this name.
-    #[error("no AgentSchedule named {0:?} in namespace {1:?}")]
-    NotFound(String, String),
-    /// A schedule with this name exists already.
-    #[error("AgentSchedule {0:?} already exists in namespace {1:?}")]
-    AlreadyExists(String, String),
-    /// A file could not be read or written.
-    #[error("{path}: {message}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        message: String,
-    },
 }
 
 /// The schedules in a data directory.
@@ -68,10 +49,14 @@ impl ScheduleRecords {
 
     /// Records a new schedule (generation 1, a new uid, created now); refused when one of
     /// that name exists.
-    pub fn create(&self, schedule: &mut AgentSchedule) -> Result<(), ScheduleRecordError> {
+    pub fn create(&self, schedule: &mut AgentSchedule) -> Result<(), ObjectFilesError> {
         let (namespace, name) = names(schedule);
         if self.dir(&namespace, &name).join("schedule.json").exists() {
-            return Err(ScheduleRecordError::AlreadyExists(name, namespace));
+            return Err(ObjectFilesError::AlreadyExists {
+                kind: "AgentSchedule",
+                name,
+                namespace,
+            });
         }
         let metadata = &mut schedule.metadata;
         metadata.generation = Some(1);
@@ -81,31 +66,32 @@ impl ScheduleRecords {
     }
 
     /// Replaces a schedule's object (its status is the supervisor's, in the state).
-    pub fn write(&self, schedule: &AgentSchedule) -> Result<(), ScheduleRecordError> {
+    pub fn write(&self, schedule: &AgentSchedule) -> Result<(), ObjectFilesError> {
         let (namespace, name) = names(schedule);
         let mut object = schedule.clone();
         object.status = None;
         let bytes = serde_json::to_vec_pretty(&object).expect("a schedule serializes");
-        write(&self.dir(&namespace, &name).join("schedule.json"), &bytes)
+        write_record(&self.dir(&namespace, &name).join("schedule.json"), &bytes)
     }
 
     /// Schedule `name` as the commands wrote it, with the status its supervisor wrote.
-    pub fn read(&self, namespace: &str, name: &str) -> Result<AgentSchedule, ScheduleRecordError> {
+    pub fn read(&self, namespace: &str, name: &str) -> Result<AgentSchedule, ObjectFilesError> {
         let path = self.dir(namespace, name).join("schedule.json");
         if !path.exists() {
-            return Err(ScheduleRecordError::NotFound(
-                name.to_owned(),
-                namespace.to_owned(),
-            ));
+            return Err(ObjectFilesError::NotFound {
+                kind: "AgentSchedule",
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            });
         }
-        let mut schedule: AgentSchedule = read_json(&path)?;
+        let mut schedule: AgentSchedule = read_record(&path)?;
         schedule.status = Some(self.state(namespace, name).status);
         Ok(schedule)
     }
 
     /// What the supervisor of schedule `name` last wrote (nothing before it started).
     pub fn state(&self, namespace: &str, name: &str) -> ScheduleState {
-        read_json(&self.dir(namespace, name).join("state.json")).unwrap_or_default()
+        read_record(&self.dir(namespace, name).join("state.json")).unwrap_or_default()
     }
 
     /// Replaces what the supervisor of schedule `name` wrote.
@@ -114,9 +100,9 @@ impl ScheduleRecords {
         namespace: &str,
         name: &str,
         state: &ScheduleState,
-    ) -> Result<(), ScheduleRecordError> {
+    ) -> Result<(), ObjectFilesError> {
         let bytes = serde_json::to_vec_pretty(state).expect("a state serializes");
-        write(&self.dir(namespace, name).join("state.json"), &bytes)
+        write_record(&self.dir(namespace, name).join("state.json"), &bytes)
     }
 
     /// The names of the schedules of `namespace`, sorted.
@@ -125,12 +111,9 @@ impl ScheduleRecords {
     }
 
     /// Removes schedule `name`'s files.
-    pub fn remove(&self, namespace: &str, name: &str) -> Result<(), ScheduleRecordError> {
+    pub fn remove(&self, namespace: &str, name: &str) -> Result<(), ObjectFilesError> {
         let dir = self.dir(namespace, name);
-        remove_all(&dir).map_err(|e| ScheduleRecordError::Io {
-            path: dir,
-            message: e.to_string(),
-        })
+        remove_record(&dir)
     }
 }
 
@@ -161,18 +144,4 @@ fn names(object: &AgentSchedule) -> (String, String) {
         object.metadata.namespace.clone().unwrap_or_default(),
         object.metadata.name.clone().unwrap_or_default(),
     )
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<(), ScheduleRecordError> {
-    write_private(path, bytes).map_err(|e| ScheduleRecordError::Io {
-        path: path.to_owned(),
-        message: e.to_string(),
-    })
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ScheduleRecordError> {
-    files::read_json(path).map_err(|message| ScheduleRecordError::Io {
-        path: path.to_owned(),
-        message,
-    })
 }

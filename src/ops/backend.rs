@@ -15,7 +15,7 @@ use super::gateway_client::{GatewayClient, GatewayEndpoint};
 use super::notify::NotifyChange;
 use super::{Error, ErrorCode};
 use crate::api::tags::TagPattern;
-use crate::api::{AgentDeployment, Fileset, Phase, ResultEntry};
+use crate::api::{AgentDeployment, AgentSchedule, Fileset, Phase, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
 use crate::runner::StageSettings;
 use crate::store::keys::AnyResult;
@@ -250,6 +250,9 @@ pub trait Backend: Send + Sync {
 
     /// Where AgentDeployments live.
     fn deployments(&self) -> &dyn Deployments;
+
+    /// Its AgentSchedules.
+    fn schedules(&self) -> &dyn Schedules;
 }
 
 /// AgentDeployments as a backend keeps them. The commands (`deploy.rs`) wait, redeploy and
@@ -291,6 +294,43 @@ pub trait Deployments: Send + Sync {
     /// Follows the output of deployment `name`'s agent servers: the last `lines` lines, then
     /// (with `follow`) what they write until they stop or the command is interrupted.
     async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error>;
+}
+
+/// A schedule with, locally, whether its supervisor runs.
+#[derive(Clone, Debug)]
+pub struct ScheduleEntry {
+    /// The schedule with its status.
+    pub schedule: AgentSchedule,
+    /// Whether its local supervisor process runs; none on a cluster, where the controller
+    /// runs every schedule.
+    pub supervisor_running: Option<bool>,
+}
+
+/// The AgentSchedules of the namespace, run by the controller on a cluster and by a detached
+/// supervisor per schedule on this machine.
+#[async_trait]
+pub trait Schedules: Send + Sync {
+    /// Creates `schedule` (checked at admission as the API server checks it) and, locally,
+    /// starts its supervisor.
+    async fn create_schedule(&self, schedule: &AgentSchedule) -> Result<ScheduleEntry, Error>;
+
+    /// The schedule named `name`.
+    async fn schedule(&self, name: &str) -> Result<ScheduleEntry, Error>;
+
+    /// Every schedule of the namespace, by name.
+    async fn schedules(&self) -> Result<Vec<ScheduleEntry>, Error>;
+
+    /// Suspends (`true`) or resumes schedule `name`; resuming a local schedule also starts its
+    /// supervisor when none runs.
+    async fn set_suspend(&self, name: &str, suspend: bool) -> Result<ScheduleEntry, Error>;
+
+    /// Creates one execution of schedule `name` now, as its next run would be (counted by its
+    /// concurrency policy and history limits), and returns its record.
+    async fn trigger(&self, name: &str) -> Result<ExecutionRecord, Error>;
+
+    /// Deletes schedule `name` with its executions (as the cluster's garbage collector
+    /// deletes what it owns) and, locally, stops its supervisor.
+    async fn delete_schedule(&self, name: &str) -> Result<(), Error>;
 }
 
 impl ExecutionRequest {

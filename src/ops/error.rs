@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::local::files::ObjectFilesError;
 use crate::local::{ManifestError, ReadManifestError, RecordError};
 use crate::resolve::InvalidSpec;
 use crate::store::StoreError;
@@ -223,6 +224,17 @@ impl From<RecordError> for Error {
             RecordError::NotFound(..) => ErrorCode::NotFound,
             RecordError::AlreadyExists(..) => ErrorCode::AlreadyExists,
             RecordError::Io { .. } => ErrorCode::IoError,
+        };
+        Self::new(code, error.to_string())
+    }
+}
+
+impl From<ObjectFilesError> for Error {
+    fn from(error: ObjectFilesError) -> Self {
+        let code = match error {
+            ObjectFilesError::NotFound { .. } => ErrorCode::NotFound,
+            ObjectFilesError::AlreadyExists { .. } => ErrorCode::AlreadyExists,
+            ObjectFilesError::Io { .. } => ErrorCode::IoError,
         };
         Self::new(code, error.to_string())
     }

@@ -9,9 +9,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 mod deployment_supervisor;
 mod deployments;
+mod detached;
 pub mod gc;
+mod schedule_supervisor;
+mod schedules;
 
 pub use deployment_supervisor::serve_deployment;
+pub use schedule_supervisor::serve_schedule;
 
 use crate::api::{Fileset, FilesetStatus, ResultEntry};
 use crate::local::lifecycle::{self, LifecycleError};
@@ -598,6 +602,10 @@ impl Backend for Local {
     }
 
     fn deployments(&self) -> &dyn Deployments {
+        self
+    }
+
+    fn schedules(&self) -> &dyn crate::ops::backend::Schedules {
         self
     }
 }

@@ -7,9 +7,16 @@
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
+use std::collections::BTreeMap;
+
+use kube::api::ObjectMeta;
+
 use super::cron::Cron;
 use super::problems::{InvalidSpec, Problem};
-use crate::api::{AgentScheduleSpec, ConcurrencyPolicy};
+use crate::api::contract::{
+    MANAGED_BY, MANAGED_BY_LABEL, SCHEDULE_LABEL, SCHEDULED_TIME_ANNOTATION,
+};
+use crate::api::{AgentExecution, AgentSchedule, AgentScheduleSpec, ConcurrencyPolicy};
 
 /// The scheduled times [`plan`] walks one by one before it only looks for the latest: past
 /// it, the count of missed times is a lower bound.
@@ -104,6 +111,62 @@ pub fn in_template(invalid: InvalidSpec) -> InvalidSpec {
 /// the epoch>`, as a CronJob names its Jobs.
 pub fn execution_name(schedule: &str, scheduled: Timestamp) -> String {
     format!("{schedule}-{}", scheduled.as_second().div_euclid(60))
+}
+
+/// The name of the execution `errand schedule trigger` creates at `at`: `<schedule>-<seconds
+/// since the epoch>`, ten digits where a scheduled run's minutes have eight, so the two never
+/// meet.
+pub fn manual_execution_name(schedule: &str, at: Timestamp) -> String {
+    format!("{schedule}-{}", at.as_second())
+}
+
+/// The time an execution of `schedule` was created for, read back from its name (a scheduled
+/// run's minute, or a manual run's second); none for a name of another shape.
+pub fn scheduled_time_of(schedule: &str, execution: &str) -> Option<Timestamp> {
+    let digits = execution.strip_prefix(schedule)?.strip_prefix('-')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let number: i64 = digits.parse().ok()?;
+    let seconds = if digits.len() >= 10 {
+        number
+    } else {
+        number.checked_mul(60)?
+    };
+    Timestamp::from_second(seconds).ok()
+}
+
+/// The tag a local schedule's executions carry (`schedule.<name>`), by which its supervisor
+/// finds them; a cluster's carry the label [`SCHEDULE_LABEL`] and an owner reference instead.
+pub fn schedule_tag(schedule: &str) -> String {
+    format!("schedule.{schedule}")
+}
+
+/// The execution `schedule` creates for `scheduled`, named `name`: the template, labelled
+/// [`SCHEDULE_LABEL`] and annotated with the scheduled time (the caller adds the owner).
+pub fn execution_for(
+    schedule: &AgentSchedule,
+    name: String,
+    scheduled: Timestamp,
+) -> AgentExecution {
+    let template = &schedule.spec.execution_template;
+    let schedule_name = schedule.metadata.name.clone().unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = template.metadata.labels.clone();
+    labels.insert(SCHEDULE_LABEL.to_owned(), schedule_name);
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(SCHEDULED_TIME_ANNOTATION.to_owned(), scheduled.to_string());
+    AgentExecution {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: schedule.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: template.spec.clone(),
+        status: None,
+    }
 }
 
 /// Where one of a schedule's executions is.

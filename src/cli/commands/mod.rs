@@ -17,4 +17,5 @@ pub mod observe;
 pub mod pod;
 pub mod rerun;
 pub mod results;
+pub mod schedule;
 pub mod schema;

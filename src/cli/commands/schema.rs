@@ -11,6 +11,7 @@ use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
 use super::deploy::{DeploymentView, Redeployed, Undeployed};
+use super::schedule::ScheduleView;
 use crate::api::{Fileset, ResultEntry};
 use crate::cli::answers::{
     AutomaticGcOff, Deleted, DeletedAll, DeletedObject, Downloaded, ExecutionView, Killed, Logs,
@@ -101,6 +102,8 @@ pub fn answers_schema() -> Value {
         answer::<Vec<DeploymentView>>(g, "deployments"),
         answer::<Undeployed>(g, "undeployed"),
         answer::<Redeployed>(g, "redeployed"),
+        answer::<ScheduleView>(g, "schedule"),
+        answer::<Vec<ScheduleView>>(g, "schedules"),
     ];
     // The gateway's answers, as the agent server and the gateway give them.
     for kind in ["invoke", "chat", "sessions"] {

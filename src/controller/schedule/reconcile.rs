@@ -1,20 +1,17 @@
 //! One reconcile of an AgentSchedule: read its executions from the cache, ask the pure plan what is due, then cancel, create, delete and write the status it says.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::status::{self, Observed as StatusObserved};
-use crate::api::contract::{
-    MANAGED_BY, MANAGED_BY_LABEL, SCHEDULE_LABEL, SCHEDULED_TIME_ANNOTATION,
-};
+use crate::api::contract::SCHEDULED_TIME_ANNOTATION;
 use crate::api::{AgentExecution, AgentSchedule, AgentScheduleStatus, Phase};
 use crate::controller::build::ExecutionOwner;
 use crate::controller::config::FIELD_MANAGER;
@@ -33,7 +30,7 @@ const WAKE_MARGIN: Duration = Duration::from_millis(200);
 pub struct ScheduleContext {
     /// The API client.
     pub client: Client,
-    /// The executions schedules created (labelled [`SCHEDULE_LABEL`]).
+    /// The executions schedules created (labelled `errand.dev/schedule`).
     pub runs: Store<AgentExecution>,
     /// Counts created, missed and held runs.
     pub metrics: Arc<Metrics>,
@@ -111,7 +108,9 @@ async fn reconcile_once(schedule: &AgentSchedule, ctx: &ScheduleContext) -> Resu
     match plan.due {
         Due::Start(at) => {
             ctx.metrics.schedule_runs_missed(plan.missed);
-            let execution = execution_for(schedule, &owner, at);
+            let mut execution =
+                schedule::execution_for(schedule, schedule::execution_name(&owner.name, at), at);
+            execution.metadata.owner_references = Some(vec![owner.owner.clone()]);
             let name = execution.name_any();
             match executions.create(&PostParams::default(), &execution).await {
                 Ok(_) => {
@@ -225,33 +224,6 @@ fn as_run(execution: &AgentExecution) -> Run {
         name: execution.name_any(),
         scheduled,
         state,
-    }
-}
-
-/// The execution `schedule` creates for `scheduled`: the template, named for its minute,
-/// labelled and annotated, owned by the schedule.
-fn execution_for(
-    schedule: &AgentSchedule,
-    owner: &ExecutionOwner,
-    scheduled: Timestamp,
-) -> AgentExecution {
-    let template = &schedule.spec.execution_template;
-    let mut labels: BTreeMap<String, String> = template.metadata.labels.clone();
-    labels.insert(SCHEDULE_LABEL.to_owned(), owner.name.clone());
-    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
-    let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(SCHEDULED_TIME_ANNOTATION.to_owned(), scheduled.to_string());
-    AgentExecution {
-        metadata: ObjectMeta {
-            name: Some(schedule::execution_name(&owner.name, scheduled)),
-            namespace: Some(owner.namespace.clone()),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            owner_references: Some(vec![owner.owner.clone()]),
-            ..ObjectMeta::default()
-        },
-        spec: template.spec.clone(),
-        status: None,
     }
 }
 

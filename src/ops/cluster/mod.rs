@@ -8,6 +8,7 @@ mod control;
 mod data;
 mod deployments;
 mod inputs;
+mod schedules;
 
 use std::path::Path;
 use std::time::Duration;
@@ -706,6 +707,10 @@ impl Backend for Cluster {
     }
 
     fn deployments(&self) -> &dyn crate::ops::Deployments {
+        self
+    }
+
+    fn schedules(&self) -> &dyn crate::ops::backend::Schedules {
         self
     }
 }

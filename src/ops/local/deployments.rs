@@ -6,7 +6,6 @@
 //! starts a new one, as the cluster's controllers would bring its pods back.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
@@ -17,6 +16,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use super::Local;
+use super::detached::start_supervisor;
 use crate::api::AgentDeployment;
 use crate::api::contract::REPLACED_AGENT_ANNOTATION;
 use crate::cluster::access::UserInfo;
@@ -25,15 +25,12 @@ use crate::gateway::refusal::Refusal;
 use crate::gateway::server::{Directory, Gateway, serve};
 use crate::gateway::sessions::{SessionLimits, Sessions};
 use crate::local::{
-    DeploymentRecord, DeploymentRecordError, DeploymentRecords, DeploymentState, ServerState,
-    admit_deployment,
+    DeploymentRecord, DeploymentRecords, DeploymentState, ServerState, admit_deployment,
 };
 use crate::ops::backend::Deployments;
 use crate::ops::{Error, ErrorCode};
 use crate::ops::{GatewayClient, GatewayEndpoint};
 
-/// How long a new supervisor may take to record itself.
-const SUPERVISOR_START: Duration = Duration::from_secs(10);
 /// How long `undeploy` waits for a supervisor to stop its servers.
 const SUPERVISOR_EXIT: Duration = Duration::from_secs(30);
 /// How often `logs --follow` looks for more.
@@ -51,69 +48,19 @@ impl Local {
     /// servers a lost supervisor left behind are stopped first.
     fn ensure_supervised(&self, name: &str) -> Result<(), Error> {
         let records = self.deployment_records();
-        let record = records
-            .read(&self.namespace, name)
-            .map_err(deployment_error)?;
+        let record = records.read(&self.namespace, name).map_err(Error::from)?;
         let state = records.state(&self.namespace, name);
         if record.deleting || state.supervisor.is_some_and(|s| s.is_running()) {
             return Ok(());
         }
         stop_orphans(&state.servers);
-        let dir = records.dir(&self.namespace, name);
-        let log_path = dir.join("supervisor.log");
-        let io = |e: std::io::Error| {
-            Error::new(
-                ErrorCode::IoError,
-                format!("starting the supervisor of {name:?}: {e}"),
-            )
-        };
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(io)?;
-        let exe = std::env::current_exe().map_err(io)?;
-        let mut child = std::process::Command::new(exe)
-            .args(["__serve-deployment", "--namespace", &self.namespace, name])
-            .env("ERRAND_HOME", self.data.root())
-            .env("ERRAND_STORE", &self.store_url)
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone().map_err(io)?)
-            .stderr(log)
-            // Its own process group: a Ctrl-C in this terminal does not reach it.
-            .process_group(0)
-            .spawn()
-            .map_err(io)?;
-        let deadline = std::time::Instant::now() + SUPERVISOR_START;
-        loop {
-            let recorded = records
+        let log_path = records.dir(&self.namespace, name).join("supervisor.log");
+        start_supervisor(self, "__serve-deployment", name, &log_path, |pid| {
+            records
                 .state(&self.namespace, name)
                 .supervisor
-                .is_some_and(|s| s.pid == child.id());
-            if recorded {
-                return Ok(());
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                return Err(Error::new(
-                    ErrorCode::IoError,
-                    format!(
-                        "the supervisor of {name:?} ended at once ({status}); see {}",
-                        log_path.display()
-                    ),
-                ));
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(Error::new(
-                    ErrorCode::IoError,
-                    format!(
-                        "the supervisor of {name:?} did not start within {}s; see {}",
-                        SUPERVISOR_START.as_secs(),
-                        log_path.display()
-                    ),
-                ));
-            }
-            std::thread::sleep(POLL);
-        }
+                .is_some_and(|s| s.pid == pid)
+        })
     }
 
     /// Deployment `name` with its status, supervised.
@@ -121,7 +68,7 @@ impl Local {
         self.ensure_supervised(name)?;
         self.deployment_records()
             .deployment(&self.namespace, name)
-            .map_err(deployment_error)
+            .map_err(Error::from)
     }
 }
 
@@ -150,16 +97,6 @@ fn stop_orphans(servers: &[ServerState]) {
     }
 }
 
-/// A deployment record error as the commands report it.
-pub fn deployment_error(error: DeploymentRecordError) -> Error {
-    let code = match &error {
-        DeploymentRecordError::NotFound(..) => ErrorCode::NotFound,
-        DeploymentRecordError::AlreadyExists(..) => ErrorCode::AlreadyExists,
-        DeploymentRecordError::Io { .. } => ErrorCode::IoError,
-    };
-    Error::new(code, error.to_string())
-}
-
 #[async_trait]
 impl Deployments for Local {
     async fn create_deployment(
@@ -174,10 +111,10 @@ impl Deployments for Local {
             snapshot_digest: snapshot.digest(),
             deleting: false,
         };
-        records.create(&mut record).map_err(deployment_error)?;
+        records.create(&mut record).map_err(Error::from)?;
         records
             .write_snapshot(&self.namespace, &name, &snapshot)
-            .map_err(deployment_error)?;
+            .map_err(Error::from)?;
         self.supervised(&name)
     }
 
@@ -198,9 +135,7 @@ impl Deployments for Local {
         dry_run: bool,
     ) -> Result<(), Error> {
         let records = self.deployment_records();
-        let mut record = records
-            .read(&self.namespace, name)
-            .map_err(deployment_error)?;
+        let mut record = records.read(&self.namespace, name).map_err(Error::from)?;
         let object = &mut record.object;
         object.spec.agent_ref = Some(crate::api::Reference::named(agent));
         object.spec.agent = None;
@@ -217,38 +152,32 @@ impl Deployments for Local {
         record.snapshot_digest = snapshot.digest();
         records
             .write_snapshot(&self.namespace, name, &snapshot)
-            .map_err(deployment_error)?;
-        records.write(&record).map_err(deployment_error)?;
+            .map_err(Error::from)?;
+        records.write(&record).map_err(Error::from)?;
         self.ensure_supervised(name)
     }
 
     async fn forget_replaced_agent(&self, name: &str) -> Result<(), Error> {
         let records = self.deployment_records();
-        let mut record = records
-            .read(&self.namespace, name)
-            .map_err(deployment_error)?;
+        let mut record = records.read(&self.namespace, name).map_err(Error::from)?;
         if let Some(annotations) = record.object.metadata.annotations.as_mut() {
             annotations.remove(REPLACED_AGENT_ANNOTATION);
         }
-        records.write(&record).map_err(deployment_error)
+        records.write(&record).map_err(Error::from)
     }
 
     async fn delete_deployment(&self, name: &str) -> Result<(), Error> {
         let records = self.deployment_records();
-        let mut record = records
-            .read(&self.namespace, name)
-            .map_err(deployment_error)?;
+        let mut record = records.read(&self.namespace, name).map_err(Error::from)?;
         record.deleting = true;
-        records.write(&record).map_err(deployment_error)?;
+        records.write(&record).map_err(Error::from)?;
         let deadline = tokio::time::Instant::now() + SUPERVISOR_EXIT;
         loop {
             let state = records.state(&self.namespace, name);
             let supervised = state.supervisor.is_some_and(|s| s.is_running());
             if !supervised {
                 stop_orphans(&state.servers);
-                return records
-                    .remove(&self.namespace, name)
-                    .map_err(deployment_error);
+                return records.remove(&self.namespace, name).map_err(Error::from);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(Error::new(
@@ -306,9 +235,7 @@ impl Deployments for Local {
 
     async fn logs(&self, name: &str, lines: usize, follow: bool) -> Result<(), Error> {
         let records = self.deployment_records();
-        records
-            .read(&self.namespace, name)
-            .map_err(deployment_error)?;
+        records.read(&self.namespace, name).map_err(Error::from)?;
         let log = records.server_log(&self.namespace, name);
         let bytes = std::fs::read(&log).unwrap_or_default();
         let text = String::from_utf8_lossy(&bytes);

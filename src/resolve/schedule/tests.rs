@@ -279,3 +279,25 @@ fn a_schedule_that_could_never_run_is_refused_naming_each_field() {
     );
     assert!(check(&spec("@daily"), now).is_ok());
 }
+
+#[test]
+fn a_runs_scheduled_time_is_read_back_from_its_name_scheduled_or_manual() {
+    let minute = at("2026-01-01T00:05:00Z");
+    assert_eq!(
+        scheduled_time_of("nightly", &execution_name("nightly", minute)),
+        Some(minute)
+    );
+    let second = at("2026-01-01T00:05:07Z");
+    let manual = manual_execution_name("nightly", second);
+    assert_ne!(manual, execution_name("nightly", second));
+    assert_eq!(scheduled_time_of("nightly", &manual), Some(second));
+    for other in [
+        "nightly",
+        "nightly-",
+        "nightly-x1",
+        "other-29000000",
+        "nightly-a-29000000",
+    ] {
+        assert_eq!(scheduled_time_of("nightly", other), None, "{other}");
+    }
+}
