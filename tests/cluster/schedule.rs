@@ -280,3 +280,105 @@ async fn forbid_holds_replace_cancels_and_an_outage_gives_one_catch_up_run_withi
         assert_named_for_their_minutes(schedule, &runs_of(&harness, schedule).await);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_creates_triggers_suspends_and_deletes_a_schedule_the_controller_runs() {
+    let Some(harness) = Harness::start("schedule-cli", Mode::WithoutPods).await else {
+        return;
+    };
+    harness
+        .create_agent("tock", cluster::BUSYBOX_IMAGE, "echo tock")
+        .await;
+    let create = [
+        "schedule",
+        "create",
+        "nightly",
+        "--cron",
+        "0 3 * * *",
+        "--time-zone",
+        "Asia/Tokyo",
+        "--agent",
+        "tock",
+        "--input",
+        "tock",
+        "--suspend",
+    ];
+    let (code, created) = harness.cli(&create);
+    assert_eq!(code, 0, "{created}");
+    assert_eq!(created["schedule"]["suspend"], true, "{created}");
+    assert!(
+        created["schedule"]["supervisor"].is_null(),
+        "the controller runs it: {created}"
+    );
+    let (code, refused) = harness.cli(&[
+        "schedule",
+        "create",
+        "broken",
+        "--cron",
+        "* * * * *",
+        "--agent",
+        "no-such-agent",
+    ]);
+    assert_ne!(code, 0, "{refused}");
+
+    let (code, triggered) = harness.cli(&["schedule", "trigger", "nightly"]);
+    assert_eq!(code, 0, "{triggered}");
+    let run = triggered["execution"]["name"].as_str().unwrap().to_owned();
+    let execution = harness.api::<AgentExecution>().get(&run).await.unwrap();
+    assert_eq!(execution.labels()[SCHEDULE_LABEL], "nightly");
+    assert_eq!(execution.owner_references()[0].name, "nightly");
+    assert!(
+        execution
+            .annotations()
+            .contains_key(SCHEDULED_TIME_ANNOTATION)
+    );
+    // The controller counts the triggered run as the schedule's own.
+    wait_for(
+        "the triggered run in status.active",
+        Duration::from_secs(60),
+        || async {
+            let (_, shown) = harness.cli(&["schedule", "get", "nightly"]);
+            (shown["schedule"]["active"][0] == run.as_str()).then_some(())
+        },
+    )
+    .await;
+
+    let (code, resumed) = harness.cli(&["schedule", "resume", "nightly"]);
+    assert_eq!(
+        (code, &resumed["schedule"]["suspend"]),
+        (0, &json!(false)),
+        "{resumed}"
+    );
+    let next = wait_for("the next run time", Duration::from_secs(60), || async {
+        let (_, listed) = harness.cli(&["schedule", "list"]);
+        let next = listed["schedules"][0]["next_schedule_time"]
+            .as_str()?
+            .to_owned();
+        Some(next.parse::<jiff::Timestamp>().unwrap())
+    })
+    .await;
+    let tokyo = next.to_zoned(jiff::tz::TimeZone::get("Asia/Tokyo").unwrap());
+    assert_eq!(
+        (tokyo.hour(), tokyo.minute()),
+        (3, 0),
+        "03:00 in Tokyo: {next}"
+    );
+
+    let (code, deleted) = harness.cli(&["schedule", "delete", "nightly"]);
+    assert_eq!(code, 0, "{deleted}");
+    wait_for(
+        "the schedule and its run gone",
+        Duration::from_secs(120),
+        || async {
+            let schedule = harness
+                .api::<AgentSchedule>()
+                .get_opt("nightly")
+                .await
+                .unwrap();
+            let run = harness.api::<AgentExecution>().get_opt(&run).await.unwrap();
+            (schedule.is_none() && run.is_none()).then_some(())
+        },
+    )
+    .await;
+    harness.finish().await;
+}
