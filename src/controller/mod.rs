@@ -98,6 +98,33 @@ pub async fn run(
     futures::join!(executions, sweeping, deployments, schedules);
 }
 
+/// Runs one reconcile, failing (and so retrying) if it takes longer than `limit`.
+pub async fn within_limit(
+    limit: std::time::Duration,
+    reconcile: impl std::future::Future<Output = error::Result<kube::runtime::controller::Action>>,
+) -> error::Result<kube::runtime::controller::Action> {
+    tokio::time::timeout(limit, reconcile)
+        .await
+        .unwrap_or(Err(error::Error::TimedOut(limit)))
+}
+
+/// Logs a failed reconcile of `object` and retries it after `after` (a deployment's or a
+/// schedule's error policy).
+pub fn retry_after_failure<K: kube::Resource<DynamicType = ()>>(
+    object: &K,
+    error: &error::Error,
+    after: std::time::Duration,
+) -> kube::runtime::controller::Action {
+    use kube::ResourceExt;
+    tracing::warn!(
+        kind = %K::kind(&()),
+        name = %object.name_any(),
+        reason = error.metric_label(),
+        "reconcile failed: {error}"
+    );
+    kube::runtime::controller::Action::requeue(after)
+}
+
 /// Logs what a reconciler's stream yields that needs a line of its own: an object deleted
 /// before its reconcile, and the runtime's failures (a failed reconcile is logged by its
 /// error policy).

@@ -44,9 +44,7 @@ pub async fn reconcile(
     deployment: Arc<AgentDeployment>,
     ctx: Arc<DeploymentContext>,
 ) -> Result<Action> {
-    tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_once(&deployment, &ctx))
-        .await
-        .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)))
+    crate::controller::within_limit(RECONCILE_TIMEOUT, reconcile_once(&deployment, &ctx)).await
 }
 
 /// Logs a failed reconcile and retries it.
@@ -55,8 +53,7 @@ pub fn error_policy(
     error: &Error,
     _ctx: Arc<DeploymentContext>,
 ) -> Action {
-    warn!(deployment = %deployment.name_any(), reason = error.metric_label(), "reconcile failed: {error}");
-    Action::requeue(RETRY_AFTER)
+    crate::controller::retry_after_failure(&*deployment, error, RETRY_AFTER)
 }
 
 async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -> Result<Action> {

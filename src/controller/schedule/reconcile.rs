@@ -38,9 +38,7 @@ pub struct ScheduleContext {
 
 /// Reconciles one schedule, failing (and so retrying) if it hangs.
 pub async fn reconcile(schedule: Arc<AgentSchedule>, ctx: Arc<ScheduleContext>) -> Result<Action> {
-    tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_once(&schedule, &ctx))
-        .await
-        .unwrap_or(Err(Error::TimedOut(RECONCILE_TIMEOUT)))
+    crate::controller::within_limit(RECONCILE_TIMEOUT, reconcile_once(&schedule, &ctx)).await
 }
 
 /// Logs a failed reconcile and retries it.
@@ -49,8 +47,7 @@ pub fn error_policy(
     error: &Error,
     _ctx: Arc<ScheduleContext>,
 ) -> Action {
-    warn!(schedule = %schedule.name_any(), reason = error.metric_label(), "reconcile failed: {error}");
-    Action::requeue(RETRY_AFTER)
+    crate::controller::retry_after_failure(&*schedule, error, RETRY_AFTER)
 }
 
 async fn reconcile_once(schedule: &AgentSchedule, ctx: &ScheduleContext) -> Result<Action> {
