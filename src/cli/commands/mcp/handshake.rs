@@ -10,10 +10,37 @@
 
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, ServerJsonRpcMessage,
+    CallToolRequestMethod, CancelTaskMethod, ClientJsonRpcMessage, ClientRequest,
+    CompleteRequestMethod, ConstString, ErrorCode, ErrorData, GetPromptRequestMethod,
+    GetTaskInfoMethod, GetTaskResultMethod, InitializeResultMethod, ListPromptsRequestMethod,
+    ListResourceTemplatesRequestMethod, ListResourcesRequestMethod, ListTasksMethod,
+    ListToolsRequestMethod, PingRequestMethod, ReadResourceRequestMethod, ServerJsonRpcMessage,
+    SetLevelRequestMethod, SubscribeRequestMethod, UnsubscribeRequestMethod,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
+
+/// The protocol's client requests. `rmcp` reads one whose params it cannot read as a custom
+/// request: its method is known, its params are wrong.
+const PROTOCOL_METHODS: [&str; 17] = [
+    InitializeResultMethod::VALUE,
+    PingRequestMethod::VALUE,
+    CompleteRequestMethod::VALUE,
+    SetLevelRequestMethod::VALUE,
+    GetPromptRequestMethod::VALUE,
+    ListPromptsRequestMethod::VALUE,
+    ListResourcesRequestMethod::VALUE,
+    ListResourceTemplatesRequestMethod::VALUE,
+    ReadResourceRequestMethod::VALUE,
+    SubscribeRequestMethod::VALUE,
+    UnsubscribeRequestMethod::VALUE,
+    CallToolRequestMethod::VALUE,
+    ListToolsRequestMethod::VALUE,
+    GetTaskInfoMethod::VALUE,
+    ListTasksMethod::VALUE,
+    GetTaskResultMethod::VALUE,
+    CancelTaskMethod::VALUE,
+];
 
 /// What the session does with one message from the client.
 #[derive(Debug, PartialEq)]
@@ -37,6 +64,12 @@ fn admit(initialized: bool, message: &ClientJsonRpcMessage) -> Admission {
     };
     let method = request.request.method();
     match (&request.request, initialized) {
+        (ClientRequest::CustomRequest(_), _) if PROTOCOL_METHODS.contains(&method) => {
+            Admission::Refuse(ErrorData::invalid_params(
+                format!("{method}: its params are not the protocol's"),
+                None,
+            ))
+        }
         (ClientRequest::CustomRequest(_), _) => Admission::Refuse(ErrorData::new(
             ErrorCode::METHOD_NOT_FOUND,
             format!("method not found: {method}"),
@@ -181,6 +214,15 @@ mod tests {
         );
         let list = message(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}));
         assert_eq!(admit(true, &list), Admission::Serve);
+        let call =
+            message(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {}}));
+        assert_eq!(
+            refusal(admit(true, &call)),
+            (
+                ErrorCode::INVALID_PARAMS,
+                "tools/call: its params are not the protocol's".to_owned()
+            )
+        );
         let note = message(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         assert_eq!(admit(true, &note), Admission::Serve);
     }
