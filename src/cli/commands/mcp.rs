@@ -2,11 +2,12 @@
 //!
 //! Each tool call runs this same `errand` binary with the command line the tool's arguments
 //! spell (`errand execute --agent ... --until 30 -o json`) against the server's target, and
-//! answers with the one JSON object it printed: the same checks, the same messages, the same
-//! answers (`errand schema`) as the command line, by construction. Runs are never children of
-//! the server: `execute` always observes for a bounded time and leaves the run to its detached
-//! supervisor (locally) or the controller (on a cluster), so closing the transport, or killing
-//! the server, never stops one.
+//! answers with the one JSON object it printed: the same checks, the same messages (in the
+//! tool's argument names, [`arguments`]), the same answers (`errand schema`) as the command
+//! line, by construction. Runs are never children of the server: `execute` always observes for
+//! a bounded time and leaves the run to its detached supervisor (locally) or the controller (on
+//! a cluster), so closing the transport, or killing the server, never stops one. The session
+//! keeps the protocol's order in front of `rmcp` ([`handshake`]).
 
 mod arguments;
 mod handshake;

@@ -137,13 +137,12 @@ fn respell(text: &str, spelling: &Spelling) -> String {
                 if after.chars().next().is_some_and(word) {
                     continue;
                 }
-                if let Some(value_name) = after.strip_prefix(" <") {
-                    if let Some(end) = value_name
+                if let Some(value_name) = after.strip_prefix(" <")
+                    && let Some(end) = value_name
                         .find('>')
                         .filter(|e| !value_name[..*e].contains(' '))
-                    {
-                        after = &value_name[end + 1..];
-                    }
+                {
+                    after = &value_name[end + 1..];
                 }
                 if out.ends_with('\'') && after.starts_with('\'') {
                     out.pop();
