@@ -15,6 +15,7 @@ mod grants;
 mod inputs;
 mod kueue;
 mod local_parity;
+mod mcp_sdk;
 mod nemo;
 mod network_policy;
 mod node_loss;

@@ -1,7 +1,7 @@
-//! `errand mcp` on the local backend, driven by a real MCP client (`rmcp`'s) through a whole run: its tools, their checks, and runs that outlive the transport.
+//! `errand mcp` on the local backend, driven by a real MCP client (`rmcp`'s) through a whole run: its tools, their checks (every bad argument of every tool named in the tool's words), the session's order in raw JSON-RPC, and runs that outlive the transport.
 
 use crate::support::local::Home;
-use crate::support::mcp::McpSession;
+use crate::support::mcp::{McpSession, RawSession};
 use serde_json::{Value, json};
 
 async fn session(home: &Home) -> McpSession {
@@ -91,7 +91,7 @@ async fn an_mcp_client_runs_an_agent_through_every_tool() {
     assert!(error);
     assert_eq!(answer["error"]["code"], "already_finished");
 
-    // Inputs are checked by the command line's rules, in its words.
+    // Inputs are checked by the command line's rules, in the tool's argument names.
     let (error, answer) = mcp
         .call(
             "execute",
@@ -102,7 +102,7 @@ async fn an_mcp_client_runs_an_agent_through_every_tool() {
     assert_eq!(answer["error"]["code"], "invalid_argument");
     assert_eq!(
         answer["error"]["message"],
-        "invalid value '0' for '--timeout-seconds <TIMEOUT_SECONDS>': 0 is not in 1..=604800"
+        "timeout_seconds: invalid value '0': 0 is not in 1..=604800"
     );
     let (error, answer) = mcp.call("status", json!({"name": "nope"})).await;
     assert!(error);
@@ -182,4 +182,231 @@ async fn execute_with_a_sink_reports_the_notification_armed() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     mcp.close().await;
+}
+
+/// Whether `message` spells a command-line flag or value name (`--timeout-seconds`,
+/// `<SECONDS>`), other than the server's own `--max-wait`.
+fn spells_the_command_line(message: &str) -> bool {
+    let flag = message
+        .match_indices("--")
+        .any(|(at, _)| !message[at..].starts_with("--max-wait"));
+    let value_name = message.split('<').skip(1).any(|rest| {
+        rest.split_once('>').is_some_and(|(name, _)| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c == '_' || c == ':')
+        })
+    });
+    flag || value_name
+}
+
+/// A value of the wrong type for a property of an input schema (none for one of any type).
+fn wrong_value(property: &Value) -> Option<Value> {
+    let types: Vec<&str> = match &property["type"] {
+        Value::String(one) => vec![one.as_str()],
+        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    match types.into_iter().find(|t| *t != "null")? {
+        "string" => Some(json!(5)),
+        "integer" => Some(json!(1.5)),
+        _ => Some(json!("abc")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bad_argument_of_every_tool_is_a_structured_error_naming_it() {
+    let home = Home::new();
+    let agent = home.agent("quick", "echo ok");
+    let mcp = session(&home).await;
+    let (error, answer) = mcp
+        .call(
+            "execute",
+            json!({"agent": agent, "name": "done", "until": 10}),
+        )
+        .await;
+    assert!(!error, "{answer}");
+    let path = home.path().join("downloaded");
+    // Values every tool is given for the arguments it needs.
+    let needed = json!({"name": "done", "result": "run_result", "path": path, "agent": agent});
+
+    // (tool, arguments, the argument named, errand's codes for it)
+    let mut cases: Vec<(String, Value, String, &[&str])> = Vec::new();
+    let decoding: &[&str] = &["invalid_argument"];
+    let schemas = mcp.input_schemas().await;
+    assert_eq!(schemas.len(), 8, "every tool is walked");
+    for (tool, schema) in &schemas {
+        let properties = schema["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let valid: serde_json::Map<String, Value> = required
+            .iter()
+            .map(|r| ((*r).to_owned(), needed[*r].clone()))
+            .collect();
+        let with = |key: &str, value: Value| {
+            let mut arguments = valid.clone();
+            arguments.insert(key.to_owned(), value);
+            Value::Object(arguments)
+        };
+        cases.push((
+            tool.clone(),
+            with("colour", json!("red")),
+            "colour".into(),
+            decoding,
+        ));
+        for (name, property) in &properties {
+            if let Some(value) = wrong_value(property) {
+                cases.push((tool.clone(), with(name, value), name.clone(), decoding));
+            }
+        }
+        for missing in &required {
+            let mut arguments = valid.clone();
+            arguments.remove(*missing);
+            cases.push((
+                tool.clone(),
+                Value::Object(arguments),
+                (*missing).to_owned(),
+                decoding,
+            ));
+        }
+    }
+    // Values of the right type that the command line refuses.
+    let refused = [
+        (
+            "execute",
+            json!({"agent": agent, "timeout_seconds": 0}),
+            "timeout_seconds",
+        ),
+        (
+            "execute",
+            json!({"agent": agent, "max_bytes": 0}),
+            "max_bytes",
+        ),
+        (
+            "execute",
+            json!({"agent": agent, "workdir": "/no/such/dir/"}),
+            "workdir",
+        ),
+        (
+            "execute",
+            json!({"agent": agent, "notify_webhook": "https://example.com/hook"}),
+            "notify_webhook_secret",
+        ),
+        (
+            "execute",
+            json!({"agent": agent, "notify_webhook": "x", "notify_webhook_secret": "s:k"}),
+            "notify_webhook",
+        ),
+        ("execute", json!({"agent": agent, "spec": "abc"}), "spec"),
+        // A manifest path that does not exist (issue 31): refused, whichever way, naming it.
+        ("execute", json!({"agent": "no/such/agent.yaml"}), "agent"),
+        ("wait", json!({"name": "done", "until": -1}), "until"),
+        ("wait", json!({"name": "done", "poll": -1}), "poll"),
+        ("wait", json!({"name": "done", "max_bytes": 0}), "max_bytes"),
+    ];
+    let refusals: &[&str] = &["invalid_argument", "invalid_spec", "not_found"];
+    cases.extend(
+        refused.map(|(tool, arguments, named)| {
+            (tool.to_owned(), arguments, named.to_owned(), refusals)
+        }),
+    );
+
+    for (tool, arguments, named, codes) in cases {
+        let (error, answer) = mcp.call(&tool, arguments.clone()).await;
+        let case = format!("{tool} {arguments}: {answer}");
+        assert!(error, "{case}");
+        let code = answer["error"]["code"].as_str().unwrap();
+        assert!(codes.contains(&code), "{case}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named.as_str()), "names {named}: {case}");
+        assert!(!spells_the_command_line(message), "{case}");
+        for problem in answer["error"]["problems"].as_array().into_iter().flatten() {
+            assert!(!spells_the_command_line(&problem.to_string()), "{case}");
+        }
+    }
+    assert!(mcp.close().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_out_of_order_or_unknown_get_a_json_rpc_error_and_the_server_serves_on() {
+    let home = Home::new();
+    let mut raw = RawSession::start(home.command(&["mcp"]));
+    let discover = raw.request(1, "server/discover", json!({})).await;
+    assert_eq!(
+        discover["error"],
+        json!({"code": -32601, "message": "method not found: server/discover"})
+    );
+    let early = raw.request(2, "tools/list", json!({})).await;
+    assert_eq!(early["error"]["code"], -32600, "{early}");
+    // A notification before the session exists is dropped, unanswered.
+    raw.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let ping = raw.request(3, "ping", json!({})).await;
+    assert_eq!(ping["result"], json!({}), "{ping}");
+    let client = json!({"name": "raw", "version": "1"});
+    let initialized = raw
+        .request(
+            4,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}),
+        )
+        .await;
+    assert_eq!(
+        initialized["result"]["protocolVersion"], "2025-06-18",
+        "a version the server knows is the one agreed: {initialized}"
+    );
+    raw.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let unknown = raw.request(5, "no/such/method", json!({})).await;
+    assert_eq!(
+        unknown["error"],
+        json!({"code": -32601, "message": "method not found: no/such/method"})
+    );
+    let again = raw
+        .request(
+            6,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}),
+        )
+        .await;
+    assert_eq!(again["error"]["code"], -32600, "{again}");
+    let bad_params = raw.request(7, "tools/call", json!({})).await;
+    assert_eq!(bad_params["error"]["code"], -32602, "{bad_params}");
+    let tools = raw.request(8, "tools/list", json!({})).await;
+    assert_eq!(
+        tools["result"]["tools"].as_array().map(Vec::len),
+        Some(8),
+        "{tools}"
+    );
+    let call = raw
+        .request(9, "tools/call", json!({"name": "list", "arguments": {}}))
+        .await;
+    assert_eq!(call["result"]["structuredContent"]["ok"], true, "{call}");
+    assert!(raw.close().await.success());
+
+    // A version the server does not know: it answers with its own, and the client decides.
+    let mut raw = RawSession::start(home.command(&["mcp"]));
+    let initialized = raw
+        .request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2099-01-01", "capabilities": {}, "clientInfo": client}),
+        )
+        .await;
+    assert_eq!(
+        initialized["result"]["protocolVersion"], "2025-11-25",
+        "{initialized}"
+    );
+    assert!(raw.close().await.success());
+    // A client that goes away before initializing ends the server cleanly.
+    let raw = RawSession::start(home.command(&["mcp"]));
+    assert!(raw.close().await.success());
 }

@@ -1,9 +1,10 @@
-//! A real MCP client (`rmcp`'s) driving `errand mcp` over its stdin and stdout.
+//! MCP clients driving `errand mcp` over its stdin and stdout: `rmcp`'s, the official Python SDK's (`mcp` 2.3.0, `mcp.Client` and `ClientSession`), and raw JSON-RPC lines for what no SDK sends.
 
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 
 /// `errand mcp` running as a child process, with a client session on its stdio.
 pub struct McpSession {
@@ -40,9 +41,20 @@ impl McpSession {
         names
     }
 
+    /// Each tool the server lists, with the input schema of its arguments.
+    pub async fn input_schemas(&self) -> Vec<(String, Value)> {
+        self.client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| (t.name.to_string(), Value::Object((*t.input_schema).clone())))
+            .collect()
+    }
+
     /// Calls `tool` with `arguments`: whether the call is an error, and the errand answer it
     /// carries (checked against `errand schema`).
-    pub async fn call(&self, tool: &'static str, arguments: Value) -> (bool, Value) {
+    pub async fn call(&self, tool: &str, arguments: Value) -> (bool, Value) {
         let (error, answer, _) = self.call_with_texts(tool, arguments).await;
         (error, answer)
     }
@@ -50,7 +62,7 @@ impl McpSession {
     /// [`McpSession::call`], with the text contents of the result besides its answer.
     pub async fn call_with_texts(
         &self,
-        tool: &'static str,
+        tool: &str,
         arguments: Value,
     ) -> (bool, Value, Vec<String>) {
         let Value::Object(arguments) = arguments else {
@@ -58,7 +70,7 @@ impl McpSession {
         };
         let result = self
             .client
-            .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+            .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
             .await
             .unwrap_or_else(|e| panic!("calling {tool}: {e}"));
         let texts = result
@@ -77,6 +89,103 @@ impl McpSession {
     /// exit.
     pub async fn close(mut self) -> std::process::ExitStatus {
         self.client.close().await.unwrap();
+        self.server.wait().await.unwrap()
+    }
+}
+
+/// Runs tests/support/mcp_sdk_client.py: the official MCP Python SDK's `client` (`"client"`,
+/// the default `mcp.Client`, which negotiates with `server/discover` first; or `"session"`,
+/// `ClientSession`) drives `server` (an `errand ... mcp` command line, run with its
+/// environment and directory) through `calls`. Its answer: the server's name, the protocol
+/// version agreed, the tools listed, and each call's `is_error` and result. A call with
+/// `"until_ended": N` is repeated, up to N times, until its execution has ended. The SDK's
+/// environment is created on first use; not being able to create it fails the test.
+pub fn python_sdk(client: &str, server: &std::process::Command, calls: Value) -> Value {
+    let support = format!("{}/tests/support", env!("CARGO_MANIFEST_DIR"));
+    let mut command: Vec<String> = vec![server.get_program().to_string_lossy().into_owned()];
+    command.extend(server.get_args().map(|a| a.to_string_lossy().into_owned()));
+    let plan = json!({"client": client, "command": command, "calls": calls});
+    let dir = tempfile::tempdir().unwrap();
+    let plan_file = dir.path().join("plan.json");
+    std::fs::write(&plan_file, plan.to_string()).unwrap();
+    let mut python = std::process::Command::new("python3");
+    python
+        .arg(format!("{support}/python_clients.py"))
+        .arg(format!("{support}/mcp_sdk_client.py"))
+        .arg(&plan_file);
+    for (key, value) in server.get_envs() {
+        match value {
+            Some(value) => python.env(key, value),
+            None => python.env_remove(key),
+        };
+    }
+    if let Some(cwd) = server.get_current_dir() {
+        python.current_dir(cwd);
+    }
+    let output = python.output().expect("running the MCP Python SDK client");
+    assert!(
+        output.status.success(),
+        "the MCP Python SDK's {client} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// `errand mcp` spoken to in raw JSON-RPC lines, one message a line.
+pub struct RawSession {
+    /// The server process.
+    pub server: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: Lines<BufReader<tokio::process::ChildStdout>>,
+}
+
+impl RawSession {
+    /// Starts `command` (an `errand ... mcp` command line); nothing is sent yet.
+    pub fn start(command: std::process::Command) -> Self {
+        let mut command = tokio::process::Command::from(command);
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let mut server = command.spawn().expect("errand mcp starts");
+        let stdin = server.stdin.take().unwrap();
+        let stdout = BufReader::new(server.stdout.take().unwrap()).lines();
+        Self {
+            server,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Sends `message` as one line.
+    pub async fn send(&mut self, message: Value) {
+        let line = format!("{message}\n");
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// The next message the server sends (within 10 s; the server must not have ended).
+    pub async fn receive(&mut self) -> Value {
+        let line =
+            tokio::time::timeout(std::time::Duration::from_secs(10), self.stdout.next_line())
+                .await
+                .expect("an answer within 10 s")
+                .unwrap()
+                .expect("the server still serves");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    /// Sends request `id` of `method` with `params` and answers with the server's reply to it.
+    pub async fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        let reply = self.receive().await;
+        assert_eq!(reply["id"], id, "a reply to another request: {reply}");
+        reply
+    }
+
+    /// Closes the server's stdin and waits for it to exit.
+    pub async fn close(mut self) -> std::process::ExitStatus {
+        drop(self.stdin);
         self.server.wait().await.unwrap()
     }
 }

@@ -2,21 +2,26 @@
 //!
 //! Each tool call runs this same `errand` binary with the command line the tool's arguments
 //! spell (`errand execute --agent ... --until 30 -o json`) against the server's target, and
-//! answers with the one JSON object it printed: the same checks, the same messages, the same
-//! answers (`errand schema`) as the command line, by construction. Runs are never children of
-//! the server: `execute` always observes for a bounded time and leaves the run to its detached
-//! supervisor (locally) or the controller (on a cluster), so closing the transport, or killing
-//! the server, never stops one.
+//! answers with the one JSON object it printed: the same checks, the same messages (in the
+//! tool's argument names, [`arguments`]), the same answers (`errand schema`) as the command
+//! line, by construction. Runs are never children of the server: `execute` always observes for
+//! a bounded time and leaves the run to its detached supervisor (locally) or the controller (on
+//! a cluster), so closing the transport, or killing the server, never stops one. The session
+//! keeps the protocol's order in front of `rmcp` ([`handshake`]).
+
+mod arguments;
+mod handshake;
 
 use std::path::PathBuf;
 
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerInfo};
-use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use rmcp::transport::IntoTransport;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
+use self::arguments::{Arguments, Spelling, respell_error, schema};
 use crate::cli::target::Target;
 use crate::ops::{Error, ErrorCode};
 
@@ -142,25 +147,50 @@ pub struct ErrandMcp {
     max_wait: f64,
 }
 
-/// The arguments of one tool call: `words` (the command), `--flag=value` for each flag of the
-/// table `flags` that has a value, then `--` and the `positionals`: a value a tool call sends
-/// (a name like `--help`) is never read as a flag.
-fn command(
-    words: &[&str],
-    positionals: &[&str],
-    flags: Vec<(&str, Option<String>)>,
-) -> Vec<String> {
+/// One tool call as a command line: its arguments, and the tool argument each flag or
+/// positional of it spells (for errors in the tool's names).
+#[derive(Debug)]
+struct Call {
+    args: Vec<String>,
+    spelling: Spelling,
+}
+
+/// A flag or positional of a tool call: its command-line name (`--timeout-seconds`, or the
+/// positional's value name `<NAME>`), the tool argument it comes from, and its value, if any.
+type Spelled = (&'static str, &'static str, Option<String>);
+
+/// The command line of one tool call: `words` (the command), `--flag=value` for each of
+/// `flags` that has a value, then `--` and the `positionals`: a value a tool call sends (a name
+/// like `--help`) is never read as a flag.
+fn command(words: &[&str], positionals: Vec<Spelled>, flags: Vec<Spelled>) -> Call {
     let mut args: Vec<String> = words.iter().map(|word| (*word).to_owned()).collect();
-    for (name, value) in flags {
-        if let Some(value) = value {
-            args.push(format!("{name}={value}"));
-        }
-    }
+    let spelling = flags
+        .iter()
+        .chain(&positionals)
+        .map(|(name, argument, _)| (*name, *argument))
+        .collect();
+    args.extend(flag_args(
+        flags.into_iter().map(|(name, _, value)| (name, value)),
+    ));
     if !positionals.is_empty() {
         args.push("--".to_owned());
-        args.extend(positionals.iter().map(|p| (*p).to_owned()));
+        args.extend(positionals.into_iter().filter_map(|(_, _, value)| value));
     }
-    args
+    Call { args, spelling }
+}
+
+/// `--flag=value` for each flag that has a value.
+fn flag_args<'a>(
+    flags: impl IntoIterator<Item = (&'a str, Option<String>)>,
+) -> impl Iterator<Item = String> {
+    flags
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|value| format!("{name}={value}")))
+}
+
+/// A tool call's execution name, as the positional `<NAME>`.
+fn execution(name: String) -> Vec<Spelled> {
+    vec![("<NAME>", "name", Some(name))]
 }
 
 /// A flag's value as its text.
@@ -189,10 +219,11 @@ impl ErrandMcp {
         Ok(until.to_string())
     }
 
-    /// Runs `errand ARGS -o json` against the server's target and answers with its JSON.
-    async fn run(&self, args: Result<Vec<String>, Error>) -> Result<CallToolResult, ErrorData> {
-        let args = match args {
-            Ok(args) => args,
+    /// Runs `errand ARGS -o json` against the server's target and answers with its JSON, an
+    /// error in the tool's argument names.
+    async fn run(&self, call: Result<Call, Error>) -> Result<CallToolResult, ErrorData> {
+        let Call { args, spelling } = match call {
+            Ok(call) => call,
             Err(error) => return Ok(CallToolResult::structured_error(error_answer(&error))),
         };
         let exe = std::env::current_exe()
@@ -215,7 +246,7 @@ impl ErrandMcp {
             .await
             .map_err(|e| ErrorData::internal_error(format!("cannot run errand: {e}"), None))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let answer: Value = stdout
+        let mut answer: Value = stdout
             .lines()
             .last()
             .and_then(|line| serde_json::from_str(line).ok())
@@ -232,6 +263,7 @@ impl ErrandMcp {
         Ok(if answer["ok"] == true {
             CallToolResult::structured(answer)
         } else {
+            respell_error(&mut answer["error"], &spelling);
             CallToolResult::structured_error(answer)
         })
     }
@@ -239,11 +271,10 @@ impl ErrandMcp {
 
 /// The target flags that choose the same backend and namespace for every tool call.
 fn target_args(target: &Target) -> Vec<String> {
-    let local: &[&str] = if target.local { &["--local"] } else { &[] };
-    command(
-        local,
-        &[],
-        vec![
+    let local = target.local.then(|| "--local".to_owned());
+    local
+        .into_iter()
+        .chain(flag_args([
             ("--namespace", target.namespace.clone()),
             (
                 "--kubeconfig",
@@ -251,8 +282,8 @@ fn target_args(target: &Target) -> Vec<String> {
             ),
             ("--context", target.context.clone()),
             ("--store", target.store.clone()),
-        ],
-    )
+        ]))
+        .collect()
 }
 
 /// An error the server itself refuses a call with, in the command line's error answer.
@@ -266,122 +297,163 @@ fn error_answer(error: &Error) -> Value {
 #[tool_router]
 impl ErrandMcp {
     #[tool(
-        description = "Run an agent once (errand execute): observe it up to `until` seconds, then answer with its record and excerpts of its output; it goes on in the background."
+        description = "Run an agent once (errand execute): observe it up to `until` seconds, then answer with its record and excerpts of its output; it goes on in the background.",
+        input_schema = schema::<ExecuteTool>()
     )]
     async fn execute(
         &self,
-        Parameters(tool): Parameters<ExecuteTool>,
+        Arguments(tool): Arguments<ExecuteTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        let args = self.until(tool.until).map(|until| {
-            command(
+        let call = tool.and_then(|tool| {
+            let until = self.until(tool.until)?;
+            Ok(command(
                 &["execute"],
-                &[],
+                vec![],
                 vec![
-                    ("--until", Some(until)),
-                    ("--agent", tool.agent),
-                    ("--input", tool.input),
-                    ("--environment", tool.environment),
-                    ("--workdir.base-workdir", tool.workdir),
-                    ("--timeout-seconds", text(tool.timeout_seconds)),
-                    ("--name", tool.name),
-                    ("--spec", text(tool.spec)),
-                    ("--max-bytes", text(tool.max_bytes)),
-                    ("--notify-command", tool.notify_command),
+                    ("--until", "until", Some(until)),
+                    ("--agent", "agent", tool.agent),
+                    ("--input", "input", tool.input),
+                    ("--environment", "environment", tool.environment),
+                    ("--workdir.base-workdir", "workdir", tool.workdir),
+                    (
+                        "--timeout-seconds",
+                        "timeout_seconds",
+                        text(tool.timeout_seconds),
+                    ),
+                    ("--name", "name", tool.name),
+                    ("--spec", "spec", text(tool.spec)),
+                    ("--max-bytes", "max_bytes", text(tool.max_bytes)),
+                    ("--notify-command", "notify_command", tool.notify_command),
                     (
                         "--notify-file",
+                        "notify_file",
                         tool.notify_file.map(|p| p.display().to_string()),
                     ),
-                    ("--notify-webhook", tool.notify_webhook),
-                    ("--notify-webhook-secret", tool.notify_webhook_secret),
+                    ("--notify-webhook", "notify_webhook", tool.notify_webhook),
+                    (
+                        "--notify-webhook-secret",
+                        "notify_webhook_secret",
+                        tool.notify_webhook_secret,
+                    ),
                 ],
-            )
+            ))
         });
-        let mut answer = self.run(args).await?;
+        let mut answer = self.run(call).await?;
         if let Some(notice) = armed_notice(&answer) {
             answer.content.push(rmcp::model::Content::text(notice));
         }
         Ok(answer)
     }
 
-    #[tool(description = "An execution's record, with the sizes of its output streams.")]
+    #[tool(
+        description = "An execution's record, with the sizes of its output streams.",
+        input_schema = schema::<NameTool>()
+    )]
     async fn status(
         &self,
-        Parameters(tool): Parameters<NameTool>,
+        Arguments(tool): Arguments<NameTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["status"], &[&tool.name], vec![])))
-            .await
-    }
-
-    #[tool(description = "The last lines of an execution's output.")]
-    async fn tail(
-        &self,
-        Parameters(tool): Parameters<TailTool>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let args = command(&["tail"], &[&tool.name], vec![("--tail", text(tool.lines))]);
-        self.run(Ok(args)).await
+        let call = tool.map(|tool| command(&["status"], execution(tool.name), vec![]));
+        self.run(call).await
     }
 
     #[tool(
-        description = "Look at an execution until it ends or `until` seconds pass (it goes on either way); answer with its record and excerpts of its output."
+        description = "The last lines of an execution's output.",
+        input_schema = schema::<TailTool>()
+    )]
+    async fn tail(
+        &self,
+        Arguments(tool): Arguments<TailTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|tool| {
+            command(
+                &["tail"],
+                execution(tool.name),
+                vec![("--tail", "lines", text(tool.lines))],
+            )
+        });
+        self.run(call).await
+    }
+
+    #[tool(
+        description = "Look at an execution until it ends or `until` seconds pass (it goes on either way); answer with its record and excerpts of its output.",
+        input_schema = schema::<WaitTool>()
     )]
     async fn wait(
         &self,
-        Parameters(tool): Parameters<WaitTool>,
+        Arguments(tool): Arguments<WaitTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        let args = self.until(tool.until).map(|until| {
-            command(
+        let call = tool.and_then(|tool| {
+            let until = self.until(tool.until)?;
+            Ok(command(
                 &["wait"],
-                &[&tool.name],
+                execution(tool.name),
                 vec![
-                    ("--until", Some(until)),
-                    ("--poll", text(tool.poll)),
-                    ("--max-bytes", text(tool.max_bytes)),
-                    ("--from-byte", text(tool.from_byte)),
+                    ("--until", "until", Some(until)),
+                    ("--poll", "poll", text(tool.poll)),
+                    ("--max-bytes", "max_bytes", text(tool.max_bytes)),
+                    ("--from-byte", "from_byte", text(tool.from_byte)),
                 ],
-            )
+            ))
         });
-        self.run(args).await
-    }
-
-    #[tool(description = "Stop a running execution; its partial results are saved.")]
-    async fn cancel(
-        &self,
-        Parameters(tool): Parameters<NameTool>,
-    ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["cancel"], &[&tool.name], vec![])))
-            .await
-    }
-
-    #[tool(description = "The results an execution saved, with size and sha256.")]
-    async fn results_list(
-        &self,
-        Parameters(tool): Parameters<NameTool>,
-    ) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["results", "list"], &[&tool.name], vec![])))
-            .await
+        self.run(call).await
     }
 
     #[tool(
-        description = "Download one result of an execution into a file on the server's machine."
+        description = "Stop a running execution; its partial results are saved.",
+        input_schema = schema::<NameTool>()
+    )]
+    async fn cancel(
+        &self,
+        Arguments(tool): Arguments<NameTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|tool| command(&["cancel"], execution(tool.name), vec![]));
+        self.run(call).await
+    }
+
+    #[tool(
+        description = "The results an execution saved, with size and sha256.",
+        input_schema = schema::<NameTool>()
+    )]
+    async fn results_list(
+        &self,
+        Arguments(tool): Arguments<NameTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|tool| command(&["results", "list"], execution(tool.name), vec![]));
+        self.run(call).await
+    }
+
+    #[tool(
+        description = "Download one result of an execution into a file on the server's machine.",
+        input_schema = schema::<DownloadTool>()
     )]
     async fn results_download(
         &self,
-        Parameters(tool): Parameters<DownloadTool>,
+        Arguments(tool): Arguments<DownloadTool>,
     ) -> Result<CallToolResult, ErrorData> {
-        let args = command(
-            &["results", "download"],
-            &[&tool.result],
-            vec![
-                ("--execution", Some(tool.name)),
-                ("--out", Some(tool.path.display().to_string())),
-            ],
-        );
-        self.run(Ok(args)).await
+        let call = tool.map(|tool| {
+            command(
+                &["results", "download"],
+                vec![("<RESULT>", "result", Some(tool.result))],
+                vec![
+                    ("--execution", "name", Some(tool.name)),
+                    ("--out", "path", Some(tool.path.display().to_string())),
+                ],
+            )
+        });
+        self.run(call).await
     }
 
-    #[tool(description = "The executions of the namespace.")]
-    async fn list(&self, Parameters(_): Parameters<ListTool>) -> Result<CallToolResult, ErrorData> {
-        self.run(Ok(command(&["list"], &[], vec![]))).await
+    #[tool(
+        description = "The executions of the namespace.",
+        input_schema = schema::<ListTool>()
+    )]
+    async fn list(
+        &self,
+        Arguments(tool): Arguments<ListTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|ListTool {}| command(&["list"], vec![], vec![]));
+        self.run(call).await
     }
 }
 
@@ -403,10 +475,16 @@ impl McpArgs {
     pub async fn exec(&self, target: &Target) -> Result<(), Error> {
         let args = self;
         let failed = |e: String| Error::new(ErrorCode::McpError, e);
-        let server = ErrandMcp::new(target, args.max_wait)
-            .serve(rmcp::transport::stdio())
+        let stdio = IntoTransport::<RoleServer, _, _>::into_transport(rmcp::transport::stdio());
+        let server = match ErrandMcp::new(target, args.max_wait)
+            .serve(handshake::Handshake::new(stdio))
             .await
-            .map_err(|e| failed(e.to_string()))?;
+        {
+            Ok(server) => server,
+            // The client went away before initializing (a probe): nothing to serve.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(e) => return Err(failed(e.to_string())),
+        };
         server.waiting().await.map_err(|e| failed(e.to_string()))?;
         Ok(())
     }
@@ -414,7 +492,7 @@ impl McpArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::{ErrandMcp, Target, command};
+    use super::{ErrandMcp, Target, command, execution};
 
     #[test]
     fn until_defaults_below_and_is_refused_over_the_servers_maximum() {
@@ -435,14 +513,19 @@ mod tests {
 
     #[test]
     fn values_from_a_tool_call_are_never_read_as_flags() {
-        assert_eq!(
-            command(
-                &["wait"],
-                &["--help"],
-                vec![("--until", Some("-5".into())), ("--poll", None)]
-            ),
-            ["wait", "--until=-5", "--", "--help"]
+        let call = command(
+            &["wait"],
+            execution("--help".into()),
+            vec![
+                ("--until", "until", Some("-5".into())),
+                ("--poll", "poll", None),
+            ],
         );
-        assert_eq!(command(&["list"], &[], vec![]), ["list"]);
+        assert_eq!(call.args, ["wait", "--until=-5", "--", "--help"]);
+        assert_eq!(
+            call.spelling,
+            [("--until", "until"), ("--poll", "poll"), ("<NAME>", "name")]
+        );
+        assert_eq!(command(&["list"], vec![], vec![]).args, ["list"]);
     }
 }
