@@ -156,7 +156,8 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
     /// Serve errand's commands as MCP tools on stdin/stdout (execute, status, tail, wait,
-    /// cancel, results_list, results_download, list); runs outlive the server.
+    /// cancel, results_list, results_download, list, schedule_create, schedule_list,
+    /// schedule_trigger); runs outlive the server.
     Mcp(Box<mcp::McpArgs>),
     /// Print every errand CustomResourceDefinition as YAML (or write one file each).
     Crds(housekeeping::CrdsArgs),

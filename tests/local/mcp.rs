@@ -24,6 +24,9 @@ async fn an_mcp_client_runs_an_agent_through_every_tool() {
             "list",
             "results_download",
             "results_list",
+            "schedule_create",
+            "schedule_list",
+            "schedule_trigger",
             "status",
             "tail",
             "wait"
@@ -229,13 +232,13 @@ async fn every_bad_argument_of_every_tool_is_a_structured_error_naming_it() {
     assert!(!error, "{answer}");
     let path = home.path().join("downloaded");
     // Values every tool is given for the arguments it needs.
-    let needed = json!({"name": "done", "result": "run_result", "path": path, "agent": agent});
+    let needed = json!({"name": "done", "result": "run_result", "path": path, "agent": agent, "cron": "0 3 * * *"});
 
     // (tool, arguments, the argument named, errand's codes for it)
     let mut cases: Vec<(String, Value, String, &[&str])> = Vec::new();
     let decoding: &[&str] = &["invalid_argument"];
     let schemas = mcp.input_schemas().await;
-    assert_eq!(schemas.len(), 8, "every tool is walked");
+    assert_eq!(schemas.len(), 11, "every tool is walked");
     for (tool, schema) in &schemas {
         let properties = schema["properties"]
             .as_object()
@@ -383,7 +386,7 @@ async fn requests_out_of_order_or_unknown_get_a_json_rpc_error_and_the_server_se
     let tools = raw.request(8, "tools/list", json!({})).await;
     assert_eq!(
         tools["result"]["tools"].as_array().map(Vec::len),
-        Some(8),
+        Some(11),
         "{tools}"
     );
     let call = raw
@@ -409,4 +412,57 @@ async fn requests_out_of_order_or_unknown_get_a_json_rpc_error_and_the_server_se
     // A client that goes away before initializing ends the server cleanly.
     let raw = RawSession::start(home.command(&["mcp"]));
     assert!(raw.close().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_tools_create_list_and_trigger_a_schedule() {
+    let home = Home::new();
+    let agent = home.agent("nightly", "echo scheduled");
+    let mcp = session(&home).await;
+    let (error, answer) = mcp
+        .call(
+            "schedule_create",
+            json!({"name": "nightly", "cron": "0 3 * * *", "time_zone": "Europe/Berlin",
+                   "concurrency_policy": "forbid", "agent": agent, "input": "x"}),
+        )
+        .await;
+    assert!(!error, "{answer}");
+    assert_eq!(
+        answer["schedule"]["concurrency_policy"], "Forbid",
+        "{answer}"
+    );
+    let (_, answer) = mcp.call("schedule_list", json!({})).await;
+    assert_eq!(answer["schedules"][0]["name"], "nightly", "{answer}");
+    assert_eq!(answer["schedules"][0]["supervisor"], "running", "{answer}");
+    let (error, answer) = mcp
+        .call("schedule_trigger", json!({"name": "nightly"}))
+        .await;
+    assert!(!error, "{answer}");
+    let run = answer["execution"]["name"].as_str().unwrap().to_owned();
+    let (error, answer) = mcp.call("wait", json!({"name": run, "until": 15})).await;
+    assert!(!error, "{answer}");
+    assert_eq!(answer["execution"]["phase"], "Succeeded", "{answer}");
+    // A cron the schedule cannot take is refused in the tool's own argument name.
+    let (error, answer) = mcp
+        .call(
+            "schedule_create",
+            json!({"name": "bad", "cron": "61 * * * *", "agent": agent}),
+        )
+        .await;
+    assert!(error, "{answer}");
+    assert!(
+        answer["error"]["message"].as_str().unwrap().contains("61"),
+        "{answer}"
+    );
+    let (error, answer) = mcp
+        .call("schedule_trigger", json!({"name": "missing"}))
+        .await;
+    assert!(error, "{answer}");
+    assert_eq!(answer["error"]["code"], "not_found", "{answer}");
+    let deleted = home.run(&["schedule", "delete", "nightly"]);
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
 }

@@ -36,6 +36,9 @@ fn the_official_mcp_python_sdk_runs_an_agent_through_errand_mcp_with_either_clie
                 "list",
                 "results_download",
                 "results_list",
+                "schedule_create",
+                "schedule_list",
+                "schedule_trigger",
                 "status",
                 "tail",
                 "wait"

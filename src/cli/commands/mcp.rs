@@ -140,6 +140,44 @@ pub struct DownloadTool {
 #[serde(deny_unknown_fields)]
 pub struct ListTool {}
 
+/// `schedule_trigger`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleNameTool {
+    /// The schedule's name.
+    pub name: String,
+}
+
+/// `schedule_create`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleCreateTool {
+    /// The schedule's name (a DNS label of at most 52 characters).
+    pub name: String,
+    /// When it runs: a five-field cron expression (`*/15 * * * *`) or `@hourly`, `@daily`,
+    /// `@weekly`, `@monthly`, `@yearly`.
+    pub cron: String,
+    /// The IANA time zone the expression is read in (UTC when not given).
+    pub time_zone: Option<String>,
+    /// What a due run does while one still runs: `allow` (default), `forbid` or `replace`.
+    pub concurrency_policy: Option<String>,
+    /// Seconds after its time a run may still start; later, it counts as missed.
+    pub starting_deadline_seconds: Option<i64>,
+    /// The agent of each run: an applied Agent's name, or a manifest file holding one.
+    pub agent: Option<String>,
+    /// The input given to the agent on every run.
+    pub input: Option<String>,
+    /// The environment: an applied AgentEnvironment's name, or a manifest file holding one.
+    pub environment: Option<String>,
+    /// The base working directory: a Fileset (`name[#path/]`) or a directory to push.
+    pub workdir: Option<String>,
+    /// Seconds each run's agent may run.
+    pub timeout_seconds: Option<i64>,
+    /// The runs' whole spec (the AgentExecution's spec or the NeMo job spec); the other
+    /// arguments override its fields.
+    pub spec: Option<Value>,
+}
+
 /// The MCP server: the target every tool acts on, and the longest observation it allows.
 #[derive(Clone)]
 pub struct ErrandMcp {
@@ -453,6 +491,77 @@ impl ErrandMcp {
         Arguments(tool): Arguments<ListTool>,
     ) -> Result<CallToolResult, ErrorData> {
         let call = tool.map(|ListTool {}| command(&["list"], vec![], vec![]));
+        self.run(call).await
+    }
+
+    #[tool(
+        description = "Create an AgentSchedule (errand schedule create): runs of an agent on a cron schedule, checked as the API server checks them.",
+        input_schema = schema::<ScheduleCreateTool>()
+    )]
+    async fn schedule_create(
+        &self,
+        Arguments(tool): Arguments<ScheduleCreateTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|tool| {
+            command(
+                &["schedule", "create"],
+                vec![("<NAME>", "name", Some(tool.name))],
+                vec![
+                    ("--cron", "cron", Some(tool.cron)),
+                    ("--time-zone", "time_zone", tool.time_zone),
+                    (
+                        "--concurrency-policy",
+                        "concurrency_policy",
+                        tool.concurrency_policy,
+                    ),
+                    (
+                        "--starting-deadline-seconds",
+                        "starting_deadline_seconds",
+                        text(tool.starting_deadline_seconds),
+                    ),
+                    ("--agent", "agent", tool.agent),
+                    ("--input", "input", tool.input),
+                    ("--environment", "environment", tool.environment),
+                    ("--workdir.base-workdir", "workdir", tool.workdir),
+                    (
+                        "--timeout-seconds",
+                        "timeout_seconds",
+                        text(tool.timeout_seconds),
+                    ),
+                    ("--spec", "spec", text(tool.spec)),
+                ],
+            )
+        });
+        self.run(call).await
+    }
+
+    #[tool(
+        description = "The AgentSchedules of the namespace: cron, zone, suspended, active runs, last and next times (locally, whether each one's supervisor runs).",
+        input_schema = schema::<ListTool>()
+    )]
+    async fn schedule_list(
+        &self,
+        Arguments(tool): Arguments<ListTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|ListTool {}| command(&["schedule", "list"], vec![], vec![]));
+        self.run(call).await
+    }
+
+    #[tool(
+        description = "Run a schedule once now, as its next run would be; answers with the execution it created.",
+        input_schema = schema::<ScheduleNameTool>()
+    )]
+    async fn schedule_trigger(
+        &self,
+        Arguments(tool): Arguments<ScheduleNameTool>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let call = tool.map(|tool| {
+            command(
+                &["schedule", "trigger"],
+                vec![("<NAME>", "name", Some(tool.name))],
+                vec![],
+            )
+        });
         self.run(call).await
     }
 }
