@@ -12,6 +12,7 @@ use super::excerpt::{ByteWindow, StreamOutput};
 pub use super::execute::PushedFileset;
 use super::execute::{CreateOptions, ExecutionRequest};
 use super::gateway_client::{GatewayClient, GatewayEndpoint};
+use super::lookup::Wanted;
 use super::notify::NotifyChange;
 use super::{Error, ErrorCode};
 use crate::api::tags::TagPattern;
@@ -339,17 +340,28 @@ pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result
         .filter(|n| n.starts_with(prefix))
         .collect();
     match matches.as_slice() {
-        [] => Err(Error::new(
-            ErrorCode::NotFound,
-            format!(
-                "no execution named {prefix:?} (or starting with it) in namespace {namespace:?}"
-            ),
-        )),
+        [] => {
+            let wanted = Wanted::new(
+                "execution",
+                "executions",
+                format!("namespace {namespace:?}"),
+                "start one with `errand execute`",
+            );
+            Err(Error::new(
+                ErrorCode::NotFound,
+                format!(
+                    "execution {prefix:?} (or a name starting with it) not found in {}; {}",
+                    wanted.place,
+                    wanted.what_exists(names)
+                ),
+            ))
+        }
         [one] => Ok((*one).to_owned()),
         many => Err(Error::new(
             ErrorCode::AmbiguousName,
             format!(
-                "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}",
+                "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}; give more of \
+                 the name, or the whole name",
                 many.join(", ")
             ),
         )),
@@ -370,13 +382,15 @@ mod tests {
         assert_eq!(ambiguous.code, "ambiguous_name");
         assert_eq!(
             ambiguous.message,
-            "\"calc\" is ambiguous in namespace \"team-a\": it matches calc-1, calc-12"
+            "\"calc\" is ambiguous in namespace \"team-a\": it matches calc-1, calc-12; give more \
+             of the name, or the whole name"
         );
         let missing = find("nope").unwrap_err();
         assert_eq!(missing.code, "not_found");
         assert_eq!(
             missing.message,
-            "no execution named \"nope\" (or starting with it) in namespace \"team-a\""
+            "execution \"nope\" (or a name starting with it) not found in namespace \"team-a\"; \
+             the executions in namespace \"team-a\": calc-1, calc-12, other"
         );
     }
 }

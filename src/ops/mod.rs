@@ -10,6 +10,7 @@ pub mod excerpt;
 pub mod execute;
 mod gateway_client;
 pub mod local;
+pub mod lookup;
 pub mod notify;
 pub mod request;
 pub mod stdout;

@@ -57,7 +57,7 @@ impl Home {
             result,
             "--job",
             job,
-            "-o",
+            "--out",
             file.to_str().unwrap(),
         ]);
         assert!(

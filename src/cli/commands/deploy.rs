@@ -17,7 +17,7 @@ use crate::local::{manifest_documents, read_manifest_file};
 use crate::ops::GatewayEndpoint;
 use crate::ops::backend::{Backend, Document};
 use crate::ops::deploy::{remove_replaced, roll_out, serving, settled};
-use crate::ops::{Error, ErrorCode};
+use crate::ops::{Error, ErrorCode, lookup};
 
 /// Where the gateway is and who calls it.
 #[derive(Clone, Debug, clap::Args)]
@@ -423,11 +423,13 @@ impl DeploymentsAction {
                 Ok(())
             }
             DeploymentsAction::Get { name, output } => {
-                let view = DeploymentView::of(&deployments.deployment(name).await?);
+                let found = lookup::deployment(deployments, backend.namespace(), name).await?;
+                let view = DeploymentView::of(&found);
                 print_ok(output.format, "deployment", &view, || view.human());
                 Ok(())
             }
             DeploymentsAction::Wait { name, output } => {
+                lookup::deployment(deployments, backend.namespace(), name).await?;
                 print_deployment(*output, &settled(deployments, name).await?)
             }
         }
@@ -468,13 +470,32 @@ async fn undeploy(
     let names = match (name, agent) {
         (Some(name), _) => vec![name.to_owned()],
         (None, Some(agent)) => {
-            let names = serving(&deployments.deployments().await?, agent);
+            let all = deployments.deployments().await?;
+            let names = serving(&all, agent);
             if names.is_empty() {
+                let served: Vec<String> = all
+                    .iter()
+                    .map(|d| {
+                        let view = DeploymentView::of(d);
+                        format!(
+                            "{} (Agent {})",
+                            view.name,
+                            view.agent.as_deref().unwrap_or("-")
+                        )
+                    })
+                    .collect();
+                let wanted = lookup::Wanted::new(
+                    "Agent",
+                    "AgentDeployments",
+                    format!("namespace {:?}", backend.namespace()),
+                    "serve an Agent with `errand deploy NAME --agent AGENT`",
+                );
                 return Err(Error::new(
                     ErrorCode::NotFound,
                     format!(
-                        "no AgentDeployment serves Agent {agent:?} in namespace {:?}",
-                        backend.namespace()
+                        "no AgentDeployment serves Agent {agent:?} in namespace {:?}; {}",
+                        backend.namespace(),
+                        wanted.what_exists(&served)
                     ),
                 ));
             }
@@ -483,7 +504,10 @@ async fn undeploy(
         (None, None) => return Err(Error::argument("name a deployment, or --agent")),
     };
     for name in &names {
-        deployments.delete_deployment(name).await?;
+        if let Err(error) = deployments.delete_deployment(name).await {
+            let namespace = backend.namespace();
+            return Err(lookup::missing_deployment(deployments, namespace, name, error).await);
+        }
     }
     let answer = Undeployed { deployments: names };
     print_ok(output.format, "undeployed", &answer, || {
@@ -526,7 +550,7 @@ impl RedeployArgs {
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
         let args = self;
         let deployments = backend.deployments();
-        let deployment = deployments.deployment(&args.name).await?;
+        let deployment = lookup::deployment(deployments, backend.namespace(), &args.name).await?;
         let (agent, replaced) =
             roll_out(backend, &args.name, &deployment, new_agent(args)?).await?;
         let rolled = settled(deployments, &args.name).await?;
