@@ -323,10 +323,43 @@ pub async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.
+/// An ambiguous prefix names each execution it matches with its phase, newest first.
 pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, Error> {
     let names = backend.execution_names().await?;
-    let full = find_by_prefix(&names, name, backend.namespace())?;
+    let full = match find_by_prefix(&names, name, backend.namespace()) {
+        Ok(full) => full,
+        Err(error) if error.code == ErrorCode::AmbiguousName => {
+            return Err(match backend.executions().await {
+                Ok(records) => ambiguous(name, backend.namespace(), records),
+                Err(_) => error,
+            });
+        }
+        Err(error) => return Err(error),
+    };
     backend.execution(&full).await
+}
+
+/// `prefix` matches several of `records`: each, newest first, with its phase and when it was
+/// created, and how to name one.
+fn ambiguous(prefix: &str, namespace: &str, mut records: Vec<ExecutionRecord>) -> Error {
+    records.retain(|r| r.name.starts_with(prefix));
+    records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
+    let matches: Vec<String> = records
+        .iter()
+        .map(|r| {
+            let created = r.created_at.strftime("%Y-%m-%d %H:%M:%S");
+            format!("{} ({:?}, created {created})", r.name, r.phase)
+        })
+        .collect();
+    let newest = records.first().map_or(prefix, |r| r.name.as_str());
+    Error::new(
+        ErrorCode::AmbiguousName,
+        format!(
+            "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}, newest first; \
+             give more of the name, or the whole name (`{newest}`)",
+            matches.join(", ")
+        ),
+    )
 }
 
 /// `prefix` itself when it is one of `names`, else the only name starting with it.

@@ -296,11 +296,13 @@ fn ambiguous_prefixes_are_refused() {
         (code, answer["error"]["code"].as_str()),
         (3, Some("ambiguous_name"))
     );
+    // It names each match with its phase, newest first, and how to pick one.
+    let message = answer["error"]["message"].as_str().unwrap();
     assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("is ambiguous")
+        message.contains("is ambiguous")
+            && message.matches("(Succeeded, created ").count() == 2
+            && message.contains("give more of the name, or the whole name (`calculator-"),
+        "{message}"
     );
 }
 
@@ -478,12 +480,13 @@ fn every_admission_rejection_is_a_clear_error_and_creates_nothing() {
     let (_, list) = home.json(&["list"]);
     assert_eq!(list["executions"], json!([]));
 
-    // Human output names the field too, on stderr, with exit code 2.
+    // Human output, on stderr: `--agent` names no file, so it was taken for a name, and no
+    // Agent has it; the ones that exist are listed (exit code 3, not_found).
     let output = home.run(&["execute", "--local", "--agent", "nope", "--input", "x"]);
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(3));
     assert_eq!(
         String::from_utf8(output.stderr).unwrap(),
-        "error[invalid_spec]: invalid AgentExecution (1 problem): spec.agentRef.name: Agent \"nope\" not found in namespace \"default\"\n"
+        "error[not_found]: --agent nope: no file nope exists, so it was taken for a name: Agent \"nope\" not found in namespace \"default\"; the Agents in namespace \"default\": calculator\n"
     );
 }
 
