@@ -12,6 +12,7 @@ mod gateway_client;
 pub mod local;
 pub mod lookup;
 pub mod notify;
+pub mod private;
 pub mod request;
 pub mod stdout;
 
