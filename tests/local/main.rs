@@ -14,5 +14,6 @@ mod mcp_sdk;
 mod nemo;
 mod notify;
 mod observe;
+mod quick_start;
 mod stop;
 mod telemetry;
