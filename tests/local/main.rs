@@ -7,6 +7,7 @@ mod cli;
 mod control;
 mod deepagents;
 mod deployment;
+mod every_command;
 mod extension;
 mod inputs;
 mod mcp;

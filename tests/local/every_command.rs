@@ -1,0 +1,352 @@
+//! Every command of the command line, walked from its definition: with `-o json` each prints one answer that conforms to `errand schema`, and with its stdout closed (a reader gone, or no stdout at all) none panics and each ends with its own exit code (or 141 for the closed pipe).
+
+use std::collections::BTreeSet;
+use std::process::Stdio;
+
+use clap::CommandFactory;
+
+use crate::support::errand::one_json_answer;
+use crate::support::local::Home;
+
+/// The commands that print their own format rather than an answer, and so take no `-o`.
+const OWN_FORMAT: [&str; 5] = ["schema", "completions", "crds", "logs", "mcp"];
+
+/// The commands not run here, and why.
+const NOT_RUN: [(&str, &str); 1] = [("controller", "serves a cluster until it is stopped")];
+
+/// Every visible leaf command (`results download`, `status`, ...), from the parser itself.
+fn leaf_commands() -> BTreeSet<String> {
+    fn walk(command: &clap::Command, path: &str, leaves: &mut BTreeSet<String>) {
+        let subcommands: Vec<&clap::Command> = command
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+            .collect();
+        if subcommands.is_empty() {
+            leaves.insert(path.to_owned());
+        }
+        for sub in subcommands {
+            let path = format!("{path} {}", sub.get_name()).trim().to_owned();
+            walk(sub, &path, leaves);
+        }
+    }
+    let mut leaves = BTreeSet::new();
+    walk(&errand::cli::Cli::command(), "", &mut leaves);
+    leaves
+}
+
+/// A home with something for every command to act on: the calculator applied, a finished
+/// execution `done`, a created one `held`, a Fileset `docs`; returns it with the files the
+/// invocations name.
+struct Fixture {
+    home: Home,
+    manifest: String,
+    config: String,
+    dir: String,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let home = Home::new();
+        let manifest = repo_file("examples/calculator/agent.yaml");
+        let config = home
+            .write("config.yaml", "config_format: agents-spec-v1\nname: bare\n")
+            .display()
+            .to_string();
+        let dir = home.path().join("docs");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+        let dir = dir.display().to_string();
+        for args in [
+            &["apply", "-f", &manifest][..],
+            &[
+                "execute",
+                "--agent",
+                "calculator",
+                "--input",
+                "What is 1 plus 2?",
+                "--name",
+                "done",
+            ],
+            &[
+                "create",
+                "--agent",
+                "calculator",
+                "--input",
+                "What is 2 plus 2?",
+                "--name",
+                "held",
+            ],
+            &["filesets", "push", "docs", &dir],
+        ] {
+            let output = home.run(args);
+            assert!(
+                output.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Self {
+            home,
+            manifest,
+            config,
+            dir,
+        }
+    }
+
+    /// One invocation of each leaf command.
+    fn invocations(&self) -> Vec<Vec<String>> {
+        let (manifest, config, dir) = (&self.manifest, &self.config, &self.dir);
+        let out = self.home.path().join("out.bin").display().to_string();
+        let notify = self.home.path().join("events.jsonl").display().to_string();
+        let lines: Vec<Vec<&str>> = vec![
+            vec![
+                "execute",
+                "--agent",
+                "calculator",
+                "--input",
+                "What is 3 plus 4?",
+            ],
+            vec!["watch", "done"],
+            vec!["wait", "done"],
+            vec!["status", "done"],
+            vec!["tail", "done"],
+            vec!["results", "list", "done"],
+            vec![
+                "results",
+                "download",
+                "run_result",
+                "--execution",
+                "done",
+                "--out",
+                &out,
+            ],
+            vec!["cancel", "done"],
+            vec!["delete", "done"],
+            vec!["kill", "done"],
+            vec![
+                "deadline",
+                "set",
+                "done",
+                "--in",
+                "60",
+                "--acknowledge-result-loss",
+            ],
+            vec!["deadline", "clear", "done"],
+            vec![
+                "create",
+                "--agent",
+                "calculator",
+                "--input",
+                "x",
+                "--name",
+                "made",
+            ],
+            vec!["start", "held"],
+            vec!["restart", "done"],
+            vec!["list"],
+            vec!["ps"],
+            vec!["notify", "set", "done", "--notify-file", &notify],
+            vec!["tag", "set", "done", "nightly"],
+            vec!["rerun", "done", "--name", "again"],
+            vec!["gc", "--older-than", "7d", "--dry-run"],
+            vec!["admin", "sweep-store", "--local"],
+            vec!["apply", "-f", manifest],
+            vec!["agents", "list"],
+            vec![
+                "agents",
+                "create",
+                "--name",
+                "bare",
+                "--agent-config",
+                config,
+            ],
+            vec!["agents", "delete", "calculator"],
+            vec!["environments", "list"],
+            vec![
+                "environments",
+                "create",
+                "--name",
+                "env",
+                "--agent-config",
+                config,
+            ],
+            vec!["environments", "delete", "nope"],
+            vec!["runtimes", "list"],
+            vec![
+                "runtimes",
+                "create",
+                "--name",
+                "rt",
+                "--agent-config",
+                config,
+            ],
+            vec!["runtimes", "delete", "nope"],
+            vec!["extensions", "list"],
+            vec![
+                "extensions",
+                "create",
+                "--name",
+                "ext",
+                "--agent-config",
+                config,
+            ],
+            vec!["extensions", "delete", "nope"],
+            vec!["filesets", "push", "more", dir],
+            vec!["filesets", "list"],
+            vec!["filesets", "delete", "docs"],
+            vec!["deploy", "served", "--agent", "nope", "--no-wait"],
+            vec!["undeploy", "nope"],
+            vec!["redeploy", "nope", "--agent-config", config],
+            vec!["deployments", "list"],
+            vec!["deployments", "get", "nope"],
+            vec!["deployments", "wait", "nope"],
+            vec!["invoke", "nope", "--input", "x"],
+            vec!["chat", "nope", "--session-name", "s", "--message", "x"],
+            vec!["sessions", "list", "nope"],
+            vec!["schema"],
+            vec!["completions", "bash"],
+            vec!["crds"],
+            vec!["logs", "nope"],
+            vec!["mcp"],
+        ];
+        lines
+            .into_iter()
+            .map(|l| l.into_iter().map(str::to_owned).collect())
+            .collect()
+    }
+}
+
+fn repo_file(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The leaf command an invocation runs (`results download`).
+fn leaf_of(args: &[String], leaves: &BTreeSet<String>) -> String {
+    let two = args.iter().take(2).cloned().collect::<Vec<_>>().join(" ");
+    if leaves.contains(&two) {
+        two
+    } else {
+        args[0].clone()
+    }
+}
+
+/// How a run's stdout is closed.
+#[derive(Clone, Copy, Debug)]
+enum Closed {
+    /// A pipe whose reader is gone before anything is written (`errand … | head -c 0`).
+    Reader,
+    /// No stdout at all (`errand … >&-`).
+    Descriptor,
+}
+
+/// Runs `args` in `home` with stdout closed; returns the exit code and stderr.
+fn run_closed(home: &Home, args: &[String], closed: Closed) -> (i32, String) {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = match closed {
+        Closed::Reader => home.command(&refs),
+        Closed::Descriptor => home.shell("exec \"$@\" >&-", &refs),
+    };
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn every_command_answers_json_by_the_schema_and_survives_a_closed_stdout() {
+    let leaves = leaf_commands();
+    let fixture = Fixture::new();
+    let invocations = fixture.invocations();
+    let covered: BTreeSet<String> = invocations.iter().map(|a| leaf_of(a, &leaves)).collect();
+    let not_run: BTreeSet<String> = NOT_RUN.iter().map(|(c, _)| (*c).to_owned()).collect();
+    let missing: Vec<&String> = leaves
+        .iter()
+        .filter(|l| !covered.contains(*l) && !not_run.contains(*l))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "commands this test does not run: {missing:?}"
+    );
+
+    let failures = std::sync::Mutex::new(Vec::new());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(args) = invocations.get(i) else {
+                        break;
+                    };
+                    if let Err(failure) = check(&fixture, args) {
+                        failures.lock().unwrap().push(failure);
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// One command on copies of the fixture: its answer with `-o json` (unless it prints its own
+/// format), then the same command with stdout closed each way, with `-o json` and without.
+fn check(fixture: &Fixture, args: &[String]) -> Result<(), String> {
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let own_format = OWN_FORMAT.contains(&refs[0]);
+    let expected = if own_format {
+        let home = fixture.home.copy();
+        let output = home.command(&refs).stdin(Stdio::null()).output().unwrap();
+        output.status.code().unwrap_or(-1)
+    } else {
+        let home = fixture.home.copy();
+        let mut json = refs.clone();
+        json.extend(["-o", "json"]);
+        let output = home.command(&json).stdin(Stdio::null()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if stderr.contains("panicked") {
+            return Err(format!("{args:?} -o json panicked: {stderr}"));
+        }
+        // `one_json_answer` asserts one line, conforming to `errand schema`.
+        let (code, answer) = std::panic::catch_unwind(|| one_json_answer(&json, &output))
+            .map_err(|_| format!("{args:?} -o json: not one answer by the schema"))?;
+        if (code == 0) != (answer["ok"] == true) {
+            return Err(format!("{args:?}: exit {code} with {answer}"));
+        }
+        code
+    };
+    let formats: &[&[&str]] = if own_format {
+        &[&[]]
+    } else {
+        &[&[], &["-o", "json"]]
+    };
+    for format in formats {
+        for closed in [Closed::Reader, Closed::Descriptor] {
+            let home = fixture.home.copy();
+            let mut all = args.to_vec();
+            all.extend(format.iter().map(|s| (*s).to_owned()));
+            let (code, stderr) = run_closed(&home, &all, closed);
+            let allowed = match closed {
+                Closed::Reader => vec![expected, errand::cli::EXIT_BROKEN_PIPE],
+                Closed::Descriptor => vec![expected],
+            };
+            if stderr.contains("panicked") || stderr.contains("failed printing") {
+                return Err(format!("{all:?} with {closed:?} closed panicked: {stderr}"));
+            }
+            if !allowed.contains(&code) {
+                return Err(format!(
+                    "{all:?} with {closed:?} closed exited {code}, not one of {allowed:?}: {stderr}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
