@@ -350,3 +350,127 @@ fn check(fixture: &Fixture, args: &[String]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Every command that names something (an execution, an object, a result, a deployment) and
+/// finds nothing answers `not_found` (exit 3) and says what exists: on a fresh home that there
+/// is none yet and how to make one, on a home with some the names there are.
+#[test]
+fn every_not_found_lists_what_exists_or_how_to_make_one() {
+    let fixture = Fixture::new();
+    let fresh = Home::new();
+    let config = fixture.config.as_str();
+    let executions = "the executions in namespace \"default\": done, held";
+    let deployments = "there are no AgentDeployments in namespace \"default\" yet (serve an Agent";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["status", "nope"], executions),
+        (vec!["watch", "nope"], executions),
+        (vec!["wait", "nope"], executions),
+        (vec!["tail", "nope"], executions),
+        (vec!["cancel", "nope"], executions),
+        (vec!["delete", "nope"], executions),
+        (vec!["kill", "nope"], executions),
+        (vec!["start", "nope"], executions),
+        (vec!["restart", "nope"], executions),
+        (vec!["results", "list", "nope"], executions),
+        (vec!["tag", "set", "nope", "a"], executions),
+        (
+            vec!["notify", "set", "nope", "--notify-file", "/dev/null"],
+            executions,
+        ),
+        (
+            vec![
+                "deadline",
+                "set",
+                "nope",
+                "--in",
+                "5",
+                "--acknowledge-result-loss",
+            ],
+            executions,
+        ),
+        (vec!["deadline", "clear", "nope"], executions),
+        (
+            vec!["results", "download", "run_error", "--execution", "done"],
+            "the results saved in execution done: input_workdir, manifest.json, \
+             output_artifacts, output_workdir, run_result",
+        ),
+        (
+            vec!["execute", "--agent", "nope", "--input", "x"],
+            "the Agents in namespace \"default\": calculator",
+        ),
+        (
+            vec![
+                "execute",
+                "--agent",
+                "calculator",
+                "--environment",
+                "nope",
+                "--input",
+                "x",
+            ],
+            "there are no AgentEnvironments in namespace \"default\" yet (apply one",
+        ),
+        (
+            vec![
+                "execute",
+                "--agent",
+                "calculator",
+                "--workdir.base-workdir",
+                "nope",
+                "--input",
+                "x",
+            ],
+            "the Filesets in namespace \"default\": docs",
+        ),
+        (
+            vec!["agents", "delete", "nope"],
+            "the Agents in namespace \"default\": calculator",
+        ),
+        (
+            vec!["environments", "delete", "nope"],
+            "there are no AgentEnvironments in namespace \"default\" yet (apply one",
+        ),
+        (
+            vec!["runtimes", "delete", "nope"],
+            "AgentRuntime \"nope\" not found in the cluster; ",
+        ),
+        (
+            vec!["extensions", "delete", "nope"],
+            "AgentExtension \"nope\" not found in the cluster; ",
+        ),
+        (
+            vec!["filesets", "delete", "nope"],
+            "the Filesets in namespace \"default\": docs",
+        ),
+        (vec!["deployments", "get", "nope"], deployments),
+        (vec!["deployments", "wait", "nope"], deployments),
+        (vec!["undeploy", "nope"], deployments),
+        (vec!["undeploy", "--agent", "nope"], deployments),
+        (
+            vec!["redeploy", "nope", "--agent-config", config],
+            deployments,
+        ),
+        (vec!["logs", "nope"], deployments),
+        (vec!["invoke", "nope", "--input", "x"], deployments),
+        (
+            vec!["chat", "nope", "--session-name", "s", "--message", "x"],
+            deployments,
+        ),
+        (vec!["sessions", "list", "nope"], deployments),
+    ];
+    let mut failures = Vec::new();
+    for (args, listed) in &cases {
+        for (home, expected) in [(&fixture.home, *listed), (&fresh, "there are no ")] {
+            let output = home.command(args).stdin(Stdio::null()).output().unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let fine = output.status.code() == Some(3)
+                && stderr.starts_with("error[not_found]: ")
+                && stderr.contains(expected)
+                && (expected != "there are no " || stderr.contains(" yet ("));
+            if !fine {
+                failures.push(format!("{args:?}: expected {expected:?}, got {stderr}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

@@ -173,7 +173,13 @@ impl LogsArgs {
     /// `errand logs NAME [--tail N] [-f]`.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
         let deployments = backend.deployments();
-        deployments.logs(&self.name, self.lines, self.follow).await
+        match deployments.logs(&self.name, self.lines, self.follow).await {
+            Err(error) => {
+                let namespace = backend.namespace();
+                Err(lookup::missing_deployment(deployments, namespace, &self.name, error).await)
+            }
+            done => done,
+        }
     }
 }
 
@@ -194,14 +200,15 @@ pub struct InvokeArgs {
 impl InvokeArgs {
     /// `errand invoke`.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        invoke(
+        let done = invoke(
             backend,
             &self.target,
             &self.input,
             &self.gateway,
             self.output,
         )
-        .await
+        .await;
+        self.target.listing_deployments(backend, done).await
     }
 }
 
@@ -225,7 +232,7 @@ pub struct ChatArgs {
 impl ChatArgs {
     /// `errand chat`.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        chat(
+        let done = chat(
             backend,
             &self.target,
             &self.session_name,
@@ -233,7 +240,8 @@ impl ChatArgs {
             &self.gateway,
             self.output,
         )
-        .await
+        .await;
+        self.target.listing_deployments(backend, done).await
     }
 }
 
@@ -266,7 +274,10 @@ impl SessionsAction {
                 target,
                 gateway,
                 output,
-            } => sessions(backend, target, gateway, *output).await,
+            } => {
+                let done = sessions(backend, target, gateway, *output).await;
+                target.listing_deployments(backend, done).await
+            }
         }
     }
 }
@@ -283,6 +294,21 @@ pub struct GatewayTarget {
 }
 
 impl GatewayTarget {
+    /// `done`, but a deployment named and not found lists the deployments there are.
+    async fn listing_deployments(
+        &self,
+        backend: &dyn Backend,
+        done: Result<(), Error>,
+    ) -> Result<(), Error> {
+        match (done, &self.deployment) {
+            (Err(error), Some(name)) => {
+                let (deployments, namespace) = (backend.deployments(), backend.namespace());
+                Err(lookup::missing_deployment(deployments, namespace, name, error).await)
+            }
+            (done, _) => done,
+        }
+    }
+
     /// The gateway path prefix of the target in `namespace`.
     fn path(&self, namespace: &str) -> String {
         match (&self.deployment, &self.agent) {
