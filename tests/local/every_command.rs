@@ -474,3 +474,86 @@ fn every_not_found_lists_what_exists_or_how_to_make_one() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// Every flag that takes a manifest file or an object's name, on `execute` and `create`: a
+/// value that names no file and cannot be a name is refused as a missing file, saying why it
+/// is no name either; a directory is said to be one; a valid name that is no file says it was
+/// taken for a name. Nothing is ever read as a reference to another workspace by accident.
+#[test]
+fn every_file_or_name_flag_says_which_it_took_and_why_not_the_other() {
+    let fixture = Fixture::new();
+    let home = &fixture.home;
+    std::fs::create_dir_all(home.path().join("examples/calculator")).unwrap();
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "examples/calculater/agent.yaml",
+            "invalid_argument",
+            "no such file, and it is not {kind} name (names have no '/' but one after a NAMESPACE)",
+        ),
+        (
+            "/nowhere/agent.yaml",
+            "invalid_argument",
+            "no such file, and it is not {kind} name (an absolute path;",
+        ),
+        (
+            "agent.yaml",
+            "invalid_argument",
+            "no such file, and it is not {kind} name (a value ending in .yaml, .yml, .json is read as a manifest file)",
+        ),
+        (
+            "Calculator",
+            "invalid_argument",
+            "no such file, and it is not {kind} name (\"Calculator\" is not a valid DNS subdomain",
+        ),
+        (
+            "examples/calculator",
+            "invalid_spec",
+            "names workspace \"examples\"; the target namespace is \"default\", and references stay in it (a workspace/ prefix must be the target namespace); \"examples/calculator\" is a directory, not a manifest file",
+        ),
+        (
+            "examples",
+            "not_found",
+            "examples is a directory, not a manifest file, so it was taken for a name: ",
+        ),
+        (
+            "missing",
+            "not_found",
+            "no file missing exists, so it was taken for a name: ",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for command in ["execute", "create"] {
+        for (flag, kind) in [
+            ("--agent", "an Agent"),
+            ("--environment", "an AgentEnvironment"),
+        ] {
+            for (value, code, expected) in &cases {
+                let mut args = vec![command, "--input", "x", flag, value];
+                if flag != "--agent" {
+                    args.extend(["--agent", "calculator"]);
+                }
+                let (_, answer) = home.json(&args);
+                let message = answer["error"]["message"].as_str().unwrap_or_default();
+                let expected = expected.replace("{kind}", kind);
+                if answer["error"]["code"] != *code || !message.contains(&expected) {
+                    failures.push(format!(
+                        "{args:?}: expected {code} {expected:?}, got {answer}"
+                    ));
+                }
+                if message.contains("names workspace") && !value.contains('/') {
+                    failures.push(format!("{args:?}: read as another workspace: {message}"));
+                }
+            }
+        }
+    }
+    let ask = [
+        "execute",
+        "--input",
+        "What is 1 plus 1?",
+        "--agent",
+        "calculator",
+    ];
+    let (_, answer) = home.json(&ask);
+    assert_eq!(answer["ok"], true, "a name still names an Agent: {answer}");
+    assert!(failures.is_empty(), "{failures:#?}");
+}
