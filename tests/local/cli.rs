@@ -1072,12 +1072,12 @@ fn a_refused_execution_takes_back_the_workdir_it_pushed() {
     std::fs::write(dir.join("notes.txt"), "n").unwrap();
     let (code, error, _) = refusal(
         &home,
+        // The missing Agent is in the spec, so that the refusal comes after the push (a
+        // missing `--agent` is refused before anything is pushed).
         &[
             "execute",
-            "--agent",
-            "no-such-agent",
-            "--input",
-            "x",
+            "--spec",
+            r#"{"agentRef": {"name": "no-such-agent"}, "input": "x"}"#,
             "--workdir.base-workdir",
             dir.to_str().unwrap(),
         ],
