@@ -12,9 +12,8 @@ use super::excerpt::{ByteWindow, StreamOutput};
 pub use super::execute::PushedFileset;
 use super::execute::{CreateOptions, ExecutionRequest};
 use super::gateway_client::{GatewayClient, GatewayEndpoint};
-use super::lookup::Wanted;
 use super::notify::NotifyChange;
-use super::{Error, ErrorCode};
+use super::Error;
 use crate::api::tags::TagPattern;
 use crate::api::{AgentDeployment, Fileset, Phase, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
@@ -319,111 +318,5 @@ impl ExecutionRequest {
 pub async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
     if let Some(pushed) = pushed {
         backend.undo_push(pushed).await;
-    }
-}
-
-/// The record of the execution named `name`, or of the only one whose name starts with it.
-/// An ambiguous prefix names each execution it matches with its phase, newest first.
-pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, Error> {
-    let names = backend.execution_names().await?;
-    let full = match find_by_prefix(&names, name, backend.namespace()) {
-        Ok(full) => full,
-        Err(error) if error.code == ErrorCode::AmbiguousName => {
-            return Err(match backend.executions().await {
-                Ok(records) => ambiguous(name, backend.namespace(), records),
-                Err(_) => error,
-            });
-        }
-        Err(error) => return Err(error),
-    };
-    backend.execution(&full).await
-}
-
-/// `prefix` matches several of `records`: each, newest first, with its phase and when it was
-/// created, and how to name one.
-fn ambiguous(prefix: &str, namespace: &str, mut records: Vec<ExecutionRecord>) -> Error {
-    records.retain(|r| r.name.starts_with(prefix));
-    records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
-    let matches: Vec<String> = records
-        .iter()
-        .map(|r| {
-            let created = r.created_at.strftime("%Y-%m-%d %H:%M:%S");
-            format!("{} ({:?}, created {created})", r.name, r.phase)
-        })
-        .collect();
-    let newest = records.first().map_or(prefix, |r| r.name.as_str());
-    Error::new(
-        ErrorCode::AmbiguousName,
-        format!(
-            "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}, newest first; \
-             give more of the name, or the whole name (`{newest}`)",
-            matches.join(", ")
-        ),
-    )
-}
-
-/// `prefix` itself when it is one of `names`, else the only name starting with it.
-pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result<String, Error> {
-    if names.iter().any(|n| n == prefix) {
-        return Ok(prefix.to_owned());
-    }
-    let matches: Vec<&str> = names
-        .iter()
-        .map(String::as_str)
-        .filter(|n| n.starts_with(prefix))
-        .collect();
-    match matches.as_slice() {
-        [] => {
-            let wanted = Wanted::new(
-                "execution",
-                "executions",
-                format!("namespace {namespace:?}"),
-                "start one with `errand execute`",
-            );
-            Err(Error::new(
-                ErrorCode::NotFound,
-                format!(
-                    "execution {prefix:?} (or a name starting with it) not found in {}; {}",
-                    wanted.place,
-                    wanted.what_exists(names)
-                ),
-            ))
-        }
-        [one] => Ok((*one).to_owned()),
-        many => Err(Error::new(
-            ErrorCode::AmbiguousName,
-            format!(
-                "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}; give more of \
-                 the name, or the whole name",
-                many.join(", ")
-            ),
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::find_by_prefix;
-
-    #[test]
-    fn an_execution_is_found_by_its_name_or_an_unambiguous_prefix() {
-        let names: Vec<String> = ["calc-1", "calc-12", "other"].map(str::to_owned).to_vec();
-        let find = |prefix: &str| find_by_prefix(&names, prefix, "team-a");
-        assert_eq!(find("calc-1").unwrap(), "calc-1", "an exact name wins");
-        assert_eq!(find("oth").unwrap(), "other");
-        let ambiguous = find("calc").unwrap_err();
-        assert_eq!(ambiguous.code, "ambiguous_name");
-        assert_eq!(
-            ambiguous.message,
-            "\"calc\" is ambiguous in namespace \"team-a\": it matches calc-1, calc-12; give more \
-             of the name, or the whole name"
-        );
-        let missing = find("nope").unwrap_err();
-        assert_eq!(missing.code, "not_found");
-        assert_eq!(
-            missing.message,
-            "execution \"nope\" (or a name starting with it) not found in namespace \"team-a\"; \
-             the executions in namespace \"team-a\": calc-1, calc-12, other"
-        );
     }
 }

@@ -10,8 +10,9 @@ use crate::cli::output::{Format, OutputArgs, print_ok};
 use crate::cli::show::{print_record, record_outcome};
 use crate::cli::staging::StagingArgs;
 use crate::ops::Error;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
 use crate::ops::execute::{CreateOptions, ExecutionRequest};
+use crate::ops::lookup::find;
 use crate::ops::request::{SpecFlags, request};
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.

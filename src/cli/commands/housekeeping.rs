@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::answers::{Deleted, DeletedAll, DeletedExecution};
 use crate::cli::output::{OutputArgs, print_ok, write_stdout};
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
+use crate::ops::lookup::find;
 use crate::ops::{Error, ErrorCode};
 
 /// Flags of `errand delete`.

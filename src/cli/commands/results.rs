@@ -6,8 +6,9 @@ use crate::cli::answers::Downloaded;
 use crate::cli::output::{Format, OutputArgs, human_size, print_ok};
 use crate::cli::show::{parse_result_name, print_results};
 use crate::ops::Error;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
 use crate::ops::lookup::Wanted;
+use crate::ops::lookup::find;
 
 /// `errand results ...`
 #[derive(Debug, clap::Subcommand)]
