@@ -8,12 +8,12 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use super::Error;
 use super::excerpt::{ByteWindow, StreamOutput};
 pub use super::execute::PushedFileset;
 use super::execute::{CreateOptions, ExecutionRequest};
 use super::gateway_client::{GatewayClient, GatewayEndpoint};
 use super::notify::NotifyChange;
-use super::Error;
 use crate::api::tags::TagPattern;
 use crate::api::{AgentDeployment, Fileset, Phase, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};

@@ -81,32 +81,21 @@ fn calculator_answers_and_keeps_every_result() {
 
 #[test]
 fn a_closed_stdout_ends_the_command_quietly_and_the_execution_is_kept() {
-    use std::process::Stdio;
+    use crate::support::local::Closed;
     let home = Home::new();
-    let mut child = home
-        .command(&[
-            "execute",
-            "--local",
-            "--agent",
-            &calculator(),
-            "--input",
-            "What is 2 plus 3?",
-            "-o",
-            "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = [
+        "execute",
+        "--local",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 2 plus 3?",
+        "-o",
+        "json",
+    ];
     // `errand … | head -c 0`: the reader is gone before the answer is written.
-    drop(child.stdout.take());
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(errand::cli::EXIT_BROKEN_PIPE),
-        "{stderr}"
-    );
+    let (code, stderr) = home.run_with_stdout_closed(&args, Closed::Reader);
+    assert_eq!(code, errand::cli::EXIT_BROKEN_PIPE, "{stderr}");
     assert!(
         !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
         "a closed stdout is no error to report: {stderr}"

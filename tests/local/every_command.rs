@@ -6,7 +6,7 @@ use std::process::Stdio;
 use clap::CommandFactory;
 
 use crate::support::errand::one_json_answer;
-use crate::support::local::Home;
+use crate::support::local::{Closed, Home};
 
 /// The commands that print their own format rather than an answer, and so take no `-o`.
 const OWN_FORMAT: [&str; 5] = ["schema", "completions", "crds", "logs", "mcp"];
@@ -151,46 +151,6 @@ impl Fixture {
             vec!["gc", "--older-than", "7d", "--dry-run"],
             vec!["admin", "sweep-store", "--local"],
             vec!["apply", "-f", manifest],
-            vec!["agents", "list"],
-            vec![
-                "agents",
-                "create",
-                "--name",
-                "bare",
-                "--agent-config",
-                config,
-            ],
-            vec!["agents", "delete", "calculator"],
-            vec!["environments", "list"],
-            vec![
-                "environments",
-                "create",
-                "--name",
-                "env",
-                "--agent-config",
-                config,
-            ],
-            vec!["environments", "delete", "nope"],
-            vec!["runtimes", "list"],
-            vec![
-                "runtimes",
-                "create",
-                "--name",
-                "rt",
-                "--agent-config",
-                config,
-            ],
-            vec!["runtimes", "delete", "nope"],
-            vec!["extensions", "list"],
-            vec![
-                "extensions",
-                "create",
-                "--name",
-                "ext",
-                "--agent-config",
-                config,
-            ],
-            vec!["extensions", "delete", "nope"],
             vec!["filesets", "push", "more", dir],
             vec!["filesets", "list"],
             vec!["filesets", "delete", "docs"],
@@ -209,6 +169,18 @@ impl Fixture {
             vec!["logs", "nope"],
             vec!["mcp"],
         ];
+        let mut lines = lines;
+        for (kind, existing) in [
+            ("agents", "calculator"),
+            ("environments", "nope"),
+            ("runtimes", "nope"),
+            ("extensions", "nope"),
+        ] {
+            lines.push(vec![kind, "list"]);
+            let create = [kind, "create", "--name", "made", "--agent-config", config];
+            lines.push(create.to_vec());
+            lines.push(vec![kind, "delete", existing]);
+        }
         lines
             .into_iter()
             .map(|l| l.into_iter().map(str::to_owned).collect())
@@ -228,36 +200,6 @@ fn leaf_of(args: &[String], leaves: &BTreeSet<String>) -> String {
     } else {
         args[0].clone()
     }
-}
-
-/// How a run's stdout is closed.
-#[derive(Clone, Copy, Debug)]
-enum Closed {
-    /// A pipe whose reader is gone before anything is written (`errand … | head -c 0`).
-    Reader,
-    /// No stdout at all (`errand … >&-`).
-    Descriptor,
-}
-
-/// Runs `args` in `home` with stdout closed; returns the exit code and stderr.
-fn run_closed(home: &Home, args: &[String], closed: Closed) -> (i32, String) {
-    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut command = match closed {
-        Closed::Reader => home.command(&refs),
-        Closed::Descriptor => home.shell("exec \"$@\" >&-", &refs),
-    };
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let output = child.wait_with_output().unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -333,7 +275,8 @@ fn check(fixture: &Fixture, args: &[String]) -> Result<(), String> {
             let home = fixture.home.copy();
             let mut all = args.to_vec();
             all.extend(format.iter().map(|s| (*s).to_owned()));
-            let (code, stderr) = run_closed(&home, &all, closed);
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            let (code, stderr) = home.run_with_stdout_closed(&refs, closed);
             let allowed = match closed {
                 Closed::Reader => vec![expected, errand::cli::EXIT_BROKEN_PIPE],
                 Closed::Descriptor => vec![expected],

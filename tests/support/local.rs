@@ -5,6 +5,15 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+/// How a run's stdout is closed.
+#[derive(Clone, Copy, Debug)]
+pub enum Closed {
+    /// A pipe whose reader is gone before anything is written (`errand … | head -c 0`).
+    Reader,
+    /// No stdout at all (`errand … >&-`).
+    Descriptor,
+}
+
 /// An isolated errand home (catalog, records, store) for one test.
 pub struct Home {
     dir: tempfile::TempDir,
@@ -82,6 +91,28 @@ impl Home {
             .env_remove("ERRAND_NAMESPACE")
             .current_dir(self.path());
         command
+    }
+
+    /// Runs `errand ARGS` with its stdout closed (`closed`) and no stdin; returns the exit code
+    /// and stderr.
+    pub fn run_with_stdout_closed(&self, args: &[&str], closed: Closed) -> (i32, String) {
+        use std::process::Stdio;
+        let mut command = match closed {
+            Closed::Reader => self.command(args),
+            Closed::Descriptor => self.shell("exec \"$@\" >&-", args),
+        };
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
     }
 
     /// Runs `errand ARGS` to its end.
