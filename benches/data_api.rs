@@ -680,7 +680,7 @@ fn cli_download(kubeconfig: &Path, ns: &str, file: &Path) -> u64 {
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .args(["--namespace", ns, "results", "download", "output_workdir"])
-        .args(["--execution", EXECUTION, "--format", "json", "-o"])
+        .args(["--execution", EXECUTION, "-o", "json", "--out"])
         .arg(file)
         .env_remove("ERRAND_BACKEND")
         .env_remove("ERRAND_STORE")

@@ -329,8 +329,27 @@ fn runtime_builder(cli: &Cli) -> tokio::runtime::Builder {
     }
 }
 
+/// Whether the command creates files in the data directory (or starts what does), and so runs
+/// under umask 077: all but the pod commands and the controller (whose files are the pod's and
+/// the store volume's) and those that only print.
+fn keeps_files_private(command: &Command) -> bool {
+    !matches!(
+        command,
+        Command::Controller(_)
+            | Command::Stage(_)
+            | Command::RunAgent(_)
+            | Command::RunExtension(_)
+            | Command::Crds(_)
+            | Command::Schema
+            | Command::Completions { .. }
+    )
+}
+
 /// Runs the parsed command line and returns the process exit code.
 pub fn run(cli: Cli) -> i32 {
+    if keeps_files_private(&cli.command) {
+        crate::ops::private::make_private();
+    }
     let format = cli.command.format();
     let runtime = match runtime_builder(&cli).enable_all().build() {
         Ok(runtime) => runtime,

@@ -24,10 +24,11 @@ pub enum Format {
 /// The `-o/--output` option shared by the commands, and `--yaml` for `-o yaml`.
 #[derive(Clone, Copy, Debug, Default, clap::Args)]
 pub struct OutputArgs {
-    /// Output format: `human`, `json` or `yaml`.
+    /// Output format: `human`, `json` or `yaml` (`--format` is the same option).
     #[arg(
         short = 'o',
         long = "output",
+        alias = "format",
         value_enum,
         default_value_t = Format::Human,
         default_value_if("yaml", clap::builder::ArgPredicate::IsPresent, "yaml"),

@@ -8,12 +8,12 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::Serialize;
 
+use super::Error;
 use super::excerpt::{ByteWindow, StreamOutput};
 pub use super::execute::PushedFileset;
 use super::execute::{CreateOptions, ExecutionRequest};
 use super::gateway_client::{GatewayClient, GatewayEndpoint};
 use super::notify::NotifyChange;
-use super::{Error, ErrorCode};
 use crate::api::tags::TagPattern;
 use crate::api::{AgentDeployment, AgentSchedule, Fileset, Phase, ResultEntry};
 use crate::local::{ExecutionRecord, ObjectKind};
@@ -358,65 +358,5 @@ impl ExecutionRequest {
 pub async fn undo_push(backend: &dyn Backend, pushed: Option<&PushedFileset>) {
     if let Some(pushed) = pushed {
         backend.undo_push(pushed).await;
-    }
-}
-
-/// The record of the execution named `name`, or of the only one whose name starts with it.
-pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, Error> {
-    let names = backend.execution_names().await?;
-    let full = find_by_prefix(&names, name, backend.namespace())?;
-    backend.execution(&full).await
-}
-
-/// `prefix` itself when it is one of `names`, else the only name starting with it.
-pub fn find_by_prefix(names: &[String], prefix: &str, namespace: &str) -> Result<String, Error> {
-    if names.iter().any(|n| n == prefix) {
-        return Ok(prefix.to_owned());
-    }
-    let matches: Vec<&str> = names
-        .iter()
-        .map(String::as_str)
-        .filter(|n| n.starts_with(prefix))
-        .collect();
-    match matches.as_slice() {
-        [] => Err(Error::new(
-            ErrorCode::NotFound,
-            format!(
-                "no execution named {prefix:?} (or starting with it) in namespace {namespace:?}"
-            ),
-        )),
-        [one] => Ok((*one).to_owned()),
-        many => Err(Error::new(
-            ErrorCode::AmbiguousName,
-            format!(
-                "{prefix:?} is ambiguous in namespace {namespace:?}: it matches {}",
-                many.join(", ")
-            ),
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::find_by_prefix;
-
-    #[test]
-    fn an_execution_is_found_by_its_name_or_an_unambiguous_prefix() {
-        let names: Vec<String> = ["calc-1", "calc-12", "other"].map(str::to_owned).to_vec();
-        let find = |prefix: &str| find_by_prefix(&names, prefix, "team-a");
-        assert_eq!(find("calc-1").unwrap(), "calc-1", "an exact name wins");
-        assert_eq!(find("oth").unwrap(), "other");
-        let ambiguous = find("calc").unwrap_err();
-        assert_eq!(ambiguous.code, "ambiguous_name");
-        assert_eq!(
-            ambiguous.message,
-            "\"calc\" is ambiguous in namespace \"team-a\": it matches calc-1, calc-12"
-        );
-        let missing = find("nope").unwrap_err();
-        assert_eq!(missing.code, "not_found");
-        assert_eq!(
-            missing.message,
-            "no execution named \"nope\" (or starting with it) in namespace \"team-a\""
-        );
     }
 }

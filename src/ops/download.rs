@@ -23,7 +23,7 @@ pub async fn download_from_store(
     let mut body = store.get(&key).await.map_err(Error::from)?.into_stream();
     let io_error =
         |e: std::io::Error| Error::new(ErrorCode::IoError, format!("{}: {e}", file.display()));
-    let mut out = std::fs::File::create(file).map_err(io_error)?;
+    let mut out = crate::ops::private::create_user_file(file).map_err(io_error)?;
     let mut size = 0u64;
     while let Some(chunk) = body.next().await {
         let chunk =

@@ -24,7 +24,8 @@ pub enum ErrorCode {
     InvalidManifest,
     /// More input on stdin than an input may hold.
     StdinTooLarge,
-    /// No object by that name.
+    /// No object by that name; the message names the ones there are (or says there are none
+    /// yet and how to make one).
     NotFound,
     /// A name prefix that matches more than one object.
     AmbiguousName,

@@ -10,7 +10,9 @@ pub mod excerpt;
 pub mod execute;
 mod gateway_client;
 pub mod local;
+pub mod lookup;
 pub mod notify;
+pub mod private;
 pub mod request;
 pub mod stdout;
 

@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 
 use super::backend::{Backend, PushedFileset, undo_push};
 use super::execute::{ExecutionRequest, RunInputs};
+use super::lookup::{Wanted, object_names};
 use super::notify::NotifyChange;
 use super::{Error, ErrorCode};
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, ObjectKind, parse_document, parse_manifests, read_manifest_file,
 };
-use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
+use crate::resolve::{InvalidSpec, dns_subdomain, parse_spec, workspace_name};
 
 /// What the command line says of the spec: each field overrides the same field of `spec` or
 /// `spec_file`.
@@ -84,26 +85,92 @@ fn read_text(path: &Path, flag: &str) -> Result<String, Error> {
     read_manifest_file(path).map_err(|e| Error::manifest_file(flag, e))
 }
 
-/// Whether a flag value names a manifest file rather than an object.
-fn is_manifest_file(value: &str) -> bool {
-    let path = Path::new(value);
-    path.is_file()
-        && matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        )
+/// The extensions a manifest file is recognised by.
+const MANIFEST_EXTENSIONS: [&str; 3] = ["yaml", "yml", "json"];
+
+/// What a flag that takes a manifest file or an object's name was taken for.
+#[derive(Debug, PartialEq, Eq)]
+enum FileOrName {
+    /// A manifest file to read.
+    File,
+    /// An object's name in the target namespace (a `NAMESPACE/` prefix removed).
+    Name(String),
 }
 
-/// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is not a
-/// manifest file but an object name.
+/// Decides whether `value` of `flag` is a manifest file or the name of a `kind` in
+/// `namespace`, and when it can be neither says why each did not apply: a value that names
+/// no file and could not be a name (a path with more than one `/`, an absolute path, a
+/// `.yaml` file name, a name Kubernetes refuses) is refused as a missing file, never taken for
+/// a reference to another workspace.
+fn file_or_name(value: &str, flag: &str, kind: &str, namespace: &str) -> Result<FileOrName, Error> {
+    let path = Path::new(value);
+    let manifest_extension = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MANIFEST_EXTENSIONS.contains(&e));
+    let not_a_name = not_a_name(value, manifest_extension);
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() && (manifest_extension || not_a_name.is_some()) => {
+            return Ok(FileOrName::File);
+        }
+        Ok(meta) if meta.is_dir() && not_a_name.is_some() => {
+            return Err(Error::argument(format!(
+                "{flag} {value}: a directory, not a manifest file, and it is not {kind} name ({})",
+                not_a_name.unwrap_or_default()
+            )));
+        }
+        _ => {}
+    }
+    if let Some(why) = not_a_name {
+        return Err(Error::argument(format!(
+            "{flag} {value}: no such file, and it is not {kind} name ({why})"
+        )));
+    }
+    workspace_name(value, flag, namespace)
+        .map(FileOrName::Name)
+        .map_err(|mut problem| {
+            let file = if path.is_dir() {
+                format!("; {value:?} is a directory, not a manifest file")
+            } else {
+                format!("; no file {value:?} exists either")
+            };
+            problem.message.push_str(&file);
+            InvalidSpec {
+                problems: vec![problem],
+            }
+            .into()
+        })
+}
+
+/// Why `value` cannot be an object's name (`NAME` or `NAMESPACE/NAME`), if it cannot.
+fn not_a_name(value: &str, manifest_extension: bool) -> Option<String> {
+    if value.starts_with('/') {
+        return Some("an absolute path; names have no '/' but one after a NAMESPACE".into());
+    }
+    if value.matches('/').count() > 1 {
+        return Some("names have no '/' but one after a NAMESPACE".into());
+    }
+    if manifest_extension {
+        let extensions = MANIFEST_EXTENSIONS.map(|e| format!(".{e}")).join(", ");
+        return Some(format!(
+            "a value ending in {extensions} is read as a manifest file"
+        ));
+    }
+    let name = value.split_once('/').map_or(value, |(_, name)| name);
+    dns_subdomain(name).err()
+}
+
+/// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is an
+/// object's name (returned as the second element, its `NAMESPACE/` prefix removed).
 fn manifest_file_object<T>(
     value: &str,
     flag: &str,
-    what: &str,
+    kind: &str,
+    namespace: &str,
     pick: impl FnOnce(ManifestObject) -> Option<T>,
-) -> Result<Option<T>, Error> {
-    if !is_manifest_file(value) {
-        return Ok(None);
+) -> Result<Result<T, String>, Error> {
+    if let FileOrName::Name(name) = file_or_name(value, flag, kind, namespace)? {
+        return Ok(Err(name));
     }
     let text = read_text(Path::new(value), flag)?;
     let mut objects = parse_manifests(&text, value)?;
@@ -117,8 +184,8 @@ fn manifest_file_object<T>(
         ));
     }
     pick(objects.remove(0))
-        .map(Some)
-        .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {what}")))
+        .map(Ok)
+        .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {kind}")))
 }
 
 /// The spec (and the name given, if any) from `--spec`/`--spec-file` with the flags applied,
@@ -151,39 +218,39 @@ async fn apply_flags(
     namespace: &str,
     spec: &mut AgentExecutionSpec,
 ) -> Result<Option<PushedFileset>, Error> {
-    let in_namespace = |reference: &str, flag: &str| {
-        workspace_name(reference, flag, namespace).map_err(|p| InvalidSpec { problems: vec![p] })
-    };
     let mut pushed = None;
     if let Some(agent) = &args.agent {
-        let inline = manifest_file_object(agent, "--agent", "an Agent", |m| match m {
+        let picked = manifest_file_object(agent, "--agent", "an Agent", namespace, |m| match m {
             ManifestObject::Agent(agent) => Some(agent.spec),
             _ => None,
         })?;
-        spec.agent_ref = match inline {
-            Some(_) => None,
-            None => Some(Reference::named(in_namespace(agent, "--agent")?)),
+        (spec.agent, spec.agent_ref) = match picked {
+            Ok(inline) => (Some(inline), None),
+            Err(name) => {
+                require_named(backend, ObjectKind::Agent, &name, "--agent", agent).await?;
+                (None, Some(Reference::named(name)))
+            }
         };
-        spec.agent = inline;
     }
     if let Some(environment) = &args.environment {
-        let inline = manifest_file_object(
+        let picked = manifest_file_object(
             environment,
             "--environment",
             "an AgentEnvironment",
+            namespace,
             |m| match m {
                 ManifestObject::Environment(environment) => Some(environment.spec),
                 _ => None,
             },
         )?;
-        spec.environment_ref = match inline {
-            Some(_) => None,
-            None => Some(Reference::named(in_namespace(
-                environment,
-                "--environment",
-            )?)),
+        (spec.environment, spec.environment_ref) = match picked {
+            Ok(inline) => (Some(inline), None),
+            Err(name) => {
+                let flag = "--environment";
+                require_named(backend, ObjectKind::Environment, &name, flag, environment).await?;
+                (None, Some(Reference::named(name)))
+            }
         };
-        spec.environment = inline;
     }
     if let Some(base) = &args.base_workdir {
         refuse_missing_directory(base)?;
@@ -193,6 +260,11 @@ async fn apply_flags(
             pushed = Some(entry);
             name
         } else {
+            let name = base.split('#').next().unwrap_or(base);
+            if !name.contains('/') {
+                let flag = "--workdir.base-workdir";
+                require_named(backend, ObjectKind::Fileset, name, flag, base).await?;
+            }
             base.clone()
         };
         spec.workdir.get_or_insert_with(Workdir::default).base = Some(base);
@@ -210,6 +282,46 @@ async fn apply_flags(
         spec.notify = Some(notify);
     }
     Ok(pushed)
+}
+
+/// Refuses `name` (given to `flag` as `value`) as `not_found` when no `kind` of that name is in
+/// the namespace, listing those that are, so that a user hears that before anything is
+/// created; when they cannot be listed the creation says what is wrong in its own words.
+async fn require_named(
+    backend: &dyn Backend,
+    kind: ObjectKind,
+    name: &str,
+    flag: &str,
+    value: &str,
+) -> Result<(), Error> {
+    let Ok(names) = object_names(backend, kind).await else {
+        return Ok(());
+    };
+    if names.iter().any(|n| n == name) {
+        return Ok(());
+    }
+    let mut wanted = Wanted::object(kind, backend.namespace());
+    let path = Path::new(value);
+    let file = if path.is_dir() {
+        format!("{value} is a directory, not a manifest file")
+    } else {
+        format!("no file {value} exists")
+    };
+    wanted.create = match kind {
+        ObjectKind::Fileset => format!(
+            "push one with `errand filesets push NAME DIR`, or give {flag} a directory to push"
+        ),
+        _ => format!("{}, or give {flag} its manifest file", wanted.create),
+    };
+    let error = wanted.not_found(name, &names);
+    let taken = match kind {
+        ObjectKind::Fileset => "taken for a Fileset's name".to_owned(),
+        _ => format!("{file}, so it was taken for a name"),
+    };
+    Err(Error::new(
+        error.code,
+        format!("{flag} {value}: {taken}: {}", error.message),
+    ))
 }
 
 /// Refuses a `--workdir.base-workdir` that reads as a path (`/…`, `./…`, `../…`, `~…`) but

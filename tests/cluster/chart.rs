@@ -1343,16 +1343,15 @@ async fn a_tenant_runs_the_whole_journey_with_the_cli(client: &Client, team: &st
     let download = |tenant: &Tenant, result: &str| {
         let who = tenant.kubeconfig.file_stem().unwrap().to_string_lossy();
         let file = dir.path().join(format!("{who}-{result}"));
-        // `-o` is the file here; the answer's format is `--format`.
         let args = [
             "results",
             "download",
             result,
             "--execution",
             &name,
-            "-o",
+            "--out",
             file.to_str().unwrap(),
-            "--format",
+            "-o",
             "json",
         ];
         let (code, answer) = one_json_answer(&args, &tenant.errand_human(&args));

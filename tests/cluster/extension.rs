@@ -92,7 +92,7 @@ async fn an_extension_turns_output_workdir_into_an_analysis_report_and_the_agent
             "analysis-report",
             "--execution",
             "analysed",
-            "-o",
+            "--out",
             file.to_str().unwrap(),
         ])
         .output()

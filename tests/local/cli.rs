@@ -81,32 +81,21 @@ fn calculator_answers_and_keeps_every_result() {
 
 #[test]
 fn a_closed_stdout_ends_the_command_quietly_and_the_execution_is_kept() {
-    use std::process::Stdio;
+    use crate::support::local::Closed;
     let home = Home::new();
-    let mut child = home
-        .command(&[
-            "execute",
-            "--local",
-            "--agent",
-            &calculator(),
-            "--input",
-            "What is 2 plus 3?",
-            "-o",
-            "json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = [
+        "execute",
+        "--local",
+        "--agent",
+        &calculator(),
+        "--input",
+        "What is 2 plus 3?",
+        "-o",
+        "json",
+    ];
     // `errand … | head -c 0`: the reader is gone before the answer is written.
-    drop(child.stdout.take());
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(errand::cli::EXIT_BROKEN_PIPE),
-        "{stderr}"
-    );
+    let (code, stderr) = home.run_with_stdout_closed(&args, Closed::Reader);
+    assert_eq!(code, errand::cli::EXIT_BROKEN_PIPE, "{stderr}");
     assert!(
         !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
         "a closed stdout is no error to report: {stderr}"
@@ -296,11 +285,13 @@ fn ambiguous_prefixes_are_refused() {
         (code, answer["error"]["code"].as_str()),
         (3, Some("ambiguous_name"))
     );
+    // It names each match with its phase, newest first, and how to pick one.
+    let message = answer["error"]["message"].as_str().unwrap();
     assert!(
-        answer["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("is ambiguous")
+        message.contains("is ambiguous")
+            && message.matches("(Succeeded, created ").count() == 2
+            && message.contains("give more of the name, or the whole name (`calculator-"),
+        "{message}"
     );
 }
 
@@ -478,12 +469,13 @@ fn every_admission_rejection_is_a_clear_error_and_creates_nothing() {
     let (_, list) = home.json(&["list"]);
     assert_eq!(list["executions"], json!([]));
 
-    // Human output names the field too, on stderr, with exit code 2.
+    // Human output, on stderr: `--agent` names no file, so it was taken for a name, and no
+    // Agent has it; the ones that exist are listed (exit code 3, not_found).
     let output = home.run(&["execute", "--local", "--agent", "nope", "--input", "x"]);
-    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(output.status.code(), Some(3));
     assert_eq!(
         String::from_utf8(output.stderr).unwrap(),
-        "error[invalid_spec]: invalid AgentExecution (1 problem): spec.agentRef.name: Agent \"nope\" not found in namespace \"default\"\n"
+        "error[not_found]: --agent nope: no file nope exists, so it was taken for a name: Agent \"nope\" not found in namespace \"default\"; the Agents in namespace \"default\": calculator\n"
     );
 }
 
@@ -1069,12 +1061,12 @@ fn a_refused_execution_takes_back_the_workdir_it_pushed() {
     std::fs::write(dir.join("notes.txt"), "n").unwrap();
     let (code, error, _) = refusal(
         &home,
+        // The missing Agent is in the spec, so that the refusal comes after the push (a
+        // missing `--agent` is refused before anything is pushed).
         &[
             "execute",
-            "--agent",
-            "no-such-agent",
-            "--input",
-            "x",
+            "--spec",
+            r#"{"agentRef": {"name": "no-such-agent"}, "input": "x"}"#,
             "--workdir.base-workdir",
             dir.to_str().unwrap(),
         ],

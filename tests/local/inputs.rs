@@ -326,3 +326,44 @@ fn tags_select_executions_in_list_and_ps_and_tag_set_replaces_them() {
         assert_eq!(answer["error"]["message"], message, "{args:?}");
     }
 }
+
+/// An execution without any input is made (an agent may work from its directory alone), but
+/// `execute` and `create` say so on stderr, naming the flags that give one; an explicit
+/// `--input ""`, standard input, or a rerun (which takes its original's input) is no surprise.
+#[test]
+fn a_missing_input_is_warned_about_naming_the_input_flags() {
+    let home = Home::new();
+    let agent = home.agent("echoes", "cat >/dev/null; echo \"[$ERRAND_INPUT]\"");
+    let warning = "warning: no --input: the agent starts with an empty input (give --input TEXT, \
+                   --stdin VALUE or --stdin-file PATH, or --input \"\" to mean it)\n";
+    let stderr = |args: &[&str]| {
+        let output = home
+            .command(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    for command in ["execute", "create"] {
+        assert_eq!(
+            stderr(&[command, "--agent", &agent, "-o", "json"]),
+            warning,
+            "{command}"
+        );
+        assert_eq!(
+            stderr(&[command, "--agent", &agent, "--input", "", "-o", "json"]),
+            "",
+            "{command} --input \"\""
+        );
+        assert_eq!(
+            stderr(&[command, "--agent", &agent, "--stdin", "data", "-o", "json"]),
+            "",
+            "{command} --stdin"
+        );
+    }
+    let (code, answer) = home.json(&[
+        "execute", "--agent", &agent, "--input", "q", "--name", "first",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(stderr(&["rerun", "first", "-o", "json"]), "", "a rerun");
+}

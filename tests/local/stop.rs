@@ -587,7 +587,7 @@ fn skipped_special_files_are_warned_about_and_listed_in_the_manifest() {
         "manifest.json",
         "--execution",
         name,
-        "-o",
+        "--out",
         file.to_str().unwrap(),
     ]);
     assert!(output.status.success());

@@ -5,7 +5,8 @@ use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::cli::answers::Killed;
 use crate::cli::output::{OutputArgs, print_ok};
 use crate::cli::show::print_record;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
+use crate::ops::lookup::find;
 use crate::ops::{Error, ErrorCode};
 use crate::runner::control::parse_signal;
 

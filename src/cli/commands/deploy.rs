@@ -17,7 +17,7 @@ use crate::local::{manifest_documents, read_manifest_file};
 use crate::ops::GatewayEndpoint;
 use crate::ops::backend::{Backend, Document};
 use crate::ops::deploy::{remove_replaced, roll_out, serving, settled};
-use crate::ops::{Error, ErrorCode};
+use crate::ops::{Error, ErrorCode, lookup};
 
 /// Where the gateway is and who calls it.
 #[derive(Clone, Debug, clap::Args)]
@@ -173,7 +173,13 @@ impl LogsArgs {
     /// `errand logs NAME [--tail N] [-f]`.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
         let deployments = backend.deployments();
-        deployments.logs(&self.name, self.lines, self.follow).await
+        match deployments.logs(&self.name, self.lines, self.follow).await {
+            Err(error) => {
+                let namespace = backend.namespace();
+                Err(lookup::missing_deployment(deployments, namespace, &self.name, error).await)
+            }
+            done => done,
+        }
     }
 }
 
@@ -194,14 +200,15 @@ pub struct InvokeArgs {
 impl InvokeArgs {
     /// `errand invoke`.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        invoke(
+        let done = invoke(
             backend,
             &self.target,
             &self.input,
             &self.gateway,
             self.output,
         )
-        .await
+        .await;
+        self.target.listing_deployments(backend, done).await
     }
 }
 
@@ -225,7 +232,7 @@ pub struct ChatArgs {
 impl ChatArgs {
     /// `errand chat`.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        chat(
+        let done = chat(
             backend,
             &self.target,
             &self.session_name,
@@ -233,7 +240,8 @@ impl ChatArgs {
             &self.gateway,
             self.output,
         )
-        .await
+        .await;
+        self.target.listing_deployments(backend, done).await
     }
 }
 
@@ -266,7 +274,10 @@ impl SessionsAction {
                 target,
                 gateway,
                 output,
-            } => sessions(backend, target, gateway, *output).await,
+            } => {
+                let done = sessions(backend, target, gateway, *output).await;
+                target.listing_deployments(backend, done).await
+            }
         }
     }
 }
@@ -283,6 +294,21 @@ pub struct GatewayTarget {
 }
 
 impl GatewayTarget {
+    /// `done`, but a deployment named and not found lists the deployments there are.
+    async fn listing_deployments(
+        &self,
+        backend: &dyn Backend,
+        done: Result<(), Error>,
+    ) -> Result<(), Error> {
+        match (done, &self.deployment) {
+            (Err(error), Some(name)) => {
+                let (deployments, namespace) = (backend.deployments(), backend.namespace());
+                Err(lookup::missing_deployment(deployments, namespace, name, error).await)
+            }
+            (done, _) => done,
+        }
+    }
+
     /// The gateway path prefix of the target in `namespace`.
     fn path(&self, namespace: &str) -> String {
         match (&self.deployment, &self.agent) {
@@ -423,11 +449,13 @@ impl DeploymentsAction {
                 Ok(())
             }
             DeploymentsAction::Get { name, output } => {
-                let view = DeploymentView::of(&deployments.deployment(name).await?);
+                let found = lookup::deployment(deployments, backend.namespace(), name).await?;
+                let view = DeploymentView::of(&found);
                 print_ok(output.format, "deployment", &view, || view.human());
                 Ok(())
             }
             DeploymentsAction::Wait { name, output } => {
+                lookup::deployment(deployments, backend.namespace(), name).await?;
                 print_deployment(*output, &settled(deployments, name).await?)
             }
         }
@@ -468,13 +496,32 @@ async fn undeploy(
     let names = match (name, agent) {
         (Some(name), _) => vec![name.to_owned()],
         (None, Some(agent)) => {
-            let names = serving(&deployments.deployments().await?, agent);
+            let all = deployments.deployments().await?;
+            let names = serving(&all, agent);
             if names.is_empty() {
+                let served: Vec<String> = all
+                    .iter()
+                    .map(|d| {
+                        let view = DeploymentView::of(d);
+                        format!(
+                            "{} (Agent {})",
+                            view.name,
+                            view.agent.as_deref().unwrap_or("-")
+                        )
+                    })
+                    .collect();
+                let wanted = lookup::Wanted::new(
+                    "Agent",
+                    "AgentDeployments",
+                    format!("namespace {:?}", backend.namespace()),
+                    "serve an Agent with `errand deploy NAME --agent AGENT`",
+                );
                 return Err(Error::new(
                     ErrorCode::NotFound,
                     format!(
-                        "no AgentDeployment serves Agent {agent:?} in namespace {:?}",
-                        backend.namespace()
+                        "no AgentDeployment serves Agent {agent:?} in namespace {:?}; {}",
+                        backend.namespace(),
+                        wanted.what_exists(&served)
                     ),
                 ));
             }
@@ -483,7 +530,10 @@ async fn undeploy(
         (None, None) => return Err(Error::argument("name a deployment, or --agent")),
     };
     for name in &names {
-        deployments.delete_deployment(name).await?;
+        if let Err(error) = deployments.delete_deployment(name).await {
+            let namespace = backend.namespace();
+            return Err(lookup::missing_deployment(deployments, namespace, name, error).await);
+        }
     }
     let answer = Undeployed { deployments: names };
     print_ok(output.format, "undeployed", &answer, || {
@@ -526,7 +576,7 @@ impl RedeployArgs {
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
         let args = self;
         let deployments = backend.deployments();
-        let deployment = deployments.deployment(&args.name).await?;
+        let deployment = lookup::deployment(deployments, backend.namespace(), &args.name).await?;
         let (agent, replaced) =
             roll_out(backend, &args.name, &deployment, new_agent(args)?).await?;
         let rolled = settled(deployments, &args.name).await?;

@@ -10,8 +10,9 @@ use crate::cli::output::{Format, OutputArgs, print_ok};
 use crate::cli::show::{print_record, record_outcome};
 use crate::cli::staging::StagingArgs;
 use crate::ops::Error;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
 use crate::ops::execute::{CreateOptions, ExecutionRequest};
+use crate::ops::lookup::find;
 use crate::ops::request::{SpecFlags, request};
 
 /// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
@@ -106,10 +107,16 @@ impl ExecuteArgs {
         }
     }
 
-    /// The request the flags and the input flags make (standard input read first).
+    /// The request the flags and the input flags make (standard input read first). A request
+    /// with no input at all is made, with a warning on stderr: an agent may work from its
+    /// working directory alone, but most want a question.
     async fn request(&self, backend: &dyn Backend) -> Result<ExecutionRequest, Error> {
         let inputs = read_inputs(&self.inputs, piped_stdin)?;
-        request(&self.spec_flags(), inputs, backend).await
+        let request = request(&self.spec_flags(), inputs, backend).await?;
+        if let Some(warning) = missing_input(self.input.is_some(), &request) {
+            eprintln!("{warning}");
+        }
+        Ok(request)
     }
 
     /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
@@ -181,6 +188,22 @@ impl ExecuteArgs {
         );
         Ok(())
     }
+}
+
+/// The warning for a request that gives the agent nothing to work on: no `--input` (an
+/// explicit `--input ""` is meant), no input in the spec, no standard input, and no rerun (which
+/// takes its original's input).
+fn missing_input(input_given: bool, request: &ExecutionRequest) -> Option<String> {
+    let spec = &request.spec;
+    let empty = !input_given
+        && spec.input.is_empty()
+        && request.inputs.stdin.is_none()
+        && spec.rerun_of.is_none();
+    empty.then(|| {
+        "warning: no --input: the agent starts with an empty input (give --input TEXT, \
+         --stdin VALUE or --stdin-file PATH, or --input \"\" to mean it)"
+            .to_owned()
+    })
 }
 
 /// Flags of `errand start` and `errand restart`.

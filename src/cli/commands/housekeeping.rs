@@ -5,8 +5,9 @@ use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
 use crate::cli::answers::{Deleted, DeletedAll, DeletedExecution};
-use crate::cli::output::{OutputArgs, print_ok};
-use crate::ops::backend::{Backend, find};
+use crate::cli::output::{OutputArgs, print_ok, write_stdout};
+use crate::ops::backend::Backend;
+use crate::ops::lookup::find;
 use crate::ops::{Error, ErrorCode};
 
 /// Flags of `errand delete`.
@@ -117,10 +118,13 @@ async fn delete_all(
     Ok(())
 }
 
-/// `errand completions SHELL`: the completion script of the whole command line.
+/// `errand completions SHELL`: the completion script of the whole command line, written as
+/// every answer is (a closed stdout ends the command quietly).
 pub fn print_completions(shell: clap_complete::Shell) {
     let mut command = crate::cli::Cli::command();
-    clap_complete::generate(shell, &mut command, "errand", &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "errand", &mut script);
+    write_stdout(&String::from_utf8_lossy(&script));
 }
 
 /// Flags of `errand crds`.

@@ -6,7 +6,8 @@ use crate::cli::output::{Format, OutputArgs, print_ok};
 use crate::cli::show::{print_executions, print_record};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
-use crate::ops::backend::{Backend, ExecutionFilter, find};
+use crate::ops::backend::{Backend, ExecutionFilter};
+use crate::ops::lookup::find;
 
 /// The phases an execution goes through before it ends.
 const ACTIVE: [Phase; 4] = [

@@ -2,7 +2,8 @@
 
 use crate::cli::output::{Format, OutputArgs, print_ok};
 use crate::cli::show::print_record;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
+use crate::ops::lookup::find;
 use crate::ops::notify::NotifyChange;
 use crate::ops::{Error, ErrorCode};
 

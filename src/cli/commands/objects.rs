@@ -8,6 +8,7 @@ use crate::cli::answers::DeletedObject;
 use crate::cli::output::{OutputArgs, print_ok};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
 use crate::ops::backend::{Backend, Document};
+use crate::ops::lookup::{Wanted, object_names};
 use crate::ops::{Error, ErrorCode};
 
 /// What to do with Agents, AgentEnvironments or AgentRuntimes.
@@ -152,7 +153,10 @@ pub(super) async fn delete_object(
     name: &str,
     output: OutputArgs,
 ) -> Result<(), Error> {
-    backend.delete_object(kind, name).await?;
+    if let Err(error) = backend.delete_object(kind, name).await {
+        let existing = object_names(backend, kind).await;
+        return Err(Wanted::object(kind, backend.namespace()).listing(error, name, existing));
+    }
     let answer = DeletedObject {
         kind: kind.kind(),
         name: name.to_owned(),

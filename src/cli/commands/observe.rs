@@ -11,8 +11,9 @@ use crate::cli::output::{Format, OutputArgs, print_ok};
 use crate::cli::show::{print_record, record_outcome};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
-use crate::ops::backend::{Backend, LogStream, find};
+use crate::ops::backend::{Backend, LogStream};
 use crate::ops::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, MAX_MAX_BYTES};
+use crate::ops::lookup::find;
 
 /// The default `wait --until`: 30 seconds.
 pub const DEFAULT_UNTIL_SECONDS: f64 = 30.0;

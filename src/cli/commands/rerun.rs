@@ -6,7 +6,8 @@ use super::execute::ExecuteArgs;
 use crate::cli::output::OutputArgs;
 use crate::cli::staging::StagingArgs;
 use crate::cli::telemetry::TelemetryArgs;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
+use crate::ops::lookup::find;
 use crate::ops::{Error, ErrorCode};
 
 /// Flags of `errand rerun`.

@@ -6,7 +6,9 @@ use crate::cli::answers::Downloaded;
 use crate::cli::output::{Format, OutputArgs, human_size, print_ok};
 use crate::cli::show::{parse_result_name, print_results};
 use crate::ops::Error;
-use crate::ops::backend::{Backend, find};
+use crate::ops::backend::Backend;
+use crate::ops::lookup::Wanted;
+use crate::ops::lookup::find;
 
 /// `errand results ...`
 #[derive(Debug, clap::Subcommand)]
@@ -25,12 +27,12 @@ pub enum ResultsAction {
         /// Execution name or unambiguous prefix (`--job` is the same option).
         #[arg(long, visible_alias = "job")]
         execution: String,
-        /// File to write; defaults to the result's name in the current directory.
-        #[arg(short = 'o', long = "out")]
+        /// File to write (`--output-file` is the same option); defaults to the result's name in
+        /// the current directory. `-o` is the answer's format, as on every command.
+        #[arg(long = "out", visible_alias = "output-file", value_name = "FILE")]
         file: Option<PathBuf>,
-        /// Answer format.
-        #[arg(long, value_enum, default_value_t = Format::Human)]
-        format: Format,
+        #[command(flatten)]
+        output: OutputArgs,
     },
 }
 
@@ -39,11 +41,11 @@ impl ResultsAction {
     pub fn format(&self) -> Format {
         match self {
             ResultsAction::List { output, .. } => output.format,
-            ResultsAction::Download { format, .. } => *format,
+            ResultsAction::Download { output, .. } => output.format,
         }
     }
 
-    /// `errand results list NAME`, or `errand results download RESULT --execution NAME -o FILE`:
+    /// `errand results list NAME`, or `errand results download RESULT --execution NAME --out FILE`:
     /// streams one result into a file (by default the result's name in the current directory).
     pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
         match self {
@@ -56,8 +58,8 @@ impl ResultsAction {
                 result,
                 execution,
                 file,
-                format,
-            } => download(backend, &result, &execution, file, format).await,
+                output,
+            } => download(backend, &result, &execution, file, output.format).await,
         }
     }
 }
@@ -71,6 +73,17 @@ async fn download(
 ) -> Result<(), Error> {
     let result = parse_result_name(result)?;
     let record = find(backend, name).await?;
+    let saved = backend.results(&record).await?;
+    if !saved.iter().any(|entry| entry.name == result.as_str()) {
+        let names: Vec<String> = saved.into_iter().map(|entry| entry.name).collect();
+        let wanted = Wanted::new(
+            "result",
+            "results saved",
+            format!("execution {}", record.name),
+            "an execution saves its results as it runs and when it ends",
+        );
+        return Err(wanted.not_found(result.as_str(), &names));
+    }
     let file = file.unwrap_or_else(|| PathBuf::from(result.file_name()));
     let shown = result.as_str().to_owned();
     let size = backend.download(&record, result, &file).await?;

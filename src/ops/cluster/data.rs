@@ -220,7 +220,7 @@ async fn save<E: std::fmt::Display>(
         .map(|v| v.trim_start_matches("W/").trim_matches('"').to_owned());
     let io_error =
         |e: std::io::Error| Error::new(ErrorCode::IoError, format!("{}: {e}", file.display()));
-    let mut out = std::fs::File::create(file).map_err(io_error)?;
+    let mut out = crate::ops::private::create_user_file(file).map_err(io_error)?;
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = body.next().await {
