@@ -1,6 +1,6 @@
 //! Finding what a command names, and a "not found" that says what does exist: the names there are (or that there are none, and how to make one).
 
-use super::backend::{Backend, Deployments};
+use super::backend::{Backend, Deployments, Schedules};
 use super::{Error, ErrorCode};
 use crate::api::AgentDeployment;
 use crate::local::{ExecutionRecord, ObjectKind};
@@ -151,6 +151,31 @@ pub async fn deployment(
         Ok(deployment) => Ok(deployment),
         Err(error) => Err(missing_deployment(deployments, namespace, name, error).await),
     }
+}
+
+/// `error`, from an operation on schedule `name`, listing the schedules of `namespace` when it
+/// is `not_found`.
+pub async fn missing_schedule(
+    schedules: &dyn Schedules,
+    namespace: &str,
+    name: &str,
+    error: Error,
+) -> Error {
+    if error.code != ErrorCode::NotFound {
+        return error;
+    }
+    let existing = schedules.schedules().await.map(|all| {
+        all.into_iter()
+            .filter_map(|s| s.schedule.metadata.name)
+            .collect::<Vec<_>>()
+    });
+    Wanted::new(
+        "AgentSchedule",
+        "AgentSchedules",
+        format!("namespace {namespace:?}"),
+        "create one with `errand schedule create NAME --cron EXPR --agent AGENT`",
+    )
+    .listing(error, name, existing)
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.

@@ -156,6 +156,24 @@ impl Fixture {
             vec!["filesets", "delete", "docs"],
             vec!["deploy", "served", "--agent", "nope", "--no-wait"],
             vec!["undeploy", "nope"],
+            vec![
+                "schedule",
+                "create",
+                "tick",
+                "--cron",
+                "0 3 * * *",
+                "--agent",
+                "calculator",
+                "--input",
+                "What is 1 plus 1?",
+                "--suspend",
+            ],
+            vec!["schedule", "list"],
+            vec!["schedule", "get", "tick"],
+            vec!["schedule", "suspend", "tick"],
+            vec!["schedule", "resume", "tick"],
+            vec!["schedule", "trigger", "tick"],
+            vec!["schedule", "delete", "tick"],
             vec!["redeploy", "nope", "--agent-config", config],
             vec!["deployments", "list"],
             vec!["deployments", "get", "nope"],
@@ -304,6 +322,7 @@ fn every_not_found_lists_what_exists_or_how_to_make_one() {
     let config = fixture.config.as_str();
     let executions = "the executions in namespace \"default\": done, held";
     let deployments = "there are no AgentDeployments in namespace \"default\" yet (serve an Agent";
+    let schedules = "there are no AgentSchedules in namespace \"default\" yet (create one";
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["status", "nope"], executions),
         (vec!["watch", "nope"], executions),
@@ -400,6 +419,11 @@ fn every_not_found_lists_what_exists_or_how_to_make_one() {
             deployments,
         ),
         (vec!["sessions", "list", "nope"], deployments),
+        (vec!["schedule", "get", "nope"], schedules),
+        (vec!["schedule", "suspend", "nope"], schedules),
+        (vec!["schedule", "resume", "nope"], schedules),
+        (vec!["schedule", "trigger", "nope"], schedules),
+        (vec!["schedule", "delete", "nope"], schedules),
     ];
     let mut failures = Vec::new();
     for (args, listed) in &cases {

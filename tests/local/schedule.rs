@@ -205,6 +205,15 @@ fn trigger_suspend_resume_and_a_dead_supervisor_show_and_a_bad_schedule_is_refus
         ),
         (
             &["--cron", "* * * * *", "--agent", "no-such-agent"][..],
+            "--agent no-such-agent: no file no-such-agent exists",
+        ),
+        (
+            &[
+                "--cron",
+                "* * * * *",
+                "--spec",
+                r#"{"agentRef": {"name": "no-such-agent"}}"#,
+            ][..],
             "spec.executionTemplate.spec.agentRef.name",
         ),
         (

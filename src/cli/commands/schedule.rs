@@ -11,6 +11,7 @@ use crate::cli::answers::{DeletedObject, ExecutionView};
 use crate::cli::output::{OutputArgs, print_ok};
 use crate::ops::backend::{Backend, ScheduleEntry};
 use crate::ops::execute::RunInputs;
+use crate::ops::lookup::missing_schedule;
 use crate::ops::request::{SpecFlags, request};
 use crate::ops::{Error, backend::undo_push};
 
@@ -231,8 +232,26 @@ impl ScheduleAction {
         }
     }
 
-    /// Runs the action on `backend`.
+    /// Runs the action on `backend`; a schedule it names that does not exist is `not_found`
+    /// listing those that do.
     pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+        let named = match self {
+            ScheduleAction::Create(_) | ScheduleAction::List { .. } => None,
+            ScheduleAction::Get { name, .. }
+            | ScheduleAction::Suspend { name, .. }
+            | ScheduleAction::Resume { name, .. }
+            | ScheduleAction::Trigger { name, .. }
+            | ScheduleAction::Delete { name, .. } => Some(name),
+        };
+        match (self.act(backend).await, named) {
+            (Err(error), Some(name)) => {
+                Err(missing_schedule(backend.schedules(), backend.namespace(), name, error).await)
+            }
+            (done, _) => done,
+        }
+    }
+
+    async fn act(&self, backend: &dyn Backend) -> Result<(), Error> {
         let schedules = backend.schedules();
         let print = |output: &OutputArgs, entry: &ScheduleEntry| {
             let view = ScheduleView::of(entry);
