@@ -107,16 +107,21 @@ pub struct ExecutionRecord {
 }
 
 impl ExecutionRecord {
-    /// The notification event of this execution as it stands.
+    /// The notification event of this execution as it stands: a finished one is dated when the
+    /// run ended (as a cluster's is), an output match when it is seen.
     pub fn notification(
         &self,
         kind: &str,
         matched: Option<crate::api::MatchedLine>,
     ) -> super::notify::NotificationEvent {
+        let time = match self.completed_at {
+            Some(ended) if kind == crate::api::EXECUTION_FINISHED => ended,
+            _ => jiff::Timestamp::now(),
+        };
         super::notify::NotificationEvent {
             event: crate::api::ExecutionEvent {
                 kind: kind.to_owned(),
-                time: jiff::Timestamp::now(),
+                time,
                 execution: self.name.clone(),
                 namespace: self.namespace.clone(),
                 uid: self.uid.clone(),
