@@ -177,6 +177,23 @@ impl ExecutionRecord {
         }
     }
 
+    /// This record with what the user set on `from` (its tags, shown variables, notification
+    /// sinks and watches, and standard input's size): what a restart or a rerun of `from`
+    /// keeps. A watch starts at the new run's first line; no event of `from` is kept.
+    pub fn with_user_settings_of(mut self, from: &ExecutionRecord) -> Self {
+        self.tags = from.tags.clone();
+        self.env = from.env.clone();
+        self.stdin_bytes = from.stdin_bytes;
+        self.notify = from.notify.clone().map(|mut notify| {
+            for watch in &mut notify.output_matches {
+                watch.stdout_from = 0;
+                watch.stderr_from = 0;
+            }
+            notify
+        });
+        self
+    }
+
     /// Seconds between start and end, when both are known.
     pub fn duration_seconds(&self) -> Option<f64> {
         let (start, end) = (self.started_at?, self.completed_at?);
