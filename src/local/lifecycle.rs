@@ -169,36 +169,7 @@ pub async fn reset_for_restart(
 fn agent_group_alive(scratch: &ScratchDir) -> Option<i32> {
     let text = std::fs::read_to_string(scratch.agent_group_file()).ok()?;
     let group: i32 = text.trim().parse().ok()?;
-    let alive = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None).is_ok();
-    (alive && group_has_live_member(group)).then_some(group)
-}
-
-/// Whether a process of `group` is alive: running, not a zombie (an exited process nobody has
-/// reaped yet answers signals, but runs nothing). Without `/proc` every member counts.
-fn group_has_live_member(group: i32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let is_pid = entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
-        if !is_pid {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-        let Some((_, after)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = after.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(group) && !matches!(state, Some("Z" | "X"))
-    })
+    crate::runner::group_running(group).then_some(group)
 }
 
 /// A deadline change, accepted: when it was accepted and the deadline in effect from then.

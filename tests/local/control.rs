@@ -648,3 +648,93 @@ fn restart_and_rerun_keep_the_tags_variables_and_notifications_the_user_set() {
     assert_eq!(code, 0, "{answer}");
     assert_eq!(finished(&events), 3, "the rerun notifies the same file");
 }
+
+/// Sets the deadline of the running `name` `in_seconds` from now; returns when it is.
+fn set_deadline(home: &Home, name: &str, in_seconds: &str) -> jiff::Timestamp {
+    let (code, answer) = home.json(&[
+        "deadline",
+        "set",
+        name,
+        "--in",
+        in_seconds,
+        "--acknowledge-result-loss",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    answer["deadline"]["deadline_at"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn every_stop_names_its_cause_and_a_set_deadline_stops_the_run_promptly() {
+    let home = Home::new();
+    // A deadline set by the user stops the run within moments of passing, also when the agent
+    // left a process outside its group (`setsid`) holding its output open, and says so.
+    for (agent, script) in [
+        ("plain", "echo ready; sleep 600"),
+        ("daemonizing", "echo ready; setsid sleep 20 & sleep 600"),
+    ] {
+        let name = start_with_timeout(&home, agent, script, "3600");
+        wait_for_output(&home, &name, "ready");
+        let at = set_deadline(&home, &name, "3");
+        let done = wait_end(&home, &name);
+        let late = jiff::Timestamp::now().duration_since(at);
+        assert!(
+            late < jiff::SignedDuration::from_secs(2),
+            "{agent}: ended {late:?} after its deadline"
+        );
+        assert_eq!(done["reason"], "DeadlineExceeded", "{done}");
+        assert_eq!(
+            done["message"],
+            format!(
+                "the agent ran past the deadline set with `errand deadline set` ({at}) and was stopped"
+            ),
+            "{agent}: the deadline that passed, not timeoutSeconds"
+        );
+    }
+
+    // timeoutSeconds names itself; a cancel, a kill and a deadline cleared again name theirs.
+    let name = start_with_timeout(&home, "timeout", "echo ready; sleep 600", "2");
+    let done = wait_end(&home, &name);
+    assert_eq!(
+        (&done["reason"], &done["message"]),
+        (
+            &Value::from("DeadlineExceeded"),
+            &Value::from("the agent ran past timeoutSeconds (2s) and was stopped")
+        ),
+        "{done}"
+    );
+    let name = start_with_timeout(&home, "cleared", "echo ready; sleep 600", "3");
+    wait_for_output(&home, &name, "ready");
+    set_deadline(&home, &name, "100");
+    let (code, answer) = home.json(&["deadline", "clear", &name]);
+    assert_eq!(code, 0, "{answer}");
+    let done = wait_end(&home, &name);
+    assert_eq!(
+        done["message"], "the agent ran past timeoutSeconds (3s) and was stopped",
+        "{done}"
+    );
+    for (command, message) in [
+        (
+            &["cancel"][..],
+            "the run was cancelled and the agent was stopped",
+        ),
+        (
+            &["kill", "-s", "KILL"][..],
+            "the run was killed (SIGKILL, no grace) and the agent was stopped",
+        ),
+    ] {
+        let name = start_with_timeout(&home, "stopped", "echo ready; sleep 600", "3600");
+        wait_for_output(&home, &name, "ready");
+        let (code, answer) = home.json(&[command, &[name.as_str()]].concat());
+        assert_eq!(code, 0, "{answer}");
+        let done = wait_end(&home, &name);
+        assert_eq!(
+            (&done["reason"], &done["message"]),
+            (&Value::from("Cancelled"), &Value::from(message)),
+            "{command:?}: {done}"
+        );
+    }
+}
