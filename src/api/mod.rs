@@ -41,8 +41,9 @@ pub use extension::{
 };
 pub use fileset::{Fileset, FilesetSpec, FilesetStatus};
 pub use notify::{
-    DeliveryState, EXECUTION_FINISHED, ExecutionEvent, MAX_WEBHOOK_URL_BYTES, MatchedLine,
-    NotifySpec, NotifyStatus, OUTPUT_MATCHED, SecretKeyRef, WebhookDelivery, WebhookSink,
+    CLOUDEVENTS_CONTENT_TYPE, CloudEvent, DeliveryState, EXECUTION_FINISHED, ExecutionEvent,
+    MAX_WEBHOOK_URL_BYTES, MatchedLine, NotifySpec, NotifyStatus, OUTPUT_MATCHED, SecretKeyRef,
+    WebhookDelivery, WebhookSink,
 };
 pub use phase::Phase;
 pub use runtime::{AgentRuntime, AgentRuntimeSpec};

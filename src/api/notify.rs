@@ -1,4 +1,4 @@
-//! Completion notifications: the event every backend sends (`execution.finished`, `execution.output_matched`), and on the cluster an execution's webhook sink and how its delivery went.
+//! Completion notifications: the event every backend sends (`execution.finished`, `execution.output_matched`) in the one CloudEvents 1.0 envelope every sink gets, and on the cluster an execution's webhook sink and how its delivery went.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::KubeSchema;
@@ -13,9 +13,13 @@ pub const EXECUTION_FINISHED: &str = "execution.finished";
 pub const OUTPUT_MATCHED: &str = "execution.output_matched";
 /// The longest webhook URL accepted.
 pub const MAX_WEBHOOK_URL_BYTES: usize = 2048;
+/// The `Content-Type` of a structured-mode CloudEvent in JSON.
+pub const CLOUDEVENTS_CONTENT_TYPE: &str = "application/cloudevents+json";
+/// Prefix of the CloudEvent `type` (reverse DNS of errand's API group).
+const CLOUDEVENT_TYPE_PREFIX: &str = "dev.errand.";
 
-/// What happened to an execution, as every sink receives it: the local command and file sinks
-/// as is, the cluster's webhook as the `data` of a CloudEvent.
+/// What happened to an execution: the `data` of the CloudEvent every sink receives (the local
+/// command and file sinks, the cluster's webhook).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ExecutionEvent {
     /// `execution.finished` or `execution.output_matched`.
@@ -40,6 +44,69 @@ pub struct ExecutionEvent {
     /// The line that matched (output-match events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matched: Option<MatchedLine>,
+}
+
+/// A CloudEvent 1.0 in structured mode, the one envelope of every notification (a local
+/// run's command and file sinks, a cluster's webhook): the attributes, and the event as `data`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CloudEvent {
+    /// Always `1.0`.
+    pub specversion: String,
+    /// `<uid>/<event type>` for the one `execution.finished` of a run (the same on every
+    /// attempt of its delivery); an output match adds the nanosecond it was seen
+    /// (`<uid>/execution.output_matched/<ns>`), so each of a run's matches has its own.
+    pub id: String,
+    /// The collection the execution belongs to:
+    /// `/apis/errand.dev/v1alpha1/namespaces/<ns>/agentexecutions`.
+    pub source: String,
+    /// `dev.errand.execution.finished` or `dev.errand.execution.output_matched`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The execution's name.
+    pub subject: String,
+    /// When it happened (for a finished run: when it ended).
+    pub time: jiff::Timestamp,
+    /// Always `application/json`.
+    pub datacontenttype: String,
+    /// What happened.
+    pub data: ExecutionEvent,
+}
+
+impl CloudEvent {
+    /// `event` wrapped as a CloudEvent: the same attributes for the same event on every backend.
+    pub fn of(event: ExecutionEvent) -> Self {
+        let id = if event.kind == EXECUTION_FINISHED {
+            format!("{}/{}", event.uid, event.kind)
+        } else {
+            format!(
+                "{}/{}/{}",
+                event.uid,
+                event.kind,
+                event.time.as_nanosecond()
+            )
+        };
+        Self {
+            specversion: "1.0".into(),
+            id,
+            source: format!(
+                "/apis/{}/{}/namespaces/{}/agentexecutions",
+                super::GROUP,
+                super::VERSION,
+                event.namespace
+            ),
+            kind: format!("{CLOUDEVENT_TYPE_PREFIX}{}", event.kind),
+            subject: event.execution.clone(),
+            time: event.time,
+            datacontenttype: "application/json".into(),
+            data: event,
+        }
+    }
+
+    /// The event as JSON bytes: the same bytes for the same event, so a signature over them
+    /// stays valid on every attempt.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a CloudEvent serializes")
+    }
 }
 
 /// The output line an event reports.
@@ -146,4 +213,60 @@ pub struct WebhookDelivery {
     /// When the next attempt is due (state `Pending`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_attempt_time: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: &str, time: &str) -> ExecutionEvent {
+        ExecutionEvent {
+            kind: kind.into(),
+            time: time.parse().unwrap(),
+            execution: "run-1".into(),
+            namespace: "default".into(),
+            uid: "0c5e".into(),
+            phase: Phase::Running,
+            reason: None,
+            exit_code: None,
+            matched: Some(MatchedLine {
+                pattern: "ready".into(),
+                stream: "stdout".into(),
+                line: "ready".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn each_output_match_has_its_own_id_and_only_spec_attributes() {
+        let first = CloudEvent::of(event(OUTPUT_MATCHED, "2026-12-01T00:00:00.000000001Z"));
+        let second = CloudEvent::of(event(OUTPUT_MATCHED, "2026-12-01T00:00:00.000000002Z"));
+        assert_eq!(
+            first.id,
+            "0c5e/execution.output_matched/1796083200000000001"
+        );
+        assert_ne!(first.id, second.id);
+        assert_eq!(first.kind, "dev.errand.execution.output_matched");
+        let json: serde_json::Value = serde_json::from_slice(&first.body()).unwrap();
+        let attributes: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            attributes,
+            [
+                "data",
+                "datacontenttype",
+                "id",
+                "source",
+                "specversion",
+                "subject",
+                "time",
+                "type"
+            ],
+            "no extension attributes"
+        );
+    }
 }

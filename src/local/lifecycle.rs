@@ -66,10 +66,60 @@ pub fn release_created(
     Ok(record)
 }
 
-/// Makes a finished execution ready to run again in place, with the same snapshot: only once
-/// its supervisor and every process of its agent's group are gone. The old run's results are
-/// removed from the store, and the execution gets a new uid, so nothing of the old run is
-/// mistaken for the new one's.
+/// What still runs of an ended execution's last run, which a restart must not overlap: its
+/// supervisor, or processes of its agent's group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Leftover {
+    /// The supervisor (this pid) has not exited yet.
+    Supervisor(u32),
+    /// Processes of the agent's process group (this id) still run.
+    AgentGroup(i32),
+}
+
+/// What of `record`'s last run still runs, if anything.
+pub fn leftover(records: &Records, record: &ExecutionRecord) -> Option<Leftover> {
+    if let Some(supervisor) = record.supervisor.filter(|s| s.is_running()) {
+        return Some(Leftover::Supervisor(supervisor.pid));
+    }
+    let scratch = ScratchDir::new(records.dir(&record.namespace, &record.name).join("scratch"));
+    agent_group_alive(&scratch).map(Leftover::AgentGroup)
+}
+
+/// Waits up to `bound` until nothing of `record`'s last run runs (a run just stopped: its
+/// supervisor writes the record before it exits, and the processes of a group just killed are
+/// gone a moment later); what still runs after that.
+pub async fn wait_until_gone(
+    records: &Records,
+    record: &ExecutionRecord,
+    bound: Duration,
+) -> Option<Leftover> {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        let left = leftover(records, record)?;
+        if std::time::Instant::now() >= deadline {
+            return Some(left);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Why a restart is refused while `left` still runs.
+pub fn restart_refusal(name: &str, left: Leftover) -> LifecycleError {
+    LifecycleError::InvalidState(match left {
+        Leftover::Supervisor(pid) => format!(
+            "execution {name}'s supervisor (pid {pid}) still runs; restart it once it has exited"
+        ),
+        Leftover::AgentGroup(group) => format!(
+            "processes of execution {name}'s agent (process group {group}) still run; stop them (`kill -KILL -{group}`) before restarting"
+        ),
+    })
+}
+
+/// Makes a finished execution ready to run again in place, with the same snapshot and what the
+/// user set on it (tags, variables, notifications): only once its supervisor and every process
+/// of its agent's group are gone, refused before anything changes otherwise. The old run's
+/// results and events are removed, and the execution gets a new uid, so nothing of the old run
+/// is mistaken for the new one's.
 pub async fn reset_for_restart(
     records: &Records,
     record: &ExecutionRecord,
@@ -81,19 +131,11 @@ pub async fn reset_for_restart(
             record.phase
         )));
     }
-    if let Some(supervisor) = record.supervisor.filter(|s| s.is_running()) {
-        return Err(LifecycleError::InvalidState(format!(
-            "execution {name}'s supervisor (pid {}) still runs; restart it once it has exited",
-            supervisor.pid
-        )));
+    if let Some(left) = leftover(records, record) {
+        return Err(restart_refusal(name, left));
     }
     let dir = records.dir(&record.namespace, name);
     let scratch = ScratchDir::new(dir.join("scratch"));
-    if let Some(group) = agent_group_alive(&scratch) {
-        return Err(LifecycleError::InvalidState(format!(
-            "processes of execution {name}'s agent (process group {group}) still run; stop them (`kill -KILL -{group}`) before restarting"
-        )));
-    }
     let (store, execution) = results_of(record)?;
     store
         .delete_prefix(&keys::results_prefix(&execution).map_err(StoreError::from)?)
@@ -101,6 +143,7 @@ pub async fn reset_for_restart(
     for leftover in [
         scratch.agent_group_file(),
         dir.join("control.json"),
+        dir.join("events.ndjson"),
         scratch.stdout_log(),
         scratch.stderr_log(),
     ] {
@@ -113,7 +156,8 @@ pub async fn reset_for_restart(
         record.snapshot_digest.clone(),
         &record.store,
         record.inherit_env,
-    );
+    )
+    .with_user_settings_of(record);
     fresh.rerun_of = record.rerun_of.clone();
     fresh.otlp_endpoint = record.otlp_endpoint.clone();
     fresh.created_at = record.created_at;
@@ -125,8 +169,7 @@ pub async fn reset_for_restart(
 fn agent_group_alive(scratch: &ScratchDir) -> Option<i32> {
     let text = std::fs::read_to_string(scratch.agent_group_file()).ok()?;
     let group: i32 = text.trim().parse().ok()?;
-    let alive = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None).is_ok();
-    alive.then_some(group)
+    crate::runner::group_running(group).then_some(group)
 }
 
 /// A deadline change, accepted: when it was accepted and the deadline in effect from then.

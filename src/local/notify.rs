@@ -1,4 +1,4 @@
-//! Completion and output-match notifications of local runs: the sinks an execution names (a command fed the event on stdin, an NDJSON file), events built from records, best-effort delivery whose results are kept with the event.
+//! Completion and output-match notifications of local runs: the sinks an execution names (a command fed the event on stdin, an NDJSON file), events built from records and sent as the CloudEvent a cluster's webhook gets, best-effort delivery whose results are kept with the event.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::api::ExecutionEvent;
+use crate::api::{CloudEvent, ExecutionEvent};
 
 pub use crate::api::{EXECUTION_FINISHED, OUTPUT_MATCHED};
 /// How long a notify command may take before it is killed (its delivery then failed).
@@ -18,11 +18,11 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where an execution's notifications go, and which output lines notify.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NotifySettings {
-    /// A shell command run per event (`sh -c`), the event JSON on its standard input and
+    /// A shell command run per event (`sh -c`), the CloudEvent JSON on its standard input and
     /// `ERRAND_EVENT_*` variables in its environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// A file each event is appended to as one JSON line (NDJSON).
+    /// A file each event is appended to as one CloudEvent JSON line (NDJSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<PathBuf>,
     /// Output lines that notify (delivered to the same sinks).
@@ -92,11 +92,10 @@ pub struct Delivery {
 }
 
 impl NotificationEvent {
-    /// The event as sinks get it: one JSON line, without the delivery results.
+    /// The event as sinks get it: one line, the CloudEvent 1.0 (structured mode, JSON) a
+    /// cluster's webhook gets, without the delivery results.
     fn line(&self) -> String {
-        let mut value = serde_json::to_value(&self.event).expect("an event serializes");
-        value["schema_version"] = 1.into();
-        value.to_string()
+        String::from_utf8(CloudEvent::of(self.event.clone()).body()).expect("JSON is UTF-8")
     }
 }
 

@@ -107,16 +107,21 @@ pub struct ExecutionRecord {
 }
 
 impl ExecutionRecord {
-    /// The notification event of this execution as it stands.
+    /// The notification event of this execution as it stands: a finished one is dated when the
+    /// run ended (as a cluster's is), an output match when it is seen.
     pub fn notification(
         &self,
         kind: &str,
         matched: Option<crate::api::MatchedLine>,
     ) -> super::notify::NotificationEvent {
+        let time = match self.completed_at {
+            Some(ended) if kind == crate::api::EXECUTION_FINISHED => ended,
+            _ => jiff::Timestamp::now(),
+        };
         super::notify::NotificationEvent {
             event: crate::api::ExecutionEvent {
                 kind: kind.to_owned(),
-                time: jiff::Timestamp::now(),
+                time,
                 execution: self.name.clone(),
                 namespace: self.namespace.clone(),
                 uid: self.uid.clone(),
@@ -170,6 +175,23 @@ impl ExecutionRecord {
             notify: None,
             notifications: Vec::new(),
         }
+    }
+
+    /// This record with what the user set on `from` (its tags, shown variables, notification
+    /// sinks and watches, and standard input's size): what a restart or a rerun of `from`
+    /// keeps. A watch starts at the new run's first line; no event of `from` is kept.
+    pub fn with_user_settings_of(mut self, from: &ExecutionRecord) -> Self {
+        self.tags = from.tags.clone();
+        self.env = from.env.clone();
+        self.stdin_bytes = from.stdin_bytes;
+        self.notify = from.notify.clone().map(|mut notify| {
+            for watch in &mut notify.output_matches {
+                watch.stdout_from = 0;
+                watch.stderr_from = 0;
+            }
+            notify
+        });
+        self
     }
 
     /// Seconds between start and end, when both are known.

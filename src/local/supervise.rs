@@ -225,7 +225,13 @@ pub async fn run_prepared(
     };
     // Re-read: a cancel request may have been recorded while the agent ran.
     let mut record = records.read(namespace, name).unwrap_or(record);
-    apply_summary(&mut record, &summary, snapshot.timeout_seconds);
+    let changed_deadline = ControlFile::local(&dir).read().deadline;
+    apply_summary(
+        &mut record,
+        &summary,
+        snapshot.timeout_seconds,
+        changed_deadline,
+    );
     if let Some(step) = extension {
         apply_extension(&mut record, step);
     }
@@ -276,8 +282,14 @@ pub fn agent_env(
     Ok(env)
 }
 
-/// Copies how the run ended into the record, decided as for a pod ([`run_outcome`]).
-fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_seconds: i64) {
+/// Copies how the run ended into the record, decided as for a pod ([`run_outcome`]); a
+/// deadline `errand deadline set` gave it (`changed_deadline`) is the one a timeout names.
+fn apply_summary(
+    record: &mut ExecutionRecord,
+    summary: &RunSummary,
+    timeout_seconds: i64,
+    changed_deadline: Option<jiff::Timestamp>,
+) {
     let outcome = run_outcome(&RunReport {
         state: Some(summary.state),
         exit_code: summary.exit_code,
@@ -287,6 +299,7 @@ fn apply_summary(record: &mut ExecutionRecord, summary: &RunSummary, timeout_sec
         results_error: summary.results_error.as_deref(),
         results_saved: summary.results.len(),
         timeout_seconds,
+        changed_deadline,
         cancel_requested: record.cancel_requested,
     });
     record.set_outcome(&outcome);

@@ -45,6 +45,12 @@ const LOCAL_WEBHOOK_REFUSAL: &str = "spec.notify.webhook (--notify-webhook) is d
 const POLL: Duration = Duration::from_millis(100);
 /// How long `cancel` and `delete` wait for a supervisor to exit once its record is final.
 const SUPERVISOR_EXIT: Duration = Duration::from_secs(10);
+/// How long a restart of a running execution waits, once its run was stopped, for the run's
+/// supervisor and agent processes to be gone (a group SIGKILLed goes in milliseconds).
+const RESTART_WAIT: Duration = Duration::from_secs(10);
+/// How long a restart of a finished execution waits for what still runs of its run (a
+/// supervisor that wrote its last record and is exiting).
+const FINISHED_RUN_WAIT: Duration = Duration::from_secs(1);
 
 /// The local backend: the data directory, the store and the namespace.
 pub struct Local {
@@ -196,6 +202,43 @@ impl Local {
         Ok(record)
     }
 
+    /// A rerun keeps what the user set on the execution it reruns (tags, shown variables,
+    /// notifications, standard input), except what this request sets itself.
+    fn carry_from_rerun_source(
+        &self,
+        record: ExecutionRecord,
+        source: &str,
+        inputs: &RunInputs,
+        notify: &NotifyChange,
+    ) -> Result<ExecutionRecord, Error> {
+        let records = self.records();
+        let Ok(source) = records.read(&self.namespace, source) else {
+            return Ok(record);
+        };
+        let mut carried = record.clone().with_user_settings_of(&source);
+        if !inputs.tags.is_empty() {
+            carried.tags = record.tags;
+        }
+        if !inputs.env.is_empty() {
+            carried.env = record.env;
+        }
+        if notify.given() {
+            carried.notify = record.notify;
+        }
+        if inputs.stdin.is_some() || source.stdin_bytes.is_none() {
+            carried.stdin_bytes = record.stdin_bytes;
+        } else {
+            let from = records.stdin_file(&self.namespace, &source.name);
+            let stdin = std::fs::read(&from)
+                .map_err(|e| Error::new(ErrorCode::IoError, format!("{}: {e}", from.display())))?;
+            records
+                .write_stdin(&self.namespace, &carried.name, &stdin)
+                .map_err(Error::from)?;
+        }
+        records.write(&carried).map_err(Error::from)?;
+        Ok(carried)
+    }
+
     /// Checks every document for the catalog: its schema, name, namespace and an Agent's
     /// immutability, also against the documents before it.
     fn check_all(&self, documents: &[Document]) -> Result<Vec<CheckedObject>, Error> {
@@ -311,6 +354,15 @@ impl Backend for Local {
         .await
         .map_err(supervise_error)?;
         let record = self.record_inputs(record, &request.inputs, &options.notify)?;
+        let record = match &request.spec.rerun_of {
+            Some(source) => self.carry_from_rerun_source(
+                record,
+                &source.name,
+                &request.inputs,
+                &options.notify,
+            )?,
+            None => record,
+        };
         if !request.spec.held {
             return Ok(record);
         }
@@ -470,9 +522,26 @@ impl Backend for Local {
         record: &ExecutionRecord,
         staging: &StageSettings,
     ) -> Result<ExecutionRecord, Error> {
-        // The old run ends first (a running one is stopped as a cancel would stop it).
-        let ended = self.stop(&record.name).await?;
-        lifecycle::reset_for_restart(&self.records(), &ended)
+        let records = self.records();
+        let current = records
+            .read(&self.namespace, &record.name)
+            .map_err(Error::from)?;
+        // A running execution ends first, as a cancel would end it, and the restart waits for
+        // its supervisor and agent's processes to be gone, so that it never stops one run
+        // without starting the next. A finished one is not stopped: what still runs of its run
+        // a moment after it ended refuses the restart, which then changes nothing.
+        let (ended, bound) = if current.phase.is_terminal() {
+            (current, FINISHED_RUN_WAIT)
+        } else {
+            (self.stop(&record.name).await?, RESTART_WAIT)
+        };
+        if let Some(left) = lifecycle::wait_until_gone(&records, &ended, bound).await {
+            return Err(lifecycle_error(lifecycle::restart_refusal(
+                &record.name,
+                left,
+            )));
+        }
+        lifecycle::reset_for_restart(&records, &ended)
             .await
             .map_err(lifecycle_error)?;
         self.spawn(&record.name, staging)

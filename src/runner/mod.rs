@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use collect::{ResultsManifest, SkippedResultEntry, fail_before_run};
 pub use extension::{ExtensionSummary, run_extension};
+pub use run::group_running;
 pub use stage::{DEFAULT_STAGING_BUDGET, StageSettings, stage};
 
 use crate::api::ResultEntry;

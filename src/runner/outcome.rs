@@ -110,6 +110,9 @@ pub struct RunReport<'a> {
     pub results_saved: usize,
     /// The run's `timeoutSeconds`.
     pub timeout_seconds: i64,
+    /// The deadline `errand deadline set` gave the run in place of `timeoutSeconds`, if any:
+    /// the one that passed when it timed out.
+    pub changed_deadline: Option<jiff::Timestamp>,
     /// Whether a cancel was requested before the run ended.
     pub cancel_requested: bool,
 }
@@ -131,10 +134,15 @@ pub fn run_outcome(report: &RunReport<'_>) -> Outcome {
     let outcome = if report.timed_out || state == RunState::TimedOut {
         Outcome::failed(
             Reason::DeadlineExceeded,
-            format!(
-                "the agent ran past timeoutSeconds ({}s) and was stopped",
-                report.timeout_seconds
-            ),
+            match report.changed_deadline {
+                Some(at) => format!(
+                    "the agent ran past the deadline set with `errand deadline set` ({at}) and was stopped"
+                ),
+                None => format!(
+                    "the agent ran past timeoutSeconds ({}s) and was stopped",
+                    report.timeout_seconds
+                ),
+            },
         )
     } else if state == RunState::Cancelled
         || (report.cancel_requested && state != RunState::Succeeded)
@@ -281,6 +289,16 @@ mod tests {
                 Phase::Failed,
                 Reason::DeadlineExceeded,
                 "the agent ran past timeoutSeconds (30s) and was stopped",
+            ),
+            (
+                RunReport {
+                    timed_out: true,
+                    changed_deadline: Some("2026-12-02T03:00:03Z".parse().unwrap()),
+                    ..failed.clone()
+                },
+                Phase::Failed,
+                Reason::DeadlineExceeded,
+                "the agent ran past the deadline set with `errand deadline set` (2026-12-02T03:00:03Z) and was stopped",
             ),
             (
                 report(RunState::Cancelled),

@@ -29,6 +29,9 @@ const RESPONSE_LIMIT: u64 = 1024 * 1024;
 /// Linux refuses to exec with a single environment string over 128 KiB (MAX_ARG_STRLEN);
 /// longer inputs are passed only through `ERRAND_INPUT_FILE`.
 const MAX_ENV_INPUT: usize = 128 * 1024 - 64;
+/// How long the log pipes are still read once no process of the agent's group runs (or after
+/// the group was killed): what a process that left the group holds open is not waited for.
+const OUTPUT_DRAIN: Duration = Duration::from_millis(500);
 
 /// How the agent process ran and ended, before its results are saved.
 pub(super) struct AgentRun {
@@ -112,13 +115,12 @@ async fn watch_until_end(
             }
             () = cancel.cancelled() => {
                 mark_terminating(inv, "cancel");
-                // A kill asked for just before the stop signal skips the grace too.
-                let grace = if inv.control.as_ref().is_some_and(|f| f.read().kill) {
-                    Duration::ZERO
-                } else {
-                    inv.grace
-                };
-                return (Ending::Cancelled, terminate(child, group, grace).await);
+                // A kill asked for just before the stop signal (as `errand kill -s KILL` asks
+                // for one, then stops the run) is a kill: no grace, and named so.
+                if inv.control.as_ref().is_some_and(|f| f.read().kill) {
+                    return (Ending::Killed, terminate(child, group, Duration::ZERO).await);
+                }
+                return (Ending::Cancelled, terminate(child, group, inv.grace).await);
             }
             () = tokio::time::sleep(CONTROL_POLL), if inv.control.is_some() => {
                 control = inv.control.as_ref().map(ControlFile::read).unwrap_or_default();
@@ -231,15 +233,19 @@ pub(super) async fn supervise(inv: &Invocation, cancel: &CancellationToken) -> A
     let duration = started.elapsed();
 
     // Whatever the agent left running in its group is stopped too, so that it neither holds the
-    // log pipes open nor outlives the run (as it would not outlive a pod).
+    // log pipes open nor outlives the run (as it would not outlive a pod). It gets the grace
+    // only while it runs: a pipe held by a process that left the group (`setsid`) is read
+    // for a moment more, not for a grace no signal of ours can end.
     signal_group(group, Signal::SIGTERM);
     let tees = async { (stdout_tee.await, stderr_tee.await) };
     tokio::pin!(tees);
-    let (stdout_tail, stderr_tail) = match tokio::time::timeout(inv.grace, &mut tees).await {
+    let in_group = group.is_some_and(|g| group_running(g.as_raw()));
+    let first_wait = if in_group { inv.grace } else { OUTPUT_DRAIN };
+    let (stdout_tail, stderr_tail) = match tokio::time::timeout(first_wait, &mut tees).await {
         Ok(tails) => tails,
         Err(_) => {
             signal_group(group, Signal::SIGKILL);
-            match tokio::time::timeout(inv.grace, &mut tees).await {
+            match tokio::time::timeout(OUTPUT_DRAIN, &mut tees).await {
                 Ok(tails) => tails,
                 Err(_) => {
                     // A process that left the group may still hold a pipe; stop reading.
@@ -348,6 +354,38 @@ async fn terminate(
             child.wait().await
         }
     }
+}
+
+/// Whether a process of the process group `group` runs: exists and is not a zombie (an exited
+/// process nobody has reaped yet answers signals but runs nothing, and holds no pipe). Without
+/// `/proc`, every member that answers a signal counts.
+pub fn group_running(group: i32) -> bool {
+    if killpg(Pid::from_raw(group), None).is_err() {
+        return false;
+    }
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        if !is_pid {
+            return false;
+        }
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some((_, after)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = after.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(group) && !matches!(state, Some("Z" | "X"))
+    })
 }
 
 fn signal_group(group: Option<Pid>, signal: Signal) {

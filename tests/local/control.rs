@@ -3,7 +3,7 @@
 use crate::support;
 
 use crate::support::local::Home;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Runs `errand ARGS --yaml` and returns its exit code and its one YAML answer as JSON, checked
 /// against `errand schema` as every JSON answer is.
@@ -530,4 +530,211 @@ fn restart_runs_a_finished_execution_again_in_place_once_its_processes_are_gone(
             .contains(&format!("process group {}", straggler.id())),
         "{answer}"
     );
+}
+
+/// The uid and phase `status` shows for `name`.
+fn uid_and_phase(home: &Home, name: &str) -> (Value, Value) {
+    let (_, status) = home.json(&["status", name]);
+    (
+        status["execution"]["uid"].clone(),
+        status["execution"]["phase"].clone(),
+    )
+}
+
+#[test]
+fn restart_of_a_running_execution_restarts_it_every_time_or_leaves_it_as_it_was() {
+    let home = Home::new();
+    let name = start_with_timeout(&home, "looping", "echo ready; sleep 600", "3600");
+    let (mut restarted, mut refused) = (0, 0);
+    for attempt in 0..50 {
+        wait_for_output(&home, &name, "ready");
+        let (uid, phase) = uid_and_phase(&home, &name);
+        assert_eq!(phase, "Running", "attempt {attempt}");
+        let (code, answer) = home.json(&["restart", &name]);
+        let (new_uid, new_phase) = uid_and_phase(&home, &name);
+        if code == 0 {
+            restarted += 1;
+            assert_ne!(new_uid, uid, "attempt {attempt}: a new run: {answer}");
+            assert!(
+                ["Pending", "Starting", "Running"].contains(&new_phase.as_str().unwrap()),
+                "attempt {attempt}: restarted, not left stopped: {new_phase}"
+            );
+        } else {
+            refused += 1;
+            assert_eq!(answer["error"]["code"], "invalid_state", "{answer}");
+            assert_eq!(
+                (&new_uid, &new_phase),
+                (&uid, &Value::from("Running")),
+                "attempt {attempt}: a refused restart leaves the run as it was: {answer}"
+            );
+        }
+    }
+    assert!(
+        restarted > 0,
+        "restarted {restarted} times, refused {refused} times"
+    );
+    let (code, answer) = home.json(&["cancel", &name]);
+    assert_eq!(code, 0, "{answer}");
+}
+
+#[test]
+fn restart_and_rerun_keep_the_tags_variables_and_notifications_the_user_set() {
+    let home = Home::new();
+    let agent = home.agent("keeper", "echo ready $GREETING; sleep 600");
+    let events = home.path().join("events.ndjson");
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        &agent,
+        "--input",
+        "x",
+        "--name",
+        "kept",
+        "--tag",
+        "team-a",
+        "--env",
+        "GREETING=hello",
+        "--notify-file",
+        events.to_str().unwrap(),
+        "--no-wait",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    let set = |execution: &Value| {
+        (
+            execution["tags"].clone(),
+            execution["env"].clone(),
+            execution["notify"].clone(),
+        )
+    };
+    let given = set(&answer["execution"]);
+    assert_eq!(given.0, json!(["team-a"]), "{answer}");
+    assert_eq!(given.1, json!({"GREETING": "hello"}), "{answer}");
+    assert!(given.2["file"].is_string(), "{answer}");
+
+    wait_for_output(&home, "kept", "ready hello");
+    let (code, answer) = home.json(&["restart", "kept"]);
+    assert_eq!(code, 0, "{answer}");
+    wait_for_output(&home, "kept", "ready hello");
+    let (_, status) = home.json(&["status", "kept"]);
+    assert_eq!(
+        set(&status["execution"]),
+        given,
+        "restart keeps them: {status}"
+    );
+    let (code, answer) = home.json(&["cancel", "kept"]);
+    assert_eq!(code, 0, "{answer}");
+    let finished = |events: &std::path::Path| {
+        std::fs::read_to_string(events)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("dev.errand.execution.finished"))
+            .count()
+    };
+    assert_eq!(
+        finished(&events),
+        2,
+        "the restart's cancel and the cancel of the restarted run both notified"
+    );
+
+    let (code, answer) = home.json(&["rerun", "kept", "--name", "again", "--no-wait"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(
+        set(&answer["execution"]),
+        given,
+        "rerun keeps them: {answer}"
+    );
+    wait_for_output(&home, "again", "ready hello");
+    let (code, answer) = home.json(&["cancel", "again"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(finished(&events), 3, "the rerun notifies the same file");
+}
+
+/// Sets the deadline of the running `name` `in_seconds` from now; returns when it is.
+fn set_deadline(home: &Home, name: &str, in_seconds: &str) -> jiff::Timestamp {
+    let (code, answer) = home.json(&[
+        "deadline",
+        "set",
+        name,
+        "--in",
+        in_seconds,
+        "--acknowledge-result-loss",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    answer["deadline"]["deadline_at"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn every_stop_names_its_cause_and_a_set_deadline_stops_the_run_promptly() {
+    let home = Home::new();
+    // A deadline set by the user stops the run within moments of passing, also when the agent
+    // left a process outside its group (`setsid`) holding its output open, and says so.
+    for (agent, script) in [
+        ("plain", "echo ready; sleep 600"),
+        ("daemonizing", "echo ready; setsid sleep 20 & sleep 600"),
+    ] {
+        let name = start_with_timeout(&home, agent, script, "3600");
+        wait_for_output(&home, &name, "ready");
+        let at = set_deadline(&home, &name, "3");
+        let done = wait_end(&home, &name);
+        let late = jiff::Timestamp::now().duration_since(at);
+        assert!(
+            late < jiff::SignedDuration::from_secs(2),
+            "{agent}: ended {late:?} after its deadline"
+        );
+        assert_eq!(done["reason"], "DeadlineExceeded", "{done}");
+        assert_eq!(
+            done["message"],
+            format!(
+                "the agent ran past the deadline set with `errand deadline set` ({at}) and was stopped"
+            ),
+            "{agent}: the deadline that passed, not timeoutSeconds"
+        );
+    }
+
+    // timeoutSeconds names itself; a cancel, a kill and a deadline cleared again name theirs.
+    let name = start_with_timeout(&home, "timeout", "echo ready; sleep 600", "2");
+    let done = wait_end(&home, &name);
+    assert_eq!(
+        (&done["reason"], &done["message"]),
+        (
+            &Value::from("DeadlineExceeded"),
+            &Value::from("the agent ran past timeoutSeconds (2s) and was stopped")
+        ),
+        "{done}"
+    );
+    let name = start_with_timeout(&home, "cleared", "echo ready; sleep 600", "3");
+    wait_for_output(&home, &name, "ready");
+    set_deadline(&home, &name, "100");
+    let (code, answer) = home.json(&["deadline", "clear", &name]);
+    assert_eq!(code, 0, "{answer}");
+    let done = wait_end(&home, &name);
+    assert_eq!(
+        done["message"], "the agent ran past timeoutSeconds (3s) and was stopped",
+        "{done}"
+    );
+    for (command, message) in [
+        (
+            &["cancel"][..],
+            "the run was cancelled and the agent was stopped",
+        ),
+        (
+            &["kill", "-s", "KILL"][..],
+            "the run was killed (SIGKILL, no grace) and the agent was stopped",
+        ),
+    ] {
+        let name = start_with_timeout(&home, "stopped", "echo ready; sleep 600", "3600");
+        wait_for_output(&home, &name, "ready");
+        let (code, answer) = home.json(&[command, &[name.as_str()]].concat());
+        assert_eq!(code, 0, "{answer}");
+        let done = wait_end(&home, &name);
+        assert_eq!(
+            (&done["reason"], &done["message"]),
+            (&Value::from("Cancelled"), &Value::from(message)),
+            "{command:?}: {done}"
+        );
+    }
 }

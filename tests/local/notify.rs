@@ -1,4 +1,4 @@
-//! Completion notifications on the local backend: `--notify-command` (the event on stdin, `ERRAND_EVENT_*` variables), `--notify-file` (one NDJSON `execution.finished` line per run), `notify set` on a running execution with an output watch, and a failing sink that leaves the run's outcome alone.
+//! Completion notifications on the local backend: `--notify-command` (the event on stdin, `ERRAND_EVENT_*` variables), `--notify-file` (one NDJSON `execution.finished` line per run), both the CloudEvent a cluster's webhook delivers as the official CloudEvents SDK reads it, `notify set` on a running execution with an output watch, and a failing sink that leaves the run's outcome alone.
 
 use std::time::{Duration, Instant};
 
@@ -63,13 +63,16 @@ fn a_finished_run_notifies_its_command_and_file_and_keeps_the_delivery_results()
     let file = lines(&events);
     assert_eq!(file.len(), 1, "one line per run");
     for event in [&on_stdin, &file[0]] {
-        assert_eq!(event["type"], "execution.finished");
-        assert_eq!(event["execution"], "told");
-        assert_eq!(event["phase"], "Succeeded");
-        assert_eq!(event["exit_code"], 0);
-        assert_eq!(event["schema_version"], 1);
+        assert_eq!(event["specversion"], "1.0", "a CloudEvent: {event}");
+        assert_eq!(event["type"], "dev.errand.execution.finished");
+        assert_eq!(event["subject"], "told");
+        assert_eq!(event["data"]["type"], "execution.finished");
+        assert_eq!(event["data"]["execution"], "told");
+        assert_eq!(event["data"]["phase"], "Succeeded");
+        assert_eq!(event["data"]["exit_code"], 0);
         assert!(event.get("deliveries").is_none(), "{event}");
     }
+    assert_eq!(on_stdin, file[0], "every sink gets the same event");
 
     // A second run appends its own line.
     let (code, _) = home.json(&[
@@ -82,6 +85,143 @@ fn a_finished_run_notifies_its_command_and_file_and_keeps_the_delivery_results()
     ]);
     assert_eq!(code, 0);
     assert_eq!(lines(&events).len(), 2);
+}
+
+/// What the official CloudEvents Python SDK (tests/support/cloudevents_read.py) reads from each
+/// of `messages` (`{"headers", "body"}`): the event, or its `error`. Not being able to create
+/// the SDK's environment fails the test.
+fn read_cloudevents(home: &Home, messages: &Value) -> Vec<Value> {
+    let support = format!("{}/tests/support", env!("CARGO_MANIFEST_DIR"));
+    let plan = home.write("cloudevents.json", &messages.to_string());
+    let output = std::process::Command::new("python3")
+        .arg(format!("{support}/python_clients.py"))
+        .arg(format!("{support}/cloudevents_read.py"))
+        .arg(plan)
+        .output()
+        .expect("running the CloudEvents Python SDK");
+    assert!(
+        output.status.success(),
+        "the CloudEvents Python SDK reader failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap()
+}
+
+/// The cluster execution a local record describes (name, namespace, uid, how and when it
+/// ended), as the controller would see it once terminal.
+fn as_cluster_execution(record: &Value) -> errand::api::AgentExecution {
+    use errand::api::{AgentExecution, AgentExecutionSpec, AgentExecutionStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    let ended: jiff::Timestamp = record["completed_at"].as_str().unwrap().parse().unwrap();
+    let phase = serde_json::from_value(record["phase"].clone()).unwrap();
+    let mut execution = AgentExecution::new(
+        record["name"].as_str().unwrap(),
+        AgentExecutionSpec::default(),
+    );
+    execution.metadata.namespace = Some(record["namespace"].as_str().unwrap().into());
+    execution.metadata.uid = Some(record["uid"].as_str().unwrap().into());
+    execution.status = Some(AgentExecutionStatus {
+        phase: Some(phase),
+        completion_time: Some(Time(ended)),
+        exit_code: record["exit_code"].as_i64().map(|c| c as i32),
+        conditions: vec![Condition {
+            type_: "Failed".into(),
+            status: "True".into(),
+            reason: record["reason"].as_str().unwrap().into(),
+            message: String::new(),
+            last_transition_time: Time(ended),
+            observed_generation: None,
+        }],
+        ..AgentExecutionStatus::default()
+    });
+    execution
+}
+
+#[test]
+fn a_local_notification_and_a_webhook_delivery_are_one_cloudevent_to_the_cloudevents_sdk() {
+    use errand::controller::execution::notify::{
+        CLOUDEVENTS_CONTENT_TYPE, CloudEvent, WebhookSender, finished_event,
+    };
+    let home = Home::new();
+    let agent = home.agent("failing", "echo trying; exit 3");
+    let events = home.path().join("events.ndjson");
+    let stdin = home.path().join("stdin.json");
+    let (code, answer) = home.json(&[
+        "execute",
+        "--local",
+        "--agent",
+        &agent,
+        "--name",
+        "told",
+        "--notify-file",
+        events.to_str().unwrap(),
+        "--notify-command",
+        &format!("cat > {}", stdin.display()),
+    ]);
+    assert_ne!(code, 0, "{answer}");
+    let record = &answer["error"]["execution"];
+    assert_eq!(record["phase"], "Failed", "{answer}");
+    let file = std::fs::read_to_string(&events).unwrap();
+    let command = std::fs::read_to_string(&stdin).unwrap();
+
+    // The controller's event of the same run, delivered by its real sender to a real endpoint.
+    let key = b"signing key";
+    let delivered = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let receiver = crate::support::webhook_receiver::Receiver::start("127.0.0.1", &[204]).await;
+        let loopback = "127.0.0.0/8".parse().unwrap();
+        let sender = WebhookSender::new(std::sync::Arc::new(
+            errand::outbound::OutboundPolicy::default().allow(loopback),
+        ));
+        let event = CloudEvent::of(finished_event(&as_cluster_execution(record)).unwrap());
+        let url = url::Url::parse(&receiver.url("/hooks")).unwrap();
+        sender.attempt(&url, key, &event).await;
+        let received = receiver.received();
+        assert_eq!(received.len(), 1, "one delivery");
+        received[0].assert_signed_cloudevent("/hooks", key);
+        String::from_utf8(received[0].body.clone()).unwrap()
+    });
+
+    let structured = json!({"content-type": CLOUDEVENTS_CONTENT_TYPE});
+    let read = read_cloudevents(
+        &home,
+        &json!([
+            {"headers": structured, "body": file.trim_end()},
+            {"headers": structured, "body": command.trim_end()},
+            {"headers": structured, "body": delivered},
+        ]),
+    );
+    for event in &read {
+        assert!(event.get("error").is_none(), "the SDK refused it: {read:?}");
+        assert_eq!(event["attributes"]["specversion"], "1.0", "{event}");
+        assert_eq!(
+            event["attributes"]["type"], "dev.errand.execution.finished",
+            "{event}"
+        );
+    }
+    let data = &read[0]["data"];
+    assert_eq!(data["execution"], "told");
+    assert_eq!(data["reason"], "AgentFailed", "{data}");
+    assert_eq!(data["exit_code"], 3, "{data}");
+    assert_eq!(
+        read[0], read[1],
+        "the file and the command get the same event"
+    );
+    assert_eq!(
+        read[0], read[2],
+        "a local sink and the cluster's webhook get the same CloudEvent (type, data, every attribute)"
+    );
+
+    // What a receiver of the old, errand-only shape sent is not a CloudEvent to the SDK.
+    let old = json!({"type": "execution.finished", "execution": "told", "exit_code": 3});
+    let refused = read_cloudevents(
+        &home,
+        &json!([{"headers": structured, "body": old.to_string()}]),
+    );
+    let error = refused[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("source") && error.contains("exit_code"),
+        "the SDK names the missing source and the forbidden extension name: {refused:?}"
+    );
 }
 
 #[test]
@@ -194,7 +334,10 @@ fn notify_set_on_a_running_execution_watches_lines_that_appear_afterwards() {
         .map(|e| {
             (
                 e["type"].as_str().unwrap().to_owned(),
-                e["matched"]["line"].as_str().unwrap_or_default().to_owned(),
+                e["data"]["matched"]["line"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
             )
         })
         .collect();
@@ -202,15 +345,21 @@ fn notify_set_on_a_running_execution_watches_lines_that_appear_afterwards() {
         summary,
         [
             (
-                "execution.output_matched".to_owned(),
+                "dev.errand.execution.output_matched".to_owned(),
                 "ready late".to_owned()
             ),
-            ("execution.output_matched".to_owned(), "boom 42".to_owned()),
-            ("execution.finished".to_owned(), String::new()),
+            (
+                "dev.errand.execution.output_matched".to_owned(),
+                "boom 42".to_owned()
+            ),
+            ("dev.errand.execution.finished".to_owned(), String::new()),
         ],
         "only lines after the watch was set: {file:?}"
     );
-    assert_eq!(file[1]["matched"]["stream"], "stderr");
+    assert_eq!(file[1]["data"]["matched"]["stream"], "stderr");
+    let ids: std::collections::BTreeSet<&str> =
+        file.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "each event has its own id: {file:?}");
     assert_eq!(
         done["execution"]["notifications"].as_array().unwrap().len(),
         3

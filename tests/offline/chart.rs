@@ -617,8 +617,17 @@ fn cert_manager_mode_issues_the_certificate_and_injects_the_ca() {
     };
     let certificate = of_kind(&objects, "Certificate")[0];
     assert_eq!(
-        strings(&certificate["spec"]["dnsNames"])[0],
-        "errand.errand-system.svc"
+        strings(&certificate["spec"]["dnsNames"]),
+        [
+            "errand.errand-system.svc",
+            "errand.errand-system.svc.cluster.local",
+            "localhost"
+        ]
+    );
+    assert_eq!(
+        strings(&certificate["spec"]["ipAddresses"]),
+        ["127.0.0.1", "::1"],
+        "a port-forward to the gateway verifies it too"
     );
     // One certificate for both endpoints, named for what it serves, mounted from its Secret.
     assert_eq!(certificate["metadata"]["name"], "errand-serving");

@@ -8,6 +8,7 @@ mod crds;
 mod data_api;
 mod docs_reference;
 mod examples;
+mod gateway_tls_names;
 mod gateway_upstream;
 mod layers;
 mod notify_webhook;

@@ -55,6 +55,19 @@ pub struct TlsMaterial {
     pub not_after: Timestamp,
 }
 
+/// The names a client at the near end of a `kubectl port-forward` (a workstation reaching the
+/// gateway, as the user guide's recipe does) connects to, which the serving certificate names
+/// too: `localhost`, `127.0.0.1` and `::1` (IP addresses become IP SANs).
+pub const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// The names the self-signed serving certificate is made for: the Service's DNS names (the API
+/// server, pods) and the [`LOOPBACK_NAMES`] of a port-forward.
+pub fn serving_names(service: &str, namespace: &str) -> Vec<String> {
+    let mut names = service_dns_names(service, namespace);
+    names.extend(LOOPBACK_NAMES.map(str::to_owned));
+    names
+}
+
 /// The names the API server may use to reach errand's Service.
 pub fn service_dns_names(service: &str, namespace: &str) -> Vec<String> {
     vec![
@@ -69,8 +82,8 @@ fn offset_time(at: Timestamp) -> Result<time::OffsetDateTime, CertError> {
     time::OffsetDateTime::from_unix_timestamp(at.as_second()).map_err(|_| CertError::Time(at))
 }
 
-/// Generates a new CA and a serving certificate for `dns_names` it signed, valid from `now`
-/// for [`VALIDITY`].
+/// Generates a new CA and a serving certificate for `dns_names` it signed (a name that is an
+/// IP address becomes an IP address SAN), valid from `now` for [`VALIDITY`].
 pub fn generate(dns_names: &[String], now: Timestamp) -> Result<TlsMaterial, CertError> {
     // A little slack before `now` so a replica whose clock runs behind still accepts it.
     let not_before = now - SignedDuration::from_mins(5);
@@ -183,6 +196,29 @@ mod tests {
         assert_eq!(material.not_after, now() + VALIDITY);
         // A second generation is a new CA, not the same one.
         assert_ne!(generate(&names, now()).unwrap().ca_pem, material.ca_pem);
+    }
+
+    #[test]
+    fn the_serving_names_add_the_loopback_names_of_a_port_forward() {
+        let names = serving_names("errand", "errand-system");
+        assert_eq!(
+            names,
+            [
+                "errand",
+                "errand.errand-system",
+                "errand.errand-system.svc",
+                "errand.errand-system.svc.cluster.local",
+                "localhost",
+                "127.0.0.1",
+                "::1",
+            ]
+        );
+        let material = generate(&names, now()).unwrap();
+        let read = TlsMaterial::from_secret(&material.secret_data(), &material.annotations());
+        assert_eq!(read.map(|m| m.dns_names), Some(names.clone()));
+        // A Secret made before the loopback names were added is renewed.
+        let older = generate(&service_dns_names("errand", "errand-system"), now()).unwrap();
+        assert!(!older.serves(&names, now()));
     }
 
     #[test]

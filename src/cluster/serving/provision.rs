@@ -250,7 +250,7 @@ async fn shared_material(
     owners: Vec<OwnerReference>,
 ) -> Result<TlsMaterial, ProvisionError> {
     let api = Api::<Secret>::namespaced(client.clone(), &settings.namespace);
-    let names = certs::service_dns_names(&settings.service, &settings.namespace);
+    let names = certs::serving_names(&settings.service, &settings.namespace);
     let reading = format!("reading Secret {}/{}", settings.namespace, settings.secret);
     // A lost race with another replica (AlreadyExists, Conflict) means its write is there to
     // read on the next attempt.

@@ -1,64 +1,12 @@
-//! The `execution.finished` CloudEvent (1.0, structured mode) of a terminal execution, and its HMAC-SHA256 signature.
+//! The `execution.finished` event of a terminal execution, in the CloudEvent envelope local runs use too ([`crate::api::CloudEvent`]), and its HMAC-SHA256 signature.
 
-use serde::{Deserialize, Serialize};
-
-use crate::api::{AgentExecution, EXECUTION_FINISHED, ExecutionEvent, GROUP, VERSION};
+use crate::api::{AgentExecution, EXECUTION_FINISHED, ExecutionEvent};
+pub use crate::api::{CLOUDEVENTS_CONTENT_TYPE, CloudEvent};
 use crate::runner::outcome::Outcome;
 
-/// The `Content-Type` of a structured-mode CloudEvent in JSON.
-pub const CLOUDEVENTS_CONTENT_TYPE: &str = "application/cloudevents+json";
 /// The header carrying `sha256=<hex>`: HMAC-SHA256 of the request body, keyed with the
 /// signing Secret's value.
 pub const SIGNATURE_HEADER: &str = "X-Errand-Signature";
-/// Prefix of the CloudEvent `type` (reverse DNS of errand's API group).
-const TYPE_PREFIX: &str = "dev.errand.";
-
-/// A CloudEvent 1.0 in structured mode: the attributes and the event as `data`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CloudEvent {
-    /// Always `1.0`.
-    pub specversion: String,
-    /// The same for every attempt of one delivery: `<uid>/<event type>`.
-    pub id: String,
-    /// The collection the execution belongs to:
-    /// `/apis/errand.dev/v1alpha1/namespaces/<ns>/agentexecutions`.
-    pub source: String,
-    /// `dev.errand.execution.finished`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The execution's name.
-    pub subject: String,
-    /// When it happened (for a finished run: its `completionTime`).
-    pub time: jiff::Timestamp,
-    /// Always `application/json`.
-    pub datacontenttype: String,
-    /// The same fields the local sinks get.
-    pub data: ExecutionEvent,
-}
-
-impl CloudEvent {
-    /// `event` wrapped as a CloudEvent.
-    pub fn of(event: ExecutionEvent) -> Self {
-        Self {
-            specversion: "1.0".into(),
-            id: format!("{}/{}", event.uid, event.kind),
-            source: format!(
-                "/apis/{GROUP}/{VERSION}/namespaces/{}/agentexecutions",
-                event.namespace
-            ),
-            kind: format!("{TYPE_PREFIX}{}", event.kind),
-            subject: event.execution.clone(),
-            time: event.time,
-            datacontenttype: "application/json".into(),
-            data: event,
-        }
-    }
-
-    /// The request body: the same bytes on every attempt, so a signature stays valid.
-    pub fn body(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a CloudEvent serializes")
-    }
-}
 
 /// The `execution.finished` event of `execution`, once it is terminal (`None` before). Its
 /// time is the run's `completionTime`, so every attempt sends the same event.

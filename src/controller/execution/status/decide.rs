@@ -244,6 +244,16 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
 }
 
 /// Whether the Job's `activeDeadlineSeconds` ended it.
+/// The deadline `errand deadline set` gave the run (`spec.deadline` with `inSeconds`, accepted
+/// in `status.deadline`), if one replaces `timeoutSeconds`.
+fn changed_deadline(execution: &AgentExecution) -> Option<Timestamp> {
+    let asked = execution.spec.deadline.as_ref()?;
+    asked.in_seconds?;
+    let answered = execution.status.as_ref()?.deadline.as_ref()?;
+    let accepted = answered.request == asked.request && answered.refused.is_none();
+    accepted.then(|| answered.deadline.as_ref().map(|t| t.0))?
+}
+
 fn deadline_passed(job: &JobFacts) -> bool {
     job.failure
         .as_ref()
@@ -500,6 +510,7 @@ fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Endin
                 |s| s.results.len(),
             ),
             timeout_seconds: execution.spec.timeout_seconds,
+            changed_deadline: changed_deadline(execution),
             cancel_requested: execution.spec.cancel,
         });
         let agent_side = outcome.phase == Phase::Failed

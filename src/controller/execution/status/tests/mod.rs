@@ -57,6 +57,22 @@ fn execution() -> AgentExecution {
     execution
 }
 
+/// [`execution`] whose deadline `errand deadline set` moved to +300 (accepted).
+fn with_changed_deadline() -> AgentExecution {
+    let mut execution = execution();
+    execution.spec.deadline = Some(crate::api::DeadlineChange {
+        in_seconds: Some(200),
+        request: "r1".into(),
+    });
+    execution.status.as_mut().unwrap().deadline = Some(crate::api::DeadlineStatus {
+        request: "r1".into(),
+        accepted_at: Some(at(100)),
+        deadline: Some(at(300)),
+        refused: None,
+    });
+    execution
+}
+
 fn cancelled(mut execution: AgentExecution) -> AgentExecution {
     execution.spec.cancel = true;
     execution.metadata.generation = Some(2);

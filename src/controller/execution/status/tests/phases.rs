@@ -180,6 +180,17 @@ fn phases_and_reasons() {
             stop: None,
         },
         Row {
+            name: "a deadline set with `errand deadline set` names itself, not timeoutSeconds",
+            execution: with_changed_deadline(),
+            job: failed_job("BackoffLimitExceeded"),
+            pod: Some(finished(124, Some(summary(RunState::TimedOut, 143, "")))),
+            at: 310,
+            phase: Phase::Failed,
+            reason: Some((ConditionType::Failed, Reason::DeadlineExceeded)),
+            message_contains: "the deadline set with `errand deadline set` (",
+            stop: None,
+        },
+        Row {
             name: "the Job's backstop deadline is DeadlineExceeded",
             execution: execution(),
             job: failed_job("DeadlineExceeded"),
