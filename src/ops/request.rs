@@ -10,6 +10,7 @@ use super::{Error, ErrorCode};
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, ObjectKind, parse_document, parse_manifests, read_manifest_file,
+    yaml_document,
 };
 use crate::resolve::{InvalidSpec, parse_spec, workspace_name};
 
@@ -52,12 +53,13 @@ fn base_spec(
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
         (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
-    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-        Error::new(
-            ErrorCode::InvalidManifest,
-            format!("{source}: not valid YAML or JSON: {e}"),
-        )
-    })?;
+    let flag = if args.spec.is_some() {
+        "--spec"
+    } else {
+        "--spec-file"
+    };
+    let value = yaml_document(&text, flag)
+        .map_err(|reason| Error::new(ErrorCode::InvalidManifest, format!("{source}: {reason}")))?;
     if value.get("kind").is_some() {
         return match parse_document(value) {
             Ok(ManifestObject::Execution(execution)) => {
