@@ -383,7 +383,7 @@ mod tests {
         };
         let found = messages(&compute);
         assert_eq!(found.len(), 1);
-        assert!(found[0].starts_with("spec.environment.compute.priorityClassName: \"Batch_High\" is not a valid DNS subdomain"));
+        assert!(found[0].starts_with("spec.environment.compute.priorityClassName: \"Batch_High\" is not a valid name (a DNS-1123 subdomain"));
         assert!(object_name("a..b").is_err());
         assert!(object_name("system-cluster-critical").is_ok());
     }

@@ -210,7 +210,7 @@ mod tests {
         assert!(object_name("calc-1.v2").is_ok());
         assert_eq!(
             object_name("Calc_1").unwrap_err(),
-            "\"Calc_1\" is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+            "\"Calc_1\" is not a valid name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit, at most 253 characters)"
         );
         assert!(object_name("").is_err());
         assert!(object_name("-a").is_err());

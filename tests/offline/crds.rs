@@ -30,7 +30,7 @@ fn crd_yaml_carries_cel_rules_descriptions_and_columns() {
         r#"rule: "(has(self.agentRef) ? 1 : 0) + (has(self.agent) ? 1 : 0) + (has(self.rerunOf) ? 1 : 0) == 1""#,
         "message: spec is immutable except cancel",
         "rule: self || !oldSelf",
-        "message: mount paths must not overlap",
+        "mount paths must not overlap'",
         "rule: self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])",
         "message: Agent spec is immutable; delete and re-create the Agent to change it",
         "default: 3600",
@@ -151,11 +151,15 @@ fn mount_paths_in_cel() {
     );
     assert_eq!(
         with_mounts(json!([{"ref": "d", "mountPath": "in"}, {"ref": "e", "mountPath": "in/x"}])),
-        vec!["mount paths must not overlap"]
+        vec![
+            "mount path \"in\" is repeated or holds another mount path; mount paths must not overlap"
+        ]
     );
     assert_eq!(
         with_mounts(json!([{"ref": "d", "mountPath": "same"}, {"ref": "e", "mountPath": "same"}])),
-        vec!["mount paths must not overlap"]
+        vec![
+            "mount path \"same\" is repeated or holds another mount path; mount paths must not overlap"
+        ]
     );
 }
 
@@ -167,7 +171,9 @@ fn compute_keys_in_cel() {
         json!({"compute": {"resources": {"limits": {"cpu": "1", "ephemeral-storage": "1Gi"}}}});
     assert_eq!(
         cel_messages(&schema, &execution(spec), None),
-        vec!["only cpu, memory and nvidia.com/gpu may be set"]
+        vec![
+            "\"ephemeral-storage\" is not allowed; only cpu, memory and nvidia.com/gpu may be set"
+        ]
     );
 }
 
@@ -180,14 +186,18 @@ fn reserved_environment_variables_in_cel() {
         spec["environment"] = json!({"overlay": overlay});
         cel_messages(&schema, &execution(spec), None)
     };
-    let reserved = "ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner";
+    let reserved = |name: &str| {
+        format!(
+            "\"{name}\" is reserved: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner"
+        )
+    };
     assert_eq!(
         with_overlay(json!({"secrets": {"AGENT_CONFIG_PATH": "model-keys#openai"}})),
-        vec![reserved]
+        vec![reserved("AGENT_CONFIG_PATH")]
     );
     assert_eq!(
         with_overlay(json!({"env": {"ERRAND_INPUT": "x"}})),
-        vec![reserved]
+        vec![reserved("ERRAND_INPUT")]
     );
     assert_eq!(
         with_overlay(
@@ -197,7 +207,10 @@ fn reserved_environment_variables_in_cel() {
     );
     let object = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "e"},
                         "spec": {"overlay": {"secrets": {"ERRAND_TOKEN": "s#k"}}}});
-    assert_eq!(cel_messages(&environment, &object, None), vec![reserved]);
+    assert_eq!(
+        cel_messages(&environment, &object, None),
+        vec![reserved("ERRAND_TOKEN")]
+    );
 }
 
 #[test]
