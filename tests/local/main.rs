@@ -14,5 +14,6 @@ mod mcp_sdk;
 mod nemo;
 mod notify;
 mod observe;
+mod refusals;
 mod stop;
 mod telemetry;
