@@ -159,3 +159,26 @@ impl ArchiveError {
         )
     }
 }
+
+/// An I/O error in words for a message to the user: a path longer than Linux resolves, a
+/// missing file or a directory named as such, any other error without Rust's `(os error N)`.
+pub fn io_words(error: &io::Error) -> String {
+    if error.raw_os_error() == Some(nix::libc::ENAMETOOLONG) {
+        return format!(
+            "its path on disk is longer than the {} bytes Linux can resolve",
+            rules::MAX_PATH_BYTES
+        );
+    }
+    match error.kind() {
+        io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+        io::ErrorKind::IsADirectory => "is a directory, not a file".to_owned(),
+        io::ErrorKind::NotADirectory => "not a directory".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        io::ErrorKind::InvalidData => "not UTF-8 text".to_owned(),
+        _ => {
+            let text = error.to_string();
+            text.find(" (os error")
+                .map_or(text.clone(), |at| text[..at].to_owned())
+        }
+    }
+}

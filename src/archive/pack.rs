@@ -23,7 +23,7 @@ use super::gzip::{self, CHUNK, Chunker, Closed};
 use super::links::LinkCheck;
 use super::rules;
 use super::unpack::DirView;
-use super::{ArchiveError, ByteStream};
+use super::{ArchiveError, ByteStream, io_words};
 
 /// Left-out entries listed by name; more are only counted.
 const MAX_LISTED_SKIPPED: usize = 1000;
@@ -261,7 +261,7 @@ impl TarWriter<'_> {
             let meta = match fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) => {
-                    self.skip(&name, &path, &io_reason(&e))?;
+                    self.skip(&name, &path, &io_words(&e))?;
                     continue;
                 }
             };
@@ -285,7 +285,7 @@ impl TarWriter<'_> {
                         self.skip(
                             &name,
                             &path,
-                            &format!("listing directory: {}", io_reason(&e)),
+                            &format!("listing directory: {}", io_words(&e)),
                         )?;
                     }
                 }
@@ -304,7 +304,7 @@ impl TarWriter<'_> {
                             self.links.push(name);
                         }
                     }
-                    Err(e) => self.skip(&name, &path, &io_reason(&e))?,
+                    Err(e) => self.skip(&name, &path, &io_words(&e))?,
                 }
             } else {
                 self.skip(&name, &path, special_kind(&meta))?;
@@ -327,7 +327,7 @@ impl TarWriter<'_> {
                 return self.skip(name, path, "changed type while being packed");
             }
             Err(e) => {
-                return self.skip(name, path, &io_reason(&e));
+                return self.skip(name, path, &io_words(&e));
             }
         };
         let size = meta.len();
@@ -453,22 +453,6 @@ impl TarWriter<'_> {
             });
         }
         Ok(())
-    }
-}
-
-/// Why an entry could not be read, in words: a path on disk longer than Linux resolves is
-/// named as such, other errors without their `(os error N)` suffix.
-fn io_reason(error: &io::Error) -> String {
-    if error.raw_os_error() == Some(nix::libc::ENAMETOOLONG) {
-        return format!(
-            "its path on disk is longer than the {} bytes Linux can resolve",
-            rules::MAX_PATH_BYTES
-        );
-    }
-    let text = error.to_string();
-    match text.rfind(" (os error ") {
-        Some(at) => text[..at].to_owned(),
-        None => text,
     }
 }
 

@@ -71,7 +71,7 @@ pub fn read_manifest_file(path: &Path) -> Result<String, ReadManifestError> {
     let shown = path.display().to_string();
     let unreadable = |e: std::io::Error| ReadManifestError::Unreadable {
         path: shown.clone(),
-        message: io_words(&e),
+        message: crate::archive::io_words(&e),
     };
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let mut bytes = Vec::new();
@@ -82,20 +82,6 @@ pub fn read_manifest_file(path: &Path) -> Result<String, ReadManifestError> {
         return Err(ReadManifestError::TooLarge { path: shown });
     }
     String::from_utf8(bytes).map_err(|_| ReadManifestError::NotText { path: shown })
-}
-
-/// An I/O error in words, without Rust's `(os error N)` suffix.
-fn io_words(error: &std::io::Error) -> String {
-    match error.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_owned(),
-        std::io::ErrorKind::IsADirectory => "is a directory, not a file".to_owned(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-        _ => {
-            let text = error.to_string();
-            text.find(" (os error")
-                .map_or(text.clone(), |at| text[..at].to_owned())
-        }
-    }
 }
 
 /// What is wrong with one document of a manifest.

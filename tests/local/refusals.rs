@@ -12,15 +12,21 @@ use crate::support::local::Home;
 const INPUT_CODES: [&str; 3] = ["invalid_argument", "invalid_manifest", "invalid_spec"];
 
 /// What a message about the user's input must never show: the parser's API, its budget's
-/// names, Debug-formatted errors and structs.
-const INTERNALS: [&str; 9] = [
+/// names, Debug-formatted errors (`Os { code: 2, kind: NotFound, .. }`) and structs. (A
+/// message may quote the user's own line, `kind: Agent` included.)
+const INTERNALS: [&str; 14] = [
     "from_str_multiple",
     "budget breached",
     "Nodes {",
     "Documents {",
     "Depth {",
     "Os {",
-    "kind:",
+    "Custom {",
+    "kind: NotFound",
+    "kind: PermissionDenied",
+    "kind: IsADirectory",
+    "kind: InvalidData",
+    "kind: Uncategorized",
     "(os error",
     " { ",
 ];
@@ -96,6 +102,7 @@ fn every_file_a_command_reads_is_refused_as_input_in_the_users_terms() {
                 "--agent-config",
                 file,
             ],
+            vec!["execute", "--agent", &agent, "--env-file", file],
         ];
         for args in commands {
             let message = refused_as_input(&home, &args);
@@ -103,16 +110,31 @@ fn every_file_a_command_reads_is_refused_as_input_in_the_users_terms() {
             // and `--environment` read what is not a file as a name (whether they say why is
             // the file-or-name class of issue 31, item 1).
             let two = file.ends_with("two.yaml");
+            // An env file is lines of KEY=VALUE, whatever its YAML: refused by line.
+            let env_file = args.contains(&"--env-file") && !file.ends_with("folder");
             let named = file.ends_with("folder")
                 && args
                     .iter()
                     .any(|a| *a == "--agent" || *a == "--environment");
             assert!(
-                two || named || message.contains(words),
+                two || named || env_file || message.contains(words),
                 "{args:?}: {message:?} does not say {words:?}"
             );
         }
     }
+    // Standard input from a file takes any bytes, but not a directory.
+    let folder = home.path().join("folder");
+    let message = refused_as_input(
+        &home,
+        &[
+            "execute",
+            "--agent",
+            &agent,
+            "--stdin-file",
+            folder.to_str().unwrap(),
+        ],
+    );
+    assert!(message.contains("is a directory"), "{message}");
     let two = home.path().join("two.yaml");
     let message = refused_as_input(&home, &["execute", "--spec-file", two.to_str().unwrap()]);
     assert!(
