@@ -53,18 +53,24 @@ pub struct AgentEnvironmentSpec {
     pub compute: Compute,
 }
 
+/// The most variables (or secret bindings) one overlay sets. The bound keeps the API server's
+/// estimated cost of the reserved-name rule, whose message names the key, within its budget.
+pub const MAX_OVERLAY_VARIABLES: usize = 1024;
+
 /// What an environment merges into the agent config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentOverlay {
-    /// Plain environment variables, merged into the config's `env`.
+    /// Plain environment variables, merged into the config's `env` (at most 1024).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_OVERLAY_VARIABLES))]
     #[x_kube(validation = reserved_env_rule())]
     pub env: BTreeMap<String, String>,
     /// Secret bindings `ENV_NAME: secret[#key]`: the agent gets the Secret's key as the
     /// environment variable. `key` defaults to `ENV_NAME`. Only references are stored; the
-    /// value is read by the kubelet when the pod starts.
+    /// value is read by the kubelet when the pod starts. At most 1024.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_OVERLAY_VARIABLES))]
     #[x_kube(validation = reserved_env_rule())]
     pub secrets: BTreeMap<String, String>,
     /// MCP settings merged into the config's `mcp` (for example `servers.<name>.url`).
