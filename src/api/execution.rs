@@ -257,7 +257,7 @@ pub struct Workdir {
     /// Filesets (or parts of them) placed at paths inside the workdir; they win over the base.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
-    #[x_kube(validation = Rule::new("self.all(a, self.filter(b, b.mountPath == a.mountPath || b.mountPath.startsWith(a.mountPath + '/')).size() == 1)").message(kube::core::Message::Expression("'mount path \"' + self.filter(a, self.filter(b, b.mountPath == a.mountPath || b.mountPath.startsWith(a.mountPath + '/')).size() != 1)[0].mountPath + '\" is repeated or holds another mount path; mount paths must not overlap'".into())))]
+    #[x_kube(validation = Rule::new("self.all(a, self.filter(b, b.mountPath == a.mountPath || b.mountPath.startsWith(a.mountPath + '/')).size() == 1)").message("mount paths must not overlap"))]
     pub artifact_mounts: Vec<ArtifactMount>,
 }
 
