@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::core::Rule;
+use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -53,18 +53,24 @@ pub struct AgentEnvironmentSpec {
     pub compute: Compute,
 }
 
+/// The most variables (or secret bindings) one overlay sets. The bound keeps the API server's
+/// estimated cost of the reserved-name rule, whose message names the key, within its budget.
+pub const MAX_OVERLAY_VARIABLES: usize = 1024;
+
 /// What an environment merges into the agent config.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnvironmentOverlay {
-    /// Plain environment variables, merged into the config's `env`.
+    /// Plain environment variables, merged into the config's `env` (at most 1024).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_OVERLAY_VARIABLES))]
     #[x_kube(validation = reserved_env_rule())]
     pub env: BTreeMap<String, String>,
     /// Secret bindings `ENV_NAME: secret[#key]`: the agent gets the Secret's key as the
     /// environment variable. `key` defaults to `ENV_NAME`. Only references are stored; the
-    /// value is read by the kubelet when the pod starts.
+    /// value is read by the kubelet when the pod starts. At most 1024.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_OVERLAY_VARIABLES))]
     #[x_kube(validation = reserved_env_rule())]
     pub secrets: BTreeMap<String, String>,
     /// MCP settings merged into the config's `mcp` (for example `servers.<name>.url`).
@@ -93,16 +99,11 @@ fn reserved_env_rule() -> Rule {
         .collect::<Vec<_>>()
         .join(", ");
     let prefix = contract::RESERVED_ENV_PREFIX;
-    Rule::new(format!(
-        "self.all(k, !k.startsWith('{prefix}') && !(k in [{names}]))"
-    ))
-    .message(
-        format!(
-            "{prefix}* and {} are reserved for errand's runner",
-            contract::RESERVED_ENV_NAMES.join(", ")
-        )
-        .as_str(),
-    )
+    let reserved = format!("k.startsWith('{prefix}') || k in [{names}]");
+    Rule::new(format!("self.all(k, !({reserved}))")).message(Message::Expression(format!(
+        "'\"' + self.filter(k, {reserved})[0] + \"\\\" is reserved: {prefix}* and {} are reserved for errand's runner\"",
+        contract::RESERVED_ENV_NAMES.join(", ")
+    )))
 }
 
 fn mcp_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -165,13 +166,13 @@ pub struct ComputeResources {
     /// Upper bounds: `cpu`, `memory`, `nvidia.com/gpu`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 3))]
-    #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    #[x_kube(validation = allowed_keys_rule())]
     #[x_kube(validation = quantities_rule())]
     pub limits: BTreeMap<String, Quantity>,
     /// Guaranteed amounts: `cpu`, `memory`, `nvidia.com/gpu`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 3))]
-    #[x_kube(validation = Rule::new("self.all(k, k in ['cpu', 'memory', 'nvidia.com/gpu'])").message("only cpu, memory and nvidia.com/gpu may be set"))]
+    #[x_kube(validation = allowed_keys_rule())]
     #[x_kube(validation = quantities_rule())]
     pub requests: BTreeMap<String, Quantity>,
 }
@@ -261,8 +262,19 @@ fn toleration_effect_rule() -> Rule {
 /// them int-or-string only, so without it the API server would store `cpu: abc` and the
 /// execution's pod would be refused much later.
 fn quantities_rule() -> Rule {
-    Rule::new("self.all(k, isQuantity(string(self[k])) && !quantity(string(self[k])).isLessThan(quantity('0')))")
-        .message("amounts must be non-negative quantities, such as 500m, 2 or 4Gi")
+    let bad = "!isQuantity(string(self[k])) || quantity(string(self[k])).isLessThan(quantity('0'))";
+    Rule::new(format!("self.all(k, !({bad}))")).message(Message::Expression(format!(
+        "self.filter(k, {bad}).map(k, '\"' + k + '\": \"' + string(self[k]) + '\"')[0] + ' is not a valid amount; amounts must be non-negative quantities, such as 500m, 2 or 4Gi'"
+    )))
+}
+
+/// The CEL rule that allows only the compute keys errand schedules by; its message names the
+/// first key that is not one of them.
+fn allowed_keys_rule() -> Rule {
+    let allowed = quoted(&ALLOWED_COMPUTE_KEYS);
+    Rule::new(format!("self.all(k, k in [{allowed}])")).message(Message::Expression(format!(
+        "'\"' + self.filter(k, !(k in [{allowed}]))[0] + '\" is not allowed; only cpu, memory and nvidia.com/gpu may be set'"
+    )))
 }
 
 /// Observed state of an AgentEnvironment.

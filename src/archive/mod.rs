@@ -56,11 +56,19 @@ pub enum ArchiveError {
     #[error("packing was cancelled")]
     PackingCancelled,
     /// A file would be refused when the archive is staged, so it is refused now.
-    #[error("{path}: {reason}; staging would refuse it")]
+    #[error("{path}: {reason}; staging would refuse it, so nothing was stored")]
     Unstageable {
         /// The file, relative to the directory packed.
         path: String,
         /// What staging would refuse.
+        reason: String,
+    },
+    /// A push cannot pack an entry of the tree, so it refuses the whole tree.
+    #[error("{path}: {reason}; a push stores the whole tree or nothing, so nothing was stored")]
+    Unpackable {
+        /// The entry, relative to the directory packed.
+        path: String,
+        /// Why it cannot be packed.
         reason: String,
     },
     /// An archive entry would be unsafe to extract.
@@ -135,4 +143,42 @@ pub enum ArchiveError {
         /// Why it was rejected.
         reason: &'static str,
     },
+}
+
+impl ArchiveError {
+    /// Whether the error refuses what the user gave (a tree errand cannot take whole, a bad
+    /// path) rather than reports a failure of errand or of the store.
+    pub fn refuses_input(&self) -> bool {
+        matches!(
+            self,
+            ArchiveError::NotADirectory { .. }
+                | ArchiveError::ReadTree { .. }
+                | ArchiveError::Unstageable { .. }
+                | ArchiveError::Unpackable { .. }
+                | ArchiveError::InvalidPath { .. }
+        )
+    }
+}
+
+/// An I/O error in words for a message to the user: a path longer than Linux resolves, a
+/// missing file or a directory named as such, any other error without Rust's `(os error N)`.
+pub fn io_words(error: &io::Error) -> String {
+    if error.raw_os_error() == Some(nix::libc::ENAMETOOLONG) {
+        return format!(
+            "its path on disk is longer than the {} bytes Linux can resolve",
+            rules::MAX_PATH_BYTES
+        );
+    }
+    match error.kind() {
+        io::ErrorKind::NotFound => "no such file or directory".to_owned(),
+        io::ErrorKind::IsADirectory => "is a directory, not a file".to_owned(),
+        io::ErrorKind::NotADirectory => "not a directory".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        io::ErrorKind::InvalidData => "not UTF-8 text".to_owned(),
+        _ => {
+            let text = error.to_string();
+            text.find(" (os error")
+                .map_or(text.clone(), |at| text[..at].to_owned())
+        }
+    }
 }

@@ -23,7 +23,7 @@ use super::gzip::{self, CHUNK, Chunker, Closed};
 use super::links::LinkCheck;
 use super::rules;
 use super::unpack::DirView;
-use super::{ArchiveError, ByteStream};
+use super::{ArchiveError, ByteStream, io_words};
 
 /// Left-out entries listed by name; more are only counted.
 const MAX_LISTED_SKIPPED: usize = 1000;
@@ -72,7 +72,9 @@ pub struct PackOptions {
     /// Stop within one entry or chunk once this fires; the stream then ends with an error.
     pub cancel: CancellationToken,
     /// Refuse, naming the file, what staging would refuse (absolute links, links leading out of
-    /// the tree, paths too long): for a push, whose archive is staged later.
+    /// the tree, paths too long) and anything that would be left out (fifos, sockets, devices,
+    /// unreadable or unreachable entries): for a push, whose archive must hold the whole tree
+    /// because it is staged later.
     pub stageable: bool,
     /// List every path packed in [`PackStats::paths`] (a Fileset's path index).
     pub index: bool,
@@ -217,7 +219,7 @@ impl TarWriter<'_> {
             return Ok(());
         }
         let unstageable = |reason| ArchiveError::Unstageable {
-            path: String::from_utf8_lossy(name).into_owned(),
+            path: rules::shown_path(name),
             reason,
         };
         let parts = rules::archive_components(name).map_err(unstageable)?;
@@ -240,7 +242,7 @@ impl TarWriter<'_> {
             check
                 .check(&parts)
                 .map_err(|reason| ArchiveError::Unstageable {
-                    path: String::from_utf8_lossy(link).into_owned(),
+                    path: rules::shown_path(link),
                     reason,
                 })?;
         }
@@ -259,7 +261,7 @@ impl TarWriter<'_> {
             let meta = match fs::symlink_metadata(&path) {
                 Ok(meta) => meta,
                 Err(e) => {
-                    self.skip(&name, &path, &e.to_string());
+                    self.skip(&name, &path, &io_words(&e))?;
                     continue;
                 }
             };
@@ -279,7 +281,13 @@ impl TarWriter<'_> {
                             stack.push((child_name, path.join(&child)));
                         }
                     }
-                    Err(e) => self.skip(&name, &path, &format!("listing directory: {e}")),
+                    Err(e) => {
+                        self.skip(
+                            &name,
+                            &path,
+                            &format!("listing directory: {}", io_words(&e)),
+                        )?;
+                    }
                 }
             } else if kind.is_file() {
                 self.check_stageable(&name, None)?;
@@ -296,10 +304,10 @@ impl TarWriter<'_> {
                             self.links.push(name);
                         }
                     }
-                    Err(e) => self.skip(&name, &path, &e.to_string()),
+                    Err(e) => self.skip(&name, &path, &io_words(&e))?,
                 }
             } else {
-                self.skip(&name, &path, special_kind(&meta));
+                self.skip(&name, &path, special_kind(&meta))?;
             }
         }
         Ok(())
@@ -316,12 +324,10 @@ impl TarWriter<'_> {
         let (meta, mut file): (Metadata, File) = match opened {
             Ok((meta, file)) if meta.is_file() => (meta, file),
             Ok(_) => {
-                self.skip(name, path, "changed type while being packed");
-                return Ok(());
+                return self.skip(name, path, "changed type while being packed");
             }
             Err(e) => {
-                self.skip(name, path, &e.to_string());
-                return Ok(());
+                return self.skip(name, path, &io_words(&e));
             }
         };
         let size = meta.len();
@@ -429,7 +435,15 @@ impl TarWriter<'_> {
         }
     }
 
-    fn skip(&mut self, name: &[u8], path: &Path, why: &str) {
+    /// Leaves an entry out, or for a stageable archive refuses the whole packing: a push stores
+    /// the whole tree or nothing.
+    fn skip(&mut self, name: &[u8], path: &Path, why: &str) -> Result<(), ArchiveError> {
+        if self.options.stageable {
+            return Err(ArchiveError::Unpackable {
+                path: rules::shown_path(name),
+                reason: why.to_owned(),
+            });
+        }
         tracing::warn!(path = %path.display(), "left out of the archive: {why}");
         self.stats.skipped += 1;
         if self.stats.skipped_entries.len() < MAX_LISTED_SKIPPED {
@@ -438,6 +452,7 @@ impl TarWriter<'_> {
                 reason: why.to_owned(),
             });
         }
+        Ok(())
     }
 }
 

@@ -57,6 +57,24 @@ impl fmt::Display for Limit {
     }
 }
 
+/// Paths longer than this are shown shortened in messages.
+const SHOWN_PATH_BYTES: usize = 160;
+
+/// An archive path for a message: as it is when short, else its start and end around `…`
+/// with its length, so a 4 KiB path does not fill the screen.
+pub fn shown_path(raw: &[u8]) -> String {
+    if raw.len() <= SHOWN_PATH_BYTES {
+        return String::from_utf8_lossy(raw).into_owned();
+    }
+    let half = SHOWN_PATH_BYTES / 2;
+    format!(
+        "{}…{} ({} bytes)",
+        String::from_utf8_lossy(&raw[..half]),
+        String::from_utf8_lossy(&raw[raw.len() - half..]),
+        raw.len()
+    )
+}
+
 /// The components of an archive path; refuses absolute paths, `..`, and paths or names longer
 /// than Linux accepts.
 pub fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {

@@ -5,6 +5,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::api::tags::check_tags;
+use crate::archive::io_words;
 use crate::ops::execute::RunInputs;
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::env_name;
@@ -134,13 +135,23 @@ fn read_bounded(reader: impl Read, max: u64, what: &str) -> Result<Vec<u8>, Erro
     reader
         .take(max.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(|e| Error::new(ErrorCode::IoError, format!("reading {what}: {e}")))?;
+        .map_err(|e| match e.kind() {
+            // A path that is not a readable file is the caller's input.
+            std::io::ErrorKind::IsADirectory => {
+                Error::argument(format!("{what}: {}", io_words(&e)))
+            }
+            _ => Error::new(
+                ErrorCode::IoError,
+                format!("reading {what}: {}", io_words(&e)),
+            ),
+        })?;
     check_size(bytes, max, what)
 }
 
 fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, Error> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| Error::argument(format!("--stdin-file {}: {e}", path.display())))?;
+    let file = std::fs::File::open(path).map_err(|e| {
+        Error::argument(format!("--stdin-file {}: {}", path.display(), io_words(&e)))
+    })?;
     read_bounded(file, max, &format!("--stdin-file {}", path.display()))
 }
 
@@ -156,7 +167,7 @@ fn parse_env_pair(pair: &str) -> Result<(String, String), String> {
 /// The variables of an env file, each problem naming the file and line.
 fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Error> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::argument(format!("--env-file {}: {e}", path.display())))?;
+        .map_err(|e| Error::argument(format!("--env-file {}: {}", path.display(), io_words(&e))))?;
     parse_env_file(&text)
         .map_err(|e| Error::argument(format!("--env-file {}: {e}", path.display())))
 }

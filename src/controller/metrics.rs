@@ -342,7 +342,7 @@ impl Metrics {
             let phase = status.and_then(|s| s.phase);
             self.executions
                 .get_or_create(&PhaseLabels {
-                    phase: phase.map_or("None", phase_label).to_owned(),
+                    phase: phase.map_or("None", Phase::as_str).to_owned(),
                 })
                 .inc();
             let queued = status
@@ -356,18 +356,5 @@ impl Metrics {
             }
         }
         self.longest_starting.set(longest_starting);
-    }
-}
-
-fn phase_label(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Created => "Created",
-        Phase::Pending => "Pending",
-        Phase::Queued => "Queued",
-        Phase::Starting => "Starting",
-        Phase::Running => "Running",
-        Phase::Succeeded => "Succeeded",
-        Phase::Failed => "Failed",
-        Phase::Cancelled => "Cancelled",
     }
 }

@@ -14,7 +14,7 @@ use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtension, AgentExtensionSpec,
     AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
-use crate::resolve::{Catalog, ImageRun, RerunSource, object_name};
+use crate::resolve::{Catalog, ImageRun, RerunSource, namespace_name, object_name};
 
 /// The kinds of object the local catalog keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,7 +223,7 @@ impl LocalCatalog {
         let name = metadata_name.ok_or(CatalogError::NoName { kind: kind.kind() })?;
         object_name(&name).map_err(bad_name("metadata.name"))?;
         let namespace = namespace.unwrap_or_else(|| default_namespace.to_owned());
-        object_name(&namespace).map_err(bad_name("metadata.namespace"))?;
+        namespace_name(&namespace).map_err(bad_name("metadata.namespace"))?;
         let content = match manifest {
             ManifestObject::Agent(agent) => serde_json::to_value(&agent.spec),
             ManifestObject::Environment(environment) => serde_json::to_value(&environment.spec),

@@ -71,7 +71,7 @@ pub fn read_manifest_file(path: &Path) -> Result<String, ReadManifestError> {
     let shown = path.display().to_string();
     let unreadable = |e: std::io::Error| ReadManifestError::Unreadable {
         path: shown.clone(),
-        message: e.to_string(),
+        message: crate::archive::io_words(&e),
     };
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let mut bytes = Vec::new();
@@ -144,8 +144,8 @@ pub enum ManifestError {
     /// Larger than a manifest may be.
     #[error(transparent)]
     TooLarge(ReadManifestError),
-    /// Not a YAML (or JSON) stream.
-    #[error("{manifest}: not valid YAML: {message}")]
+    /// Not a YAML (or JSON) stream errand reads; the message says why.
+    #[error("{manifest}: {message}")]
     NotYaml { manifest: String, message: String },
     /// One document (numbered from 1) is not an object errand applies, or breaks its schema.
     #[error("{manifest}: document {number}: {error}")]
@@ -164,12 +164,94 @@ pub fn manifest_documents(text: &str, source: &str) -> Result<Vec<Value>, Manife
             path: source.to_owned(),
         }));
     }
-    let documents: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| ManifestError::NotYaml {
-            manifest: source.to_owned(),
-            message: e.to_string(),
-        })?;
+    yaml_documents(text).map_err(|message| ManifestError::NotYaml {
+        manifest: source.to_owned(),
+        message,
+    })
+}
+
+/// The most documents one manifest or spec file may hold; a file of 3 MiB of small objects
+/// stays below it.
+pub const MAX_MANIFEST_DOCUMENTS: usize = 10_000;
+/// The most values (mappings, sequences and scalars, aliases expanded) one file may hold.
+pub const MAX_MANIFEST_VALUES: usize = 250_000;
+/// The deepest one file may nest mappings and sequences.
+pub const MAX_MANIFEST_DEPTH: usize = 64;
+
+/// How errand parses a user's YAML: the parser's guards against hostile input, at the limits
+/// the docs name.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = MAX_MANIFEST_DOCUMENTS;
+    budget.max_nodes = MAX_MANIFEST_VALUES;
+    budget.max_depth = MAX_MANIFEST_DEPTH;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
+/// The documents of YAML (or JSON) `text`, empty ones left out; or why they cannot be read, in
+/// the user's terms (never the parser's own names for its limits).
+pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, yaml_options())
+        .map_err(|e| yaml_reason(&e))?;
     Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
+}
+
+/// The one document of YAML (or JSON) `text`, given with `flag` (`--spec-file`), which takes a
+/// single one: null when the text holds none.
+pub fn yaml_document(text: &str, flag: &str) -> Result<Value, String> {
+    let mut documents = yaml_documents(text)?;
+    match documents.len() {
+        0 => Ok(Value::Null),
+        1 => Ok(documents.remove(0)),
+        n => Err(format!(
+            "holds {n} YAML documents; {flag} takes one (apply several objects with `errand apply -f`)"
+        )),
+    }
+}
+
+/// Why the parser refused a text, in words: a limit named with its number and what to do, a
+/// syntax error with its line and column, no source excerpt.
+fn yaml_reason(error: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error;
+    use serde_saphyr::budget::BudgetBreach;
+    let mut inner = error;
+    while let Error::WithSnippet { error, .. } | Error::AliasError { error, .. } = inner {
+        inner = error;
+    }
+    let Error::Budget { breach, .. } = inner else {
+        let text = inner.to_string();
+        let text = text.strip_prefix("error: ").unwrap_or(&text);
+        return format!("not valid YAML: {text}");
+    };
+    match breach {
+        BudgetBreach::Documents { .. } => format!(
+            "holds more than {MAX_MANIFEST_DOCUMENTS} YAML documents; errand reads at most \
+             {MAX_MANIFEST_DOCUMENTS} per file: split it"
+        ),
+        BudgetBreach::Nodes { .. } => format!(
+            "holds more than {MAX_MANIFEST_VALUES} values (mappings, sequences and scalars, \
+             aliases expanded); errand reads at most {MAX_MANIFEST_VALUES} per file: split it"
+        ),
+        BudgetBreach::Depth { .. } => format!(
+            "nests mappings and sequences more than {MAX_MANIFEST_DEPTH} levels deep, the most \
+             errand reads"
+        ),
+        BudgetBreach::Aliases { .. }
+        | BudgetBreach::Anchors { .. }
+        | BudgetBreach::AliasAnchorRatio { .. }
+        | BudgetBreach::MergeKeys { .. }
+        | BudgetBreach::RecordedAnchorEvents { .. }
+        | BudgetBreach::RecordedAnchorBytes { .. } => {
+            "expands more YAML aliases, anchors or merge keys than errand allows; write the \
+             values out"
+                .to_owned()
+        }
+        _ => "is more YAML than errand reads in one file (too many events or too much text); \
+              split it"
+            .to_owned(),
+    }
 }
 
 /// Reads one document as the object it declares, checked against its schema.

@@ -32,7 +32,7 @@ pub struct BackendConfig {
 /// to act locally instead.
 pub async fn connect(config: &BackendConfig) -> Result<Box<dyn Backend>, Error> {
     if let Some(namespace) = &config.namespace {
-        crate::resolve::object_name(namespace)
+        crate::resolve::namespace_name(namespace)
             .map_err(|e| Error::argument(format!("--namespace: {e}")))?;
     }
     if config.local {

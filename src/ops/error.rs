@@ -196,6 +196,26 @@ impl Error {
         }
     }
 
+    /// Packing the directory `dir` for a push failed: a tree errand cannot take whole is a bad
+    /// argument, naming the directory and the entry.
+    pub fn packing(dir: &std::path::Path, error: crate::archive::ArchiveError) -> Self {
+        let code = if error.refuses_input() {
+            ErrorCode::InvalidArgument
+        } else {
+            ErrorCode::StoreError
+        };
+        Self::new(code, format!("{}: {error}", dir.display()))
+    }
+
+    /// Pushing the directory `dir` to a store failed: a packing refusal as [`Error::packing`],
+    /// anything else as the store's failure.
+    pub fn pushing(dir: &std::path::Path, error: StoreError) -> Self {
+        match error {
+            StoreError::Archive(error) => Self::packing(dir, error),
+            error => Self::from(error),
+        }
+    }
+
     /// The process exit code of this failure.
     pub fn exit_code(&self) -> i32 {
         self.code.exit_code()
@@ -215,7 +235,12 @@ impl From<InvalidSpec> for Error {
 
 impl From<StoreError> for Error {
     fn from(error: StoreError) -> Self {
-        Self::new(ErrorCode::StoreError, error.to_string())
+        match error {
+            StoreError::Archive(error) if error.refuses_input() => {
+                Self::new(ErrorCode::InvalidArgument, error.to_string())
+            }
+            error => Self::new(ErrorCode::StoreError, error.to_string()),
+        }
     }
 }
 

@@ -619,15 +619,7 @@ impl Backend for Local {
         let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
-            .map_err(Error::from)?;
-        for skipped in &pushed.skipped {
-            eprintln!(
-                "warning: {} left out of the Fileset: {}: {}",
-                dir.display(),
-                skipped.path,
-                skipped.reason
-            );
-        }
+            .map_err(|e| Error::pushing(dir, e))?;
         let name = name.map_or_else(
             || format!("workdir-{}", &pushed.digest[..12]),
             str::to_owned,

@@ -11,8 +11,9 @@ use super::{Error, ErrorCode};
 use crate::api::{AgentEnvironmentSpec, AgentExecutionSpec, Reference, Workdir};
 use crate::local::{
     DocumentError, ManifestObject, ObjectKind, parse_document, parse_manifests, read_manifest_file,
+    yaml_document,
 };
-use crate::resolve::{InvalidSpec, dns_subdomain, parse_spec, workspace_name};
+use crate::resolve::{InvalidSpec, object_name, parse_spec, workspace_name};
 
 /// What the command line says of the spec: each field overrides the same field of `spec` or
 /// `spec_file`.
@@ -53,12 +54,13 @@ fn base_spec(
         (None, Some(path)) => (read_text(path, "--spec-file")?, path.display().to_string()),
         (None, None) => return Ok((AgentExecutionSpec::default(), None)),
     };
-    let value: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-        Error::new(
-            ErrorCode::InvalidManifest,
-            format!("{source}: not valid YAML or JSON: {e}"),
-        )
-    })?;
+    let flag = if args.spec.is_some() {
+        "--spec"
+    } else {
+        "--spec-file"
+    };
+    let value = yaml_document(&text, flag)
+        .map_err(|reason| Error::new(ErrorCode::InvalidManifest, format!("{source}: {reason}")))?;
     if value.get("kind").is_some() {
         return match parse_document(value) {
             Ok(ManifestObject::Execution(execution)) => {
@@ -157,7 +159,7 @@ fn not_a_name(value: &str, manifest_extension: bool) -> Option<String> {
         ));
     }
     let name = value.split_once('/').map_or(value, |(_, name)| name);
-    dns_subdomain(name).err()
+    object_name(name).err()
 }
 
 /// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is an

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::problems::Problem;
 use super::quantity::parse_quantity;
-use super::rules::{alphanumeric_ends, one_of};
+use super::rules::{alphanumeric_ends, object_name, one_of};
 use crate::api::{
     ALLOWED_COMPUTE_KEYS, Compute, ComputeResources, GPU, OVERCOMMITTABLE_COMPUTE_KEYS,
     TAINT_EFFECTS, TOLERATION_OPERATORS,
@@ -18,8 +18,6 @@ use crate::api::{
 
 /// Longest label value, and longest name part of a label key.
 const LABEL_NAME_MAX: usize = 63;
-/// Longest DNS subdomain (a label key's prefix, a class name).
-const DNS_SUBDOMAIN_MAX: usize = 253;
 
 /// Checks the compute section at `field` (for example `spec.environment.compute`).
 pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
@@ -47,20 +45,20 @@ pub fn compute(compute: &Compute, field: &str) -> Vec<Problem> {
         ("runtimeClassName", &compute.runtime_class_name),
     ] {
         if let Some(class) = class
-            && let Err(message) = dns_subdomain(class)
+            && let Err(message) = object_name(class)
         {
             problems.push(Problem::new(format!("{field}.{name}"), message));
         }
     }
     for (index, secret) in compute.image_pull_secrets.iter().enumerate() {
-        if let Err(message) = dns_subdomain(secret) {
+        if let Err(message) = object_name(secret) {
             problems.push(Problem::new(
                 format!("{field}.imagePullSecrets[{index}]"),
                 message,
             ));
         }
     }
-    if let Some(Err(message)) = compute.service_account_name.as_deref().map(dns_subdomain) {
+    if let Some(Err(message)) = compute.service_account_name.as_deref().map(object_name) {
         problems.push(Problem::new(format!("{field}.serviceAccountName"), message));
     }
     problems
@@ -199,7 +197,7 @@ pub fn label_key(key: &str) -> Result<(), String> {
              {LABEL_NAME_MAX} letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
         )
     };
-    if name.is_empty() || !label_name(name) || prefix.is_some_and(|p| dns_subdomain(p).is_err()) {
+    if name.is_empty() || !label_name(name) || prefix.is_some_and(|p| object_name(p).is_err()) {
         return Err(bad());
     }
     Ok(())
@@ -223,24 +221,6 @@ fn label_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// A DNS-1123 subdomain: dot-separated labels of lowercase letters, digits and `-`, each
-/// starting and ending with a letter or digit, at most 253 characters in all.
-pub fn dns_subdomain(name: &str) -> Result<(), String> {
-    let label_ok = |label: &str| {
-        alphanumeric_ends(label)
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    if name.is_empty() || name.len() > DNS_SUBDOMAIN_MAX || !name.split('.').all(label_ok) {
-        return Err(format!(
-            "{name:?} is not a valid DNS subdomain (lowercase letters, digits, '-' and '.', each \
-             dot-separated part starting and ending with a letter or digit, at most {DNS_SUBDOMAIN_MAX} characters)"
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -403,9 +383,9 @@ mod tests {
         };
         let found = messages(&compute);
         assert_eq!(found.len(), 1);
-        assert!(found[0].starts_with("spec.environment.compute.priorityClassName: \"Batch_High\" is not a valid DNS subdomain"));
-        assert!(dns_subdomain("a..b").is_err());
-        assert!(dns_subdomain("system-cluster-critical").is_ok());
+        assert!(found[0].starts_with("spec.environment.compute.priorityClassName: \"Batch_High\" is not a valid name (a DNS-1123 subdomain"));
+        assert!(object_name("a..b").is_err());
+        assert!(object_name("system-cluster-critical").is_ok());
     }
 
     #[test]

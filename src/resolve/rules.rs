@@ -65,14 +65,48 @@ pub fn alphanumeric_ends(name: &str) -> bool {
         && name.as_bytes().last().is_some_and(alphanumeric)
 }
 
-/// Checks a Kubernetes object name (DNS-1123 subdomain).
+/// Longest DNS-1123 subdomain: an object name, a class or Secret name, a label key's prefix.
+pub const DNS_SUBDOMAIN_MAX: usize = 253;
+/// Longest DNS-1123 label: a namespace name, a label value.
+pub const DNS_LABEL_MAX: usize = 63;
+
+/// Whether `label` is a DNS-1123 label of at most `max` characters: lowercase letters, digits
+/// and `-`, starting and ending with a letter or digit.
+fn is_dns_label(label: &str, max: usize) -> bool {
+    label.len() <= max
+        && alphanumeric_ends(label)
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// Checks a Kubernetes object name as the API server does for every errand kind, a Secret, a
+/// class or a ServiceAccount: a DNS-1123 subdomain, dot-separated DNS labels, at most 253
+/// characters (so `a..b`, `a.-b` and `a-.b` are refused). The one check of this name kind;
+/// every entry point (apply, push, `--name`, references) calls it.
 pub fn object_name(name: &str) -> Result<(), String> {
-    let valid_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
-    if name.is_empty() || name.len() > 253 || !valid_chars || !alphanumeric_ends(name) {
+    if name.is_empty()
+        || name.len() > DNS_SUBDOMAIN_MAX
+        || !name
+            .split('.')
+            .all(|label| is_dns_label(label, DNS_SUBDOMAIN_MAX))
+    {
         return Err(format!(
-            "{name:?} is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+            "{name:?} is not a valid name (a DNS-1123 subdomain: lowercase letters, digits, '-' \
+             and '.', each dot-separated part starting and ending with a letter or digit, at \
+             most {DNS_SUBDOMAIN_MAX} characters)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a namespace (workspace) name as the API server does: a DNS-1123 label, at most 63
+/// characters, no dots. The one check of this name kind.
+pub fn namespace_name(name: &str) -> Result<(), String> {
+    if !is_dns_label(name, DNS_LABEL_MAX) {
+        return Err(format!(
+            "{name:?} is not a valid namespace (a DNS-1123 label: lowercase letters, digits and \
+             '-', starting and ending with a letter or digit, at most {DNS_LABEL_MAX} characters)"
         ));
     }
     Ok(())
@@ -176,7 +210,7 @@ mod tests {
         assert!(object_name("calc-1.v2").is_ok());
         assert_eq!(
             object_name("Calc_1").unwrap_err(),
-            "\"Calc_1\" is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+            "\"Calc_1\" is not a valid name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit, at most 253 characters)"
         );
         assert!(object_name("").is_err());
         assert!(object_name("-a").is_err());

@@ -728,8 +728,8 @@ mod tests {
         assert_eq!(
             messages(check_object(Resource::AgentEnvironment, &environment)),
             [
-                "spec.compute.resources.limits: only cpu, memory and nvidia.com/gpu may be set",
-                "spec.overlay.env: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner",
+                "spec.compute.resources.limits: \"ephemeral-storage\" is not allowed; only cpu, memory and nvidia.com/gpu may be set",
+                "spec.overlay.env: \"ERRAND_X\" is reserved: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner",
             ]
         );
         let amounts = |limits: Value| {
@@ -741,12 +741,15 @@ mod tests {
             amounts(json!({"cpu": 2, "memory": "1e3", "nvidia.com/gpu": "1"})),
             Vec::<String>::new()
         );
-        for bad in [json!({"cpu": "abc"}), json!({"memory": "-1Gi"})] {
+        for (bad, named) in [
+            (json!({"cpu": "abc"}), r#""cpu": "abc""#),
+            (json!({"memory": "-1Gi"}), r#""memory": "-1Gi""#),
+        ] {
             assert_eq!(
                 amounts(bad),
-                [
-                    "spec.compute.resources.limits: amounts must be non-negative quantities, such as 500m, 2 or 4Gi"
-                ]
+                [format!(
+                    "spec.compute.resources.limits: {named} is not a valid amount; amounts must be non-negative quantities, such as 500m, 2 or 4Gi"
+                )]
             );
         }
         let float = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",

@@ -88,7 +88,7 @@ fn bad_agent_name() {
     spec.agent_ref = Some(Reference::named("Calc_1"));
     assert_eq!(
         only_problem(&spec),
-        "spec.agentRef.name: \"Calc_1\" is not a valid name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"
+        "spec.agentRef.name: \"Calc_1\" is not a valid name (a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit, at most 253 characters)"
     );
 }
 
@@ -462,7 +462,7 @@ fn pull_secret_and_service_account_names_are_checked() {
     assert_eq!(problems.len(), 2, "{problems:?}");
     assert!(
         problems[0].starts_with(
-            "AgentEnvironment \"prod\" spec.compute.imagePullSecrets[1]: \"Bad_Name\" is not a valid DNS subdomain"
+            "AgentEnvironment \"prod\" spec.compute.imagePullSecrets[1]: \"Bad_Name\" is not a valid name (a DNS-1123 subdomain"
         ),
         "{problems:?}"
     );

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, keys, upload_token};
-use crate::archive::{self, PackOptions, PathIndex, SkippedEntry};
+use crate::archive::{self, PackOptions, PathIndex};
 
 /// The largest path index read back (compressed, a few hundred bytes per thousand paths).
 const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
@@ -26,9 +26,6 @@ pub struct PushedFileset {
     pub size: u64,
     /// Regular files in the tree.
     pub file_count: u64,
-    /// Entries left out (fifos, sockets, unreadable files).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skipped: Vec<SkippedEntry>,
     /// Whether this push stored the blob (false when the same content was there already), so
     /// that a command failing afterwards knows whether the blob is its own to remove.
     pub created: bool,
@@ -40,8 +37,9 @@ impl Store {
     /// The digest is only known once the last byte is packed, so the blob streams to a
     /// temporary key first and is moved into place after its path index is written; pushing an
     /// unchanged tree again yields the same key, because packing is deterministic. An entry
-    /// staging would refuse (an absolute link, a link leading out) fails the push, naming the
-    /// file, and nothing is left in the store.
+    /// staging would refuse (an absolute link, a link leading out) or packing would leave out (a
+    /// fifo, an unreadable file) fails the push, naming the file, and nothing is left in the
+    /// store.
     pub async fn push_fileset(
         &self,
         namespace: &str,
@@ -81,7 +79,6 @@ impl Store {
             digest: info.sha256,
             size: info.size,
             file_count: stats.files,
-            skipped: stats.skipped_entries,
             created,
         })
     }

@@ -229,28 +229,19 @@ pub fn extension_result(execution: &ExecutionId, name: &str) -> Result<String, K
     Ok(format!("{}{name}", results_prefix(execution)?))
 }
 
-/// A Kubernetes object name or namespace: DNS-1123 subdomain characters, at most 253.
+/// A Kubernetes object name or namespace, checked by the one object-name rule (a namespace is
+/// a stricter DNS label, checked where it is given).
 fn check_name(what: &'static str, value: &str) -> Result<(), KeyError> {
-    let invalid = |reason| KeyError::InvalidSegment {
-        what,
-        value: value.to_owned(),
-        reason,
-    };
-    if value.is_empty() || value.len() > 253 {
-        return Err(invalid("must be 1 to 253 characters"));
-    }
-    if !value
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-    {
-        return Err(invalid("only a-z, 0-9, '-' and '.' are allowed"));
-    }
-    if !value.as_bytes()[0].is_ascii_alphanumeric()
-        || !value.as_bytes()[value.len() - 1].is_ascii_alphanumeric()
-    {
-        return Err(invalid("must start and end with a letter or digit"));
-    }
-    Ok(())
+    crate::resolve::object_name(value).map_err(|reason| {
+        tracing::debug!(%reason, "refused a store key segment");
+        KeyError::InvalidSegment {
+            what,
+            value: value.to_owned(),
+            reason: "must be a DNS-1123 subdomain: lowercase letters, digits, '-' and '.', each \
+                     dot-separated part starting and ending with a letter or digit, at most 253 \
+                     characters",
+        }
+    })
 }
 
 /// A Kubernetes uid (a UUID); locally generated ids use the same alphabet.

@@ -421,14 +421,14 @@ fn every_admission_rejection_is_a_clear_error_and_creates_nothing() {
                 json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}}),
             )),
             // The CRD's CEL rules refuse first, as the API server does before the webhook.
-            "spec.environment.compute.resources.limits: only cpu, memory and nvidia.com/gpu may be set",
+            "spec.environment.compute.resources.limits: \"ephemeral-storage\" is not allowed; only cpu, memory and nvidia.com/gpu may be set",
         ),
         (
             spec(environment(
                 json!({"secrets": {"AGENT_CONFIG_PATH": "model-keys#openai"}}),
                 json!({}),
             )),
-            "spec.environment.overlay.secrets: ERRAND_* and AGENT_CONFIG_PATH are reserved",
+            "spec.environment.overlay.secrets: \"AGENT_CONFIG_PATH\" is reserved: ERRAND_* and AGENT_CONFIG_PATH are reserved",
         ),
         (
             spec(
@@ -737,7 +737,9 @@ fn quantities_are_read_as_kubernetes_reads_them() {
     let (code, _, message) = refusal(&home, &["execute", "--spec", &bad.to_string()]);
     assert_eq!(code, 2);
     assert!(
-        message.contains("amounts must be non-negative quantities"),
+        message.contains(
+            "\"cpu\": \"abc\" is not a valid amount; amounts must be non-negative quantities"
+        ),
         "{message}"
     );
 }
@@ -786,15 +788,15 @@ fn apply_refuses_what_the_cluster_crds_refuse_with_their_messages() {
     let cases = [
         (
             environment("{compute: {resources: {limits: {ephemeral-storage: 1Gi}}}}"),
-            "spec.compute.resources.limits: only cpu, memory and nvidia.com/gpu may be set",
+            "spec.compute.resources.limits: \"ephemeral-storage\" is not allowed; only cpu, memory and nvidia.com/gpu may be set",
         ),
         (
             environment("{compute: {resources: {requests: {cpu: abc}}}}"),
-            "spec.compute.resources.requests: amounts must be non-negative quantities, such as 500m, 2 or 4Gi",
+            "spec.compute.resources.requests: \"cpu\": \"abc\" is not a valid amount; amounts must be non-negative quantities, such as 500m, 2 or 4Gi",
         ),
         (
             environment("{overlay: {env: {ERRAND_INPUT: x}}}"),
-            "spec.overlay.env: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner",
+            "spec.overlay.env: \"ERRAND_INPUT\" is reserved: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner",
         ),
         (
             "apiVersion: errand.dev/v1alpha1\nkind: Agent\nmetadata: {name: a}\n\

@@ -298,7 +298,7 @@ fn tags_select_executions_in_list_and_ps_and_tag_set_replaces_them() {
         ),
         (
             &["list", "--state", "done"],
-            "invalid value 'done' for '--state <PHASE>': \"done\" is not a phase: pending, queued, starting, running, succeeded, failed, cancelled or active",
+            "invalid value 'done' for '--state <PHASE>': \"done\" is not a phase: created, pending, queued, starting, running, succeeded, failed, cancelled or active",
         ),
         (
             &["tag", "set", "a", "x..y"],

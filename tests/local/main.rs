@@ -16,6 +16,7 @@ mod nemo;
 mod notify;
 mod observe;
 mod quick_start;
+mod refusals;
 mod schedule;
 mod stop;
 mod telemetry;

@@ -597,7 +597,7 @@ fn skipped_special_files_are_warned_about_and_listed_in_the_manifest() {
         json!([{"result": "output_workdir", "path": "pipe", "reason": "a fifo (named pipe) cannot be packed"}])
     );
 
-    // A push warns too.
+    // A push stores the whole tree or nothing: it refuses the fifo instead of leaving it out.
     let dir = home.path().join("with-fifo");
     std::fs::create_dir_all(&dir).unwrap();
     let made = Command::new("mkfifo")
@@ -605,12 +605,13 @@ fn skipped_special_files_are_warned_about_and_listed_in_the_manifest() {
         .status()
         .unwrap();
     assert!(made.success());
-    let output = home.run(&["filesets", "push", "withfifo", dir.to_str().unwrap()]);
-    assert!(output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (code, answer, _) = home.push("withfifo", &dir);
+    assert_eq!(code, 2, "{answer}");
+    assert_eq!(answer["error"]["code"], "invalid_argument", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
     assert!(
-        stderr.contains("warning:") && stderr.contains("pipe: a fifo"),
-        "{stderr}"
+        message.contains("pipe: a fifo") && message.contains("nothing was stored"),
+        "{message}"
     );
 }
 

@@ -167,7 +167,9 @@ fn compute_keys_in_cel() {
         json!({"compute": {"resources": {"limits": {"cpu": "1", "ephemeral-storage": "1Gi"}}}});
     assert_eq!(
         cel_messages(&schema, &execution(spec), None),
-        vec!["only cpu, memory and nvidia.com/gpu may be set"]
+        vec![
+            "\"ephemeral-storage\" is not allowed; only cpu, memory and nvidia.com/gpu may be set"
+        ]
     );
 }
 
@@ -180,14 +182,18 @@ fn reserved_environment_variables_in_cel() {
         spec["environment"] = json!({"overlay": overlay});
         cel_messages(&schema, &execution(spec), None)
     };
-    let reserved = "ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner";
+    let reserved = |name: &str| {
+        format!(
+            "\"{name}\" is reserved: ERRAND_* and AGENT_CONFIG_PATH are reserved for errand's runner"
+        )
+    };
     assert_eq!(
         with_overlay(json!({"secrets": {"AGENT_CONFIG_PATH": "model-keys#openai"}})),
-        vec![reserved]
+        vec![reserved("AGENT_CONFIG_PATH")]
     );
     assert_eq!(
         with_overlay(json!({"env": {"ERRAND_INPUT": "x"}})),
-        vec![reserved]
+        vec![reserved("ERRAND_INPUT")]
     );
     assert_eq!(
         with_overlay(
@@ -197,7 +203,10 @@ fn reserved_environment_variables_in_cel() {
     );
     let object = json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "e"},
                         "spec": {"overlay": {"secrets": {"ERRAND_TOKEN": "s#k"}}}});
-    assert_eq!(cel_messages(&environment, &object, None), vec![reserved]);
+    assert_eq!(
+        cel_messages(&environment, &object, None),
+        vec![reserved("ERRAND_TOKEN")]
+    );
 }
 
 #[test]

@@ -283,9 +283,10 @@ fn crd_page(crd: &CustomResourceDefinition) -> (String, String) {
 fn render_rules(page: &mut String, schema: &JSONSchemaProps, indent: &str) {
     for rule in schema.x_kubernetes_validations.iter().flatten() {
         // The message says what the rule holds; the CEL itself is in the CRD.
-        let text = match rule.message.as_deref() {
-            Some(message) => inline(&format!("rule: {message}")),
-            None => inline(&format!("rule: `{}`", rule.rule.replace('`', "'"))),
+        let text = match (rule.message.as_deref(), rule.message_expression.as_deref()) {
+            (Some(message), _) => inline(&format!("rule: {message}")),
+            (None, Some(expression)) => inline(&format!("rule: {}", expression_text(expression))),
+            (None, None) => inline(&format!("rule: `{}`", rule.rule.replace('`', "'"))),
         };
         writeln!(
             page,
@@ -294,6 +295,57 @@ fn render_rules(page: &mut String, schema: &JSONSchemaProps, indent: &str) {
         )
         .unwrap();
     }
+}
+
+/// A CEL `messageExpression` as words: its string literals as they are, each computed part
+/// (the key or value it names) as `…`.
+fn expression_text(expression: &str) -> String {
+    let mut parts = vec![String::new()];
+    let (mut depth, mut quote, mut escaped) = (0usize, None, false);
+    for c in expression.chars() {
+        let part = parts.last_mut().unwrap();
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                    continue;
+                } else if c == q {
+                    quote = None;
+                }
+                part.push(c);
+            }
+            None => match c {
+                '\'' | '"' => {
+                    quote = Some(c);
+                    part.push(c);
+                }
+                '(' | '[' => {
+                    depth += 1;
+                    part.push(c);
+                }
+                ')' | ']' => {
+                    depth -= 1;
+                    part.push(c);
+                }
+                '+' if depth == 0 => parts.push(String::new()),
+                _ => part.push(c),
+            },
+        }
+    }
+    let mut text = String::new();
+    for part in parts.iter().map(|p| p.trim()) {
+        let literal = part.len() >= 2
+            && (part.starts_with('\'') && part.ends_with('\'')
+                || part.starts_with('"') && part.ends_with('"'));
+        if literal {
+            text.push_str(&part[1..part.len() - 1]);
+        } else {
+            text.push('…');
+        }
+    }
+    text
 }
 
 fn schema_type(schema: &JSONSchemaProps) -> String {

@@ -16,22 +16,13 @@ const ACTIVE: [Phase; 4] = [
     Phase::Starting,
     Phase::Running,
 ];
-/// Every phase, by its name in `--state`.
-const PHASES: [Phase; 7] = [
-    Phase::Pending,
-    Phase::Queued,
-    Phase::Starting,
-    Phase::Running,
-    Phase::Succeeded,
-    Phase::Failed,
-    Phase::Cancelled,
-];
 
 /// Flags of `errand list` (and, without `--state`, of `errand ps`).
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
-    /// Only executions in this phase (`pending`, `queued`, `starting`, `running`, `succeeded`,
-    /// `failed`, `cancelled`, or `active` for the first four); repeatable, any of them.
+    /// Only executions in this phase (`created`, `pending`, `queued`, `starting`, `running`,
+    /// `succeeded`, `failed`, `cancelled`, in any case, or `active` for pending to running);
+    /// repeatable, any of them.
     #[arg(long = "state", value_name = "PHASE", value_parser = parse_state)]
     pub states: Vec<Vec<Phase>>,
     /// Only executions with this tag, or with a tag under `PREFIX` for `PREFIX.*`; repeatable,
@@ -49,13 +40,13 @@ fn parse_state(value: &str) -> Result<Vec<Phase>, String> {
     if value.eq_ignore_ascii_case("active") {
         return Ok(ACTIVE.to_vec());
     }
-    PHASES
-        .into_iter()
-        .find(|p| format!("{p:?}").eq_ignore_ascii_case(value))
-        .map(|p| vec![p])
-        .ok_or_else(|| {
-            format!("{value:?} is not a phase: pending, queued, starting, running, succeeded, failed, cancelled or active")
-        })
+    Phase::parse(value).map(|p| vec![p]).ok_or_else(|| {
+        let names: Vec<String> = Phase::ALL
+            .iter()
+            .map(|p| p.as_str().to_lowercase())
+            .collect();
+        format!("{value:?} is not a phase: {} or active", names.join(", "))
+    })
 }
 
 /// The newest `limit` of `records` (all without a limit), oldest first.
@@ -157,7 +148,7 @@ mod tests {
         assert_eq!(parse_state("active").unwrap(), ACTIVE);
         assert_eq!(
             parse_state("done").unwrap_err(),
-            "\"done\" is not a phase: pending, queued, starting, running, succeeded, failed, cancelled or active"
+            "\"done\" is not a phase: created, pending, queued, starting, running, succeeded, failed, cancelled or active"
         );
     }
 }

@@ -123,12 +123,8 @@ impl CatalogArgs {
 pub(super) fn agent_from_config(name: &str, file: &Path) -> Result<Document, Error> {
     let text = read_manifest_file(file).map_err(|e| Error::manifest_file("--agent-config", e))?;
     let source = format!("--agent-config {}", file.display());
-    let config: serde_json::Value = serde_saphyr::from_str(&text).map_err(|e| {
-        Error::new(
-            ErrorCode::InvalidManifest,
-            format!("{source}: not valid YAML or JSON: {e}"),
-        )
-    })?;
+    let config = crate::local::yaml_document(&text, "--agent-config")
+        .map_err(|reason| Error::new(ErrorCode::InvalidManifest, format!("{source}: {reason}")))?;
     if config.get("kind").is_some() || config.get("apiVersion").is_some() {
         return Err(Error::new(
             ErrorCode::InvalidManifest,

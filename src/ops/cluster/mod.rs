@@ -236,17 +236,15 @@ impl Cluster {
     /// Streams `dir` packed to the data API as Fileset `name`'s content, which the server
     /// checks, stores and records in the Fileset's status.
     async fn push_through_api(&self, name: &str, dir: &Path) -> Result<FilesetStatus, Error> {
-        let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
+        let packing = pack_dir(dir, push_options()).map_err(|e| Error::packing(dir, e))?;
         let answer = self.data.push(name, packing.stream).await;
         // A packing failure reaches the server as a broken body: report its cause.
-        let stats = packing
+        packing
             .done
             .wait()
             .await
-            .map_err(|e| archive_error(dir, e))?;
-        let content = answer?;
-        warn_skipped(dir, &stats.skipped_entries);
-        Ok(content.content)
+            .map_err(|e| Error::packing(dir, e))?;
+        Ok(answer?.content)
     }
 
     /// An operator's push straight into the cluster's store (`--store`), recorded in the
@@ -260,8 +258,7 @@ impl Cluster {
         let pushed = store
             .push_fileset(&self.namespace, dir)
             .await
-            .map_err(Error::from)?;
-        warn_skipped(dir, &pushed.skipped);
+            .map_err(|e| Error::pushing(dir, e))?;
         let status = FilesetStatus {
             digest: Some(format!("sha256:{}", pushed.digest)),
             size: Some(pushed.size),
@@ -739,29 +736,11 @@ fn push_options() -> PackOptions {
     }
 }
 
-fn archive_error(dir: &Path, error: crate::archive::ArchiveError) -> Error {
-    Error::new(
-        ErrorCode::InvalidArgument,
-        format!("{}: {error}", dir.display()),
-    )
-}
-
-fn warn_skipped(dir: &Path, skipped: &[crate::archive::SkippedEntry]) {
-    for entry in skipped {
-        eprintln!(
-            "warning: {} left out of the Fileset: {}: {}",
-            dir.display(),
-            entry.path,
-            entry.reason
-        );
-    }
-}
-
 /// The sha256 of `dir` packed, which names a workdir pushed without a name: packing is
 /// deterministic, so the same tree always gets the same Fileset.
 async fn content_digest(dir: &Path) -> Result<String, Error> {
     use sha2::Digest;
-    let packing = pack_dir(dir, push_options()).map_err(|e| archive_error(dir, e))?;
+    let packing = pack_dir(dir, push_options()).map_err(|e| Error::packing(dir, e))?;
     let mut hasher = sha2::Sha256::new();
     let mut stream = packing.stream;
     while let Some(chunk) = stream.next().await {
@@ -773,7 +752,7 @@ async fn content_digest(dir: &Path) -> Result<String, Error> {
         .done
         .wait()
         .await
-        .map_err(|e| archive_error(dir, e))?;
+        .map_err(|e| Error::packing(dir, e))?;
     Ok(hex::encode(hasher.finalize()))
 }
 
