@@ -33,7 +33,7 @@ async fn the_official_mcp_python_sdk_runs_an_agent_on_the_cluster_with_either_cl
         assert_eq!(answer["server"], "errand", "{client}: {answer}");
         assert_eq!(
             answer["tools"].as_array().map(Vec::len),
-            Some(8),
+            Some(11),
             "{answer}"
         );
         let calls = answer["calls"].as_array().unwrap();

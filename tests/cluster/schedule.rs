@@ -392,3 +392,57 @@ async fn the_cli_creates_triggers_suspends_and_deletes_a_schedule_the_controller
     .await;
     harness.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_at_the_scheduled_second_makes_no_second_run() {
+    let Some(mut harness) = Harness::start("schedule-kill", Mode::WithoutPods).await else {
+        return;
+    };
+    harness
+        .create_agent("stays", cluster::BUSYBOX_IMAGE, "sleep 600")
+        .await;
+    // Created well inside a minute, so the next minute is its first due time.
+    if jiff::Timestamp::now().as_second() % 60 > 45 {
+        until(now_minute() + 1, 1).await;
+    }
+    harness
+        .create(every_minute("due", "stays", json!({})))
+        .await;
+    // Killed as the minute turns, while it creates the run or writes its status, and back at
+    // once: the run it created (or the one it creates now) is the only one for that minute.
+    let minute = now_minute() + 1;
+    until(minute, 0).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    harness.kill_controller().await;
+    harness.start_controller().await;
+    let runs = wait_for("the run of the minute", Duration::from_secs(30), || async {
+        let runs = runs_of(&harness, "due").await;
+        (!runs.is_empty()).then_some(runs)
+    })
+    .await;
+    wait_for(
+        "lastScheduleTime at that minute",
+        Duration::from_secs(30),
+        || async {
+            let schedule = harness.api::<AgentSchedule>().get("due").await.unwrap();
+            let last = schedule.status?.last_schedule_time?.0;
+            (last.as_second() == minute * 60).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let runs_after = runs_of(&harness, "due").await;
+    let seen = minutes(&runs_after);
+    assert_eq!(
+        seen.iter().filter(|m| **m == minute).count(),
+        1,
+        "one run for the minute the controller was killed in: {seen:?} (first seen {:?})",
+        minutes(&runs)
+    );
+    assert!(
+        seen.iter().all(|m| (minute..=now_minute()).contains(m)),
+        "no run for another time: {seen:?}"
+    );
+    assert_named_for_their_minutes("due", &runs_after);
+    harness.finish().await;
+}
