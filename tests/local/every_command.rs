@@ -470,7 +470,7 @@ fn every_file_or_name_flag_says_which_it_took_and_why_not_the_other() {
         (
             "Calculator",
             "invalid_argument",
-            "no such file, and it is not {kind} name (\"Calculator\" is not a valid DNS subdomain",
+            "no such file, and it is not {kind} name (\"Calculator\" is not a valid name (a DNS-1123 subdomain",
         ),
         (
             "examples/calculator",
