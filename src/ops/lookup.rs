@@ -122,6 +122,20 @@ fn deployment_wanted(namespace: &str) -> Wanted {
     )
 }
 
+/// `error` unchanged unless it is `not_found`; then the names `existing` gives (read only
+/// then) are listed with it.
+async fn listing_missing(
+    wanted: Wanted,
+    name: &str,
+    error: Error,
+    existing: impl std::future::Future<Output = Result<Vec<String>, Error>>,
+) -> Error {
+    if error.code != ErrorCode::NotFound {
+        return error;
+    }
+    wanted.listing(error, name, existing.await)
+}
+
 /// `error`, from an operation on deployment `name`, listing the deployments of `namespace` when
 /// it is `not_found`.
 pub async fn missing_deployment(
@@ -130,15 +144,11 @@ pub async fn missing_deployment(
     name: &str,
     error: Error,
 ) -> Error {
-    if error.code != ErrorCode::NotFound {
-        return error;
-    }
-    let existing = deployments.deployments().await.map(|all| {
-        all.into_iter()
-            .filter_map(|d| d.metadata.name)
-            .collect::<Vec<_>>()
-    });
-    deployment_wanted(namespace).listing(error, name, existing)
+    listing_missing(deployment_wanted(namespace), name, error, async {
+        let all = deployments.deployments().await?;
+        Ok(all.into_iter().filter_map(|d| d.metadata.name).collect())
+    })
+    .await
 }
 
 /// The deployment `name` of `namespace`; when there is none, a `not_found` listing those there are.
@@ -161,21 +171,20 @@ pub async fn missing_schedule(
     name: &str,
     error: Error,
 ) -> Error {
-    if error.code != ErrorCode::NotFound {
-        return error;
-    }
-    let existing = schedules.schedules().await.map(|all| {
-        all.into_iter()
-            .filter_map(|s| s.schedule.metadata.name)
-            .collect::<Vec<_>>()
-    });
-    Wanted::new(
+    let wanted = Wanted::new(
         "AgentSchedule",
         "AgentSchedules",
         format!("namespace {namespace:?}"),
         "create one with `errand schedule create NAME --cron EXPR --agent AGENT`",
-    )
-    .listing(error, name, existing)
+    );
+    listing_missing(wanted, name, error, async {
+        let all = schedules.schedules().await?;
+        Ok(all
+            .into_iter()
+            .filter_map(|s| s.schedule.metadata.name)
+            .collect())
+    })
+    .await
 }
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.

@@ -15,9 +15,10 @@ use crate::ops::execute::{CreateOptions, ExecutionRequest};
 use crate::ops::lookup::find;
 use crate::ops::request::{SpecFlags, request};
 
-/// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
-#[derive(Debug, clap::Args)]
-pub struct ExecuteArgs {
+/// The spec flags `execute`, `create` and `schedule create` share; each overrides the same
+/// field of `--spec`/`--spec-file`.
+#[derive(Debug, Default, clap::Args)]
+pub struct SpecArgs {
     /// The agent: the name of an applied Agent (`NAME` or `NAMESPACE/NAME`, which must be the
     /// target namespace), or a manifest file holding one (run inline).
     #[arg(long)]
@@ -47,6 +48,30 @@ pub struct ExecuteArgs {
     /// A file holding the spec in either shape (or an AgentExecution manifest), YAML or JSON.
     #[arg(long)]
     pub spec_file: Option<PathBuf>,
+}
+
+impl SpecArgs {
+    /// What these flags say of the spec (no name, no notification).
+    pub fn flags(&self) -> SpecFlags {
+        SpecFlags {
+            agent: self.agent.clone(),
+            input: self.input.clone(),
+            environment: self.environment.clone(),
+            base_workdir: self.base_workdir.clone(),
+            timeout_seconds: self.timeout_seconds,
+            auto_telemetry: self.auto_telemetry,
+            spec: self.spec.clone(),
+            spec_file: self.spec_file.clone(),
+            ..SpecFlags::default()
+        }
+    }
+}
+
+/// Flags of `errand execute`. Flags override the same fields of `--spec`/`--spec-file`.
+#[derive(Debug, clap::Args)]
+pub struct ExecuteArgs {
+    #[command(flatten)]
+    pub spec_args: SpecArgs,
     /// Name of the execution; generated from the agent's name when not given.
     #[arg(long)]
     pub name: Option<String>,
@@ -94,16 +119,9 @@ impl ExecuteArgs {
     /// What the flags say of the spec.
     fn spec_flags(&self) -> SpecFlags {
         SpecFlags {
-            agent: self.agent.clone(),
-            input: self.input.clone(),
-            environment: self.environment.clone(),
-            base_workdir: self.base_workdir.clone(),
-            timeout_seconds: self.timeout_seconds,
-            auto_telemetry: self.auto_telemetry,
-            spec: self.spec.clone(),
-            spec_file: self.spec_file.clone(),
             name: self.name.clone(),
             notify: self.notify.change(),
+            ..self.spec_args.flags()
         }
     }
 
@@ -113,7 +131,7 @@ impl ExecuteArgs {
     async fn request(&self, backend: &dyn Backend) -> Result<ExecutionRequest, Error> {
         let inputs = read_inputs(&self.inputs, piped_stdin)?;
         let request = request(&self.spec_flags(), inputs, backend).await?;
-        if let Some(warning) = missing_input(self.input.is_some(), &request) {
+        if let Some(warning) = missing_input(self.spec_args.input.is_some(), &request) {
             eprintln!("{warning}");
         }
         Ok(request)

@@ -36,14 +36,10 @@ impl RerunArgs {
     /// from the named execution's snapshot.
     fn into_execute(self, execution: &str) -> ExecuteArgs {
         ExecuteArgs {
-            agent: None,
-            input: None,
-            environment: None,
-            base_workdir: None,
-            timeout_seconds: None,
-            auto_telemetry: false,
-            spec: Some(json!({"rerunOf": {"name": execution}}).to_string()),
-            spec_file: None,
+            spec_args: super::execute::SpecArgs {
+                spec: Some(json!({"rerunOf": {"name": execution}}).to_string()),
+                ..Default::default()
+            },
             name: self.name,
             no_wait: self.no_wait,
             until: None,

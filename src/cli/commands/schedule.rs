@@ -1,18 +1,16 @@
 //! `errand schedule create|list|get|suspend|resume|trigger|delete`: AgentSchedules, run by the controller on a cluster and by a detached supervisor per schedule on this machine.
 
-use std::path::PathBuf;
-
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::api::{AgentSchedule, ConcurrencyPolicy, MAX_TIMEOUT_SECONDS};
+use crate::api::{AgentSchedule, ConcurrencyPolicy};
 use crate::cli::answers::{DeletedObject, ExecutionView};
 use crate::cli::output::{OutputArgs, print_ok};
 use crate::ops::backend::{Backend, ScheduleEntry};
 use crate::ops::execute::RunInputs;
 use crate::ops::lookup::missing_schedule;
-use crate::ops::request::{SpecFlags, request};
+use crate::ops::request::request;
 use crate::ops::{Error, backend::undo_push};
 
 /// `errand schedule create NAME --cron EXPR ...`: the schedule's timing, then the spec of
@@ -44,32 +42,9 @@ pub struct CreateArgs {
     /// Failed and cancelled executions kept.
     #[arg(long)]
     pub failed_history_limit: Option<i32>,
-    /// The agent: the name of an applied Agent, or a manifest file holding one (inline).
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// The input given to the agent on every run.
-    #[arg(long)]
-    pub input: Option<String>,
-    /// The environment: the name of an applied AgentEnvironment, or a manifest file.
-    #[arg(long)]
-    pub environment: Option<String>,
-    /// The base working directory: a Fileset (`name[#path/]`), or a local directory pushed
-    /// as a Fileset first.
-    #[arg(long = "workdir.base-workdir", value_name = "FILESET|DIR")]
-    pub base_workdir: Option<String>,
-    /// Seconds each run's agent may run, at most 604800 (7 days).
-    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=MAX_TIMEOUT_SECONDS))]
-    pub timeout_seconds: Option<i64>,
-    /// Turn on the agent's telemetry export.
-    #[arg(long)]
-    pub auto_telemetry: bool,
-    /// The executions' spec as JSON (an AgentExecution spec, the NeMo job spec, or an
-    /// AgentExecution); the flags above override its fields.
-    #[arg(long, conflicts_with = "spec_file")]
-    pub spec: Option<String>,
-    /// A file holding that spec, YAML or JSON.
-    #[arg(long)]
-    pub spec_file: Option<PathBuf>,
+    /// The spec of the executions it creates, as `execute` takes it.
+    #[command(flatten)]
+    pub spec_args: super::execute::SpecArgs,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -316,17 +291,7 @@ impl ScheduleAction {
 /// Builds the schedule the flags describe and creates it; a refused one leaves nothing behind,
 /// not even the workdir its flags pushed.
 async fn create(args: &CreateArgs, backend: &dyn Backend) -> Result<ScheduleEntry, Error> {
-    let flags = SpecFlags {
-        agent: args.agent.clone(),
-        input: args.input.clone(),
-        environment: args.environment.clone(),
-        base_workdir: args.base_workdir.clone(),
-        timeout_seconds: args.timeout_seconds,
-        auto_telemetry: args.auto_telemetry,
-        spec: args.spec.clone(),
-        spec_file: args.spec_file.clone(),
-        ..SpecFlags::default()
-    };
+    let flags = args.spec_args.flags();
     let template = request(&flags, RunInputs::default(), backend).await?;
     let mut spec = json!({
         "schedule": args.cron,
