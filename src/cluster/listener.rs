@@ -1,21 +1,27 @@
-//! The one accept loop of every errand server (admission webhook, data API, gateway, the controller's HTTP endpoint): the limits each holds to under abuse, a TLS handshake timeout, a header-read timeout, and a cap on the connections served at once.
+//! The one accept loop of every errand server (admission webhook, data API, gateway, the controller's HTTP endpoint): the limits each holds to under abuse, a TLS handshake timeout, a header-read timeout, a body idle timeout, and a cap on the connections served at once.
 //!
 //! Exceeding a limit never costs memory without bound: a client that sends its request head
 //! too slowly (slowloris) or idles between requests is cut off after
-//! [`ServerLimits::header_read_timeout`] (the connection is closed); a TLS
+//! [`ServerLimits::header_read_timeout`] (the connection is closed); one that sends its head
+//! and then stops sending the body it announced gets a body read error after
+//! [`ServerLimits::body_idle_timeout`] without a byte (each server answers it as a cut-off
+//! body, and the connection is closed); a TLS
 //! handshake that does not finish within [`ServerLimits::handshake_timeout`] is dropped; past
 //! [`ServerLimits::max_connections`] a new connection gets `503 Service Unavailable` with
 //! `Retry-After` (a few of them at once; beyond, it is closed). Body sizes are each server's:
 //! its route knows what a body may be.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::{Service, service_fn};
 use hyper::{Request, Response, StatusCode};
@@ -35,6 +41,9 @@ pub struct ServerLimits {
     pub header_read_timeout: Duration,
     /// How long a TLS handshake may take.
     pub handshake_timeout: Duration,
+    /// How long a request body may go without a byte arriving (a body that trickles in stays;
+    /// one that stops is cut off).
+    pub body_idle_timeout: Duration,
     /// Connections served at once; more get 503.
     pub max_connections: usize,
 }
@@ -44,6 +53,7 @@ impl ServerLimits {
     pub const DEFAULT: ServerLimits = ServerLimits {
         header_read_timeout: Duration::from_secs(10),
         handshake_timeout: Duration::from_secs(10),
+        body_idle_timeout: Duration::from_secs(30),
         max_connections: 512,
     };
 }
@@ -81,7 +91,7 @@ pub async fn serve<M, S, B>(
     make: M,
 ) where
     M: Fn(Peer) -> S + Send + Sync + 'static,
-    S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S: Service<Request<RequestBody>, Response = Response<B>> + Send + Sync + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B: hyper::body::Body + Send + 'static,
@@ -130,9 +140,13 @@ pub async fn serve<M, S, B>(
             else {
                 return;
             };
-            let service = make(Peer {
+            let service = Arc::new(make(Peer {
                 address,
                 certificate,
+            }));
+            let idle = limits.body_idle_timeout;
+            let service = service_fn(move |request: Request<Incoming>| {
+                service.call(request.map(|body| RequestBody::new(body, idle)))
             });
             if let Err(e) = builder(limits)
                 .serve_connection(TokioIo::new(io), service)
@@ -142,6 +156,69 @@ pub async fn serve<M, S, B>(
             }
             drop(slot);
         });
+    }
+}
+
+/// A request's body as every errand server reads it: an error once no byte has come for the
+/// limits' body idle timeout.
+#[derive(Debug)]
+pub struct RequestBody {
+    inner: Incoming,
+    idle: Duration,
+    /// When the current wait for a frame times out; `None` when not waiting.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl RequestBody {
+    fn new(inner: Incoming, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: None,
+        }
+    }
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// No byte came for this long.
+    #[error("the request body stopped: nothing arrived for {0:?}")]
+    Idle(Duration),
+    /// The connection failed.
+    #[error(transparent)]
+    Connection(#[from] hyper::Error),
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            this.deadline = None;
+            return Poll::Ready(frame.map(|frame| frame.map_err(BodyError::from)));
+        }
+        let idle = this.idle;
+        let deadline = this
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Idle(idle)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -1,11 +1,11 @@
 //! The data API's HTTPS endpoint: TLS with the shared serving certificate and an optional client certificate checked against the front-proxy CA, HTTP/1.1, one [`DataApi::handle`] per request.
 
-use crate::cluster::listener::{self, ServerLimits};
+use crate::cluster::listener::{self, RequestBody, ServerLimits};
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use hyper::Request;
-use hyper::body::Incoming;
+
 use hyper::service::service_fn;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -45,7 +45,7 @@ pub async fn serve(
             .and_then(common_name)
             .map(Arc::from);
         let api = Arc::clone(&api);
-        service_fn(move |request: Request<Incoming>| {
+        service_fn(move |request: Request<RequestBody>| {
             let api = Arc::clone(&api);
             let name = name.clone();
             async move { Ok::<_, Infallible>(api.handle(request, name.as_deref()).await) }

@@ -1,6 +1,6 @@
 //! The gateway's HTTP(S) endpoint: authorizes each request, picks a ready pod of the deployment it names and passes the request on, streaming the answer back; chat turns go through the session store.
 
-use crate::cluster::listener::{self, ServerLimits};
+use crate::cluster::listener::{self, RequestBody, ServerLimits};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use kube::ResourceExt;
@@ -109,7 +109,7 @@ fn refused(refusal: &Refusal) -> Response<Body> {
         .expect("a refusal is a valid response")
 }
 
-fn bearer(request: &Request<Incoming>) -> Option<String> {
+fn bearer(request: &Request<RequestBody>) -> Option<String> {
     let value = request.headers().get("authorization")?.to_str().ok()?;
     let token = value
         .strip_prefix("Bearer ")
@@ -119,14 +119,14 @@ fn bearer(request: &Request<Incoming>) -> Option<String> {
 
 impl Gateway {
     /// Answers one request.
-    pub async fn answer(&self, request: Request<Incoming>) -> Response<Body> {
+    pub async fn answer(&self, request: Request<RequestBody>) -> Response<Body> {
         match self.serve(request).await {
             Ok(response) => response,
             Err(refusal) => refused(&refusal),
         }
     }
 
-    async fn serve(&self, request: Request<Incoming>) -> Result<Response<Body>, Refusal> {
+    async fn serve(&self, request: Request<RequestBody>) -> Result<Response<Body>, Refusal> {
         let route = route::route(request.method(), request.uri().path()).map_err(|e| match e {
             NoRoute::NotFound => Refusal::new(
                 404,
@@ -392,7 +392,7 @@ pub async fn serve(
 ) {
     listener::serve(listener, acceptor, limits, "gateway", move |_| {
         let gateway = Arc::clone(&gateway);
-        service_fn(move |request: Request<Incoming>| {
+        service_fn(move |request: Request<RequestBody>| {
             let gateway = Arc::clone(&gateway);
             async move { Ok::<_, Infallible>(gateway.answer(request).await) }
         })

@@ -197,10 +197,16 @@ impl BlobEndpoint {
         let max = self.max_put_bytes;
         let over = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let seen = std::sync::Arc::clone(&over);
+        // The client's body broke off (a connection error, or it stopped sending).
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cut_seen = std::sync::Arc::clone(&cut);
         let mut read = 0u64;
         let bytes = BodyStream::new(body)
             .try_filter_map(|frame| std::future::ready(Ok(frame.into_data().ok())))
-            .map_err(io::Error::other)
+            .map_err(move |e| {
+                cut_seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                io::Error::other(e)
+            })
             .and_then(move |chunk: Bytes| {
                 read = read.saturating_add(chunk.len() as u64);
                 let result = if read > max {
@@ -226,6 +232,10 @@ impl BlobEndpoint {
                 text(StatusCode::CONFLICT, "results are write-once\n")
             }
             Err(_) if over.load(std::sync::atomic::Ordering::SeqCst) => self.too_large(),
+            Err(_) if cut.load(std::sync::atomic::Ordering::SeqCst) => text(
+                StatusCode::BAD_REQUEST,
+                "the upload stopped or was cut off before its end; nothing is kept\n",
+            ),
             Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         }
     }

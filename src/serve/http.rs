@@ -1,11 +1,10 @@
 //! The process's small HTTP server: `/healthz`, `/readyz`, `/metrics`, the grant endpoint pods ask for their signed URLs and, for `file://` stores, the signed-URL blob endpoint.
 
-use crate::cluster::listener::{self, ServerLimits};
+use crate::cluster::listener::{self, RequestBody, ServerLimits};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
@@ -30,7 +29,7 @@ pub struct Probes {
 }
 
 /// Answers one request.
-pub async fn route(probes: &Probes, request: Request<Incoming>) -> Response<ResponseBody> {
+pub async fn route(probes: &Probes, request: Request<RequestBody>) -> Response<ResponseBody> {
     let path = request.uri().path();
     if path == GRANTS_ENDPOINT
         && let Some(grants) = &probes.grants
@@ -67,7 +66,7 @@ fn probe(probes: &Probes, path: &str) -> Response<ResponseBody> {
 pub async fn serve(listener: TcpListener, limits: ServerLimits, probes: Probes) {
     listener::serve(listener, None, limits, "controller HTTP", move |_| {
         let probes = probes.clone();
-        service_fn(move |request: Request<Incoming>| {
+        service_fn(move |request: Request<RequestBody>| {
             let probes = probes.clone();
             async move { Ok::<_, Infallible>(route(&probes, request).await) }
         })

@@ -1,13 +1,13 @@
 //! The webhook's HTTPS endpoint: reads an AdmissionReview, resolves a create against the live objects, answers with the verdict.
 
-use crate::cluster::listener::{self, ServerLimits};
+use crate::cluster::listener::{self, RequestBody, ServerLimits};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use hyper::body::Bytes;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use kube::Client;
@@ -189,7 +189,7 @@ pub fn caller(path: &str, token: Option<&str>) -> Caller {
 }
 
 /// Answers one HTTP request.
-async fn route(admission: &Admission, request: Request<Incoming>) -> Response<Body> {
+async fn route(admission: &Admission, request: Request<RequestBody>) -> Response<Body> {
     match caller(request.uri().path(), admission.path_token.as_deref()) {
         Caller::ApiServer => {}
         Caller::Unauthenticated => {
@@ -226,7 +226,7 @@ pub async fn serve(
 ) {
     listener::serve(listener, Some(acceptor), limits, "webhook", move |_| {
         let admission = Arc::clone(&admission);
-        service_fn(move |request: Request<Incoming>| {
+        service_fn(move |request: Request<RequestBody>| {
             let admission = Arc::clone(&admission);
             async move { Ok::<_, Infallible>(route(&admission, request).await) }
         })

@@ -60,6 +60,7 @@ impl Directory for Nowhere {
 const LIMITS: ServerLimits = ServerLimits {
     header_read_timeout: Duration::from_millis(500),
     handshake_timeout: Duration::from_millis(500),
+    body_idle_timeout: Duration::from_millis(500),
     max_connections: 64,
 };
 

@@ -221,6 +221,11 @@ pub struct ServerLimitArgs {
     #[arg(long, env = "ERRAND_TLS_HANDSHAKE_TIMEOUT_SECONDS", default_value_t = ServerLimits::DEFAULT.handshake_timeout.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub tls_handshake_timeout_seconds: u64,
+    /// Seconds a request body may go without a byte arriving; a body that stops is cut off
+    /// (the request fails and the connection is closed).
+    #[arg(long, env = "ERRAND_BODY_IDLE_TIMEOUT_SECONDS", default_value_t = ServerLimits::DEFAULT.body_idle_timeout.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub body_idle_timeout_seconds: u64,
     /// Connections each server serves at once; more get 503 with Retry-After.
     #[arg(long, env = "ERRAND_MAX_CONNECTIONS", default_value_t = ServerLimits::DEFAULT.max_connections as u64,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -232,6 +237,7 @@ impl ServerLimitArgs {
         ServerLimits {
             header_read_timeout: std::time::Duration::from_secs(self.header_read_timeout_seconds),
             handshake_timeout: std::time::Duration::from_secs(self.tls_handshake_timeout_seconds),
+            body_idle_timeout: std::time::Duration::from_secs(self.body_idle_timeout_seconds),
             max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
         }
     }
