@@ -128,6 +128,9 @@ fn the_values_schema_refuses_bad_values() {
         "controller.extraction.maxBytes=0",
         "controller.extraction.maxEntries=lots",
         "controller.maxGrantLifetimeSeconds=-1",
+        "controller.serverLimits.headerReadTimeoutSeconds=0",
+        "controller.serverLimits.maxConnections=0",
+        "controller.serverLimits.maxResultBytes=lots",
         "runtimes.deepagents.image=runner:1",
         "monitoring.serviceMonitor.interval=soon",
         "monitoring.prometheusRule.severity=page",
@@ -270,6 +273,29 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         "--max-extract-entries=1000000",
     ] {
         assert!(args.contains(&arg), "{arg} not in {args:?}");
+    }
+    // The chart's server limits are the binary's defaults, whole.
+    let limits = errand::cluster::listener::ServerLimits::DEFAULT;
+    for arg in [
+        format!(
+            "--header-read-timeout-seconds={}",
+            limits.header_read_timeout.as_secs()
+        ),
+        format!(
+            "--tls-handshake-timeout-seconds={}",
+            limits.handshake_timeout.as_secs()
+        ),
+        format!(
+            "--body-idle-timeout-seconds={}",
+            limits.body_idle_timeout.as_secs()
+        ),
+        format!("--max-connections={}", limits.max_connections),
+        format!(
+            "--max-result-bytes={}",
+            errand::serve::blobs::DEFAULT_MAX_PUT_BYTES
+        ),
+    ] {
+        assert!(args.contains(&arg.as_str()), "{arg} not in {args:?}");
     }
     assert_eq!(
         of_kind(&objects, "Lease")[0]["metadata"]["name"],
