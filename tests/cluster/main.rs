@@ -21,6 +21,7 @@ mod network_policy;
 mod node_loss;
 mod notify;
 mod schedule;
+mod server_abuse;
 mod smoke;
 mod telemetry;
 mod tenant_isolation;

@@ -1,11 +1,14 @@
-//! Completion webhooks on the real test cluster: an execution created with `errand execute --notify-webhook URL --notify-webhook-secret NAME:KEY` is delivered by the controller, as a signed CloudEvent, to a receiver on the pod bridge (retried after a 500), the delivery is recorded in `status.notify.webhook`, and the signing key appears nowhere but in its Secret; a bad URL is refused by the API server and a missing signing Secret fails the execution as `InvalidSpec`, each naming the field.
+//! Completion webhooks on the real test cluster: an execution created with `errand execute --notify-webhook URL --notify-webhook-secret NAME:KEY` is delivered by the controller, as a signed CloudEvent, to a receiver on the pod bridge (retried after a 500), the delivery is recorded in `status.notify.webhook`, and the signing key appears nowhere but in its Secret; a bad URL is refused by the API server and a missing signing Secret fails the execution as `InvalidSpec`, each naming the field; with the default outbound policy, webhooks to loopback (a "metadata" listener), link-local, a pod's IP and a Service's IP are refused before any connection, recorded as `refused-by-policy` naming no address, and nothing reaches the targets.
 
 use std::time::Duration;
 
 use crate::support::cluster;
-use crate::support::harness::{Harness, Mode};
+use crate::support::errand::wait_for;
+use crate::support::harness::{Harness, Mode, RUN_WAIT};
+use crate::support::netpol::busybox_pod;
 use crate::support::webhook_receiver::Receiver;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 
 use errand::api::contract::Reason;
@@ -13,6 +16,20 @@ use errand::api::{AgentExecution, DeliveryState, Phase};
 
 /// The signing key, as the Secret holds it.
 const KEY: &str = "webhook-signing-key-3b1f9c";
+
+/// The signing Secret `hook` (key `signing`) and the Agent `quick`, which echoes and ends.
+async fn create_signing_secret_and_agent(harness: &Harness) {
+    harness
+        .create(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "hook"},
+            "stringData": {"signing": KEY},
+        }))
+        .await;
+    harness
+        .create_agent("quick", cluster::BUSYBOX_IMAGE, "echo 96")
+        .await;
+}
 
 fn delivery_state(execution: &AgentExecution) -> Option<DeliveryState> {
     Some(
@@ -37,16 +54,7 @@ async fn a_finished_run_is_delivered_signed_to_its_webhook_and_recorded_in_statu
         return;
     };
     let receiver = Receiver::start(cluster::POD_GATEWAY, &[500, 204]).await;
-    harness
-        .create(json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "hook"},
-            "stringData": {"signing": KEY},
-        }))
-        .await;
-    harness
-        .create_agent("quick", cluster::BUSYBOX_IMAGE, "echo 96")
-        .await;
+    create_signing_secret_and_agent(&harness).await;
     let url = receiver.url("/hooks/errand");
     let (code, answer) = harness.cli(&[
         "execute",
@@ -203,5 +211,100 @@ async fn a_bad_webhook_is_refused_naming_the_field() {
         "{message}"
     );
     assert!(harness.has_no_children().await);
+    harness.finish().await;
+}
+
+/// A pod that prints every connection it gets to its log (so a test sees whether anything
+/// reached it), listening on `port`; its IP once it runs.
+async fn start_listening_pod(harness: &Harness, name: &str, port: u16) -> String {
+    let script = format!("while true; do nc -l -p {port}; sleep 1; done");
+    let pods = harness.api::<Pod>();
+    pods.create(
+        &PostParams::default(),
+        &busybox_pod(name, &[("app", name)], &script),
+    )
+    .await
+    .expect("creating the listening pod");
+    wait_for("the listening pod to run", RUN_WAIT, || async {
+        let status = pods.get(name).await.ok()?.status?;
+        (status.phase.as_deref() == Some("Running"))
+            .then_some(status.pod_ip)
+            .flatten()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_to_internal_addresses_are_refused_naming_no_address() {
+    // The controller's default outbound policy: nothing allowed beyond the public internet.
+    let Some(harness) = Harness::start("notify-ssrf", Mode::WithPods).await else {
+        return;
+    };
+    let metadata = Receiver::start("127.0.0.1", &[200]).await;
+    let pod_ip = start_listening_pod(&harness, "internal", 8080).await;
+    harness
+        .create(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "internal"},
+            "spec": {"selector": {"app": "internal"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        }))
+        .await;
+    let service: Service = harness.api().get("internal").await.unwrap();
+    let service_ip = service.spec.unwrap().cluster_ip.unwrap();
+    create_signing_secret_and_agent(&harness).await;
+    let targets = [
+        ("loopback", metadata.url("/latest/meta-data/iam")),
+        (
+            "link-local",
+            "http://169.254.169.254/latest/meta-data/iam".to_owned(),
+        ),
+        ("pod-ip", format!("http://{pod_ip}:8080/quitquitquit")),
+        ("service-ip", format!("http://{service_ip}/quitquitquit")),
+    ];
+    for (name, url) in &targets {
+        harness
+            .create_execution(
+                name,
+                "quick",
+                json!({"notify": {"webhook": {"url": url,
+                    "signingSecretRef": {"name": "hook", "key": "signing"}}}}),
+            )
+            .await;
+    }
+    for (name, url) in &targets {
+        let execution = harness
+            .wait_for_execution(name, "its webhook given up", |e| {
+                delivery_state(e).is_some_and(|s| s != DeliveryState::Pending)
+            })
+            .await;
+        let status = execution.status.as_ref().unwrap();
+        assert_eq!(status.phase, Some(Phase::Succeeded), "{name}");
+        let delivery = status.notify.as_ref().unwrap().webhook.as_ref().unwrap();
+        assert_eq!(
+            delivery.state,
+            DeliveryState::Failed,
+            "{name}: {delivery:?}"
+        );
+        assert_eq!(delivery.attempts, 1, "{name}: not retried: {delivery:?}");
+        assert_eq!(delivery.last_status_code, None, "{name}");
+        let error = delivery.last_error.as_deref().unwrap_or_default();
+        assert!(error.starts_with("refused-by-policy: "), "{name}: {error}");
+        let host = url::Url::parse(url).unwrap();
+        let host = host.host_str().unwrap();
+        let status_text = serde_json::to_string(status).unwrap();
+        for detail in [host, "os error", "127.0.0.1", "169.254"] {
+            assert!(
+                !status_text.contains(detail),
+                "{name}: the status names {detail:?}: {status_text}"
+            );
+        }
+    }
+    assert_eq!(metadata.received().len(), 0, "nothing reached loopback");
+    let reached =
+        cluster::pod_logs(&harness.client, harness.namespace.name(), "internal", None).await;
+    assert!(
+        !reached.contains("POST"),
+        "nothing reached the pod, directly or through its Service: {reached}"
+    );
     harness.finish().await;
 }

@@ -1,4 +1,4 @@
-//! Tenants cannot get round errand's authorization on the test cluster, which enforces NetworkPolicies: a pod of another namespace (or of the deployment's own) cannot call an AgentDeployment's pods, by pod IP or Service, while the gateway still serves it, and the deployment's own NetworkPolicy is what refuses them; through the gateway, a caller cannot list, read or continue another caller's chat session; the chart's NetworkPolicy refuses stranger pods the controller's admission port and lets only execution pods reach its grant port.
+//! Tenants cannot get round errand's authorization on the test cluster, which enforces NetworkPolicies: a pod of another namespace (or of the deployment's own) cannot call an AgentDeployment's pods, by pod IP or Service, while the gateway still serves it, and the deployment's own NetworkPolicy is what refuses them; through the gateway, a caller cannot list, read or continue another caller's chat session; the chart's NetworkPolicy refuses stranger pods the controller's admission port and lets only execution pods reach its grant port; an agent server that answers with a redirect to a "metadata" listener on loopback gets its caller a 502 naming no target, and the gateway never calls the target.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,11 +12,13 @@ use serde_json::{Value, json};
 
 use crate::support::cluster::{self, DEFAULT_TIMEOUT, TestNamespace};
 use crate::support::deployments::{
-    allow_invoke, call, create_deployment, create_server_agent, pod_ip, token_of, wait_for_phase,
+    AGENT_SERVER_IMAGE, allow_invoke, call, create_deployment, create_server_agent, pod_ip,
+    token_of, wait_for_phase,
 };
 use crate::support::errand::wait_for;
 use crate::support::harness::{Harness, RUN_WAIT};
 use crate::support::netpol::{busybox_pod, client_reaches, create_policy};
+use crate::support::webhook_receiver::Receiver;
 use errand::api::DeploymentPhase;
 
 /// The agent server's port in its pod, and the Service's.
@@ -303,4 +305,83 @@ async fn the_charts_policy_keeps_stranger_pods_off_admission_and_grants() {
     );
     stranger.delete().await;
     release.delete().await;
+}
+
+/// The request handler of a hostile agent server (busybox sh, one process per connection):
+/// ready on `/health`, and every other request answered with a redirect to `TARGET`.
+const REDIRECTING_HANDLER: &str = r#"cr=$(printf '\r')
+read -r method path _version || exit 0
+length=0
+while IFS= read -r line; do
+  line=${line%"$cr"}
+  [ -z "$line" ] && break
+  case "$line" in [Cc]ontent-[Ll]ength:*) length=$(printf '%s' "${line#*:}" | tr -dc 0-9) ;; esac
+done
+if [ "${length:-0}" -gt 0 ]; then head -c "$length" >/dev/null; fi
+if [ "$path" = /health ]; then
+  printf 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok'
+else
+  printf 'HTTP/1.1 302 Found\r\nLocation: TARGET\r\nContent-Length: 0\r\nConnection: close\r\n\r\n'
+fi"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirecting_agent_server_gets_a_502_not_the_metadata() {
+    let Some(harness) = Harness::start_with_gateway("iso-redirect").await else {
+        return;
+    };
+    // The "metadata" endpoint, on loopback where the gateway runs.
+    let metadata = Receiver::start("127.0.0.1", &[200]).await;
+    let target = metadata.url("/latest/meta-data/iam/security-credentials/node");
+    let caller = token_of(&harness, "caller").await;
+    allow_invoke(&harness, "caller").await;
+    let handler = REDIRECTING_HANDLER.replace("TARGET", &target);
+    harness
+        .create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": "redirector"},
+            "spec": {
+                "runtime": {
+                    "image": AGENT_SERVER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c",
+                        "exec busybox nc -ll -p \"${ERRAND_PORT:-8000}\" -e sh -c \"$0\"",
+                        handler],
+                },
+                "config": {"config_format": "agents-spec-v1", "name": "redirector"},
+            },
+        }))
+        .await;
+    create_deployment(&harness, "redirector", "redirector", json!({})).await;
+    wait_for_phase(&harness, "redirector", DeploymentPhase::Ready, RUN_WAIT).await;
+
+    let token = Some(caller.as_str());
+    for (route, body) in [
+        ("invoke", json!({"input": "hello"})),
+        ("chat", json!({"session": "s1", "message": "hello"})),
+    ] {
+        let path = format!("deployments/redirector/{route}");
+        let (status, answer) = wait_for(
+            &format!("the gateway to answer {route}"),
+            Duration::from_secs(30),
+            || {
+                let (harness, path, body) = (&harness, &path, body.clone());
+                async move {
+                    let (status, answer) = call(harness, "POST", path, token, Some(body)).await;
+                    (status != 503).then_some((status, answer))
+                }
+            },
+        )
+        .await;
+        assert_eq!(status, 502, "{route}: {answer}");
+        let text = answer.to_string();
+        assert!(
+            !text.contains("127.0.0.1") && !text.contains("meta-data"),
+            "{route}: the 502 names the redirect's target: {text}"
+        );
+    }
+    assert_eq!(
+        metadata.received().len(),
+        0,
+        "the gateway never followed the redirect"
+    );
 }

@@ -57,7 +57,8 @@ const ABSENT_IMAGE: &str = "errand.local/errand:absent";
 /// The base of the signed URLs of a controller that serves none: no pod of
 /// [`Mode::WithoutPods`] gets as far as fetching one.
 const UNSERVED_BLOB_URL: &str = "http://errand-controller.errand-system.svc:8080";
-const SIGNING_KEY: &str = "test-signing-key-0123456789abcdef0123";
+/// The key the harness's controllers sign store URLs with (a test signs its own with it).
+pub const SIGNING_KEY: &str = "test-signing-key-0123456789abcdef0123";
 
 /// Whether the test's executions run in real pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
