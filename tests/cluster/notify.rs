@@ -242,14 +242,17 @@ async fn webhooks_to_internal_addresses_are_refused_naming_no_address() {
     };
     let metadata = Receiver::start("127.0.0.1", &[200]).await;
     let pod_ip = start_listening_pod(&harness, "internal", 8080).await;
-    harness
-        .create(json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "internal"},
-            "spec": {"selector": {"app": "internal"}, "ports": [{"port": 80, "targetPort": 8080}]},
-        }))
-        .await;
-    let service: Service = harness.api().get("internal").await.unwrap();
+    let service: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "internal"},
+        "spec": {"selector": {"app": "internal"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .unwrap();
+    let service = harness
+        .api::<Service>()
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("creating the Service");
     let service_ip = service.spec.unwrap().cluster_ip.unwrap();
     create_signing_secret_and_agent(&harness).await;
     let targets = [
