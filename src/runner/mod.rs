@@ -7,6 +7,7 @@
 
 mod collect;
 pub mod control;
+pub mod end_report;
 pub mod extension;
 pub mod extension_pod;
 pub mod outcome;

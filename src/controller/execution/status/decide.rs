@@ -1,7 +1,9 @@
 //! The decision: from an execution and the facts observed about it to where its run stands, what must be stopped and when to look again.
 //!
 //! A terminal execution stays as it is for good, so a restarted controller decides nothing
-//! new for it; everything else is decided afresh from the facts on every reconcile.
+//! new for it; everything else is decided afresh from the facts on every reconcile. The one
+//! exception is a run that ended on its runner's report ([`Facts::report`]) before its pod was
+//! seen finished: its pod's end, once seen, may still correct it ([`corrected_by_pod`]).
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use super::observe::{
 use crate::api::contract::{self, Reason};
 use crate::api::{AgentExecution, Phase, ResultEntry};
 use crate::resolve::DEFAULT_START_TIMEOUT_SECONDS;
+use crate::runner::end_report::RunEndReport;
 use crate::runner::outcome::{Outcome, RunReport, extension_outcome, run_outcome};
 use crate::runner::termination::TerminationSummary;
 use crate::runner::{ExtensionSummary, RunState};
@@ -177,7 +180,10 @@ impl Ending {
 pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
     let phase = execution.status.as_ref().and_then(|s| s.phase);
     if phase.is_some_and(Phase::is_terminal) {
-        return Decision::settled(Standing::Final);
+        return Decision::settled(match &facts.report {
+            Some(_) => corrected_by_pod(execution, facts),
+            None => Standing::Final,
+        });
     }
     let Some(job) = &facts.job else {
         return Decision::settled(Standing::Ended(Ending::failed(
@@ -186,6 +192,14 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
         )));
     };
     let pod = facts.pod.as_ref();
+    // The runner reported the end and the saved manifest backs it: no need to wait for the
+    // kubelet to publish the pod's end.
+    if let (Some(pod), Some(report)) = (pod, &facts.report)
+        && !pod.finished
+        && !pod.node_lost()
+    {
+        return Decision::settled(Standing::Ended(reported(execution, job, pod, report)));
+    }
     match pod {
         Some(pod) if pod.finished => {
             Decision::settled(Standing::Ended(finished(execution, job, pod).on(Some(pod))))
@@ -240,6 +254,70 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
             None if phase == Some(Phase::Running) => Decision::settled(Standing::Unchanged),
             None => pending(execution, job, None, facts),
         },
+    }
+}
+
+/// How a run ended that its runner reported before its pod was seen finished: as the pod will
+/// say if its agent container ends as the runner said it would, with the report's
+/// termination summary, exit code and end time.
+fn reported(
+    execution: &AgentExecution,
+    job: &JobFacts,
+    pod: &PodFacts,
+    report: &RunEndReport,
+) -> Ending {
+    let pod = PodFacts {
+        finished: true,
+        summary: Some(report.summary.clone()),
+        agent_exit_code: Some(report.runner_exit_code),
+        agent_finished_at: Some(Time(report.finished_at)),
+        ..pod.clone()
+    };
+    finished(execution, job, &pod).on(Some(&pod))
+}
+
+/// A run that ended on its runner's report stays as it is, unless its pod, seen since, ended
+/// otherwise: killed after the report (out of memory, say), or lost with its node before the
+/// kubelet confirmed the end. Then the pod's end wins; once the status says what the pod says,
+/// nothing changes any more.
+fn corrected_by_pod(execution: &AgentExecution, facts: &Facts) -> Standing {
+    let (Some(job), Some(pod)) = (&facts.job, &facts.pod) else {
+        return Standing::Final;
+    };
+    let ending = if pod.finished {
+        finished(execution, job, pod).on(Some(pod))
+    } else if pod.node_lost() {
+        let node = pod.node.as_deref().unwrap_or("its node");
+        Ending::failed(
+            Reason::NodeLost,
+            format!(
+                "node {node} was lost after errand's runner reported the run's end and before \
+                 the kubelet confirmed how the agent's container ended; errand never starts a \
+                 second pod"
+            ),
+        )
+        .on(Some(pod))
+    } else {
+        return Standing::Final;
+    };
+    let status = execution.status.as_ref();
+    let recorded = status.and_then(|s| {
+        let type_ = match s.phase? {
+            Phase::Succeeded => contract::ConditionType::Complete,
+            _ => contract::ConditionType::Failed,
+        };
+        let reason = crate::controller::conditions::get(&s.conditions, type_)?;
+        Some((s.phase?, reason.reason.clone(), s.exit_code))
+    });
+    let pod_says = (
+        ending.phase,
+        ending.reason.as_str().to_owned(),
+        ending.exit_code,
+    );
+    if recorded.as_ref() == Some(&pod_says) {
+        Standing::Final
+    } else {
+        Standing::Ended(ending)
     }
 }
 
@@ -525,7 +603,9 @@ fn finished(execution: &AgentExecution, job: &JobFacts, pod: &PodFacts) -> Endin
                     .or_else(|| stage_container_failed(pod, stderr))
             })
             .flatten();
-        seen_on_pod.unwrap_or_else(|| outcome.into())
+        seen_on_pod
+            .or_else(|| killed_after_success(pod, summary))
+            .unwrap_or_else(|| outcome.into())
     };
     ending.exit_code = exit_code;
     ending.summary = summary.cloned();
@@ -569,6 +649,28 @@ fn extension_step(kind: &str, ran: &ExtensionFacts) -> ExtensionSummary {
         stderr_tail: String::new(),
         results: Vec::new(),
     }
+}
+
+/// A pod whose agent container did not end as its runner said it would: the runner reported a
+/// success with every result saved (it then exits 0), but the container ended otherwise, killed
+/// after the report (out of memory, by a signal).
+fn killed_after_success(pod: &PodFacts, summary: Option<&TerminationSummary>) -> Option<Ending> {
+    let summary = summary?;
+    let code = pod.agent_exit_code.filter(|code| *code != 0)?;
+    if summary.state != RunState::Succeeded || summary.results_error.is_some() {
+        return None;
+    }
+    let how = match pod.agent_terminated_reason.as_str() {
+        "" => String::new(),
+        reason => format!(" ({reason})"),
+    };
+    Some(Ending::failed(
+        Reason::AgentFailed,
+        format!(
+            "the agent's container ended with exit code {code}{how} after errand's runner \
+             reported the run succeeded with its results saved; the pod's end decides"
+        ),
+    ))
 }
 
 /// A pod the node refused to run (out of a resource, or an admission error).

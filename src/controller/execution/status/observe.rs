@@ -11,6 +11,7 @@ use crate::api::contract::{
 };
 use crate::cluster::kueue::Workload;
 use crate::runner::ExtensionSummary;
+use crate::runner::end_report::RunEndReport;
 use crate::runner::termination::{StagedSummary, TerminationSummary};
 
 /// Waiting reasons of a container whose image cannot be pulled.
@@ -35,6 +36,11 @@ pub struct Facts {
     /// only once a start timed out without a reason in the pod's status (see
     /// [`Decision::needs_warnings`](super::Decision::needs_warnings)).
     pub warnings: Vec<Warning>,
+    /// The run's end as its runner reported it, once the controller checked the report against
+    /// the saved manifest and recorded it ([`crate::runner::end_report`]): the execution ends on
+    /// it before its pod is seen finished, and the pod's end, once seen, still wins where it
+    /// disagrees. `None` when nothing was reported.
+    pub report: Option<RunEndReport>,
     /// The current time.
     pub now: Timestamp,
 }
@@ -104,6 +110,9 @@ pub struct PodFacts {
     pub agent_exit_code: Option<i32>,
     /// When the agent container terminated.
     pub agent_finished_at: Option<Time>,
+    /// Why the kubelet says the agent container terminated (`Completed`, `Error`,
+    /// `OOMKilled`), empty before it did.
+    pub agent_terminated_reason: String,
     /// The agent's image by digest, as the kubelet reports it (`imageID`), once the container
     /// exists.
     pub agent_image_id: Option<String>,
@@ -216,6 +225,7 @@ pub fn facts(
         pod: newest.map(pod_facts),
         workload: workload.map(workload_facts),
         warnings: Vec::new(),
+        report: None,
         now,
     }
 }
@@ -325,6 +335,9 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         agent_started_at: started_at(agent).cloned(),
         agent_exit_code: terminated(agent).map(|t| t.exit_code),
         agent_finished_at: terminated(agent).and_then(|t| t.finished_at.clone()),
+        agent_terminated_reason: terminated(agent)
+            .and_then(|t| t.reason.clone())
+            .unwrap_or_default(),
         agent_image_id: agent
             .map(|a| a.image_id.clone())
             .filter(|id| !id.is_empty()),

@@ -220,6 +220,9 @@ fn mark_waiting(
 fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecutionStatus {
     let mut status = base_status(execution);
     let message = bounded(&ending.message);
+    let was_complete =
+        crate::controller::conditions::get(&status.conditions, ConditionType::Complete)
+            .is_some_and(|c| c.status == "True");
     let mut conditions = writer(&mut status.conditions, execution, &now);
     let results = ending.results();
     if !results.is_empty() {
@@ -255,6 +258,10 @@ fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecuti
         Phase::Succeeded => ConditionType::Complete,
         _ => ConditionType::Failed,
     };
+    if type_ == ConditionType::Failed && was_complete {
+        // It ended on its runner's report, and its pod then ended otherwise.
+        conditions.set(ConditionType::Complete, false, ending.reason, &message);
+    }
     conditions.set(type_, true, ending.reason, &message);
     if let Some(agent) = &ending.agent {
         if status.start_time.is_none() {

@@ -23,6 +23,7 @@ use crate::runner::outcome::with_tail;
 use crate::runner::termination::TerminationSummary;
 use crate::runner::{ExtensionSummary, RunState};
 
+mod early_finish;
 mod extension;
 mod observation;
 mod outcomes;
@@ -178,6 +179,7 @@ fn facts_at(job: JobFacts, pod: Option<PodFacts>, offset: i64) -> Facts {
         pod,
         workload: None,
         warnings: Vec::new(),
+        report: None,
         now: now(offset),
     }
 }

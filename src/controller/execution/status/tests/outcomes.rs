@@ -289,6 +289,7 @@ fn a_deleted_job_fails_the_execution_and_is_not_replaced() {
         pod: None,
         workload: None,
         warnings: Vec::new(),
+        report: None,
         now: now(50),
     };
     let (status, _) = assess(&execution(), &facts);
