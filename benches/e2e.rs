@@ -38,8 +38,8 @@ use serde_json::{Value, json};
 
 use errand::api::contract::ConditionType;
 use errand::api::{AgentExecution, Phase};
-use errand::controller::conditions;
 use errand::controller::names::job_name;
+use errand::resolve::conditions;
 use errand::store::Store;
 use errand::store::keys::ResultName;
 use shared::percentile;

@@ -32,6 +32,9 @@ pub struct Cli {
     /// Where commands act.
     #[command(flatten)]
     pub target: Target,
+    /// How the answer is printed, anywhere on the line.
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -199,53 +202,24 @@ pub enum Command {
 }
 
 impl Command {
-    /// The output format the command answers in, for reporting its errors the same way.
-    fn format(&self) -> Format {
-        match self {
-            Command::Execute(args) | Command::Create(args) => args.output.format,
-            Command::Watch(args) => args.output.format,
-            Command::Wait(args) => args.output.format,
-            Command::Status(args) => args.output.format,
-            Command::Tail(args) => args.output.format,
-            Command::Results { action } => action.format(),
-            Command::Cancel(args) => args.output.format,
-            Command::Delete(args) => args.output.format,
-            Command::Kill(args) => args.output.format,
-            Command::Deadline { action } => action.output().format,
-            Command::Start(args) | Command::Restart(args) => args.output.format,
-            Command::List(args) | Command::Ps(args) => args.output.format,
-            Command::Notify { action } => action.format(),
-            Command::Tag { action } => action.format(),
-            Command::Rerun(args) => args.output.format,
-            Command::Gc(args) => args.output.format,
-            Command::Admin { action } => action.output().format,
-            Command::Apply(args) => args.output.format,
-            Command::Agents(args)
-            | Command::Environments(args)
-            | Command::Runtimes(args)
-            | Command::Extensions(args) => args.output.format,
-            Command::Filesets { action } => action.format(),
-            Command::Deploy(args) => args.output.format,
-            Command::Undeploy(args) => args.output.format,
-            Command::Redeploy(args) => args.output.format,
-            Command::Deployments { action } => action.output().format,
-            Command::Schedule { action } => action.output().format,
-            Command::Invoke(args) => args.output.format,
-            Command::Chat(args) => args.output.format,
-            Command::Sessions { action } => action.output().format,
+    /// Whether the command prints its own format (YAML, a script, a protocol, a pod's
+    /// termination message) and so takes no `-o`.
+    fn answers_in_own_format(&self) -> bool {
+        matches!(
+            self,
             Command::Crds(_)
-            | Command::Schema
-            | Command::Completions { .. }
-            | Command::Mcp(_)
-            | Command::Supervise { .. }
-            | Command::ServeDeployment { .. }
-            | Command::ServeSchedule { .. }
-            | Command::Logs(_)
-            | Command::Controller(_)
-            | Command::Stage(_)
-            | Command::RunAgent(_)
-            | Command::RunExtension(_) => Format::Human,
-        }
+                | Command::Schema
+                | Command::Completions { .. }
+                | Command::Mcp(_)
+                | Command::Supervise { .. }
+                | Command::ServeDeployment { .. }
+                | Command::ServeSchedule { .. }
+                | Command::Logs(_)
+                | Command::Controller(_)
+                | Command::Stage(_)
+                | Command::RunAgent(_)
+                | Command::RunExtension(_)
+        )
     }
 }
 
@@ -350,7 +324,15 @@ pub fn run(cli: Cli) -> i32 {
     if keeps_files_private(&cli.command) {
         crate::ops::private::make_private();
     }
-    let format = cli.command.format();
+    let format = cli.output.format;
+    if format != Format::Human && cli.command.answers_in_own_format() {
+        return output::print_error(
+            format,
+            &Error::argument(
+                "this command prints its own format and takes no -o/--output; leave the option out",
+            ),
+        );
+    }
     let runtime = match runtime_builder(&cli).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -363,7 +345,7 @@ pub fn run(cli: Cli) -> i32 {
             );
         }
     };
-    match runtime.block_on(dispatch(&cli.target, cli.command)) {
+    match runtime.block_on(dispatch(&cli.target, format, cli.command)) {
         Ok(code) => code,
         Err(error) => output::print_error(format, &error),
     }
@@ -371,7 +353,7 @@ pub fn run(cli: Cli) -> i32 {
 
 /// Runs one command: the pod commands return their exit code, the others succeed (0) or fail
 /// with the error `run` prints.
-async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
+async fn dispatch(target: &Target, format: Format, command: Command) -> Result<i32, Error> {
     let backend = || target.backend();
     let done = match command {
         Command::Controller(args) => controller::controller(*args).await,
@@ -399,45 +381,57 @@ async fn dispatch(target: &Target, command: Command) -> Result<i32, Error> {
             crate::ops::local::serve_schedule(local, &name).await
         }
         // Local only (gc refuses a cluster), or an operator's store with either backend.
-        Command::Gc(args) => args.exec(target).await,
-        Command::Admin { action } => action.exec(target).await,
+        Command::Gc(args) => args.exec(target, format).await,
+        Command::Admin { action } => action.exec(target, format).await,
         // The pod commands report through their exit code and termination message.
         Command::Stage(args) => return Ok(pod::stage(*args).await),
         Command::RunAgent(args) => return Ok(pod::run_agent(*args).await),
         Command::RunExtension(args) => return Ok(pod::run_extension(*args).await),
-        Command::Execute(args) => args.exec(&*backend().await?).await,
-        Command::Watch(args) => args.exec(&*backend().await?).await,
-        Command::Wait(args) => args.exec(&*backend().await?).await,
-        Command::Status(args) => args.exec(&*backend().await?).await,
-        Command::Tail(args) => args.exec(&*backend().await?).await,
-        Command::Results { action } => action.exec(&*backend().await?).await,
-        Command::Cancel(args) => args.exec(&*backend().await?).await,
-        Command::Delete(args) => args.exec(&*backend().await?).await,
-        Command::Kill(args) => args.exec(&*backend().await?).await,
-        Command::Deadline { action } => action.exec(&*backend().await?).await,
-        Command::Create(args) => args.create(&*backend().await?).await,
-        Command::Start(args) => args.exec(&*backend().await?).await,
-        Command::Restart(args) => args.restart(&*backend().await?).await,
-        Command::List(args) => args.exec(&*backend().await?).await,
-        Command::Ps(args) => args.ps(&*backend().await?).await,
-        Command::Tag { action } => action.exec(&*backend().await?).await,
-        Command::Notify { action } => action.exec(&*backend().await?).await,
-        Command::Rerun(args) => args.exec(&*backend().await?).await,
-        Command::Apply(args) => args.exec(&*backend().await?).await,
-        Command::Agents(args) => args.exec(&*backend().await?, ObjectKind::Agent).await,
-        Command::Environments(args) => args.exec(&*backend().await?, ObjectKind::Environment).await,
-        Command::Runtimes(args) => args.exec(&*backend().await?, ObjectKind::Runtime).await,
-        Command::Extensions(args) => args.exec(&*backend().await?, ObjectKind::Extension).await,
-        Command::Filesets { action } => action.exec(&*backend().await?).await,
-        Command::Deploy(args) => args.exec(&*backend().await?).await,
-        Command::Undeploy(args) => args.exec(&*backend().await?).await,
-        Command::Redeploy(args) => args.exec(&*backend().await?).await,
-        Command::Deployments { action } => action.exec(&*backend().await?).await,
-        Command::Schedule { action } => action.exec(&*backend().await?).await,
+        Command::Execute(args) => args.exec(&*backend().await?, format).await,
+        Command::Watch(args) => args.exec(&*backend().await?, format).await,
+        Command::Wait(args) => args.exec(&*backend().await?, format).await,
+        Command::Status(args) => args.exec(&*backend().await?, format).await,
+        Command::Tail(args) => args.exec(&*backend().await?, format).await,
+        Command::Results { action } => action.exec(&*backend().await?, format).await,
+        Command::Cancel(args) => args.exec(&*backend().await?, format).await,
+        Command::Delete(args) => args.exec(&*backend().await?, format).await,
+        Command::Kill(args) => args.exec(&*backend().await?, format).await,
+        Command::Deadline { action } => action.exec(&*backend().await?, format).await,
+        Command::Create(args) => args.create(&*backend().await?, format).await,
+        Command::Start(args) => args.exec(&*backend().await?, format).await,
+        Command::Restart(args) => args.restart(&*backend().await?, format).await,
+        Command::List(args) => args.exec(&*backend().await?, format).await,
+        Command::Ps(args) => args.ps(&*backend().await?, format).await,
+        Command::Tag { action } => action.exec(&*backend().await?, format).await,
+        Command::Notify { action } => action.exec(&*backend().await?, format).await,
+        Command::Rerun(args) => args.exec(&*backend().await?, format).await,
+        Command::Apply(args) => args.exec(&*backend().await?, format).await,
+        Command::Agents(args) => {
+            args.exec(&*backend().await?, ObjectKind::Agent, format)
+                .await
+        }
+        Command::Environments(args) => {
+            args.exec(&*backend().await?, ObjectKind::Environment, format)
+                .await
+        }
+        Command::Runtimes(args) => {
+            args.exec(&*backend().await?, ObjectKind::Runtime, format)
+                .await
+        }
+        Command::Extensions(args) => {
+            args.exec(&*backend().await?, ObjectKind::Extension, format)
+                .await
+        }
+        Command::Filesets { action } => action.exec(&*backend().await?, format).await,
+        Command::Deploy(args) => args.exec(&*backend().await?, format).await,
+        Command::Undeploy(args) => args.exec(&*backend().await?, format).await,
+        Command::Redeploy(args) => args.exec(&*backend().await?, format).await,
+        Command::Deployments { action } => action.exec(&*backend().await?, format).await,
+        Command::Schedule { action } => action.exec(&*backend().await?, format).await,
         Command::Logs(args) => args.exec(&*backend().await?).await,
-        Command::Invoke(args) => args.exec(&*backend().await?).await,
-        Command::Chat(args) => args.exec(&*backend().await?).await,
-        Command::Sessions { action } => action.exec(&*backend().await?).await,
+        Command::Invoke(args) => args.exec(&*backend().await?, format).await,
+        Command::Chat(args) => args.exec(&*backend().await?, format).await,
+        Command::Sessions { action } => action.exec(&*backend().await?, format).await,
     };
     done.map(|()| 0)
 }
@@ -496,6 +490,41 @@ mod tests {
         ] {
             assert_eq!(format(human), Format::Human, "{human:?}");
         }
+    }
+
+    #[test]
+    fn the_answer_format_is_one_option_anywhere_on_the_line() {
+        use super::Format;
+        for args in [
+            &["errand", "-o", "json", "status", "x"][..],
+            &["errand", "status", "-o", "json", "x"],
+            &["errand", "status", "x", "--output=json"],
+            &["errand", "results", "list", "x", "--format", "json"],
+            &["errand", "schedule", "list", "-ojson"],
+        ] {
+            let cli = <super::Cli as clap::Parser>::try_parse_from(args).unwrap();
+            assert_eq!(cli.output.format, Format::Json, "{args:?}");
+        }
+        let cli =
+            <super::Cli as clap::Parser>::try_parse_from(["errand", "list", "--yaml"]).unwrap();
+        assert_eq!(cli.output.format, Format::Yaml);
+        let cli = <super::Cli as clap::Parser>::try_parse_from(["errand", "list"]).unwrap();
+        assert_eq!(cli.output.format, Format::Human);
+    }
+
+    #[test]
+    fn a_command_that_prints_its_own_format_refuses_another() {
+        for args in [
+            &["errand", "crds", "-o", "json"][..],
+            &["errand", "schema", "--yaml"],
+            &["errand", "completions", "bash", "-o", "json"],
+        ] {
+            let cli = <super::Cli as clap::Parser>::try_parse_from(args).unwrap();
+            assert!(cli.command.answers_in_own_format(), "{args:?}");
+            assert_eq!(super::run(cli), 2, "{args:?}");
+        }
+        let cli = <super::Cli as clap::Parser>::try_parse_from(["errand", "status", "x"]).unwrap();
+        assert!(!cli.command.answers_in_own_format());
     }
 
     #[test]

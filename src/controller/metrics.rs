@@ -11,12 +11,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use super::conditions;
 use super::execution::status::Timings;
 use super::execution::work_queue::WorkQueue;
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, Phase};
 use crate::cluster::metrics::MetricsRegistry;
+use crate::resolve::conditions;
 use crate::retention::sweep_store::SweepReport;
 
 /// Label of an error counter.

@@ -3,10 +3,10 @@
 //! [`run`] starts both reconcilers and the periodic [`store_sweep`]; [`crate::serve`] starts it
 //! once this replica leads. What the kinds share sits beside them: the settings ([`config`]),
 //! the reconcile [`error`], the [`metrics`], the children's [`names`], the builders of their
-//! pods ([`build`]) and the writer of their [`conditions`].
+//! pods ([`build`]); the writer of their conditions is [`crate::resolve::conditions`], which the
+//! local backend shares.
 
 pub mod build;
-pub mod conditions;
 pub mod config;
 pub mod deployment;
 pub mod error;

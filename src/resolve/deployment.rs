@@ -1,5 +1,8 @@
 //! A deployment resolves as an execution with nothing to run once: the same agent, environment, secret and compute rules, and the same snapshot.
 
+pub mod status;
+pub mod window;
+
 use sha2::{Digest, Sha256};
 
 use super::{Catalog, InvalidSpec, Snapshot, resolve_execution};

@@ -6,9 +6,10 @@
 mod budget;
 mod catalog;
 mod compute;
+pub mod conditions;
 mod config_schema;
 pub mod cron;
-mod deployment;
+pub mod deployment;
 mod extension;
 mod merge;
 mod nemo_spec;

@@ -4,6 +4,8 @@
 //! deterministic ([`execution_name`]), so a restart at the scheduled second never creates a
 //! second execution for one scheduled time.
 
+pub mod status;
+
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 

@@ -467,7 +467,7 @@ mod tests {
                 phase: Some(Phase::Starting),
                 ..Default::default()
             };
-            crate::controller::conditions::ConditionWriter::new(
+            crate::resolve::conditions::ConditionWriter::new(
                 &mut status.conditions,
                 Some(1),
                 created.clone(),

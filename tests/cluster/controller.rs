@@ -24,7 +24,7 @@ use serde_json::json;
 
 use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentEnvironment, AgentExecution, Phase};
-use errand::controller::conditions;
+use errand::resolve::conditions;
 
 const SECRET_VALUE: &str = "sk-cluster-secret-value-4242";
 

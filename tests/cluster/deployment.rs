@@ -17,7 +17,7 @@ use crate::support::deployments::{
 use crate::support::harness::{Harness, Mode, RUN_WAIT};
 use errand::api::contract::ConditionType;
 use errand::api::{AgentDeployment, DeploymentPhase};
-use errand::controller::conditions;
+use errand::resolve::conditions;
 
 /// POSTs `body` to `path` of the agent server at `ip` (the host reaches pods on the bridge).
 async fn post(ip: &str, path: &str, body: Value) -> Value {

@@ -36,9 +36,9 @@ use serde_json::{Value, json};
 
 use errand::api::contract::{ConditionType, Reason};
 use errand::api::{AgentExecution, Fileset, Phase};
-use errand::controller::conditions;
 use errand::controller::config::ControllerConfig;
 use errand::controller::names::job_name;
+use errand::resolve::conditions;
 use errand::serve::{ServeOptions, run};
 use errand::store::Store;
 use errand::store::grants::{HmacSigner, UrlSigner};

@@ -2,7 +2,7 @@
 
 use jiff::SignedDuration;
 
-use crate::cli::output::{OutputArgs, human_size, print_ok};
+use crate::cli::output::{Format, human_size, print_ok};
 use crate::cli::target::Target;
 use crate::ops::{Error, sweep_store};
 use crate::retention::gc::parse_age;
@@ -28,33 +28,21 @@ pub struct SweepArgs {
     /// Report what would be removed, and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
-    #[command(flatten)]
-    pub output: OutputArgs,
-}
-
-impl AdminAction {
-    /// The options every admin command has.
-    pub fn output(&self) -> &OutputArgs {
-        match self {
-            AdminAction::SweepStore(args) => &args.output,
-        }
-    }
 }
 
 impl AdminAction {
     /// Runs an admin command against the local backend or the cluster.
-    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
-        let action = self;
-        match action {
-            AdminAction::SweepStore(args) => sweep(target, args).await,
+    pub async fn exec(&self, target: &Target, format: Format) -> Result<(), Error> {
+        match self {
+            AdminAction::SweepStore(args) => sweep(target, args, format).await,
         }
     }
 }
 
-async fn sweep(target: &Target, args: &SweepArgs) -> Result<(), Error> {
+async fn sweep(target: &Target, args: &SweepArgs, format: Format) -> Result<(), Error> {
     let grace = SignedDuration::from_secs(i64::try_from(args.grace).unwrap_or(i64::MAX));
     let report = sweep_store(&target.config(), grace, args.dry_run).await?;
-    print_ok(args.output.format, "sweep", &report, || describe(&report));
+    print_ok(format, "sweep", &report, || describe(&report));
     Ok(())
 }
 

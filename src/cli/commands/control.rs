@@ -3,7 +3,7 @@
 use super::observe::with_sizes;
 use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::cli::answers::Killed;
-use crate::cli::output::{OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::cli::show::print_record;
 use crate::ops::backend::Backend;
 use crate::ops::lookup::find;
@@ -20,8 +20,6 @@ pub struct KillArgs {
     /// `HUP`, `USR1`, a number, ...) goes to the agent's process group and the run goes on.
     #[arg(long, short = 's', default_value = "TERM", value_parser = parse_signal)]
     pub signal: nix::sys::signal::Signal,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 /// `errand deadline ...`
@@ -40,30 +38,17 @@ pub enum DeadlineAction {
         /// budget), so results may be lost.
         #[arg(long, required = true)]
         acknowledge_result_loss: bool,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Go back to the deadline `timeoutSeconds` gives (counted from the agent's start).
     Clear {
         /// Execution name or unambiguous prefix.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
-}
-
-impl DeadlineAction {
-    /// The output flags.
-    pub fn output(&self) -> OutputArgs {
-        match self {
-            DeadlineAction::Set { output, .. } | DeadlineAction::Clear { output, .. } => *output,
-        }
-    }
 }
 
 impl KillArgs {
     /// `errand kill NAME --signal SIG`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         use nix::sys::signal::Signal;
         let record = find(backend, &args.name).await?;
@@ -90,7 +75,7 @@ impl KillArgs {
             effect,
             phase: record.phase,
         };
-        print_ok(args.output.format, "killed", &answer, || {
+        print_ok(format, "killed", &answer, || {
             format!(
                 "sent {} to execution {} ({}); it is {:?}",
                 answer.signal, answer.execution, effect, answer.phase
@@ -102,7 +87,7 @@ impl KillArgs {
 
 impl DeadlineAction {
     /// `errand deadline set|clear NAME`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let action = self;
         let (name, in_seconds) = match action {
             DeadlineAction::Set {
@@ -112,18 +97,13 @@ impl DeadlineAction {
         };
         let record = find(backend, name).await?;
         let changed = backend.change_deadline(&record, in_seconds).await?;
-        print_ok(
-            action.output().format,
-            "deadline",
-            &changed,
-            || match changed.deadline_at {
-                Some(at) => format!("execution {} now stops at {at}", changed.execution),
-                None => format!(
-                    "execution {}'s deadline is back to its timeoutSeconds from the agent's start",
-                    changed.execution
-                ),
-            },
-        );
+        print_ok(format, "deadline", &changed, || match changed.deadline_at {
+            Some(at) => format!("execution {} now stops at {at}", changed.execution),
+            None => format!(
+                "execution {}'s deadline is back to its timeoutSeconds from the agent's start",
+                changed.execution
+            ),
+        });
         Ok(())
     }
 }
@@ -133,14 +113,12 @@ impl DeadlineAction {
 pub struct CancelArgs {
     /// Execution name or unambiguous prefix.
     pub name: String,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl CancelArgs {
     /// `errand cancel NAME`: stops it and waits until its partial results are saved.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        let (name, output) = (&self.name, self.output);
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
+        let name = &self.name;
         let record = find(backend, name).await?;
         if record.phase.is_terminal() {
             return Err(Error::new(
@@ -153,9 +131,7 @@ impl CancelArgs {
         }
         let record = backend.cancel(&record).await?;
         let view = with_sizes(backend, record).await?;
-        print_ok(output.format, "execution", &view, || {
-            print_record(&view.record)
-        });
+        print_ok(format, "execution", &view, || print_record(&view.record));
         Ok(())
     }
 }

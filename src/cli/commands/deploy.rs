@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::objects::agent_from_config;
 use crate::api::{AgentDeployment, DeploymentPhase};
-use crate::cli::output::{OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::local::{manifest_documents, read_manifest_file};
 use crate::ops::GatewayEndpoint;
 use crate::ops::backend::{Backend, Document};
@@ -90,43 +90,23 @@ pub struct DeployArgs {
     /// Return once it is created instead of waiting until it is Ready or Failed.
     #[arg(long)]
     pub no_wait: bool,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 /// `errand deployments ...`
 #[derive(Debug, clap::Subcommand)]
 pub enum DeploymentsAction {
     /// List the deployments of the namespace.
-    List {
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    List,
     /// Print one deployment.
     Get {
         /// The deployment.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Wait until a deployment is Ready (exit 0) or Failed (non-zero).
     Wait {
         /// The deployment.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
-}
-
-impl DeploymentsAction {
-    /// The output option of the action.
-    pub fn output(&self) -> OutputArgs {
-        match self {
-            DeploymentsAction::List { output }
-            | DeploymentsAction::Get { output, .. }
-            | DeploymentsAction::Wait { output, .. } => *output,
-        }
-    }
 }
 
 /// Flags of `errand undeploy`.
@@ -138,20 +118,12 @@ pub struct UndeployArgs {
     /// Remove every deployment that serves this Agent.
     #[arg(long)]
     pub agent: Option<String>,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl UndeployArgs {
     /// `errand undeploy NAME` or `errand undeploy --agent AGENT`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        undeploy(
-            backend,
-            self.name.as_deref(),
-            self.agent.as_deref(),
-            self.output,
-        )
-        .await
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
+        undeploy(backend, self.name.as_deref(), self.agent.as_deref(), format).await
     }
 }
 
@@ -193,21 +165,12 @@ pub struct InvokeArgs {
     pub input: String,
     #[command(flatten)]
     pub gateway: GatewayArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl InvokeArgs {
     /// `errand invoke`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        let done = invoke(
-            backend,
-            &self.target,
-            &self.input,
-            &self.gateway,
-            self.output,
-        )
-        .await;
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
+        let done = invoke(backend, &self.target, &self.input, &self.gateway, format).await;
         self.target.listing_deployments(backend, done).await
     }
 }
@@ -225,20 +188,18 @@ pub struct ChatArgs {
     pub message: String,
     #[command(flatten)]
     pub gateway: GatewayArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl ChatArgs {
     /// `errand chat`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let done = chat(
             backend,
             &self.target,
             &self.session_name,
             &self.message,
             &self.gateway,
-            self.output,
+            format,
         )
         .await;
         self.target.listing_deployments(backend, done).await
@@ -254,28 +215,15 @@ pub enum SessionsAction {
         target: GatewayTarget,
         #[command(flatten)]
         gateway: GatewayArgs,
-        #[command(flatten)]
-        output: OutputArgs,
     },
 }
 
 impl SessionsAction {
-    /// The options every sessions command has.
-    pub fn output(&self) -> OutputArgs {
-        match self {
-            SessionsAction::List { output, .. } => *output,
-        }
-    }
-
     /// Runs the subcommand.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         match self {
-            SessionsAction::List {
-                target,
-                gateway,
-                output,
-            } => {
-                let done = sessions(backend, target, gateway, *output).await;
+            SessionsAction::List { target, gateway } => {
+                let done = sessions(backend, target, gateway, format).await;
                 target.listing_deployments(backend, done).await
             }
         }
@@ -393,7 +341,7 @@ pub struct Redeployed {
 impl DeployArgs {
     /// `errand deploy`: creates the deployment and, unless `--no-wait`, waits until it is Ready
     /// (exit 0) or Failed (non-zero, with its message).
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         let deployments = backend.deployments();
         let mut spec = json!({
@@ -422,24 +370,24 @@ impl DeployArgs {
         } else {
             settled(deployments, &args.name).await?
         };
-        print_deployment(args.output, &shown)
+        print_deployment(format, &shown)
     }
 }
 
 impl DeploymentsAction {
     /// `errand deployments list|get|wait`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let action = self;
         let deployments = backend.deployments();
         match action {
-            DeploymentsAction::List { output } => {
+            DeploymentsAction::List => {
                 let views: Vec<DeploymentView> = deployments
                     .deployments()
                     .await?
                     .iter()
                     .map(DeploymentView::of)
                     .collect();
-                print_ok(output.format, "deployments", &views, || {
+                print_ok(format, "deployments", &views, || {
                     views
                         .iter()
                         .map(DeploymentView::human)
@@ -448,27 +396,27 @@ impl DeploymentsAction {
                 });
                 Ok(())
             }
-            DeploymentsAction::Get { name, output } => {
+            DeploymentsAction::Get { name } => {
                 let found = lookup::deployment(deployments, backend.namespace(), name).await?;
                 let view = DeploymentView::of(&found);
-                print_ok(output.format, "deployment", &view, || view.human());
+                print_ok(format, "deployment", &view, || view.human());
                 Ok(())
             }
-            DeploymentsAction::Wait { name, output } => {
+            DeploymentsAction::Wait { name } => {
                 lookup::deployment(deployments, backend.namespace(), name).await?;
-                print_deployment(*output, &settled(deployments, name).await?)
+                print_deployment(format, &settled(deployments, name).await?)
             }
         }
     }
 }
 
 /// Prints a deployment that settled; a Failed one is an error carrying it.
-fn print_deployment(output: OutputArgs, deployment: &AgentDeployment) -> Result<(), Error> {
+fn print_deployment(format: Format, deployment: &AgentDeployment) -> Result<(), Error> {
     let view = DeploymentView::of(deployment);
     if view.phase == Some(DeploymentPhase::Failed) {
         return Err(failed(&view));
     }
-    print_ok(output.format, "deployment", &view, || view.human());
+    print_ok(format, "deployment", &view, || view.human());
     Ok(())
 }
 
@@ -490,7 +438,7 @@ async fn undeploy(
     backend: &dyn Backend,
     name: Option<&str>,
     agent: Option<&str>,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let deployments = backend.deployments();
     let names = match (name, agent) {
@@ -536,7 +484,7 @@ async fn undeploy(
         }
     }
     let answer = Undeployed { deployments: names };
-    print_ok(output.format, "undeployed", &answer, || {
+    print_ok(format, "undeployed", &answer, || {
         answer
             .deployments
             .iter()
@@ -564,8 +512,6 @@ pub struct RedeployArgs {
     /// used, its name is not). Either way the new Agent is `<deployment>-<digest prefix>`.
     #[arg(short = 'f', long = "filename", value_name = "FILE")]
     pub filename: Option<PathBuf>,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl RedeployArgs {
@@ -573,7 +519,7 @@ impl RedeployArgs {
     /// admission dry run), so an invalid one changes nothing and is removed again; then the
     /// deployment is pointed at it, rolls, and once Ready the Agent it replaced is removed when no
     /// deployment references it any more. Run again after an interruption, it finishes the job.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         let deployments = backend.deployments();
         let deployment = lookup::deployment(deployments, backend.namespace(), &args.name).await?;
@@ -592,7 +538,7 @@ impl RedeployArgs {
             replaced,
             replaced_removed,
         };
-        print_ok(args.output.format, "redeployed", &answer, || {
+        print_ok(format, "redeployed", &answer, || {
             let mut text = format!(
                 "agentdeployment/{} serves agent/{}",
                 args.name, answer.agent
@@ -641,12 +587,12 @@ async fn invoke(
     target: &GatewayTarget,
     input: &str,
     gateway: &GatewayArgs,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let client = backend.deployments().gateway(&gateway.endpoint()).await?;
     let path = format!("{}/invoke", target.path(backend.namespace()));
     let answer = client.post(&path, &json!({"input": input})).await?;
-    print_ok(output.format, "invoke", &answer, || {
+    print_ok(format, "invoke", &answer, || {
         answer["output"]
             .as_str()
             .map_or_else(|| answer.to_string(), str::to_owned)
@@ -661,13 +607,13 @@ async fn chat(
     session: &str,
     message: &str,
     gateway: &GatewayArgs,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let client = backend.deployments().gateway(&gateway.endpoint()).await?;
     let path = format!("{}/chat", target.path(backend.namespace()));
     let body = json!({"session": session, "message": message});
     let answer = client.post(&path, &body).await?;
-    print_ok(output.format, "chat", &answer, || {
+    print_ok(format, "chat", &answer, || {
         answer["message"]["content"]
             .as_str()
             .map_or_else(|| answer.to_string(), str::to_owned)
@@ -680,12 +626,12 @@ async fn sessions(
     backend: &dyn Backend,
     target: &GatewayTarget,
     gateway: &GatewayArgs,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let client = backend.deployments().gateway(&gateway.endpoint()).await?;
     let path = format!("{}/sessions", target.path(backend.namespace()));
     let answer = client.get(&path).await?;
-    print_ok(output.format, "sessions", &answer, || {
+    print_ok(format, "sessions", &answer, || {
         answer["sessions"].as_array().map_or_else(
             || answer.to_string(),
             |sessions| {

@@ -6,7 +6,7 @@ use super::observe::{DEFAULT_POLL_SECONDS, answer_observed, observe, with_excerp
 use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::cli::answers::ExecutionView;
 use crate::cli::inputs::{piped_stdin, read_inputs};
-use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::cli::show::{print_record, record_outcome};
 use crate::cli::staging::StagingArgs;
 use crate::ops::Error;
@@ -100,19 +100,17 @@ pub struct ExecuteArgs {
     pub staging: StagingArgs,
     #[command(flatten)]
     pub telemetry: crate::cli::telemetry::TelemetryArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl ExecuteArgs {
-    /// The options a backend creates and runs the execution with.
-    pub fn options(&self) -> CreateOptions {
+    /// The options a backend creates and runs the execution with, answering in `format`.
+    pub fn options(&self, format: Format) -> CreateOptions {
         CreateOptions {
             inherit_env: self.inherit_env,
             otlp_endpoint: self.telemetry.otlp_endpoint.clone(),
             notify: self.notify.change(),
             staging: self.staging.settings(),
-            report_gc: self.output.format == Format::Human,
+            report_gc: format == Format::Human,
         }
     }
 
@@ -140,9 +138,8 @@ impl ExecuteArgs {
     /// `errand execute`: creates the execution, then runs or follows it to its end and prints its
     /// record with the response and excerpts of its output; `--until` observes it for a bounded
     /// time instead, `--no-wait` not at all.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
-        let format = args.output.format;
         let request = args.request(backend).await?;
         if request.spec.held {
             request.abandon(backend).await;
@@ -150,7 +147,7 @@ impl ExecuteArgs {
                 "spec.held: `execute` starts the execution it creates; `errand create` defines one without starting it",
             ));
         }
-        let options = args.options();
+        let options = args.options(format);
         let record = request.create(backend, &options).await?;
         if args.no_wait {
             let record = backend.detach(&record, &options).await?;
@@ -171,7 +168,7 @@ impl ExecuteArgs {
             let record = backend.detach(&record, &options).await?;
             let (record, observation) =
                 observe(backend, record, until, DEFAULT_POLL_SECONDS).await?;
-            return answer_observed(backend, record, observation, &args.excerpt, args.output).await;
+            return answer_observed(backend, record, observation, &args.excerpt, format).await;
         }
         // In JSON mode stdout carries exactly one object, so the agent's output is not passed through.
         let record = backend
@@ -183,7 +180,7 @@ impl ExecuteArgs {
 
     /// `errand create`: defines an execution as `execute` would, without starting it (phase
     /// `Created`).
-    pub async fn create(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn create(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         if args.no_wait || args.until.is_some() || args.forever {
             return Err(Error::argument(
@@ -192,9 +189,9 @@ impl ExecuteArgs {
         }
         let mut request = args.request(backend).await?;
         request.spec.held = true;
-        let record = request.create(backend, &args.options()).await?;
+        let record = request.create(backend, &args.options(format)).await?;
         print_ok(
-            args.output.format,
+            format,
             "execution",
             &ExecutionView::of(record.clone()),
             || {
@@ -231,25 +228,28 @@ pub struct StartArgs {
     pub name: String,
     #[command(flatten)]
     pub staging: StagingArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl StartArgs {
     /// `errand start NAME`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        self.start(backend, false).await
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
+        self.start(backend, false, format).await
     }
 
     /// `errand restart NAME`.
-    pub async fn restart(&self, backend: &dyn Backend) -> Result<(), Error> {
-        self.start(backend, true).await
+    pub async fn restart(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
+        self.start(backend, true, format).await
     }
 
     /// `errand start NAME` and `errand restart NAME`: the execution as it stands once its run was
     /// handed on (it runs without this process).
-    async fn start(&self, backend: &dyn Backend, restart: bool) -> Result<(), Error> {
-        let (name, staging, output) = (&self.name, &self.staging, self.output);
+    async fn start(
+        &self,
+        backend: &dyn Backend,
+        restart: bool,
+        format: Format,
+    ) -> Result<(), Error> {
+        let (name, staging) = (&self.name, &self.staging);
         let record = find(backend, name).await?;
         let record = if restart {
             backend.restart(&record, &staging.settings()).await?
@@ -257,9 +257,7 @@ impl StartArgs {
             backend.start(&record, &staging.settings()).await?
         };
         let view = with_sizes(backend, record).await?;
-        print_ok(output.format, "execution", &view, || {
-            print_record(&view.record)
-        });
+        print_ok(format, "execution", &view, || print_record(&view.record));
         Ok(())
     }
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::objects::delete_object;
 use crate::cli::answers::PushedFilesetAnswer;
-use crate::cli::output::{Format, OutputArgs, human_size, print_ok};
+use crate::cli::output::{Format, human_size, print_ok};
 use crate::local::ObjectKind;
 use crate::ops::Error;
 use crate::ops::backend::Backend;
@@ -18,52 +18,31 @@ pub enum FilesetsAction {
         name: String,
         /// Directory to pack.
         dir: PathBuf,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// List Filesets.
-    List {
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    List,
     /// Delete a Fileset (executions keep the content they pinned).
     Delete {
         /// Fileset name.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
 }
 
 impl FilesetsAction {
-    /// The answer format.
-    pub fn format(&self) -> Format {
-        match self {
-            FilesetsAction::Push { output, .. }
-            | FilesetsAction::List { output }
-            | FilesetsAction::Delete { output, .. } => output.format,
-        }
-    }
-
     /// Runs the subcommand.
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         match self {
-            FilesetsAction::Push { name, dir, output } => push(backend, &name, &dir, output).await,
-            FilesetsAction::List { output } => list(backend, output).await,
-            FilesetsAction::Delete { name, output } => {
-                delete_object(backend, ObjectKind::Fileset, &name, output).await
+            FilesetsAction::Push { name, dir } => push(backend, &name, &dir, format).await,
+            FilesetsAction::List => list(backend, format).await,
+            FilesetsAction::Delete { name } => {
+                delete_object(backend, ObjectKind::Fileset, &name, format).await
             }
         }
     }
 }
 
 /// `errand filesets push NAME DIR`.
-async fn push(
-    backend: &dyn Backend,
-    name: &str,
-    dir: &Path,
-    output: OutputArgs,
-) -> Result<(), Error> {
+async fn push(backend: &dyn Backend, name: &str, dir: &Path, format: Format) -> Result<(), Error> {
     crate::resolve::object_name(name).map_err(|e| Error::argument(format!("fileset name: {e}")))?;
     if !dir.is_dir() {
         return Err(Error::argument(format!(
@@ -77,7 +56,7 @@ async fn push(
         status,
     };
     let status = &answer.status;
-    print_ok(output.format, "fileset", &answer, || {
+    print_ok(format, "fileset", &answer, || {
         format!(
             "fileset {name} pushed: {} files, {}, {}",
             status.file_count.unwrap_or(0),
@@ -89,9 +68,9 @@ async fn push(
 }
 
 /// `errand filesets list`.
-async fn list(backend: &dyn Backend, output: OutputArgs) -> Result<(), Error> {
+async fn list(backend: &dyn Backend, format: Format) -> Result<(), Error> {
     let filesets = backend.filesets().await?;
-    print_ok(output.format, "filesets", &filesets, || {
+    print_ok(format, "filesets", &filesets, || {
         let mut out = format!("{:<32} {:>7} {:>10}  DIGEST", "NAME", "FILES", "SIZE");
         for f in &filesets {
             let status = f.status.clone().unwrap_or_default();

@@ -1,6 +1,6 @@
 //! `errand gc`: collects finished local executions by age, count and size, once or automatically before every local execution.
 
-use crate::cli::output::{OutputArgs, human_size, print_ok};
+use crate::cli::output::{Format, human_size, print_ok};
 use crate::cli::target::Target;
 use crate::local::gc::GcReport;
 use crate::ops::local::{Local, gc};
@@ -31,8 +31,6 @@ pub struct GcArgs {
     /// Turn the automatic gc off.
     #[arg(long)]
     pub no_automatic: bool,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl GcArgs {
@@ -48,7 +46,7 @@ impl GcArgs {
 impl GcArgs {
     /// `errand gc`: in `--namespace` if given, else in every namespace. Without limits it applies
     /// the automatic gc's.
-    pub async fn exec(&self, target: &Target) -> Result<(), Error> {
+    pub async fn exec(&self, target: &Target, format: Format) -> Result<(), Error> {
         let args = self;
         if !target.is_local() {
             return Err(Error::new(
@@ -71,7 +69,7 @@ impl GcArgs {
             gc::set_automatic(&local, None)?;
             if policy.is_empty() {
                 print_ok(
-                    args.output.format,
+                    format,
                     "gc",
                     &crate::cli::answers::AutomaticGcOff { automatic: false },
                     || "automatic gc is off".to_owned(),
@@ -80,7 +78,7 @@ impl GcArgs {
             }
         }
         let report = gc::collect(&local, target.namespace.as_deref(), policy, args.dry_run).await?;
-        print_ok(args.output.format, "gc", &report, || describe(&report));
+        print_ok(format, "gc", &report, || describe(&report));
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ use clap::CommandFactory;
 use std::path::{Path, PathBuf};
 
 use crate::cli::answers::{Deleted, DeletedAll, DeletedExecution};
-use crate::cli::output::{OutputArgs, print_ok, write_stdout};
+use crate::cli::output::{Format, print_ok, write_stdout};
 use crate::ops::backend::Backend;
 use crate::ops::lookup::find;
 use crate::ops::{Error, ErrorCode};
@@ -18,16 +18,14 @@ pub struct DeleteArgs {
     pub name: Option<String>,
     #[command(flatten)]
     pub all: DeleteAllArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl DeleteArgs {
     /// `errand delete NAME` or `errand delete --all`.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         match &self.name {
-            Some(name) => delete(backend, name, self.output).await,
-            None => delete_all(backend, &self.all, self.output).await,
+            Some(name) => delete(backend, name, format).await,
+            None => delete_all(backend, &self.all, format).await,
         }
     }
 }
@@ -45,7 +43,7 @@ pub struct DeleteAllArgs {
 }
 
 /// `errand delete NAME`: stops it if it runs, then removes it with its results.
-async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result<(), Error> {
+async fn delete(backend: &dyn Backend, name: &str, format: Format) -> Result<(), Error> {
     let record = find(backend, name).await?;
     let removed = backend.delete(&record).await?;
     let name = record.name;
@@ -53,7 +51,7 @@ async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result
         execution: name.clone(),
         results_removed: removed,
     };
-    print_ok(output.format, "deleted", &answer, || match removed {
+    print_ok(format, "deleted", &answer, || match removed {
         Some(removed) => format!("deleted execution {name} and {removed} stored results"),
         None => format!("deleted execution {name} and its results"),
     });
@@ -65,7 +63,7 @@ async fn delete(backend: &dyn Backend, name: &str, output: OutputArgs) -> Result
 async fn delete_all(
     backend: &dyn Backend,
     args: &DeleteAllArgs,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let (finished, running): (Vec<_>, Vec<_>) = backend
         .executions()
@@ -90,7 +88,7 @@ async fn delete_all(
         executions,
         kept_running: running.into_iter().map(|r| r.name).collect(),
     };
-    print_ok(output.format, "deleted_all", &answer, || {
+    print_ok(format, "deleted_all", &answer, || {
         let verb = if answer.dry_run {
             "would delete"
         } else {

@@ -2,7 +2,7 @@
 
 use crate::api::Phase;
 use crate::api::tags::{TagPattern, check_tags};
-use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::cli::show::{print_executions, print_record};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
@@ -32,8 +32,6 @@ pub struct ListArgs {
     /// At most this many, the newest.
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 fn parse_state(value: &str) -> Result<Vec<Phase>, String> {
@@ -60,21 +58,21 @@ fn newest(mut records: Vec<ExecutionRecord>, limit: Option<usize>) -> Vec<Execut
 
 impl ListArgs {
     /// `errand list`: the executions the filters select.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         let filter = ExecutionFilter {
             phases: args.states.concat(),
             tags: args.tags.clone(),
         };
         let records = newest(backend.find_executions(&filter).await?, args.limit);
-        print_executions(args.output.format, &records);
+        print_executions(format, &records);
         Ok(())
     }
 }
 
 impl ListArgs {
     /// `errand ps`: the executions that have not ended.
-    pub async fn ps(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn ps(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         if !args.states.is_empty() {
             return Err(Error::argument(
@@ -86,7 +84,7 @@ impl ListArgs {
             tags: args.tags.clone(),
         };
         let records = newest(backend.find_executions(&filter).await?, args.limit);
-        print_executions(args.output.format, &records);
+        print_executions(format, &records);
         Ok(())
     }
 }
@@ -100,23 +98,14 @@ pub enum TagAction {
         name: String,
         /// The tags: dot-separated segments of lowercase letters, digits and inner `-`.
         tags: Vec<String>,
-        #[command(flatten)]
-        output: OutputArgs,
     },
 }
 
 impl TagAction {
-    /// The answer format.
-    pub fn format(&self) -> Format {
-        match self {
-            TagAction::Set { output, .. } => output.format,
-        }
-    }
-
     /// Runs the subcommand.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         match self {
-            TagAction::Set { name, tags, output } => tag_set(backend, name, tags, *output).await,
+            TagAction::Set { name, tags } => tag_set(backend, name, tags, format).await,
         }
     }
 }
@@ -126,15 +115,13 @@ async fn tag_set(
     backend: &dyn Backend,
     name: &str,
     tags: &[String],
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let tags = check_tags(tags).map_err(|e| Error::argument(e.to_string()))?;
     let record = find(backend, name).await?;
     let record = backend.set_tags(&record, &tags).await?;
     let view = crate::cli::answers::ExecutionView::of(record);
-    print_ok(output.format, "execution", &view, || {
-        print_record(&view.record)
-    });
+    print_ok(format, "execution", &view, || print_record(&view.record));
     Ok(())
 }
 

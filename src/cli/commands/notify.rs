@@ -1,6 +1,6 @@
 //! Notification flags of `execute` and `errand notify set`: the sinks (a command, an NDJSON file) and output-match watches of a local execution, and the webhook of a cluster one.
 
-use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::cli::show::print_record;
 use crate::ops::backend::Backend;
 use crate::ops::lookup::find;
@@ -62,27 +62,14 @@ pub enum NotifyAction {
         name: String,
         #[command(flatten)]
         notify: NotifyArgs,
-        #[command(flatten)]
-        output: OutputArgs,
     },
 }
 
 impl NotifyAction {
-    /// The answer format.
-    pub fn format(&self) -> Format {
-        match self {
-            NotifyAction::Set { output, .. } => output.format,
-        }
-    }
-
     /// Runs the subcommand.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         match self {
-            NotifyAction::Set {
-                name,
-                notify,
-                output,
-            } => notify_set(backend, name, notify, *output).await,
+            NotifyAction::Set { name, notify } => notify_set(backend, name, notify, format).await,
         }
     }
 }
@@ -92,7 +79,7 @@ async fn notify_set(
     backend: &dyn Backend,
     name: &str,
     args: &NotifyArgs,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     if args.notify_webhook.is_some() {
         return Err(Error::argument(
@@ -117,8 +104,6 @@ async fn notify_set(
     }
     let record = backend.set_notify(&record, &change).await?;
     let view = crate::cli::answers::ExecutionView::of(record);
-    print_ok(output.format, "execution", &view, || {
-        print_record(&view.record)
-    });
+    print_ok(format, "execution", &view, || print_record(&view.record));
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::cli::answers::DeletedObject;
-use crate::cli::output::{OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::local::{ObjectKind, manifest_documents, read_manifest_file};
 use crate::ops::backend::{Backend, Document};
 use crate::ops::lookup::{Wanted, object_names};
@@ -40,14 +40,12 @@ pub struct ApplyArgs {
     /// Manifest files (YAML or JSON, several documents each).
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl ApplyArgs {
     /// `errand apply -f FILE...`: every document of every file, all or nothing.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
-        let (files, output) = (&self.files, self.output);
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
+        let files = &self.files;
         let mut documents = Vec::new();
         for file in files {
             let text = read_manifest_file(file).map_err(|e| Error::manifest_file("-f", e))?;
@@ -64,7 +62,7 @@ impl ApplyArgs {
             );
         }
         let applied = backend.apply(&documents).await?;
-        print_ok(output.format, "applied", &applied, || {
+        print_ok(format, "applied", &applied, || {
             applied
                 .iter()
                 .map(|a| format!("{}/{} applied", a.kind.to_lowercase(), a.name))
@@ -80,19 +78,22 @@ impl ApplyArgs {
 pub struct CatalogArgs {
     #[command(subcommand)]
     pub action: Option<CatalogAction>,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl CatalogArgs {
     /// `errand agents` / `errand environments` / `errand runtimes`: list, create (Agents), or
     /// delete one.
-    pub async fn exec(&self, backend: &dyn Backend, kind: ObjectKind) -> Result<(), Error> {
-        let (action, output) = (self.action.as_ref(), self.output);
+    pub async fn exec(
+        &self,
+        backend: &dyn Backend,
+        kind: ObjectKind,
+        format: Format,
+    ) -> Result<(), Error> {
+        let action = self.action.as_ref();
         match action.unwrap_or(&CatalogAction::List) {
             CatalogAction::List => {
                 let objects = backend.objects(kind).await?;
-                print_ok(output.format, kind.plural(), &objects, || {
+                print_ok(format, kind.plural(), &objects, || {
                     objects
                         .iter()
                         .filter_map(|o| o["metadata"]["name"].as_str())
@@ -103,7 +104,7 @@ impl CatalogArgs {
             CatalogAction::Create { name, agent_config } if kind == ObjectKind::Agent => {
                 let document = agent_from_config(name, agent_config)?;
                 let applied = backend.apply(&[document]).await?;
-                print_ok(output.format, "created", &applied.first(), || {
+                print_ok(format, "created", &applied.first(), || {
                     format!("agent/{name} created")
                 });
             }
@@ -113,7 +114,7 @@ impl CatalogArgs {
                     kind.plural()
                 )));
             }
-            CatalogAction::Delete { name } => delete_object(backend, kind, name, output).await?,
+            CatalogAction::Delete { name } => delete_object(backend, kind, name, format).await?,
         }
         Ok(())
     }
@@ -147,7 +148,7 @@ pub(super) async fn delete_object(
     backend: &dyn Backend,
     kind: ObjectKind,
     name: &str,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     if let Err(error) = backend.delete_object(kind, name).await {
         let existing = object_names(backend, kind).await;
@@ -157,7 +158,7 @@ pub(super) async fn delete_object(
         kind: kind.kind(),
         name: name.to_owned(),
     };
-    print_ok(output.format, "deleted", &answer, || {
+    print_ok(format, "deleted", &answer, || {
         format!("{} {name} deleted", kind.kind())
     });
     Ok(())

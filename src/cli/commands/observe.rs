@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::api::MAX_TIMEOUT_SECONDS;
 use crate::cli::answers::Logs;
 use crate::cli::answers::{ExecutionView, Observation};
-use crate::cli::output::{Format, OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::cli::show::{print_record, record_outcome};
 use crate::local::ExecutionRecord;
 use crate::ops::Error;
@@ -57,8 +57,6 @@ pub struct WaitArgs {
     pub poll: f64,
     #[command(flatten)]
     pub excerpt: ExcerptArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 /// Flags of `errand watch`.
@@ -68,19 +66,17 @@ pub struct WatchArgs {
     pub name: String,
     #[command(flatten)]
     pub excerpt: ExcerptArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl WatchArgs {
     /// `errand watch NAME`: follows the agent's output until the execution ends, then prints it
     /// with excerpts of its output.
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let record = find(backend, &self.name).await?;
-        let human = self.output.format == Format::Human;
+        let human = format == Format::Human;
         let done = backend.watch(&record, human).await?;
         let view = with_excerpts(backend, done, &self.excerpt).await?;
-        record_outcome(self.output.format, &view, || print_record(&view.record))
+        record_outcome(format, &view, || print_record(&view.record))
     }
 }
 
@@ -89,19 +85,15 @@ impl WatchArgs {
 pub struct StatusArgs {
     /// Execution name or unambiguous prefix.
     pub name: String,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl StatusArgs {
     /// `errand status NAME`: the record, with the sizes of the agent's output streams (read
     /// from their sizes alone, never from the logs).
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let record = find(backend, &self.name).await?;
         let view = with_sizes(backend, record).await?;
-        print_ok(self.output.format, "execution", &view, || {
-            print_record(&view.record)
-        });
+        print_ok(format, "execution", &view, || print_record(&view.record));
         Ok(())
     }
 }
@@ -117,13 +109,11 @@ pub struct TailArgs {
     /// Show stderr instead of stdout (local runs only: a pod's log holds both).
     #[arg(long)]
     pub stderr: bool,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl TailArgs {
     /// `errand tail -n N NAME`: the last lines of the agent's output.
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let record = find(backend, &self.name).await?;
         let stream = if self.stderr {
             LogStream::Stderr
@@ -136,9 +126,7 @@ impl TailArgs {
             stream,
             lines: last,
         };
-        print_ok(self.output.format, "logs", &answer, || {
-            answer.lines.join("\n")
-        });
+        print_ok(format, "logs", &answer, || answer.lines.join("\n"));
         Ok(())
     }
 }
@@ -250,7 +238,7 @@ pub async fn answer_observed(
     record: ExecutionRecord,
     observation: Observation,
     excerpt: &ExcerptArgs,
-    output: OutputArgs,
+    format: Format,
 ) -> Result<(), Error> {
     let view = ExecutionView {
         observation: Some(observation),
@@ -269,18 +257,18 @@ pub async fn answer_observed(
         text
     };
     if view.record.phase.is_terminal() {
-        return record_outcome(output.format, &view, human);
+        return record_outcome(format, &view, human);
     }
-    print_ok(output.format, "execution", &view, human);
+    print_ok(format, "execution", &view, human);
     Ok(())
 }
 
 impl WaitArgs {
     /// `errand wait NAME --until SECONDS --poll SECONDS`.
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let record = find(backend, &self.name).await?;
         let (record, observation) = observe(backend, record, self.until, self.poll).await?;
-        answer_observed(backend, record, observation, &self.excerpt, self.output).await
+        answer_observed(backend, record, observation, &self.excerpt, format).await
     }
 }
 

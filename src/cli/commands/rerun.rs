@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::execute::ExecuteArgs;
-use crate::cli::output::OutputArgs;
+use crate::cli::output::Format;
 use crate::cli::staging::StagingArgs;
 use crate::cli::telemetry::TelemetryArgs;
 use crate::ops::backend::Backend;
@@ -26,8 +26,6 @@ pub struct RerunArgs {
     pub staging: StagingArgs,
     #[command(flatten)]
     pub telemetry: TelemetryArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 impl RerunArgs {
@@ -56,14 +54,13 @@ impl RerunArgs {
             notify: Default::default(),
             staging: self.staging,
             telemetry: self.telemetry,
-            output: self.output,
         }
     }
 }
 
 impl RerunArgs {
     /// `errand rerun NAME` on either backend.
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let args = self;
         // A name that matches nothing goes on as it is, so that the refusal says the snapshot
         // went with the execution.
@@ -72,6 +69,6 @@ impl RerunArgs {
             Err(error) if error.code == ErrorCode::NotFound => args.execution.clone(),
             Err(error) => return Err(error),
         };
-        args.into_execute(&execution).exec(backend).await
+        args.into_execute(&execution).exec(backend, format).await
     }
 }

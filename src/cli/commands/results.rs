@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::cli::answers::Downloaded;
-use crate::cli::output::{Format, OutputArgs, human_size, print_ok};
+use crate::cli::output::{Format, human_size, print_ok};
 use crate::cli::show::{parse_result_name, print_results};
 use crate::ops::Error;
 use crate::ops::backend::Backend;
@@ -17,8 +17,6 @@ pub enum ResultsAction {
     List {
         /// Execution name or unambiguous prefix.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Download one result into a file.
     Download {
@@ -31,35 +29,24 @@ pub enum ResultsAction {
         /// the current directory. `-o` is the answer's format, as on every command.
         #[arg(long = "out", visible_alias = "output-file", value_name = "FILE")]
         file: Option<PathBuf>,
-        #[command(flatten)]
-        output: OutputArgs,
     },
 }
 
 impl ResultsAction {
-    /// The answer format.
-    pub fn format(&self) -> Format {
-        match self {
-            ResultsAction::List { output, .. } => output.format,
-            ResultsAction::Download { output, .. } => output.format,
-        }
-    }
-
     /// `errand results list NAME`, or `errand results download RESULT --execution NAME --out FILE`:
     /// streams one result into a file (by default the result's name in the current directory).
-    pub async fn exec(self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         match self {
-            ResultsAction::List { name, output } => {
+            ResultsAction::List { name } => {
                 let record = find(backend, &name).await?;
-                print_results(output.format, &backend.results(&record).await?);
+                print_results(format, &backend.results(&record).await?);
                 Ok(())
             }
             ResultsAction::Download {
                 result,
                 execution,
                 file,
-                output,
-            } => download(backend, &result, &execution, file, output.format).await,
+            } => download(backend, &result, &execution, file, format).await,
         }
     }
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::api::{AgentSchedule, ConcurrencyPolicy};
 use crate::cli::answers::{DeletedObject, ExecutionView};
-use crate::cli::output::{OutputArgs, print_ok};
+use crate::cli::output::{Format, print_ok};
 use crate::ops::backend::{Backend, ScheduleEntry};
 use crate::ops::execute::RunInputs;
 use crate::ops::lookup::missing_schedule;
@@ -45,8 +45,6 @@ pub struct CreateArgs {
     /// The spec of the executions it creates, as `execute` takes it.
     #[command(flatten)]
     pub spec_args: super::execute::SpecArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
 }
 
 /// `concurrencyPolicy` as the command line spells it.
@@ -77,44 +75,31 @@ pub enum ScheduleAction {
     /// run is refused, naming its field).
     Create(Box<CreateArgs>),
     /// List the schedules of the namespace (locally, with whether each one's supervisor runs).
-    List {
-        #[command(flatten)]
-        output: OutputArgs,
-    },
+    List,
     /// Print one schedule.
     Get {
         /// The schedule.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Stop creating runs (running ones go on).
     Suspend {
         /// The schedule.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Create runs again (locally, also restarts a supervisor that is gone).
     Resume {
         /// The schedule.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Run it once now, as its next run would be (its policy and history limits count it).
     Trigger {
         /// The schedule.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
     /// Delete the schedule with its executions and their results.
     Delete {
         /// The schedule.
         name: String,
-        #[command(flatten)]
-        output: OutputArgs,
     },
 }
 
@@ -194,31 +179,18 @@ impl ScheduleView {
 }
 
 impl ScheduleAction {
-    /// The output option of the action.
-    pub fn output(&self) -> OutputArgs {
-        match self {
-            ScheduleAction::Create(args) => args.output,
-            ScheduleAction::List { output }
-            | ScheduleAction::Get { output, .. }
-            | ScheduleAction::Suspend { output, .. }
-            | ScheduleAction::Resume { output, .. }
-            | ScheduleAction::Trigger { output, .. }
-            | ScheduleAction::Delete { output, .. } => *output,
-        }
-    }
-
     /// Runs the action on `backend`; a schedule it names that does not exist is `not_found`
     /// listing those that do.
-    pub async fn exec(&self, backend: &dyn Backend) -> Result<(), Error> {
+    pub async fn exec(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let named = match self {
-            ScheduleAction::Create(_) | ScheduleAction::List { .. } => None,
+            ScheduleAction::Create(_) | ScheduleAction::List => None,
             ScheduleAction::Get { name, .. }
             | ScheduleAction::Suspend { name, .. }
             | ScheduleAction::Resume { name, .. }
             | ScheduleAction::Trigger { name, .. }
             | ScheduleAction::Delete { name, .. } => Some(name),
         };
-        match (self.act(backend).await, named) {
+        match (self.act(backend, format).await, named) {
             (Err(error), Some(name)) => {
                 Err(missing_schedule(backend.schedules(), backend.namespace(), name, error).await)
             }
@@ -226,25 +198,25 @@ impl ScheduleAction {
         }
     }
 
-    async fn act(&self, backend: &dyn Backend) -> Result<(), Error> {
+    async fn act(&self, backend: &dyn Backend, format: Format) -> Result<(), Error> {
         let schedules = backend.schedules();
-        let print = |output: &OutputArgs, entry: &ScheduleEntry| {
+        let print = |format: Format, entry: &ScheduleEntry| {
             let view = ScheduleView::of(entry);
-            print_ok(output.format, "schedule", &view, || view.human());
+            print_ok(format, "schedule", &view, || view.human());
         };
         match self {
             ScheduleAction::Create(args) => {
                 let entry = create(args, backend).await?;
-                print(&args.output, &entry);
+                print(format, &entry);
             }
-            ScheduleAction::List { output } => {
+            ScheduleAction::List => {
                 let views: Vec<ScheduleView> = schedules
                     .schedules()
                     .await?
                     .iter()
                     .map(ScheduleView::of)
                     .collect();
-                print_ok(output.format, "schedules", &views, || {
+                print_ok(format, "schedules", &views, || {
                     views
                         .iter()
                         .map(ScheduleView::human)
@@ -252,17 +224,17 @@ impl ScheduleAction {
                         .join("\n")
                 });
             }
-            ScheduleAction::Get { name, output } => print(output, &schedules.schedule(name).await?),
-            ScheduleAction::Suspend { name, output } => {
-                print(output, &schedules.set_suspend(name, true).await?);
+            ScheduleAction::Get { name } => print(format, &schedules.schedule(name).await?),
+            ScheduleAction::Suspend { name } => {
+                print(format, &schedules.set_suspend(name, true).await?);
             }
-            ScheduleAction::Resume { name, output } => {
-                print(output, &schedules.set_suspend(name, false).await?);
+            ScheduleAction::Resume { name } => {
+                print(format, &schedules.set_suspend(name, false).await?);
             }
-            ScheduleAction::Trigger { name, output } => {
+            ScheduleAction::Trigger { name } => {
                 let record = schedules.trigger(name).await?;
                 print_ok(
-                    output.format,
+                    format,
                     "execution",
                     &ExecutionView::of(record.clone()),
                     || {
@@ -273,13 +245,13 @@ impl ScheduleAction {
                     },
                 );
             }
-            ScheduleAction::Delete { name, output } => {
+            ScheduleAction::Delete { name } => {
                 schedules.delete_schedule(name).await?;
                 let answer = DeletedObject {
                     kind: "AgentSchedule",
                     name: name.clone(),
                 };
-                print_ok(output.format, "deleted", &answer, || {
+                print_ok(format, "deleted", &answer, || {
                     format!("AgentSchedule {name} deleted with its executions")
                 });
             }

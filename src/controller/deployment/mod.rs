@@ -1,12 +1,12 @@
 //! The AgentDeployment reconciler: an agent served by a Deployment behind a ClusterIP Service, from a snapshot taken when the deployment is created or redeployed.
 //!
-//! The pure parts: [`build`] (the children), [`window`] (the starting window) and [`status`]
-//! (phase and conditions); [`reconcile`] is the shell that resolves, applies and writes.
+//! The pure parts: [`build`] (the children), and, shared with the local backend,
+//! [`crate::resolve::deployment::window`] (the starting window) and
+//! [`crate::resolve::deployment::status`] (phase and conditions); [`reconcile`] is the shell
+//! that resolves, applies and writes.
 
 pub mod build;
 pub mod reconcile;
-pub mod status;
-pub mod window;
 
 use std::future::Future;
 use std::sync::Arc;

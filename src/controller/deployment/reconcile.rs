@@ -15,13 +15,13 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 
 use super::build::{self, Children};
-use super::status::{self, Observed};
 use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{AgentDeployment, AgentDeploymentStatus, DeploymentPhase, SnapshotRef};
 use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::controller::build::ExecutionOwner;
 use crate::controller::config::{ControllerConfig, FIELD_MANAGER};
 use crate::controller::error::{Error, Result};
+use crate::resolve::deployment::status::{self, Observed};
 use crate::resolve::{Snapshot, as_execution_spec, source_digest};
 
 /// How long one reconcile may take before it is retried.

@@ -4,7 +4,7 @@ use kube::runtime::events::{Event, EventType};
 
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecutionStatus, Phase};
-use crate::controller::conditions;
+use crate::resolve::conditions;
 
 /// Longest event note the API server accepts.
 const NOTE_LIMIT: usize = 1024;

@@ -1,12 +1,11 @@
 //! The AgentSchedule reconciler: executions created from a template on a cron schedule, with CronJob's semantics.
 //!
 //! The pure parts are shared with the local backend: [`crate::resolve::cron`] (when a
-//! schedule fires) and [`crate::resolve::schedule`] (what is due, held, missed, replaced or
-//! past the history limits); [`status`] renders the status, and [`reconcile`] is the shell
-//! that creates, cancels, deletes and writes.
+//! schedule fires), [`crate::resolve::schedule`] (what is due, held, missed, replaced or past
+//! the history limits) and [`crate::resolve::schedule::status`] (the status it renders);
+//! [`reconcile`] is the shell that creates, cancels, deletes and writes.
 
 pub mod reconcile;
-pub mod status;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -10,13 +10,13 @@ use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use tracing::{debug, info, warn};
 
-use super::status::{self, Observed as StatusObserved};
 use crate::api::contract::SCHEDULED_TIME_ANNOTATION;
 use crate::api::{AgentExecution, AgentSchedule, AgentScheduleStatus, Phase};
 use crate::controller::build::ExecutionOwner;
 use crate::controller::config::FIELD_MANAGER;
 use crate::controller::error::{Error, Result};
 use crate::controller::metrics::Metrics;
+use crate::resolve::schedule::status::{self, Observed as StatusObserved};
 use crate::resolve::schedule::{self, Due, Observed, Run, RunState};
 
 /// How long one reconcile may take before it is retried.

@@ -12,12 +12,12 @@ use tokio::process::Child;
 
 use crate::api::SnapshotRef;
 use crate::api::contract::{ENV_AGENT_CONFIG_PATH, ENV_PORT};
-use crate::controller::deployment::status::{Observed, decide};
 use crate::local::{
     DataDir, DeploymentRecord, DeploymentRecords, DeploymentState, ProcessIdentity, ServerState,
     agent_env,
 };
 use crate::ops::Error;
+use crate::resolve::deployment::status::{Observed, decide};
 
 /// Seconds between readiness probes (the cluster probes every 5 s; a local server is nearer).
 const PROBE_PERIOD: Duration = Duration::from_secs(1);

@@ -6,10 +6,10 @@ use jiff::Timestamp;
 
 use super::Local;
 use crate::api::{AgentSchedule, Phase};
-use crate::controller::schedule::status::{self, Observed as StatusObserved};
 use crate::local::{ExecutionRecord, ProcessIdentity, ScheduleState};
 use crate::ops::Error;
 use crate::ops::backend::Backend;
+use crate::resolve::schedule::status::{self, Observed as StatusObserved};
 use crate::resolve::schedule::{self, Due, Observed, Run, RunState};
 use crate::runner::signals::cancel_on_stop_signal;
 

@@ -306,7 +306,7 @@ fn corrected_by_pod(execution: &AgentExecution, facts: &Facts) -> Standing {
             Phase::Succeeded => contract::ConditionType::Complete,
             _ => contract::ConditionType::Failed,
         };
-        let reason = crate::controller::conditions::get(&s.conditions, type_)?;
+        let reason = crate::resolve::conditions::get(&s.conditions, type_)?;
         Some((s.phase?, reason.reason.clone(), s.exit_code))
     });
     let pod_says = (

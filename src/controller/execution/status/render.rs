@@ -6,8 +6,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use super::decide::{Ending, Standing, queued_message};
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentExecution, AgentExecutionStatus, Phase, SnapshotRef};
-use crate::controller::conditions::ConditionWriter;
 use crate::resolve::InvalidSpec;
+use crate::resolve::conditions::ConditionWriter;
 use crate::runner::outcome::{bounded, results_not_saved};
 
 /// `now` truncated to whole seconds, as the API server stores times.
@@ -96,7 +96,7 @@ pub fn retrying(
         "reconciling failed {attempt} times in a row; retrying with backoff. Last error: {error}"
     ));
     let mut status = execution.status.clone().unwrap_or_default();
-    let shown = crate::controller::conditions::get(&status.conditions, ConditionType::Retrying);
+    let shown = crate::resolve::conditions::get(&status.conditions, ConditionType::Retrying);
     let due = match shown {
         None => true,
         Some(shown) => attempt.is_power_of_two() && !same_error(&shown.message, &message),
@@ -220,9 +220,8 @@ fn mark_waiting(
 fn ended(execution: &AgentExecution, ending: &Ending, now: Time) -> AgentExecutionStatus {
     let mut status = base_status(execution);
     let message = bounded(&ending.message);
-    let was_complete =
-        crate::controller::conditions::get(&status.conditions, ConditionType::Complete)
-            .is_some_and(|c| c.status == "True");
+    let was_complete = crate::resolve::conditions::get(&status.conditions, ConditionType::Complete)
+        .is_some_and(|c| c.status == "True");
     let mut conditions = writer(&mut status.conditions, execution, &now);
     let results = ending.results();
     if !results.is_empty() {

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::AgentExecutionStatus;
 use crate::api::contract::{ConditionType, Reason};
-use crate::controller::conditions;
+use crate::resolve::conditions;
 
 /// The observations a status change makes, each `None` unless this change is the one that
 /// first shows it.

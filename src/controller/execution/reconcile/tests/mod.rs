@@ -27,9 +27,9 @@ use crate::cluster::catalog::ClusterCatalog;
 use crate::cluster::index::{Index, indexed_store};
 use crate::cluster::readiness::{Cache, CachesReady};
 use crate::cluster::watches;
-use crate::controller::conditions;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
+use crate::resolve::conditions;
 use crate::store::grants::{Access, GrantError, HmacSigner, UploadMode, UrlSigner};
 use crate::testing::{NS, SECRET_VALUE, UID};
 

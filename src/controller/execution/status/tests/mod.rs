@@ -17,7 +17,7 @@ use crate::api::contract::{self, COMPLETED_RUN_RESULTS, ConditionType, Reason};
 use crate::api::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, Phase, ResultEntry, SnapshotRef,
 };
-use crate::controller::conditions;
+use crate::resolve::conditions;
 use crate::resolve::{InvalidSpec, Problem};
 use crate::runner::outcome::with_tail;
 use crate::runner::termination::TerminationSummary;

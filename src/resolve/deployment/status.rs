@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::window::{Window, WindowFacts, starting_window};
 use crate::api::contract::{ConditionType, Reason};
 use crate::api::{AgentDeploymentStatus, DeploymentPhase, SnapshotRef};
-use crate::controller::conditions::ConditionWriter;
+use crate::resolve::conditions::ConditionWriter;
 
 /// What the reconcile saw of a deployment whose snapshot is in place.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,7 +180,7 @@ pub fn terminating(previous: &AgentDeploymentStatus, now: Timestamp) -> AgentDep
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::conditions::get as condition;
+    use crate::resolve::conditions::get as condition;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + second).unwrap()

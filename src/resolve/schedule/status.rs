@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::AgentScheduleStatus;
 use crate::api::contract::{ConditionType, Reason};
-use crate::controller::conditions::ConditionWriter;
+use crate::resolve::conditions::ConditionWriter;
 use crate::resolve::schedule::{Due, Plan, Run, RunState};
 
 /// What the status is rendered from.
