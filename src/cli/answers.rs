@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::api::FilesetStatus;
-use crate::local::ExecutionRecord;
+use crate::ops::Execution;
 use crate::ops::excerpt::StreamOutput;
 
 /// An execution as the commands show it: its record, the agent's output streams (sizes, and
@@ -15,7 +15,7 @@ use crate::ops::excerpt::StreamOutput;
 pub struct ExecutionView {
     /// The record.
     #[serde(flatten)]
-    pub record: ExecutionRecord,
+    pub record: Execution,
     /// The agent's output streams: `stdout` and `stderr` locally, one `stdout+stderr` log on a
     /// cluster. `total_bytes` is null where the size cannot be known without reading the log.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -27,7 +27,7 @@ pub struct ExecutionView {
 
 impl ExecutionView {
     /// The record alone.
-    pub fn of(record: ExecutionRecord) -> Self {
+    pub fn of(record: Execution) -> Self {
         Self {
             record,
             output: Vec::new(),

@@ -3,12 +3,12 @@
 use super::answers::ExecutionView;
 use super::output::{Format, human_size, print_ok};
 use crate::api::ResultEntry;
-use crate::local::ExecutionRecord;
+use crate::ops::Execution;
 use crate::ops::{Error, ErrorCode};
 use crate::store::keys::{AnyResult, ResultName};
 
 /// Human summary of a record.
-pub fn print_record(record: &ExecutionRecord) -> String {
+pub fn print_record(record: &Execution) -> String {
     let mut out = format!(
         "execution {}  agent {}  {:?}",
         record.name, record.agent, record.phase
@@ -91,7 +91,7 @@ pub fn record_outcome(
 }
 
 /// The executions as a table, or as JSON.
-pub fn print_executions(format: Format, all: &[ExecutionRecord]) {
+pub fn print_executions(format: Format, all: &[Execution]) {
     print_ok(format, "executions", &all, || {
         let mut out = format!(
             "{:<32} {:<20} {:<10} {:>9}",

@@ -16,7 +16,8 @@ use super::gateway_client::{GatewayClient, GatewayEndpoint};
 use super::notify::NotifyChange;
 use crate::api::tags::TagPattern;
 use crate::api::{AgentDeployment, AgentSchedule, Fileset, Phase, ResultEntry};
-use crate::local::{ExecutionRecord, ObjectKind};
+use crate::local::ObjectKind;
+use crate::ops::Execution;
 use crate::runner::StageSettings;
 use crate::store::keys::AnyResult;
 
@@ -87,7 +88,7 @@ pub struct ExecutionFilter {
 
 impl ExecutionFilter {
     /// Whether `record` is shown.
-    pub fn matches(&self, record: &ExecutionRecord) -> bool {
+    pub fn matches(&self, record: &Execution) -> bool {
         (self.phases.is_empty() || self.phases.contains(&record.phase))
             && self.tags.iter().all(|p| p.matches(&record.tags))
     }
@@ -103,34 +104,27 @@ pub trait Backend: Send + Sync {
     async fn execution_names(&self) -> Result<Vec<String>, Error>;
 
     /// The record of the execution named exactly `name`, as it stands.
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error>;
+    async fn execution(&self, name: &str) -> Result<Execution, Error>;
 
     /// The records of every execution in the namespace.
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error>;
+    async fn executions(&self) -> Result<Vec<Execution>, Error>;
 
     /// The records of the executions `filter` selects.
-    async fn find_executions(
-        &self,
-        filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, Error> {
+    async fn find_executions(&self, filter: &ExecutionFilter) -> Result<Vec<Execution>, Error> {
         let mut records = self.executions().await?;
         records.retain(|r| filter.matches(r));
         Ok(records)
     }
 
     /// Replaces an execution's tags (checked and sorted) and returns its record.
-    async fn set_tags(
-        &self,
-        record: &ExecutionRecord,
-        tags: &[String],
-    ) -> Result<ExecutionRecord, Error>;
+    async fn set_tags(&self, record: &Execution, tags: &[String]) -> Result<Execution, Error>;
 
     /// Applies `notify set`'s flags to a running execution's notification settings.
     async fn set_notify(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         change: &NotifyChange,
-    ) -> Result<ExecutionRecord, Error>;
+    ) -> Result<Execution, Error>;
 
     /// Creates the execution `request` describes, checked as the API server would check it
     /// (callers go through [`ExecutionRequest::create`], which also removes the workdir a
@@ -139,33 +133,30 @@ pub trait Backend: Send + Sync {
         &self,
         request: &ExecutionRequest,
         options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error>;
+    ) -> Result<Execution, Error>;
 
     /// Lets a created execution run without this process, and returns its record.
-    async fn detach(
-        &self,
-        record: &ExecutionRecord,
-        options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error>;
+    async fn detach(&self, record: &Execution, options: &CreateOptions)
+    -> Result<Execution, Error>;
 
     /// Runs (or follows) a created execution until it ends, its output passed through when
     /// `passthrough`.
     async fn run(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         options: &CreateOptions,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, Error>;
+    ) -> Result<Execution, Error>;
 
     /// Follows an execution something else runs until it ends, printing its stdout as it grows
     /// when `print`; the final record carries the agent's response.
-    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error>;
+    async fn watch(&self, record: &Execution, print: bool) -> Result<Execution, Error>;
 
     /// The last `lines` lines of the agent's `stream`, and which stream they are really from
     /// (`stdout`, `stderr`, or `stdout+stderr` where the two cannot be told apart).
     async fn logs(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         stream: LogStream,
         lines: usize,
     ) -> Result<(&'static str, Vec<String>), Error>;
@@ -174,59 +165,55 @@ pub trait Backend: Send + Sync {
     /// `window` the excerpt of each it selects.
     async fn output(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         window: Option<ByteWindow>,
     ) -> Result<Vec<StreamOutput>, Error>;
 
     /// The results saved so far, with size and sha256.
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error>;
+    async fn results(&self, record: &Execution) -> Result<Vec<ResultEntry>, Error>;
 
     /// Streams one result into `file`; returns its size.
     async fn download(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         result: AnyResult,
         file: &Path,
     ) -> Result<u64, Error>;
 
     /// Asks a running execution to stop and waits until it has saved its results.
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error>;
+    async fn cancel(&self, record: &Execution) -> Result<Execution, Error>;
 
     /// Sends `signal` to a running execution: `SIGKILL` stops it without the agent's grace
     /// period and waits until its results are saved; any other signal but `SIGTERM` (which is
     /// [`Backend::cancel`]) goes to the agent's process group where the backend can send it.
     async fn signal(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, Error>;
+    ) -> Result<Execution, Error>;
 
     /// Sets the deadline of an execution that has not ended to `in_seconds` from the moment the
     /// change is accepted, or with `None` back to the one `timeoutSeconds` gives.
     async fn change_deadline(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         in_seconds: Option<u64>,
     ) -> Result<DeadlineChanged, Error>;
 
     /// Starts an execution `create` defined (phase `Created`).
-    async fn start(
-        &self,
-        record: &ExecutionRecord,
-        staging: &StageSettings,
-    ) -> Result<ExecutionRecord, Error>;
+    async fn start(&self, record: &Execution, staging: &StageSettings) -> Result<Execution, Error>;
 
     /// Runs a finished execution again in place, from the same snapshot (local only: on a
     /// cluster a run happens at most once, and `rerun` makes a new execution).
     async fn restart(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         staging: &StageSettings,
-    ) -> Result<ExecutionRecord, Error>;
+    ) -> Result<Execution, Error>;
 
     /// Deletes an execution with its results (stopping it first); returns how many stored
     /// results were removed, when the backend knows.
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error>;
+    async fn delete(&self, record: &Execution) -> Result<Option<usize>, Error>;
 
     /// Applies every document, all or nothing: each is checked before the first is stored.
     async fn apply(&self, documents: &[Document]) -> Result<Vec<Applied>, Error>;
@@ -326,7 +313,7 @@ pub trait Schedules: Send + Sync {
 
     /// Creates one execution of schedule `name` now, as its next run would be (counted by its
     /// concurrency policy and history limits), and returns its record.
-    async fn trigger(&self, name: &str) -> Result<ExecutionRecord, Error>;
+    async fn trigger(&self, name: &str) -> Result<Execution, Error>;
 
     /// Deletes schedule `name` with its executions (as the cluster's garbage collector
     /// deletes what it owns) and, locally, stops its supervisor.
@@ -346,7 +333,7 @@ impl ExecutionRequest {
         &self,
         backend: &dyn Backend,
         options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         let created = backend.create(self, options).await;
         if created.is_err() {
             self.abandon(backend).await;

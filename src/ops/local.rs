@@ -30,7 +30,7 @@ use crate::ops::backend::{
 use crate::ops::excerpt::{ByteWindow, Excerpt, StreamOutput};
 use crate::ops::execute::{CreateOptions, ExecutionRequest, RunInputs};
 use crate::ops::notify::NotifyChange;
-use crate::ops::{BackendConfig, Error, ErrorCode, download_from_store};
+use crate::ops::{BackendConfig, Error, ErrorCode, Execution, download_from_store};
 use crate::resolve::Catalog;
 use crate::runner::StageSettings;
 use crate::runner::outcome::Outcome;
@@ -163,6 +163,13 @@ impl Local {
         Ok(record)
     }
 
+    /// The record on disk of the execution a command shows as `execution`.
+    fn record_of(&self, execution: &Execution) -> Result<ExecutionRecord, Error> {
+        self.records()
+            .read(&self.namespace, &execution.name)
+            .map_err(Error::from)
+    }
+
     /// Hands the prepared execution `name` to a detached supervisor; its record once it has.
     fn spawn(&self, name: &str, staging: &StageSettings) -> Result<ExecutionRecord, Error> {
         spawn_detached(&self.data, &self.namespace, name, staging).map_err(supervise_error)?;
@@ -287,26 +294,28 @@ impl Backend for Local {
         Ok(self.records().names(&self.namespace))
     }
 
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error> {
+    async fn execution(&self, name: &str) -> Result<Execution, Error> {
         self.records()
             .read_current(&self.namespace, name)
+            .map(Execution::from)
             .map_err(Error::from)
     }
 
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error> {
+    async fn executions(&self) -> Result<Vec<Execution>, Error> {
         let records = self.records();
         Ok(records
             .names(&self.namespace)
             .iter()
             .filter_map(|n| records.read_current(&self.namespace, n).ok())
+            .map(Execution::from)
             .collect())
     }
 
     async fn set_notify(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         args: &NotifyChange,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         let size =
             |stream| std::fs::metadata(self.log_path(&record.name, stream)).map_or(0, |m| m.len());
         let sizes = (size(LogStream::Stdout), size(LogStream::Stderr));
@@ -316,28 +325,24 @@ impl Backend for Local {
             .map_err(Error::from)?;
         current.notify = Some(args.apply(current.notify.clone().unwrap_or_default(), sizes)?);
         records.write(&current).map_err(Error::from)?;
-        Ok(current)
+        Ok(current.into())
     }
 
-    async fn set_tags(
-        &self,
-        record: &ExecutionRecord,
-        tags: &[String],
-    ) -> Result<ExecutionRecord, Error> {
+    async fn set_tags(&self, record: &Execution, tags: &[String]) -> Result<Execution, Error> {
         let records = self.records();
         let mut current = records
             .read(&self.namespace, &record.name)
             .map_err(Error::from)?;
         current.tags = tags.to_vec();
         records.write(&current).map_err(Error::from)?;
-        Ok(current)
+        Ok(current.into())
     }
 
     async fn create(
         &self,
         request: &ExecutionRequest,
         options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         if request.spec.notify.is_some() {
             return Err(Error::argument(LOCAL_WEBHOOK_REFUSAL));
         }
@@ -364,25 +369,28 @@ impl Backend for Local {
             None => record,
         };
         if !request.spec.held {
-            return Ok(record);
+            return Ok(record.into());
         }
-        lifecycle::hold_created(&self.records(), record).map_err(Error::from)
+        lifecycle::hold_created(&self.records(), record)
+            .map(Execution::from)
+            .map_err(Error::from)
     }
 
     async fn detach(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         self.spawn(&record.name, &options.staging)
+            .map(Execution::from)
     }
 
     async fn run(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         options: &CreateOptions,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         run_prepared(
             &self.data,
             &self.namespace,
@@ -392,10 +400,11 @@ impl Backend for Local {
             cancel_on_stop_signal(),
         )
         .await
+        .map(Execution::from)
         .map_err(supervise_error)
     }
 
-    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error> {
+    async fn watch(&self, record: &Execution, print: bool) -> Result<Execution, Error> {
         let mut offset = 0u64;
         loop {
             let record = self.execution(&record.name).await?;
@@ -411,7 +420,7 @@ impl Backend for Local {
 
     async fn logs(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         stream: LogStream,
         lines: usize,
     ) -> Result<(&'static str, Vec<String>), Error> {
@@ -426,7 +435,7 @@ impl Backend for Local {
 
     async fn output(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         window: Option<ByteWindow>,
     ) -> Result<Vec<StreamOutput>, Error> {
         [LogStream::Stdout, LogStream::Stderr]
@@ -452,51 +461,51 @@ impl Backend for Local {
             .collect()
     }
 
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error> {
+    async fn results(&self, record: &Execution) -> Result<Vec<ResultEntry>, Error> {
         Ok(record.results.clone())
     }
 
     async fn download(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         result: AnyResult,
         file: &Path,
     ) -> Result<u64, Error> {
-        let (store, execution) = results_of(record).map_err(Error::from)?;
+        let (store, execution) = results_of(&self.record_of(record)?).map_err(Error::from)?;
         download_from_store(&store, &execution, &result, file).await
     }
 
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
-        self.stop(&record.name).await
+    async fn cancel(&self, record: &Execution) -> Result<Execution, Error> {
+        self.stop(&record.name).await.map(Execution::from)
     }
 
     async fn signal(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         use nix::sys::signal::Signal;
-        let records = self.records();
+        let (records, record) = (self.records(), self.record_of(record)?);
         if signal == Signal::SIGKILL {
-            lifecycle::request_signal(&records, record, None).map_err(lifecycle_error)?;
-            return self.stop(&record.name).await;
+            lifecycle::request_signal(&records, &record, None).map_err(lifecycle_error)?;
+            return self.stop(&record.name).await.map(Execution::from);
         }
-        lifecycle::request_signal(&records, record, Some(signal.as_str()))
+        lifecycle::request_signal(&records, &record, Some(signal.as_str()))
             .map_err(lifecycle_error)?;
         self.execution(&record.name).await
     }
 
     async fn change_deadline(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         in_seconds: Option<u64>,
     ) -> Result<DeadlineChanged, Error> {
-        let records = self.records();
+        let (records, record) = (self.records(), self.record_of(record)?);
         let snapshot = records
             .snapshot(&self.namespace, &record.name)
             .map_err(Error::from)?;
         let accepted =
-            lifecycle::change_deadline(&records, record, snapshot.timeout_seconds, in_seconds)
+            lifecycle::change_deadline(&records, &record, snapshot.timeout_seconds, in_seconds)
                 .map_err(lifecycle_error)?;
         Ok(DeadlineChanged {
             execution: record.name.clone(),
@@ -506,22 +515,18 @@ impl Backend for Local {
         })
     }
 
-    async fn start(
-        &self,
-        record: &ExecutionRecord,
-        staging: &StageSettings,
-    ) -> Result<ExecutionRecord, Error> {
+    async fn start(&self, record: &Execution, staging: &StageSettings) -> Result<Execution, Error> {
         let records = self.records();
         lifecycle::release_created(&records, &self.namespace, &record.name)
             .map_err(lifecycle_error)?;
-        self.spawn(&record.name, staging)
+        self.spawn(&record.name, staging).map(Execution::from)
     }
 
     async fn restart(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         staging: &StageSettings,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         let records = self.records();
         let current = records
             .read(&self.namespace, &record.name)
@@ -544,10 +549,10 @@ impl Backend for Local {
         lifecycle::reset_for_restart(&records, &ended)
             .await
             .map_err(lifecycle_error)?;
-        self.spawn(&record.name, staging)
+        self.spawn(&record.name, staging).map(Execution::from)
     }
 
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error> {
+    async fn delete(&self, record: &Execution) -> Result<Option<usize>, Error> {
         let record = self.stop(&record.name).await?;
         let removed = remove_execution(&self.records(), &record)
             .await

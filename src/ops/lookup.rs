@@ -3,7 +3,8 @@
 use super::backend::{Backend, Deployments, Schedules};
 use super::{Error, ErrorCode};
 use crate::api::AgentDeployment;
-use crate::local::{ExecutionRecord, ObjectKind};
+use crate::local::ObjectKind;
+use crate::ops::Execution;
 
 /// At most this many names are listed in a "not found"; the rest are counted.
 const LISTED: usize = 10;
@@ -189,7 +190,7 @@ pub async fn missing_schedule(
 
 /// The record of the execution named `name`, or of the only one whose name starts with it.
 /// An ambiguous prefix names each execution it matches with its phase, newest first.
-pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, Error> {
+pub async fn find(backend: &dyn Backend, name: &str) -> Result<Execution, Error> {
     let names = backend.execution_names().await?;
     let full = match find_by_prefix(&names, name, backend.namespace()) {
         Ok(full) => full,
@@ -206,7 +207,7 @@ pub async fn find(backend: &dyn Backend, name: &str) -> Result<ExecutionRecord, 
 
 /// `prefix` matches several of `records`: each, newest first, with its phase and when it was
 /// created, and how to name one.
-fn ambiguous(prefix: &str, namespace: &str, mut records: Vec<ExecutionRecord>) -> Error {
+fn ambiguous(prefix: &str, namespace: &str, mut records: Vec<Execution>) -> Error {
     records.retain(|r| r.name.starts_with(prefix));
     records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.name.cmp(&b.name)));
     let matches: Vec<String> = records

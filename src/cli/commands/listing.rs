@@ -4,8 +4,8 @@ use crate::api::Phase;
 use crate::api::tags::{TagPattern, check_tags};
 use crate::cli::output::{Format, print_ok};
 use crate::cli::show::{print_executions, print_record};
-use crate::local::ExecutionRecord;
 use crate::ops::Error;
+use crate::ops::Execution;
 use crate::ops::backend::{Backend, ExecutionFilter};
 use crate::ops::lookup::find;
 
@@ -48,7 +48,7 @@ fn parse_state(value: &str) -> Result<Vec<Phase>, String> {
 }
 
 /// The newest `limit` of `records` (all without a limit), oldest first.
-fn newest(mut records: Vec<ExecutionRecord>, limit: Option<usize>) -> Vec<ExecutionRecord> {
+fn newest(mut records: Vec<Execution>, limit: Option<usize>) -> Vec<Execution> {
     records.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.name.cmp(&b.name)));
     if let Some(limit) = limit {
         records.drain(..records.len().saturating_sub(limit));

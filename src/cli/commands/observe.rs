@@ -9,8 +9,8 @@ use crate::cli::answers::Logs;
 use crate::cli::answers::{ExecutionView, Observation};
 use crate::cli::output::{Format, print_ok};
 use crate::cli::show::{print_record, record_outcome};
-use crate::local::ExecutionRecord;
 use crate::ops::Error;
+use crate::ops::Execution;
 use crate::ops::backend::{Backend, LogStream};
 use crate::ops::excerpt::{ByteWindow, DEFAULT_MAX_BYTES, MAX_MAX_BYTES};
 use crate::ops::lookup::find;
@@ -173,10 +173,10 @@ fn parse_seconds(value: &str, min: f64, max: f64) -> Result<f64, SecondsError> {
 /// Looks at the execution every `poll` seconds until it ends or `until` seconds have passed.
 pub async fn observe(
     backend: &dyn Backend,
-    record: ExecutionRecord,
+    record: Execution,
     until: f64,
     poll: f64,
-) -> Result<(ExecutionRecord, Observation), Error> {
+) -> Result<(Execution, Observation), Error> {
     let started = Instant::now();
     let until_duration = Duration::from_secs_f64(until);
     let mut record = record;
@@ -201,7 +201,7 @@ pub async fn observe(
 /// about a run.
 pub async fn with_excerpts(
     backend: &dyn Backend,
-    record: ExecutionRecord,
+    record: Execution,
     excerpt: &ExcerptArgs,
 ) -> Result<ExecutionView, Error> {
     let output = match backend.output(&record, Some(excerpt.window())).await {
@@ -221,10 +221,7 @@ pub async fn with_excerpts(
 }
 
 /// The execution with the sizes of its output streams, read without reading the streams.
-pub async fn with_sizes(
-    backend: &dyn Backend,
-    record: ExecutionRecord,
-) -> Result<ExecutionView, Error> {
+pub async fn with_sizes(backend: &dyn Backend, record: Execution) -> Result<ExecutionView, Error> {
     Ok(ExecutionView {
         output: backend.output(&record, None).await?,
         ..ExecutionView::of(record)
@@ -235,7 +232,7 @@ pub async fn with_sizes(
 /// other than `Succeeded` is a failed command, as with `watch`; one still going is not.
 pub async fn answer_observed(
     backend: &dyn Backend,
-    record: ExecutionRecord,
+    record: Execution,
     observation: Observation,
     excerpt: &ExcerptArgs,
     format: Format,

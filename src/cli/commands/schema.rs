@@ -18,9 +18,10 @@ use crate::cli::answers::{
     PushedFilesetAnswer,
 };
 use crate::cli::output::SCHEMA_VERSION;
+use crate::local::ObjectKind;
 use crate::local::gc::GcReport;
-use crate::local::{ExecutionRecord, ObjectKind};
 use crate::ops::ErrorCode;
+use crate::ops::Execution;
 use crate::ops::backend::{Applied, DeadlineChanged};
 use crate::resolve::Problem;
 use crate::retention::sweep_store::SweepReport;
@@ -82,7 +83,7 @@ pub fn answers_schema() -> Value {
     let g = &mut generator;
     let mut answers = vec![
         answer::<ExecutionView>(g, "execution"),
-        answer::<Vec<ExecutionRecord>>(g, "executions"),
+        answer::<Vec<Execution>>(g, "executions"),
         answer::<Logs>(g, "logs"),
         answer::<Vec<ResultEntry>>(g, "results"),
         answer::<Downloaded>(g, "download"),

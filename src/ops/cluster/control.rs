@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::{Cluster, api_error, phase};
 use crate::api::{AgentExecution, Phase};
-use crate::local::ExecutionRecord;
+use crate::ops::Execution;
 use crate::ops::backend::DeadlineChanged;
 use crate::ops::{Error, ErrorCode};
 
@@ -38,9 +38,9 @@ impl Cluster {
     /// are saved. Other signals cannot reach a pod's processes through the API.
     pub(super) async fn kill(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         if signal != nix::sys::signal::Signal::SIGKILL {
             return Err(Error::argument(format!(
                 "--signal {}: on a cluster only TERM (a cancel: SIGTERM, the grace period, SIGKILL) and KILL (a cancel without the grace period) can be sent; errand reaches the agent's pod only through the API server, which can stop a pod but not signal its processes",
@@ -57,7 +57,7 @@ impl Cluster {
     /// controller's answer in `status.deadline`.
     pub(super) async fn change_deadline(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         in_seconds: Option<u64>,
     ) -> Result<DeadlineChanged, Error> {
         let name = &record.name;
@@ -127,10 +127,7 @@ impl Cluster {
     }
 
     /// `start`: clears `held` of a created execution.
-    pub(super) async fn start_held(
-        &self,
-        record: &ExecutionRecord,
-    ) -> Result<ExecutionRecord, Error> {
+    pub(super) async fn start_held(&self, record: &Execution) -> Result<Execution, Error> {
         let current = self
             .executions()
             .get(&record.name)

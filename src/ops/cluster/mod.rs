@@ -29,7 +29,8 @@ use crate::api::{
     FilesetStatus, Phase, ResultEntry, SnapshotRef,
 };
 use crate::archive::{PackOptions, pack_dir};
-use crate::local::{ExecutionRecord, ObjectKind, generate_name};
+use crate::local::{ObjectKind, generate_name};
+use crate::ops::Execution;
 use crate::ops::backend::{
     Applied, Backend, DeadlineChanged, Document, ExecutionFilter, LogStream, PushedFileset,
 };
@@ -137,8 +138,8 @@ impl Cluster {
     }
 
     /// The record of `execution`, with the agent's response once its run record is saved.
-    async fn record(&self, execution: &AgentExecution) -> ExecutionRecord {
-        let mut record = to_record(execution, self.store_url.as_deref());
+    async fn record(&self, execution: &AgentExecution) -> Execution {
+        let mut record = execution_of(execution, self.store_url.as_deref());
         let has_run_result = record
             .results
             .iter()
@@ -324,19 +325,16 @@ impl Backend for Cluster {
             .collect())
     }
 
-    async fn execution(&self, name: &str) -> Result<ExecutionRecord, Error> {
+    async fn execution(&self, name: &str) -> Result<Execution, Error> {
         let execution = self.executions().get(name).await.map_err(api_error)?;
         Ok(self.record(&execution).await)
     }
 
-    async fn executions(&self) -> Result<Vec<ExecutionRecord>, Error> {
+    async fn executions(&self) -> Result<Vec<Execution>, Error> {
         self.find_executions(&ExecutionFilter::default()).await
     }
 
-    async fn find_executions(
-        &self,
-        filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, Error> {
+    async fn find_executions(&self, filter: &ExecutionFilter) -> Result<Vec<Execution>, Error> {
         let mut params = ListParams::default();
         if let Some(selector) = tag_selector(&filter.tags) {
             params = params.labels(&selector);
@@ -349,26 +347,22 @@ impl Backend for Cluster {
             .items;
         Ok(items
             .iter()
-            .map(|e| to_record(e, self.store_url.as_deref()))
+            .map(|e| execution_of(e, self.store_url.as_deref()))
             .filter(|r| filter.matches(r))
             .collect())
     }
 
     async fn set_notify(
         &self,
-        _record: &ExecutionRecord,
+        _record: &Execution,
         _change: &NotifyChange,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         Err(Error::argument(
             "notify set applies to local runs only; a cluster execution reports its end as a Kubernetes Event, and to the webhook it was created with (--notify-webhook)",
         ))
     }
 
-    async fn set_tags(
-        &self,
-        record: &ExecutionRecord,
-        tags: &[String],
-    ) -> Result<ExecutionRecord, Error> {
+    async fn set_tags(&self, record: &Execution, tags: &[String]) -> Result<Execution, Error> {
         let current = self
             .executions()
             .get(&record.name)
@@ -391,7 +385,7 @@ impl Backend for Cluster {
         &self,
         request: &ExecutionRequest,
         options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         if options.inherit_env {
             return Err(Error::argument(
                 "--inherit-env applies to local runs only; a pod gets its environment from the cluster",
@@ -433,28 +427,28 @@ impl Backend for Cluster {
             .create(&params, &execution)
             .await
             .map_err(api_error)?;
-        Ok(to_record(&created, self.store_url.as_deref()))
+        Ok(execution_of(&created, self.store_url.as_deref()))
     }
 
     async fn detach(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         _options: &CreateOptions,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         // The controller runs it; nothing of it depends on this process.
         Ok(record.clone())
     }
 
     async fn run(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         _options: &CreateOptions,
         passthrough: bool,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         self.watch(record, passthrough).await
     }
 
-    async fn watch(&self, record: &ExecutionRecord, print: bool) -> Result<ExecutionRecord, Error> {
+    async fn watch(&self, record: &Execution, print: bool) -> Result<Execution, Error> {
         if print {
             self.follow_log(&record.name, &record.uid).await;
         }
@@ -464,7 +458,7 @@ impl Backend for Cluster {
 
     async fn logs(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         stream: LogStream,
         lines: usize,
     ) -> Result<(&'static str, Vec<String>), Error> {
@@ -497,7 +491,7 @@ impl Backend for Cluster {
 
     async fn output(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         window: Option<ByteWindow>,
     ) -> Result<Vec<StreamOutput>, Error> {
         // A pod's log has no size the API reports: without reading it, its size is unknown.
@@ -540,7 +534,7 @@ impl Backend for Cluster {
         Ok(vec![StreamOutput::from_bytes(COMBINED_LOG, &bytes, window)])
     }
 
-    async fn results(&self, record: &ExecutionRecord) -> Result<Vec<ResultEntry>, Error> {
+    async fn results(&self, record: &Execution) -> Result<Vec<ResultEntry>, Error> {
         if self.store_url.is_some() {
             return Ok(record.results.clone());
         }
@@ -558,7 +552,7 @@ impl Backend for Cluster {
 
     async fn download(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         result: AnyResult,
         file: &Path,
     ) -> Result<u64, Error> {
@@ -575,7 +569,7 @@ impl Backend for Cluster {
         }
     }
 
-    async fn cancel(&self, record: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
+    async fn cancel(&self, record: &Execution) -> Result<Execution, Error> {
         let patch = Patch::Merge(json!({"spec": {"cancel": true}}));
         self.executions()
             .patch(&record.name, &PatchParams::default(), &patch)
@@ -587,15 +581,15 @@ impl Backend for Cluster {
 
     async fn signal(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         signal: nix::sys::signal::Signal,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         self.kill(record, signal).await
     }
 
     async fn change_deadline(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         in_seconds: Option<u64>,
     ) -> Result<DeadlineChanged, Error> {
         Cluster::change_deadline(self, record, in_seconds).await
@@ -603,21 +597,21 @@ impl Backend for Cluster {
 
     async fn start(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         _staging: &crate::runner::StageSettings,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         self.start_held(record).await
     }
 
     async fn restart(
         &self,
-        record: &ExecutionRecord,
+        record: &Execution,
         _staging: &crate::runner::StageSettings,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         Err(control::restart_refused(&record.name))
     }
 
-    async fn delete(&self, record: &ExecutionRecord) -> Result<Option<usize>, Error> {
+    async fn delete(&self, record: &Execution) -> Result<Option<usize>, Error> {
         let name = &record.name;
         self.executions()
             .delete(name, &DeleteParams::foreground())
@@ -790,11 +784,12 @@ fn phase(execution: &AgentExecution) -> Option<Phase> {
     execution.status.as_ref().and_then(|s| s.phase)
 }
 
-/// The execution in the same shape as a local record, so both backends answer alike.
-pub fn to_record(execution: &AgentExecution, store: Option<&str>) -> ExecutionRecord {
+/// The execution as the commands show it, read off the AgentExecution and its status, so that
+/// both backends answer alike.
+pub fn execution_of(execution: &AgentExecution, store: Option<&str>) -> Execution {
     let status = execution.status.clone().unwrap_or_default();
     let outcome = Outcome::of_status(&status);
-    ExecutionRecord {
+    Execution {
         schema_version: crate::local::RECORD_SCHEMA_VERSION,
         name: execution.metadata.name.clone().unwrap_or_default(),
         namespace: execution.metadata.namespace.clone().unwrap_or_default(),

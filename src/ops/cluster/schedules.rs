@@ -5,9 +5,9 @@ use kube::Resource;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use super::{Cluster, FIELD_MANAGER, api_error, to_record};
+use super::{Cluster, FIELD_MANAGER, api_error, execution_of};
 use crate::api::{AgentExecution, AgentSchedule};
-use crate::local::ExecutionRecord;
+use crate::ops::Execution;
 use crate::ops::backend::{ScheduleEntry, Schedules};
 use crate::ops::{Error, ErrorCode};
 use crate::resolve::schedule;
@@ -78,7 +78,7 @@ impl Schedules for Cluster {
             .map_err(api_error)
     }
 
-    async fn trigger(&self, name: &str) -> Result<ExecutionRecord, Error> {
+    async fn trigger(&self, name: &str) -> Result<Execution, Error> {
         let found = self.get_schedule(name).await?;
         let now = jiff::Timestamp::now();
         let mut execution =
@@ -98,7 +98,7 @@ impl Schedules for Cluster {
             .create(&params, &execution)
             .await
             .map_err(api_error)?;
-        Ok(to_record(&created, self.store_url.as_deref()))
+        Ok(execution_of(&created, self.store_url.as_deref()))
     }
 
     async fn delete_schedule(&self, name: &str) -> Result<(), Error> {

@@ -6,8 +6,9 @@ use jiff::Timestamp;
 
 use super::Local;
 use crate::api::{AgentSchedule, Phase};
-use crate::local::{ExecutionRecord, ProcessIdentity, ScheduleState};
+use crate::local::{ProcessIdentity, ScheduleState};
 use crate::ops::Error;
+use crate::ops::Execution;
 use crate::ops::backend::Backend;
 use crate::resolve::schedule::status::{self, Observed as StatusObserved};
 use crate::resolve::schedule::{self, Due, Observed, Run, RunState};
@@ -134,7 +135,7 @@ async fn tick(
 
 /// One execution as the plan sees it: its scheduled time from its name (its creation when the
 /// name does not say) and whether it ended.
-fn as_run(schedule: &str, execution: &ExecutionRecord) -> Run {
+fn as_run(schedule: &str, execution: &Execution) -> Run {
     let state = match execution.phase {
         Phase::Succeeded => RunState::Succeeded,
         Phase::Failed | Phase::Cancelled => RunState::Failed,

@@ -13,7 +13,8 @@ use nix::unistd::Pid;
 use super::Local;
 use super::detached::start_supervisor;
 use crate::api::AgentSchedule;
-use crate::local::{ExecutionRecord, ScheduleRecords, admit_schedule};
+use crate::local::{ScheduleRecords, admit_schedule};
+use crate::ops::Execution;
 use crate::ops::backend::{Backend, ScheduleEntry, Schedules};
 use crate::ops::execute::{CreateOptions, ExecutionRequest, RunInputs};
 use crate::ops::{Error, ErrorCode};
@@ -65,7 +66,7 @@ impl Local {
     }
 
     /// The executions of schedule `name`: those tagged `schedule.<name>`.
-    pub(super) async fn schedule_runs(&self, name: &str) -> Result<Vec<ExecutionRecord>, Error> {
+    pub(super) async fn schedule_runs(&self, name: &str) -> Result<Vec<Execution>, Error> {
         let tag = schedule::schedule_tag(name);
         let mut runs = self.executions().await?;
         runs.retain(|r| r.tags.contains(&tag));
@@ -79,7 +80,7 @@ impl Local {
         schedule: &AgentSchedule,
         name: String,
         scheduled: jiff::Timestamp,
-    ) -> Result<ExecutionRecord, Error> {
+    ) -> Result<Execution, Error> {
         let schedule_name = schedule.metadata.name.clone().unwrap_or_default();
         let execution = schedule::execution_for(schedule, name, scheduled);
         let request = ExecutionRequest {
@@ -159,7 +160,7 @@ impl Schedules for Local {
         self.schedule_entry(name)
     }
 
-    async fn trigger(&self, name: &str) -> Result<ExecutionRecord, Error> {
+    async fn trigger(&self, name: &str) -> Result<Execution, Error> {
         let schedule = self.schedule_records().read(&self.namespace, name)?;
         let now = jiff::Timestamp::now();
         self.start_run(&schedule, schedule::manual_execution_name(name, now), now)
