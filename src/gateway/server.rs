@@ -252,10 +252,11 @@ impl Gateway {
             .send()
             .await
             .map_err(|e| {
+                tracing::warn!(%pod, path, error = %e, "agent server did not answer");
                 Refusal::new(
                     502,
                     "BadGateway",
-                    format!("the agent server at {pod} did not answer: {e}"),
+                    format!("the agent server did not answer: {}", upstream_failure(&e)),
                 )
             })
             .and_then(refuse_redirect)
@@ -342,6 +343,21 @@ impl Gateway {
     }
 }
 
+/// What went wrong with an agent server, as the caller sees it: the class only. The error's
+/// own text names the pod's address and the URL, which the caller is not told (the gateway's
+/// log has them).
+fn upstream_failure(error: &reqwest::Error) -> &'static str {
+    if error.is_timeout() {
+        "it timed out"
+    } else if error.is_connect() {
+        "no connection could be made to it"
+    } else if error.is_body() || error.is_decode() {
+        "its answer broke off"
+    } else {
+        "the connection to it failed"
+    }
+}
+
 /// An agent server's answer, unless it is a redirect: that is a 502 that names the status only.
 fn refuse_redirect(upstream: reqwest::Response) -> Result<reqwest::Response, Refusal> {
     let status = upstream.status();
@@ -367,7 +383,10 @@ async fn read_bounded(upstream: reqwest::Response, max: usize) -> Result<Vec<u8>
         Refusal::new(
             502,
             "BadGateway",
-            format!("reading the agent server's /chat answer: {e}"),
+            format!(
+                "reading the agent server's /chat answer: {}",
+                upstream_failure(&e)
+            ),
         )
     })? {
         if bytes.len() + chunk.len() > max {

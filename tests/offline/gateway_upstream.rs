@@ -1,4 +1,4 @@
-//! The gateway's upstream over real sockets, without a cluster: an agent server that answers with a redirect (to a "metadata" listener on loopback) gets the caller a 502 that carries neither the target's body nor the `Location`, and the target is never called.
+//! The gateway's upstream over real sockets, without a cluster: an agent server that answers with a redirect (to a "metadata" listener on loopback) gets the caller a 502 that carries neither the target's body nor the `Location`, and the target is never called; one that does not answer gets a 502 that names no address.
 
 use crate::support::anyone::Anyone;
 use errand::cluster::listener::ServerLimits;
@@ -60,6 +60,68 @@ fn http_answer(status_line: &str, headers: &str, body: &str) -> String {
     )
 }
 
+/// The gateway's paths that reach an agent server.
+const PATHS: [&str; 3] = ["invoke", "v1/chat/completions", "chat"];
+
+/// A gateway on loopback in front of the one agent server at `agent`, with its session store;
+/// its URL and its serving task.
+async fn gateway_to(agent: SocketAddr) -> (String, tokio::task::JoinHandle<()>, tempfile::TempDir) {
+    let store = tempfile::tempdir().unwrap();
+    let gateway = Arc::new(Gateway {
+        authorizer: Box::new(Anyone),
+        directory: Box::new(OnePod(agent)),
+        sessions: Sessions::new(
+            errand::store::Store::open(&format!("file://{}", store.path().display())).unwrap(),
+            SessionLimits::default(),
+        ),
+        client: errand::gateway::agent_client(),
+        next: AtomicUsize::new(0),
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let served = tokio::spawn(serve(listener, None, ServerLimits::DEFAULT, gateway));
+    (url, served, store)
+}
+
+/// A caller's request to `path` of deployment `team/calc` through the gateway at `url`.
+async fn post(url: &str, path: &str) -> reqwest::Response {
+    let body = match path {
+        "invoke" => serde_json::json!({"input": "2+2"}),
+        "chat" => serde_json::json!({"session": "s1", "message": "hi"}),
+        _ => serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+    };
+    reqwest::Client::new()
+        .post(format!("{url}/v1/namespaces/team/deployments/calc/{path}"))
+        .bearer_auth("t")
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_agent_server_that_does_not_answer_gets_the_caller_a_502_naming_no_address() {
+    // One port that refuses connections, one server that hangs up without an answer.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let refusing = closed.local_addr().unwrap();
+    drop(closed);
+    let (hanging_up, _) = answering(String::new()).await;
+    for agent in [refusing, hanging_up] {
+        let (url, served, _store) = gateway_to(agent).await;
+        for path in PATHS {
+            let response = post(&url, path).await;
+            assert_eq!(response.status().as_u16(), 502, "{agent} on {path}");
+            let text = response.text().await.unwrap();
+            assert!(text.contains("did not answer"), "{path}: {text}");
+            for detail in [agent.to_string(), agent.ip().to_string(), "http://".into()] {
+                assert!(!text.contains(&detail), "{path} names {detail}: {text}");
+            }
+        }
+        served.abort();
+    }
+}
+
 #[tokio::test]
 async fn a_redirecting_agent_server_gets_the_caller_a_502_not_the_metadata() {
     let (metadata, metadata_calls) = answering(http_answer(
@@ -80,36 +142,9 @@ async fn a_redirecting_agent_server_gets_the_caller_a_502_not_the_metadata() {
             &format!(r#"{{"see":"{location}"}}"#),
         ))
         .await;
-        let store = tempfile::tempdir().unwrap();
-        let gateway = Arc::new(Gateway {
-            authorizer: Box::new(Anyone),
-            directory: Box::new(OnePod(agent)),
-            sessions: Sessions::new(
-                errand::store::Store::open(&format!("file://{}", store.path().display())).unwrap(),
-                SessionLimits::default(),
-            ),
-            client: errand::gateway::agent_client(),
-            next: AtomicUsize::new(0),
-        });
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let served = tokio::spawn(serve(listener, None, ServerLimits::DEFAULT, gateway));
-        for path in ["invoke", "v1/chat/completions", "chat"] {
-            let body = match path {
-                "invoke" => serde_json::json!({"input": "2+2"}),
-                "chat" => serde_json::json!({"session": "s1", "message": "hi"}),
-                _ => {
-                    serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-                }
-            };
-            let response = reqwest::Client::new()
-                .post(format!("{url}/v1/namespaces/team/deployments/calc/{path}"))
-                .bearer_auth("t")
-                .header("content-type", "application/json")
-                .body(body.to_string())
-                .send()
-                .await
-                .unwrap();
+        let (url, served, _store) = gateway_to(agent).await;
+        for path in PATHS {
+            let response = post(&url, path).await;
             assert_eq!(response.status().as_u16(), 502, "{status} on {path}");
             assert!(response.headers().get("location").is_none());
             let text = response.text().await.unwrap();
