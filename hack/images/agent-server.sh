@@ -7,7 +7,8 @@
 #   POST /invoke               {"input": "..."}  -> {"output": "<agent>: <input>"}
 #   POST /chat                 {"messages": [{"role","content"}...]}
 #                              -> {"message": {"role": "assistant", "content": "<agent> turn N: <last>"}}
-#   POST /v1/chat/completions  the OpenAI shape of /chat; "stream": true answers with SSE chunks
+#   POST /v1/chat/completions  the OpenAI shape of /chat (with `created` and `usage`); "stream": true
+#                              answers with SSE chunks
 #   POST /admin/unready, /admin/ready   create / remove ./unready (tests flip readiness)
 #
 # The agent's name comes from the config at AGENT_CONFIG_PATH, so a test sees which snapshot
@@ -61,16 +62,21 @@ case "$method $path" in
   "POST /chat" | "POST /v1/chat/completions")
     turn=$(printf '%s' "$body" | grep -o '"role": *"user"' | wc -l)
     reply="$agent turn $turn: $(field content)"
+    # OpenAI's shape in full: `created`, and `usage` counted in words.
+    created=$(date +%s)
+    prompt_tokens=$(printf '%s' "$body" | wc -w)
+    completion_tokens=$(printf '%s\n' $reply | wc -l)
+    usage="{\"prompt_tokens\":$prompt_tokens,\"completion_tokens\":$completion_tokens,\"total_tokens\":$((prompt_tokens + completion_tokens))}"
     if [ "$path" = /chat ]; then
       json "200 OK" "{\"message\":{\"role\":\"assistant\",\"content\":\"$reply\"}}"
     elif printf '%s' "$body" | grep -q '"stream": *true'; then
       printf 'HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n'
       for word in $reply; do
-        printf 'data: {"id":"chatcmpl-test","object":"chat.completion.chunk","model":"%s","choices":[{"index":0,"delta":{"content":"%s "}}]}\n\n' "$agent" "$word"
+        printf 'data: {"id":"chatcmpl-test","object":"chat.completion.chunk","created":%s,"model":"%s","choices":[{"index":0,"delta":{"content":"%s "}}]}\n\n' "$created" "$agent" "$word"
       done
-      printf 'data: {"id":"chatcmpl-test","object":"chat.completion.chunk","model":"%s","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n' "$agent"
+      printf 'data: {"id":"chatcmpl-test","object":"chat.completion.chunk","created":%s,"model":"%s","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n' "$created" "$agent"
     else
-      json "200 OK" "{\"id\":\"chatcmpl-test\",\"object\":\"chat.completion\",\"model\":\"$agent\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"$reply\"},\"finish_reason\":\"stop\"}]}"
+      json "200 OK" "{\"id\":\"chatcmpl-test\",\"object\":\"chat.completion\",\"created\":$created,\"model\":\"$agent\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"$reply\"},\"finish_reason\":\"stop\"}],\"usage\":$usage}"
     fi ;;
   *) json "404 Not Found" "{\"error\":\"no route $method $path\"}" ;;
 esac

@@ -1,8 +1,9 @@
 //! What a gateway request asks for, from its method and path: which deployment (by name, or the agent's active one), and what to do with it.
 //!
 //! Pure. Every path is under `/v1/namespaces/<namespace>/`, then `deployments/<name>/` or
-//! `agents/<agent>/`, then one of `invoke`, `chat`, `sessions`, `sessions/<session>` or
-//! `v1/chat/completions` (so an OpenAI client's base URL is `.../agents/<agent>/v1`).
+//! `agents/<agent>/`, then one of `invoke`, `chat`, `sessions`, `sessions/<session>`,
+//! `v1/chat/completions`, `v1/models` or `v1/models/<model>` (so an OpenAI client's base URL is
+//! `.../agents/<agent>/v1`).
 
 use hyper::Method;
 
@@ -28,6 +29,10 @@ pub enum Action {
     Session(String),
     /// `POST v1/chat/completions`: OpenAI's chat completions, passed through (streams too).
     ChatCompletions,
+    /// `GET v1/models`: OpenAI's model list, the one model the path names.
+    Models,
+    /// `GET v1/models/<model>`: one model of that list.
+    Model(String),
 }
 
 /// A request the gateway serves.
@@ -72,6 +77,10 @@ pub fn route(method: &Method, path: &str) -> Result<Route, NoRoute> {
             (Action::Session((*session).to_owned()), Method::GET)
         }
         ["v1", "chat", "completions"] => (Action::ChatCompletions, Method::POST),
+        ["v1", "models"] => (Action::Models, Method::GET),
+        ["v1", "models", model] if !model.is_empty() => {
+            (Action::Model((*model).to_owned()), Method::GET)
+        }
         _ => return Err(NoRoute::NotFound),
     };
     if *method != allowed {
@@ -116,6 +125,14 @@ mod tests {
         assert_eq!(openai.action, Action::ChatCompletions);
         let session = route(&Method::GET, "/v1/namespaces/a/deployments/b/sessions/s1").unwrap();
         assert_eq!(session.action, Action::Session("s1".into()));
+        let models = route(&Method::GET, "/v1/namespaces/a/agents/calc/v1/models").unwrap();
+        assert_eq!(models.action, Action::Models);
+        let model = route(&Method::GET, "/v1/namespaces/a/agents/calc/v1/models/calc").unwrap();
+        assert_eq!(model.action, Action::Model("calc".into()));
+        assert_eq!(
+            route(&Method::POST, "/v1/namespaces/a/agents/calc/v1/models"),
+            Err(NoRoute::Method("GET"))
+        );
     }
 
     #[test]

@@ -184,6 +184,27 @@ impl Gateway {
                     &json!({"deployment": deployment_name, "session": session, "turns": turns}),
                 ));
             }
+            Action::Models => {
+                let model = model_of(&route, &deployment);
+                return Ok(json_response(
+                    200,
+                    &json!({"object": "list", "data": [model]}),
+                ));
+            }
+            Action::Model(id) => {
+                let model = model_of(&route, &deployment);
+                if model["id"] != id.as_str() {
+                    return Err(Refusal::new(
+                        404,
+                        "ModelNotFound",
+                        format!(
+                            "the model {id:?} does not exist here: this endpoint serves {}",
+                            model["id"]
+                        ),
+                    ));
+                }
+                return Ok(json_response(200, &model));
+            }
             _ => {}
         }
         let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
@@ -208,7 +229,9 @@ impl Gateway {
                 self.pass(pod, "/v1/chat/completions", body).await
             }
             Action::Chat => self.chat(&scope, &deployment_name, pod, &body).await,
-            Action::Sessions | Action::Session(_) => unreachable!("answered above"),
+            Action::Sessions | Action::Session(_) | Action::Models | Action::Model(_) => {
+                unreachable!("answered above")
+            }
         }
     }
 
@@ -341,6 +364,21 @@ impl Gateway {
             }),
         ))
     }
+}
+
+/// The one model an OpenAI client finds at the route's base URL, in OpenAI's shape: named as
+/// the path names it (the deployment, or the agent whose active deployment answers), created
+/// when the deployment was, owned by its namespace.
+fn model_of(route: &Route, deployment: &AgentDeployment) -> Value {
+    let id = match &route.target {
+        Target::Deployment(name) | Target::Agent(name) => name,
+    };
+    let created = deployment
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(0, |t| t.0.as_second());
+    json!({"id": id, "object": "model", "created": created, "owned_by": route.namespace})
 }
 
 /// What went wrong with an agent server, as the caller sees it: the class only. The error's

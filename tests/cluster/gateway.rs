@@ -1,4 +1,4 @@
-//! The gateway on the test cluster: invoke, chat sessions (resumed after a gateway restart) and OpenAI chat completions (plain and streamed, with curl) reach a deployment's ready pod; unknown targets, deployments not Ready, malformed bodies, missing tokens and tokens without RBAC are refused with 404, 503, 400, 401 and 403.
+//! The gateway on the test cluster: invoke, chat sessions (resumed after a gateway restart) and OpenAI chat completions (plain and streamed, with curl and with OpenAI's own Python client, which also lists and retrieves the model) reach a deployment's ready pod; unknown targets, deployments not Ready, malformed bodies, missing tokens and tokens without RBAC are refused with 404, 503, 400, 401 and 403.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use crate::support::deployments::{
 };
 use crate::support::errand::wait_for;
 use crate::support::harness::{Harness, RUN_WAIT};
+use crate::support::python_clients;
 use errand::api::DeploymentPhase;
 
 /// Agent and deployment `name` of the test agent server, with `env` in its environment.
@@ -171,6 +172,75 @@ async fn the_gateway_invokes_chats_and_completes_for_callers_with_rbac_only() {
     assert!(chunks.len() >= 3, "{stream}");
     assert_eq!(chunks.last(), Some(&"data: [DONE]"));
     assert!(stream.contains("chat.completion.chunk"), "{stream}");
+
+    // OpenAI's own Python client: the model list, completions plain (validated strictly as
+    // its `ChatCompletion`), streamed and async, and each refusal raised as its error class.
+    let mut python = python_clients::command("openai_client.py");
+    python.args([base.as_str(), caller.as_str(), "calc", stranger.as_str()]);
+    let openai: Value = tokio::task::spawn_blocking(move || {
+        python_clients::json_of(python, "OpenAI's Python client")
+    })
+    .await
+    .unwrap();
+    assert_eq!(openai["models"], json!(["calc"]), "{openai}");
+    assert_eq!(openai["model"]["id"], "calc", "{openai}");
+    assert_eq!(
+        openai["model"]["owned_by"],
+        harness.namespace.name(),
+        "{openai}"
+    );
+    assert_eq!(
+        (
+            &openai["missing_model"]["class"],
+            &openai["missing_model"]["code"]
+        ),
+        (&json!("NotFoundError"), &json!("model_not_found")),
+        "{openai}"
+    );
+    let completion = &openai["completion"];
+    assert_eq!(completion["content"], "calc turn 1: what is up", "{openai}");
+    assert!(completion["created"].as_i64().unwrap() > 0, "{openai}");
+    assert!(
+        completion["usage"]["total_tokens"].as_i64().unwrap() > 0,
+        "{openai}"
+    );
+    assert_eq!(openai["streamed"], "calc turn 1: what is up ", "{openai}");
+    assert_eq!(openai["async"], "calc turn 1: what is up", "{openai}");
+    for (refusal, class, status, kind, code) in [
+        (
+            "bad_request",
+            "BadRequestError",
+            400,
+            "invalid_request_error",
+            "bad_request",
+        ),
+        (
+            "unauthenticated",
+            "AuthenticationError",
+            401,
+            "authentication_error",
+            "unauthorized",
+        ),
+        (
+            "forbidden",
+            "PermissionDeniedError",
+            403,
+            "permission_error",
+            "forbidden",
+        ),
+    ] {
+        let raised = &openai["refusals"][refusal];
+        assert_eq!(
+            (
+                &raised["class"],
+                &raised["status"],
+                &raised["type"],
+                &raised["code"]
+            ),
+            (&json!(class), &json!(status), &json!(kind), &json!(code)),
+            "{refusal}: {openai}"
+        );
+    }
 
     // Refusals.
     let (status, body) = call(

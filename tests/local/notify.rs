@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::local::Home;
+use crate::support::python_clients;
 use serde_json::{Value, json};
 
 fn lines(path: &std::path::Path) -> Vec<Value> {
@@ -91,20 +92,10 @@ fn a_finished_run_notifies_its_command_and_file_and_keeps_the_delivery_results()
 /// of `messages` (`{"headers", "body"}`): the event, or its `error`. Not being able to create
 /// the SDK's environment fails the test.
 fn read_cloudevents(home: &Home, messages: &Value) -> Vec<Value> {
-    let support = format!("{}/tests/support", env!("CARGO_MANIFEST_DIR"));
     let plan = home.write("cloudevents.json", &messages.to_string());
-    let output = std::process::Command::new("python3")
-        .arg(format!("{support}/python_clients.py"))
-        .arg(format!("{support}/cloudevents_read.py"))
-        .arg(plan)
-        .output()
-        .expect("running the CloudEvents Python SDK");
-    assert!(
-        output.status.success(),
-        "the CloudEvents Python SDK reader failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap()
+    let mut python = python_clients::command("cloudevents_read.py");
+    python.arg(plan);
+    python_clients::json_of(python, "the CloudEvents Python SDK reader")
 }
 
 /// The cluster execution a local record describes (name, namespace, uid, how and when it

@@ -101,18 +101,14 @@ impl McpSession {
 /// `"until_ended": N` is repeated, up to N times, until its execution has ended. The SDK's
 /// environment is created on first use; not being able to create it fails the test.
 pub fn python_sdk(client: &str, server: &std::process::Command, calls: Value) -> Value {
-    let support = format!("{}/tests/support", env!("CARGO_MANIFEST_DIR"));
     let mut command: Vec<String> = vec![server.get_program().to_string_lossy().into_owned()];
     command.extend(server.get_args().map(|a| a.to_string_lossy().into_owned()));
     let plan = json!({"client": client, "command": command, "calls": calls});
     let dir = tempfile::tempdir().unwrap();
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, plan.to_string()).unwrap();
-    let mut python = std::process::Command::new("python3");
-    python
-        .arg(format!("{support}/python_clients.py"))
-        .arg(format!("{support}/mcp_sdk_client.py"))
-        .arg(&plan_file);
+    let mut python = super::python_clients::command("mcp_sdk_client.py");
+    python.arg(&plan_file);
     for (key, value) in server.get_envs() {
         match value {
             Some(value) => python.env(key, value),
@@ -122,13 +118,7 @@ pub fn python_sdk(client: &str, server: &std::process::Command, calls: Value) ->
     if let Some(cwd) = server.get_current_dir() {
         python.current_dir(cwd);
     }
-    let output = python.output().expect("running the MCP Python SDK client");
-    assert!(
-        output.status.success(),
-        "the MCP Python SDK's {client} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    super::python_clients::json_of(python, &format!("the MCP Python SDK's {client}"))
 }
 
 /// `errand mcp` spoken to in raw JSON-RPC lines, one message a line.

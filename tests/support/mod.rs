@@ -21,6 +21,7 @@ pub mod mcp;
 pub mod model_server;
 pub mod netpol;
 pub mod ports;
+pub mod python_clients;
 pub mod s3;
 pub mod store;
 pub mod telemetry;

@@ -1,0 +1,33 @@
+//! The Python clients errand did not write (the MCP, CloudEvents and OpenAI SDKs, pinned by `python-clients.lock`), each a script of this folder run in their environment, which `python_clients.py` creates on first use.
+
+use std::process::Command;
+
+/// `python3 python_clients.py SCRIPT`: the script of this folder in the clients' environment;
+/// the caller adds its arguments.
+pub fn command(script: &str) -> Command {
+    let support = format!("{}/tests/support", env!("CARGO_MANIFEST_DIR"));
+    let mut python = Command::new("python3");
+    python
+        .arg(format!("{support}/python_clients.py"))
+        .arg(format!("{support}/{script}"));
+    python
+}
+
+/// Runs `python` (from [`command`]) and returns the JSON it printed; a client that fails, or
+/// an environment that cannot be created, fails the test naming `what`.
+pub fn json_of<T: serde::de::DeserializeOwned>(mut python: Command, what: &str) -> T {
+    let output = python
+        .output()
+        .unwrap_or_else(|e| panic!("running {what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
