@@ -8,7 +8,7 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::support::cluster;
+use crate::support::cluster::{self, kubectl};
 use crate::support::errand::{example, wait_for};
 use crate::support::harness::{
     Harness, Mode, RUN_WAIT, message_of, phase_of, reason_of, record_uids, result_names, tail,
@@ -53,6 +53,47 @@ async fn the_calculator_succeeds_with_its_answer_saved_and_delete_removes_everyt
         artifacts["stdout.log"].contains("12 * 8 = 96"),
         "{artifacts:?}"
     );
+    // As kubectl shows it: waiting for the Complete condition returns at once, and the wide
+    // listing has every printer column.
+    let namespace = e2e.namespace.name();
+    let waited = kubectl(&[
+        "wait",
+        "--for=condition=Complete",
+        &format!("agentexecution/{name}"),
+        "--namespace",
+        namespace,
+        "--timeout=30s",
+    ]);
+    assert!(waited.contains("condition met"), "{waited}");
+    let wide = kubectl(&[
+        "get",
+        "agentexecutions",
+        "--namespace",
+        namespace,
+        "-o",
+        "wide",
+    ]);
+    let mut lines = wide.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    for column in [
+        "NAME", "AGENT", "PHASE", "AGE", "DURATION", "MESSAGE", "RERUN-OF",
+    ] {
+        assert!(header.contains(&column), "{column}: {wide}");
+    }
+    let row = lines
+        .find(|l| l.starts_with(name.as_str()))
+        .unwrap_or_default();
+    let agent = status.agent.as_deref().unwrap();
+    for value in [agent, "Succeeded"] {
+        assert!(
+            row.split_whitespace().any(|v| v == value),
+            "{value}: {wide}"
+        );
+    }
     // The sizes in the status are those of the stored objects.
     for entry in &status.results {
         let bytes = e2e

@@ -498,3 +498,20 @@ pub async fn ensure_kueue() {
         })
         .await;
 }
+
+/// `kubectl ARGS` as the admin; fails the test unless it succeeds; its stdout.
+pub fn kubectl(args: &[&str]) -> String {
+    let output = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .output()
+        .expect("kubectl runs (hack/test.sh puts it on PATH)");
+    assert!(
+        output.status.success(),
+        "kubectl {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

@@ -9,7 +9,7 @@ use kube::config::{AuthInfo, Context, Kubeconfig, NamedAuthInfo, NamedContext};
 use kube::{Api, Client};
 use serde_json::Value;
 
-use super::cluster;
+use super::cluster::{self, kubectl};
 
 /// A tenant: its kubeconfig file.
 pub struct Tenant {
@@ -117,21 +117,4 @@ impl Tenant {
             .output()
             .expect("kubectl runs (hack/test.sh puts it on PATH)")
     }
-}
-
-/// `kubectl ARGS` as the admin; fails the test unless it succeeds; its stdout.
-fn kubectl(args: &[&str]) -> String {
-    let output = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", cluster::kubeconfig_path())
-        .output()
-        .expect("kubectl runs (hack/test.sh puts it on PATH)");
-    assert!(
-        output.status.success(),
-        "kubectl {}: {}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
