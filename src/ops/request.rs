@@ -159,7 +159,7 @@ fn not_a_name(value: &str, manifest_extension: bool) -> Option<String> {
         ));
     }
     let name = value.split_once('/').map_or(value, |(_, name)| name);
-    object_name(name).err()
+    object_name(name).err().map(|invalid| invalid.to_string())
 }
 
 /// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is an

@@ -485,7 +485,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
 
 /// A Secret or ServiceAccount name, checked as the API server would.
 fn agent_object_name(value: &str) -> Result<String, String> {
-    crate::resolve::object_name(value)?;
+    crate::resolve::object_name(value).map_err(|e| e.to_string())?;
     Ok(value.to_owned())
 }
 
