@@ -15,5 +15,5 @@ pub struct TelemetryArgs {
 }
 
 fn parse_endpoint(value: &str) -> Result<TelemetryTarget, String> {
-    TelemetryTarget::parse("--otlp-endpoint", value)
+    TelemetryTarget::parse("--otlp-endpoint", value).map_err(|e| e.to_string())
 }
