@@ -1,4 +1,4 @@
-//! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other; the layers below `ops` (its backends over what they share); and that no import circle spans more than one file's type and its operations.
+//! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other; the layers below `ops` (its backends over what they share); and that no import circle spans more than one file's type and its operations; and that no function hands its errors past its file as a `String`.
 //!
 //! Test code (`#[cfg(test)]` items and the files they declare) is left out: a test may build
 //! its fixtures from anywhere. The layer table of the book's architecture page
