@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use flate2::read::MultiGzDecoder;
 
 use super::links::{Kind, LinkCheck, TreeView};
-use super::rules::{self, EntryAction, ExtractLimits, Limit, archive_components};
+use super::rules::{self, EntryAction, ExtractLimits, Limit, RefusedEntry, archive_components};
 use super::{ArchiveError, UnpackStats};
 
 /// What the checked archive would make.
@@ -52,9 +52,9 @@ enum Refused {
     Limit(Limit),
 }
 
-impl From<String> for Refused {
-    fn from(reason: String) -> Self {
-        Refused::Rule(reason)
+impl From<RefusedEntry> for Refused {
+    fn from(reason: RefusedEntry) -> Self {
+        Refused::Rule(reason.to_string())
     }
 }
 
@@ -87,11 +87,12 @@ pub fn check_tar_gz(
             entry: String::from_utf8_lossy(&raw).into_owned(),
             reason,
         };
-        let action = rules::entry_action(entry.header().entry_type()).map_err(refuse)?;
+        let action =
+            rules::entry_action(entry.header().entry_type()).map_err(|e| refuse(e.to_string()))?;
         if action == EntryAction::Skip {
             continue;
         }
-        let path = archive_components(&raw).map_err(refuse)?;
+        let path = archive_components(&raw).map_err(|e| refuse(e.to_string()))?;
         let header = entry.header();
         header.mode().map_err(read_err)?;
         header.mtime().map_err(read_err)?;
@@ -129,7 +130,7 @@ pub fn check_tar_gz(
             return Err(ArchiveError::UnsafeEntry {
                 archive: archive.to_owned(),
                 entry: joined(link).display().to_string(),
-                reason,
+                reason: reason.to_string(),
             });
         }
     }

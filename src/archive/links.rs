@@ -32,6 +32,24 @@ pub trait TreeView {
     fn kind(&mut self, path: &std::path::Path) -> io::Result<Kind>;
 }
 
+/// Why a symbolic link of the tree is refused (each names the link by its path), or why the
+/// tree could not be read to tell.
+#[derive(Debug, thiserror::Error)]
+pub enum UnsafeLink {
+    /// Resolving the link comes back to it.
+    #[error("symbolic link {} is part of a loop of links", .0.display())]
+    Loop(PathBuf),
+    /// More than [`MAX_LINK_HOPS`] links to follow.
+    #[error("symbolic link {} has too many levels of links", .0.display())]
+    TooManyLevels(PathBuf),
+    /// The link leads above the root.
+    #[error("symbolic link {} resolves outside the extraction root", .0.display())]
+    LeadsOutside(PathBuf),
+    /// The tree could not be read.
+    #[error(transparent)]
+    Read(#[from] io::Error),
+}
+
 const ROOT: usize = 0;
 
 struct Node {
@@ -79,12 +97,12 @@ impl<V: TreeView> LinkCheck<V> {
 
     /// Fails when the link at `link` (if a link still stands there) resolves outside the root or
     /// through more than 40 links. A dangling link passes: it leads nowhere.
-    pub fn check(&mut self, link: &[OsString]) -> Result<(), String> {
+    pub fn check(&mut self, link: &[OsString]) -> Result<(), UnsafeLink> {
         let mut node = ROOT;
         for part in link {
             node = self.child(node, part);
         }
-        match self.kind(node).map_err(|e| e.to_string())? {
+        match self.kind(node)? {
             Kind::Link(target) => self.resolve(node, &target, 0).map(drop),
             _ => Ok(()),
         }
@@ -148,22 +166,14 @@ impl<V: TreeView> LinkCheck<V> {
         node: usize,
         target: &[u8],
         nesting: u32,
-    ) -> Result<(usize, u32), String> {
+    ) -> Result<(usize, u32), UnsafeLink> {
         match self.nodes[node].resolution {
             Resolution::Leads { to, hops } => return Ok((to, hops)),
-            Resolution::InProgress => {
-                return Err(format!(
-                    "symbolic link {} is part of a loop of links",
-                    self.path(node).display()
-                ));
-            }
+            Resolution::InProgress => return Err(UnsafeLink::Loop(self.path(node))),
             Resolution::Unknown => {}
         }
         if nesting >= MAX_LINK_HOPS {
-            return Err(format!(
-                "symbolic link {} has too many levels of links",
-                self.path(node).display()
-            ));
+            return Err(UnsafeLink::TooManyLevels(self.path(node)));
         }
         self.nodes[node].resolution = Resolution::InProgress;
         let mut here = self.nodes[node].parent;
@@ -171,12 +181,7 @@ impl<V: TreeView> LinkCheck<V> {
         for part in target.split(|&b| b == b'/') {
             match part {
                 b"" | b"." => {}
-                b".." if here == ROOT => {
-                    return Err(format!(
-                        "symbolic link {} resolves outside the extraction root",
-                        self.path(node).display()
-                    ));
-                }
+                b".." if here == ROOT => return Err(UnsafeLink::LeadsOutside(self.path(node))),
                 b".." => here = self.nodes[here].parent,
                 name => {
                     let child = self.child(here, OsStr::from_bytes(name));
@@ -193,7 +198,7 @@ impl<V: TreeView> LinkCheck<V> {
                             hops += inner_hops;
                             to
                         }
-                        _ => match self.kind(child).map_err(|e| e.to_string())? {
+                        _ => match self.kind(child)? {
                             Kind::Link(inner) => {
                                 let (to, inner_hops) = self.resolve(child, &inner, nesting + 1)?;
                                 hops += inner_hops;
@@ -203,10 +208,7 @@ impl<V: TreeView> LinkCheck<V> {
                         },
                     };
                     if hops > MAX_LINK_HOPS {
-                        return Err(format!(
-                            "symbolic link {} has too many levels of links",
-                            self.path(node).display()
-                        ));
+                        return Err(UnsafeLink::TooManyLevels(self.path(node)));
                     }
                 }
             }
@@ -260,17 +262,20 @@ mod tests {
             .with("a/ok", link("l/a"))
             .with("dangling", link("nowhere/../x"));
         let mut check = LinkCheck::new(&mut tree);
-        assert_eq!(check.check(&parts("a/l")), Ok(()));
-        assert_eq!(check.check(&parts("a/ok")), Ok(()));
-        assert_eq!(check.check(&parts("dangling")), Ok(()));
-        let err = check.check(&parts("a/l2")).unwrap_err();
+        check.check(&parts("a/l")).unwrap();
+        check.check(&parts("a/ok")).unwrap();
+        check.check(&parts("dangling")).unwrap();
+        let err = check.check(&parts("a/l2")).unwrap_err().to_string();
         assert!(err.contains("a/l2 resolves outside"), "{err}");
     }
 
     #[test]
     fn loops_and_long_chains_fail() {
         let mut tree = Memory::default().with("x", link("y")).with("y", link("x"));
-        let err = LinkCheck::new(&mut tree).check(&parts("x")).unwrap_err();
+        let err = LinkCheck::new(&mut tree)
+            .check(&parts("x"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("loop"), "{err}");
 
         let mut tree = Memory::default().with("l0", Kind::Dir);
@@ -278,18 +283,17 @@ mod tests {
             tree = tree.with(&format!("l{i}"), link(&format!("l{}", i - 1)));
         }
         let mut check = LinkCheck::new(&mut tree);
-        assert_eq!(check.check(&parts("l40")), Ok(()));
-        let err = check.check(&parts("l45")).unwrap_err();
+        check.check(&parts("l40")).unwrap();
+        let err = check.check(&parts("l45")).unwrap_err().to_string();
         assert!(err.contains("too many levels"), "{err}");
     }
 
     #[test]
     fn a_path_that_is_no_longer_a_link_is_skipped() {
         let mut tree = Memory::default().with("settings.json", Kind::Other);
-        assert_eq!(
-            LinkCheck::new(&mut tree).check(&parts("settings.json")),
-            Ok(())
-        );
+        LinkCheck::new(&mut tree)
+            .check(&parts("settings.json"))
+            .unwrap();
     }
 
     #[test]

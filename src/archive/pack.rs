@@ -218,9 +218,9 @@ impl TarWriter<'_> {
         if !self.options.stageable {
             return Ok(());
         }
-        let unstageable = |reason| ArchiveError::Unstageable {
+        let unstageable = |reason: rules::RefusedEntry| ArchiveError::Unstageable {
             path: rules::shown_path(name),
-            reason,
+            reason: reason.to_string(),
         };
         let parts = rules::archive_components(name).map_err(unstageable)?;
         if let Some(target) = link {
@@ -243,7 +243,7 @@ impl TarWriter<'_> {
                 .check(&parts)
                 .map_err(|reason| ArchiveError::Unstageable {
                     path: rules::shown_path(link),
-                    reason,
+                    reason: reason.to_string(),
                 })?;
         }
         Ok(())

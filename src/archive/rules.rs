@@ -77,15 +77,15 @@ pub fn shown_path(raw: &[u8]) -> String {
 
 /// The components of an archive path; refuses absolute paths, `..`, and paths or names longer
 /// than Linux accepts.
-pub fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {
+pub fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, RefusedEntry> {
     if raw.first() == Some(&b'/') {
-        return Err("absolute paths are not allowed".into());
+        return Err(RefusedEntry::AbsolutePath);
     }
     let mut parts = Vec::new();
     for part in raw.split(|&b| b == b'/') {
         match part {
             b"" | b"." => {}
-            b".." => return Err("'..' path components are not allowed".into()),
+            b".." => return Err(RefusedEntry::ParentComponent),
             name => parts.push(OsStr::from_bytes(name).to_owned()),
         }
     }
@@ -95,13 +95,12 @@ pub fn archive_components(raw: &[u8]) -> Result<Vec<OsString>, String> {
 
 /// Refuses a path Linux could not create: longer than [`MAX_PATH_BYTES`] in all, or with a
 /// name longer than [`MAX_NAME_BYTES`].
-pub fn check_length(parts: &[OsString]) -> Result<(), String> {
+pub fn check_length(parts: &[OsString]) -> Result<(), RefusedEntry> {
     if let Some(long) = parts.iter().find(|p| p.len() > MAX_NAME_BYTES) {
-        return Err(format!(
-            "the name {:?}… is {} bytes long; the longest name allowed is {MAX_NAME_BYTES} bytes",
-            String::from_utf8_lossy(&long.as_bytes()[..32]),
-            long.len()
-        ));
+        return Err(RefusedEntry::LongName {
+            start: String::from_utf8_lossy(&long.as_bytes()[..32]).into_owned(),
+            bytes: long.len(),
+        });
     }
     let total = parts
         .iter()
@@ -109,9 +108,7 @@ pub fn check_length(parts: &[OsString]) -> Result<(), String> {
         .sum::<usize>()
         .saturating_sub(1);
     if total > MAX_PATH_BYTES {
-        return Err(format!(
-            "the path is {total} bytes long; the longest path allowed is {MAX_PATH_BYTES} bytes"
-        ));
+        return Err(RefusedEntry::LongPath { bytes: total });
     }
     Ok(())
 }
@@ -119,29 +116,23 @@ pub fn check_length(parts: &[OsString]) -> Result<(), String> {
 /// Refuses a symbolic link target that is empty, absolute, too long, or leads above the root
 /// from a link `depth` directories below it (checked lexically; chains are checked over the
 /// finished tree).
-pub fn check_link_target(depth: usize, target: &[u8]) -> Result<(), String> {
+pub fn check_link_target(depth: usize, target: &[u8]) -> Result<(), RefusedEntry> {
     let shown = || String::from_utf8_lossy(target).into_owned();
     if target.is_empty() {
-        return Err("symbolic link with an empty target".into());
+        return Err(RefusedEntry::EmptyLinkTarget);
     }
     if target[0] == b'/' {
-        return Err(format!("symbolic link target {} is absolute", shown()));
+        return Err(RefusedEntry::AbsoluteLinkTarget { target: shown() });
     }
     if target.len() > MAX_PATH_BYTES {
-        return Err(format!(
-            "symbolic link target is {} bytes long; the longest allowed is {MAX_PATH_BYTES} bytes",
-            target.len()
-        ));
+        return Err(RefusedEntry::LongLinkTarget {
+            bytes: target.len(),
+        });
     }
     // One pass over the bytes, tracking the length of the current component and whether it is
     // all dots so far: a target can be 4 KiB of `d/../`, which an iterator of parts walks
     // several times slower.
-    let outside = || {
-        format!(
-            "symbolic link target {} leads outside the extraction root",
-            shown()
-        )
-    };
+    let outside = || RefusedEntry::LinkLeadsOutside { target: shown() };
     let (mut depth, mut len, mut dots) = (depth, 0usize, true);
     for &byte in target {
         if byte == b'/' {
@@ -183,22 +174,82 @@ pub enum EntryAction {
 
 /// What extraction does with an entry of type `kind`; devices, fifos and every other type are
 /// refused, naming the type.
-pub fn entry_action(kind: EntryType) -> Result<EntryAction, String> {
+pub fn entry_action(kind: EntryType) -> Result<EntryAction, RefusedEntry> {
     match kind {
         EntryType::XGlobalHeader => Ok(EntryAction::Skip),
-        EntryType::Char | EntryType::Block | EntryType::Fifo => Err(format!(
-            "{} entries are not allowed",
-            entry_type_name(kind.as_byte())
-        )),
+        EntryType::Char | EntryType::Block | EntryType::Fifo => Err(RefusedEntry::NotAllowedType {
+            name: entry_type_name(kind.as_byte()),
+        }),
         EntryType::Directory => Ok(EntryAction::Dir),
         EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => Ok(EntryAction::File),
         EntryType::Symlink => Ok(EntryAction::Symlink),
         EntryType::Link => Ok(EntryAction::HardLink),
-        other => Err(format!(
-            "unsupported entry type: {}",
-            entry_type_name(other.as_byte())
-        )),
+        other => Err(RefusedEntry::UnsupportedType {
+            name: entry_type_name(other.as_byte()),
+        }),
     }
+}
+
+/// Why extraction refuses an entry by its path, its link target or its type.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RefusedEntry {
+    /// A path starting at `/`.
+    #[error("absolute paths are not allowed")]
+    AbsolutePath,
+    /// A path with a `..` component.
+    #[error("'..' path components are not allowed")]
+    ParentComponent,
+    /// A component longer than [`MAX_NAME_BYTES`].
+    #[error(
+        "the name {start:?}… is {bytes} bytes long; the longest name allowed is {MAX_NAME_BYTES} bytes"
+    )]
+    LongName {
+        /// The name's first 32 bytes.
+        start: String,
+        /// Its length.
+        bytes: usize,
+    },
+    /// A path longer than [`MAX_PATH_BYTES`].
+    #[error("the path is {bytes} bytes long; the longest path allowed is {MAX_PATH_BYTES} bytes")]
+    LongPath {
+        /// Its length.
+        bytes: usize,
+    },
+    /// A symbolic link to the empty path.
+    #[error("symbolic link with an empty target")]
+    EmptyLinkTarget,
+    /// A symbolic link to an absolute path.
+    #[error("symbolic link target {target} is absolute")]
+    AbsoluteLinkTarget {
+        /// The target.
+        target: String,
+    },
+    /// A symbolic link target longer than [`MAX_PATH_BYTES`].
+    #[error(
+        "symbolic link target is {bytes} bytes long; the longest allowed is {MAX_PATH_BYTES} bytes"
+    )]
+    LongLinkTarget {
+        /// Its length.
+        bytes: usize,
+    },
+    /// A symbolic link target that climbs above the root.
+    #[error("symbolic link target {target} leads outside the extraction root")]
+    LinkLeadsOutside {
+        /// The target.
+        target: String,
+    },
+    /// A device or fifo.
+    #[error("{name} entries are not allowed")]
+    NotAllowedType {
+        /// The type in words.
+        name: String,
+    },
+    /// A type extraction does not know.
+    #[error("unsupported entry type: {name}")]
+    UnsupportedType {
+        /// The type in words.
+        name: String,
+    },
 }
 
 /// A tar entry type in words, for refusals.
@@ -245,10 +296,14 @@ mod tests {
     #[test]
     fn paths_and_names_longer_than_linux_allows_are_refused() {
         let long_path = "d/".repeat(2500);
-        let err = archive_components(long_path.as_bytes()).unwrap_err();
+        let err = archive_components(long_path.as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("4999 bytes long"), "{err}");
         let long_name = format!("dir/{}", "n".repeat(300));
-        let err = archive_components(long_name.as_bytes()).unwrap_err();
+        let err = archive_components(long_name.as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("300 bytes long"), "{err}");
         let fits = format!("{}/{}", "a".repeat(255), "b".repeat(255));
         assert_eq!(archive_components(fits.as_bytes()).unwrap().len(), 2);
@@ -262,29 +317,39 @@ mod tests {
         assert!(
             check_link_target(0, b"a/./../..")
                 .unwrap_err()
+                .to_string()
                 .contains("outside")
         );
         assert!(check_link_target(2, b"a/../../..").is_ok());
         assert!(
             check_link_target(2, b"a/../../../..")
                 .unwrap_err()
+                .to_string()
                 .contains("outside")
         );
         assert!(
             check_link_target(0, b"../x")
                 .unwrap_err()
+                .to_string()
                 .contains("outside")
         );
         assert!(
             check_link_target(0, b"/usr/bin/python3")
                 .unwrap_err()
+                .to_string()
                 .contains("absolute")
         );
-        assert!(check_link_target(0, b"").unwrap_err().contains("empty"));
+        assert!(
+            check_link_target(0, b"")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
         let long = vec![b'a'; 5000];
         assert!(
             check_link_target(0, &long)
                 .unwrap_err()
+                .to_string()
                 .contains("5000 bytes")
         );
     }

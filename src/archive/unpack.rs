@@ -218,15 +218,16 @@ impl Unpacker {
                 entry: String::from_utf8_lossy(&raw).into_owned(),
                 reason,
             };
-            let action = rules::entry_action(entry.header().entry_type()).map_err(refuse)?;
+            let action = rules::entry_action(entry.header().entry_type())
+                .map_err(|e| refuse(e.to_string()))?;
             if action == EntryAction::Skip {
                 continue;
             }
-            let path = archive_components(&raw).map_err(refuse)?;
+            let path = archive_components(&raw).map_err(|e| refuse(e.to_string()))?;
             let Some((dest, selection_root)) = selection.map(&path) else {
                 continue;
             };
-            rules::check_length(&dest).map_err(refuse)?;
+            rules::check_length(&dest).map_err(|e| refuse(e.to_string()))?;
             matched = true;
             let header = entry.header();
             let mode = header.mode().map_err(read_err)? & 0o777;
@@ -311,7 +312,7 @@ impl Unpacker {
                 return Err(ArchiveError::UnsafeEntry {
                     archive: archive.clone(),
                     entry: display(link),
-                    reason,
+                    reason: reason.to_string(),
                 });
             }
         }
@@ -492,7 +493,7 @@ impl Unpacker {
         archive: &str,
     ) -> Result<(), EntryError> {
         rules::check_link_target(dest.len().saturating_sub(1), target)
-            .map_err(EntryError::Refused)?;
+            .map_err(|e| EntryError::Refused(e.to_string()))?;
         self.charge(1, 0)?;
         let path = self.prepare_leaf(dest, owned, replace)?;
         self.root.symlink(OsStr::from_bytes(target), &path)?;

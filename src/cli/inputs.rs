@@ -160,7 +160,7 @@ fn parse_env_pair(pair: &str) -> Result<(String, String), String> {
     let (key, value) = pair
         .split_once('=')
         .ok_or_else(|| format!("{pair:?}: expected KEY=VALUE"))?;
-    env_name(key)?;
+    env_name(key).map_err(|e| e.to_string())?;
     Ok((key.to_owned(), value.to_owned()))
 }
 

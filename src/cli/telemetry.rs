@@ -1,6 +1,6 @@
 //! The `--otlp-endpoint` flag (`ERRAND_OTLP_ENDPOINT`): where auto telemetry goes, for `execute` locally, the controller, and `errand stage` / `run-agent` in pods.
 
-use crate::telemetry::TelemetryTarget;
+use crate::telemetry::{InvalidEndpoint, TelemetryTarget};
 
 /// Where executions with `autoTelemetry: true` send their traces.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -14,6 +14,6 @@ pub struct TelemetryArgs {
     pub otlp_endpoint: Option<TelemetryTarget>,
 }
 
-fn parse_endpoint(value: &str) -> Result<TelemetryTarget, String> {
+fn parse_endpoint(value: &str) -> Result<TelemetryTarget, InvalidEndpoint> {
     TelemetryTarget::parse("--otlp-endpoint", value)
 }

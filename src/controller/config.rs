@@ -115,18 +115,38 @@ impl AgentIngress {
 }
 
 /// Reads `key=value[,key=value...]` labels, as `--gateway-pod-labels` takes them.
-pub fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, InvalidSetting> {
     value
         .split(',')
         .map(|pair| match pair.split_once('=') {
             Some((key, value)) if !key.trim().is_empty() => {
                 Ok((key.trim().to_owned(), value.trim().to_owned()))
             }
-            _ => Err(format!(
-                "{pair:?} is not a label: write key=value, several separated by commas"
-            )),
+            _ => Err(InvalidSetting::Label {
+                pair: pair.to_owned(),
+            }),
         })
         .collect()
+}
+
+/// Why a controller setting given as text (a flag, its variable) is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSetting {
+    /// A label that is not `key=value`.
+    #[error("{pair:?} is not a label: write key=value, several separated by commas")]
+    Label {
+        /// The text between commas.
+        pair: String,
+    },
+    /// A volume size that is not a whole number with a Kubernetes suffix.
+    #[error(
+        "{value:?} is not a size: a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, \
+         Ei, k, M, G, T, P or E (as in 20Gi)"
+    )]
+    Size {
+        /// The text given.
+        value: String,
+    },
 }
 
 /// How often the leader sweeps the store, and how old an unreferenced object must be to go.
@@ -201,7 +221,7 @@ impl ControllerConfig {
 
 /// Reads a volume size as Kubernetes writes it: a whole number with an optional binary
 /// (`Ki` .. `Ei`) or decimal (`k`, `M` .. `E`) suffix, as in `20Gi`.
-pub fn parse_size_limit(value: &str) -> Result<Quantity, String> {
+pub fn parse_size_limit(value: &str) -> Result<Quantity, InvalidSetting> {
     const SUFFIXES: [&str; 13] = [
         "", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "k", "M", "G", "T", "P", "E",
     ];
@@ -210,10 +230,9 @@ pub fn parse_size_limit(value: &str) -> Result<Quantity, String> {
         .unwrap_or(value.len());
     let (number, suffix) = value.split_at(digits);
     if number.is_empty() || number.len() > 18 || !SUFFIXES.contains(&suffix) {
-        return Err(format!(
-            "{value:?} is not a size: a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, \
-             Ei, k, M, G, T, P or E (as in 20Gi)"
-        ));
+        return Err(InvalidSetting::Size {
+            value: value.to_owned(),
+        });
     }
     Ok(Quantity(value.to_owned()))
 }
@@ -237,7 +256,10 @@ mod tests {
         );
         for bad in ["", "a", "=1", "a=1,,b=2"] {
             assert!(
-                parse_labels(bad).unwrap_err().contains("not a label"),
+                parse_labels(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("not a label"),
                 "{bad}"
             );
         }
@@ -250,7 +272,10 @@ mod tests {
         }
         for bad in ["", "Gi", "20GB", "1.5Gi", "-1Gi", "20 Gi"] {
             assert!(
-                parse_size_limit(bad).unwrap_err().contains("not a size"),
+                parse_size_limit(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("not a size"),
                 "{bad}"
             );
         }

@@ -14,7 +14,7 @@ use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtension, AgentExtensionSpec,
     AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
-use crate::resolve::{Catalog, ImageRun, RerunSource, namespace_name, object_name};
+use crate::resolve::{Catalog, ImageRun, InvalidValue, RerunSource, namespace_name, object_name};
 
 /// The kinds of object the local catalog keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +117,7 @@ pub enum CatalogError {
     BadName {
         what: &'static str,
         field: &'static str,
-        reason: String,
+        reason: InvalidValue,
     },
     /// An Agent applied again with another spec.
     #[error(

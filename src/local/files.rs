@@ -122,9 +122,9 @@ pub fn write_record(path: &Path, bytes: &[u8]) -> Result<(), ObjectFilesError> {
 
 /// [`read_json`] for a record.
 pub fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ObjectFilesError> {
-    read_json(path).map_err(|message| ObjectFilesError::Io {
+    read_json(path).map_err(|error| ObjectFilesError::Io {
         path: path.to_owned(),
-        message,
+        message: error.to_string(),
     })
 }
 
@@ -137,9 +137,20 @@ pub fn remove_record(dir: &Path) -> Result<(), ObjectFilesError> {
 }
 
 /// The JSON document in `path`, or why it could not be read.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, JsonFileError> {
+    let bytes = std::fs::read(path)?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+/// Why a JSON file could not be read: the system's or the parser's own words.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonFileError {
+    /// The file could not be read.
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    /// It is not the JSON document expected.
+    #[error(transparent)]
+    Parse(#[from] serde_json::Error),
 }
 
 #[cfg(test)]

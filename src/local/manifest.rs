@@ -164,9 +164,9 @@ pub fn manifest_documents(text: &str, source: &str) -> Result<Vec<Value>, Manife
             path: source.to_owned(),
         }));
     }
-    yaml_documents(text).map_err(|message| ManifestError::NotYaml {
+    yaml_documents(text).map_err(|error| ManifestError::NotYaml {
         manifest: source.to_owned(),
-        message,
+        message: error.to_string(),
     })
 }
 
@@ -192,23 +192,43 @@ fn yaml_options() -> serde_saphyr::Options {
 
 /// The documents of YAML (or JSON) `text`, empty ones left out; or why they cannot be read, in
 /// the user's terms (never the parser's own names for its limits).
-pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
+pub fn yaml_documents(text: &str) -> Result<Vec<Value>, YamlError> {
     let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, yaml_options())
-        .map_err(|e| yaml_reason(&e))?;
+        .map_err(|e| YamlError::Unreadable(yaml_reason(&e)))?;
     Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
 }
 
 /// The one document of YAML (or JSON) `text`, given with `flag` (`--spec-file`), which takes a
 /// single one: null when the text holds none.
-pub fn yaml_document(text: &str, flag: &str) -> Result<Value, String> {
+pub fn yaml_document(text: &str, flag: &str) -> Result<Value, YamlError> {
     let mut documents = yaml_documents(text)?;
     match documents.len() {
         0 => Ok(Value::Null),
         1 => Ok(documents.remove(0)),
-        n => Err(format!(
-            "holds {n} YAML documents; {flag} takes one (apply several objects with `errand apply -f`)"
-        )),
+        count => Err(YamlError::Documents {
+            count,
+            flag: flag.to_owned(),
+        }),
     }
+}
+
+/// Why a YAML (or JSON) text cannot be read as the documents asked for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum YamlError {
+    /// The parser refused it; why, in the user's terms (never the parser's names for its
+    /// limits).
+    #[error("{0}")]
+    Unreadable(String),
+    /// Several documents where the flag takes one.
+    #[error(
+        "holds {count} YAML documents; {flag} takes one (apply several objects with `errand apply -f`)"
+    )]
+    Documents {
+        /// How many the text holds.
+        count: usize,
+        /// The flag that takes one (`--spec-file`).
+        flag: String,
+    },
 }
 
 /// Why the parser refused a text, in words: a limit named with its number and what to do, a

@@ -29,8 +29,9 @@ pub use deployments::{
 };
 pub use manifest::{
     DocumentError, MAX_MANIFEST_BYTES, MAX_MANIFEST_DEPTH, MAX_MANIFEST_DOCUMENTS,
-    MAX_MANIFEST_VALUES, ManifestError, ManifestObject, ReadManifestError, manifest_documents,
-    parse_document, parse_manifests, read_manifest_file, yaml_document, yaml_documents,
+    MAX_MANIFEST_VALUES, ManifestError, ManifestObject, ReadManifestError, YamlError,
+    manifest_documents, parse_document, parse_manifests, read_manifest_file, yaml_document,
+    yaml_documents,
 };
 pub use paths::DataDir;
 pub use process::ProcessIdentity;

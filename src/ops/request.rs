@@ -159,20 +159,28 @@ fn not_a_name(value: &str, manifest_extension: bool) -> Option<String> {
         ));
     }
     let name = value.split_once('/').map_or(value, |(_, name)| name);
-    object_name(name).err()
+    object_name(name).err().map(|invalid| invalid.to_string())
 }
 
-/// The spec in the manifest file `value` names, picked by `pick`; `None` when `value` is an
-/// object's name (returned as the second element, its `NAMESPACE/` prefix removed).
+/// What a flag that takes a manifest file or a name gave.
+enum Picked<T> {
+    /// The spec from the manifest file.
+    Inline(T),
+    /// An object's name, its `NAMESPACE/` prefix removed.
+    Named(String),
+}
+
+/// The spec in the manifest file `value` names, picked by `pick`; or, when `value` is an
+/// object's name, that name.
 fn manifest_file_object<T>(
     value: &str,
     flag: &str,
     kind: &str,
     namespace: &str,
     pick: impl FnOnce(ManifestObject) -> Option<T>,
-) -> Result<Result<T, String>, Error> {
+) -> Result<Picked<T>, Error> {
     if let FileOrName::Name(name) = file_or_name(value, flag, kind, namespace)? {
-        return Ok(Err(name));
+        return Ok(Picked::Named(name));
     }
     let text = read_text(Path::new(value), flag)?;
     let mut objects = parse_manifests(&text, value)?;
@@ -186,7 +194,7 @@ fn manifest_file_object<T>(
         ));
     }
     pick(objects.remove(0))
-        .map(Ok)
+        .map(Picked::Inline)
         .ok_or_else(|| Error::argument(format!("{flag} {value}: the file does not hold {kind}")))
 }
 
@@ -227,8 +235,8 @@ async fn apply_flags(
             _ => None,
         })?;
         (spec.agent, spec.agent_ref) = match picked {
-            Ok(inline) => (Some(inline), None),
-            Err(name) => {
+            Picked::Inline(inline) => (Some(inline), None),
+            Picked::Named(name) => {
                 require_named(backend, ObjectKind::Agent, &name, "--agent", agent).await?;
                 (None, Some(Reference::named(name)))
             }
@@ -246,8 +254,8 @@ async fn apply_flags(
             },
         )?;
         (spec.environment, spec.environment_ref) = match picked {
-            Ok(inline) => (Some(inline), None),
-            Err(name) => {
+            Picked::Inline(inline) => (Some(inline), None),
+            Picked::Named(name) => {
                 let flag = "--environment";
                 require_named(backend, ObjectKind::Environment, &name, flag, environment).await?;
                 (None, Some(Reference::named(name)))

@@ -4,4 +4,6 @@ pub mod client;
 pub mod policy;
 
 pub use client::{Failure, Refused, TenantClient, internal_client};
-pub use policy::{Cidr, DEFAULT_DENY, DeniedRange, OutboundPolicy, OutboundSettings, Verdict};
+pub use policy::{
+    Cidr, DEFAULT_DENY, DeniedRange, InvalidCidr, OutboundPolicy, OutboundSettings, Verdict,
+};

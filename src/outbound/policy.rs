@@ -58,30 +58,41 @@ impl fmt::Display for Cidr {
     }
 }
 
+/// Why a text is not an address range; each quotes the text.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCidr {
+    /// What comes before the `/` is not an address.
+    #[error("{0:?} is not an address range: write it as 10.0.0.0/8, fd00::/8 or one address")]
+    Address(String),
+    /// What comes after the `/` is not a number.
+    #[error("{0:?}: the prefix length after '/' must be a number of bits")]
+    Prefix(String),
+    /// A prefix longer than the address has bits.
+    #[error("{0:?}: the prefix length is longer than the address")]
+    PrefixTooLong(String),
+}
+
 impl FromStr for Cidr {
-    type Err = String;
+    type Err = InvalidCidr;
 
     /// `10.0.0.0/8`, `fd00::/8`, or one address (`10.96.0.1`: a /32 or /128).
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, InvalidCidr> {
         let text = text.trim();
         let (addr, prefix) = match text.split_once('/') {
             Some((addr, prefix)) => (addr, Some(prefix)),
             None => (text, None),
         };
-        let addr: IpAddr = addr.parse().map_err(|_| {
-            format!(
-                "{text:?} is not an address range: write it as 10.0.0.0/8, fd00::/8 or one address"
-            )
-        })?;
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| InvalidCidr::Address(text.to_owned()))?;
         let prefix = match prefix {
-            Some(p) => p.parse::<u8>().map_err(|_| {
-                format!("{text:?}: the prefix length after '/' must be a number of bits")
-            })?,
+            Some(p) => p
+                .parse::<u8>()
+                .map_err(|_| InvalidCidr::Prefix(text.to_owned()))?,
             None if addr.is_ipv4() => 32,
             None => 128,
         };
-        Self::new(addr, prefix)
-            .ok_or_else(|| format!("{text:?}: the prefix length is longer than the address"))
+        Self::new(addr, prefix).ok_or_else(|| InvalidCidr::PrefixTooLong(text.to_owned()))
     }
 }
 
@@ -400,7 +411,7 @@ mod tests {
             ("10.0.0.0/x", "number of bits"),
             ("example.com", "write it as"),
         ] {
-            let error = text.parse::<Cidr>().unwrap_err();
+            let error = text.parse::<Cidr>().unwrap_err().to_string();
             assert!(error.contains(says), "{text}: {error}");
         }
     }

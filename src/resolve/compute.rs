@@ -186,33 +186,51 @@ fn check_toleration(toleration: &Toleration, field: &str) -> Vec<Problem> {
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
 /// characters of letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit.
-pub fn label_key(key: &str) -> Result<(), String> {
+pub fn label_key(key: &str) -> Result<(), InvalidLabel> {
     let (prefix, name) = match key.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, key),
     };
-    let bad = || {
-        format!(
-            "{key:?} is not a valid label key (an optional DNS subdomain and '/', then at most \
-             {LABEL_NAME_MAX} letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
-        )
-    };
     if name.is_empty() || !label_name(name) || prefix.is_some_and(|p| object_name(p).is_err()) {
-        return Err(bad());
+        return Err(InvalidLabel::Key {
+            key: key.to_owned(),
+        });
     }
     Ok(())
 }
 
 /// A label value: empty, or at most 63 characters as a label key's name part.
-pub fn label_value(value: &str) -> Result<(), String> {
+pub fn label_value(value: &str) -> Result<(), InvalidLabel> {
     if value.is_empty() || label_name(value) {
         Ok(())
     } else {
-        Err(format!(
-            "{value:?} is not a valid label value (at most {LABEL_NAME_MAX} letters, digits, '-', '_' \
-             or '.', starting and ending with a letter or digit)"
-        ))
+        Err(InvalidLabel::Value {
+            value: value.to_owned(),
+        })
     }
+}
+
+/// Why a label key or value is refused, as the API server would refuse it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidLabel {
+    /// Not an optional DNS-subdomain prefix and a label name.
+    #[error(
+        "{key:?} is not a valid label key (an optional DNS subdomain and '/', then at most \
+         {LABEL_NAME_MAX} letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+    )]
+    Key {
+        /// The key given.
+        key: String,
+    },
+    /// Not empty nor a label name.
+    #[error(
+        "{value:?} is not a valid label value (at most {LABEL_NAME_MAX} letters, digits, '-', '_' \
+         or '.', starting and ending with a letter or digit)"
+    )]
+    Value {
+        /// The value given.
+        value: String,
+    },
 }
 
 fn label_name(name: &str) -> bool {

@@ -45,21 +45,42 @@ impl ResolvedExtension {
 }
 
 /// Checks one result name an extension declares.
-pub fn extension_result_name(name: &str) -> Result<(), String> {
+pub fn extension_result_name(name: &str) -> Result<(), InvalidResultName> {
     if RESULT_NAMES.contains(&name) {
-        return Err(format!(
-            "{name:?} is one of errand's own results ({}); an extension saves results of its own",
-            rules::one_of(&RESULT_NAMES)
-        ));
+        return Err(InvalidResultName::Reserved {
+            name: name.to_owned(),
+        });
     }
     let pattern = Regex::new(EXTENSION_RESULT_NAME_PATTERN).expect("the pattern is valid");
     if name.len() > 63 || !pattern.is_match(name) {
-        return Err(format!(
-            "{name:?} is not a valid result name (lowercase letters, digits, '-' and '_', \
-             starting and ending with a letter or digit, at most 63 characters)"
-        ));
+        return Err(InvalidResultName::Pattern {
+            name: name.to_owned(),
+        });
     }
     Ok(())
+}
+
+/// Why an extension may not declare a result name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidResultName {
+    /// One of errand's own results.
+    #[error(
+        "{name:?} is one of errand's own results ({own}); an extension saves results of its own",
+        own = rules::one_of(&RESULT_NAMES)
+    )]
+    Reserved {
+        /// The name declared.
+        name: String,
+    },
+    /// Not of the pattern result names follow.
+    #[error(
+        "{name:?} is not a valid result name (lowercase letters, digits, '-' and '_', \
+         starting and ending with a letter or digit, at most 63 characters)"
+    )]
+    Pattern {
+        /// The name declared.
+        name: String,
+    },
 }
 
 /// Every problem of an AgentExtension's spec: its result names (valid, not errand's own, each

@@ -37,20 +37,22 @@ use crate::api::{
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
 pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
-pub use compute::{label_key, label_value};
+pub use compute::{InvalidLabel, label_key, label_value};
 pub use config_schema::{SCHEMA_KEYWORDS, SCHEMA_TYPES, check_schema, validate as validate_config};
 pub use deployment::{as_execution_spec, resolve_deployment, source_digest};
-pub use extension::{ResolvedExtension, check_extension, extension_result_name, pick_extension};
+pub use extension::{
+    InvalidResultName, ResolvedExtension, check_extension, extension_result_name, pick_extension,
+};
 pub use merge::{merge_environment, merge_maps, merge_values};
 pub use nemo_spec::{NEMO_JOB_FIELDS, SpecShape, parse_spec, shape_of, workspace_name};
-pub use notify::webhook_url;
+pub use notify::{InvalidWebhookUrl, webhook_url};
 pub use problems::{InvalidSpec, Problem};
 pub use quantity::{ParsedQuantity, QuantityError, parse_quantity};
 pub use refs::StringRef;
 pub use rerun::{ImageRun, RerunSource, UnpinnableImage, pin_image, resolve_rerun};
 pub use rules::{
-    SUPPORTED_PROVIDERS, env_name, is_reserved_env, lifetime_seconds, mount_paths, namespace_name,
-    object_name, relative_path,
+    InvalidValue, SUPPORTED_PROVIDERS, env_name, is_reserved_env, lifetime_seconds, mount_paths,
+    namespace_name, object_name, relative_path,
 };
 pub use runtime::{PickedRuntime, harness_kind, pick_runtime, with_runtime_defaults};
 pub use schema::{

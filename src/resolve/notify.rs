@@ -44,30 +44,72 @@ pub(crate) fn check_notify(
 
 /// Checks a webhook URL: absolute `https` or `http`, with a host, without user information
 /// (which would put a credential in the spec), at most [`MAX_WEBHOOK_URL_BYTES`].
-pub fn webhook_url(url: &str) -> Result<url::Url, String> {
+pub fn webhook_url(url: &str) -> Result<url::Url, InvalidWebhookUrl> {
     if url.len() > MAX_WEBHOOK_URL_BYTES {
-        return Err(format!(
-            "is {} bytes; at most {MAX_WEBHOOK_URL_BYTES} are accepted",
-            url.len()
-        ));
+        return Err(InvalidWebhookUrl::TooLong { bytes: url.len() });
     }
-    let parsed = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    let parsed = url::Url::parse(url).map_err(|source| InvalidWebhookUrl::NotAUrl {
+        url: url.to_owned(),
+        source,
+    })?;
     if !matches!(parsed.scheme(), "https" | "http") {
-        return Err(format!(
-            "{url:?}: the scheme must be https or http, not {:?}",
-            parsed.scheme()
-        ));
+        return Err(InvalidWebhookUrl::Scheme {
+            url: url.to_owned(),
+            scheme: parsed.scheme().to_owned(),
+        });
     }
     if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{url:?} names no host"));
+        return Err(InvalidWebhookUrl::NoHost {
+            url: url.to_owned(),
+        });
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err(format!(
-            "{:?} carries user information: the spec is readable by everyone who can list executions; sign deliveries with signingSecretRef instead",
-            redacted(&parsed)
-        ));
+        return Err(InvalidWebhookUrl::UserInformation {
+            redacted: redacted(&parsed),
+        });
     }
     Ok(parsed)
+}
+
+/// Why a webhook URL is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidWebhookUrl {
+    /// Longer than [`MAX_WEBHOOK_URL_BYTES`].
+    #[error("is {bytes} bytes; at most {MAX_WEBHOOK_URL_BYTES} are accepted")]
+    TooLong {
+        /// Its length.
+        bytes: usize,
+    },
+    /// Not a URL at all.
+    #[error("{url:?} is not a URL: {source}")]
+    NotAUrl {
+        /// The text given.
+        url: String,
+        /// What the parser said.
+        source: url::ParseError,
+    },
+    /// Neither `https` nor `http`.
+    #[error("{url:?}: the scheme must be https or http, not {scheme:?}")]
+    Scheme {
+        /// The URL given.
+        url: String,
+        /// Its scheme.
+        scheme: String,
+    },
+    /// No host, or an empty one.
+    #[error("{url:?} names no host")]
+    NoHost {
+        /// The URL given.
+        url: String,
+    },
+    /// A user name or password in the URL.
+    #[error(
+        "{redacted:?} carries user information: the spec is readable by everyone who can list executions; sign deliveries with signingSecretRef instead"
+    )]
+    UserInformation {
+        /// The URL without its user information.
+        redacted: String,
+    },
 }
 
 /// `url` without its user information, for messages.

@@ -12,11 +12,12 @@ pub struct Problem {
 }
 
 impl Problem {
-    /// A problem at `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    /// A problem at `field`: `message` is a refusal's text or a typed refusal (a rule's
+    /// error), kept as its message.
+    pub fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
         Self {
             field: field.into(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 }
@@ -63,7 +64,7 @@ impl fmt::Display for InvalidSpec {
 pub(crate) struct Problems(Vec<Problem>);
 
 impl Problems {
-    pub(crate) fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn push(&mut self, field: impl Into<String>, message: impl fmt::Display) {
         self.0.push(Problem::new(field, message));
     }
 

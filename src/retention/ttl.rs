@@ -58,13 +58,29 @@ pub fn lifetime(
 
 /// Reads a lifetime as the namespace annotation and the controller's flag spell it: whole
 /// seconds from 0 to [`crate::api::MAX_TTL_SECONDS_AFTER_FINISHED`].
-pub fn parse_seconds(value: &str) -> Result<i64, String> {
+pub fn parse_seconds(value: &str) -> Result<i64, InvalidLifetime> {
     let seconds: i64 = value
         .trim()
         .parse()
-        .map_err(|_| format!("{value:?} is not a whole number of seconds"))?;
+        .map_err(|_| InvalidLifetime::NotSeconds {
+            value: value.to_owned(),
+        })?;
     crate::resolve::lifetime_seconds(seconds)?;
     Ok(seconds)
+}
+
+/// Why a lifetime as the annotation or the flag spells it is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidLifetime {
+    /// Not a whole number.
+    #[error("{value:?} is not a whole number of seconds")]
+    NotSeconds {
+        /// The text given.
+        value: String,
+    },
+    /// A whole number out of the bounds.
+    #[error(transparent)]
+    OutOfRange(#[from] crate::resolve::InvalidValue),
 }
 
 /// What to do about an execution's retention now.
@@ -255,9 +271,24 @@ mod tests {
     fn lifetimes_are_whole_seconds_within_the_bounds() {
         assert_eq!(parse_seconds("0"), Ok(0));
         assert_eq!(parse_seconds(" 3600 "), Ok(3600));
-        assert!(parse_seconds("-1").unwrap_err().contains("out of range"));
-        assert!(parse_seconds("1h").unwrap_err().contains("whole number"));
+        assert!(
+            parse_seconds("-1")
+                .unwrap_err()
+                .to_string()
+                .contains("out of range")
+        );
+        assert!(
+            parse_seconds("1h")
+                .unwrap_err()
+                .to_string()
+                .contains("whole number")
+        );
         let too_long = (crate::api::MAX_TTL_SECONDS_AFTER_FINISHED + 1).to_string();
-        assert!(parse_seconds(&too_long).unwrap_err().contains("366 days"));
+        assert!(
+            parse_seconds(&too_long)
+                .unwrap_err()
+                .to_string()
+                .contains("366 days")
+        );
     }
 }

@@ -68,6 +68,22 @@ struct Exporting {
     attributes: Vec<KeyValue>,
 }
 
+/// Why errand's spans cannot be exported: the exporter could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The HTTP client the exporter sends with.
+    #[error("the OTLP client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The exporter itself.
+    #[error("the OTLP exporter for {endpoint}: {source}")]
+    Exporter {
+        /// The collector's base URL.
+        endpoint: String,
+        /// What the exporter's builder said.
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+}
+
 /// A tracer provider exporting to `target` in batches, with a resource of `service` and
 /// `attributes` only: not the SDK's detectors, so the process's own environment (an agent
 /// image's `OTEL_*` variables) cannot relabel errand's spans. Must be called within a tokio
@@ -76,12 +92,12 @@ fn tracer_provider(
     target: &TelemetryTarget,
     service: &'static str,
     attributes: Vec<KeyValue>,
-) -> Result<SdkTracerProvider, String> {
+) -> Result<SdkTracerProvider, ExportError> {
     let client = RuntimeHttpClient {
         client: reqwest::Client::builder()
             .timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|e| format!("the OTLP client: {e}"))?,
+            .map_err(ExportError::Client)?,
         runtime: tokio::runtime::Handle::current(),
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -91,7 +107,10 @@ fn tracer_provider(
         .with_endpoint(target.traces_url())
         .with_timeout(EXPORT_TIMEOUT)
         .build()
-        .map_err(|e| format!("the OTLP exporter for {}: {e}", target.endpoint))?;
+        .map_err(|source| ExportError::Exporter {
+            endpoint: target.endpoint.clone(),
+            source,
+        })?;
     let resource = Resource::builder_empty()
         .with_service_name(service)
         .with_attributes(attributes)
@@ -158,7 +177,7 @@ impl ExecutionTelemetry {
         execution: &ExecutionId,
         agent: &str,
         snapshot_digest: &str,
-    ) -> Result<ExecutionTelemetry, String> {
+    ) -> Result<ExecutionTelemetry, ExportError> {
         let attributes: Vec<KeyValue> = trace::execution_attributes(execution, snapshot_digest)
             .into_iter()
             .map(|(key, value)| KeyValue::new(key, value))
@@ -265,7 +284,7 @@ impl ReconcileSpans {
     }
 
     /// Exports reconcile spans to `target`; within a tokio runtime.
-    pub fn start(target: &TelemetryTarget) -> Result<ReconcileSpans, String> {
+    pub fn start(target: &TelemetryTarget) -> Result<ReconcileSpans, ExportError> {
         let provider = tracer_provider(target, CONTROLLER_SERVICE_NAME, Vec::new())?;
         let tracer = provider.tracer("errand-controller");
         Ok(ReconcileSpans {

@@ -8,5 +8,5 @@
 pub mod export;
 pub mod trace;
 
-pub use export::{ErrandSpan, ExecutionTelemetry, ReconcileSpans};
-pub use trace::{ExecutionTrace, OTLP_PROTOCOL, TelemetryTarget};
+pub use export::{ErrandSpan, ExecutionTelemetry, ExportError, ReconcileSpans};
+pub use trace::{ExecutionTrace, InvalidEndpoint, OTLP_PROTOCOL, TelemetryTarget};

@@ -44,16 +44,45 @@ pub struct TelemetryTarget {
     pub endpoint: String,
 }
 
+/// Why an OTLP endpoint is refused; each names the flag or value it came from.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidEndpoint {
+    /// Not a URL.
+    #[error("{field}: {endpoint:?} is not a URL: {source}")]
+    NotAUrl {
+        /// The flag or value.
+        field: String,
+        /// The text given.
+        endpoint: String,
+        /// What the parser said.
+        source: url::ParseError,
+    },
+    /// A URL, but not an `http` or `https` one with a host.
+    #[error(
+        "{field}: {endpoint:?} must be an http:// or https:// URL of an OTLP/HTTP receiver (e.g. http://otel-collector:4318)"
+    )]
+    NotHttp {
+        /// The flag or value.
+        field: String,
+        /// The URL given.
+        endpoint: String,
+    },
+}
+
 impl TelemetryTarget {
     /// The target at `endpoint`, which must be an `http` or `https` URL with a host; `field`
     /// names the flag or value it came from in the error.
-    pub fn parse(field: &str, endpoint: &str) -> Result<TelemetryTarget, String> {
-        let url = url::Url::parse(endpoint)
-            .map_err(|e| format!("{field}: {endpoint:?} is not a URL: {e}"))?;
+    pub fn parse(field: &str, endpoint: &str) -> Result<TelemetryTarget, InvalidEndpoint> {
+        let url = url::Url::parse(endpoint).map_err(|source| InvalidEndpoint::NotAUrl {
+            field: field.to_owned(),
+            endpoint: endpoint.to_owned(),
+            source,
+        })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            return Err(format!(
-                "{field}: {endpoint:?} must be an http:// or https:// URL of an OTLP/HTTP receiver (e.g. http://otel-collector:4318)"
-            ));
+            return Err(InvalidEndpoint::NotHttp {
+                field: field.to_owned(),
+                endpoint: endpoint.to_owned(),
+            });
         }
         Ok(TelemetryTarget {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
@@ -252,7 +281,9 @@ mod tests {
             "not a url",
             "file:///tmp/x",
         ] {
-            let error = TelemetryTarget::parse("--otlp-endpoint", bad).unwrap_err();
+            let error = TelemetryTarget::parse("--otlp-endpoint", bad)
+                .unwrap_err()
+                .to_string();
             assert!(error.starts_with("--otlp-endpoint: "), "{error}");
         }
     }

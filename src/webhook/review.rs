@@ -127,14 +127,16 @@ pub fn step(request: &AdmissionRequest<DynamicObject>) -> Step {
                     .unwrap_or_default(),
                 spec: Box::new(execution.spec),
             },
-            Err(message) => Step::Decided(Verdict::Malformed(message)),
+            Err(message) => Step::Decided(Verdict::Malformed(message.to_string())),
         },
         Operation::Update => {
             let old = execution(request.old_object.as_ref(), "oldObject");
             let new = execution(request.object.as_ref(), "object");
             match (old, new) {
                 (Ok(old), Ok(new)) => Step::Decided(check_update(&old.spec, &new.spec)),
-                (Err(message), _) | (_, Err(message)) => Step::Decided(Verdict::Malformed(message)),
+                (Err(message), _) | (_, Err(message)) => {
+                    Step::Decided(Verdict::Malformed(message.to_string()))
+                }
             }
         }
         Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
@@ -156,7 +158,7 @@ fn deployment_step(request: &AdmissionRequest<DynamicObject>) -> Step {
     match request.operation {
         Operation::Create => match new {
             Ok(deployment) => resolve(deployment),
-            Err(message) => Step::Decided(Verdict::Malformed(message)),
+            Err(message) => Step::Decided(Verdict::Malformed(message.to_string())),
         },
         Operation::Update => {
             let old = decoded::<AgentDeployment>(
@@ -172,7 +174,9 @@ fn deployment_step(request: &AdmissionRequest<DynamicObject>) -> Step {
                     Step::Decided(Verdict::Allow)
                 }
                 (Ok(_), Ok(new)) => resolve(new),
-                (Err(message), _) | (_, Err(message)) => Step::Decided(Verdict::Malformed(message)),
+                (Err(message), _) | (_, Err(message)) => {
+                    Step::Decided(Verdict::Malformed(message.to_string()))
+                }
             }
         }
         Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
@@ -199,7 +203,7 @@ fn schedule_step(request: &AdmissionRequest<DynamicObject>) -> Step {
                         Err(invalid) => Step::Decided(Verdict::Invalid(invalid)),
                     }
                 }
-                Err(message) => Step::Decided(Verdict::Malformed(message)),
+                Err(message) => Step::Decided(Verdict::Malformed(message.to_string())),
             }
         }
         Operation::Delete | Operation::Connect => Step::Decided(Verdict::Allow),
@@ -219,11 +223,14 @@ fn check_extension(object: Option<&DynamicObject>) -> Verdict {
                 Verdict::Invalid(InvalidSpec { problems })
             }
         }
-        Err(message) => Verdict::Malformed(message),
+        Err(message) => Verdict::Malformed(message.to_string()),
     }
 }
 
-fn execution(object: Option<&DynamicObject>, field: &str) -> Result<AgentExecution, String> {
+fn execution(
+    object: Option<&DynamicObject>,
+    field: &str,
+) -> Result<AgentExecution, MalformedObject> {
     decoded(object, field, "AgentExecution")
 }
 
@@ -231,11 +238,40 @@ fn decoded<K: serde::de::DeserializeOwned>(
     object: Option<&DynamicObject>,
     field: &str,
     kind: &str,
-) -> Result<K, String> {
-    let object = object.ok_or_else(|| format!("the request has no {field}"))?;
-    let value = serde_json::to_value(object).map_err(|e| format!("{field}: {e}"))?;
-    crate::resolve::decode(value)
-        .map_err(|problem| format!("{field} is not a valid {kind}: {problem}"))
+) -> Result<K, MalformedObject> {
+    let object = object.ok_or_else(|| MalformedObject::Missing {
+        field: field.to_owned(),
+    })?;
+    let value = serde_json::to_value(object).map_err(|source| MalformedObject::Encode {
+        field: field.to_owned(),
+        source,
+    })?;
+    crate::resolve::decode(value).map_err(|problem| MalformedObject::NotKind {
+        field: field.to_owned(),
+        kind: kind.to_owned(),
+        problem,
+    })
+}
+
+/// Why an object of a review (its `object` or `oldObject`) cannot be read as its kind.
+#[derive(Debug, thiserror::Error)]
+enum MalformedObject {
+    /// The request carries no such object.
+    #[error("the request has no {field}")]
+    Missing { field: String },
+    /// The object does not encode as JSON.
+    #[error("{field}: {source}")]
+    Encode {
+        field: String,
+        source: serde_json::Error,
+    },
+    /// The object is not a valid object of its kind.
+    #[error("{field} is not a valid {kind}: {problem}")]
+    NotKind {
+        field: String,
+        kind: String,
+        problem: Problem,
+    },
 }
 
 /// An update may only set `cancel` and `kill` (from false to true), clear `held`, and change

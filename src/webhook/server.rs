@@ -18,6 +18,7 @@ use tracing::info;
 use super::metrics::AdmissionMetrics;
 use super::review::{self, Step, Verdict};
 use crate::api::AgentExecutionSpec;
+use crate::cluster::ApiError;
 use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::cluster::serving::caller as serving_caller;
 use crate::resolve::{InvalidSpec, RunLimits, Snapshot};
@@ -46,7 +47,7 @@ pub trait Resolver: Send + Sync {
         &'a self,
         namespace: &'a str,
         spec: &'a AgentExecutionSpec,
-    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>>;
+    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, ApiError>>;
 }
 
 /// Resolution against the controller's caches and the API server.
@@ -62,12 +63,13 @@ impl Resolver for ClusterResolver {
         &'a self,
         namespace: &'a str,
         spec: &'a AgentExecutionSpec,
-    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>> {
-        Box::pin(async move {
-            catalog::resolve(&self.client, &self.catalog, namespace, spec)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, ApiError>> {
+        Box::pin(catalog::resolve(
+            &self.client,
+            &self.catalog,
+            namespace,
+            spec,
+        ))
     }
 }
 
@@ -106,7 +108,7 @@ impl Admission {
                             Ok(Ok(resolution)) => {
                                 review::verdict(kind, &spec, resolution, &self.limits)
                             }
-                            Ok(Err(message)) => Verdict::Unavailable(message),
+                            Ok(Err(error)) => Verdict::Unavailable(error.to_string()),
                             Err(_) => Verdict::Unavailable(format!(
                                 "the lookups took longer than {}s",
                                 LOOKUP_BUDGET.as_secs()

@@ -1,4 +1,4 @@
-//! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other; the layers below `ops` (its backends over what they share); and that no import circle spans more than one file's type and its operations.
+//! The layers of `src/`, bottom to top, and the check that no module reaches up: every `crate::` (or `super::` up to the crate root) path in a module names its own layer or one below, and the peers of a layer never name each other; the layers below `ops` (its backends over what they share); and that no import circle spans more than one file's type and its operations; and that no function hands its errors past its file as a `String`.
 //!
 //! Test code (`#[cfg(test)]` items and the files they declare) is left out: a test may build
 //! its fixtures from anywhere. The layer table of the book's architecture page
@@ -73,7 +73,8 @@ fn source_files() -> Vec<SourceFile> {
 }
 
 /// `source` without comments, and with every string and char literal emptied, so that only
-/// code is left to read paths from.
+/// code is left to read paths from. Line breaks are kept (after what replaces a comment or a
+/// literal), so a position in the result is on the line it was on in `source`.
 fn strip_comments_and_literals(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
     let mut out = String::with_capacity(source.len());
@@ -87,6 +88,7 @@ fn strip_comments_and_literals(source: &str) -> String {
                 i += 1;
             }
         } else if c == '/' && next == Some('*') {
+            let start = i;
             let mut depth = 0;
             while i < chars.len() {
                 if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
@@ -103,6 +105,7 @@ fn strip_comments_and_literals(source: &str) -> String {
                 }
             }
             out.push(' ');
+            out.extend(line_breaks(&chars[start..i.min(chars.len())]));
         } else if c == 'r'
             && (i == 0 || !is_ident(chars[i - 1]) || chars[i - 1] == 'b')
             && matches!(next, Some('"' | '#'))
@@ -112,6 +115,7 @@ fn strip_comments_and_literals(source: &str) -> String {
                 .is_some_and(|&c| c == '"')
         {
             let hashes = chars[i + 1..].iter().take_while(|&&c| c == '#').count();
+            let start = i;
             i += 1 + hashes + 1;
             while i < chars.len() {
                 if chars[i] == '"' && chars[i + 1..].iter().take(hashes).all(|&c| c == '#') {
@@ -121,13 +125,16 @@ fn strip_comments_and_literals(source: &str) -> String {
                 i += 1;
             }
             out.push_str("\"\"");
+            out.extend(line_breaks(&chars[start..i.min(chars.len())]));
         } else if c == '"' {
+            let start = i;
             i += 1;
             while i < chars.len() && chars[i] != '"' {
                 i += if chars[i] == '\\' { 2 } else { 1 };
             }
             i += 1;
             out.push_str("\"\"");
+            out.extend(line_breaks(&chars[start..i.min(chars.len())]));
         } else if c == '\'' && next == Some('\\') {
             i += 2;
             while i < chars.len() && chars[i] != '\'' {
@@ -144,6 +151,11 @@ fn strip_comments_and_literals(source: &str) -> String {
         }
     }
     out
+}
+
+/// The line breaks of `chars`, to keep the lines of what is left out.
+fn line_breaks(chars: &[char]) -> impl Iterator<Item = char> + '_ {
+    chars.iter().copied().filter(|&c| c == '\n')
 }
 
 /// The end (exclusive) of the item that starts at `start`: through its `;`, or through the
@@ -173,8 +185,8 @@ fn item_end(code: &[char], start: usize) -> usize {
     code.len()
 }
 
-/// `code` (already stripped) without its `#[cfg(test)]` items, and the names of the test
-/// modules it declares in files of their own (`#[cfg(test)] mod tests;`).
+/// `code` (already stripped) without its `#[cfg(test)]` items (their line breaks kept), and the
+/// names of the test modules it declares in files of their own (`#[cfg(test)] mod tests;`).
 fn without_test_items(code: &str) -> (String, Vec<String>) {
     const CFG_TEST: &str = "#[cfg(test)]";
     let cfg_test: Vec<char> = CFG_TEST.chars().collect();
@@ -197,6 +209,7 @@ fn without_test_items(code: &str) -> (String, Vec<String>) {
             {
                 test_modules.push((*name).to_owned());
             }
+            kept.extend(line_breaks(&chars[i..end]));
             i = end;
         } else {
             kept.push(chars[i]);
@@ -312,6 +325,15 @@ fn violations(file: &str, from: &str, to: &BTreeSet<String>) -> Vec<String> {
 /// The files of `src/` below the crate root that are not test code, each with its code
 /// stripped of comments, literals and `#[cfg(test)]` items.
 fn product_files() -> Vec<(SourceFile, String)> {
+    non_test_files()
+        .into_iter()
+        .filter(|(file, _)| !file.module.is_empty())
+        .collect()
+}
+
+/// The files of `src/` that are not test code, the crate root's included, each with its code
+/// stripped of comments, literals and `#[cfg(test)]` items.
+fn non_test_files() -> Vec<(SourceFile, String)> {
     let files: Vec<(SourceFile, (String, Vec<String>))> = source_files()
         .into_iter()
         .map(|file| {
@@ -332,10 +354,9 @@ fn product_files() -> Vec<(SourceFile, String)> {
     files
         .into_iter()
         .filter(|(file, _)| {
-            !file.module.is_empty()
-                && !test_modules
-                    .iter()
-                    .any(|test| file.module.starts_with(test))
+            !test_modules
+                .iter()
+                .any(|test| file.module.starts_with(test))
         })
         .map(|(file, (code, _))| (file, code))
         .collect()
@@ -713,4 +734,248 @@ fn the_circle_and_sublayer_checks_resolve_paths() {
         wide_circles(&graph, &nodes),
         ["an import circle: c.rs, d.rs"]
     );
+}
+
+/// Whether `code` ends with a visibility that reaches past its file: `pub`, `pub(crate)`,
+/// `pub(super)`, `pub(in path)`, with the qualifiers a `fn` or `trait` may carry after it.
+fn ends_visible(code: &str) -> bool {
+    let mut rest = code.trim_end();
+    loop {
+        let word_start = rest
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_' || c == '"'))
+            .map_or(0, |at| at + 1);
+        match &rest[word_start..] {
+            "async" | "const" | "unsafe" | "extern" | "\"\"" | "auto" => {
+                rest = rest[..word_start].trim_end();
+            }
+            _ => break,
+        }
+    }
+    if let Some(inner) = rest.strip_suffix(')') {
+        let Some(open) = inner.rfind('(') else {
+            return false;
+        };
+        rest = inner[..open].trim_end();
+    }
+    rest.strip_suffix("pub").is_some_and(|before| {
+        before
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'))
+    })
+}
+
+/// The positions of the word `word` in `code` (not part of a longer identifier).
+fn word_positions<'a>(code: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(word)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            code[..at].chars().next_back().is_none_or(|c| !is_ident(c))
+                && code[at + word.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| !is_ident(c))
+        })
+}
+
+/// The end of the angle-bracket group whose `<` is at `open` (the byte after its `>`); `->`
+/// is not a bracket.
+fn angle_group_end(code: &str, open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut previous = ' ';
+    for (at, c) in code[open..].char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' if previous != '-' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + at + 1);
+                }
+            }
+            _ => {}
+        }
+        previous = c;
+    }
+    None
+}
+
+/// Whether the type `ty` holds a `Result<_, String>` anywhere (`Result<(), String>`,
+/// `BoxFuture<'_, Result<T, String>>`, `Result<Result<T, String>, E>`).
+fn holds_result_of_string(ty: &str) -> bool {
+    let ty: String = ty.split_whitespace().collect();
+    word_positions(&ty, "Result").any(|at| {
+        let open = at + "Result".len();
+        if !ty[open..].starts_with('<') {
+            return false;
+        }
+        let Some(end) = angle_group_end(&ty, open) else {
+            return false;
+        };
+        let args = ty[open + 1..end - 1].trim_end_matches(',');
+        let mut depth = 0i32;
+        let mut previous = ' ';
+        let mut last = 0;
+        for (at, c) in args.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' if previous != '-' => depth -= 1,
+                ')' | ']' => depth -= 1,
+                ',' if depth == 0 => last = at + 1,
+                _ => {}
+            }
+            previous = c;
+        }
+        last > 0
+            && matches!(
+                &args[last..],
+                "String" | "std::string::String" | "alloc::string::String"
+            )
+    })
+}
+
+/// The return type of the `fn` whose keyword is at `at` in `code`: what follows `->` after its
+/// parameters, up to its body, its `;` or its `where`; `None` when it returns `()`.
+fn return_type(code: &str, at: usize) -> Option<&str> {
+    let signature_end = code[at..]
+        .find(['{', ';'])
+        .map_or(code.len(), |end| at + end);
+    let signature = &code[at..signature_end];
+    let mut angle = 0i32;
+    let mut previous = ' ';
+    let mut params = None;
+    for (i, c) in signature.char_indices() {
+        match c {
+            '<' => angle += 1,
+            '>' if previous != '-' => angle -= 1,
+            '(' if angle == 0 => {
+                params = Some(i);
+                break;
+            }
+            _ => {}
+        }
+        previous = c;
+    }
+    let mut depth = 0;
+    let mut close = None;
+    for (i, c) in signature[params?..].char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(params? + i + 1);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let after = signature[close?..].trim_start().strip_prefix("->")?;
+    let end = word_positions(after, "where").next().unwrap_or(after.len());
+    Some(&after[..end])
+}
+
+/// The functions of `code` (stripped, without test items) whose errors cross their file as
+/// text: each `pub` fn (any `pub(..)`), each fn of a `pub` trait, and each fn named as a clap
+/// `value_parser`, whose return type holds a `Result<_, String>`; as `file:line: fn name`.
+fn string_errors(file: &str, code: &str) -> Vec<String> {
+    let chars: Vec<char> = code.chars().collect();
+    let to_byte = |char_at: usize| chars[..char_at].iter().map(|c| c.len_utf8()).sum::<usize>();
+    let to_char = |byte_at: usize| code[..byte_at].chars().count();
+    let public_traits: Vec<(usize, usize)> = word_positions(code, "trait")
+        .filter(|&at| ends_visible(&code[..at]))
+        .map(|at| (at, to_byte(item_end(&chars, to_char(at)))))
+        .collect();
+    let value_parsers: BTreeSet<&str> = word_positions(code, "value_parser")
+        .filter_map(|at| {
+            code[at + "value_parser".len()..]
+                .trim_start()
+                .strip_prefix('=')
+        })
+        .filter_map(|rest| {
+            let path = rest.trim_start();
+            let end = path
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(path.len());
+            path[..end].rsplit("::").next()
+        })
+        .collect();
+    word_positions(code, "fn")
+        .filter_map(|at| {
+            let name = leading_ident(&code[at + 2..])?;
+            let visible = ends_visible(&code[..at])
+                || public_traits
+                    .iter()
+                    .any(|&(start, end)| start < at && at < end)
+                || value_parsers.contains(name);
+            (visible && return_type(code, at).is_some_and(holds_result_of_string)).then(|| {
+                let line = code[..at].matches('\n').count() + 1;
+                format!("{file}:{line}: fn {name}")
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn no_result_of_string_crosses_a_module_boundary() {
+    let mut found = Vec::new();
+    for (file, code) in non_test_files() {
+        let name = file.path.strip_prefix(src()).unwrap().display().to_string();
+        found.extend(string_errors(&format!("src/{name}"), &code));
+    }
+    assert!(
+        found.is_empty(),
+        "functions whose errors leave their file as a String (give each a typed error named for what failed):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_string_error_check_finds_public_and_parser_fns_on_their_lines_and_ignores_the_rest() {
+    let check = |source: &str| {
+        let (code, _) = without_test_items(&strip_comments_and_literals(source));
+        string_errors("f.rs", &code)
+    };
+    let flagged = r##"
+        /// a doc comment
+        /* a block
+           comment */
+        const S: &str = "a
+        string";
+        pub fn a() -> Result<(), String> {}
+        pub(crate) async fn b(x: impl Fn(u8) -> String) -> Result<
+            Vec<(u8, u8)>,
+            String,
+        > { todo!() }
+        pub(in crate::x) fn c<F: Fn() -> u8>(f: F) -> BoxFuture<'static, Result<u8, String>>;
+        pub(super) fn d() -> Result<Result<u8, String>, Error> where T: X {}
+        pub trait T { fn e(&self) -> std::result::Result<u8, std::string::String>; }
+        #[arg(long, value_parser = parse_f)]
+        fn parse_f(v: &str) -> Result<u8, String> {}
+    "##;
+    assert_eq!(
+        check(flagged),
+        [
+            "f.rs:7: fn a",
+            "f.rs:8: fn b",
+            "f.rs:12: fn c",
+            "f.rs:13: fn d",
+            "f.rs:14: fn e",
+            "f.rs:16: fn parse_f",
+        ]
+    );
+    let quiet = r##"
+        fn private() -> Result<u8, String> {}
+        pub fn labels() -> Result<BTreeMap<String, String>, Error> {}
+        pub fn text() -> String {}
+        pub fn alias() -> Result<String> {}
+        pub fn takes(f: impl Fn() -> Result<u8, String>) {}
+        // pub fn commented() -> Result<u8, String> {}
+        trait Private { fn g(&self) -> Result<u8, String>; }
+        impl FromStr for X { fn from_str(s: &str) -> Result<Self, Self::Err> {} }
+        #[cfg(test)]
+        pub fn in_a_test() -> Result<u8, String> {}
+    "##;
+    assert_eq!(check(quiet), Vec::<String>::new());
 }

@@ -12,6 +12,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
 use errand::api::AgentExecutionSpec;
+use errand::cluster::ApiError;
 use errand::cluster::metrics::MetricsRegistry;
 use errand::cluster::serving::{certs, tls};
 use errand::resolve::{InMemoryCatalog, InvalidSpec, RunLimits, Snapshot, resolve_execution};
@@ -27,7 +28,7 @@ impl Resolver for InMemory {
         &'a self,
         namespace: &'a str,
         spec: &'a AgentExecutionSpec,
-    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, String>> {
+    ) -> BoxFuture<'a, Result<Result<Snapshot, InvalidSpec>, ApiError>> {
         Box::pin(async move { Ok(resolve_execution(namespace, spec, &self.0)) })
     }
 }

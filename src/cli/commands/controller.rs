@@ -484,7 +484,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
 }
 
 /// A Secret or ServiceAccount name, checked as the API server would.
-fn agent_object_name(value: &str) -> Result<String, String> {
+fn agent_object_name(value: &str) -> Result<String, crate::resolve::InvalidValue> {
     crate::resolve::object_name(value)?;
     Ok(value.to_owned())
 }

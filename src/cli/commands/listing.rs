@@ -34,17 +34,26 @@ pub struct ListArgs {
     pub limit: Option<usize>,
 }
 
-fn parse_state(value: &str) -> Result<Vec<Phase>, String> {
+/// A `--state` that names no phase.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{0:?} is not a phase: {names} or active", names = phase_names())]
+pub struct UnknownState(String);
+
+fn phase_names() -> String {
+    let names: Vec<String> = Phase::ALL
+        .iter()
+        .map(|p| p.as_str().to_lowercase())
+        .collect();
+    names.join(", ")
+}
+
+fn parse_state(value: &str) -> Result<Vec<Phase>, UnknownState> {
     if value.eq_ignore_ascii_case("active") {
         return Ok(ACTIVE.to_vec());
     }
-    Phase::parse(value).map(|p| vec![p]).ok_or_else(|| {
-        let names: Vec<String> = Phase::ALL
-            .iter()
-            .map(|p| p.as_str().to_lowercase())
-            .collect();
-        format!("{value:?} is not a phase: {} or active", names.join(", "))
-    })
+    Phase::parse(value)
+        .map(|p| vec![p])
+        .ok_or_else(|| UnknownState(value.to_owned()))
 }
 
 /// The newest `limit` of `records` (all without a limit), oldest first.
@@ -134,7 +143,7 @@ mod tests {
         assert_eq!(parse_state("Running").unwrap(), [Phase::Running]);
         assert_eq!(parse_state("active").unwrap(), ACTIVE);
         assert_eq!(
-            parse_state("done").unwrap_err(),
+            parse_state("done").unwrap_err().to_string(),
             "\"done\" is not a phase: created, pending, queued, starting, running, succeeded, failed, cancelled or active"
         );
     }

@@ -269,15 +269,24 @@ impl WaitArgs {
     }
 }
 
+/// Why a `--max-bytes` is refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum MaxBytesError {
+    /// Not a whole number.
+    #[error("{0:?} is not a whole number of bytes")]
+    NotANumber(String),
+    /// 0, or more than [`MAX_MAX_BYTES`].
+    #[error("{0} is out of range: give 1 to {MAX_MAX_BYTES} bytes")]
+    OutOfRange(u64),
+}
+
 /// Parses `--max-bytes`: 1 to [`MAX_MAX_BYTES`].
-fn parse_max_bytes(value: &str) -> Result<u64, String> {
+fn parse_max_bytes(value: &str) -> Result<u64, MaxBytesError> {
     let bytes: u64 = value
         .parse()
-        .map_err(|_| format!("{value:?} is not a whole number of bytes"))?;
+        .map_err(|_| MaxBytesError::NotANumber(value.to_owned()))?;
     if bytes == 0 || bytes > MAX_MAX_BYTES {
-        return Err(format!(
-            "{bytes} is out of range: give 1 to {MAX_MAX_BYTES} bytes"
-        ));
+        return Err(MaxBytesError::OutOfRange(bytes));
     }
     Ok(bytes)
 }
@@ -309,12 +318,13 @@ mod tests {
     fn max_bytes_is_bounded_naming_the_range() {
         assert_eq!(parse_max_bytes("65536"), Ok(65536));
         assert_eq!(
-            parse_max_bytes("0").unwrap_err(),
+            parse_max_bytes("0").unwrap_err().to_string(),
             "0 is out of range: give 1 to 16777216 bytes"
         );
         assert!(
             parse_max_bytes("lots")
                 .unwrap_err()
+                .to_string()
                 .contains("not a whole number")
         );
     }

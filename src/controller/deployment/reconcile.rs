@@ -22,7 +22,7 @@ use crate::controller::build::ExecutionOwner;
 use crate::controller::config::{ControllerConfig, FIELD_MANAGER};
 use crate::controller::error::{Error, Result};
 use crate::resolve::deployment::status::{self, Observed};
-use crate::resolve::{Snapshot, as_execution_spec, source_digest};
+use crate::resolve::{InvalidSpec, Snapshot, as_execution_spec, source_digest};
 
 /// How long one reconcile may take before it is retried.
 const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -83,7 +83,8 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
         Some(snapshot) => (snapshot, source, None),
         None => match resolve(ctx, &owner.namespace, deployment).await? {
             Ok(snapshot) => (snapshot, source, None),
-            Err(message) => {
+            Err(invalid) => {
+                let message = invalid.to_string();
                 let serving = match &previous.snapshot {
                     Some(serving) => read_snapshot(ctx, &owner.namespace, serving).await?,
                     None => None,
@@ -138,15 +139,14 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
 }
 
 /// The deployment's snapshot, resolved with the rules of executions against the live objects;
-/// `Err` holds every problem in one message.
+/// `Err` holds every problem.
 async fn resolve(
     ctx: &DeploymentContext,
     namespace: &str,
     deployment: &AgentDeployment,
-) -> Result<std::result::Result<Snapshot, String>> {
+) -> Result<std::result::Result<Snapshot, InvalidSpec>> {
     let spec = as_execution_spec(&deployment.spec);
-    let resolution = catalog::resolve(&ctx.client, &ctx.catalog, namespace, &spec).await?;
-    Ok(resolution.map_err(|invalid| invalid.to_string()))
+    Ok(catalog::resolve(&ctx.client, &ctx.catalog, namespace, &spec).await?)
 }
 
 /// The snapshot a deployment recorded, read back from its ConfigMap; `None` when the
