@@ -16,6 +16,11 @@ the working directory is the workspace. The agent is built from the config:
 It writes the final answer to ERRAND_RESPONSE_FILE and the transcript (messages, tool calls,
 token counts) to ERRAND_ARTIFACTS_DIR/transcript.json. SIGTERM (errand's timeout or cancel)
 stops the model call; the transcript so far is still written, and it exits 143.
+
+With errand's auto telemetry (OTEL_EXPORTER_OTLP_ENDPOINT and TRACEPARENT set), every model call
+is a `chat <model>` span of the execution's trace, a child of errand's run span, with the
+OpenTelemetry GenAI attributes (model, provider, token usage); a call a signal cut off ends as
+an error span.
 """
 
 import asyncio
@@ -192,6 +197,70 @@ def transcript_of(messages, model_info, started, error=None):
     }
 
 
+def model_call_spans(model_info):
+    """(a LangChain callback handler that makes each model call a span, a function that ends the
+    calls still open and flushes the spans), or (None, a no-op) without auto telemetry."""
+    if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        return None, lambda: None
+    from urllib.parse import urlparse
+
+    from langchain_core.callbacks import BaseCallbackHandler
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    # The resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and the exporter's endpoint
+    # come from the variables errand set.
+    provider = TracerProvider(resource=Resource.create())
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    tracer = provider.get_tracer("errand-deepagents")
+    parent = TraceContextTextMapPropagator().extract({"traceparent": os.environ.get("TRACEPARENT", "")})
+    open_calls = {}
+
+    class ModelCalls(BaseCallbackHandler):
+        def on_chat_model_start(self, serialized, messages, *, run_id, **kwargs):
+            open_calls[run_id] = tracer.start_span(
+                f"chat {model_info['model']}", context=parent, kind=trace.SpanKind.CLIENT,
+                attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.provider.name": model_info["provider"],
+                    "gen_ai.request.model": model_info["model"],
+                    "server.address": urlparse(model_info["base_url"]).hostname or "",
+                },
+            )
+
+        def on_llm_end(self, response, *, run_id, **kwargs):
+            span = open_calls.pop(run_id, None)
+            if span is None:
+                return
+            message = getattr(response.generations[0][0], "message", None) if response.generations else None
+            usage = getattr(message, "usage_metadata", None) or {}
+            for key, attribute in (("input_tokens", "gen_ai.usage.input_tokens"),
+                                   ("output_tokens", "gen_ai.usage.output_tokens")):
+                if usage.get(key) is not None:
+                    span.set_attribute(attribute, usage[key])
+            span.end()
+
+        def on_llm_error(self, error, *, run_id, **kwargs):
+            span = open_calls.pop(run_id, None)
+            if span is not None:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                span.end()
+
+    def flush():
+        for span in open_calls.values():
+            span.set_status(trace.Status(trace.StatusCode.ERROR, "stopped before the model answered"))
+            span.end()
+        open_calls.clear()
+        provider.force_flush(5000)
+        provider.shutdown()
+
+    return ModelCalls(), flush
+
+
 def write(path, text):
     if path:
         with open(path, "w", encoding="utf-8") as f:
@@ -204,6 +273,7 @@ async def run(config, prompt, state):
 
     settings = settings_of(config)
     model, state["model"] = chat_model(config, settings)
+    spans, state["flush_spans"] = model_call_spans(state["model"])
     tools = []
     connections = mcp_connections(config)
     if connections:
@@ -219,7 +289,8 @@ async def run(config, prompt, state):
     limit = int(settings.get("recursion_limit", 50))
     log(f"running {config.get('name') or 'the agent'} with {state['model']['model']} at {state['model']['base_url']}")
     async for values in agent.astream({"messages": [{"role": "user", "content": prompt}]},
-                                      {"recursion_limit": limit}, stream_mode="values"):
+                                      {"recursion_limit": limit, "callbacks": [spans] if spans else []},
+                                      stream_mode="values"):
         messages = values.get("messages", [])
         for message in messages[len(state["messages"]):]:
             for call in getattr(message, "tool_calls", None) or []:
@@ -232,7 +303,7 @@ async def run(config, prompt, state):
 def main():
     started = time.monotonic()
     artifacts = os.environ.get("ERRAND_ARTIFACTS_DIR") or "."
-    state = {"messages": [], "model": None}
+    state = {"messages": [], "model": None, "flush_spans": lambda: None}
     try:
         config = read_config()
     except (ConfigError, OSError, json.JSONDecodeError) as e:
@@ -260,6 +331,7 @@ def main():
     except Exception as e:  # the model or a tool failed: keep what happened
         error, code = f"{type(e).__name__}: {e}", 1
         log(f"the agent failed: {error}")
+    state["flush_spans"]()
     transcript = transcript_of(state["messages"], state["model"], started, error)
     write(os.path.join(artifacts, "transcript.json"), json.dumps(transcript, indent=2) + "\n")
     if answer is not None:

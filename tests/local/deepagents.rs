@@ -1,12 +1,15 @@
 //! The deepagents runtime (runtimes/deepagents) on the local backend: NeMo agents run as real deepagents agents against the stand-in model provider, through an environment that binds the key from a Secret and points the model at the stand-in.
 
 use std::sync::Once;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::support::errand::wait_for;
 use crate::support::local::Home;
 use crate::support::model_server::ModelServer;
 use crate::support::store::tar_files;
+use crate::support::telemetry::{CollectedSpan, local_collector, parse_spans, trace_id_of};
 
 fn repo(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
@@ -176,6 +179,63 @@ fn the_nemo_calculator_runs_as_a_deepagents_agent_that_writes_its_answer_with_a_
             .any(|m| m["role"] == "tool" && m["content"].as_str().unwrap().contains("answer.txt")),
         "{returned:?}"
     );
+}
+
+#[tokio::test]
+async fn with_auto_telemetry_each_model_call_is_a_span_of_the_executions_trace() {
+    let Some(collector) = local_collector().await else {
+        return;
+    };
+    let server = ModelServer::start(&calculator_script(0));
+    let home = home_for(&server, Value::Null);
+    let (code, answer) = home.json(&[
+        "execute",
+        "--agent",
+        "calculator-agent",
+        "--environment",
+        "stand-in",
+        "--input",
+        "What is 12 multiplied by 8?",
+        "--auto-telemetry",
+        "--otlp-endpoint",
+        &collector.endpoint,
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["execution"]["response"], "96", "{answer}");
+    let trace_id = trace_id_of(answer["execution"]["uid"].as_str().unwrap());
+    let model = "nvidia-nemotron-3-5-lightning-30b-a3b";
+    let chat = format!("chat {model}");
+    let spans = wait_for("the model calls' spans", Duration::from_secs(60), || {
+        let spans: Vec<CollectedSpan> = parse_spans(&collector.output())
+            .into_iter()
+            .filter(|s| s.trace_id == trace_id)
+            .collect();
+        let calls = spans.iter().filter(|s| s.name == chat).count();
+        let run = spans.iter().any(|s| s.name == "run");
+        std::future::ready((calls == 2 && run).then_some(spans))
+    })
+    .await;
+    let run = spans.iter().find(|s| s.name == "run").unwrap();
+    for call in spans.iter().filter(|s| s.name == chat) {
+        assert_eq!(
+            call.parent_span_id, run.span_id,
+            "a child of errand's run span: {call:?}"
+        );
+        assert_eq!(call.attributes["gen_ai.operation.name"], "chat", "{call:?}");
+        assert_eq!(call.attributes["gen_ai.request.model"], model, "{call:?}");
+        assert_eq!(
+            call.attributes["gen_ai.provider.name"], "nvidia",
+            "{call:?}"
+        );
+        assert!(
+            call.attributes.contains_key("gen_ai.usage.input_tokens"),
+            "{call:?}"
+        );
+        assert_eq!(
+            call.resource["service.name"], "calculator-agent",
+            "{call:?}"
+        );
+    }
 }
 
 #[test]
