@@ -91,8 +91,10 @@ fn calculator_script(answer_delay_seconds: u64) -> Value {
     ])
 }
 
-fn execute(home: &Home, timeout: &str) -> (i32, Value) {
-    home.json(&[
+/// `errand execute` of the calculator in the `stand-in` environment with `timeout`, and `extra`
+/// flags.
+fn execute(home: &Home, timeout: &str, extra: &[&str]) -> (i32, Value) {
+    let mut args = vec![
         "execute",
         "--agent",
         "calculator-agent",
@@ -102,14 +104,16 @@ fn execute(home: &Home, timeout: &str) -> (i32, Value) {
         "What is 12 multiplied by 8?",
         "--timeout-seconds",
         timeout,
-    ])
+    ];
+    args.extend(extra);
+    home.json(&args)
 }
 
 #[test]
 fn the_nemo_calculator_runs_as_a_deepagents_agent_that_writes_its_answer_with_a_tool() {
     let server = ModelServer::start(&calculator_script(0));
     let home = home_for(&server, Value::Null);
-    let (code, answer) = execute(&home, "120");
+    let (code, answer) = execute(&home, "120", &[]);
     assert_eq!(code, 0, "{answer}");
     let execution = &answer["execution"];
     assert_eq!(execution["phase"], "Succeeded", "{answer}");
@@ -188,18 +192,12 @@ async fn with_auto_telemetry_each_model_call_is_a_span_of_the_executions_trace()
     };
     let server = ModelServer::start(&calculator_script(0));
     let home = home_for(&server, Value::Null);
-    let (code, answer) = home.json(&[
-        "execute",
-        "--agent",
-        "calculator-agent",
-        "--environment",
-        "stand-in",
-        "--input",
-        "What is 12 multiplied by 8?",
-        "--auto-telemetry",
-        "--otlp-endpoint",
-        &collector.endpoint,
-    ]);
+    let endpoint = collector.endpoint.as_str();
+    let (code, answer) = execute(
+        &home,
+        "120",
+        &["--auto-telemetry", "--otlp-endpoint", endpoint],
+    );
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["execution"]["response"], "96", "{answer}");
     let trace_id = trace_id_of(answer["execution"]["uid"].as_str().unwrap());
@@ -244,7 +242,7 @@ fn a_timed_out_deepagents_run_stops_the_model_call_and_keeps_its_transcript_and_
     let server = ModelServer::start(&calculator_script(60));
     let home = home_for(&server, Value::Null);
     let started = std::time::Instant::now();
-    let (code, answer) = execute(&home, "15");
+    let (code, answer) = execute(&home, "15", &[]);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(45),
         "{answer}"
@@ -283,7 +281,7 @@ fn an_mcp_server_in_the_environment_gives_the_deepagents_agent_its_tool() {
         "env": {"MCP_TOOL_LOG": log_file},
     }}});
     let home = home_for(&server, mcp);
-    let (code, answer) = execute(&home, "120");
+    let (code, answer) = execute(&home, "120", &[]);
     assert_eq!(code, 0, "{answer}");
     assert_eq!(answer["execution"]["response"], "96", "{answer}");
     // The call reached the MCP server, which logged it; the model's key did not.
