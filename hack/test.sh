@@ -37,7 +37,7 @@ declare -A package_of=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
   [busybox]=busybox-static [openssl]=openssl [iptables]=iptables [conntrack]=conntrack [nft]=nftables
   [ethtool]=ethtool [ip]=iproute2 [curl]=curl [gcc]=gcc [readelf]=binutils
-  [python3]=python3 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
+  [python3]=python3 [/usr/bin/python3.11]=python3.11 [setsid]=util-linux [flock]=util-linux [strip]=binutils [umount]=mount
 )
 missing=()
 for cmd in "${!package_of[@]}"; do
@@ -52,6 +52,8 @@ fi
 [[ -e /usr/lib/x86_64-linux-gnu/libc.a || -e /usr/lib/aarch64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
 # Debian's python3 makes virtual environments (the deepagents runtime's) with python3-venv.
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+# The deepagents runtime's image is made from Debian's Python 3.11 with its venv module.
+[[ -x /usr/bin/python3.11 ]] && /usr/bin/python3.11 -c 'import ensurepip' 2>/dev/null || missing+=(python3.11-venv)
 if ((${#missing[@]})); then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   log "installing Debian packages: ${missing[*]}"

@@ -3,7 +3,8 @@
 # into containerd's k8s.io namespace: the pod sandbox image (a static pause
 # built from pause.c), a busybox image from Debian's busybox-static, the test
 # harness runtime (that busybox with test-harness.sh as /usr/local/bin/test-harness), the test
-# agent server of AgentDeployments (that busybox with agent-server.sh), and the
+# agent server of AgentDeployments (that busybox with agent-server.sh), the deepagents
+# runtime's image (deepagents-image.sh, cached), and the
 # cluster add-ons' images (CoreDNS, local-path-provisioner) and the telemetry
 # tests' OpenTelemetry Collector, each the one
 # binary hack/testenv/build.sh made (cached: see binary_image in lib.sh). Run
@@ -56,6 +57,7 @@ python3 "$oci_image" --name "$TESTENV_AGENT_SERVER_IMAGE" --rootfs "$rootfs" --m
   --entrypoint /usr/local/bin/agent-server --user 65532:65532 -o "$out/agent-server.tar"
 
 archives=("$out/pause.tar" "$out/busybox.tar" "$out/test-harness.tar" "$out/agent-server.tar")
+archives+=("$(bash "$images_dir/deepagents-image.sh")")
 archives+=("$(binary_image "$COREDNS_IMAGE" "$TOOLS_BIN_DIR/coredns")")
 archives+=("$(binary_image "$LOCAL_PATH_IMAGE" "$TOOLS_BIN_DIR/local-path-provisioner")")
 archives+=("$(binary_image "$OTELCOL_IMAGE" "$ETCD_BIN_DIR/otelcol" --user 65532:65532)")

@@ -92,6 +92,8 @@ TESTENV_BUSYBOX_IMAGE=errand.local/busybox:test
 TESTENV_HARNESS_IMAGE=errand.local/test-harness:test
 # The test agent server of AgentDeployments (hack/images/agent-server.sh on busybox).
 TESTENV_AGENT_SERVER_IMAGE=errand.local/agent-server:test
+# The deepagents runtime's image (hack/images/deepagents-image.sh).
+DEEPAGENTS_IMAGE=errand.local/deepagents:test
 # The errand image the cluster tests run (hack/images/errand-image.sh).
 ERRAND_TEST_IMAGE=errand.local/errand:dev
 # Images of the cluster add-ons, each the one binary build.sh made.

@@ -1,7 +1,10 @@
-//! NeMo agents on the real test cluster: the NeMo calculator config, without `runtime`, runs in a pod through the AgentRuntime registered for its harness kind (the test harness image of `hack/images/test-images.sh`), and an agent whose harness kind no AgentRuntime serves fails as `InvalidSpec` naming the field, before anything is created.
+//! NeMo agents on the real test cluster: the NeMo calculator config, without `runtime`, runs in a pod through the AgentRuntime registered for its harness kind (the test harness image of `hack/images/test-images.sh`); the same config runs as a real deepagents agent in a pod on the runtime's own image (`hack/images/deepagents-image.sh`), in a `restricted` namespace, against the stand-in model provider; and an agent whose harness kind no AgentRuntime serves fails as `InvalidSpec` naming the field, before anything is created.
 
+use crate::support::cluster::POD_GATEWAY;
 use crate::support::errand::example;
 use crate::support::harness::{Harness, Mode, message_of};
+use crate::support::model_server::ModelServer;
+use crate::support::store::tar_files;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -63,6 +66,83 @@ async fn the_nemo_calculator_runs_in_a_pod_through_the_deepagents_runtime() {
             && snapshot_json.contains("\"image\":\"errand.local/test-harness:test\""),
         "{snapshot_json}"
     );
+    e2e.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nemo_calculator_runs_as_a_deepagents_agent_in_a_pod_on_the_runtimes_image() {
+    let restricted = [("pod-security.kubernetes.io/enforce", "restricted")];
+    let Some(e2e) = Harness::start_with_labels("nemo-deep", &restricted, Mode::WithPods).await
+    else {
+        return;
+    };
+    // The model asks for `write_file`, then answers.
+    let server = ModelServer::start_on(
+        POD_GATEWAY,
+        &json!([
+            {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/answer.txt", "content": "96\n"}}]},
+            {"content": "96"},
+        ]),
+    );
+    let config = example("examples/nemo/calculator-agent.yaml");
+    // The runtime's image and command as runtimes/deepagents/runtime.yaml names them.
+    let runtime = example("runtimes/deepagents/runtime.yaml");
+    let runtime = &runtime["spec"];
+    e2e.create(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+        "metadata": {"name": "calculator-agent"},
+        "spec": {
+            "runtime": {"image": runtime["image"], "imagePullPolicy": "Never", "command": runtime["command"]},
+            "config": config,
+        },
+    }))
+    .await;
+    e2e.create(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-keys"},
+        "stringData": {"nvidia": "nvapi-stand-in-key"},
+    }))
+    .await;
+    e2e.create(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "stand-in"},
+        "spec": {"overlay": {
+            "secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
+            "models": {"default": {"base_url": server.base_url()}},
+        }},
+    }))
+    .await;
+    e2e.create_execution(
+        "deep-calc",
+        "calculator-agent",
+        json!({"environmentRef": {"name": "stand-in"}, "timeoutSeconds": 300}),
+    )
+    .await;
+
+    let done = e2e.wait_for_phase("deep-calc", Phase::Succeeded).await;
+    let record = e2e.result_json(&done, ResultName::RunResult).await;
+    assert_eq!(record["response"], "96", "{record}");
+    let workdir = tar_files(&e2e.result(&done, ResultName::OutputWorkdir).await);
+    assert_eq!(workdir.get("answer.txt").map(String::as_str), Some("96\n"));
+    let artifacts = e2e.result_files(&done, ResultName::OutputArtifacts).await;
+    let transcript: serde_json::Value =
+        serde_json::from_str(&artifacts["transcript.json"]).unwrap();
+    assert_eq!(
+        transcript["tool_calls"][0]["name"], "write_file",
+        "{transcript}"
+    );
+    // What the stand-in was sent: the config's model, the key from the Secret, the instructions.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for request in &requests {
+        assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
+        assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
+        assert!(
+            request["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are a concise calculator agent."),
+            "{request}"
+        );
+    }
     e2e.finish().await;
 }
 

@@ -172,13 +172,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", required=True, help="JSON file: the list of replies, in order")
     parser.add_argument("--record", required=True, help="JSON-lines file the requests are appended to")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--port-file", help="where to write the port listened on")
     args = parser.parse_args()
     with open(args.script, encoding="utf-8") as f:
         replies = json.load(f)
     Handler.script = Script(replies, args.record)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     if args.port_file:
         with open(args.port_file + ".tmp", "w", encoding="utf-8") as f:

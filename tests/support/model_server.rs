@@ -10,13 +10,19 @@ use serde_json::Value;
 pub struct ModelServer {
     child: Child,
     dir: tempfile::TempDir,
+    host: String,
     port: u16,
 }
 
 impl ModelServer {
-    /// Starts the server with `replies` (each `{"content": .., "tool_calls": [{"name", "arguments"}],
-    /// "delay_seconds": ..}`), waiting until it listens.
+    /// Starts the server on loopback with `replies` (each `{"content": .., "tool_calls": [{"name",
+    /// "arguments"}], "delay_seconds": ..}`), waiting until it listens.
     pub fn start(replies: &Value) -> Self {
+        Self::start_on("127.0.0.1", replies)
+    }
+
+    /// [`ModelServer::start`] listening on `host` (the pods' gateway, for agents in pods).
+    pub fn start_on(host: &str, replies: &Value) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let script = dir.path().join("script.json");
         std::fs::write(&script, replies.to_string()).unwrap();
@@ -30,12 +36,15 @@ impl ModelServer {
             .arg(dir.path().join("record.jsonl"))
             .arg("--port-file")
             .arg(&port_file)
+            .arg("--host")
+            .arg(host)
             .stdin(Stdio::null())
             .spawn()
             .expect("starting the stand-in model server with python3");
         let mut server = Self {
             child,
             dir,
+            host: host.to_owned(),
             port: 0,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -55,9 +64,9 @@ impl ModelServer {
         server
     }
 
-    /// Its OpenAI-compatible base URL (`http://127.0.0.1:PORT/v1`).
+    /// Its OpenAI-compatible base URL (`http://HOST:PORT/v1`).
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
+        format!("http://{}:{}/v1", self.host, self.port)
     }
 
     /// The record file: one JSON line per chat request.
