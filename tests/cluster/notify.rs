@@ -6,6 +6,7 @@ use crate::support::cluster;
 use crate::support::errand::wait_for;
 use crate::support::harness::{Harness, Mode, RUN_WAIT};
 use crate::support::netpol::busybox_pod;
+use crate::support::python_clients;
 use crate::support::webhook_receiver::Receiver;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::PostParams;
@@ -117,6 +118,30 @@ async fn a_finished_run_is_delivered_signed_to_its_webhook_and_recorded_in_statu
     }
     let event: Value = serde_json::from_slice(&received[1].body).unwrap();
     let namespace = harness.namespace.name();
+    // A receiver errand did not write: the official CloudEvents Python SDK reads the delivery,
+    // and Python's own hmac checks its signature (and refuses a body changed on the way).
+    let body = String::from_utf8(received[1].body.clone()).unwrap();
+    let headers = json!({
+        "content-type": received[1].content_type,
+        "x-errand-signature": received[1].signature,
+    });
+    let read = python_clients::read_cloudevents(&json!([
+        {"headers": headers, "body": body, "key": KEY},
+        {"headers": headers, "body": body.replace("told", "tolD"), "key": KEY},
+    ]));
+    assert!(
+        read[0].get("error").is_none(),
+        "the SDK refused it: {read:?}"
+    );
+    assert_eq!(read[0]["signature"], "valid", "{read:?}");
+    assert_eq!(read[1]["signature"], "invalid", "{read:?}");
+    assert_eq!(read[0]["attributes"]["id"], event["id"], "{read:?}");
+    assert_eq!(
+        read[0]["attributes"]["type"],
+        "dev.errand.execution.finished"
+    );
+    assert_eq!(read[0]["attributes"]["subject"], "told");
+    assert_eq!(read[0]["data"], event["data"], "{read:?}");
     assert_eq!(event["specversion"], "1.0");
     assert_eq!(event["id"], format!("{uid}/execution.finished"));
     assert_eq!(event["type"], "dev.errand.execution.finished");

@@ -88,16 +88,6 @@ fn a_finished_run_notifies_its_command_and_file_and_keeps_the_delivery_results()
     assert_eq!(lines(&events).len(), 2);
 }
 
-/// What the official CloudEvents Python SDK (tests/support/cloudevents_read.py) reads from each
-/// of `messages` (`{"headers", "body"}`): the event, or its `error`. Not being able to create
-/// the SDK's environment fails the test.
-fn read_cloudevents(home: &Home, messages: &Value) -> Vec<Value> {
-    let plan = home.write("cloudevents.json", &messages.to_string());
-    let mut python = python_clients::command("cloudevents_read.py");
-    python.arg(plan);
-    python_clients::json_of(python, "the CloudEvents Python SDK reader")
-}
-
 /// The cluster execution a local record describes (name, namespace, uid, how and when it
 /// ended), as the controller would see it once terminal.
 fn as_cluster_execution(record: &Value) -> errand::api::AgentExecution {
@@ -173,14 +163,11 @@ fn a_local_notification_and_a_webhook_delivery_are_one_cloudevent_to_the_cloudev
     });
 
     let structured = json!({"content-type": CLOUDEVENTS_CONTENT_TYPE});
-    let read = read_cloudevents(
-        &home,
-        &json!([
-            {"headers": structured, "body": file.trim_end()},
-            {"headers": structured, "body": command.trim_end()},
-            {"headers": structured, "body": delivered},
-        ]),
-    );
+    let read = python_clients::read_cloudevents(&json!([
+        {"headers": structured, "body": file.trim_end()},
+        {"headers": structured, "body": command.trim_end()},
+        {"headers": structured, "body": delivered},
+    ]));
     for event in &read {
         assert!(event.get("error").is_none(), "the SDK refused it: {read:?}");
         assert_eq!(event["attributes"]["specversion"], "1.0", "{event}");
@@ -204,8 +191,7 @@ fn a_local_notification_and_a_webhook_delivery_are_one_cloudevent_to_the_cloudev
 
     // What a receiver of the old, errand-only shape sent is not a CloudEvent to the SDK.
     let old = json!({"type": "execution.finished", "execution": "told", "exit_code": 3});
-    let refused = read_cloudevents(
-        &home,
+    let refused = python_clients::read_cloudevents(
         &json!([{"headers": structured, "body": old.to_string()}]),
     );
     let error = refused[0]["error"].as_str().unwrap_or_default();

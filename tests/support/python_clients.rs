@@ -13,6 +13,18 @@ pub fn command(script: &str) -> Command {
     python
 }
 
+/// What the official CloudEvents Python SDK (`cloudevents_read.py`) reads from each of
+/// `messages` (`{"headers", "body"}`, with an optional signing `key`): the event, or its
+/// `error`, and with a key whether the signature header verifies.
+pub fn read_cloudevents(messages: &serde_json::Value) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("cloudevents.json");
+    std::fs::write(&plan, messages.to_string()).unwrap();
+    let mut python = command("cloudevents_read.py");
+    python.arg(&plan);
+    json_of(python, "the CloudEvents Python SDK reader")
+}
+
 /// Runs `python` (from [`command`]) and returns the JSON it printed; a client that fails, or
 /// an environment that cannot be created, fails the test naming `what`.
 pub fn json_of<T: serde::de::DeserializeOwned>(mut python: Command, what: &str) -> T {
