@@ -3,7 +3,9 @@
 use crate::support::cluster::POD_GATEWAY;
 use crate::support::errand::example;
 use crate::support::harness::{Harness, Mode, message_of};
-use crate::support::model_server::ModelServer;
+use crate::support::model_server::{
+    ModelServer, assert_sent_the_nemo_calculator, calculator_script,
+};
 use crate::support::store::tar_files;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -76,14 +78,7 @@ async fn the_nemo_calculator_runs_as_a_deepagents_agent_in_a_pod_on_the_runtimes
     else {
         return;
     };
-    // The model asks for `write_file`, then answers.
-    let server = ModelServer::start_on(
-        POD_GATEWAY,
-        &json!([
-            {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/answer.txt", "content": "96\n"}}]},
-            {"content": "96"},
-        ]),
-    );
+    let server = ModelServer::start_on(POD_GATEWAY, &calculator_script(0));
     let config = example("examples/nemo/calculator-agent.yaml");
     // The runtime's image and command as runtimes/deepagents/runtime.yaml names them.
     let runtime = example("runtimes/deepagents/runtime.yaml");
@@ -130,19 +125,7 @@ async fn the_nemo_calculator_runs_as_a_deepagents_agent_in_a_pod_on_the_runtimes
         "{transcript}"
     );
     // What the stand-in was sent: the config's model, the key from the Secret, the instructions.
-    let requests = server.requests();
-    assert_eq!(requests.len(), 2, "{requests:?}");
-    for request in &requests {
-        assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
-        assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
-        assert!(
-            request["messages"][0]["content"]
-                .as_str()
-                .unwrap()
-                .starts_with("You are a concise calculator agent."),
-            "{request}"
-        );
-    }
+    assert_sent_the_nemo_calculator(&server);
     e2e.finish().await;
 }
 

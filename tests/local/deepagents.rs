@@ -7,7 +7,9 @@ use serde_json::{Value, json};
 
 use crate::support::errand::wait_for;
 use crate::support::local::Home;
-use crate::support::model_server::ModelServer;
+use crate::support::model_server::{
+    ModelServer, assert_sent_the_nemo_calculator, calculator_script,
+};
 use crate::support::store::tar_files;
 use crate::support::telemetry::{CollectedSpan, local_collector, parse_spans, trace_id_of};
 
@@ -82,15 +84,6 @@ fn home_for(server: &ModelServer, mcp: Value) -> Home {
     home
 }
 
-/// The stand-in's script for the calculator: a `write_file` tool call writing the product
-/// into the workspace, then the answer.
-fn calculator_script(answer_delay_seconds: u64) -> Value {
-    json!([
-        {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/answer.txt", "content": "96\n"}}]},
-        {"content": "96", "delay_seconds": answer_delay_seconds},
-    ])
-}
-
 /// `errand execute` of the calculator in the `stand-in` environment with `timeout`, and `extra`
 /// flags.
 fn execute(home: &Home, timeout: &str, extra: &[&str]) -> (i32, Value) {
@@ -149,20 +142,9 @@ fn the_nemo_calculator_runs_as_a_deepagents_agent_that_writes_its_answer_with_a_
 
     // What the stand-in was sent: the config's model, the key from the Secret, the
     // instructions as the system prompt, deepagents' filesystem tools, streamed.
-    let requests = server.requests();
-    assert_eq!(requests.len(), 2, "{requests:?}");
+    let requests = assert_sent_the_nemo_calculator(&server);
     for request in &requests {
-        assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
-        assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
         assert_eq!(request["stream"], true);
-        assert_eq!(request["messages"][0]["role"], "system");
-        assert!(
-            request["messages"][0]["content"]
-                .as_str()
-                .unwrap()
-                .starts_with("You are a concise calculator agent."),
-            "{request}"
-        );
         assert!(
             request["tools"]
                 .as_array()

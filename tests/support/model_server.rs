@@ -91,3 +91,33 @@ impl Drop for ModelServer {
         let _ = self.child.wait();
     }
 }
+
+/// The stand-in's script for the NeMo calculator: a `write_file` tool call writing the product
+/// into the workspace, then the answer, `answer_delay_seconds` late.
+pub fn calculator_script(answer_delay_seconds: u64) -> Value {
+    serde_json::json!([
+        {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/answer.txt", "content": "96\n"}}]},
+        {"content": "96", "delay_seconds": answer_delay_seconds},
+    ])
+}
+
+/// Asserts the stand-in was sent two requests, each with the NeMo calculator config's model,
+/// the key its environment bound from the `model-keys` Secret, and its instructions as the
+/// system prompt; returns them.
+pub fn assert_sent_the_nemo_calculator(server: &ModelServer) -> Vec<Value> {
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    for request in &requests {
+        assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
+        assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
+        assert_eq!(request["messages"][0]["role"], "system");
+        assert!(
+            request["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are a concise calculator agent."),
+            "{request}"
+        );
+    }
+    requests
+}
