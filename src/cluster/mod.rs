@@ -9,9 +9,11 @@ pub mod catalog;
 pub mod index;
 pub mod kueue;
 pub mod listener;
+pub mod merged_watch;
 pub mod metrics;
 pub mod readiness;
 pub mod references;
+pub mod scope;
 pub mod serving;
 pub mod watches;
 

@@ -2,39 +2,31 @@
 
 use std::fmt::Debug;
 
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec};
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 use crate::api::AgentExecution;
 use crate::api::contract;
 use crate::cluster::index::{self, Index, KeyOf};
+use crate::cluster::merged_watch::Merge;
+use crate::cluster::scope::Watch;
 
 /// The label selector of everything the controller creates.
 pub fn managed_selector() -> String {
     format!("{}={}", contract::MANAGED_BY_LABEL, contract::MANAGED_BY)
 }
 
-/// An `Api` over one namespace, or all of them.
-pub fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(namespace) => Api::namespaced(client.clone(), namespace),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// A reflector of `K` (trimmed by `trim`) and the stream that feeds it with every change.
+/// A reflector of `K` (trimmed by `trim`) filled by `watches` (one per served namespace, see
+/// [`crate::cluster::scope::Namespaces::watches`]), and the stream that feeds it with every change.
 pub fn cache<K>(
-    api: Api<K>,
-    config: watcher::Config,
+    watches: Vec<Watch<K>>,
     trim: impl FnMut(&mut K) + Send + 'static,
 ) -> (
     Store<K>,
@@ -44,7 +36,7 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = trimmed_events(api, config, trim)
+    let stream = trimmed_events(watches, trim, store.clone())
         .reflect(writer)
         .touched_objects();
     (store, stream)
@@ -52,8 +44,7 @@ where
 
 /// [`cache`], with the store indexed by `key_of` (see [`index`]).
 pub fn indexed_cache<K>(
-    api: Api<K>,
-    config: watcher::Config,
+    watches: Vec<Watch<K>>,
     trim: impl FnMut(&mut K) + Send + 'static,
     key_of: KeyOf<K>,
 ) -> (
@@ -64,27 +55,52 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (index, mut writer) = index::indexed_store(key_of);
-    let stream = trimmed_events(api, config, trim)
+    let stream = trimmed_events(watches, trim, index.store().clone())
         .inspect_ok(move |event| writer.apply_watcher_event(event))
         .touched_objects();
     (index, stream)
 }
 
-/// The watch events of `K`, trimmed by `trim`, retried with backoff.
+/// The watch events of `K` from every watch, trimmed by `trim`, each watch retried with
+/// backoff. Several watches are merged into the events one would give ([`Merge`]); `cached`
+/// is the store they fill, which names what a re-list deleted.
 fn trimmed_events<K>(
-    api: Api<K>,
-    config: watcher::Config,
+    watches: Vec<Watch<K>>,
     mut trim: impl FnMut(&mut K) + Send + 'static,
-) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+    cached: Store<K>,
+) -> BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    watcher(api, config)
-        .modify(move |object| {
+    let mut trimmed = move |event: watcher::Event<K>| {
+        event.modify(|object| {
             object.meta_mut().managed_fields = None;
             trim(object);
         })
-        .default_backoff()
+    };
+    if let [_] = &watches[..] {
+        let (api, config) = watches.into_iter().next().expect("one watch");
+        return watcher(api, config)
+            .default_backoff()
+            .map_ok(trimmed)
+            .boxed();
+    }
+    let mut merge = Merge::new(watches.len());
+    let each = watches.into_iter().enumerate().map(|(n, (api, config))| {
+        watcher(api, config)
+            .default_backoff()
+            .map_ok(move |event| (n, event))
+            .boxed()
+    });
+    futures::stream::select_all(each)
+        .map_ok(move |(n, event)| {
+            let events = merge.events(n, trimmed(event), |key| {
+                cached.get(key).map(|object| (*object).clone())
+            });
+            futures::stream::iter(events.into_iter().map(Ok))
+        })
+        .try_flatten()
+        .boxed()
 }
 
 /// Keeps only what the status needs of a Job: its identity, owner, suspension and status.
@@ -105,6 +121,15 @@ pub fn trim_config_map(config_map: &mut PartialObjectMeta<ConfigMap>) {
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.retain(|key, _| key == contract::EXECUTION_NAME_ANNOTATION);
     }
+}
+
+/// Keeps only what triggering an owner's reconcile needs of a child's metadata: its identity
+/// and owner references.
+pub fn trim_to_owners<K>(child: &mut PartialObjectMeta<K>) {
+    let meta = &mut child.metadata;
+    meta.labels = None;
+    meta.annotations = None;
+    meta.finalizers = None;
 }
 
 /// Keeps only what the controller needs of a namespace: its name, annotations (the lifetime

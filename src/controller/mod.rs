@@ -26,14 +26,15 @@ use kube::runtime::watcher;
 
 use crate::api::AgentExecution;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::scope::Namespaces;
 use crate::store::grants::UrlSigner;
 use config::ControllerConfig;
 use metrics::Metrics;
 
 /// What the reconcilers act with, besides the client and the caches.
 pub struct ControllerSettings {
-    /// Reconcile only this namespace (all namespaces when `None`).
-    pub namespace: Option<String>,
+    /// The namespaces reconciled.
+    pub namespaces: Namespaces,
     /// Settings of the Jobs.
     pub config: ControllerConfig,
     /// Where results are kept (the finalizer deletes from it).
@@ -65,7 +66,7 @@ pub async fn run(
         store_sweep::run(
             client.clone(),
             settings.results.clone(),
-            settings.namespace.clone(),
+            settings.namespaces.clone(),
             schedule,
             Arc::clone(&metrics),
         )
@@ -83,14 +84,14 @@ pub async fn run(
     };
     let deployments = deployment::run(
         client.clone(),
-        settings.namespace.clone(),
+        settings.namespaces.clone(),
         catalog.clone(),
         settings.config.clone(),
         shutdown.clone(),
     );
     let schedules = schedule::run(
         client.clone(),
-        settings.namespace.clone(),
+        settings.namespaces.clone(),
         Arc::clone(&metrics),
         shutdown.clone(),
     );

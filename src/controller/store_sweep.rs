@@ -9,15 +9,16 @@ use tracing::{info, warn};
 use super::config::StoreSweepSchedule;
 use super::metrics::Metrics;
 use crate::cluster::references::references;
+use crate::cluster::scope::Namespaces;
 use crate::retention::sweep_store::sweep_store;
 use crate::store::Store;
 
-/// Sweeps `store` (only `namespace`'s part, for a controller of one namespace) every
+/// Sweeps `store` (only the served namespaces' part, for a controller of some) every
 /// `schedule.interval`, forever; a failed sweep is logged, counted and tried again at the next.
 pub async fn run(
     client: Client,
     store: Store,
-    namespace: Option<String>,
+    namespaces: Namespaces,
     schedule: StoreSweepSchedule,
     metrics: Arc<Metrics>,
 ) {
@@ -26,11 +27,10 @@ pub async fn run(
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        let namespace = namespace.as_deref();
-        let outcome = match references(&client, namespace).await {
+        let outcome = match references(&client, &namespaces).await {
             Ok(references) => sweep_store(
                 &store,
-                namespace,
+                namespaces.names(),
                 &references,
                 schedule.grace,
                 false,

@@ -30,6 +30,7 @@ use crate::api::data::{
 };
 use crate::api::{AgentExecution, Fileset};
 use crate::cluster::ApiError;
+use crate::cluster::scope::Namespaces;
 use crate::store::grants::{Access, UrlSigner};
 use crate::store::keys::{self, ExecutionId};
 use crate::store::{Store, StoreError};
@@ -50,8 +51,8 @@ pub struct DataApi {
     pub front_proxy: Arc<FrontProxy>,
     /// What an upload may be.
     pub limits: UploadLimits,
-    /// Serve only this namespace (the one errand reconciles), or all.
-    pub namespace: Option<String>,
+    /// The namespaces served (those errand reconciles).
+    pub namespaces: Namespaces,
     /// Orders the status writes of concurrent pushes to one Fileset.
     pub(super) commits: upload::CommitLocks,
     /// The signer of presigned URLs meant for clients, when downloads that ask may get a link
@@ -67,7 +68,7 @@ impl DataApi {
         store: Store,
         front_proxy: Arc<FrontProxy>,
         limits: UploadLimits,
-        namespace: Option<String>,
+        namespaces: Namespaces,
     ) -> Self {
         DataApi {
             objects,
@@ -75,7 +76,7 @@ impl DataApi {
             store,
             front_proxy,
             limits,
-            namespace,
+            namespaces,
             commits: upload::CommitLocks::default(),
             links: None,
         }
@@ -143,12 +144,12 @@ impl DataApi {
             Route::Object(object) => object,
         };
         self.authorize(&user, &object).await?;
-        if let Some(served) = self.namespace.as_deref().filter(|n| *n != object.namespace) {
+        if !self.namespaces.serves(&object.namespace) {
             return Err(Refusal::not_found(
                 subject(&object),
                 format!(
-                    "errand serves namespace {served:?} only, not {:?}",
-                    object.namespace
+                    "errand serves namespaces {} only, not {:?}",
+                    self.namespaces, object.namespace
                 ),
             ));
         }

@@ -22,6 +22,7 @@ pub mod server;
 pub mod status;
 
 use crate::cluster::listener::ServerLimits;
+use crate::cluster::scope::Namespaces;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -58,8 +59,8 @@ pub struct Sources {
     pub filesets: reflector::Store<Fileset>,
     /// The store of results and Fileset content.
     pub store: Store,
-    /// The one namespace errand serves, or all.
-    pub namespace: Option<String>,
+    /// The namespaces errand serves.
+    pub namespaces: Namespaces,
 }
 
 /// Why the data API could not start: its TLS could not be configured.
@@ -97,7 +98,7 @@ pub fn start(
         store.clone(),
         Arc::clone(&front_proxy),
         limits,
-        sources.namespace,
+        sources.namespaces,
     );
     let api = Arc::new(if links { api.linking_to(&store) } else { api });
     tasks.spawn(server::serve(listener, acceptor, server_limits, api));

@@ -65,7 +65,7 @@ pub async fn sweep_store(
     };
     crate::retention::sweep_store::sweep_store(
         &store,
-        config.namespace.as_deref(),
+        config.namespace.as_ref().map(std::slice::from_ref),
         &references,
         grace,
         dry_run,

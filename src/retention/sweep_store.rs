@@ -61,7 +61,7 @@ impl SweepReport {
     }
 }
 
-/// Sweeps `store` (only `namespace`'s part of it, when given): removes what `references` no
+/// Sweeps `store` (only the part of `namespaces`, when given): removes what `references` no
 /// longer references and was written more than `grace` before `now`; with `dry_run`, only
 /// reports it.
 ///
@@ -69,7 +69,7 @@ impl SweepReport {
 /// whatever it misses and is older than `grace` is deleted.
 pub async fn sweep_store(
     store: &Store,
-    namespace: Option<&str>,
+    namespaces: Option<&[String]>,
     references: &References,
     grace: SignedDuration,
     dry_run: bool,
@@ -77,11 +77,13 @@ pub async fn sweep_store(
 ) -> Result<SweepReport, StoreError> {
     let mut listed = Vec::new();
     for prefix in SWEPT_PREFIXES {
-        let prefix = match namespace {
-            Some(namespace) => format!("{prefix}{namespace}/"),
-            None => prefix.to_owned(),
+        let prefixes = match namespaces {
+            Some(namespaces) => namespaces.iter().map(|n| format!("{prefix}{n}/")).collect(),
+            None => vec![prefix.to_owned()],
         };
-        listed.extend(store.list(&prefix).await?);
+        for prefix in prefixes {
+            listed.extend(store.list(&prefix).await?);
+        }
     }
     let plan = plan(&listed, references, grace, now);
     let mut removed: BTreeMap<&'static str, Tally> = BTreeMap::new();

@@ -29,6 +29,7 @@ use crate::api::{
 };
 use crate::cluster::catalog::{ClusterCatalog, FilesetPaths};
 use crate::cluster::metrics::MetricsRegistry;
+use crate::cluster::scope::Namespaces;
 use crate::cluster::serving::tls::ServingCertificate;
 use crate::cluster::serving::{Certificates, provision};
 use crate::cluster::watches;
@@ -47,8 +48,8 @@ use leader::LeaseSettings;
 pub struct ServeOptions {
     /// Settings of the Jobs.
     pub config: ControllerConfig,
-    /// Reconcile only this namespace (all namespaces when `None`).
-    pub namespace: Option<String>,
+    /// The namespaces reconciled, admitted and served.
+    pub namespaces: Namespaces,
     /// Where results are kept (the finalizer deletes from it).
     pub results: crate::store::Store,
     /// Signs the store URLs each pod gets.
@@ -175,32 +176,31 @@ pub async fn run(
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), RunError> {
-    let namespace = options.namespace.as_deref();
+    let namespaces = &options.namespaces;
     let metrics = Arc::new(ProcessMetrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let mut tasks = tokio::task::JoinSet::new();
 
-    let all = watcher::Config::default;
-    let (executions, execution_stream) = watches::cache(
-        watches::api::<AgentExecution>(&client, namespace),
-        all(),
-        |_| {},
-    );
-    let (agents, agent_stream) =
-        watches::cache(watches::api::<Agent>(&client, namespace), all(), |_| {});
+    let all = watcher::Config::default();
+    let (executions, execution_stream) =
+        watches::cache(namespaces.watches::<AgentExecution>(&client, &all), |_| {});
+    let (agents, agent_stream) = watches::cache(namespaces.watches::<Agent>(&client, &all), |_| {});
     let (environments, environment_stream) = watches::cache(
-        watches::api::<AgentEnvironment>(&client, namespace),
-        all(),
+        namespaces.watches::<AgentEnvironment>(&client, &all),
         |_| {},
     );
     let (filesets, fileset_stream) =
-        watches::cache(watches::api::<Fileset>(&client, namespace), all(), |_| {});
-    // AgentRuntimes and AgentExtensions are cluster-scoped: watched cluster-wide even for one
-    // namespace.
-    let (runtimes, runtime_stream) =
-        watches::cache(Api::<AgentRuntime>::all(client.clone()), all(), |_| {});
-    let (extensions, extension_stream) =
-        watches::cache(Api::<AgentExtension>::all(client.clone()), all(), |_| {});
+        watches::cache(namespaces.watches::<Fileset>(&client, &all), |_| {});
+    // AgentRuntimes and AgentExtensions are cluster-scoped: watched cluster-wide even when
+    // only some namespaces are served.
+    let (runtimes, runtime_stream) = watches::cache(
+        vec![(Api::<AgentRuntime>::all(client.clone()), all.clone())],
+        |_| {},
+    );
+    let (extensions, extension_stream) = watches::cache(
+        vec![(Api::<AgentExtension>::all(client.clone()), all.clone())],
+        |_| {},
+    );
     tasks.spawn(watches::drive(agent_stream));
     tasks.spawn(watches::drive(runtime_stream));
     tasks.spawn(watches::drive(extension_stream));
@@ -266,7 +266,7 @@ pub async fn run(
             executions: executions.clone(),
             filesets: catalog.filesets.clone(),
             store: options.results.clone(),
-            namespace: options.namespace.clone(),
+            namespaces: options.namespaces.clone(),
         };
         dataapi::start(
             client.clone(),
@@ -280,16 +280,13 @@ pub async fn run(
         )?;
     }
     if let Some(gateway) = options.gateway {
-        let (deployments, deployment_stream) = watches::cache(
-            watches::api::<AgentDeployment>(&client, namespace),
-            all(),
-            |_| {},
-        );
+        let (deployments, deployment_stream) =
+            watches::cache(namespaces.watches::<AgentDeployment>(&client, &all), |_| {});
         // The slices of errand's Services: the EndpointSlice controller copies a Service's
         // labels onto its slices.
+        let managed = all.clone().labels(&watches::managed_selector());
         let (slices, slice_stream) = watches::cache(
-            watches::api::<EndpointSlice>(&client, namespace),
-            all().labels(&watches::managed_selector()),
+            namespaces.watches::<EndpointSlice>(&client, &managed),
             |_| {},
         );
         tasks.spawn(watches::drive(deployment_stream));
@@ -331,7 +328,7 @@ pub async fn run(
     }
 
     let settings = ControllerSettings {
-        namespace: options.namespace.clone(),
+        namespaces: options.namespaces.clone(),
         config: options.config,
         results: options.results,
         signer: options.signer,
@@ -346,7 +343,7 @@ pub async fn run(
         shutdown,
     );
     info!(
-        namespace = namespace.unwrap_or("*"),
+        namespaces = %options.namespaces,
         "reconciling AgentExecutions"
     );
     let outcome = match &lease {

@@ -20,6 +20,7 @@ mod nemo;
 mod network_policy;
 mod node_loss;
 mod notify;
+mod opted_in;
 mod schedule;
 mod server_abuse;
 mod smoke;

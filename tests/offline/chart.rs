@@ -89,7 +89,7 @@ fn helm_lint_is_clean() {
         vec![],
         vec![
             "webhook.certManager.enabled=true",
-            "controller.watchNamespace=team-a",
+            "controller.watchNamespaces={team-a,team-b}",
         ],
         vec![
             "store.url=s3://results/errand",
@@ -204,17 +204,45 @@ fn rbac_has_no_wildcards_and_secrets_are_only_read_by_get() {
 }
 
 #[test]
-fn a_watched_namespace_gets_a_role_instead_of_a_cluster_role() {
-    let Some(objects) = render(&["controller.watchNamespace=team-a"]) else {
+fn opted_in_namespaces_get_a_role_each_instead_of_a_cluster_role() {
+    let Some(objects) = render(&[
+        "controller.watchNamespaces={team-b,team-a}",
+        "controller.watchNamespaces={team-a,team-b}",
+    ]) else {
         return;
     };
-    let (kind, _) = rules_for(&objects, "agentexecutions").pop().unwrap();
-    assert_eq!(kind, "Role");
-    let role = of_kind(&objects, "Role")
-        .into_iter()
-        .find(|r| strings(&r["rules"][0]["resources"]).contains(&"agentexecutions"))
-        .unwrap();
-    assert_eq!(role["metadata"]["namespace"], "team-a");
+    let controller_roles = |kind: &str| -> Vec<&Value> {
+        of_kind(&objects, kind)
+            .into_iter()
+            .filter(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("-controller")
+            })
+            .collect()
+    };
+    assert!(
+        controller_roles("ClusterRole").is_empty(),
+        "opted-in namespaces need no ClusterRole of the controller's namespaced rights"
+    );
+    let namespace_of =
+        |object: &&Value| object["metadata"]["namespace"].as_str().map(str::to_owned);
+    let roles = controller_roles("Role");
+    let mut role_namespaces: Vec<_> = roles.iter().filter_map(namespace_of).collect();
+    role_namespaces.sort();
+    assert_eq!(role_namespaces, ["team-a", "team-b"]);
+    for role in &roles {
+        let binding = of_kind(&objects, "RoleBinding")
+            .into_iter()
+            .find(|b| {
+                namespace_of(b) == namespace_of(role)
+                    && b["roleRef"]["name"] == role["metadata"]["name"]
+            })
+            .unwrap_or_else(|| panic!("no RoleBinding of {role}"));
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+    }
     let (kind, rule) = rules_for(&objects, "priorityclasses").pop().unwrap();
     assert_eq!(
         (kind, strings(&rule["verbs"])),
@@ -227,10 +255,37 @@ fn a_watched_namespace_gets_a_role_instead_of_a_cluster_role() {
         ("ClusterRole", vec!["get", "list", "watch"]),
         "AgentRuntimes are cluster-scoped: a Role cannot grant them"
     );
+    let (_, namespaces) = rules_for(&objects, "namespaces").pop().unwrap();
+    assert_eq!(
+        strings(&namespaces["resourceNames"]),
+        ["team-a", "team-b"],
+        "the controller reads only the namespaces it serves"
+    );
     let configuration = of_kind(&objects, "ValidatingWebhookConfiguration")[0];
-    let selector = &configuration["webhooks"][0]["namespaceSelector"]["matchExpressions"];
-    assert_eq!(selector[1]["operator"], "In");
-    assert_eq!(strings(&selector[1]["values"]), ["team-a"]);
+    let webhooks = configuration["webhooks"].as_array().unwrap();
+    assert!(!webhooks.is_empty());
+    // Every webhook of namespaced kinds (a cluster-scoped kind has no namespace to select).
+    for webhook in webhooks
+        .iter()
+        .filter(|w| w["rules"][0]["scope"] != "Cluster")
+    {
+        let selector = &webhook["namespaceSelector"]["matchExpressions"];
+        assert_eq!(selector[1]["operator"], "In", "{webhook}");
+        assert_eq!(
+            strings(&selector[1]["values"]),
+            ["team-a", "team-b"],
+            "{webhook}"
+        );
+    }
+    let deployment = of_kind(&objects, "Deployment")[0];
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    let watched = env
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "WATCH_NAMESPACE")
+        .expect("WATCH_NAMESPACE");
+    assert_eq!(watched["value"], "team-a,team-b");
 }
 
 #[test]
@@ -471,16 +526,6 @@ fn finished_executions_live_as_long_as_the_chart_default_says() {
     assert_eq!(kind, "ClusterRole");
     assert_eq!(strings(&namespaces["verbs"]), ["get", "list", "watch"]);
     assert!(namespaces.get("resourceNames").is_none(), "{namespaces}");
-
-    let Some(watched) = render(&["controller.watchNamespace=team-a"]) else {
-        return;
-    };
-    let (_, namespaces) = rules_for(&watched, "namespaces").pop().unwrap();
-    assert_eq!(
-        strings(&namespaces["resourceNames"]),
-        ["team-a"],
-        "a controller of one namespace reads only that namespace"
-    );
 }
 
 #[test]

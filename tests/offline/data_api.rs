@@ -2,6 +2,7 @@
 
 use crate::support;
 use errand::cluster::listener::ServerLimits;
+use errand::cluster::scope::Namespaces;
 
 use std::collections::HashMap;
 use std::io;
@@ -183,7 +184,7 @@ fn fixture_on(store: Store, dir: tempfile::TempDir, limits: UploadLimits) -> Fix
         store.clone(),
         front_proxy,
         limits,
-        None,
+        Namespaces::All,
     ));
     Fixture {
         api,

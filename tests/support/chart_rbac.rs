@@ -1,15 +1,15 @@
 //! The chart's own RBAC for the controllers the cluster tests run: the Helm chart's
-//! ClusterRoles (rendered by `helm template`, as an install renders them) bound to a
-//! ServiceAccount that those controllers impersonate. The suites so run with exactly the
-//! permissions an installed controller has: an API call the chart grants no rule for fails
-//! them, as it would fail in a real install.
+//! ClusterRoles (or, for opted-in namespaces, its Roles in each; rendered by `helm template`,
+//! as an install renders them) bound to a ServiceAccount that those controllers impersonate.
+//! The suites so run with exactly the permissions an installed controller has: an API call the
+//! chart grants no rule for fails them, as it would fail in a real install.
 //!
 //! Needs `helm` on PATH (`hack/test.sh` puts it there).
 
 use std::path::Path;
 use std::process::Command;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
@@ -33,21 +33,49 @@ static GRANTED: OnceCell<()> = OnceCell::const_new();
 pub async fn grant(client: &Client) {
     GRANTED
         .get_or_init(|| async {
-            for object in render() {
+            for object in render(RELEASE, &[]) {
                 apply(client, object).await;
             }
         })
         .await;
 }
 
-/// The chart's RBAC for all namespaces (its default), as `helm template` renders it.
-fn render() -> Vec<Value> {
+/// Applies the chart's RBAC of a release `release` that serves only `namespaces`: a Role and
+/// RoleBinding in each, and the cluster-scoped reads. Returns the user its controller acts as.
+pub async fn grant_opted_in(client: &Client, release: &str, namespaces: &[&str]) -> String {
+    for object in render(release, namespaces) {
+        apply(client, object).await;
+    }
+    format!("system:serviceaccount:{RELEASE_NAMESPACE}:{release}")
+}
+
+/// Removes the cluster-scoped RBAC of [`grant_opted_in`]'s `release` (its Roles go with
+/// their namespaces).
+pub async fn revoke_opted_in(client: &Client, release: &str) {
+    let selector = format!("app.kubernetes.io/instance={release}");
+    let params = kube::api::ListParams::default().labels(&selector);
+    let delete = kube::api::DeleteParams::default();
+    let roles = Api::<ClusterRole>::all(client.clone());
+    let _ = roles.delete_collection(&delete, &params).await;
+    let bindings = Api::<ClusterRoleBinding>::all(client.clone());
+    let _ = bindings.delete_collection(&delete, &params).await;
+}
+
+/// The chart's RBAC of release `release` for `namespaces` (all of them when empty), as
+/// `helm template` renders it.
+fn render(release: &str, namespaces: &[&str]) -> Vec<Value> {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/errand");
-    let output = Command::new("helm")
-        .args(["template", RELEASE])
+    let mut command = Command::new("helm");
+    command
+        .args(["template", release])
         .arg(&chart)
         .args(["--namespace", RELEASE_NAMESPACE])
-        .args(["--show-only", "templates/rbac/controller.yaml"])
+        .args(["--show-only", "templates/rbac/controller.yaml"]);
+    if !namespaces.is_empty() {
+        let list = format!("controller.watchNamespaces={{{}}}", namespaces.join(","));
+        command.args(["--set", &list]);
+    }
+    let output = command
         .output()
         .unwrap_or_else(|e| panic!("running helm (hack/test.sh puts it on PATH): {e}"));
     assert!(
@@ -80,26 +108,46 @@ async fn apply(client: &Client, object: Value) {
                     panic!("applying ClusterRoleBinding {}: {e}", binding.name_any())
                 });
         }
-        other => panic!("the chart's controller RBAC renders only cluster roles, not {other:?}"),
+        Some("Role") => {
+            let role: Role = serde_json::from_value(object).expect("a Role");
+            Api::<Role>::namespaced(client.clone(), &role.namespace().expect("a namespace"))
+                .patch(&role.name_any(), &params, &Patch::Apply(&role))
+                .await
+                .unwrap_or_else(|e| panic!("applying Role {}: {e}", role.name_any()));
+        }
+        Some("RoleBinding") => {
+            let binding: RoleBinding = serde_json::from_value(object).expect("a RoleBinding");
+            let namespace = binding.namespace().expect("a namespace");
+            Api::<RoleBinding>::namespaced(client.clone(), &namespace)
+                .patch(&binding.name_any(), &params, &Patch::Apply(&binding))
+                .await
+                .unwrap_or_else(|e| panic!("applying RoleBinding {}: {e}", binding.name_any()));
+        }
+        other => panic!("the chart's controller RBAC renders only (cluster) roles, not {other:?}"),
     }
 }
 
 /// The test cluster's admin kubeconfig, acting as [`USER`].
 pub fn kubeconfig() -> Kubeconfig {
+    kubeconfig_as(USER)
+}
+
+/// The test cluster's admin kubeconfig, acting as `user`.
+pub fn kubeconfig_as(user: &str) -> Kubeconfig {
     let path = cluster::kubeconfig_path();
     let mut kubeconfig =
         Kubeconfig::read_from(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    for user in &mut kubeconfig.auth_infos {
-        if let Some(auth) = &mut user.auth_info {
-            auth.impersonate = Some(USER.to_owned());
+    for named in &mut kubeconfig.auth_infos {
+        if let Some(auth) = &mut named.auth_info {
+            auth.impersonate = Some(user.to_owned());
         }
     }
     kubeconfig
 }
 
-/// Writes [`kubeconfig`] to `path`, for a controller process.
-pub fn write_kubeconfig(path: &Path) {
-    let json = serde_json::to_vec(&kubeconfig()).expect("a kubeconfig serializes");
+/// Writes [`kubeconfig_as`] `user` to `path`, for a controller process.
+pub fn write_kubeconfig(path: &Path, user: &str) {
+    let json = serde_json::to_vec(&kubeconfig_as(user)).expect("a kubeconfig serializes");
     // JSON is YAML: the controller reads it as a kubeconfig file.
     std::fs::write(path, json).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }

@@ -80,6 +80,8 @@ pub struct Harness {
     address: Option<SocketAddr>,
     /// Arguments added to the [`Mode::WithPods`] controller's command line.
     controller_args: Vec<String>,
+    /// The ServiceAccount user a [`Mode::WithPods`] controller acts as.
+    acts_as: String,
     /// Where a [`Mode::WithoutPods`] controller serves the gateway, if it does; kept across
     /// restarts.
     gateway: Option<SocketAddr>,
@@ -139,6 +141,34 @@ impl Harness {
         Self::launch(prefix, labels, mode, controller_args, None).await
     }
 
+    /// A [`Mode::WithPods`] harness whose controller serves only its own namespace and `also`,
+    /// acting as a ServiceAccount with only the chart's RBAC for those namespaces (release
+    /// `release`, whose cluster-scoped part [`chart_rbac::revoke_opted_in`] removes).
+    pub async fn start_opted_in(prefix: &str, release: &str, also: &[&str]) -> Option<Self> {
+        let client = cluster::client().await?;
+        install_crds(&client).await;
+        let namespace = TestNamespace::create(&client, prefix).await;
+        let served: Vec<&str> = std::iter::once(namespace.name())
+            .chain(also.iter().copied())
+            .collect();
+        let acts_as = chart_rbac::grant_opted_in(&client, release, &served).await;
+        let controller_args = also
+            .iter()
+            .flat_map(|n| ["--watch-namespace".to_owned(), (*n).to_owned()])
+            .collect();
+        Some(
+            Self::with_controller(
+                client,
+                namespace,
+                Mode::WithPods,
+                controller_args,
+                acts_as,
+                None,
+            )
+            .await,
+        )
+    }
+
     async fn launch(
         prefix: &str,
         labels: &[(&str, &str)],
@@ -154,6 +184,21 @@ impl Harness {
         install_crds(&client).await;
         chart_rbac::grant(&client).await;
         let namespace = TestNamespace::create_with_labels(&client, prefix, labels).await;
+        let controller_args = controller_args.iter().map(|a| (*a).to_owned()).collect();
+        let acts_as = chart_rbac::USER.to_owned();
+        Some(
+            Self::with_controller(client, namespace, mode, controller_args, acts_as, gateway).await,
+        )
+    }
+
+    async fn with_controller(
+        client: Client,
+        namespace: TestNamespace,
+        mode: Mode,
+        controller_args: Vec<String>,
+        acts_as: String,
+        gateway: Option<SocketAddr>,
+    ) -> Self {
         let address = (mode == Mode::WithPods).then(cluster::free_pod_gateway_address);
         let mut harness = Self {
             client,
@@ -161,12 +206,13 @@ impl Harness {
             mode,
             dir: tempfile::tempdir().expect("a temporary directory"),
             address,
-            controller_args: controller_args.iter().map(|a| (*a).to_owned()).collect(),
+            controller_args,
+            acts_as,
             gateway,
             controller: None,
         };
         harness.start_controller().await;
-        Some(harness)
+        harness
     }
 
     /// A [`Mode::WithoutPods`] harness whose controller also serves the gateway (plain HTTP on
@@ -174,6 +220,11 @@ impl Harness {
     pub async fn start_with_gateway(prefix: &str) -> Option<Self> {
         let gateway = super::ports::free_local_address();
         Self::launch(prefix, &[], Mode::WithoutPods, &[], Some(gateway)).await
+    }
+
+    /// The ServiceAccount user the controller acts as.
+    pub fn acts_as(&self) -> &str {
+        &self.acts_as
     }
 
     /// The gateway's base URL.
@@ -228,7 +279,7 @@ impl Harness {
         // The controller runs as the chart's ServiceAccount (impersonated), so a call the
         // chart's RBAC does not grant fails the test.
         let kubeconfig = self.dir.path().join("controller.kubeconfig");
-        chart_rbac::write_kubeconfig(&kubeconfig);
+        chart_rbac::write_kubeconfig(&kubeconfig, &self.acts_as);
         let child = controller_command(
             self.namespace.name(),
             &self.store_url(),
@@ -292,7 +343,13 @@ impl Harness {
 
     /// Creates an Agent named `name` on `image` (never pulled) running `sh -c script`.
     pub async fn create_agent(&self, name: &str, image: &str, script: &str) {
-        self.create(json!({
+        self.create_agent_in(self.namespace.name(), name, image, script)
+            .await;
+    }
+
+    /// [`Harness::create_agent`] in `namespace`.
+    pub async fn create_agent_in(&self, namespace: &str, name: &str, image: &str, script: &str) {
+        errand_support::create(&self.client, namespace, json!({
             "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
             "metadata": {"name": name},
             "spec": {
@@ -306,6 +363,18 @@ impl Harness {
     /// Creates an execution of Agent `agent` asked "What is 12 multiplied by 8?", with the
     /// fields of `extra` added to (or replacing those of) its spec.
     pub async fn create_execution(&self, name: &str, agent: &str, extra: Value) {
+        self.create_execution_in(self.namespace.name(), name, agent, extra)
+            .await;
+    }
+
+    /// [`Harness::create_execution`] in `namespace`.
+    pub async fn create_execution_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        agent: &str,
+        extra: Value,
+    ) {
         let mut spec = json!({"agentRef": {"name": agent}, "input": "What is 12 multiplied by 8?"});
         spec.as_object_mut().unwrap().extend(
             extra
@@ -313,12 +382,12 @@ impl Harness {
                 .expect("the extra fields are an object")
                 .clone(),
         );
-        self.create(json!({
+        let execution = json!({
             "apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
             "metadata": {"name": name},
             "spec": spec,
-        }))
-        .await;
+        });
+        errand_support::create(&self.client, namespace, execution).await;
     }
 
     /// `errand ARGS` against this test's namespace as its operator: the admin's kubeconfig, and
@@ -414,8 +483,20 @@ impl Harness {
     /// After [`Harness::wait_limit`] or on another terminal phase, with a report of the
     /// execution, its Job and the controller.
     pub async fn wait_for_phase(&self, name: &str, phase: Phase) -> AgentExecution {
+        self.wait_for_phase_in(self.namespace.name(), name, phase)
+            .await
+    }
+
+    /// [`Harness::wait_for_phase`] of an execution in `namespace`.
+    pub async fn wait_for_phase_in(
+        &self,
+        namespace: &str,
+        name: &str,
+        phase: Phase,
+    ) -> AgentExecution {
         let ended = |e: &AgentExecution| phase_of(e).is_some_and(|p| p.is_terminal());
         self.wait_until(
+            namespace,
             name,
             &format!("to be {phase:?}"),
             |e| phase_of(e) == Some(phase),
@@ -449,17 +530,19 @@ impl Harness {
         what: &str,
         accept: impl Fn(&AgentExecution) -> bool,
     ) -> AgentExecution {
-        self.wait_until(name, what, accept, |_| false).await
+        self.wait_until(self.namespace.name(), name, what, accept, |_| false)
+            .await
     }
 
     async fn wait_until(
         &self,
+        namespace: &str,
         name: &str,
         what: &str,
         accept: impl Fn(&AgentExecution) -> bool,
         hopeless: impl Fn(&AgentExecution) -> bool,
     ) -> AgentExecution {
-        let api = self.api::<AgentExecution>();
+        let api = Api::<AgentExecution>::namespaced(self.client.clone(), namespace);
         let limit = self.wait_limit();
         let deadline = tokio::time::Instant::now() + limit;
         loop {
@@ -476,8 +559,7 @@ impl Harness {
                 continue;
             };
             let status = current.map(|e| e.status);
-            let job =
-                cluster::describe_job(&self.client, self.namespace.name(), &job_name(name)).await;
+            let job = cluster::describe_job(&self.client, namespace, &job_name(name)).await;
             let log = match self.mode {
                 Mode::WithPods => tail(&self.controller_log(), 30),
                 Mode::WithoutPods => "(in this process)".to_owned(),
@@ -648,7 +730,7 @@ pub fn spawn_controller_with(
         server_limits: errand::cluster::listener::ServerLimits::DEFAULT,
         max_result_bytes: errand::serve::blobs::DEFAULT_MAX_PUT_BYTES,
         config,
-        namespace: Some(namespace.to_owned()),
+        namespaces: errand::cluster::scope::Namespaces::only([namespace]),
         results: store,
         signer,
         serve_blobs,

@@ -110,3 +110,11 @@ extra environment (for example where the API server is). */}}
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{- /* The namespaces the controller serves, comma-separated and sorted (empty: all of them):
+controller.watchNamespaces and controller.watchNamespace together. */ -}}
+{{- define "errand.watchNamespaces" -}}
+{{- $names := .Values.controller.watchNamespaces | default list -}}
+{{- with .Values.controller.watchNamespace }}{{ $names = append $names . }}{{ end -}}
+{{- $names | uniq | sortAlpha | join "," -}}
+{{- end -}}

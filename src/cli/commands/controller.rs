@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::listener::ServerLimits;
+use crate::cluster::scope::Namespaces;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned, caller};
 use crate::controller::config::{AgentIngress, ControllerConfig, StoreSweepSchedule, parse_labels};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
@@ -45,9 +46,10 @@ pub struct ControllerArgs {
     /// through its blob endpoint.
     #[arg(long, env = "ERRAND_BLOB_URL")]
     pub blob_url: String,
-    /// Reconcile only this namespace (all namespaces when unset).
-    #[arg(long, env = "WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// Reconcile, admit and serve only these namespaces (comma-separated or repeated; all
+    /// namespaces when unset). The controller then needs RBAC in these namespaces only.
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',', value_parser = namespace_name)]
+    pub watch_namespace: Vec<String>,
     /// Address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "ERRAND_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -104,7 +106,7 @@ pub struct ControllerArgs {
     pub scratch_size_limit: Option<Quantity>,
     /// Sweep the store this often while leading (seconds, or a number with s, m, h, d or w):
     /// remove the results of executions that are gone, Fileset blobs nothing pins and
-    /// abandoned uploads (in the watched namespace only, with --watch-namespace). Unset: no
+    /// abandoned uploads (in the watched namespaces only, with --watch-namespace). Unset: no
     /// periodic sweep (`errand admin sweep-store` runs one by hand).
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
     pub store_sweep_interval: Option<u64>,
@@ -436,7 +438,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     );
     let options = ServeOptions {
         config,
-        namespace: args.watch_namespace,
+        namespaces: Namespaces::only(args.watch_namespace),
         results,
         signer: signing.signer,
         serve_blobs: signing.serve_blobs,
@@ -486,6 +488,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
 /// A Secret or ServiceAccount name, checked as the API server would.
 fn agent_object_name(value: &str) -> Result<String, crate::resolve::InvalidValue> {
     crate::resolve::object_name(value)?;
+    Ok(value.to_owned())
+}
+
+/// A namespace name, checked as the API server would.
+fn namespace_name(value: &str) -> Result<String, crate::resolve::InvalidValue> {
+    crate::resolve::namespace_name(value)?;
     Ok(value.to_owned())
 }
 

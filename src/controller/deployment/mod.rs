@@ -14,33 +14,42 @@ use std::sync::Arc;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::watcher;
 
 use crate::api::AgentDeployment;
 use crate::cluster::catalog::ClusterCatalog;
+use crate::cluster::scope::Namespaces;
 use crate::cluster::watches;
 use crate::controller::config::ControllerConfig;
 use reconcile::DeploymentContext;
 
-/// Reconciles the AgentDeployments of `namespace` (all when `None`) until `shutdown`.
+/// Reconciles the AgentDeployments of `namespaces` until `shutdown`.
 pub async fn run(
     client: Client,
-    namespace: Option<String>,
+    namespaces: Namespaces,
     catalog: ClusterCatalog,
     config: ControllerConfig,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let deployments = watches::api::<AgentDeployment>(&client, namespace.as_deref());
-    let workloads = watches::api::<Deployment>(&client, namespace.as_deref());
+    let (deployments, deployment_stream) = watches::cache(
+        namespaces.watches::<AgentDeployment>(&client, &watcher::Config::default()),
+        |_| {},
+    );
+    // The Deployments serving them, by metadata only: a change to one reconciles its owner.
     let managed = watcher::Config::default().labels(&watches::managed_selector());
+    let (_, workload_stream) = watches::cache(
+        namespaces.watches::<PartialObjectMeta<Deployment>>(&client, &managed),
+        watches::trim_to_owners,
+    );
     let ctx = Arc::new(DeploymentContext {
         client,
         catalog,
         config,
     });
-    Controller::new(deployments, watcher::Config::default())
-        .owns(workloads, managed)
+    Controller::for_stream(deployment_stream, deployments)
+        .owns_stream(workload_stream)
         .with_config(controller::Config::default().concurrency(16))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)

@@ -21,8 +21,7 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kube::Api;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -58,26 +57,20 @@ pub async fn run(
     ),
     shutdown: impl Future<Output = ()> + Clone + Send + Sync + 'static,
 ) {
-    let namespace = settings.namespace.as_deref();
+    let served = &settings.namespaces;
     let (executions, execution_stream) = executions;
-    let managed = watches::managed_selector();
-    let all = watcher::Config::default;
-    let (jobs, job_stream) = watches::cache(
-        watches::api::<Job>(&client, namespace),
-        all().labels(&managed),
-        watches::trim_job,
-    );
+    let managed = watcher::Config::default().labels(&watches::managed_selector());
+    let (jobs, job_stream) =
+        watches::cache(served.watches::<Job>(&client, &managed), watches::trim_job);
     let (pods, pod_stream) = watches::indexed_cache(
-        watches::api::<Pod>(&client, namespace),
-        all().labels(&managed),
+        served.watches::<Pod>(&client, &managed),
         watches::trim_pod,
         watches::pod_execution_uid,
     );
     // Snapshot ConfigMaps are watched by metadata only, and only for their deletion: their
     // finalizer keeps the results until both they and their execution are going.
     let (config_maps, config_map_stream) = watches::cache(
-        watches::api::<PartialObjectMeta<ConfigMap>>(&client, namespace),
-        all().labels(&managed),
+        served.watches::<PartialObjectMeta<ConfigMap>>(&client, &managed),
         watches::trim_config_map,
     );
     // Kueue's Workloads say why a queued Job waits. Watched only where Kueue runs (found at
@@ -86,8 +79,7 @@ pub async fn run(
     let (workloads, workload_stream) = match kueue::workloads_served(&client).await {
         Ok(true) => {
             let (index, stream) = watches::indexed_cache(
-                watches::api::<Workload>(&client, namespace),
-                all(),
+                served.watches::<Workload>(&client, &watcher::Config::default()),
                 kueue::trim_workload,
                 Workload::job_uid,
             );
@@ -104,13 +96,8 @@ pub async fn run(
     };
     // Namespaces by metadata, for the lifetime a namespace gives its finished executions; a
     // change to one looks at its executions again.
-    let namespace_api = Api::<PartialObjectMeta<Namespace>>::all(client.clone());
-    let namespace_config = match namespace {
-        Some(namespace) => all().fields(&format!("metadata.name={namespace}")),
-        None => all(),
-    };
     let (namespaces, namespace_stream) =
-        watches::cache(namespace_api, namespace_config, watches::trim_namespace);
+        watches::cache(served.namespace_watches(&client), watches::trim_namespace);
     let recorder = Recorder::new(
         client.clone(),
         Reporter {

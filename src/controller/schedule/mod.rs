@@ -17,30 +17,34 @@ use kube::runtime::watcher;
 
 use crate::api::contract::SCHEDULE_LABEL;
 use crate::api::{AgentExecution, AgentSchedule};
+use crate::cluster::scope::Namespaces;
 use crate::cluster::watches;
 use crate::controller::metrics::Metrics;
 use reconcile::ScheduleContext;
 
-/// Reconciles the AgentSchedules of `namespace` (all when `None`) until `shutdown`.
+/// Reconciles the AgentSchedules of `namespaces` until `shutdown`.
 pub async fn run(
     client: Client,
-    namespace: Option<String>,
+    namespaces: Namespaces,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let schedules = watches::api::<AgentSchedule>(&client, namespace.as_deref());
+    let (schedules, schedule_stream) = watches::cache(
+        namespaces.watches::<AgentSchedule>(&client, &watcher::Config::default()),
+        |_| {},
+    );
     // Only the executions schedules created: a small watch of its own.
     let (runs, runs_changed) = watches::cache(
-        watches::api::<AgentExecution>(&client, namespace.as_deref()),
-        watcher::Config::default().labels(SCHEDULE_LABEL),
-        |execution: &mut AgentExecution| execution.metadata.managed_fields = None,
+        namespaces
+            .watches::<AgentExecution>(&client, &watcher::Config::default().labels(SCHEDULE_LABEL)),
+        |_| {},
     );
     let ctx = Arc::new(ScheduleContext {
         client,
         runs,
         metrics,
     });
-    Controller::new(schedules, watcher::Config::default())
+    Controller::for_stream(schedule_stream, schedules)
         .owns_stream(runs_changed)
         .with_config(controller::Config::default().concurrency(8))
         .graceful_shutdown_on(shutdown)

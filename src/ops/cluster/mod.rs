@@ -715,10 +715,10 @@ pub async fn store_references(config: &BackendConfig) -> Result<(Store, Referenc
             "sweeping a cluster's store needs --store (or ERRAND_STORE): the store URL the operator configured",
         ))
     })?;
-    let references =
-        crate::cluster::references::references(&cluster.client, config.namespace.as_deref())
-            .await
-            .map_err(|e| Error::new(ErrorCode::ClusterError, e.to_string()))?;
+    let namespaces = crate::cluster::scope::Namespaces::only(config.namespace.clone());
+    let references = crate::cluster::references::references(&cluster.client, &namespaces)
+        .await
+        .map_err(|e| Error::new(ErrorCode::ClusterError, e.to_string()))?;
     Ok((store, references))
 }
 
