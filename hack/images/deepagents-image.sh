@@ -20,7 +20,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../testenv/lib.sh"
 python=/usr/bin/python3.11
 [[ -x "$python" ]] || die "$python not found: the deepagents image is made from Debian's Python (package python3.11)"
 runtime="$REPO_ROOT/runtimes/deepagents"
-files=("$runtime/errand-deepagents" "$runtime/errand_deepagents.py" "$runtime/requirements.lock")
+files=("$runtime/errand-deepagents" "$runtime/errand_deepagents.py" "$runtime/errand_deepagents_server.py" "$runtime/requirements.lock")
 key=$({
   sha256sum "${files[@]}" "${BASH_SOURCE[0]}" "$REPO_ROOT/hack/images/oci-image.py" | cut -d' ' -f1
   "$python" --version
@@ -35,7 +35,7 @@ fi
 home=/opt/errand/deepagents
 mkdir -p "$home/environments"
 install -m 0755 "$runtime/errand-deepagents" "$home/errand-deepagents"
-install -m 0644 "$runtime/errand_deepagents.py" "$runtime/requirements.lock" "$home/"
+install -m 0644 "$runtime/errand_deepagents.py" "$runtime/errand_deepagents_server.py" "$runtime/requirements.lock" "$home/"
 # Run as the image runs it (`/usr/bin/python3`, Debian's link to python3.11): the environment's
 # name digests the interpreter's path.
 [[ "$(readlink -f /usr/bin/python3)" == "$python" ]] || die "/usr/bin/python3 is not $python"

@@ -21,6 +21,9 @@ With errand's auto telemetry (OTEL_EXPORTER_OTLP_ENDPOINT and TRACEPARENT set), 
 is a `chat <model>` span of the execution's trace, a child of errand's run span, with the
 OpenTelemetry GenAI attributes (model, provider, token usage); a call a signal cut off ends as
 an error span.
+
+Deployed (ERRAND_PORT set), it serves errand's agent-server contract instead, running the agent
+once per request: errand_deepagents_server.py.
 """
 
 import asyncio
@@ -267,7 +270,9 @@ def write(path, text):
             f.write(text)
 
 
-async def run(config, prompt, state):
+async def build_agent(config, state):
+    """The deepagents agent the config describes, and the run config each conversation uses;
+    `state` gets the model's description and the function that flushes its spans."""
     from deepagents import create_deep_agent
     from deepagents.backends import FilesystemBackend
 
@@ -286,21 +291,36 @@ async def run(config, prompt, state):
         backend=FilesystemBackend(root_dir=os.getcwd(), virtual_mode=True),
         name=config.get("name") or "agent",
     )
-    limit = int(settings.get("recursion_limit", 50))
-    log(f"running {config.get('name') or 'the agent'} with {state['model']['model']} at {state['model']['base_url']}")
-    async for values in agent.astream({"messages": [{"role": "user", "content": prompt}]},
-                                      {"recursion_limit": limit, "callbacks": [spans] if spans else []},
-                                      stream_mode="values"):
-        messages = values.get("messages", [])
-        for message in messages[len(state["messages"]):]:
+    run_config = {"recursion_limit": int(settings.get("recursion_limit", 50)),
+                  "callbacks": [spans] if spans else []}
+    return agent, run_config
+
+
+async def converse(agent, run_config, messages, state):
+    """Runs the agent once on `messages` (`{"role", "content"}`), keeping every message so far in
+    `state["messages"]` (a run cut off still has them); the final answer's text."""
+    async for values in agent.astream({"messages": messages}, run_config, stream_mode="values"):
+        latest = values.get("messages", [])
+        for message in latest[len(state["messages"]):]:
             for call in getattr(message, "tool_calls", None) or []:
                 print(f"tool call: {call.get('name')} {json.dumps(call.get('args'))}", flush=True)
-        state["messages"] = list(messages)
+        state["messages"] = list(latest)
     final = next((m for m in reversed(state["messages"]) if m.type == "ai"), None)
     return text_of(final.content) if final is not None else ""
 
 
+async def run(config, prompt, state):
+    agent, run_config = await build_agent(config, state)
+    log(f"running {config.get('name') or 'the agent'} with {state['model']['model']} at {state['model']['base_url']}")
+    return await converse(agent, run_config, [{"role": "user", "content": prompt}], state)
+
+
 def main():
+    # A deployment (and only a deployment) gives its agent server a port: serve on it.
+    if os.environ.get("ERRAND_PORT"):
+        import errand_deepagents_server
+
+        return errand_deepagents_server.serve(int(os.environ["ERRAND_PORT"]))
     started = time.monotonic()
     artifacts = os.environ.get("ERRAND_ARTIFACTS_DIR") or "."
     state = {"messages": [], "model": None, "flush_spans": lambda: None}

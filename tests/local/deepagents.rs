@@ -6,10 +6,12 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::errand::wait_for;
-use crate::support::local::Home;
+use crate::support::local::{Deployed, Home, exchange, post};
 use crate::support::model_server::{
-    ModelServer, assert_sent_the_nemo_calculator, calculator_script,
+    ModelServer, assert_from_the_nemo_calculator, assert_sent_the_nemo_calculator,
+    calculator_script,
 };
+use crate::support::python_clients;
 use crate::support::store::tar_files;
 use crate::support::telemetry::{CollectedSpan, local_collector, parse_spans, trace_id_of};
 
@@ -40,11 +42,8 @@ fn applied(home: &Home, file: &str) {
     assert_eq!(code, 0, "{answer}");
 }
 
-/// A home with the deepagents runtime installed (its launcher run from the checkout), the
-/// NeMo calculator Agent, the model key Secret and the `stand-in` environment, which binds
-/// `NVIDIA_API_KEY` from the Secret, points the default model at `server` and adds `mcp` (the
-/// config's `mcp` section, `null` for none).
-fn home_for(server: &ModelServer, mcp: Value) -> Home {
+/// A home with the deepagents runtime installed: its launcher run from the checkout.
+fn home_with_runtime() -> Home {
     prepared();
     let home = Home::new();
     let runtime = json!({
@@ -53,6 +52,16 @@ fn home_for(server: &ModelServer, mcp: Value) -> Home {
                  "command": [repo("runtimes/deepagents/errand-deepagents")],
                  "configFormats": ["nemo-agents-spec-v1", "agents-spec-v1"]},
     });
+    let file = home.write("runtime.json", &runtime.to_string());
+    applied(&home, file.to_str().unwrap());
+    home
+}
+
+/// A home with the deepagents runtime installed, the NeMo calculator Agent, the model key
+/// Secret and the `stand-in` environment, which binds `NVIDIA_API_KEY` from the Secret, points
+/// the default model at `server` and adds `mcp` (the config's `mcp` section, `null` for none).
+fn home_for(server: &ModelServer, mcp: Value) -> Home {
+    let home = home_with_runtime();
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-keys"},
         "stringData": {"nvidia": "nvapi-stand-in-key"},
@@ -72,11 +81,7 @@ fn home_for(server: &ModelServer, mcp: Value) -> Home {
     if !mcp.is_null() {
         environment["spec"]["overlay"]["mcp"] = mcp;
     }
-    for (name, manifest) in [
-        ("runtime", runtime),
-        ("secret", secret),
-        ("environment", environment),
-    ] {
+    for (name, manifest) in [("secret", secret), ("environment", environment)] {
         let file = home.write(&format!("{name}.json"), &manifest.to_string());
         applied(&home, file.to_str().unwrap());
     }
@@ -330,4 +335,221 @@ fn a_provider_without_a_known_endpoint_fails_naming_the_field_before_any_model_c
     let run_result: Value = serde_json::from_slice(&home.download("run_result", name)).unwrap();
     assert_eq!(run_result["exit_code"], 2, "{run_result}");
     assert!(server.requests().is_empty());
+}
+
+/// The endpoint `examples/nemo/stand-in-environment.yaml` points the model at; a test puts its
+/// own stand-in's there.
+const EXAMPLE_BASE_URL: &str = "http://127.0.0.1:8000/v1";
+
+#[test]
+fn the_nemo_inline_agent_runs_as_written_with_only_its_endpoint_pointed_at_the_stand_in() {
+    let reply = "The north grew fastest: two new stores opened there.";
+    let server = ModelServer::start(&json!([{ "content": reply }]));
+    let home = home_with_runtime();
+    let example = std::fs::read_to_string(repo("examples/nemo/stand-in-environment.yaml")).unwrap();
+    assert!(example.contains(EXAMPLE_BASE_URL), "{example}");
+    let environment = home.write(
+        "stand-in-environment.yaml",
+        &example.replace(EXAMPLE_BASE_URL, &server.base_url()),
+    );
+    applied(&home, environment.to_str().unwrap());
+
+    let spec_file = repo("examples/nemo/inline-agent.json");
+    let (code, answer) = home.json(&["execute", "--local", "--spec-file", &spec_file]);
+    assert_eq!(code, 0, "{answer}");
+    let execution = &answer["execution"];
+    assert_eq!(execution["phase"], "Succeeded", "{answer}");
+    assert_eq!(execution["agent"], "one-off-analyst", "{answer}");
+    assert_eq!(execution["response"], reply, "{answer}");
+
+    // deepagents ran it, against the endpoint the environment merged in.
+    let name = execution["name"].as_str().unwrap();
+    let artifacts = tar_files(&home.download("output_artifacts", name));
+    let transcript: Value = serde_json::from_str(&artifacts["transcript.json"]).unwrap();
+    assert_eq!(transcript["runtime"], "errand-deepagents", "{transcript}");
+    assert_eq!(transcript["model"]["base_url"], server.base_url());
+
+    // The stand-in was sent the document's model, the Secret's key and its instructions.
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(&spec_file).unwrap()).unwrap();
+    let config = &spec["agent"]["config"];
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let request = &requests[0];
+    assert_eq!(request["model"], config["models"]["default"]["model"]);
+    assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
+    assert_eq!(request["messages"][0]["role"], "system");
+    let instructions = config["instructions"].as_str().unwrap();
+    assert!(
+        request["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with(instructions),
+        "{request}"
+    );
+    assert_eq!(request["messages"][1]["content"], spec["input"]);
+}
+
+#[test]
+fn a_deployed_deepagents_agent_answers_through_the_gateway_and_openais_client_from_its_server() {
+    let server = ModelServer::start(&json!([
+        // `invoke`: the tool writes the answer into the workspace, then the answer.
+        {"tool_calls": [{"name": "write_file", "arguments": {"file_path": "/answer.txt", "content": "96\n"}}]},
+        {"content": "96"},
+        // Two turns of a chat session.
+        {"content": "Hello, I multiply."},
+        {"content": "Still 96."},
+        // OpenAI's client: plain, streamed, async.
+        {"content": "a plain answer"},
+        {"content": "an answer streamed in pieces"},
+        {"content": "an async answer"},
+    ]));
+    let d = Deployed::in_home(home_for(&server, Value::Null), &["calc"]);
+    let (code, answer) = d.json(&[
+        "deploy",
+        "calc",
+        "--agent",
+        "calculator-agent",
+        "--environment",
+        "stand-in",
+    ]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["deployment"]["phase"], "Ready", "{answer}");
+    let address = answer["deployment"]["address"].as_str().unwrap().to_owned();
+
+    // Through errand's gateway (served by the command): one run of the agent a request.
+    let (code, answer) = d.json(&["invoke", "calc", "--input", "What is 12 multiplied by 8?"]);
+    assert_eq!(code, 0, "{answer}");
+    assert_eq!(answer["invoke"]["output"], "96", "{answer}");
+    let workspace = d
+        .home
+        .path()
+        .join("home/deployments/default/calc/workspace");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("answer.txt"))
+            .ok()
+            .as_deref(),
+        Some("96\n"),
+        "the deployment's workspace is the agent's filesystem"
+    );
+    for (message, reply) in [("hello", "Hello, I multiply."), ("and now?", "Still 96.")] {
+        let (code, answer) =
+            d.json(&["chat", "calc", "--session-name", "s1", "--message", message]);
+        assert_eq!(code, 0, "{answer}");
+        assert_eq!(answer["chat"]["message"]["content"], reply, "{answer}");
+    }
+    // The second turn carried the whole conversation to the model.
+    let requests = server.requests();
+    let contents: Vec<(&str, &str)> = requests[3]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        contents,
+        [
+            ("user", "hello"),
+            ("assistant", "Hello, I multiply."),
+            ("user", "and now?")
+        ]
+    );
+
+    // Bad requests are refused in OpenAI's error shape (`type` its class of the status)
+    // before the agent runs.
+    let host = address.trim_start_matches("http://");
+    for (response, status, message, kind) in [
+        (
+            post(&address, "/invoke", "{not json"),
+            "400",
+            "the body is not JSON",
+            "invalid_request_error",
+        ),
+        (
+            post(&address, "/invoke", r#"{"input": 7}"#),
+            "400",
+            "input: is required (a string)",
+            "invalid_request_error",
+        ),
+        (
+            post(&address, "/chat", r#"{"messages": []}"#),
+            "400",
+            "messages: is required (a non-empty list of {role, content})",
+            "invalid_request_error",
+        ),
+        (
+            post(&address, "/nowhere", "{}"),
+            "404",
+            "no route POST /nowhere",
+            "not_found_error",
+        ),
+        (
+            // Refused on its header, unread.
+            exchange(
+                &address,
+                &format!(
+                    "POST /invoke HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5000000\r\n\r\n"
+                ),
+            ),
+            "413",
+            "the body is 5000000 bytes; at most 4194304 are taken",
+            "invalid_request_error",
+        ),
+    ] {
+        assert!(
+            response.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{response}"
+        );
+        let body: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        let error = &body["error"];
+        assert_eq!(error["type"], kind, "{body}");
+        assert!(
+            error["message"].as_str().unwrap().starts_with(message),
+            "{body}"
+        );
+    }
+
+    // OpenAI's own Python client against the agent server (the local backend has no standing
+    // gateway listener): a completion validated strictly, streamed, async, and a refusal.
+    let mut python = python_clients::command("openai_client.py");
+    python.args([&format!("{address}/v1"), "unused", "calculator-agent"]);
+    let openai: Value = python_clients::json_of(python, "OpenAI's Python client");
+    let completion = &openai["completion"];
+    assert_eq!(completion["content"], "a plain answer", "{openai}");
+    assert!(
+        completion["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{openai}"
+    );
+    assert_eq!(
+        completion["raw_keys"],
+        json!(["choices", "created", "id", "model", "object", "usage"]),
+        "{openai}"
+    );
+    assert_eq!(
+        openai["streamed"], "an answer streamed in pieces",
+        "{openai}"
+    );
+    assert_eq!(openai["async"], "an async answer", "{openai}");
+    let refused = &openai["refusals"]["bad_request"];
+    assert_eq!(
+        (
+            &refused["class"],
+            &refused["status"],
+            &refused["type"],
+            &refused["code"]
+        ),
+        (
+            &json!("BadRequestError"),
+            &json!(400),
+            &json!("invalid_request_error"),
+            &json!("bad_request")
+        ),
+        "{openai}"
+    );
+
+    // Every model call had the config's model, the Secret's key and the instructions; the
+    // refused request never reached the model.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 7, "{requests:?}");
+    requests.iter().for_each(assert_from_the_nemo_calculator);
 }

@@ -1,9 +1,8 @@
 //! AgentDeployments on the local backend (the subprocess mode): the test agent server of `hack/images/agent-server.sh` run by a detached supervisor on an assigned port, reached through the gateway's code — deploy, invoke, chat sessions surviving a restart, the starting window, redeploy (valid during requests, invalid untouched), undeploy.
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use crate::support::local::Home;
+use crate::support::local::{Deployed, Home, post};
 use serde_json::Value;
 
 /// The test agent server, run with `sh` (it needs busybox's `nc`).
@@ -23,76 +22,6 @@ fn agent(name: &str, config_name: &str, prefix: &str) -> Value {
             "config": {"config_format": "agents-spec-v1", "name": config_name},
         }
     })
-}
-
-/// A local home whose deployments are undeployed when the test ends, passed or not.
-struct Deployed {
-    home: Home,
-    names: Vec<&'static str>,
-}
-
-impl Deployed {
-    fn new(names: &[&'static str]) -> Self {
-        Self {
-            home: Home::new(),
-            names: names.to_vec(),
-        }
-    }
-
-    fn apply(&self, file: &str, object: &Value) {
-        let path = self.home.write(file, &object.to_string());
-        let (code, answer) = self.home.json(&["apply", "-f", path.to_str().unwrap()]);
-        assert_eq!(code, 0, "{answer}");
-    }
-
-    /// `errand ARGS --local -o json`.
-    fn json(&self, args: &[&str]) -> (i32, Value) {
-        let mut all = args.to_vec();
-        all.push("--local");
-        self.home.json(&all)
-    }
-
-    /// `deployments get NAME` until `holds` or `within` passes.
-    fn until(&self, name: &str, within: Duration, holds: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + within;
-        loop {
-            let (code, answer) = self.json(&["deployments", "get", name]);
-            assert_eq!(code, 0, "{answer}");
-            if holds(&answer["deployment"]) {
-                return answer["deployment"].clone();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} did not get there within {within:?}: {answer}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Deployed {
-    fn drop(&mut self) {
-        for name in &self.names {
-            let _ = self.home.run(&["undeploy", name, "--local"]);
-        }
-    }
-}
-
-/// `POST path` to an agent server at `address` (`http://127.0.0.1:PORT`), as curl would;
-/// the whole response.
-fn post(address: &str, path: &str, body: &str) -> String {
-    let host = address.trim_start_matches("http://");
-    let mut stream = std::net::TcpStream::connect(host).unwrap();
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
 }
 
 fn phase(deployment: &Value) -> &str {

@@ -1,7 +1,8 @@
-//! errand on the local backend for one test: an isolated home, the real binary run in it, and its one JSON answer.
+//! errand on the local backend for one test: an isolated home, the real binary run in it, and its one JSON answer; deployments in it undeployed when the test ends.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -166,4 +167,90 @@ impl Home {
         std::fs::write(&path, text).unwrap();
         path
     }
+}
+
+/// A local home whose deployments are undeployed when the test ends, passed or not.
+pub struct Deployed {
+    /// The home the deployments live in.
+    pub home: Home,
+    names: Vec<&'static str>,
+}
+
+impl Deployed {
+    /// A new home that will hold deployments `names`.
+    pub fn new(names: &[&'static str]) -> Self {
+        Self::in_home(Home::new(), names)
+    }
+
+    /// `home`, which will hold deployments `names`.
+    pub fn in_home(home: Home, names: &[&'static str]) -> Self {
+        Self {
+            home,
+            names: names.to_vec(),
+        }
+    }
+
+    /// Applies `object`, written to `file` in the home.
+    pub fn apply(&self, file: &str, object: &Value) {
+        let path = self.home.write(file, &object.to_string());
+        let (code, answer) = self.home.json(&["apply", "-f", path.to_str().unwrap()]);
+        assert_eq!(code, 0, "{answer}");
+    }
+
+    /// `errand ARGS --local -o json`.
+    pub fn json(&self, args: &[&str]) -> (i32, Value) {
+        let mut all = args.to_vec();
+        all.push("--local");
+        self.home.json(&all)
+    }
+
+    /// `deployments get NAME` until `holds` or `within` passes.
+    pub fn until(&self, name: &str, within: Duration, holds: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let (code, answer) = self.json(&["deployments", "get", name]);
+            assert_eq!(code, 0, "{answer}");
+            if holds(&answer["deployment"]) {
+                return answer["deployment"].clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not get there within {within:?}: {answer}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Deployed {
+    fn drop(&mut self) {
+        for name in &self.names {
+            let _ = self.home.run(&["undeploy", name, "--local"]);
+        }
+    }
+}
+
+/// `POST path` to an agent server at `address` (`http://127.0.0.1:PORT`), as curl would;
+/// the whole response.
+pub fn post(address: &str, path: &str, body: &str) -> String {
+    exchange(
+        address,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            address.trim_start_matches("http://"),
+            body.len()
+        ),
+    )
+}
+
+/// Sends `request` as it is to the server at `address` (`http://127.0.0.1:PORT`); the whole
+/// response.
+pub fn exchange(address: &str, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address.trim_start_matches("http://")).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
 }

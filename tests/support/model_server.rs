@@ -107,17 +107,21 @@ pub fn calculator_script(answer_delay_seconds: u64) -> Value {
 pub fn assert_sent_the_nemo_calculator(server: &ModelServer) -> Vec<Value> {
     let requests = server.requests();
     assert_eq!(requests.len(), 2, "{requests:?}");
-    for request in &requests {
-        assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
-        assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
-        assert_eq!(request["messages"][0]["role"], "system");
-        assert!(
-            request["messages"][0]["content"]
-                .as_str()
-                .unwrap()
-                .starts_with("You are a concise calculator agent."),
-            "{request}"
-        );
-    }
+    requests.iter().for_each(assert_from_the_nemo_calculator);
     requests
+}
+
+/// Asserts `request` has the NeMo calculator config's model, the key its environment bound from
+/// the `model-keys` Secret, and its instructions as the system prompt.
+pub fn assert_from_the_nemo_calculator(request: &Value) {
+    assert_eq!(request["model"], "nvidia-nemotron-3-5-lightning-30b-a3b");
+    assert_eq!(request["authorization"], "Bearer nvapi-stand-in-key");
+    assert_eq!(request["messages"][0]["role"], "system");
+    assert!(
+        request["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("You are a concise calculator agent."),
+        "{request}"
+    );
 }

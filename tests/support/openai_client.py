@@ -1,12 +1,13 @@
 """Drives errand's gateway with OpenAI's own Python client, as a user's program would.
 
-    python3 python_clients.py openai_client.py BASE_URL TOKEN MODEL STRANGER_TOKEN
+    python3 python_clients.py openai_client.py BASE_URL TOKEN MODEL [STRANGER_TOKEN]
 
 BASE_URL is a deployment's or an agent's OpenAI base URL on the gateway (`.../v1`), TOKEN a
 caller allowed to invoke it, STRANGER_TOKEN one that is not. Prints one JSON object: the models
 the client lists and retrieves, a completion (its raw body validated strictly as OpenAI's
 `ChatCompletion`), a streamed and an async one, and the error class, status, `type` and `code`
-the client raises for each refusal.
+the client raises for each refusal. Without STRANGER_TOKEN, BASE_URL is an agent server's own
+(`http://ADDRESS/v1`, which serves chat completions only): no models, no callers refused.
 """
 
 import asyncio
@@ -45,11 +46,14 @@ async def async_completion(base, token, model):
 
 
 def main():
-    base, token, model, stranger = sys.argv[1:5]
+    base, token, model = sys.argv[1:4]
+    stranger = sys.argv[4] if len(sys.argv) > 4 else None
     caller = client(base, token)
-    answer = {"models": [m.id for m in caller.models.list().data]}
-    answer["model"] = caller.models.retrieve(model).model_dump()
-    answer["missing_model"] = refusal(lambda: caller.models.retrieve("no-such-model"))
+    answer = {}
+    if stranger is not None:
+        answer["models"] = [m.id for m in caller.models.list().data]
+        answer["model"] = caller.models.retrieve(model).model_dump()
+        answer["missing_model"] = refusal(lambda: caller.models.retrieve("no-such-model"))
 
     raw = caller.chat.completions.with_raw_response.create(model=model, messages=QUESTION)
     body = raw.http_response.json()
@@ -72,11 +76,12 @@ def main():
                 model=model, messages=[{"role": "robot", "content": "x"}]
             )
         ),
-        "unauthenticated": refusal(lambda: client(base, "not-a-token").models.list()),
-        "forbidden": refusal(
-            lambda: client(base, stranger).chat.completions.create(model=model, messages=QUESTION)
-        ),
     }
+    if stranger is not None:
+        answer["refusals"]["unauthenticated"] = refusal(lambda: client(base, "not-a-token").models.list())
+        answer["refusals"]["forbidden"] = refusal(
+            lambda: client(base, stranger).chat.completions.create(model=model, messages=QUESTION)
+        )
     print(json.dumps(answer))
 
 
