@@ -1,18 +1,22 @@
-//! NeMo agents on the real test cluster: the NeMo calculator config, without `runtime`, runs in a pod through the AgentRuntime registered for its harness kind (the test harness image of `hack/images/test-images.sh`); the same config runs as a real deepagents agent in a pod on the runtime's own image (`hack/images/deepagents-image.sh`), in a `restricted` namespace, against the stand-in model provider; and an agent whose harness kind no AgentRuntime serves fails as `InvalidSpec` naming the field, before anything is created.
+//! NeMo agents on the real test cluster: the NeMo calculator config, without `runtime`, runs in a pod through the AgentRuntime registered for its harness kind (the test harness image of `hack/images/test-images.sh`); the same config runs as a real deepagents agent in a pod on the runtime's own image (`hack/images/deepagents-image.sh`), in a `restricted` namespace, against the stand-in model provider, and deployed on it answers OpenAI's Python client through the gateway; and an agent whose harness kind no AgentRuntime serves fails as `InvalidSpec` naming the field, before anything is created.
 
 use crate::support::cluster::POD_GATEWAY;
+use crate::support::deployments::{allow_invoke, create_deployment, token_of, wait_for_phase};
 use crate::support::errand::example;
+use crate::support::harness::RUN_WAIT;
 use crate::support::harness::{Harness, Mode, message_of};
 use crate::support::model_server::{
-    ModelServer, assert_sent_the_nemo_calculator, calculator_script,
+    ModelServer, assert_from_the_nemo_calculator, assert_sent_the_nemo_calculator,
+    calculator_script,
 };
+use crate::support::python_clients;
 use crate::support::store::tar_files;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use errand::api::contract::Reason;
-use errand::api::{AgentRuntime, Phase};
+use errand::api::{AgentRuntime, DeploymentPhase, Phase};
 use errand::store::keys::ResultName;
 
 /// Installs (or updates) the example's `deepagents` AgentRuntime: cluster-scoped, so shared by
@@ -71,6 +75,111 @@ async fn the_nemo_calculator_runs_in_a_pod_through_the_deepagents_runtime() {
     e2e.finish().await;
 }
 
+/// The NeMo calculator config as an Agent on the deepagents runtime's image and command (as
+/// `runtimes/deepagents/runtime.yaml` names them), and the environment `stand-in` that binds
+/// its key from a Secret and points its model at `server`.
+async fn create_deepagents_calculator(harness: &Harness, server: &ModelServer) {
+    let config = example("examples/nemo/calculator-agent.yaml");
+    let runtime = example("runtimes/deepagents/runtime.yaml");
+    let runtime = &runtime["spec"];
+    harness
+        .create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
+            "metadata": {"name": "calculator-agent"},
+            "spec": {
+                "runtime": {"image": runtime["image"], "imagePullPolicy": "Never", "command": runtime["command"]},
+                "config": config,
+            },
+        }))
+        .await;
+    harness
+        .create(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-keys"},
+            "stringData": {"nvidia": "nvapi-stand-in-key"},
+        }))
+        .await;
+    harness
+        .create(json!({
+            "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "stand-in"},
+            "spec": {"overlay": {
+                "secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
+                "models": {"default": {"base_url": server.base_url()}},
+            }},
+        }))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openais_client_talks_to_a_deepagents_deployment_through_the_gateway() {
+    let Some(harness) = Harness::start_with_gateway("nemo-deep-gw").await else {
+        return;
+    };
+    let server = ModelServer::start_on(
+        POD_GATEWAY,
+        &json!([
+            {"content": "a plain answer"},
+            {"content": "an answer streamed in pieces"},
+            {"content": "an async answer"},
+        ]),
+    );
+    create_deepagents_calculator(&harness, &server).await;
+    let caller = token_of(&harness, "caller").await;
+    let stranger = token_of(&harness, "stranger").await;
+    allow_invoke(&harness, "caller").await;
+    create_deployment(
+        &harness,
+        "calc",
+        "calculator-agent",
+        json!({"environmentRef": {"name": "stand-in"}}),
+    )
+    .await;
+    wait_for_phase(&harness, "calc", DeploymentPhase::Ready, RUN_WAIT).await;
+
+    // OpenAI's own Python client through the gateway, to the runtime's server in its pod: the
+    // model list, a completion validated strictly as `ChatCompletion`, streamed, async, and
+    // each refusal raised as its error class.
+    let base = format!(
+        "{}/v1/namespaces/{}/deployments/calc/v1",
+        harness.gateway_url(),
+        harness.namespace.name()
+    );
+    let mut python = python_clients::command("openai_client.py");
+    python.args([base.as_str(), caller.as_str(), "calc", stranger.as_str()]);
+    let openai: Value = tokio::task::spawn_blocking(move || {
+        python_clients::json_of(python, "OpenAI's Python client")
+    })
+    .await
+    .unwrap();
+    assert_eq!(openai["models"], json!(["calc"]), "{openai}");
+    let completion = &openai["completion"];
+    assert_eq!(completion["content"], "a plain answer", "{openai}");
+    assert!(
+        completion["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{openai}"
+    );
+    assert_eq!(
+        openai["streamed"], "an answer streamed in pieces",
+        "{openai}"
+    );
+    assert_eq!(openai["async"], "an async answer", "{openai}");
+    for (refusal, status) in [
+        ("bad_request", 400),
+        ("unauthenticated", 401),
+        ("forbidden", 403),
+    ] {
+        assert_eq!(
+            openai["refusals"][refusal]["status"], status,
+            "{refusal}: {openai}"
+        );
+    }
+    // Each completion was one run of the agent: the stand-in saw the config's model, the key
+    // from the Secret and the agent's instructions three times, and nothing else.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    requests.iter().for_each(assert_from_the_nemo_calculator);
+    harness.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_nemo_calculator_runs_as_a_deepagents_agent_in_a_pod_on_the_runtimes_image() {
     let restricted = [("pod-security.kubernetes.io/enforce", "restricted")];
@@ -79,32 +188,7 @@ async fn the_nemo_calculator_runs_as_a_deepagents_agent_in_a_pod_on_the_runtimes
         return;
     };
     let server = ModelServer::start_on(POD_GATEWAY, &calculator_script(0));
-    let config = example("examples/nemo/calculator-agent.yaml");
-    // The runtime's image and command as runtimes/deepagents/runtime.yaml names them.
-    let runtime = example("runtimes/deepagents/runtime.yaml");
-    let runtime = &runtime["spec"];
-    e2e.create(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "Agent",
-        "metadata": {"name": "calculator-agent"},
-        "spec": {
-            "runtime": {"image": runtime["image"], "imagePullPolicy": "Never", "command": runtime["command"]},
-            "config": config,
-        },
-    }))
-    .await;
-    e2e.create(json!({
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "model-keys"},
-        "stringData": {"nvidia": "nvapi-stand-in-key"},
-    }))
-    .await;
-    e2e.create(json!({
-        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment", "metadata": {"name": "stand-in"},
-        "spec": {"overlay": {
-            "secrets": {"NVIDIA_API_KEY": "model-keys#nvidia"},
-            "models": {"default": {"base_url": server.base_url()}},
-        }},
-    }))
-    .await;
+    create_deepagents_calculator(&e2e, &server).await;
     e2e.create_execution(
         "deep-calc",
         "calculator-agent",
