@@ -175,13 +175,15 @@ async fn the_gateway_invokes_chats_and_completes_for_callers_with_rbac_only() {
 
     // OpenAI's own Python client: the model list, completions plain (validated strictly as
     // its `ChatCompletion`), streamed and async, and each refusal raised as its error class.
-    let mut python = python_clients::command("openai_client.py");
-    python.args([base.as_str(), caller.as_str(), "calc", stranger.as_str()]);
-    let openai: Value = tokio::task::spawn_blocking(move || {
-        python_clients::json_of(python, "OpenAI's Python client")
-    })
-    .await
-    .unwrap();
+    let args = [
+        base.clone(),
+        caller.clone(),
+        "calc".to_owned(),
+        stranger.clone(),
+    ];
+    let openai = tokio::task::spawn_blocking(move || python_clients::openai_report(&args))
+        .await
+        .unwrap();
     assert_eq!(openai["models"], json!(["calc"]), "{openai}");
     assert_eq!(openai["model"]["id"], "calc", "{openai}");
     assert_eq!(

@@ -13,7 +13,7 @@ use crate::support::python_clients;
 use crate::support::store::tar_files;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use errand::api::contract::Reason;
 use errand::api::{AgentRuntime, DeploymentPhase, Phase};
@@ -143,25 +143,19 @@ async fn openais_client_talks_to_a_deepagents_deployment_through_the_gateway() {
         harness.gateway_url(),
         harness.namespace.name()
     );
-    let mut python = python_clients::command("openai_client.py");
-    python.args([base.as_str(), caller.as_str(), "calc", stranger.as_str()]);
-    let openai: Value = tokio::task::spawn_blocking(move || {
-        python_clients::json_of(python, "OpenAI's Python client")
-    })
-    .await
-    .unwrap();
+    let args = [base, caller, "calc".to_owned(), stranger];
+    let openai = tokio::task::spawn_blocking(move || python_clients::openai_report(&args))
+        .await
+        .unwrap();
     assert_eq!(openai["models"], json!(["calc"]), "{openai}");
-    let completion = &openai["completion"];
-    assert_eq!(completion["content"], "a plain answer", "{openai}");
-    assert!(
-        completion["usage"]["total_tokens"].as_u64().unwrap() > 0,
-        "{openai}"
+    python_clients::assert_openai_answers(
+        &openai,
+        [
+            "a plain answer",
+            "an answer streamed in pieces",
+            "an async answer",
+        ],
     );
-    assert_eq!(
-        openai["streamed"], "an answer streamed in pieces",
-        "{openai}"
-    );
-    assert_eq!(openai["async"], "an async answer", "{openai}");
     for (refusal, status) in [
         ("bad_request", 400),
         ("unauthenticated", 401),

@@ -511,25 +511,25 @@ fn a_deployed_deepagents_agent_answers_through_the_gateway_and_openais_client_fr
 
     // OpenAI's own Python client against the agent server (the local backend has no standing
     // gateway listener): a completion validated strictly, streamed, async, and a refusal.
-    let mut python = python_clients::command("openai_client.py");
-    python.args([&format!("{address}/v1"), "unused", "calculator-agent"]);
-    let openai: Value = python_clients::json_of(python, "OpenAI's Python client");
-    let completion = &openai["completion"];
-    assert_eq!(completion["content"], "a plain answer", "{openai}");
-    assert!(
-        completion["usage"]["total_tokens"].as_u64().unwrap() > 0,
-        "{openai}"
+    let args = [
+        format!("{address}/v1"),
+        "unused".to_owned(),
+        "calculator-agent".to_owned(),
+    ];
+    let openai = python_clients::openai_report(&args);
+    python_clients::assert_openai_answers(
+        &openai,
+        [
+            "a plain answer",
+            "an answer streamed in pieces",
+            "an async answer",
+        ],
     );
     assert_eq!(
-        completion["raw_keys"],
+        openai["completion"]["raw_keys"],
         json!(["choices", "created", "id", "model", "object", "usage"]),
         "{openai}"
     );
-    assert_eq!(
-        openai["streamed"], "an answer streamed in pieces",
-        "{openai}"
-    );
-    assert_eq!(openai["async"], "an async answer", "{openai}");
     let refused = &openai["refusals"]["bad_request"];
     assert_eq!(
         (

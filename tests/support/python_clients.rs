@@ -25,6 +25,30 @@ pub fn read_cloudevents(messages: &serde_json::Value) -> Vec<serde_json::Value> 
     json_of(python, "the CloudEvents Python SDK reader")
 }
 
+/// What OpenAI's Python client (`openai_client.py`) reports against `args`: the OpenAI base URL,
+/// a token, the model and (through the gateway) a stranger's token. It blocks its thread.
+pub fn openai_report(args: &[String]) -> serde_json::Value {
+    let mut python = command("openai_client.py");
+    python.args(args);
+    json_of(python, "OpenAI's Python client")
+}
+
+/// Asserts OpenAI's client got the stand-in's three scripted answers, in `openai_client.py`'s
+/// order: a plain completion (with its usage), a streamed one and an async one.
+pub fn assert_openai_answers(
+    openai: &serde_json::Value,
+    [plain, streamed, asynchronous]: [&str; 3],
+) {
+    let completion = &openai["completion"];
+    assert_eq!(completion["content"], plain, "{openai}");
+    assert!(
+        completion["usage"]["total_tokens"].as_u64().unwrap() > 0,
+        "{openai}"
+    );
+    assert_eq!(openai["streamed"], streamed, "{openai}");
+    assert_eq!(openai["async"], asynchronous, "{openai}");
+}
+
 /// Runs `python` (from [`command`]) and returns the JSON it printed; a client that fails, or
 /// an environment that cannot be created, fails the test naming `what`.
 pub fn json_of<T: serde::de::DeserializeOwned>(mut python: Command, what: &str) -> T {
