@@ -51,7 +51,51 @@ pub struct AgentEnvironmentSpec {
     /// Resources and placement of the execution's pod.
     #[serde(default)]
     pub compute: Compute,
+    /// Where the execution's pod may connect when the controller denies egress by default
+    /// (the chart's `executionEgress.policy: deny`), besides DNS and errand's own endpoints.
+    #[serde(default, skip_serializing_if = "Egress::is_empty")]
+    pub egress: Egress,
 }
+
+/// The most egress rules an environment may list.
+pub const MAX_EGRESS_RULES: usize = 32;
+/// The most ports one egress rule may list.
+pub const MAX_EGRESS_PORTS: usize = 16;
+
+/// The destinations an execution's pod may reach.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Egress {
+    /// Address ranges and TCP ports the pod may connect to (at most 32). Ranges the controller
+    /// denies (link-local, the cluster's Service and pod CIDRs, the API server, the operator's
+    /// `outbound.deny`) are cut out of them; a range inside one is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_EGRESS_RULES))]
+    pub allow: Vec<EgressRule>,
+}
+
+impl Egress {
+    /// Whether it allows nothing.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty()
+    }
+}
+
+/// One range of addresses and its ports.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressRule {
+    /// An IPv4 or IPv6 range in CIDR notation (`192.0.2.0/24`, or `192.0.2.7/32` for one address).
+    #[schemars(length(max = 49))]
+    pub cidr: String,
+    /// TCP ports, 1-65535 (at most 16); none means every port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_EGRESS_PORTS))]
+    pub ports: Vec<EgressPort>,
+}
+
+/// A TCP port.
+pub type EgressPort = u16;
 
 /// The most variables (or secret bindings) one overlay sets. The bound keeps the API server's
 /// estimated cost of the reserved-name rule, whose message names the key, within its budget.

@@ -79,6 +79,20 @@ pub struct ControllerConfig {
     /// Who may reach an AgentDeployment's pods (`None`: no NetworkPolicy is created, the pods
     /// take traffic from anywhere the cluster's own policies allow).
     pub agent_ingress: Option<AgentIngress>,
+    /// Deny every execution's pod all egress but DNS, errand's own endpoints and its
+    /// environment's ranges, with a NetworkPolicy per execution (`None`: no policy, the pods
+    /// reach whatever the cluster's own policies allow).
+    pub execution_egress: Option<ExecutionEgress>,
+}
+
+/// What every execution's pod may reach when egress is denied by default, besides DNS (the
+/// cluster's `kube-dns` pods) and its environment's ranges.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecutionEgress {
+    /// errand's own endpoints as the operator names them (the chart: the controller's pods,
+    /// the store's endpoint), as NetworkPolicy egress rules. The controller's URL, when its
+    /// host is an address, is added on its own.
+    pub errand: Vec<k8s_openapi::api::networking::v1::NetworkPolicyEgressRule>,
 }
 
 /// The sources an AgentDeployment's NetworkPolicy admits to its agent server's port: the
@@ -181,6 +195,7 @@ impl ControllerConfig {
             export_reconcile_spans: false,
             outbound: Arc::new(OutboundPolicy::default()),
             agent_ingress: Some(AgentIngress::chart_default()),
+            execution_egress: None,
         }
     }
 
@@ -207,6 +222,7 @@ impl ControllerConfig {
             allowance: self.allowance(),
             max_url_lifetime_seconds: max,
             telemetry_configured: self.otlp_endpoint.is_some(),
+            outbound: Arc::clone(&self.outbound),
         }
     }
 

@@ -32,6 +32,36 @@ impl Cidr {
         (prefix <= bits).then_some(Self { addr, prefix })
     }
 
+    /// Whether every address of `other` is in this range.
+    pub fn covers(&self, other: &Cidr) -> bool {
+        self.addr.is_ipv4() == other.addr.is_ipv4()
+            && self.prefix <= other.prefix
+            && self.contains(other.addr)
+    }
+
+    /// The range with its host bits cleared (`10.1.2.3/8` is `10.0.0.0/8`), as a
+    /// NetworkPolicy's `ipBlock` writes it.
+    pub fn network(&self) -> Cidr {
+        let addr = match self.addr {
+            IpAddr::V4(v4) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V4((u32::from(v4) & mask).into())
+            }
+            IpAddr::V6(v6) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V6((u128::from(v6) & mask).into())
+            }
+        };
+        Cidr {
+            addr,
+            prefix: self.prefix,
+        }
+    }
+
     /// Whether `ip` (IPv4-mapped IPv6 addresses read as IPv4) is in the range.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, canonical(ip)) {
@@ -207,6 +237,30 @@ impl OutboundPolicy {
     /// The denied ranges and what each is.
     pub fn denied(&self) -> impl Iterator<Item = (&Cidr, &str)> {
         self.deny.iter().map(|(range, what)| (range, what.as_str()))
+    }
+
+    /// What of `range` an execution's pod may be let reach: the denied ranges inside it to cut
+    /// out (those no allow entry covers), or the denied range that covers all of it.
+    pub fn carve(&self, range: &Cidr) -> Result<Vec<Cidr>, DeniedRange> {
+        let allowed_back = |r: &Cidr| self.allow.iter().any(|a| a.covers(r));
+        if allowed_back(range) {
+            return Ok(Vec::new());
+        }
+        if let Some((covering, what)) = self.deny.iter().find(|(d, _)| d.covers(range)) {
+            return Err(DeniedRange {
+                range: *covering,
+                what: what.clone(),
+            });
+        }
+        let mut cut: Vec<Cidr> = self
+            .deny
+            .iter()
+            .map(|(d, _)| d.network())
+            .filter(|d| range.covers(d) && !allowed_back(d))
+            .collect();
+        cut.sort_by_key(ToString::to_string);
+        cut.dedup();
+        Ok(cut)
     }
 
     /// Whether the controller may connect to `ip`: an allow entry that holds it wins; else
@@ -414,5 +468,37 @@ mod tests {
             let error = text.parse::<Cidr>().unwrap_err().to_string();
             assert!(error.contains(says), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn an_egress_range_has_the_denied_ranges_inside_it_cut_out_and_one_inside_a_denied_range_is_refused()
+     {
+        let cidr = |t: &str| t.parse::<Cidr>().unwrap();
+        let policy = OutboundPolicy::default().allow(cidr("10.88.0.1/32"));
+        // A public range: nothing to cut.
+        assert_eq!(policy.carve(&cidr("203.0.113.0/24")), Ok(vec![]));
+        // Everything: every denied range is cut out (and 10/8 though 10.88.0.1 is allowed
+        // back, since the allow covers only part of it).
+        let everything = policy.carve(&cidr("0.0.0.0/0")).unwrap();
+        for denied in [
+            "10.0.0.0/8",
+            "127.0.0.0/8",
+            "169.254.0.0/16",
+            "192.168.0.0/16",
+        ] {
+            assert!(
+                everything.contains(&cidr(denied)),
+                "{denied}: {everything:?}"
+            );
+        }
+        // Inside a denied range: refused, naming what it is.
+        let refused = policy.carve(&cidr("169.254.169.254")).unwrap_err();
+        assert_eq!(refused.what, "link-local (cloud metadata)");
+        assert!(policy.carve(&cidr("10.1.2.0/24")).is_err());
+        // Allowed back by the operator: reachable whole.
+        assert_eq!(policy.carve(&cidr("10.88.0.1/32")), Ok(vec![]));
+        // Host bits are cleared for the ipBlock.
+        assert_eq!(cidr("10.1.2.3/8").network().to_string(), "10.0.0.0/8");
+        assert_eq!(cidr("fd00::1/8").network().to_string(), "fd00::/8");
     }
 }

@@ -9,6 +9,8 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::{InvalidSpec, Problem, Snapshot};
+use crate::outbound::OutboundPolicy;
+use std::sync::Arc;
 
 /// What the cluster adds to every run's own timeouts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,7 +98,7 @@ impl RunBudget {
 /// webhook and the controller (and the local backend, with its own settings) check a snapshot
 /// against the same limits, so a run the installation cannot serve is refused at submission,
 /// or failed as `InvalidSpec` before anything is created.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RunLimits {
     /// What the cluster adds to each run's timeouts.
     pub allowance: RunAllowance,
@@ -105,6 +107,8 @@ pub struct RunLimits {
     /// Whether an OTLP endpoint is configured (the chart's `telemetry.otlpEndpoint`,
     /// `--otlp-endpoint`): without one, `autoTelemetry: true` is refused rather than ignored.
     pub telemetry_configured: bool,
+    /// What a run's egress ranges may not lie inside.
+    pub outbound: Arc<OutboundPolicy>,
 }
 
 impl RunLimits {
@@ -128,6 +132,7 @@ impl RunLimits {
                  telemetry.otlpEndpoint; locally --otlp-endpoint or ERRAND_OTLP_ENDPOINT)",
             ));
         }
+        problems.extend(super::egress::against_policy(snapshot, &self.outbound));
         if problems.is_empty() {
             Ok(())
         } else {

@@ -10,6 +10,7 @@ pub mod conditions;
 mod config_schema;
 pub mod cron;
 pub mod deployment;
+pub mod egress;
 mod extension;
 mod merge;
 mod nemo_spec;
@@ -127,6 +128,7 @@ pub fn resolve_execution(
         config,
         secrets,
         compute: with_runtime_defaults(environment.compute, runtime_defaults),
+        egress: environment.egress,
         workdir,
         input: spec.input.clone(),
         timeout_seconds: spec.timeout_seconds,
@@ -376,6 +378,10 @@ fn resolve_environment(
             "spec.environment".to_owned(),
         ),
     };
+    problems.extend(egress::egress(
+        &environment.egress,
+        &format!("{prefix}.egress"),
+    ));
     let compute_problems = compute::compute(&environment.compute, &format!("{prefix}.compute"));
     let class_readable = compute_problems
         .iter()

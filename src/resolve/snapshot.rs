@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::extension::ResolvedExtension;
 use super::problems::Problem;
-use crate::api::{Compute, RuntimeContainer};
+use crate::api::{Compute, Egress, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.
 pub const SNAPSHOT_VERSION: &str = "errand.dev/snapshot-v1";
@@ -37,6 +37,9 @@ pub struct Snapshot {
     pub secrets: Vec<SecretBinding>,
     /// Resources and placement.
     pub compute: Compute,
+    /// Where the pod may connect when the controller denies egress by default.
+    #[serde(default, skip_serializing_if = "Egress::is_empty")]
+    pub egress: Egress,
     /// What to stage into the workdir, pinned to content digests.
     pub workdir: WorkdirPlan,
     /// The input given to the agent.

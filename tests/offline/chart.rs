@@ -962,11 +962,43 @@ fn network_policies_admit_each_listeners_callers_only() {
 }
 
 #[test]
-fn the_controller_may_apply_network_policies() {
+fn the_controller_may_apply_network_policies_and_denies_execution_egress_by_default() {
     let Some(objects) = render(&[]) else { return };
     let rules = rules_for(&objects, "networkpolicies");
     assert_eq!(rules.len(), 1, "{rules:?}");
-    assert_eq!(strings(&rules[0].1["verbs"]), ["get", "create", "patch"]);
+    assert_eq!(
+        strings(&rules[0].1["verbs"]),
+        ["get", "create", "patch", "delete"]
+    );
+    let args = controller_args(&objects);
+    assert!(args.contains(&"--execution-egress=deny"), "{args:?}");
+    let to_controller: Value = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--execution-egress-allow="))
+        .map(|rule| serde_json::from_str(rule).unwrap())
+        .expect("a rule to the controller's pods");
+    let peer = &to_controller["to"][0];
+    assert_eq!(
+        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "errand-system"
+    );
+    assert_eq!(
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "controller"
+    );
+    assert_eq!(to_controller["ports"][0]["port"], 8080);
+
+    let Some(open) = render(&["networkPolicy.executionEgress=open"]) else {
+        return;
+    };
+    let args = controller_args(&open);
+    assert!(args.contains(&"--execution-egress=open"), "{args:?}");
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--execution-egress-allow")),
+        "{args:?}"
+    );
 }
 
 #[test]

@@ -5,13 +5,16 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::listener::ServerLimits;
 use crate::cluster::scope::Namespaces;
 use crate::cluster::serving::{CaBundleHolder, Certificates, SelfSigned, caller};
-use crate::controller::config::{AgentIngress, ControllerConfig, StoreSweepSchedule, parse_labels};
+use crate::controller::config::{
+    AgentIngress, ControllerConfig, ExecutionEgress, StoreSweepSchedule, parse_labels,
+};
 use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
 use crate::gateway::sessions::{DEFAULT_MAX_TURNS, SessionLimits};
@@ -208,6 +211,31 @@ pub struct ControllerArgs {
     /// nodes' addresses on a CNI that filters traffic from the node.
     #[arg(long = "agent-ingress-cidr")]
     pub agent_ingress_cidrs: Vec<String>,
+    /// `deny`: a NetworkPolicy per execution lets its pod reach only DNS (the cluster's
+    /// kube-dns pods), this controller's URL when its host is an address,
+    /// `--execution-egress-allow` and its environment's `egress.allow` ranges. `open`: no
+    /// policy (the chart's default is `deny`).
+    #[arg(long, env = "ERRAND_EXECUTION_EGRESS", value_enum, default_value_t = EgressDefault::Open)]
+    pub execution_egress: EgressDefault,
+    /// A NetworkPolicy egress rule (JSON, as in a NetworkPolicy's `spec.egress`) every
+    /// execution's pod gets with `--execution-egress deny`: errand's own endpoints, such as the
+    /// controller's pods or the store (repeatable).
+    #[arg(long = "execution-egress-allow", value_name = "JSON", value_parser = egress_rule)]
+    pub execution_egress_allow: Vec<NetworkPolicyEgressRule>,
+}
+
+/// What an execution's pod may reach when its environment names nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EgressDefault {
+    /// Whatever the cluster's own policies allow.
+    Open,
+    /// Only DNS and errand's own endpoints.
+    Deny,
+}
+
+/// A NetworkPolicy egress rule from its JSON form.
+fn egress_rule(value: &str) -> Result<NetworkPolicyEgressRule, serde_json::Error> {
+    serde_json::from_str(value)
 }
 
 /// The limits of the controller's servers (`/metrics` and grants, the webhook, the data API,
@@ -420,6 +448,10 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     config.store_sweep = store_sweep;
     config.otlp_endpoint = args.telemetry.otlp_endpoint;
     config.export_reconcile_spans = args.export_reconcile_spans;
+    config.execution_egress =
+        (args.execution_egress == EgressDefault::Deny).then_some(ExecutionEgress {
+            errand: args.execution_egress_allow,
+        });
     config.agent_ingress = args.deployment_network_policies.then(|| AgentIngress {
         gateway_namespace: args.lease_namespace.clone(),
         gateway_pod_labels: args.gateway_pod_labels,

@@ -145,6 +145,7 @@ fn a_create_longer_than_the_stores_urls_last_is_refused_naming_its_timeout() {
         },
         max_url_lifetime_seconds: Some(600),
         telemetry_configured: false,
+        ..RunLimits::default()
     };
     let response = answer_within(&body, &InMemoryCatalog::test(), &limits);
     assert_eq!(response["allowed"], false, "{response}");

@@ -1,4 +1,4 @@
-//! Pure builders of an execution's children: the snapshot ConfigMap and the Job.
+//! Pure builders of an execution's children: the snapshot ConfigMap, the Job and, when egress is denied by default, the NetworkPolicy of its pod.
 //!
 //! They take the execution, its snapshot and the controller's settings and return complete
 //! objects; the reconcile shell only creates them. They build on what every kind's children
@@ -6,6 +6,7 @@
 
 mod config_map;
 mod job;
+mod network_policy;
 mod pod;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -15,6 +16,7 @@ use crate::controller::names;
 
 pub use config_map::snapshot_config_map;
 pub use job::job;
+pub use network_policy::network_policy;
 pub use pod::{
     ERRAND_BIN_DIR, EXTENSION_DIR, EXTENSION_GRANTS_DIR, EXTENSION_GRANTS_PATH, GRANT_TOKEN_DIR,
     GRANT_TOKEN_PATH, GRANTS_DIR, GRANTS_PATH, HANDOFF_DIR, HANDOFF_PATH, SCRATCH_DIR,

@@ -23,15 +23,26 @@ pub(super) enum Creation {
 }
 
 impl Reconciler<'_> {
-    /// Creates the snapshot ConfigMap and the Job, concurrently and create-only. A permanent
-    /// refusal of either removes the other; any other failure is an error to retry (what was
-    /// created stays, and is found again next time).
+    /// Creates the pod's egress NetworkPolicy first (so the pod never starts open), then the
+    /// snapshot ConfigMap and the Job, concurrently; all create-only. A permanent refusal of
+    /// any removes the others; any other failure is an error to retry (what was created
+    /// stays, and is found again next time).
     pub(super) async fn create(&self, children: Children) -> Result<Creation> {
         let (client, namespace, uid) = (
             &self.ctx.client,
             self.owner.namespace.as_str(),
             self.owner.uid.as_str(),
         );
+        let policy = match children.network_policy {
+            Some(policy) => match create_owned(client, namespace, uid, policy).await {
+                Ok(created) => Some(created),
+                Err(rejected @ Error::Rejected { .. }) => {
+                    return Ok(Creation::Rejected(rejected.to_string()));
+                }
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
         let (config_map, job) = futures::join!(
             create_owned(client, namespace, uid, children.config_map),
             create_owned(client, namespace, uid, children.job),
@@ -50,6 +61,9 @@ impl Reconciler<'_> {
         }
         if let Ok(created) = &job {
             delete_if_present(client, namespace, created, &DeleteParams::background()).await?;
+        }
+        if let Some(created) = &policy {
+            delete_if_present(client, namespace, created, &DeleteParams::default()).await?;
         }
         Ok(Creation::Rejected(rejection))
     }

@@ -5,6 +5,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use crate::controller::build::ExecutionOwner;
 use crate::controller::config::ControllerConfig;
@@ -17,6 +18,8 @@ pub(super) struct Children {
     pub config_map: ConfigMap,
     /// The Job.
     pub job: Job,
+    /// The pod's egress NetworkPolicy, created before the Job (`None`: egress is open).
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// The children of the execution `owner` stands for, run as `snapshot`.
@@ -28,5 +31,6 @@ pub(super) fn children(
     Children {
         config_map: build::snapshot_config_map(owner, snapshot),
         job: build::job(owner, snapshot, config),
+        network_policy: build::network_policy(owner, snapshot, config),
     }
 }

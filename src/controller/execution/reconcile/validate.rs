@@ -27,6 +27,7 @@ mod tests {
             allowance: config.allowance(),
             max_url_lifetime_seconds: None,
             telemetry_configured: false,
+            ..RunLimits::default()
         };
         // A 600s run with a 120s start timeout: the timeout alone fits 600s URLs, the whole
         // budget does not.

@@ -19,6 +19,7 @@ use crate::testing::{NS, SECRET_VALUE};
 
 mod children;
 mod extension;
+mod network_policy;
 mod pod;
 
 fn agent(security: Option<RuntimeSecurity>) -> AgentSpec {

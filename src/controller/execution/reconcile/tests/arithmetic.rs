@@ -49,6 +49,7 @@ proptest! {
             allowance: config.allowance(),
             max_url_lifetime_seconds: url_limit,
             telemetry_configured: false,
+            ..RunLimits::default()
         };
         let mut execution = execution(None);
         execution.spec = spec(timeout, start);
