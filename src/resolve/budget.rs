@@ -8,8 +8,8 @@
 
 use jiff::{SignedDuration, Timestamp};
 
+use super::outbound_policy::OutboundPolicy;
 use super::{InvalidSpec, Problem, Snapshot};
-use crate::outbound::OutboundPolicy;
 use std::sync::Arc;
 
 /// What the cluster adds to every run's own timeouts.

@@ -1,9 +1,9 @@
 //! Checks of an environment's egress rules: each range parses and each port is a TCP port; against the controller's outbound policy, no range lies inside a denied one.
 
+use super::outbound_policy::{Cidr, OutboundPolicy};
 use super::problems::Problem;
 use super::snapshot::Snapshot;
 use crate::api::Egress;
-use crate::outbound::{Cidr, OutboundPolicy};
 
 /// The problems of `egress` (at `field`) on its own.
 pub fn egress(egress: &Egress, field: &str) -> Vec<Problem> {

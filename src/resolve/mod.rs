@@ -15,6 +15,7 @@ mod extension;
 mod merge;
 mod nemo_spec;
 mod notify;
+pub mod outbound_policy;
 mod problems;
 mod quantity;
 mod refs;

@@ -1,4 +1,4 @@
-//! The outbound address policy: which IP addresses the controller may connect to on a tenant's behalf, decided from CIDR lists alone (no I/O).
+//! The outbound address policy: which IP addresses the controller may connect to on a tenant's behalf, and which an execution's egress ranges may hold, decided from CIDR lists alone (no I/O).
 //!
 //! The default denies every range that leads into the node, the cluster or the cloud's
 //! control plane (loopback, link-local with the metadata endpoint, private, CGNAT, ULA,
