@@ -283,6 +283,21 @@ pub fn assert_says(problem: &Problem, text: &str) {
     );
 }
 
+impl crate::api::Egress {
+    /// Rules of `(cidr, ports)`.
+    pub fn of(rules: &[(&str, &[u16])]) -> Self {
+        Self {
+            allow: rules
+                .iter()
+                .map(|(cidr, ports)| crate::api::EgressRule {
+                    cidr: (*cidr).to_owned(),
+                    ports: ports.to_vec(),
+                })
+                .collect(),
+        }
+    }
+}
+
 impl Snapshot {
     /// [`AgentExecutionSpec::test`] with workdir `repo` and `data#tables/` mounted at `data`,
     /// resolved against [`InMemoryCatalog::test`].

@@ -55,24 +55,11 @@ pub fn against_policy(snapshot: &Snapshot, policy: &OutboundPolicy) -> Vec<Probl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::EgressRule;
-
-    fn rules(rules: &[(&str, &[u16])]) -> Egress {
-        Egress {
-            allow: rules
-                .iter()
-                .map(|(cidr, ports)| EgressRule {
-                    cidr: (*cidr).to_owned(),
-                    ports: ports.to_vec(),
-                })
-                .collect(),
-        }
-    }
 
     #[test]
     fn a_range_that_does_not_parse_and_port_zero_are_refused_naming_the_field() {
         let problems = egress(
-            &rules(&[
+            &Egress::of(&[
                 ("203.0.113.0/24", &[443]),
                 ("example.com", &[]),
                 ("10.0.0.0/99", &[0]),
@@ -99,7 +86,7 @@ mod tests {
     #[test]
     fn a_range_inside_a_denied_one_is_refused_naming_what_it_is_but_not_its_addresses() {
         let mut snapshot = Snapshot::test();
-        snapshot.egress = rules(&[("203.0.113.0/24", &[]), ("169.254.169.254/32", &[80])]);
+        snapshot.egress = Egress::of(&[("203.0.113.0/24", &[]), ("169.254.169.254/32", &[80])]);
         let problems = against_policy(&snapshot, &OutboundPolicy::default());
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert_eq!(

@@ -4,8 +4,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
 use serde_json::json;
 
 use super::*;
+use crate::api::Egress;
 use crate::api::contract;
-use crate::api::{Egress, EgressRule};
 use crate::controller::config::ExecutionEgress;
 use crate::outbound::OutboundPolicy;
 
@@ -25,15 +25,7 @@ fn denying(config: &mut ControllerConfig) {
 
 fn with_egress(rules: &[(&str, &[u16])]) -> Snapshot {
     let mut environment = gpu_environment();
-    environment.egress = Egress {
-        allow: rules
-            .iter()
-            .map(|(cidr, ports)| EgressRule {
-                cidr: (*cidr).to_owned(),
-                ports: ports.to_vec(),
-            })
-            .collect(),
-    };
+    environment.egress = Egress::of(rules);
     resolve_in(&spec(None), None, environment)
 }
 
