@@ -1,7 +1,4 @@
-//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, a Service, the API server, a stand-in metadata listener and the host another execution's environment allows, and still saves its results; an agent whose environment allows that host reaches it and nothing else; a range inside a denied one is refused naming the field.
-
-use std::io::Write;
-use std::net::TcpListener;
+//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else; a metadata address in an environment is refused naming the field.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -13,52 +10,51 @@ use errand::api::Phase;
 use errand::api::contract::Reason;
 use errand::store::keys::ResultName;
 
-use crate::support::cluster::{self, DEFAULT_TIMEOUT, POD_GATEWAY, TestNamespace};
+use crate::support::cluster::{self, DEFAULT_TIMEOUT, TestNamespace};
 use crate::support::errand::wait_for;
 use crate::support::harness::{Harness, message_of};
 use crate::support::netpol::busybox_pod;
 
-/// A TCP listener on the pod bridge's host address that answers every connection with
-/// `answer`; its port.
-fn answering_listener(answer: &'static str) -> u16 {
-    let listener = TcpListener::bind((POD_GATEWAY, 0)).expect("a listener on the pod gateway");
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let _ = stream.write_all(format!("HTTP/1.0 200 OK\r\n\r\n{answer}\n").as_bytes());
-        }
-    });
-    port
-}
-
-/// Starts a web server pod in `namespace` behind Service `server`; its pod IP and the
-/// Service's cluster IP.
-async fn server_and_service(client: &kube::Client, namespace: &TestNamespace) -> (String, String) {
-    let script = "mkdir -p /tmp/www && echo pod-page >/tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www";
+/// Starts web server pod `name` (page `name`) in `namespace`; its pod IP once it runs.
+async fn server_pod(namespace: &TestNamespace, name: &str) -> String {
+    let script = format!(
+        "mkdir -p /tmp/www && echo {name} >/tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"
+    );
     let pods = namespace.api::<Pod>();
     pods.create(
         &PostParams::default(),
-        &busybox_pod("server", &[("app", "server")], script),
+        &busybox_pod(name, &[("app", name)], &script),
     )
     .await
-    .expect("creating the server pod");
+    .unwrap_or_else(|e| panic!("creating server pod {name}: {e}"));
+    wait_for(
+        &format!("server pod {name} to run"),
+        DEFAULT_TIMEOUT,
+        || async {
+            let status = pods.get(name).await.ok()?.status?;
+            (status.phase.as_deref() == Some("Running"))
+                .then_some(status.pod_ip)
+                .flatten()
+        },
+    )
+    .await
+}
+
+/// Service `name` in front of server pod `name`; its cluster IP.
+async fn service_of(client: &kube::Client, namespace: &TestNamespace, name: &str) -> String {
     let service: Service = serde_json::from_value(json!({
-        "metadata": {"name": "server"},
-        "spec": {"selector": {"app": "server"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]},
     }))
     .unwrap();
-    let service = Api::<Service>::namespaced(client.clone(), namespace.name())
+    Api::<Service>::namespaced(client.clone(), namespace.name())
         .create(&PostParams::default(), &service)
         .await
-        .expect("creating the Service");
-    let pod_ip = wait_for("the server pod to run", DEFAULT_TIMEOUT, || async {
-        let status = pods.get("server").await.ok()?.status?;
-        (status.phase.as_deref() == Some("Running"))
-            .then_some(status.pod_ip)
-            .flatten()
-    })
-    .await;
-    (pod_ip, service.spec.unwrap().cluster_ip.unwrap())
+        .expect("creating the Service")
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap()
 }
 
 /// An agent that tries each `(name, host, port)` once the policy enforcer has seen its pod,
@@ -76,37 +72,38 @@ fn prober_script(targets: &[(&str, String, u16)]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    // Off the pod's node, as a cloud's metadata server or another tenant would be: pods of
+    // another namespace (a NetworkPolicy never filters a pod's own node, which on this
+    // one-node cluster also runs the API server).
+    let other = TestNamespace::create(&client, "egress-other").await;
+    let pod_ip = server_pod(&other, "tenant").await;
+    let service_ip = service_of(&client, &other, "tenant").await;
+    let unlisted_ip = server_pod(&other, "unlisted").await;
+    let allowed_ip = server_pod(&other, "allowed").await;
+    // The operator lets environments reach the allowed pod's address (a pod CIDR is denied
+    // by default).
+    let allow_back = format!("{allowed_ip}/32");
     let Some(harness) = Harness::start_with_controller_args(
         "egress",
         &[
             "--execution-egress",
             "deny",
             "--outbound-allow",
-            "10.88.0.1/32",
+            &allow_back,
         ],
     )
     .await
     else {
         return;
     };
-    let other = TestNamespace::create(&harness.client, "egress-other").await;
-    let (pod_ip, service_ip) = server_and_service(&harness.client, &other).await;
-    let api_server = Api::<Service>::namespaced(harness.client.clone(), "default")
-        .get("kubernetes")
-        .await
-        .expect("the kubernetes Service")
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap();
-    let allowed_port = answering_listener("allowed-host");
-    let metadata_port = answering_listener("metadata");
     let targets = [
         ("pod", pod_ip, 8080),
         ("service", service_ip, 80),
-        ("apiserver", api_server, 443),
-        ("metadata", POD_GATEWAY.to_owned(), metadata_port),
-        ("allowed", POD_GATEWAY.to_owned(), allowed_port),
+        ("unlisted", unlisted_ip, 8080),
+        ("allowed", allowed_ip.clone(), 8080),
     ];
     harness
         .create_agent("prober", cluster::BUSYBOX_IMAGE, &prober_script(&targets))
@@ -115,7 +112,7 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         .create(json!({
             "apiVersion": "errand.dev/v1alpha1", "kind": "AgentEnvironment",
             "metadata": {"name": "one-host"},
-            "spec": {"egress": {"allow": [{"cidr": format!("{POD_GATEWAY}/32"), "ports": [allowed_port]}]}},
+            "spec": {"egress": {"allow": [{"cidr": allow_back, "ports": [8080]}]}},
         }))
         .await;
     harness
@@ -149,8 +146,7 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         [
             "pod=unreachable",
             "service=unreachable",
-            "apiserver=unreachable",
-            "metadata=unreachable",
+            "unlisted=unreachable",
             "allowed=unreachable"
         ],
         "an environment that allows nothing: its results were still saved, through errand"
@@ -160,9 +156,8 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         [
             "pod=unreachable",
             "service=unreachable",
-            "apiserver=unreachable",
-            "metadata=unreachable",
-            "allowed=allowed-host"
+            "unlisted=unreachable",
+            "allowed=allowed"
         ],
         "an environment that allows one host and port"
     );
