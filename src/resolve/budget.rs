@@ -117,6 +117,17 @@ impl RunLimits {
         RunBudget::of(snapshot, self.allowance)
     }
 
+    /// Checks that no egress range of `snapshot` lies inside a range the outbound policy
+    /// denies (what a deployment is checked for).
+    pub fn check_egress(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
+        let problems = super::egress::against_policy(snapshot, &self.outbound);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidSpec { problems })
+        }
+    }
+
     /// Checks that the run `snapshot` describes fits these limits.
     pub fn check(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
         let mut problems: Vec<Problem> = self

@@ -331,7 +331,8 @@ pub fn check_update(old: &AgentExecutionSpec, new: &AgentExecutionSpec) -> Verdi
 
 /// The verdict on a create of `spec` from its resolution and the cluster's `limits` (the same
 /// check the controller makes before it creates anything), with the rules that hold only at
-/// creation. A deployment runs nothing once, so only its resolution counts.
+/// creation. A deployment runs nothing once, so only its resolution and its egress ranges
+/// count.
 pub fn verdict(
     kind: Reviewed,
     spec: &AgentExecutionSpec,
@@ -339,8 +340,8 @@ pub fn verdict(
     limits: &RunLimits,
 ) -> Verdict {
     if kind == Reviewed::Deployment {
-        return match resolution {
-            Ok(_) => Verdict::Allow,
+        return match resolution.and_then(|snapshot| limits.check_egress(&snapshot)) {
+            Ok(()) => Verdict::Allow,
             Err(invalid) => Verdict::Invalid(invalid),
         };
     }

@@ -1,18 +1,19 @@
-//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else; a metadata address in an environment is refused naming the field.
+//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else; a metadata address in an environment is refused naming the field; an AgentDeployment's pods are held to the same.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
-use errand::api::Phase;
-use errand::api::contract::Reason;
+use errand::api::contract::{self, Reason};
+use errand::api::{DeploymentPhase, Phase};
 use errand::store::keys::ResultName;
 
 use crate::support::cluster::{self, DEFAULT_TIMEOUT, TestNamespace};
+use crate::support::deployments::{create_deployment, create_server_agent, wait_for_phase};
 use crate::support::errand::wait_for;
-use crate::support::harness::{Harness, message_of};
+use crate::support::harness::{Harness, RUN_WAIT, message_of};
 use crate::support::netpol::busybox_pod;
 
 /// Starts web server pod `name` (page `name`) in `namespace`; its pod IP once it runs.
@@ -57,6 +58,39 @@ async fn service_of(client: &kube::Client, namespace: &TestNamespace, name: &str
         .unwrap()
 }
 
+/// What the tests probe: in a namespace of their own (returned), off the pod's node, as a
+/// cloud's metadata server or another tenant would be (a NetworkPolicy never filters a pod's
+/// own node, which on this one-node cluster also runs the API server): a pod, its Service, an
+/// address no environment lists and one the environment allows (`name`, host, port), and
+/// the CIDR of the allowed one.
+async fn targets_off_the_node(
+    client: &kube::Client,
+) -> (TestNamespace, [(&'static str, String, u16); 4], String) {
+    let other = TestNamespace::create(client, "egress-other").await;
+    let pod_ip = server_pod(&other, "tenant").await;
+    let service_ip = service_of(client, &other, "tenant").await;
+    let unlisted_ip = server_pod(&other, "unlisted").await;
+    let allowed_ip = server_pod(&other, "allowed").await;
+    let allowed = format!("{allowed_ip}/32");
+    let targets = [
+        ("pod", pod_ip, 8080),
+        ("service", service_ip, 80),
+        ("unlisted", unlisted_ip, 8080),
+        ("allowed", allowed_ip, 8080),
+    ];
+    (other, targets, allowed)
+}
+
+/// A controller denying egress by default, which lets environments reach `allowed` (a pod's
+/// address: pod CIDRs are denied by default).
+async fn denying_harness(prefix: &str, allowed: &str) -> Option<Harness> {
+    Harness::start_with_controller_args(
+        prefix,
+        &["--execution-egress", "deny", "--outbound-allow", allowed],
+    )
+    .await
+}
+
 /// An agent that tries each `(name, host, port)` once the policy enforcer has seen its pod,
 /// and prints `name=<last line of the answer>` or `name=unreachable` for each.
 fn prober_script(targets: &[(&str, String, u16)]) -> String {
@@ -75,36 +109,10 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
     let Some(client) = cluster::client().await else {
         return;
     };
-    // Off the pod's node, as a cloud's metadata server or another tenant would be: pods of
-    // another namespace (a NetworkPolicy never filters a pod's own node, which on this
-    // one-node cluster also runs the API server).
-    let other = TestNamespace::create(&client, "egress-other").await;
-    let pod_ip = server_pod(&other, "tenant").await;
-    let service_ip = service_of(&client, &other, "tenant").await;
-    let unlisted_ip = server_pod(&other, "unlisted").await;
-    let allowed_ip = server_pod(&other, "allowed").await;
-    // The operator lets environments reach the allowed pod's address (a pod CIDR is denied
-    // by default).
-    let allow_back = format!("{allowed_ip}/32");
-    let Some(harness) = Harness::start_with_controller_args(
-        "egress",
-        &[
-            "--execution-egress",
-            "deny",
-            "--outbound-allow",
-            &allow_back,
-        ],
-    )
-    .await
-    else {
+    let (other, targets, allow_back) = targets_off_the_node(&client).await;
+    let Some(harness) = denying_harness("egress", &allow_back).await else {
         return;
     };
-    let targets = [
-        ("pod", pod_ip, 8080),
-        ("service", service_ip, 80),
-        ("unlisted", unlisted_ip, 8080),
-        ("allowed", allowed_ip.clone(), 8080),
-    ];
     harness
         .create_agent("prober", cluster::BUSYBOX_IMAGE, &prober_script(&targets))
         .await;
@@ -184,6 +192,76 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         .collect();
     owners.sort();
     assert_eq!(owners, ["closed", "one-host"]);
+    harness.finish().await;
+    other.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployments_pods_reach_only_what_its_environment_allows() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let (other, targets, allow_back) = targets_off_the_node(&client).await;
+    let Some(harness) = denying_harness("egress-deploy", &allow_back).await else {
+        return;
+    };
+    create_server_agent(&harness, "server").await;
+    for (name, environment) in [
+        ("closed", json!({})),
+        (
+            "one-host",
+            json!({"egress": {"allow": [{"cidr": allow_back, "ports": [8080]}]}}),
+        ),
+    ] {
+        create_deployment(
+            &harness,
+            name,
+            "server",
+            json!({"environment": environment}),
+        )
+        .await;
+    }
+    let mut reached = Vec::new();
+    for name in ["closed", "one-host"] {
+        let deployment = wait_for_phase(&harness, name, DeploymentPhase::Ready, RUN_WAIT).await;
+        let uid = deployment.metadata.uid.unwrap();
+        let pods = harness
+            .api::<Pod>()
+            .list(
+                &ListParams::default().labels(&format!("{}={uid}", contract::DEPLOYMENT_UID_LABEL)),
+            )
+            .await
+            .unwrap();
+        let pod = pods.items[0].metadata.name.clone().unwrap();
+        let script = prober_script(&targets);
+        let namespace = harness.namespace.name().to_owned();
+        let output = tokio::task::spawn_blocking(move || {
+            cluster::kubectl(&["-n", &namespace, "exec", &pod, "--", "sh", "-c", &script])
+        })
+        .await
+        .unwrap();
+        reached.push(output);
+    }
+    assert_eq!(
+        reached[0].lines().collect::<Vec<_>>(),
+        [
+            "pod=unreachable",
+            "service=unreachable",
+            "unlisted=unreachable",
+            "allowed=unreachable"
+        ],
+        "a deployment whose environment allows nothing"
+    );
+    assert_eq!(
+        reached[1].lines().collect::<Vec<_>>(),
+        [
+            "pod=unreachable",
+            "service=unreachable",
+            "unlisted=unreachable",
+            "allowed=allowed"
+        ],
+        "a deployment whose environment allows one address and port"
+    );
     harness.finish().await;
     other.delete().await;
 }

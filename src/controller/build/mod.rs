@@ -1,9 +1,10 @@
-//! Pure builders every kind's children are made of: the owner they belong to, the snapshot ConfigMap's content, and what every agent pod shares (resources, security, environment, volumes).
+//! Pure builders every kind's children are made of: the owner they belong to, the snapshot ConfigMap's content, and what every agent pod shares (resources, security, environment, volumes, egress rules).
 //!
 //! Each kind builds its own children from these ([`crate::controller::execution::build`],
 //! [`crate::controller::deployment::build`]). Nothing here talks to the API server.
 
 mod config_map;
+pub mod egress;
 pub mod pod;
 pub mod resources;
 pub mod security;

@@ -1,4 +1,4 @@
-//! Pure builders of an AgentDeployment's children: the snapshot ConfigMap, the Deployment of its agent server, the ClusterIP Service in front of it and the NetworkPolicy that admits only the gateway to its pods.
+//! Pure builders of an AgentDeployment's children: the snapshot ConfigMap, the Deployment of its agent server, the ClusterIP Service in front of it and the NetworkPolicy that admits only the gateway to its pods (and, when egress is denied by default, lets them reach only DNS and their environment's ranges).
 
 use std::collections::BTreeMap;
 
@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{
     Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::networking::v1::{
-    IPBlock, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
-    NetworkPolicySpec,
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+    NetworkPolicyPort, NetworkPolicySpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,6 +21,7 @@ use crate::api::contract::{
     AGENT_CONTAINER, AGENT_SERVER_PORT_NAME as PORT_NAME, ENV_PORT, SNAPSHOT_DIGEST_ANNOTATION,
     SNAPSHOT_VOLUME, WORKSPACE_VOLUME,
 };
+use crate::controller::build::egress::{ToController, egress_rules};
 use crate::controller::build::{
     ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount, resources,
     security, snapshot_holder, snapshot_volume,
@@ -120,10 +121,14 @@ pub fn children(
         }),
         ..Service::default()
     };
-    let network_policy = config.agent_ingress.as_ref().map(|ingress| NetworkPolicy {
-        metadata: meta(names::deployment_workload_name(&owner.name)),
-        spec: Some(network_policy(&owner.uid, spec.port, ingress)),
-    });
+    let egress = egress_rules(snapshot, config, ToController::No);
+    let network_policy =
+        network_policy(&owner.uid, spec.port, config.agent_ingress.as_ref(), egress).map(
+            |policy| NetworkPolicy {
+                metadata: meta(names::deployment_workload_name(&owner.name)),
+                spec: Some(policy),
+            },
+        );
     Children {
         snapshot: snapshot_holder(meta(snapshot_name), snapshot),
         deployment,
@@ -136,8 +141,37 @@ pub fn children(
 /// port, and only from the gateway (the controller's pods, by namespace and labels) and
 /// `ingress`'s CIDRs. Every other pod, of this namespace or another, is refused: the gateway's
 /// authorization cannot be bypassed by calling the Service directly. The kubelet's probes come
-/// from the pod's own node, which NetworkPolicies do not filter.
-fn network_policy(uid: &str, port: i32, ingress: &AgentIngress) -> NetworkPolicySpec {
+/// from the pod's own node, which NetworkPolicies do not filter. With `egress`, the pods
+/// connect only as those rules allow. `None` when neither is asked for.
+fn network_policy(
+    uid: &str,
+    port: i32,
+    ingress: Option<&AgentIngress>,
+    egress: Option<Vec<NetworkPolicyEgressRule>>,
+) -> Option<NetworkPolicySpec> {
+    if ingress.is_none() && egress.is_none() {
+        return None;
+    }
+    let mut types = Vec::new();
+    if ingress.is_some() {
+        types.push("Ingress".to_owned());
+    }
+    if egress.is_some() {
+        types.push("Egress".to_owned());
+    }
+    Some(NetworkPolicySpec {
+        pod_selector: Some(LabelSelector {
+            match_labels: Some(names::deployment_selector(uid)),
+            ..LabelSelector::default()
+        }),
+        policy_types: Some(types),
+        ingress: ingress.map(|ingress| vec![gateway_only(port, ingress)]),
+        egress,
+    })
+}
+
+/// Connections to `port` from the gateway and `ingress`'s CIDRs.
+fn gateway_only(port: i32, ingress: &AgentIngress) -> NetworkPolicyIngressRule {
     let gateway = NetworkPolicyPeer {
         namespace_selector: Some(LabelSelector {
             match_labels: Some(BTreeMap::from([(
@@ -159,21 +193,13 @@ fn network_policy(uid: &str, port: i32, ingress: &AgentIngress) -> NetworkPolicy
         }),
         ..NetworkPolicyPeer::default()
     });
-    NetworkPolicySpec {
-        pod_selector: Some(LabelSelector {
-            match_labels: Some(names::deployment_selector(uid)),
-            ..LabelSelector::default()
-        }),
-        policy_types: Some(vec!["Ingress".to_owned()]),
-        ingress: Some(vec![NetworkPolicyIngressRule {
-            from: Some(std::iter::once(gateway).chain(ranges).collect()),
-            ports: Some(vec![NetworkPolicyPort {
-                port: Some(IntOrString::Int(port)),
-                protocol: Some("TCP".to_owned()),
-                end_port: None,
-            }]),
+    NetworkPolicyIngressRule {
+        from: Some(std::iter::once(gateway).chain(ranges).collect()),
+        ports: Some(vec![NetworkPolicyPort {
+            port: Some(IntOrString::Int(port)),
+            protocol: Some("TCP".to_owned()),
+            end_port: None,
         }]),
-        egress: None,
     }
 }
 

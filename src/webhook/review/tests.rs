@@ -457,6 +457,34 @@ fn a_deployment_is_resolved_with_the_execution_rules_and_refused_naming_its_fiel
 }
 
 #[test]
+fn an_execution_or_deployment_whose_egress_range_is_inside_a_denied_one_is_refused_naming_it() {
+    let catalog = InMemoryCatalog::test();
+    let metadata = json!({"environment": {"egress": {"allow": [{"cidr": "169.254.169.254/32"}]}}});
+    let mut spec = calculator_spec();
+    spec.as_object_mut().unwrap().remove("environmentRef");
+    spec["environment"] = metadata["environment"].clone();
+    for body in [
+        review_body("CREATE", Some(execution(spec)), None),
+        deployment_review("CREATE", deployment(metadata.clone()), None),
+    ] {
+        let refused = answer(&body, &catalog);
+        assert_eq!(refused["allowed"], false, "{refused}");
+        assert_eq!(
+            refused["status"]["details"]["causes"][0]["field"],
+            "spec.environment.egress.allow[0].cidr",
+            "{refused}"
+        );
+        assert!(
+            refused["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("link-local (cloud metadata)"),
+            "{refused}"
+        );
+    }
+}
+
+#[test]
 fn a_deployment_update_is_resolved_only_when_it_redeploys() {
     // An empty catalog: anything resolved would be refused.
     let empty = InMemoryCatalog::default();

@@ -252,3 +252,43 @@ fn extra_cidrs_are_admitted_beside_the_gateway_and_no_policy_when_turned_off() {
         None
     );
 }
+
+#[test]
+fn with_egress_denied_the_pods_reach_dns_and_their_environments_ranges_but_not_the_controller() {
+    let deployment = AgentDeployment::test();
+    let mut snapshot = resolve_deployment(NS, &deployment.spec, &InMemoryCatalog::test()).unwrap();
+    snapshot.egress = crate::api::Egress::of(&[("203.0.113.0/24", &[443])]);
+    let owner = ExecutionOwner::of_object(&deployment).unwrap();
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    config.controller_url = "http://10.88.0.1:8080".to_owned();
+    config.execution_egress = Some(crate::controller::config::ExecutionEgress::default());
+    let spec = children(&owner, &deployment.spec, &snapshot, &config)
+        .network_policy
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(
+        spec.policy_types,
+        Some(vec!["Ingress".to_owned(), "Egress".to_owned()])
+    );
+    let egress = serde_json::to_value(spec.egress.unwrap()).unwrap();
+    assert_eq!(
+        egress.as_array().unwrap().len(),
+        2,
+        "DNS and the range: {egress}"
+    );
+    assert_eq!(
+        egress[0]["to"][0]["podSelector"]["matchLabels"]["k8s-app"],
+        "kube-dns"
+    );
+    assert_eq!(egress[1]["to"][0]["ipBlock"]["cidr"], "203.0.113.0/24");
+    // Egress alone, without the gateway's ingress rule.
+    config.agent_ingress = None;
+    let spec = children(&owner, &deployment.spec, &snapshot, &config)
+        .network_policy
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(spec.policy_types, Some(vec!["Egress".to_owned()]));
+    assert_eq!(spec.ingress, None);
+}

@@ -1,0 +1,119 @@
+//! The egress rules of an agent pod when the controller denies egress by default: DNS, errand's own endpoints, the operator's rules and the pod's environment ranges (with what the controller denies cut out of them). Executions' and deployments' NetworkPolicies are built from them.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::controller::config::{ControllerConfig, ExecutionEgress};
+use crate::outbound::{Cidr, OutboundPolicy};
+use crate::resolve::Snapshot;
+
+/// Whether the pod talks to the controller (an execution's runner does: grants and blobs; a
+/// deployment's agent server does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToController {
+    /// Add the controller's URL when its host is an address.
+    Yes,
+    /// Leave it out.
+    No,
+}
+
+/// The egress rules of a pod running `snapshot`, or `None` when the controller leaves egress
+/// open. Admission refused ranges inside a denied one, so every range here has a rule.
+pub fn egress_rules(
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+    to_controller: ToController,
+) -> Option<Vec<NetworkPolicyEgressRule>> {
+    let ExecutionEgress { errand } = config.execution_egress.as_ref()?;
+    let mut rules = vec![dns_rule()];
+    if to_controller == ToController::Yes {
+        rules.extend(controller_rule(&config.controller_url));
+    }
+    rules.extend(errand.iter().cloned());
+    rules.extend(environment_rules(snapshot, &config.outbound));
+    Some(rules)
+}
+
+/// DNS: the cluster's `kube-dns` pods in kube-system, UDP and TCP 53.
+fn dns_rule() -> NetworkPolicyEgressRule {
+    let selector = |key: &str, value: &str| LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_owned(), value.to_owned())])),
+        ..LabelSelector::default()
+    };
+    NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            namespace_selector: Some(selector("kubernetes.io/metadata.name", "kube-system")),
+            pod_selector: Some(selector("k8s-app", "kube-dns")),
+            ip_block: None,
+        }]),
+        ports: Some(
+            ["UDP", "TCP"]
+                .map(|protocol| NetworkPolicyPort {
+                    port: Some(IntOrString::Int(53)),
+                    protocol: Some(protocol.to_owned()),
+                    end_port: None,
+                })
+                .into(),
+        ),
+    }
+}
+
+/// The controller's grant and blob endpoint, when its URL names an address (a name, such as
+/// the chart's Service, is the operator's rule to give: a NetworkPolicy cannot select by name).
+fn controller_rule(controller_url: &str) -> Option<NetworkPolicyEgressRule> {
+    let url = url::Url::parse(controller_url).ok()?;
+    let ip: IpAddr = match url.host()? {
+        url::Host::Ipv4(v4) => v4.into(),
+        url::Host::Ipv6(v6) => v6.into(),
+        url::Host::Domain(_) => return None,
+    };
+    let host = Cidr::new(ip, if ip.is_ipv4() { 32 } else { 128 })?;
+    Some(rule(host, Vec::new(), &[url.port_or_known_default()?]))
+}
+
+/// One rule per range of the run's environment, with what `outbound` denies inside it cut out.
+fn environment_rules(
+    snapshot: &Snapshot,
+    outbound: &OutboundPolicy,
+) -> Vec<NetworkPolicyEgressRule> {
+    snapshot
+        .egress
+        .allow
+        .iter()
+        .filter_map(|allowed| {
+            let range = allowed.cidr.parse::<Cidr>().ok()?;
+            let cut = outbound.carve(&range).ok()?;
+            Some(rule(range.network(), cut, &allowed.ports))
+        })
+        .collect()
+}
+
+/// TCP to `range` but `except`, on `ports` (every port when empty).
+fn rule(range: Cidr, except: Vec<Cidr>, ports: &[u16]) -> NetworkPolicyEgressRule {
+    NetworkPolicyEgressRule {
+        to: Some(vec![NetworkPolicyPeer {
+            ip_block: Some(IPBlock {
+                cidr: range.to_string(),
+                except: (!except.is_empty())
+                    .then(|| except.iter().map(ToString::to_string).collect()),
+            }),
+            ..NetworkPolicyPeer::default()
+        }]),
+        ports: (!ports.is_empty()).then(|| {
+            ports
+                .iter()
+                .map(|port| NetworkPolicyPort {
+                    port: Some(IntOrString::Int(i32::from(*port))),
+                    protocol: Some("TCP".to_owned()),
+                    end_port: None,
+                })
+                .collect()
+        }),
+    }
+}
