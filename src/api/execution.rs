@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::agent::AgentSpec;
 use super::common::{Reference, ResultEntry};
-use super::environment::AgentEnvironmentSpec;
+use super::environment::{AgentEnvironmentSpec, Egress};
 use super::notify::{NotifySpec, NotifyStatus};
 use super::phase::Phase;
 
@@ -121,6 +121,10 @@ pub struct AgentExecutionSpec {
     /// An inline environment. At most one of `environmentRef` or `environment`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<AgentEnvironmentSpec>,
+    /// Narrows its environment's `egress`, never widens it: every range must lie inside one of
+    /// the environment's, on ports that rule allows. `allow: []` allows nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Egress>,
     /// The working directory staged into `/workspace` before the agent starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<Workdir>,
@@ -230,6 +234,7 @@ impl Default for AgentExecutionSpec {
             input: String::new(),
             environment_ref: None,
             environment: None,
+            egress: None,
             workdir: None,
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             start_timeout_seconds: None,

@@ -1,9 +1,9 @@
-//! Checks of an environment's egress rules: each range parses and each port is a TCP port; against the controller's outbound policy, no range lies inside a denied one.
+//! Checks of egress rules: each range parses and each port is a TCP port; an execution's list narrows its environment's, never widens it; against the controller's outbound policy, no range lies inside a denied one.
 
 use super::outbound_policy::{Cidr, OutboundPolicy};
 use super::problems::Problem;
 use super::snapshot::Snapshot;
-use crate::api::Egress;
+use crate::api::{Egress, EgressRule};
 
 /// The problems of `egress` (at `field`) on its own.
 pub fn egress(egress: &Egress, field: &str) -> Vec<Problem> {
@@ -23,6 +23,56 @@ pub fn egress(egress: &Egress, field: &str) -> Vec<Problem> {
         }
     }
     problems
+}
+
+/// The egress a run gets: its environment's, or the `execution`'s own list when every
+/// rule of it lies inside one of the environment's (range and ports); otherwise the
+/// environment's, with a problem per rule that would widen it.
+pub fn narrowed(
+    environment: &Egress,
+    execution: Option<&Egress>,
+    field: &str,
+) -> (Egress, Vec<Problem>) {
+    let Some(narrowed) = execution else {
+        return (environment.clone(), Vec::new());
+    };
+    let mut problems = egress(narrowed, field);
+    if !problems.is_empty() {
+        return (environment.clone(), problems);
+    }
+    let inside = |rule: &EgressRule| {
+        let range = rule.cidr.parse::<Cidr>().ok();
+        environment.allow.iter().any(|allowed| {
+            let covers = match (allowed.cidr.parse::<Cidr>(), range) {
+                (Ok(allowed), Some(range)) => allowed.covers(&range),
+                _ => false,
+            };
+            let ports = allowed.ports.is_empty()
+                || (!rule.ports.is_empty() && rule.ports.iter().all(|p| allowed.ports.contains(p)));
+            covers && ports
+        })
+    };
+    for (i, rule) in narrowed.allow.iter().enumerate() {
+        if !inside(rule) {
+            problems.push(Problem::new(
+                format!("{field}.allow[{i}]"),
+                format!(
+                    "{:?} on {} is not inside the environment's egress: an execution narrows its                      environment's list, never widens it",
+                    rule.cidr,
+                    if rule.ports.is_empty() {
+                        "every port".to_owned()
+                    } else {
+                        format!("ports {:?}", rule.ports)
+                    }
+                ),
+            ));
+        }
+    }
+    if problems.is_empty() {
+        (narrowed.clone(), problems)
+    } else {
+        (environment.clone(), problems)
+    }
 }
 
 /// The egress ranges of `snapshot` that lie wholly inside a range `policy` denies; each
@@ -101,5 +151,47 @@ mod tests {
         // The operator's allow list lets it back.
         let allowed = OutboundPolicy::default().allow("169.254.169.254".parse().unwrap());
         assert!(against_policy(&snapshot, &allowed).is_empty());
+    }
+
+    #[test]
+    fn an_execution_narrows_its_environments_egress_and_may_not_widen_it() {
+        let environment = Egress::of(&[("203.0.113.0/24", &[443, 8443]), ("198.51.100.0/24", &[])]);
+        let field = "spec.egress";
+        // Narrower: a part of a range on one of its ports, or any port where all are allowed.
+        let narrow = Egress::of(&[("203.0.113.7/32", &[443]), ("198.51.100.0/25", &[])]);
+        assert_eq!(
+            narrowed(&environment, Some(&narrow), field),
+            (narrow, vec![])
+        );
+        assert_eq!(
+            narrowed(&environment, Some(&Egress::default()), field),
+            (Egress::default(), vec![]),
+            "an empty list allows nothing"
+        );
+        assert_eq!(
+            narrowed(&environment, None, field),
+            (environment.clone(), vec![])
+        );
+        // Wider: another range, another port, every port where the environment lists some.
+        let wide = Egress::of(&[
+            ("192.0.2.0/24", &[443]),
+            ("203.0.113.0/24", &[22]),
+            ("203.0.113.0/24", &[]),
+        ]);
+        let (kept, problems) = narrowed(&environment, Some(&wide), field);
+        assert_eq!(kept, environment, "a refused list changes nothing");
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.egress.allow[0]",
+                "spec.egress.allow[1]",
+                "spec.egress.allow[2]"
+            ]
+        );
+        assert!(
+            problems[2].message.contains("on every port is not inside"),
+            "{problems:?}"
+        );
     }
 }

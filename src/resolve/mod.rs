@@ -112,6 +112,9 @@ pub fn resolve_execution(
         // A missing agent or environment has always been reported as a problem.
         return Err(problems.into_error());
     };
+    let (egress, narrowing) =
+        egress::narrowed(&environment.egress, spec.egress.as_ref(), "spec.egress");
+    problems.extend(narrowing);
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
     let secrets = secrets::with_mcp_secrets(namespace, secrets, &config, catalog, &mut problems);
@@ -129,7 +132,7 @@ pub fn resolve_execution(
         config,
         secrets,
         compute: with_runtime_defaults(environment.compute, runtime_defaults),
-        egress: environment.egress,
+        egress,
         workdir,
         input: spec.input.clone(),
         timeout_seconds: spec.timeout_seconds,

@@ -1,4 +1,4 @@
-//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else; a metadata address in an environment is refused naming the field; an AgentDeployment's pods are held to the same.
+//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else, unless its execution narrows the list; a metadata address in an environment is refused naming the field; an AgentDeployment's pods are held to the same.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -133,6 +133,14 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
             json!({"environmentRef": {"name": "one-host"}}),
         )
         .await;
+    // The same environment, narrowed by the execution to nothing.
+    harness
+        .create_execution(
+            "narrowed",
+            "prober",
+            json!({"environmentRef": {"name": "one-host"}, "egress": {"allow": []}}),
+        )
+        .await;
     // Metadata addresses are never an environment's to allow.
     harness
         .create_execution(
@@ -143,7 +151,7 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         .await;
 
     let mut reached = Vec::new();
-    for name in ["closed", "one-host"] {
+    for name in ["closed", "one-host", "narrowed"] {
         let done = harness.wait_for_phase(name, Phase::Succeeded).await;
         let record = harness.result_json(&done, ResultName::RunResult).await;
         let response = record["response"].as_str().unwrap_or_default().to_owned();
@@ -169,6 +177,10 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         ],
         "an environment that allows one host and port"
     );
+    assert_eq!(
+        reached[2], reached[0],
+        "an execution that narrows its environment to nothing"
+    );
     let refused = harness
         .wait_for_failure("metadata", Phase::Failed, Reason::InvalidSpec)
         .await;
@@ -191,7 +203,7 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
         .map(|o| o.name.clone())
         .collect();
     owners.sort();
-    assert_eq!(owners, ["closed", "one-host"]);
+    assert_eq!(owners, ["closed", "narrowed", "one-host"]);
     harness.finish().await;
     other.delete().await;
 }
