@@ -81,15 +81,36 @@ async fn targets_off_the_node(
     (other, targets, allowed)
 }
 
-/// A controller denying egress by default, which lets environments reach `allowed` (a pod's
-/// address: pod CIDRs are denied by default).
-async fn denying_harness(prefix: &str, allowed: &str) -> Option<Harness> {
-    Harness::start_with_controller_args(
-        prefix,
-        &["--execution-egress", "deny", "--outbound-allow", allowed],
-    )
-    .await
+/// A controller denying egress by default, which lets environments reach the allowed target
+/// (a pod's address: pod CIDRs are denied by default), with [`targets_off_the_node`].
+async fn set_up(
+    prefix: &str,
+) -> Option<(
+    Harness,
+    TestNamespace,
+    [(&'static str, String, u16); 4],
+    String,
+)> {
+    let client = cluster::client().await?;
+    let (other, targets, allowed) = targets_off_the_node(&client).await;
+    let args = ["--execution-egress", "deny", "--outbound-allow", &allowed];
+    let harness = Harness::start_with_controller_args(prefix, &args).await?;
+    Some((harness, other, targets, allowed))
 }
+
+/// What a prober reaches with nothing allowed, and with only the allowed target.
+const NOTHING: [&str; 4] = [
+    "pod=unreachable",
+    "service=unreachable",
+    "unlisted=unreachable",
+    "allowed=unreachable",
+];
+const ONLY_THE_ALLOWED: [&str; 4] = [
+    "pod=unreachable",
+    "service=unreachable",
+    "unlisted=unreachable",
+    "allowed=allowed",
+];
 
 /// An agent that tries each `(name, host, port)` once the policy enforcer has seen its pod,
 /// and prints `name=<last line of the answer>` or `name=unreachable` for each.
@@ -106,11 +127,7 @@ fn prober_script(targets: &[(&str, String, u16)]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() {
-    let Some(client) = cluster::client().await else {
-        return;
-    };
-    let (other, targets, allow_back) = targets_off_the_node(&client).await;
-    let Some(harness) = denying_harness("egress", &allow_back).await else {
+    let Some((harness, other, targets, allow_back)) = set_up("egress").await else {
         return;
     };
     harness
@@ -159,22 +176,12 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
     }
     assert_eq!(
         reached[0].lines().collect::<Vec<_>>(),
-        [
-            "pod=unreachable",
-            "service=unreachable",
-            "unlisted=unreachable",
-            "allowed=unreachable"
-        ],
+        NOTHING,
         "an environment that allows nothing: its results were still saved, through errand"
     );
     assert_eq!(
         reached[1].lines().collect::<Vec<_>>(),
-        [
-            "pod=unreachable",
-            "service=unreachable",
-            "unlisted=unreachable",
-            "allowed=allowed"
-        ],
+        ONLY_THE_ALLOWED,
         "an environment that allows one host and port"
     );
     assert_eq!(
@@ -210,11 +217,7 @@ async fn an_execution_reaches_only_dns_errand_and_what_its_environment_allows() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployments_pods_reach_only_what_its_environment_allows() {
-    let Some(client) = cluster::client().await else {
-        return;
-    };
-    let (other, targets, allow_back) = targets_off_the_node(&client).await;
-    let Some(harness) = denying_harness("egress-deploy", &allow_back).await else {
+    let Some((harness, other, targets, allow_back)) = set_up("egress-deploy").await else {
         return;
     };
     create_server_agent(&harness, "server").await;
@@ -256,22 +259,12 @@ async fn a_deployments_pods_reach_only_what_its_environment_allows() {
     }
     assert_eq!(
         reached[0].lines().collect::<Vec<_>>(),
-        [
-            "pod=unreachable",
-            "service=unreachable",
-            "unlisted=unreachable",
-            "allowed=unreachable"
-        ],
+        NOTHING,
         "a deployment whose environment allows nothing"
     );
     assert_eq!(
         reached[1].lines().collect::<Vec<_>>(),
-        [
-            "pod=unreachable",
-            "service=unreachable",
-            "unlisted=unreachable",
-            "allowed=allowed"
-        ],
+        ONLY_THE_ALLOWED,
         "a deployment whose environment allows one address and port"
     );
     harness.finish().await;
