@@ -509,6 +509,28 @@ fn a_deployed_deepagents_agent_answers_through_the_gateway_and_openais_client_fr
         );
     }
 
+    // Past its 32 connections (each held here without a request) one more is answered 503 at
+    // once, and a freed slot serves again.
+    let held: Vec<std::net::TcpStream> = (0..32)
+        .map(|_| std::net::TcpStream::connect(host).expect("a connection to the server"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut busy = String::new();
+    std::io::Read::read_to_string(
+        &mut std::net::TcpStream::connect(host).expect("one more connection"),
+        &mut busy,
+    )
+    .expect("the 503, then the server closes");
+    assert!(busy.starts_with("HTTP/1.1 503 "), "{busy}");
+    assert!(busy.contains("\"code\": \"overloaded\""), "{busy}");
+    drop(held);
+    let health = format!("GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let served = (0..40).any(|_| {
+        std::thread::sleep(Duration::from_millis(250));
+        exchange(&address, &health).starts_with("HTTP/1.1 200 ")
+    });
+    assert!(served, "a freed connection slot serves again");
+
     // OpenAI's own Python client against the agent server (the local backend has no standing
     // gateway listener): a completion validated strictly, streamed, async, and a refusal.
     let args = [

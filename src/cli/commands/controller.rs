@@ -615,6 +615,45 @@ mod tests {
     }
 
     #[test]
+    fn watched_namespaces_and_egress_rules_are_checked_and_named_when_bad() {
+        let set = parse(&[
+            "--watch-namespace=team-b,team-a",
+            "--watch-namespace=team-c",
+            "--execution-egress=deny",
+            r#"--execution-egress-allow={"to":[{"ipBlock":{"cidr":"192.0.2.10/32"}}],"ports":[{"port":9000}]}"#,
+        ])
+        .unwrap();
+        assert_eq!(set.watch_namespace, ["team-b", "team-a", "team-c"]);
+        assert_eq!(set.execution_egress, EgressDefault::Deny);
+        assert_eq!(set.execution_egress_allow.len(), 1);
+        assert_eq!(parse(&[]).unwrap().execution_egress, EgressDefault::Open);
+        for (bad, flag, says) in [
+            (
+                "--watch-namespace=team-a,Team_B",
+                "--watch-namespace",
+                "Team_B",
+            ),
+            ("--execution-egress=closed", "--execution-egress", "closed"),
+            (
+                "--execution-egress-allow={not json",
+                "--execution-egress-allow",
+                "key must be a string",
+            ),
+            (
+                r#"--execution-egress-allow={"ports":"all"}"#,
+                "--execution-egress-allow",
+                "invalid type",
+            ),
+        ] {
+            let error = parse(&[bad]).err().unwrap().to_string();
+            assert!(
+                error.contains(flag) && error.contains(says),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
     fn agent_pod_settings_are_checked_and_named_when_bad() {
         let set = parse(&[
             "--agent-image-pull-secret=platform-registry",
