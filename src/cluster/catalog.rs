@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::core::object::HasSpec;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -25,7 +26,7 @@ use crate::api::{
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
-    Catalog, ImageRun, InMemoryCatalog, InvalidSpec, RerunSource, Snapshot, StringRef,
+    Catalog, ClassKind, ImageRun, InMemoryCatalog, InvalidSpec, RerunSource, Snapshot, StringRef,
     WithFilesetPaths, mcp_secret_refs, merge_environment, subpath_digests,
 };
 
@@ -50,6 +51,8 @@ pub struct ClusterCatalog {
     pub filesets: Store<Fileset>,
     /// The path indexes pushed beside Fileset blobs.
     pub fileset_paths: FilesetPaths,
+    /// The RuntimeClass every agent pod runs under (`--execution-runtime-class`), if required.
+    pub required_runtime_class: Option<String>,
 }
 
 /// Path indexes by namespace and digest.
@@ -129,12 +132,12 @@ impl ClusterCatalog {
 }
 
 /// The caches plus what one execution names outside them, read for it: the key names of the
-/// Secrets it binds and whether its PriorityClass exists.
+/// Secrets it binds and whether the classes it may run under exist.
 struct WithSecrets<'a> {
     caches: &'a ClusterCatalog,
     namespace: &'a str,
     secrets: BTreeMap<String, BTreeSet<String>>,
-    priority_classes: BTreeMap<String, bool>,
+    classes: BTreeMap<(ClassKind, String), bool>,
 }
 
 impl Catalog for WithSecrets<'_> {
@@ -170,8 +173,12 @@ impl Catalog for WithSecrets<'_> {
             .map(|f| f.status.clone().unwrap_or_default())
     }
 
-    fn priority_class_exists(&self, name: &str) -> Option<bool> {
-        self.priority_classes.get(name).copied()
+    fn class_exists(&self, kind: ClassKind, name: &str) -> Option<bool> {
+        self.classes.get(&(kind, name.to_owned())).copied()
+    }
+
+    fn required_runtime_class(&self) -> Option<String> {
+        self.caches.required_runtime_class.clone()
     }
 }
 
@@ -186,6 +193,9 @@ pub async fn resolve(
 ) -> Result<Result<Snapshot, InvalidSpec>, ApiError> {
     if let Some(rerun) = &spec.rerun_of {
         let mut catalog = InMemoryCatalog::default();
+        if let Some(class) = &caches.required_runtime_class {
+            catalog = catalog.with_required_runtime_class(class);
+        }
         if let Some(source) = read_rerun_source(client, namespace, &rerun.name).await? {
             catalog = catalog.with_rerun_source(namespace, &rerun.name, source);
         }
@@ -212,16 +222,22 @@ pub async fn resolve(
             secrets.insert(name, keys);
         }
     }
-    let mut priority_classes = BTreeMap::new();
-    if let Some(class) = priority_class_name(cached_environment.as_ref()) {
-        let exists = priority_class_exists(client, class).await?;
-        priority_classes.insert(class.to_owned(), exists);
+    let runtimes = named_specs(caches.runtimes.state().iter().map(|r| r.as_ref()));
+    let named = named_classes(
+        cached_environment.as_ref(),
+        &runtimes,
+        caches.required_runtime_class.as_deref(),
+    );
+    let mut classes = BTreeMap::new();
+    for (kind, name) in named {
+        let exists = class_exists(client, kind, &name).await?;
+        classes.insert((kind, name), exists);
     }
     let catalog = WithSecrets {
         caches,
         namespace,
         secrets,
-        priority_classes,
+        classes,
     };
     let paths = caches
         .fileset_paths
@@ -234,7 +250,13 @@ pub async fn resolve(
     if let Ok(snapshot) = cached {
         return Ok(Ok(snapshot));
     }
-    let live = live_catalog(client, namespace, spec).await?;
+    let live = live_catalog(
+        client,
+        namespace,
+        spec,
+        caches.required_runtime_class.as_deref(),
+    )
+    .await?;
     let paths = caches
         .fileset_paths
         .load(namespace, subpath_digests(namespace, spec, &live))
@@ -318,15 +340,39 @@ fn signing_secret_name(spec: &AgentExecutionSpec) -> Option<String> {
     Some(webhook.signing_secret_ref.name.clone())
 }
 
-/// The PriorityClass an environment names, if it names one.
-fn priority_class_name(environment: Option<&AgentEnvironmentSpec>) -> Option<&str> {
-    environment?.compute.priority_class_name.as_deref()
+/// The classes a run's pod may name: the environment's, those of the AgentRuntimes its agent
+/// may pick, and the one the installation requires.
+fn named_classes(
+    environment: Option<&AgentEnvironmentSpec>,
+    runtimes: &[(String, AgentRuntimeSpec)],
+    required_runtime_class: Option<&str>,
+) -> BTreeSet<(ClassKind, String)> {
+    let computes = environment
+        .map(|e| &e.compute)
+        .into_iter()
+        .chain(runtimes.iter().filter_map(|(_, r)| r.compute.as_ref()));
+    let mut named: BTreeSet<(ClassKind, String)> = computes
+        .flat_map(|compute| {
+            ClassKind::ALL
+                .into_iter()
+                .filter_map(|kind| Some((kind, kind.named_in(compute)?.to_owned())))
+        })
+        .collect();
+    named.extend(required_runtime_class.map(|class| (ClassKind::Runtime, class.to_owned())));
+    named.retain(|(_, name)| crate::resolve::object_name(name).is_ok());
+    named
 }
 
-/// Whether PriorityClass `name` exists (PriorityClasses are cluster-scoped).
-async fn priority_class_exists(client: &Client, name: &str) -> Result<bool, ApiError> {
-    let class = get(Api::<PriorityClass>::all(client.clone()), name).await?;
-    Ok(class.is_some())
+/// Whether the `kind` class `name` exists (classes are cluster-scoped).
+async fn class_exists(client: &Client, kind: ClassKind, name: &str) -> Result<bool, ApiError> {
+    Ok(match kind {
+        ClassKind::Priority => get(Api::<PriorityClass>::all(client.clone()), name)
+            .await?
+            .is_some(),
+        ClassKind::Runtime => get(Api::<RuntimeClass>::all(client.clone()), name)
+            .await?
+            .is_some(),
+    })
 }
 
 /// The key names of a Secret (its values are dropped here, as the object arrives).
@@ -352,8 +398,12 @@ pub async fn live_catalog(
     client: &Client,
     namespace: &str,
     spec: &AgentExecutionSpec,
+    required_runtime_class: Option<&str>,
 ) -> Result<InMemoryCatalog, ApiError> {
     let mut catalog = InMemoryCatalog::default();
+    if let Some(class) = required_runtime_class {
+        catalog = catalog.with_required_runtime_class(class);
+    }
     let mut agent = spec.agent.clone();
     if let Some(reference) = &spec.agent_ref
         && let Some(found) = get(
@@ -408,11 +458,12 @@ pub async fn live_catalog(
             catalog = catalog.with_secret(namespace, &name, &pairs);
         }
     }
-    if let Some(class) = priority_class_name(environment.as_ref()) {
-        catalog = if priority_class_exists(client, class).await? {
-            catalog.with_priority_class(class)
+    let runtimes = catalog.runtimes();
+    for (kind, name) in named_classes(environment.as_ref(), &runtimes, required_runtime_class) {
+        catalog = if class_exists(client, kind, &name).await? {
+            catalog.with_class(kind, &name)
         } else {
-            catalog.without_priority_classes()
+            catalog.without_classes(kind)
         };
     }
     let workdir = spec.workdir.iter();

@@ -62,6 +62,9 @@ pub struct ControllerConfig {
     /// ServiceAccount of the pods whose environment names none (`None`: the namespace's
     /// `default`). No pod ever mounts its token.
     pub service_account_name: Option<String>,
+    /// The RuntimeClass every agent pod runs under; resolution refuses a run that names another
+    /// (`None`: each run's own).
+    pub required_runtime_class: Option<String>,
     /// `sizeLimit` of the workspace `emptyDir` (the staged and working directory).
     pub workspace_size_limit: Option<Quantity>,
     /// `sizeLimit` of the scratch `emptyDir` (input, response, logs, artifacts, spooled uploads).
@@ -188,6 +191,7 @@ impl ControllerConfig {
             default_ttl_seconds_after_finished: None,
             image_pull_secrets: Vec::new(),
             service_account_name: None,
+            required_runtime_class: None,
             workspace_size_limit: None,
             scratch_size_limit: None,
             store_sweep: None,

@@ -14,7 +14,9 @@ use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExtension, AgentExtensionSpec,
     AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset, FilesetStatus,
 };
-use crate::resolve::{Catalog, ImageRun, InvalidValue, RerunSource, namespace_name, object_name};
+use crate::resolve::{
+    Catalog, ClassKind, ImageRun, InvalidValue, RerunSource, namespace_name, object_name,
+};
 
 /// The kinds of object the local catalog keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -413,8 +415,8 @@ impl Catalog for LocalCatalog {
         self.read(namespace, ObjectKind::Fileset, name)
     }
 
-    /// A local run has no scheduler, so a PriorityClass is neither needed nor known.
-    fn priority_class_exists(&self, _name: &str) -> Option<bool> {
+    /// A local run has no scheduler or container runtime choice, so no class is known.
+    fn class_exists(&self, _kind: ClassKind, _name: &str) -> Option<bool> {
         None
     }
 

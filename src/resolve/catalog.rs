@@ -31,15 +31,66 @@ pub trait Catalog {
         let _ = (namespace, digest);
         None
     }
-    /// Whether PriorityClass `name` exists; `None` when this catalog cannot tell (the local
-    /// backend, which schedules nothing, knows no PriorityClasses).
-    fn priority_class_exists(&self, name: &str) -> Option<bool>;
+    /// Whether the `kind` class `name` exists; `None` when this catalog cannot tell (the local
+    /// backend, which schedules nothing, knows no classes).
+    fn class_exists(&self, kind: ClassKind, name: &str) -> Option<bool>;
+    /// The RuntimeClass this installation runs every agent pod under (the chart's
+    /// `agentPods.runtimeClassName`), if it requires one.
+    fn required_runtime_class(&self) -> Option<String> {
+        None
+    }
     /// What execution `name` in `namespace` left for a rerun (its snapshot, the digest it
     /// recorded, its image); `None` when there is no such execution. The cluster's caches do
     /// not hold snapshots: `cluster::catalog::resolve` reads a rerun's source live.
     fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {
         let _ = (namespace, name);
         None
+    }
+}
+
+/// A cluster-scoped class a pod names in its compute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ClassKind {
+    /// A PriorityClass (`compute.priorityClassName`).
+    Priority,
+    /// A RuntimeClass (`compute.runtimeClassName`).
+    Runtime,
+}
+
+impl ClassKind {
+    /// Both kinds.
+    pub const ALL: [ClassKind; 2] = [ClassKind::Priority, ClassKind::Runtime];
+
+    /// The kind's Kubernetes name.
+    pub fn kind(self) -> &'static str {
+        match self {
+            ClassKind::Priority => "PriorityClass",
+            ClassKind::Runtime => "RuntimeClass",
+        }
+    }
+
+    /// The compute field that names one.
+    pub fn field(self) -> &'static str {
+        match self {
+            ClassKind::Priority => "priorityClassName",
+            ClassKind::Runtime => "runtimeClassName",
+        }
+    }
+
+    /// The resource `kubectl get` lists them with.
+    pub fn resource(self) -> &'static str {
+        match self {
+            ClassKind::Priority => "priorityclasses",
+            ClassKind::Runtime => "runtimeclasses",
+        }
+    }
+
+    /// The class of this kind that `compute` names.
+    pub fn named_in(self, compute: &crate::api::Compute) -> Option<&str> {
+        match self {
+            ClassKind::Priority => compute.priority_class_name.as_deref(),
+            ClassKind::Runtime => compute.runtime_class_name.as_deref(),
+        }
     }
 }
 
@@ -88,8 +139,12 @@ impl Catalog for WithFilesetPaths<'_> {
         self.inner.fileset(namespace, name)
     }
 
-    fn priority_class_exists(&self, name: &str) -> Option<bool> {
-        self.inner.priority_class_exists(name)
+    fn class_exists(&self, kind: ClassKind, name: &str) -> Option<bool> {
+        self.inner.class_exists(kind, name)
+    }
+
+    fn required_runtime_class(&self) -> Option<String> {
+        self.inner.required_runtime_class()
     }
 
     fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
@@ -120,8 +175,9 @@ pub struct InMemoryCatalog {
     secrets: BTreeMap<Key, BTreeMap<String, String>>,
     filesets: BTreeMap<Key, FilesetStatus>,
     fileset_paths: BTreeMap<Key, Arc<PathIndex>>,
-    /// The cluster's PriorityClasses, once one was added (until then, unknown).
-    priority_classes: Option<BTreeSet<String>>,
+    /// The cluster's classes of each kind, once one was added (until then, unknown).
+    classes: BTreeMap<ClassKind, BTreeSet<String>>,
+    required_runtime_class: Option<String>,
     reruns: BTreeMap<Key, RerunSource>,
 }
 
@@ -179,17 +235,24 @@ impl InMemoryCatalog {
         self
     }
 
-    /// Adds a PriorityClass; from then on the catalog knows which exist.
-    pub fn with_priority_class(mut self, name: &str) -> Self {
-        self.priority_classes
-            .get_or_insert_with(BTreeSet::new)
+    /// Adds a `kind` class; from then on the catalog knows which of that kind exist.
+    pub fn with_class(mut self, kind: ClassKind, name: &str) -> Self {
+        self.classes
+            .entry(kind)
+            .or_default()
             .insert(name.to_owned());
         self
     }
 
-    /// Knows the cluster's PriorityClasses, and none exists (yet).
-    pub fn without_priority_classes(mut self) -> Self {
-        self.priority_classes.get_or_insert_with(BTreeSet::new);
+    /// Knows the cluster's `kind` classes, and none exists (yet).
+    pub fn without_classes(mut self, kind: ClassKind) -> Self {
+        self.classes.entry(kind).or_default();
+        self
+    }
+
+    /// Requires every run to use RuntimeClass `name`.
+    pub fn with_required_runtime_class(mut self, name: &str) -> Self {
+        self.required_runtime_class = Some(name.to_owned());
         self
     }
 
@@ -237,10 +300,14 @@ impl Catalog for InMemoryCatalog {
         self.fileset_paths.get(&key(namespace, digest)).cloned()
     }
 
-    fn priority_class_exists(&self, name: &str) -> Option<bool> {
-        self.priority_classes
-            .as_ref()
+    fn class_exists(&self, kind: ClassKind, name: &str) -> Option<bool> {
+        self.classes
+            .get(&kind)
             .map(|classes| classes.contains(name))
+    }
+
+    fn required_runtime_class(&self) -> Option<String> {
+        self.required_runtime_class.clone()
     }
 
     fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {

@@ -5,6 +5,7 @@
 
 mod budget;
 mod catalog;
+mod classes;
 mod compute;
 pub mod conditions;
 mod config_schema;
@@ -38,7 +39,7 @@ use crate::api::{
 };
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
-pub use catalog::{Catalog, InMemoryCatalog, WithFilesetPaths};
+pub use catalog::{Catalog, ClassKind, InMemoryCatalog, WithFilesetPaths};
 pub use compute::{InvalidLabel, label_key, label_value};
 pub use config_schema::{SCHEMA_KEYWORDS, SCHEMA_TYPES, check_schema, validate as validate_config};
 pub use deployment::{as_execution_spec, resolve_deployment, source_digest};
@@ -82,7 +83,14 @@ pub fn resolve_execution(
     notify::check_notify(namespace, spec, catalog, &mut problems);
     if let Some(rerun) = &spec.rerun_of {
         let source = catalog.rerun_source(namespace, &rerun.name);
-        return problems.finish_with(resolve_rerun(namespace, spec, source.as_ref()));
+        let rerun = resolve_rerun(namespace, spec, source.as_ref()).map(|mut snapshot| {
+            // A rerun replays its snapshot, under the isolation the installation requires now.
+            if let Some(class) = catalog.required_runtime_class() {
+                snapshot.compute.runtime_class_name = Some(class);
+            }
+            snapshot
+        });
+        return problems.finish_with(rerun);
     }
     let agent = resolve_agent(namespace, spec, catalog, &mut problems);
     let environment = resolve_environment(namespace, spec, catalog, &mut problems);
@@ -98,7 +106,7 @@ pub fn resolve_execution(
     // Secret bindings are checked even when the agent is unusable, so one rejection lists
     // every problem; only the merged config needs both halves.
     let secrets = match &environment {
-        Some((environment_name, environment)) => secrets::environment_secrets(
+        Some((environment_name, environment, _)) => secrets::environment_secrets(
             namespace,
             environment,
             environment_name.as_deref(),
@@ -107,7 +115,8 @@ pub fn resolve_execution(
         ),
         None => Vec::new(),
     };
-    let (Some((agent_name, agent)), Some((environment_name, environment))) = (agent, environment)
+    let (Some((agent_name, agent)), Some((environment_name, environment, environment_prefix))) =
+        (agent, environment)
     else {
         // A missing agent or environment has always been reported as a problem.
         return Err(problems.into_error());
@@ -118,7 +127,17 @@ pub fn resolve_execution(
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
     let secrets = secrets::with_mcp_secrets(namespace, secrets, &config, catalog, &mut problems);
-    let runtime_defaults = agent.picked.as_ref().and_then(|p| p.spec.compute.as_ref());
+    let runtime = agent.picked.as_ref().and_then(|picked| {
+        let compute = picked.spec.compute.as_ref()?;
+        Some((picked.name.as_str(), compute))
+    });
+    let compute = classes::placed_compute(
+        environment.compute,
+        &environment_prefix,
+        runtime,
+        catalog,
+        &mut problems,
+    );
 
     let snapshot = Snapshot {
         version: SNAPSHOT_VERSION.to_owned(),
@@ -131,7 +150,7 @@ pub fn resolve_execution(
         environment: environment_name,
         config,
         secrets,
-        compute: with_runtime_defaults(environment.compute, runtime_defaults),
+        compute,
         egress,
         workdir,
         input: spec.input.clone(),
@@ -338,15 +357,15 @@ fn check_env_object(env: &Value, field: &str, problems: &mut Problems) {
     }
 }
 
-/// The environment's name (when referenced) and spec; an execution without one gets an empty
-/// environment. An environment with problems of its own is still returned (its problems are
+/// The environment's name (when referenced), spec and the prefix of problems about its fields;
+/// an execution without one gets an empty environment. An environment with problems of its own is still returned (its problems are
 /// recorded), so its secret bindings are checked too.
 fn resolve_environment(
     namespace: &str,
     spec: &AgentExecutionSpec,
     catalog: &dyn Catalog,
     problems: &mut Problems,
-) -> Option<(Option<String>, AgentEnvironmentSpec)> {
+) -> Option<(Option<String>, AgentEnvironmentSpec, String)> {
     let (name, environment, prefix) = match (&spec.environment_ref, &spec.environment) {
         (Some(_), Some(_)) => {
             problems.push(
@@ -386,29 +405,16 @@ fn resolve_environment(
         &environment.egress,
         &format!("{prefix}.egress"),
     ));
-    let compute_problems = compute::compute(&environment.compute, &format!("{prefix}.compute"));
-    let class_readable = compute_problems
-        .iter()
-        .all(|p| !p.field.ends_with(".priorityClassName"));
-    problems.extend(compute_problems);
-    if let Some(class) = environment.compute.priority_class_name.as_deref()
-        && class_readable
-        && catalog.priority_class_exists(class) == Some(false)
-    {
-        problems.push(
-            format!("{prefix}.compute.priorityClassName"),
-            format!(
-                "PriorityClass {class:?} not found (PriorityClasses are cluster-wide; \
-                 `kubectl get priorityclasses` lists them)"
-            ),
-        );
-    }
+    problems.extend(compute::compute(
+        &environment.compute,
+        &format!("{prefix}.compute"),
+    ));
     for name in environment.overlay.env.keys() {
         if let Err(message) = rules::env_name(name) {
             problems.push(format!("{prefix}.overlay.env.{name}"), message);
         }
     }
-    Some((name, environment))
+    Some((name, environment, prefix))
 }
 
 /// The workdir plan with each Fileset pinned to its current digest.

@@ -213,6 +213,7 @@ pub async fn run(
         extensions,
         filesets,
         fileset_paths: FilesetPaths::from_store(options.results.clone()),
+        required_runtime_class: options.config.required_runtime_class.clone(),
     };
 
     if let Some(address) = options.listen {

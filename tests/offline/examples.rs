@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use errand::api::{AgentSchedule, FilesetStatus};
 use errand::local::{ManifestObject, parse_manifests};
-use errand::resolve::{InMemoryCatalog, Problem, admit_creation, resolve_execution, schedule};
+use errand::resolve::{
+    ClassKind, InMemoryCatalog, Problem, admit_creation, resolve_execution, schedule,
+};
 use jiff::Timestamp;
 
 const NS: &str = "team-a";
@@ -30,10 +32,11 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 
 /// A namespace holding every object the valid examples define, and both Filesets pushed.
 fn example_catalog() -> InMemoryCatalog {
-    // A cluster with Kubernetes' own PriorityClasses only.
+    // A cluster with Kubernetes' own PriorityClasses and the test node's RuntimeClass only.
     let mut catalog = InMemoryCatalog::default()
-        .with_priority_class("system-cluster-critical")
-        .with_priority_class("system-node-critical");
+        .with_class(ClassKind::Priority, "system-cluster-critical")
+        .with_class(ClassKind::Priority, "system-node-critical")
+        .with_class(ClassKind::Runtime, "gvisor");
     for file in [
         "calculator/agent.yaml",
         "environment/secret.yaml",
@@ -161,7 +164,7 @@ fn the_example_schedule_is_valid() {
 fn every_invalid_example_is_refused_naming_its_field() {
     let catalog = example_catalog();
     let files = yaml_files(&repo().join("examples/invalid"));
-    assert_eq!(files.len(), 24, "the bad inputs of the admission rules");
+    assert_eq!(files.len(), 25, "the bad inputs of the admission rules");
     for path in files {
         let field = refused_field(&path);
         if let Some(schedule) = schedule_in(&path) {

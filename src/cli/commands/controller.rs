@@ -101,6 +101,11 @@ pub struct ControllerArgs {
     /// `default`). Its token is never mounted.
     #[arg(long, value_name = "NAME", value_parser = agent_object_name)]
     pub agent_service_account: Option<String>,
+    /// The RuntimeClass every agent pod runs under (for example `gvisor`), executions and
+    /// AgentDeployments alike: one whose environment or AgentRuntime names another is refused
+    /// at create (unset: each run's own, or the node's default runtime).
+    #[arg(long, env = "ERRAND_EXECUTION_RUNTIME_CLASS", value_name = "NAME", value_parser = agent_object_name)]
+    pub execution_runtime_class: Option<String>,
     /// `sizeLimit` of each execution's workspace `emptyDir`, as in `20Gi` (unset: none).
     #[arg(long, value_name = "SIZE", value_parser = crate::controller::config::parse_size_limit)]
     pub workspace_size_limit: Option<Quantity>,
@@ -443,6 +448,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
     config.default_ttl_seconds_after_finished = args.default_ttl_seconds_after_finished;
     config.image_pull_secrets = args.agent_image_pull_secrets;
     config.service_account_name = args.agent_service_account;
+    config.required_runtime_class = args.execution_runtime_class;
     config.workspace_size_limit = args.workspace_size_limit;
     config.scratch_size_limit = args.scratch_size_limit;
     config.store_sweep = store_sweep;

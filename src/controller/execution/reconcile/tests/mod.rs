@@ -230,6 +230,7 @@ fn context_from(
         extensions: filled(Vec::<AgentExtension>::new()),
         filesets: filled(Vec::<Fileset>::new()),
         fileset_paths: Default::default(),
+        required_runtime_class: None,
     };
     let recorder = Recorder::new(
         client.clone(),
