@@ -1465,3 +1465,23 @@ fn a_gateway_command_names_what_it_misses() {
         "{answer}"
     );
 }
+
+#[test]
+fn crds_out_dir_creates_the_directory_and_a_file_in_the_way_is_named() {
+    let home = Home::new();
+    let dir = home.path().join("generated/crds");
+    let output = home.run(&["crds", "--out-dir", dir.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let written = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(written, errand::api::crds::all().len());
+
+    let blocked = home.write("not-a-directory", "x").join("crds");
+    let output = home.run(&["crds", "--out-dir", blocked.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot create the output directory")
+            && stderr.contains(blocked.to_str().unwrap()),
+        "{stderr}"
+    );
+}

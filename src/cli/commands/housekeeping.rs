@@ -128,7 +128,8 @@ pub fn print_completions(shell: clap_complete::Shell) {
 /// Flags of `errand crds`.
 #[derive(Debug, clap::Args)]
 pub struct CrdsArgs {
-    /// Write `<plural>.errand.dev.yaml` files into this directory instead of printing.
+    /// Write `<plural>.errand.dev.yaml` files into this directory (created when missing)
+    /// instead of printing.
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
 }
@@ -148,6 +149,15 @@ fn print_crds(out_dir: Option<&Path>) -> Result<(), Error> {
         crate::cli::output::write_stdout(&crate::api::crds::all_yaml().map_err(render_error)?);
         return Ok(());
     };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Error::new(
+            ErrorCode::IoError,
+            format!(
+                "cannot create the output directory {}: {e}; pass --out-dir a directory you can write",
+                dir.display()
+            ),
+        )
+    })?;
     for (file, crd) in crate::api::crds::all() {
         let path = dir.join(file);
         let yaml = crate::api::crds::to_yaml(&crd).map_err(render_error)?;
