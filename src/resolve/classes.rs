@@ -28,10 +28,10 @@ impl Origin<'_> {
 }
 
 /// The compute a run's pod uses: `environment`'s (its fields at `prefix.compute`) over the
-/// defaults of the picked `runtime` (name and compute), with the RuntimeClass the installation
-/// requires ([`Catalog::required_runtime_class`]) or else the one the runtime names. A RuntimeClass
-/// the environment names that differs from a required one, and a class the cluster lacks, are
-/// problems.
+/// defaults of the picked `runtime` (name and compute), with the RuntimeClass required by the
+/// installation ([`Catalog::required_runtime_class`]), else by the runtime, else the
+/// environment's. A RuntimeClass named below the one required that differs from it, and a class
+/// the cluster lacks, are problems at the field that named it.
 pub(super) fn placed_compute(
     environment: Compute,
     prefix: &str,
@@ -39,52 +39,45 @@ pub(super) fn placed_compute(
     catalog: &dyn Catalog,
     problems: &mut Problems,
 ) -> Compute {
-    let required = catalog.required_runtime_class();
-    let by_runtime = runtime.and_then(|(name, compute)| {
-        let class = compute.runtime_class_name.as_deref()?;
-        Some((name, class))
-    });
-    let by_environment = environment.runtime_class_name.clone();
-    let (required_class, requirer) = match (&required, by_runtime) {
-        (Some(class), _) => (Some(class.as_str()), Origin::Installation),
-        (None, Some((name, class))) => (Some(class), Origin::Runtime(name)),
-        (None, None) => (None, Origin::Installation),
+    let runtime_origin = runtime.map_or(Origin::Installation, |(name, _)| Origin::Runtime(name));
+    let required = catalog
+        .required_runtime_class()
+        .map(|class| (Origin::Installation, class));
+    // Who names each class, strongest first.
+    let claims = |kind: ClassKind| -> Vec<(Origin<'_>, String)> {
+        let by_environment = kind
+            .named_in(&environment)
+            .map(|class| (Origin::Environment(prefix), class.to_owned()));
+        let by_runtime = runtime
+            .and_then(|(_, compute)| kind.named_in(compute))
+            .map(|class| (runtime_origin, class.to_owned()));
+        match kind {
+            ClassKind::Runtime => vec![required.clone(), by_runtime, by_environment],
+            ClassKind::Priority => vec![by_environment, by_runtime],
+        }
+        .into_iter()
+        .flatten()
+        .collect()
     };
-    if let Some(required) = required_class {
-        let named = [
-            (Origin::Environment(prefix), by_environment.as_deref()),
-            (
-                by_runtime.map_or(Origin::Installation, |(name, _)| Origin::Runtime(name)),
-                by_runtime.map(|(_, class)| class),
-            ),
-        ];
-        for (origin, class) in named {
-            if let Some(class) = class.filter(|class| *class != required) {
+    let claims = ClassKind::ALL.map(|kind| (kind, claims(kind)));
+    let mut compute = with_runtime_defaults(environment, runtime.map(|(_, compute)| compute));
+    for (kind, claims) in claims {
+        let Some(((origin, class), weaker)) = claims.split_first() else {
+            continue;
+        };
+        if kind == ClassKind::Runtime {
+            for (other, named) in weaker.iter().filter(|(_, named)| named != class) {
                 problems.push(
-                    origin.field(ClassKind::Runtime),
+                    other.field(kind),
                     format!(
-                        "RuntimeClass {class:?} is not allowed: {} runs its agents under \
-                         RuntimeClass {required:?}; remove the field or set it to {required:?}",
-                        requirer_name(requirer)
+                        "RuntimeClass {named:?} is not allowed: {} runs its agents under \
+                         RuntimeClass {class:?}; remove the field or set it to {class:?}",
+                        requirer_name(*origin)
                     ),
                 );
             }
+            compute.runtime_class_name = Some(class.clone());
         }
-    }
-    let environment_named = ClassKind::ALL.map(|kind| kind.named_in(&environment).is_some());
-    let mut compute = with_runtime_defaults(environment, runtime.map(|(_, compute)| compute));
-    if let Some(required) = required_class {
-        compute.runtime_class_name = Some(required.to_owned());
-    }
-    for (kind, environment_named) in ClassKind::ALL.into_iter().zip(environment_named) {
-        let Some(class) = kind.named_in(&compute) else {
-            continue;
-        };
-        let origin = match (kind, required_class) {
-            (ClassKind::Runtime, Some(_)) if by_environment.as_deref() != Some(class) => requirer,
-            _ if environment_named => Origin::Environment(prefix),
-            _ => runtime.map_or(Origin::Installation, |(name, _)| Origin::Runtime(name)),
-        };
         if object_name(class).is_ok() && catalog.class_exists(kind, class) == Some(false) {
             let kind_name = kind.kind();
             problems.push(
@@ -159,15 +152,15 @@ mod tests {
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(
             problems[0].starts_with(
-                "spec.environment.compute.runtimeClassName: RuntimeClass \"runc\" is not allowed: \
-                 this installation (the chart's agentPods.runtimeClassName) runs its agents under \
-                 RuntimeClass \"gvisor\"; remove the field or set it to \"gvisor\""
+                "AgentRuntime \"deep\" spec.compute.runtimeClassName: RuntimeClass \"kata\""
             ),
             "{problems:?}"
         );
         assert!(
             problems[1].starts_with(
-                "AgentRuntime \"deep\" spec.compute.runtimeClassName: RuntimeClass \"kata\""
+                "spec.environment.compute.runtimeClassName: RuntimeClass \"runc\" is not allowed: \
+                 this installation (the chart's agentPods.runtimeClassName) runs its agents under \
+                 RuntimeClass \"gvisor\"; remove the field or set it to \"gvisor\""
             ),
             "{problems:?}"
         );
