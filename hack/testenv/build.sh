@@ -10,6 +10,7 @@
 #   (tools/etcd/cmd/otelcol), in one `go build`: they share gRPC, protobuf and
 #   the OpenTelemetry SDK.
 # - tools/netpol: kube-network-policies, the NetworkPolicy enforcer (its lines here do not count in the others' digests: lib.sh).
+# - tools/gvisor: gVisor's runsc and containerd-shim-runsc-v1, patched at build time (recipe: tools/gvisor/recipe.sh; no gvisor line here counts in the others' digests).
 # Binaries are cached outside the repository, keyed by version and by the
 # modules' digest (see lib.sh), so a warm run only checks the cache. Prints
 # the bin directories when done.
@@ -125,24 +126,31 @@ build_etcd() {
 }
 
 build_netpol() { go_build kube-network-policies netpol "$NETPOL_BIN_DIR" "-s -w" "" ./cmd/kube-network-policies; }
+# shellcheck source=hack/testenv/tools/gvisor/recipe.sh # defines build_gvisor
+source "$TESTENV_TOOLS_DIR/gvisor/recipe.sh"
 mkdir -p "$TESTENV_CACHE_DIR"
 total_start=$(date +%s)
 build_cluster_tools
 build_etcd
 build_netpol
+build_gvisor
 log "all binaries ready in $(($(date +%s) - total_start))s"
 for b in "${TOOLS_BINARIES[@]}"; do
   [[ -x "$TOOLS_BIN_DIR/$b" ]] || die "$TOOLS_BIN_DIR/$b was not built"
 done
 [[ -x "$ETCD_BIN_DIR/otelcol" ]] || die "$ETCD_BIN_DIR/otelcol was not built"
 [[ -x "$NETPOL_BIN_DIR/kube-network-policies" ]] || die "$NETPOL_BIN_DIR/kube-network-policies was not built"
+for gvisor_binary in runsc containerd-shim-runsc-v1; do [[ -x "$GVISOR_BIN_DIR/$gvisor_binary" ]] || die "$GVISOR_BIN_DIR/$gvisor_binary was not built"; done
 "$TOOLS_BIN_DIR/kube-apiserver" --version >&2
 etcd_version=$("$ETCD_BIN_DIR/etcd" --version)
 echo "${etcd_version%%$'\n'*}" >&2
 "$ETCD_BIN_DIR/otelcol" --version >&2
 "$TOOLS_BIN_DIR/helm" version --short >&2
+gvisor_version=$("$GVISOR_BIN_DIR/runsc" --version)
+echo "${gvisor_version%%$'\n'*}" >&2 # gvisor: runsc's first line
 # Not `| head -n 1`: under pipefail, head closing the pipe early fails the script (SIGPIPE, 141).
 coredns_version=$("$TOOLS_BIN_DIR/coredns" -version)
 echo "${coredns_version%%$'\n'*}" >&2
 printf '%s\n' "$TOOLS_BIN_DIR" "$ETCD_BIN_DIR"
 printf '%s\n' "$NETPOL_BIN_DIR"
+printf '%s\n' "$GVISOR_BIN_DIR"

@@ -82,8 +82,10 @@ stop containerd witness-node kube-scheduler kube-controller-manager kube-apiserv
 stop etcd
 
 # Anything of ours still running: containers left in the kubelet's pod
-# cgroups (killed outright: their pod is gone) and containerd shims (their
-# command lines name our containerd socket).
+# cgroups (killed outright: their pod is gone), containerd shims (their
+# command lines name our containerd socket) and gVisor's runsc processes
+# (their command lines name the runsc state under $S: a sandbox or gofer is
+# in its pod's cgroups and goes with it, but none may outlive the cluster).
 pod_processes=()
 for procs in /sys/fs/cgroup/pids/kubepods/cgroup.procs /sys/fs/cgroup/pids/kubepods/*/cgroup.procs \
   /sys/fs/cgroup/pids/kubepods/*/*/cgroup.procs /sys/fs/cgroup/pids/kubepods/*/*/*/cgroup.procs; do
@@ -96,12 +98,13 @@ fi
 shims=()
 for proc in /proc/[0-9]*; do
   pid=${proc#/proc/}
-  if pid_alive "$pid" && [[ "$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null)" == *"-address $CONTAINERD_SOCKET"* ]]; then
+  cmdline=$(tr '\0' ' ' <"$proc/cmdline" 2>/dev/null) || continue
+  if pid_alive "$pid" && [[ "$cmdline" == *"-address $CONTAINERD_SOCKET"* || "$cmdline" == *"--root=$S/containerd/runsc/"* ]]; then
     shims+=("$pid")
   fi
 done
 if ((${#shims[@]})); then
-  log "stopping leftover containerd shims: ${shims[*]}"
+  log "stopping leftover containerd shims and gVisor processes: ${shims[*]}"
   stop_pids "${shims[@]}"
 fi
 

@@ -8,25 +8,33 @@ TESTENV_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TESTENV_TOOLS_DIR="$TESTENV_DIR/tools"
 REPO_ROOT=$(cd "$TESTENV_DIR/../.." && pwd)
 
-# The version a tools module pins for MODULE, e.g. module_version cluster k8s.io/kubernetes.
+# The version a tools module pins for MODULE, e.g. module_version cluster k8s.io/kubernetes
+# (in a require block, or on a require line of its own as go mod tidy writes a
+# module's only direct requirement).
 module_version() {
-  awk -v m="$2" '$1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$TESTENV_TOOLS_DIR/$1/go.mod"
+  awk -v m="$2" '$1 == "require" && NF >= 3 { $0 = $2 " " $3 } $1 == m && $2 ~ /^v[0-9]/ { print $2; exit }' "$TESTENV_TOOLS_DIR/$1/go.mod"
 }
 
-# A short digest of a tools module (go.mod, go.sum and its own Go sources) and
-# of build.sh: part of the cache key, so a change of pins, replace lines, a
-# tool's source or build flags rebuilds even at the same versions. The lines of
-# build.sh that name netpol build only tools/netpol and are left out of the
-# other modules' digests: adding that small tool (or changing its recipe) must
-# not rebuild every Kubernetes binary.
+# A short digest of a tools module (go.mod, go.sum, its own Go sources and, for
+# gvisor, its build recipe and patches) and of build.sh: part of the cache key,
+# so a change of pins, replace lines, a tool's source or build flags rebuilds
+# even at the same versions. The lines of build.sh that name netpol build only
+# tools/netpol, and those that name gvisor only tools/gvisor: each set counts in
+# its own module's digest alone, so adding or changing one of those tools never
+# rebuilds every Kubernetes binary (or the other tool).
 module_digest() {
   local recipe
-  if [[ "$1" == netpol ]]; then recipe=$(cat "$TESTENV_DIR/build.sh"); else recipe=$(grep -iv netpol "$TESTENV_DIR/build.sh"); fi
+  case "$1" in
+    netpol) recipe=$(grep -iv gvisor "$TESTENV_DIR/build.sh") ;;
+    gvisor) recipe=$(grep -iv netpol "$TESTENV_DIR/build.sh") ;;
+    *) recipe=$(grep -iv -e netpol -e gvisor "$TESTENV_DIR/build.sh") ;;
+  esac
   (cd "$TESTENV_TOOLS_DIR/$1" && printf '%s\n' "$recipe" &&
-    find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | xargs cat) | sha256sum | cut -c1-12
+    find . -name '*.go' -o -name go.mod -o -name go.sum -o -name '*.sh' -o -name '*.patch' | LC_ALL=C sort | xargs cat) |
+    sha256sum | cut -c1-12
 }
 
-# Three Go modules pin everything the test cluster runs. tools/cluster: the
+# Four Go modules pin everything the test cluster runs. tools/cluster: the
 # Kubernetes binaries (kube-proxy included), helm, CoreDNS (a trimmed main in
 # tools/cluster/cmd/coredns), local-path-provisioner, Kueue and the fake GPU
 # device plugin and the witness node (tools/cluster/cmd/), which share client-go and
@@ -46,6 +54,9 @@ KUEUE_VERSION=$(module_version cluster sigs.k8s.io/kueue)
 ETCD_VERSION=$(module_version etcd go.etcd.io/etcd/server/v3)
 OTELCOL_VERSION=$(module_version etcd go.opentelemetry.io/collector/otelcol)
 NETPOL_VERSION=$(module_version netpol sigs.k8s.io/kube-network-policies)
+# tools/gvisor: gVisor's runsc and containerd shim, the test node's `gvisor`
+# RuntimeClass (up.sh), with the patches the shim needs for containerd 1.6.
+GVISOR_VERSION=$(module_version gvisor gvisor.dev/gvisor)
 
 # Binaries live outside the repository, keyed by version and digest, so every
 # checkout on this machine (and every CI run on it) reuses them.
@@ -53,6 +64,7 @@ TESTENV_CACHE_DIR="${ERRAND_CACHE_DIR:-/var/cache/errand}/testenv"
 TOOLS_BIN_DIR="$TESTENV_CACHE_DIR/cluster-$K8S_VERSION-$(module_digest cluster)/bin"
 ETCD_BIN_DIR="$TESTENV_CACHE_DIR/etcd-$ETCD_VERSION-$(module_digest etcd)/bin"
 NETPOL_BIN_DIR="$TESTENV_CACHE_DIR/kube-network-policies-$NETPOL_VERSION-$(module_digest netpol)/bin"
+GVISOR_BIN_DIR="$TESTENV_CACHE_DIR/gvisor-$GVISOR_VERSION-$(module_digest gvisor)/bin"
 K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl)
 TOOLS_BINARIES=("${K8S_BINARIES[@]}" helm coredns local-path-provisioner kueue fake-gpu-plugin witness-node)
 

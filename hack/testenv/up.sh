@@ -3,12 +3,13 @@
 # cached: etcd, kube-apiserver, kube-controller-manager and kube-scheduler, and
 # one real node (containerd + runc + bridge CNI + kubelet + kube-proxy in
 # iptables mode + kube-network-policies enforcing NetworkPolicies + a fake GPU
-# device plugin), then the cluster add-ons
-# (addons/): CoreDNS behind the kube-dns Service and local-path-provisioner as
-# the default StorageClass. Waits until the node is Ready, DNS answers, the
-# provisioner runs and the default ServiceAccount exists, then prints the
-# admin kubeconfig path. Idempotent: a healthy environment is left as it
-# is; a partial one is torn down (down.sh) and started again.
+# device plugin, and gVisor as the RuntimeClass "gvisor"), then the cluster
+# add-ons (addons/): CoreDNS behind the kube-dns Service, local-path-provisioner
+# as the default StorageClass and the RuntimeClass. Waits until the node is
+# Ready, DNS answers, the provisioner runs and the default ServiceAccount
+# exists, then prints the admin kubeconfig path. Idempotent: a healthy
+# environment is left as it is; a partial one is torn down (down.sh) and
+# started again.
 #
 # Needs root (the kubelet and containerd manage mounts, cgroups and network
 # namespaces) and the Debian packages hack/test.sh installs.
@@ -29,8 +30,11 @@ done
 [[ -x "$ETCD_BIN_DIR/etcd" ]] || die "$ETCD_BIN_DIR/etcd is missing: run bash hack/testenv/build.sh first"
 [[ -x "$NETPOL_BIN_DIR/kube-network-policies" ]] ||
   die "$NETPOL_BIN_DIR/kube-network-policies is missing: run bash hack/testenv/build.sh first"
+for b in runsc containerd-shim-runsc-v1; do
+  [[ -x "$GVISOR_BIN_DIR/$b" ]] || die "$GVISOR_BIN_DIR/$b is missing: run bash hack/testenv/build.sh first"
+done
 # Keeps build.sh of another checkout from removing these builds (see there).
-touch "$TOOLS_BIN_DIR/.last-used" "$ETCD_BIN_DIR/.last-used" "$NETPOL_BIN_DIR/.last-used"
+touch "$TOOLS_BIN_DIR/.last-used" "$ETCD_BIN_DIR/.last-used" "$NETPOL_BIN_DIR/.last-used" "$GVISOR_BIN_DIR/.last-used"
 for tool in containerd containerd-shim-runc-v2 runc ctr openssl python3 gcc ip curl iptables iptables-restore conntrack nft; do
   command -v "$tool" >/dev/null || die "$tool is missing: bash hack/test.sh installs the Debian packages"
 done
@@ -349,7 +353,7 @@ start kube-scheduler "$TOOLS_BIN_DIR/kube-scheduler" \
 start witness-node "$TOOLS_BIN_DIR/witness-node" --kubeconfig="$ADMIN_KUBECONFIG" --name=witness
 
 # The cluster add-ons (addons/*.yaml): their pods start once the node is up.
-log "applying the cluster add-ons (CoreDNS, local-path-provisioner)"
+log "applying the cluster add-ons (CoreDNS, local-path-provisioner, the RuntimeClass gvisor)"
 for addon in "$TESTENV_DIR"/addons/*.yaml; do
   sed -e "s|@COREDNS_IMAGE@|$COREDNS_IMAGE|; s|@LOCAL_PATH_IMAGE@|$LOCAL_PATH_IMAGE|" \
     -e "s|@BUSYBOX_IMAGE@|$TESTENV_BUSYBOX_IMAGE|; s|@LOCAL_PATH_DIR@|$S/local-path|" \
@@ -370,6 +374,16 @@ kubectl_admin apply -f "$S/addons.yaml" >"$LOGS/addons.log" 2>&1 ||
 # oom_score_adj below containerd's own (the kubelet asks for -998 for pod
 # sandboxes and runc fails with "can't get final child's PID from pipe");
 # containerd clamps the value instead.
+# A second runtime handler, "runsc" (the RuntimeClass "gvisor",
+# addons/gvisor.yaml), runs a pod under gVisor: containerd starts the shim
+# built from tools/gvisor, named by its path as the runtime_type (containerd
+# 1.6 runs a runtime_type that is an absolute path as the shim; for
+# io.containerd.runsc.v1 it would look for containerd-shim-runsc-v1 on its
+# PATH, and its CRI plugin ignores runtime_path), which reads runsc.toml
+# (below) and runs that build's runsc. The sandbox's network stack (netstack) takes over
+# the pod's veth in the network namespace the CNI plugin set up, so the host
+# sees its packets on the bridge like any pod's (kube-proxy and
+# kube-network-policies apply alike).
 cat >"$S/containerd/config.toml" <<EOF
 version = 2
 root = "$S/containerd/root"
@@ -398,6 +412,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         BinaryName = "$(command -v runc)"
         Root = "$S/containerd/runc"
         SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+      runtime_type = "$GVISOR_BIN_DIR/containerd-shim-runsc-v1"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+        TypeUrl = "io.containerd.runsc.v1.options"
+        ConfigPath = "$S/containerd/runsc.toml"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$S/cni/net.d"
@@ -415,6 +434,30 @@ for registry in docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io nvcr
   printf 'server = "http://127.0.0.1:9"\n[host."http://127.0.0.1:9"]\n  capabilities = ["pull", "resolve"]\n' \
     >"$S/containerd/certs.d/$registry/hosts.toml"
 done
+# The gVisor shim's options (gvisor.dev/gvisor/pkg/shim/v1/runsc.Options):
+# which runsc, its state under $S (so down.sh removes it), and runsc's flags.
+# - platform systrap: ptrace-free interception with seccomp; needs no /dev/kvm
+#   (gVisor's default since 2023, named so a change of default is no surprise).
+# - oci-seccomp: the pod's seccomp profile (RuntimeDefault, which the
+#   restricted Pod Security Standard requires) is enforced inside the sandbox
+#   too, on the application's calls to gVisor's kernel; without it runsc
+#   ignores the profile.
+# ERRAND_TESTENV_RUNSC_DEBUG=1 adds runsc's debug logs, one file per runsc
+# command (create, start, boot, gofer, ...), in $LOGS/runsc/.
+runsc_debug=()
+rm -rf "$LOGS/runsc"
+if [[ "${ERRAND_TESTENV_RUNSC_DEBUG:-0}" == 1 ]]; then
+  mkdir -p "$LOGS/runsc"
+  runsc_debug=('  debug = "true"' "  debug-log = \"$LOGS/runsc/\"")
+fi
+{
+  echo "binary_name = \"$GVISOR_BIN_DIR/runsc\""
+  echo "root = \"$S/containerd/runsc\""
+  echo "[runsc_config]"
+  echo '  platform = "systrap"'
+  echo '  oci-seccomp = "true"'
+  printf '%s\n' "${runsc_debug[@]}"
+} >"$S/containerd/runsc.toml"
 start containerd containerd --config "$S/containerd/config.toml"
 wait_for "containerd" 60 containerd ctr --address "$CONTAINERD_SOCKET" version
 
