@@ -1,7 +1,8 @@
 //! Benchmark: end to end on the real test cluster, what a user waits for: an AgentExecution
 //! from create until `Succeeded` with its results saved, against what they would pick instead,
 //! a plain Job (create → `Complete`) and a one-step Argo Workflow that saves the same file as
-//! an output artifact (create → `Succeeded`).
+//! an output artifact (create → `Succeeded`); and the same execution in the sandboxed tier
+//! (RuntimeClass `gvisor`, the test node's gVisor) against errand under runc.
 //!
 //! Runs only under `cargo bench --bench e2e` with the test cluster up (`hack/bench/e2e.sh`
 //! brings it up and down around it). All three run the same command in the same busybox image
@@ -12,7 +13,7 @@
 //! errand's controller does (in this process), both watching only the benchmark's namespace.
 //!
 //! It prints the median and p90 of each, the ratios errand / Job and errand / Argo against
-//! their targets, and a per-phase breakdown of the medians from the pods' own status as the
+//! their targets, gVisor / runc, and a per-phase breakdown of the medians from the pods' own status as the
 //! watches saw it and errand's run record (agent start and end).
 
 #[path = "../tests/support/mod.rs"]
@@ -88,6 +89,8 @@ struct Timeline {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Errand,
+    /// errand with its environment naming RuntimeClass `gvisor`.
+    ErrandGvisor,
     Job,
     Argo,
 }
@@ -96,6 +99,7 @@ impl Kind {
     fn name(self, i: usize) -> String {
         match self {
             Kind::Errand => format!("exec-{i}"),
+            Kind::ErrandGvisor => format!("gvisor-{i}"),
             Kind::Job => format!("job-{i}"),
             Kind::Argo => format!("argo-{i}"),
         }
@@ -104,6 +108,7 @@ impl Kind {
     fn label(self) -> &'static str {
         match self {
             Kind::Errand => "errand AgentExecution → Succeeded, results saved",
+            Kind::ErrandGvisor => "errand AgentExecution under gVisor → Succeeded, results saved",
             Kind::Job => "plain Job → Complete",
             Kind::Argo => "Argo Workflow → Succeeded, artifact saved",
         }
@@ -196,7 +201,7 @@ async fn bench() {
     watch_workflows(&client, &ns, &seen);
 
     // One warm-up run of each (images into the page cache, informers synced), not counted.
-    let kinds = [Kind::Errand, Kind::Job, Kind::Argo];
+    let kinds = [Kind::Errand, Kind::ErrandGvisor, Kind::Job, Kind::Argo];
     for kind in kinds {
         run(&client, &ns, kind, &kind.name(0), &seen).await;
     }
@@ -242,13 +247,16 @@ async fn run(client: &Client, ns: &str, kind: Kind, name: &str, seen: &Seen) -> 
         .or_default()
         .submitted = Some(submitted);
     match kind {
-        Kind::Errand => {
+        Kind::Errand | Kind::ErrandGvisor => {
+            let mut spec = json!({"agentRef": {"name": "writer"}, "input": "x"});
+            if kind == Kind::ErrandGvisor {
+                spec["environment"] = json!({"compute": {"runtimeClassName": "gvisor"}});
+            }
             support::errand::create(
                 client,
                 ns,
                 json!({"apiVersion": "errand.dev/v1alpha1", "kind": "AgentExecution",
-                       "metadata": {"name": name},
-                       "spec": {"agentRef": {"name": "writer"}, "input": "x"}}),
+                       "metadata": {"name": name}, "spec": spec}),
             )
             .await
         }
@@ -619,9 +627,15 @@ fn report(
         (percentile(runs, 50.0), percentile(runs, 90.0))
     };
     let (errand, job, argo) = (stats(Kind::Errand), stats(Kind::Job), stats(Kind::Argo));
+    let gvisor = stats(Kind::ErrandGvisor);
     println!("| end to end, {RUNS} interleaved runs each | median | p90 |");
     println!("|---|---|---|");
-    for (kind, (median, p90)) in [(Kind::Errand, errand), (Kind::Job, job), (Kind::Argo, argo)] {
+    for (kind, (median, p90)) in [
+        (Kind::Errand, errand),
+        (Kind::ErrandGvisor, gvisor),
+        (Kind::Job, job),
+        (Kind::Argo, argo),
+    ] {
         println!("| {} | {median:.0} ms | {p90:.0} ms |", kind.label());
     }
     println!();
@@ -636,6 +650,11 @@ fn report(
         "| errand / Argo Workflow | {:.3} | {:.3} | <= 0.6 |",
         errand.0 / argo.0,
         errand.1 / argo.1
+    );
+    println!(
+        "| errand under gVisor / errand under runc | {:.3} | {:.3} | (the sandbox's cost) |",
+        gvisor.0 / errand.0,
+        gvisor.1 / errand.1
     );
     println!();
     // Per phase: the median of each step's duration over the counted runs.
@@ -689,8 +708,8 @@ fn report(
         ),
         ("total", Box::new(|t, _| span(t.submitted, t.done))),
     ];
-    println!("| step (median ms) | errand | plain Job | Argo |");
-    println!("|---|---|---|---|");
+    println!("| step (median ms) | errand | errand, gVisor | plain Job | Argo |");
+    println!("|---|---|---|---|---|");
     for (step, measure) in &steps {
         let column = |kind: Kind| {
             let values: Vec<f64> = (1..=RUNS)
@@ -706,8 +725,9 @@ fn report(
             }
         };
         println!(
-            "| {step} | {} | {} | {} |",
+            "| {step} | {} | {} | {} | {} |",
             column(Kind::Errand),
+            column(Kind::ErrandGvisor),
             column(Kind::Job),
             column(Kind::Argo)
         );

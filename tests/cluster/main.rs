@@ -22,6 +22,7 @@ mod network_policy;
 mod node_loss;
 mod notify;
 mod opted_in;
+mod sandbox;
 mod schedule;
 mod server_abuse;
 mod smoke;
