@@ -17,7 +17,11 @@
 build_gvisor() {
   is_built "$GVISOR_BIN_DIR" && { log "gvisor: cached in $GVISOR_BIN_DIR"; return; }
   local module_dir="$TESTENV_TOOLS_DIR/gvisor" patched patch module dir
-  patched=$(mktemp -d "$TESTENV_CACHE_DIR/.patch-gvisor.XXXXXX")
+  # A fixed path per build (not mktemp): the copies' path goes into the
+  # binaries' build IDs, so a random one would make every build differ.
+  patched="$TESTENV_CACHE_DIR/.patch-$(basename "$(dirname "$GVISOR_BIN_DIR")")"
+  rm -rf "$patched"
+  mkdir -p "$patched"
   cp "$module_dir/go.mod" "$module_dir/go.sum" "$patched/"
   for patch in "$module_dir"/patches/*.patch; do
     module=$(awk '$1 == "Module:" { print $2; exit }' "$patch")
