@@ -1,4 +1,4 @@
-//! The sandboxed runtime tier on the real node: with the installation requiring RuntimeClass `gvisor` (the test node's gVisor, `hack/testenv/up.sh`), an execution that names no class runs under gVisor, sees gVisor's kernel rather than the node's, and saves every result; one whose environment names another class fails `InvalidSpec` naming the field and creates nothing.
+//! The sandboxed runtime tier on the real node: with the installation requiring RuntimeClass `gvisor` (the test node's gVisor, `hack/testenv/up.sh`), an execution that names no class runs under gVisor, sees gVisor's kernel (`4.19.0-gvisor`) rather than the node's, and saves every result; one whose environment names another class fails `InvalidSpec` naming the field and creates nothing.
 
 use serde_json::json;
 
@@ -8,10 +8,10 @@ use errand::api::Phase;
 use errand::api::contract::{COMPLETED_RUN_RESULTS, Reason};
 use errand::store::keys::ResultName;
 
-/// Prints the kernel release the agent sees as its answer, and keeps the kernel's log (which
-/// gVisor starts with its own banner) and the full `uname` among its artifacts.
-const KERNEL_AGENT: &str = "uname -a > \"$ERRAND_ARTIFACTS_DIR/uname.txt\"; \
-     dmesg > \"$ERRAND_ARTIFACTS_DIR/dmesg.txt\" 2>&1; echo sandboxed > left.txt; uname -r";
+/// Prints the kernel release the agent sees as its answer, keeps the full `uname` among its
+/// artifacts and leaves a file in its working directory.
+const KERNEL_AGENT: &str =
+    "uname -a > \"$ERRAND_ARTIFACTS_DIR/uname.txt\"; echo sandboxed > left.txt; uname -r";
 
 /// The node's own kernel release (the test node is this machine).
 fn node_kernel() -> String {
@@ -67,17 +67,12 @@ async fn a_required_gvisor_class_runs_every_execution_in_gvisor_and_refuses_anot
     let record = harness.result_json(&done, ResultName::RunResult).await;
     let kernel = record["response"].as_str().unwrap_or_default().trim();
     assert!(
-        !kernel.is_empty() && kernel != node_kernel(),
-        "the agent saw the node's kernel {kernel:?}: {record}"
+        kernel.ends_with("-gvisor") && kernel != node_kernel(),
+        "the agent saw kernel {kernel:?}, not gVisor's: {record}"
     );
     let artifacts = harness
         .result_files(&done, ResultName::OutputArtifacts)
         .await;
-    assert!(
-        artifacts["dmesg.txt"].contains("gVisor"),
-        "the kernel log is not gVisor's: {:?}",
-        artifacts["dmesg.txt"]
-    );
     assert!(artifacts["uname.txt"].contains(kernel), "{artifacts:?}");
     let workdir = harness.result_files(&done, ResultName::OutputWorkdir).await;
     assert_eq!(workdir["left.txt"].trim(), "sandboxed");
