@@ -438,10 +438,12 @@ done
 # which runsc, its state under $S (so down.sh removes it), and runsc's flags.
 # - platform systrap: ptrace-free interception with seccomp; needs no /dev/kvm
 #   (gVisor's default since 2023, named so a change of default is no surprise).
-# - oci-seccomp: the pod's seccomp profile (RuntimeDefault, which the
-#   restricted Pod Security Standard requires) is enforced inside the sandbox
-#   too, on the application's calls to gVisor's kernel; without it runsc
-#   ignores the profile.
+# - no oci-seccomp (gVisor's default): a pod's seccomp profile is accepted but
+#   not loaded inside the sandbox, where the application calls gVisor's kernel
+#   rather than the host's (the sandbox itself runs under gVisor's own seccomp
+#   filters). With it, RuntimeDefault (errand's pods and the restricted Pod
+#   Security Standard ask for it) denies syslog(2), so dmesg could not show
+#   gVisor's kernel log (tests/cluster/sandbox.rs reads it).
 # ERRAND_TESTENV_RUNSC_DEBUG=1 adds runsc's debug logs, one file per runsc
 # command (create, start, boot, gofer, ...), in $LOGS/runsc/.
 runsc_debug=()
@@ -455,7 +457,6 @@ fi
   echo "root = \"$S/containerd/runsc\""
   echo "[runsc_config]"
   echo '  platform = "systrap"'
-  echo '  oci-seccomp = "true"'
   printf '%s\n' "${runsc_debug[@]}"
 } >"$S/containerd/runsc.toml"
 start containerd containerd --config "$S/containerd/config.toml"
