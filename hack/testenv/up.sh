@@ -441,9 +441,10 @@ done
 # - no oci-seccomp (gVisor's default): a pod's seccomp profile is accepted but
 #   not loaded inside the sandbox, where the application calls gVisor's kernel
 #   rather than the host's (the sandbox itself runs under gVisor's own seccomp
-#   filters). With it, RuntimeDefault (errand's pods and the restricted Pod
-#   Security Standard ask for it) denies syslog(2), so dmesg could not show
-#   gVisor's kernel log (tests/cluster/sandbox.rs reads it).
+#   filters). With it, containerd 1.6's RuntimeDefault profile (errand's pods and
+#   the restricted Pod Security Standard ask for it) fails clone3 with EPERM
+#   inside the sandbox instead of ENOSYS, so Rust's and glibc's thread spawns
+#   fail (errand's stage container could not start its tokio workers).
 # ERRAND_TESTENV_RUNSC_DEBUG=1 adds runsc's debug logs, one file per runsc
 # command (create, start, boot, gofer, ...), in $LOGS/runsc/.
 runsc_debug=()
