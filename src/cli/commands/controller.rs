@@ -621,15 +621,18 @@ mod tests {
     }
 
     #[test]
-    fn watched_namespaces_and_egress_rules_are_checked_and_named_when_bad() {
+    fn watched_namespaces_egress_rules_and_the_runtime_class_are_checked_and_named_when_bad() {
         let set = parse(&[
             "--watch-namespace=team-b,team-a",
             "--watch-namespace=team-c",
+            "--execution-runtime-class=gvisor",
             "--execution-egress=deny",
             r#"--execution-egress-allow={"to":[{"ipBlock":{"cidr":"192.0.2.10/32"}}],"ports":[{"port":9000}]}"#,
         ])
         .unwrap();
         assert_eq!(set.watch_namespace, ["team-b", "team-a", "team-c"]);
+        assert_eq!(set.execution_runtime_class.as_deref(), Some("gvisor"));
+        assert_eq!(parse(&[]).unwrap().execution_runtime_class, None);
         assert_eq!(set.execution_egress, EgressDefault::Deny);
         assert_eq!(set.execution_egress_allow.len(), 1);
         assert_eq!(parse(&[]).unwrap().execution_egress, EgressDefault::Open);
@@ -640,6 +643,11 @@ mod tests {
                 "Team_B",
             ),
             ("--execution-egress=closed", "--execution-egress", "closed"),
+            (
+                "--execution-runtime-class=G_Visor",
+                "--execution-runtime-class",
+                "G_Visor",
+            ),
             (
                 "--execution-egress-allow={not json",
                 "--execution-egress-allow",
