@@ -14,6 +14,7 @@ pub mod execution;
 pub mod metrics;
 pub mod names;
 pub mod schedule;
+pub mod status_write;
 pub mod store_sweep;
 
 use std::future::Future;

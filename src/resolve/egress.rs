@@ -57,7 +57,8 @@ pub fn narrowed(
             problems.push(Problem::new(
                 format!("{field}.allow[{i}]"),
                 format!(
-                    "{:?} on {} is not inside the environment's egress: an execution narrows its                      environment's list, never widens it",
+                    "{:?} on {} is not inside the environment's egress: an execution narrows its \
+                     environment's list, never widens it",
                     rule.cidr,
                     if rule.ports.is_empty() {
                         "every port".to_owned()
@@ -190,7 +191,10 @@ mod tests {
             ]
         );
         assert!(
-            problems[2].message.contains("on every port is not inside"),
+            problems[2].message.contains("on every port is not inside")
+                && problems[2]
+                    .message
+                    .ends_with("an execution narrows its environment's list, never widens it"),
             "{problems:?}"
         );
     }

@@ -12,7 +12,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use super::build::{self, Children};
 use crate::api::contract::SNAPSHOT_KEY;
@@ -21,6 +21,7 @@ use crate::cluster::catalog::{self, ClusterCatalog};
 use crate::controller::build::ExecutionOwner;
 use crate::controller::config::{ControllerConfig, FIELD_MANAGER};
 use crate::controller::error::{Error, Result};
+use crate::controller::status_write::{Written, write_status};
 use crate::resolve::deployment::status::{self, Observed};
 use crate::resolve::{InvalidSpec, Snapshot, as_execution_spec, source_digest};
 
@@ -28,6 +29,8 @@ use crate::resolve::{InvalidSpec, Snapshot, as_execution_spec, source_digest};
 const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a failed reconcile waits before it is retried.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How soon a reconcile that read a deployment older than the API server's looks again.
+const STALE_READ_RETRY: Duration = Duration::from_secs(1);
 
 /// What every deployment reconcile shares.
 pub struct DeploymentContext {
@@ -68,7 +71,9 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
     if deployment.metadata.deletion_timestamp.is_some() {
         // Foreground deletion keeps the deployment until its children are gone: say so.
         if previous.phase != Some(DeploymentPhase::Terminating) {
-            writer.write(status::terminating(&previous, now)).await?;
+            if let Some(stale) = writer.write(status::terminating(&previous, now)).await? {
+                return Ok(stale);
+            }
         }
         return Ok(Action::await_change());
     }
@@ -93,9 +98,10 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
                     (serving, previous.source_digest.clone())
                 else {
                     info!(deployment = %owner.name, namespace = %owner.namespace, "invalid: {message}");
-                    writer
-                        .write(status::invalid(&previous, generation, &message, now))
-                        .await?;
+                    let status = status::invalid(&previous, generation, &message, now);
+                    if let Some(stale) = writer.write(status).await? {
+                        return Ok(stale);
+                    }
                     return Ok(Action::await_change());
                 };
                 // A redeploy that slipped past admission: the running snapshot keeps serving.
@@ -130,7 +136,9 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
         now,
     };
     let decision = status::decide(&previous, &observed);
-    writer.write(decision.status).await?;
+    if let Some(stale) = writer.write(decision.status).await? {
+        return Ok(stale);
+    }
     Ok(match decision.recheck_after {
         // A second late, so the window has closed when it is looked at.
         Some(after) => Action::requeue(after + Duration::from_secs(1)),
@@ -216,26 +224,13 @@ struct StatusWriter<'a> {
 }
 
 impl StatusWriter<'_> {
-    /// Writes `status` with server-side apply unless it equals the current one.
-    async fn write(&self, status: AgentDeploymentStatus) -> Result<()> {
-        if self.deployment.status.as_ref() == Some(&status) {
-            return Ok(());
+    /// Writes `status` unless it equals the current one; `Some(action)` when the deployment
+    /// changed since it was read, so the decision is dropped and taken again on the newer one.
+    async fn write(&self, status: AgentDeploymentStatus) -> Result<Option<Action>> {
+        let current = self.deployment.status.as_ref();
+        match write_status(&self.api, self.deployment, current, &status).await? {
+            Written::Done => Ok(None),
+            Written::Stale => Ok(Some(Action::requeue(STALE_READ_RETRY))),
         }
-        let name = self.deployment.name_any();
-        debug!(deployment = %name, phase = ?status.phase, "writing status");
-        let patch = serde_json::json!({
-            "apiVersion": crate::api::GROUP.to_owned() + "/" + crate::api::VERSION,
-            "kind": "AgentDeployment",
-            "status": status,
-        });
-        self.api
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .map_err(Error::kube(format!("writing the status of {name}")))?;
-        Ok(())
     }
 }

@@ -11,11 +11,11 @@ use kube::{Api, Client, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::api::contract::SCHEDULED_TIME_ANNOTATION;
-use crate::api::{AgentExecution, AgentSchedule, AgentScheduleStatus, Phase};
+use crate::api::{AgentExecution, AgentSchedule, Phase};
 use crate::controller::build::ExecutionOwner;
-use crate::controller::config::FIELD_MANAGER;
 use crate::controller::error::{Error, Result};
 use crate::controller::metrics::Metrics;
+use crate::controller::status_write::{Written, write_status};
 use crate::resolve::schedule::status::{self, Observed as StatusObserved};
 use crate::resolve::schedule::{self, Due, Observed, Run, RunState};
 
@@ -23,6 +23,8 @@ use crate::resolve::schedule::{self, Due, Observed, Run, RunState};
 const RECONCILE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a failed reconcile waits before it is retried.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How soon a reconcile that read a schedule older than the API server's looks again.
+const STALE_READ_RETRY: Duration = Duration::from_secs(1);
 /// How far past a due time the reconcile is woken, so the time has passed when it looks.
 const WAKE_MARGIN: Duration = Duration::from_millis(200);
 
@@ -66,13 +68,13 @@ async fn reconcile_once(schedule: &AgentSchedule, ctx: &ScheduleContext) -> Resu
         Err(invalid) => {
             let message = invalid.describe("AgentSchedule");
             info!(schedule = %owner.name, namespace = %owner.namespace, "invalid: {message}");
-            write_status(
-                &schedules,
-                schedule,
-                status::invalid(&previous, generation, &message, now),
-            )
-            .await?;
-            return Ok(Action::await_change());
+            let status = status::invalid(&previous, generation, &message, now);
+            return Ok(
+                match write_status(&schedules, schedule, schedule.status.as_ref(), &status).await? {
+                    Written::Done => Action::await_change(),
+                    Written::Stale => Action::requeue(STALE_READ_RETRY),
+                },
+            );
         }
     };
     let owned = owned_executions(&ctx.runs, &owner);
@@ -181,7 +183,10 @@ async fn reconcile_once(schedule: &AgentSchedule, ctx: &ScheduleContext) -> Resu
     if let Some(refused) = refused {
         next.message = Some(refused);
     }
-    write_status(&schedules, schedule, next).await?;
+    if write_status(&schedules, schedule, schedule.status.as_ref(), &next).await? == Written::Stale
+    {
+        return Ok(Action::requeue(STALE_READ_RETRY));
+    }
     Ok(match plan.wake_at {
         Some(at) => {
             let wait = Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default();
@@ -222,29 +227,4 @@ fn as_run(execution: &AgentExecution) -> Run {
         scheduled,
         state,
     }
-}
-
-/// Writes a schedule's status with server-side apply unless it equals the current one.
-async fn write_status(
-    api: &Api<AgentSchedule>,
-    schedule: &AgentSchedule,
-    status: AgentScheduleStatus,
-) -> Result<()> {
-    if schedule.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let name = schedule.name_any();
-    let patch = serde_json::json!({
-        "apiVersion": crate::api::GROUP.to_owned() + "/" + crate::api::VERSION,
-        "kind": "AgentSchedule",
-        "status": status,
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(Error::kube(format!("writing the status of {name}")))?;
-    Ok(())
 }
