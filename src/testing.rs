@@ -294,7 +294,20 @@ impl crate::api::Egress {
                     ports: ports.to_vec(),
                 })
                 .collect(),
+            hosts: Vec::new(),
         }
+    }
+
+    /// These rules and host rules of `(host, ports)`.
+    pub fn with_hosts(mut self, hosts: &[(&str, &[u16])]) -> Self {
+        self.hosts = hosts
+            .iter()
+            .map(|(host, ports)| crate::api::EgressHost {
+                host: (*host).to_owned(),
+                ports: ports.to_vec(),
+            })
+            .collect();
+        self
     }
 }
 

@@ -110,6 +110,10 @@ pub const DEPLOYMENT_UID_LABEL: &str = "errand.dev/deployment-uid";
 /// Annotation on an AgentDeployment during `errand redeploy`: the Agent the new one replaces,
 /// removed once nothing references it (a re-run of an interrupted redeploy finds it here).
 pub const REPLACED_AGENT_ANNOTATION: &str = "errand.dev/replaced-agent";
+/// Annotation on an agent pod whose run reaches host names through errand's egress proxy:
+/// its `egress.hosts` (JSON), which the proxy reads from the pod it finds at the caller's
+/// address.
+pub const EGRESS_HOSTS_ANNOTATION: &str = "errand.dev/egress-hosts";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Annotation on an execution: the variables `execute --env` set, as errand shows them (JSON;

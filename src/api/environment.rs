@@ -72,12 +72,46 @@ pub struct Egress {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_EGRESS_RULES))]
     pub allow: Vec<EgressRule>,
+    /// Host names the pod may reach through errand's egress proxy (at most 32), which the
+    /// agent finds in `HTTPS_PROXY` and `HTTP_PROXY`. Each resolved address is held to the
+    /// same denied ranges as `allow`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_EGRESS_RULES))]
+    pub hosts: Vec<EgressHost>,
 }
 
 impl Egress {
     /// Whether it allows nothing.
     pub fn is_empty(&self) -> bool {
-        self.allow.is_empty()
+        self.allow.is_empty() && self.hosts.is_empty()
+    }
+}
+
+/// One host name and its ports, reached through errand's egress proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressHost {
+    /// A lowercase DNS name with at least one dot (`api.example.com`), or `*.` and one (for
+    /// every name below it, not the name itself). An address belongs in `allow[].cidr`.
+    #[schemars(length(max = 253))]
+    pub host: String,
+    /// TCP ports, 1-65535 (at most 16); none means 443 and 80.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_EGRESS_PORTS))]
+    pub ports: Vec<EgressPort>,
+}
+
+/// The ports of a host rule that lists none.
+pub const DEFAULT_HOST_PORTS: [EgressPort; 2] = [443, 80];
+
+impl EgressHost {
+    /// The ports this rule allows.
+    pub fn allowed_ports(&self) -> &[EgressPort] {
+        if self.ports.is_empty() {
+            &DEFAULT_HOST_PORTS
+        } else {
+            &self.ports
+        }
     }
 }
 

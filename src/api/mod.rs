@@ -27,8 +27,8 @@ pub use deployment::{
 };
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
-    ComputeResources, Egress, EgressRule, EnvironmentOverlay, GPU, MAX_TOLERATIONS,
-    OVERCOMMITTABLE_COMPUTE_KEYS, TAINT_EFFECTS, TOLERATION_OPERATORS,
+    ComputeResources, DEFAULT_HOST_PORTS, Egress, EgressHost, EgressRule, EnvironmentOverlay, GPU,
+    MAX_TOLERATIONS, OVERCOMMITTABLE_COMPUTE_KEYS, TAINT_EFFECTS, TOLERATION_OPERATORS,
 };
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,

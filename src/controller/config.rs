@@ -86,6 +86,10 @@ pub struct ControllerConfig {
     /// environment's ranges, with a NetworkPolicy per execution (`None`: no policy, the pods
     /// reach whatever the cluster's own policies allow).
     pub execution_egress: Option<ExecutionEgress>,
+    /// Where agent pods reach errand's egress proxy (`http://host:port`), which serves the
+    /// host names of their environment's `egress.hosts` when egress is denied by default
+    /// (`None`: no proxy; host rules are refused).
+    pub egress_proxy_url: Option<url::Url>,
 }
 
 /// What every execution's pod may reach when egress is denied by default, besides DNS (the
@@ -200,6 +204,7 @@ impl ControllerConfig {
             outbound: Arc::new(OutboundPolicy::default()),
             agent_ingress: Some(AgentIngress::chart_default()),
             execution_egress: None,
+            egress_proxy_url: None,
         }
     }
 
@@ -227,6 +232,7 @@ impl ControllerConfig {
             max_url_lifetime_seconds: max,
             telemetry_configured: self.otlp_endpoint.is_some(),
             outbound: Arc::clone(&self.outbound),
+            egress_proxy: self.execution_egress.is_some() && self.egress_proxy_url.is_some(),
         }
     }
 

@@ -94,6 +94,9 @@ pub async fn prepare(
     // The cluster's limits that apply on this machine: somewhere to send auto telemetry.
     RunLimits {
         telemetry_configured: telemetry.is_some(),
+        // This machine holds a run to no egress: its host names, like its ranges, are not
+        // refused for want of the cluster's proxy.
+        egress_proxy: true,
         ..RunLimits::default()
     }
     .check(&snapshot)?;

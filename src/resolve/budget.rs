@@ -109,6 +109,9 @@ pub struct RunLimits {
     pub telemetry_configured: bool,
     /// What a run's egress ranges may not lie inside.
     pub outbound: Arc<OutboundPolicy>,
+    /// Whether errand's egress proxy serves runs' host names (egress denied by default and a
+    /// proxy configured): without it, `egress.hosts` is refused rather than ignored.
+    pub egress_proxy: bool,
 }
 
 impl RunLimits {
@@ -118,9 +121,13 @@ impl RunLimits {
     }
 
     /// Checks that no egress range of `snapshot` lies inside a range the outbound policy
-    /// denies (what a deployment is checked for).
+    /// denies and that its host names have a proxy (what a deployment is checked for).
     pub fn check_egress(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
-        let problems = super::egress::against_policy(snapshot, &self.outbound);
+        let mut problems = super::egress::against_policy(snapshot, &self.outbound);
+        problems.extend(super::egress::hosts_without_proxy(
+            snapshot,
+            self.egress_proxy,
+        ));
         if problems.is_empty() {
             Ok(())
         } else {
@@ -144,6 +151,10 @@ impl RunLimits {
             ));
         }
         problems.extend(super::egress::against_policy(snapshot, &self.outbound));
+        problems.extend(super::egress::hosts_without_proxy(
+            snapshot,
+            self.egress_proxy,
+        ));
         if problems.is_empty() {
             Ok(())
         } else {

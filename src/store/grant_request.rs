@@ -81,7 +81,9 @@ impl GrantRequest {
         until: Timestamp,
         stop: &CancellationToken,
     ) -> Result<Grants, GrantRequestError> {
+        // The controller, reached directly: never through the agent's egress proxy.
         let client = reqwest::Client::builder()
+            .no_proxy()
             .timeout(ATTEMPT_TIMEOUT)
             .build()
             .map_err(|e| GrantRequestError::Client(e.to_string()))?;

@@ -134,7 +134,10 @@ impl SignedUrls {
             name: what.to_owned(),
             reason,
         };
+        // errand's own endpoint, reached directly: never through the agent's egress proxy,
+        // whose variables the runner's container holds.
         let mut builder = reqwest::Client::builder()
+            .no_proxy()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(STALL_TIMEOUT);
         if let Some(path) = ca_bundle {

@@ -94,7 +94,9 @@ fn tracer_provider(
     attributes: Vec<KeyValue>,
 ) -> Result<SdkTracerProvider, ExportError> {
     let client = RuntimeHttpClient {
+        // The operator's collector, reached directly: never through the agent's egress proxy.
         client: reqwest::Client::builder()
+            .no_proxy()
             .timeout(EXPORT_TIMEOUT)
             .build()
             .map_err(ExportError::Client)?,

@@ -1,4 +1,4 @@
-//! The egress rules of an agent pod when the controller denies egress by default: DNS, errand's own endpoints, the operator's rules and the pod's environment ranges (with what the controller denies cut out of them). Executions' and deployments' NetworkPolicies are built from them.
+//! The egress of an agent pod when the controller denies egress by default: the NetworkPolicy rules (DNS, errand's own endpoints, the egress proxy, the operator's rules and the environment's ranges with what the controller denies cut out of them), and, for a run with host names, the proxy settings its agent gets. Executions and deployments share them.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -33,7 +33,10 @@ pub fn egress_rules(
     let ExecutionEgress { errand } = config.execution_egress.as_ref()?;
     let mut rules = vec![dns_rule()];
     if to_controller == ToController::Yes {
-        rules.extend(controller_rule(&config.controller_url));
+        rules.extend(address_rule(&config.controller_url));
+    }
+    if let Some(proxy) = egress_proxy(snapshot, config) {
+        rules.extend(address_rule(proxy.as_str()));
     }
     rules.extend(errand.iter().cloned());
     rules.extend(environment_rules(snapshot, &config.outbound));
@@ -64,10 +67,11 @@ fn dns_rule() -> NetworkPolicyEgressRule {
     }
 }
 
-/// The controller's grant and blob endpoint, when its URL names an address (a name, such as
-/// the chart's Service, is the operator's rule to give: a NetworkPolicy cannot select by name).
-fn controller_rule(controller_url: &str) -> Option<NetworkPolicyEgressRule> {
-    let url = url::Url::parse(controller_url).ok()?;
+/// errand's endpoint at `url` (the controller's grants and blobs, the egress proxy), when the
+/// URL names an address (a name, such as the chart's Service, is the operator's rule to give:
+/// a NetworkPolicy cannot select by name).
+fn address_rule(url: &str) -> Option<NetworkPolicyEgressRule> {
+    let url = url::Url::parse(url).ok()?;
     let ip: IpAddr = match url.host()? {
         url::Host::Ipv4(v4) => v4.into(),
         url::Host::Ipv6(v6) => v6.into(),
@@ -116,4 +120,49 @@ fn rule(range: Cidr, except: Vec<Cidr>, ports: &[u16]) -> NetworkPolicyEgressRul
                 .collect()
         }),
     }
+}
+
+/// The egress proxy a pod running `snapshot` reaches its host names through: only with egress
+/// denied by default, a proxy configured and host names listed.
+pub fn egress_proxy<'a>(snapshot: &Snapshot, config: &'a ControllerConfig) -> Option<&'a url::Url> {
+    config.execution_egress.as_ref()?;
+    let proxy = config.egress_proxy_url.as_ref()?;
+    (!snapshot.egress.hosts.is_empty()).then_some(proxy)
+}
+
+/// The variables that send the agent's HTTP clients through `proxy`: `HTTPS_PROXY` and
+/// `HTTP_PROXY` (and their lowercase forms, which some clients read instead), and `NO_PROXY`
+/// with the loopback names and the environment's ranges, which the pod reaches directly.
+pub fn proxy_env(snapshot: &Snapshot, proxy: &url::Url) -> Vec<(String, String)> {
+    let proxy = proxy.as_str().trim_end_matches('/').to_owned();
+    let direct: Vec<&str> = ["localhost", "127.0.0.1", "::1"]
+        .into_iter()
+        .chain(snapshot.egress.allow.iter().map(|rule| rule.cidr.as_str()))
+        .collect();
+    let direct = direct.join(",");
+    [
+        ("HTTPS_PROXY", &proxy),
+        ("HTTP_PROXY", &proxy),
+        ("https_proxy", &proxy),
+        ("http_proxy", &proxy),
+        ("NO_PROXY", &direct),
+        ("no_proxy", &direct),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value.clone()))
+    .collect()
+}
+
+/// The annotations of a pod running `snapshot` that the egress proxy reads: its host names
+/// (none when it is not proxied).
+pub fn proxy_annotations(
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> Option<(String, String)> {
+    egress_proxy(snapshot, config)?;
+    let hosts = serde_json::to_string(&snapshot.egress.hosts).expect("host rules serialize");
+    Some((
+        crate::api::contract::EGRESS_HOSTS_ANNOTATION.to_owned(),
+        hosts,
+    ))
 }

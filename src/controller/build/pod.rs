@@ -59,12 +59,17 @@ pub fn snapshot_volume(config_map: String) -> Volume {
     }
 }
 
-/// The agent's environment: its plain variables, `AGENT_CONFIG_PATH`, and each secret binding
-/// as a `secretKeyRef` so the value is read by the kubelet and never written anywhere.
-pub fn agent_env(snapshot: &Snapshot) -> Vec<EnvVar> {
+/// The agent's environment: its plain variables, the egress proxy's settings when it reaches
+/// host names through it, `AGENT_CONFIG_PATH`, and each secret binding as a `secretKeyRef` so
+/// the value is read by the kubelet and never written anywhere.
+pub fn agent_env(snapshot: &Snapshot, config: &ControllerConfig) -> Vec<EnvVar> {
+    let proxy = super::egress::egress_proxy(snapshot, config)
+        .map(|proxy| super::egress::proxy_env(snapshot, proxy))
+        .unwrap_or_default();
     let mut env: Vec<EnvVar> = snapshot
         .plain_env()
         .into_iter()
+        .chain(proxy)
         .map(|(name, value)| EnvVar {
             name,
             value: Some(value),

@@ -21,7 +21,7 @@ use crate::api::contract::{
     AGENT_CONTAINER, AGENT_SERVER_PORT_NAME as PORT_NAME, ENV_PORT, SNAPSHOT_DIGEST_ANNOTATION,
     SNAPSHOT_VOLUME, WORKSPACE_VOLUME,
 };
-use crate::controller::build::egress::{ToController, egress_rules};
+use crate::controller::build::egress::{ToController, egress_rules, proxy_annotations};
 use crate::controller::build::{
     ExecutionOwner, SNAPSHOT_DIR, WORKSPACE_DIR, agent_env, agent_pod, empty_dir, mount, resources,
     security, snapshot_holder, snapshot_volume,
@@ -66,16 +66,18 @@ pub fn children(
     };
     let workload = names::deployment_workload_name(&owner.name);
     let snapshot_name = names::deployment_snapshot_name(&owner.name, &snapshot.digest());
-    let digest = BTreeMap::from([(SNAPSHOT_DIGEST_ANNOTATION.to_owned(), snapshot.digest())]);
+    let mut annotations =
+        BTreeMap::from([(SNAPSHOT_DIGEST_ANNOTATION.to_owned(), snapshot.digest())]);
+    annotations.extend(proxy_annotations(snapshot, config));
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
             // A new snapshot changes the template, which rolls the Deployment.
-            annotations: Some(digest),
+            annotations: Some(annotations),
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            containers: vec![agent_server(spec, snapshot)],
+            containers: vec![agent_server(spec, snapshot, config)],
             volumes: Some(vec![
                 snapshot_volume(snapshot_name.clone()),
                 empty_dir(WORKSPACE_VOLUME, config.workspace_size_limit.as_ref()),
@@ -206,9 +208,13 @@ fn gateway_only(port: i32, ingress: &AgentIngress) -> NetworkPolicyIngressRule {
 /// The agent server's container: the agent's image and command as they are (no runner: it
 /// serves until stopped), its environment with secrets by `secretKeyRef`, the compute's
 /// resources, restricted security and the readiness probe.
-fn agent_server(spec: &AgentDeploymentSpec, snapshot: &Snapshot) -> Container {
+fn agent_server(
+    spec: &AgentDeploymentSpec,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> Container {
     let runtime = &snapshot.agent.runtime;
-    let mut env = agent_env(snapshot);
+    let mut env = agent_env(snapshot, config);
     env.push(EnvVar {
         name: ENV_PORT.to_owned(),
         value: Some(spec.port.to_string()),

@@ -42,6 +42,10 @@ pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerC
         ),
     ]);
     let pod_labels = meta.labels.clone();
+    let mut pod_annotations = annotations.clone();
+    pod_annotations.extend(crate::controller::build::egress::proxy_annotations(
+        snapshot, config,
+    ));
     if let Some(queue) = &snapshot.queue_name {
         meta.labels
             .get_or_insert_with(BTreeMap::new)
@@ -71,7 +75,7 @@ pub fn job(execution: &ExecutionOwner, snapshot: &Snapshot, config: &ControllerC
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: pod_labels,
-                    annotations: Some(annotations),
+                    annotations: Some(pod_annotations),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(pod::pod_spec(execution, snapshot, config)),

@@ -268,7 +268,7 @@ fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         image_pull_policy: runtime.image_pull_policy.clone(),
         command: Some(command),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
-        env: Some(agent_env(snapshot)),
+        env: Some(agent_env(snapshot, config)),
         volume_mounts: Some(mounts),
         resources: resources::agent_resources(&snapshot.compute),
         security_context: Some(security::container_security(false)),
