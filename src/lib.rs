@@ -7,6 +7,7 @@ pub mod cli;
 pub mod cluster;
 pub mod controller;
 pub mod dataapi;
+pub mod egress_proxy;
 pub mod gateway;
 pub mod local;
 pub mod ops;

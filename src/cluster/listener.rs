@@ -148,8 +148,10 @@ pub async fn serve<M, S, B>(
             let service = service_fn(move |request: Request<Incoming>| {
                 service.call(request.map(|body| RequestBody::new(body, idle)))
             });
+            // With upgrades: the egress proxy's CONNECT hands the connection on.
             if let Err(e) = builder(limits)
                 .serve_connection(TokioIo::new(io), service)
+                .with_upgrades()
                 .await
             {
                 debug!(%address, "serving a {what} connection: {e}");

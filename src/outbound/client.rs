@@ -87,7 +87,7 @@ impl Resolve for PolicyResolver {
 }
 
 /// The addresses of `resolved` the policy allows, and those it denies with why.
-fn judge(
+pub fn judge(
     policy: &OutboundPolicy,
     resolved: &[SocketAddr],
 ) -> (Vec<SocketAddr>, Vec<(IpAddr, DeniedRange)>) {

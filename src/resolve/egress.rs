@@ -212,7 +212,7 @@ mod tests {
 
     #[test]
     fn host_rules_take_lowercase_names_with_a_dot_and_refuse_addresses_naming_the_field() {
-        let egress = Egress::default().with_hosts(&[
+        let rules = Egress::default().with_hosts(&[
             ("api.example.com", &[443]),
             ("*.example.org", &[]),
             ("203.0.113.7", &[]),
@@ -220,7 +220,7 @@ mod tests {
             ("intranet", &[0]),
             ("*.", &[]),
         ]);
-        let problems = egress(&egress, "spec.egress");
+        let problems = egress(&rules, "spec.egress");
         let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
         assert_eq!(
             fields,

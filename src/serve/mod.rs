@@ -5,8 +5,8 @@
 //! each the caches, the metrics registry and the serving certificate it shares. The HTTP
 //! endpoints ([`http`]), the grant endpoint ([`grants`]) and the signed-URL blob endpoint
 //! ([`blobs`]) are served here;
-//! [`leader`] decides which replica reconciles. The cluster components still to come (the
-//! gateway) are wired here too.
+//! [`leader`] decides which replica reconciles. The gateway and the egress proxy are wired here
+//! too.
 
 pub mod blobs;
 pub mod grants;
@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -37,6 +38,7 @@ use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, ControllerSettings};
 use crate::dataapi::{self, DataApiOptions};
+use crate::egress_proxy::{self, EgressProxy, ProxyMetrics};
 use crate::gateway::sessions::Sessions;
 use crate::gateway::{self, GatewayOptions};
 use crate::store::grants::{HmacSigner, UrlSigner};
@@ -69,6 +71,9 @@ pub struct ServeOptions {
     /// Serve the gateway to AgentDeployments (every replica does, leader or not); over TLS
     /// with the serving certificate when `certificates` is given.
     pub gateway: Option<GatewayOptions>,
+    /// Serve errand's egress proxy here (every replica does, leader or not); agent pods reach
+    /// it at the configuration's `egress_proxy_url`.
+    pub egress_proxy: Option<SocketAddr>,
     /// The Lease to hold before reconciling, in its namespace (no election when `None`).
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
@@ -139,6 +144,7 @@ async fn bind(address: SocketAddr) -> Result<tokio::net::TcpListener, RunError> 
 struct ProcessMetrics {
     controller: Arc<Metrics>,
     admission: Arc<AdmissionMetrics>,
+    egress_proxy: Arc<ProxyMetrics>,
     registry: MetricsRegistry,
 }
 
@@ -146,12 +152,15 @@ impl ProcessMetrics {
     fn new() -> Self {
         let controller = Arc::new(Metrics::default());
         let admission = Arc::new(AdmissionMetrics::default());
+        let egress_proxy = Arc::new(ProxyMetrics::default());
         let mut registry = MetricsRegistry::default();
         controller.register(&mut registry);
         admission.register(&mut registry);
+        egress_proxy.register(&mut registry);
         Self {
             controller,
             admission,
+            egress_proxy,
             registry,
         }
     }
@@ -307,6 +316,26 @@ pub async fn run(
             bind(gateway.listen).await?,
             options.server_limits,
             acceptor,
+            &mut tasks,
+        );
+    }
+    if let Some(listen) = options.egress_proxy {
+        let managed = all.clone().labels(&watches::managed_selector());
+        let (pods, pod_stream) = watches::cache(
+            namespaces.watches::<Pod>(&client, &managed),
+            egress_proxy::trim_pod,
+        );
+        tasks.spawn(watches::drive(pod_stream));
+        let proxy = EgressProxy::new(
+            pods,
+            Arc::clone(&options.config.outbound),
+            Arc::clone(&metrics.egress_proxy),
+            options.server_limits,
+        );
+        egress_proxy::start(
+            proxy,
+            bind(listen).await?,
+            options.server_limits,
             &mut tasks,
         );
     }

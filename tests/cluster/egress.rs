@@ -270,3 +270,208 @@ async fn a_deployments_pods_reach_only_what_its_environment_allows() {
     harness.finish().await;
     other.delete().await;
 }
+
+/// Headless Service `name` in front of server pod `name`: its DNS name resolves to the pod's
+/// own address, which the controller's outbound policy judges (a Service's cluster IP is
+/// denied by default).
+async fn headless_service(client: &kube::Client, namespace: &TestNamespace, name: &str) -> String {
+    let service: Service = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"clusterIP": "None", "selector": {"app": name}, "ports": [{"port": 8080}]},
+    }))
+    .unwrap();
+    Api::<Service>::namespaced(client.clone(), namespace.name())
+        .create(&PostParams::default(), &service)
+        .await
+        .expect("creating the headless Service");
+    format!("{name}.{}.svc.cluster.local", namespace.name())
+}
+
+/// An agent that asks the egress proxy (its `HTTPS_PROXY`, else `proxy`) for each `(name,
+/// request)` and prints `name=<last line of the answer>`, then tries `direct` (host, port)
+/// without the proxy.
+fn proxy_prober_script(proxy: &str, requests: &[(&str, String)], direct: (&str, u16)) -> String {
+    let mut script = format!(
+        "sleep 2\nP=${{HTTPS_PROXY#http://}}; P=${{P%/}}; P=${{P:-{proxy}}}\n\
+         probe() {{ out=$(printf \"$2\" | nc -w 3 ${{P%:*}} ${{P##*:}} 2>/dev/null | tail -n 1); \
+         echo \"$1=${{out:-unreachable}}\"; }}\n"
+    );
+    for (name, request) in requests {
+        script.push_str(&format!("probe {name} '{request}'\n"));
+    }
+    let (host, port) = direct;
+    script.push_str(&format!(
+        "out=$(printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {host} {port} 2>/dev/null | tail -n 1)\n\
+         echo \"direct=${{out:-unreachable}}\"\n"
+    ));
+    script
+}
+
+/// A CONNECT to `authority` followed by a GET through the tunnel.
+fn tunnel(authority: &str) -> String {
+    format!(
+        "CONNECT {authority} HTTP/1.1\\r\\nHost: {authority}\\r\\n\\r\\nGET / HTTP/1.0\\r\\n\\r\\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_the_egress_proxy_a_run_reaches_only_the_host_names_its_environment_lists() {
+    let Some(client) = cluster::client().await else {
+        return;
+    };
+    let other = TestNamespace::create(&client, "proxy-other").await;
+    let allowed_ip = server_pod(&other, "allowed").await;
+    server_pod(&other, "unlisted").await;
+    server_pod(&other, "denied").await;
+    let allowed = headless_service(&client, &other, "allowed").await;
+    let unlisted = headless_service(&client, &other, "unlisted").await;
+    let denied = headless_service(&client, &other, "denied").await;
+    let proxy = cluster::free_pod_gateway_address();
+    let allow_back = format!("{allowed_ip}/32");
+    let proxy_url = format!("http://{proxy}");
+    let args = [
+        "--execution-egress",
+        "deny",
+        "--outbound-allow",
+        &allow_back,
+        "--egress-proxy-listen",
+        &proxy.to_string(),
+        "--egress-proxy-url",
+        &proxy_url,
+    ];
+    let Some(harness) = Harness::start_with_controller_args("egress-proxy", &args).await else {
+        return;
+    };
+    let requests = [
+        ("tunnel", tunnel(&format!("{allowed}:8080"))),
+        (
+            "forward",
+            format!("GET http://{allowed}:8080/ HTTP/1.0\\r\\n\\r\\n"),
+        ),
+        ("unlisted", tunnel(&format!("{unlisted}:8080"))),
+        ("other_port", tunnel(&format!("{allowed}:8081"))),
+        ("address", tunnel(&format!("{allowed_ip}:8080"))),
+        ("denied_address", tunnel(&format!("{denied}:8080"))),
+    ];
+    let script = proxy_prober_script(&proxy.to_string(), &requests, (&allowed_ip, 8080));
+    harness
+        .create_agent("prober", cluster::BUSYBOX_IMAGE, &script)
+        .await;
+    let hosts = json!([{"host": allowed, "ports": [8080]}, {"host": denied, "ports": [8080]}]);
+    harness
+        .create_execution(
+            "listed",
+            "prober",
+            json!({"environment": {"egress": {"hosts": hosts}}}),
+        )
+        .await;
+    // Another run of the same namespace, listing nothing: it finds the proxy (the test gives
+    // its address) and is refused everything.
+    harness
+        .create_execution("unlisting", "prober", json!({}))
+        .await;
+    // A host rule an execution adds to its environment's list is refused at create.
+    harness
+        .create_execution(
+            "widening",
+            "prober",
+            json!({"environment": {"egress": {"hosts": [{"host": allowed, "ports": [8080]}]}},
+                   "egress": {"hosts": [{"host": unlisted, "ports": [8080]}]}}),
+        )
+        .await;
+
+    let answers = |response: &str| -> Vec<(String, String)> {
+        response
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(name, answer)| (name.to_owned(), answer.to_owned()))
+            .collect()
+    };
+    let listed = harness.wait_for_phase("listed", Phase::Succeeded).await;
+    let record = harness.result_json(&listed, ResultName::RunResult).await;
+    let listed = answers(record["response"].as_str().unwrap_or_default());
+    let get = |answers: &[(String, String)], name: &str| {
+        answers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.clone())
+            .unwrap_or_else(|| panic!("no answer {name} in {answers:?}"))
+    };
+    assert_eq!(get(&listed, "tunnel"), "allowed", "{listed:?}");
+    assert_eq!(get(&listed, "forward"), "allowed", "{listed:?}");
+    for (name, says) in [
+        ("unlisted", "not in this run's egress.hosts"),
+        ("other_port", "not in this run's egress.hosts"),
+        ("address", "the proxy reaches host names only"),
+        (
+            "denied_address",
+            "resolves only to addresses runs may not reach",
+        ),
+    ] {
+        let answer = get(&listed, name);
+        assert!(
+            answer.starts_with("refused") && answer.contains(says),
+            "{name}: {answer}"
+        );
+    }
+    assert_eq!(
+        get(&listed, "direct"),
+        "unreachable",
+        "the listed host's address is not reachable without the proxy"
+    );
+
+    let unlisting = harness.wait_for_phase("unlisting", Phase::Succeeded).await;
+    let record = harness.result_json(&unlisting, ResultName::RunResult).await;
+    let unlisting = answers(record["response"].as_str().unwrap_or_default());
+    for name in ["tunnel", "forward"] {
+        // Refused by the proxy, or kept from it by the run's NetworkPolicy.
+        let answer = get(&unlisting, name);
+        assert!(
+            answer.contains("not in this run's egress.hosts") || answer == "unreachable",
+            "a run without hosts, {name}: {answer}"
+        );
+    }
+
+    let refused = harness
+        .wait_for_failure("widening", Phase::Failed, Reason::InvalidSpec)
+        .await;
+    let message = message_of(&refused);
+    assert!(message.contains("spec.egress.hosts[0]"), "{message}");
+
+    // A caller that is no running errand pod (this test, on the node) is refused.
+    let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(
+            format!("CONNECT {allowed}:8080 HTTP/1.1\r\nHost: {allowed}:8080\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut head = vec![0; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&head), "HTTP/1.1 403");
+
+    // Every decision is counted.
+    let metrics = reqwest::get(format!("{}/metrics", harness.controller_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for decision in [
+        "allowed",
+        "not_listed",
+        "address",
+        "denied_address",
+        "unknown_caller",
+    ] {
+        assert!(
+            metrics.contains(&format!(
+                "errand_controller_egress_proxy_decisions_total{{decision=\"{decision}\"}}"
+            )),
+            "{decision} in {metrics}"
+        );
+    }
+    harness.finish().await;
+    other.delete().await;
+}

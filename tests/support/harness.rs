@@ -742,6 +742,7 @@ pub fn spawn_controller_with(
             listen,
             sessions: errand::gateway::sessions::SessionLimits::default(),
         }),
+        egress_proxy: None,
         leader_election: None,
         instance: format!("test-{namespace}"),
     };

@@ -227,6 +227,33 @@ pub struct ControllerArgs {
     /// controller's pods or the store (repeatable).
     #[arg(long = "execution-egress-allow", value_name = "JSON", value_parser = egress_rule)]
     pub execution_egress_allow: Vec<NetworkPolicyEgressRule>,
+    /// Serve errand's egress proxy at this address (for example `0.0.0.0:3128`): with
+    /// `--execution-egress deny`, the one way agent pods reach the host names their
+    /// environment's `egress.hosts` lists. Only running errand pods are served.
+    #[arg(long, env = "ERRAND_EGRESS_PROXY_LISTEN")]
+    pub egress_proxy_listen: Option<SocketAddr>,
+    /// The URL agent pods reach the egress proxy at (`http://host:port`; the chart's Service),
+    /// which they get as `HTTPS_PROXY` and `HTTP_PROXY`. Without it, `egress.hosts` is refused.
+    #[arg(long, env = "ERRAND_EGRESS_PROXY_URL", value_parser = proxy_url)]
+    pub egress_proxy_url: Option<url::Url>,
+}
+
+/// An egress proxy URL: `http://host:port`, nothing else.
+fn proxy_url(value: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(value).map_err(|e| format!("{value:?} is not a URL: {e}"))?;
+    if url.scheme() != "http"
+        || url.host().is_none()
+        || url.port().is_none()
+        || !matches!(url.path(), "" | "/")
+        || url.query().is_some()
+        || !url.username().is_empty()
+    {
+        return Err(format!(
+            "{value:?} is not an egress proxy URL: give http://host:port (the proxy's Service \
+             and port), without a path or credentials"
+        ));
+    }
+    Ok(url)
 }
 
 /// What an execution's pod may reach when its environment names nothing.
@@ -458,6 +485,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         (args.execution_egress == EgressDefault::Deny).then_some(ExecutionEgress {
             errand: args.execution_egress_allow,
         });
+    config.egress_proxy_url = args.egress_proxy_url;
     config.agent_ingress = args.deployment_network_policies.then(|| AgentIngress {
         gateway_namespace: args.lease_namespace.clone(),
         gateway_pod_labels: args.gateway_pod_labels,
@@ -505,6 +533,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
                     .then(|| std::time::Duration::from_secs(args.gateway_session_retention)),
             },
         }),
+        egress_proxy: args.egress_proxy_listen,
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,

@@ -91,3 +91,60 @@ fn denied_egress_lets_the_pod_reach_dns_errand_and_its_environments_ranges_only(
         identity().uid
     );
 }
+
+#[test]
+fn a_run_with_host_names_reaches_the_proxy_and_its_agent_is_sent_through_it() {
+    let mut config = ControllerConfig::new("errand.local/errand:dev");
+    denying(&mut config);
+    config.egress_proxy_url = Some("http://10.88.0.1:3128".parse().unwrap());
+    let mut snapshot = with_egress(&[("203.0.113.0/24", &[443])]);
+    snapshot.egress = snapshot
+        .egress
+        .clone()
+        .with_hosts(&[("api.example.com", &[443])]);
+    let policy = network_policy(&identity(), &snapshot, &config).unwrap();
+    let rules = serde_json::to_value(policy.spec.unwrap().egress.unwrap()).unwrap();
+    assert!(
+        rules.as_array().unwrap().contains(&json!(
+            {"to": [{"ipBlock": {"cidr": "10.88.0.1/32"}}], "ports": [{"port": 3128, "protocol": "TCP"}]}
+        )),
+        "{rules:#}"
+    );
+    let built = job(&identity(), &snapshot, &config);
+    let template = built
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        template.annotations.as_ref().unwrap()[contract::EGRESS_HOSTS_ANNOTATION],
+        r#"[{"host":"api.example.com","ports":[443]}]"#
+    );
+    let agent = container(&built, contract::AGENT_CONTAINER);
+    let env: std::collections::BTreeMap<&str, &str> = agent
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|v| Some((v.name.as_str(), v.value.as_deref()?)))
+        .collect();
+    assert_eq!(env["HTTPS_PROXY"], "http://10.88.0.1:3128");
+    assert_eq!(env["http_proxy"], "http://10.88.0.1:3128");
+    assert_eq!(env["NO_PROXY"], "localhost,127.0.0.1,::1,203.0.113.0/24");
+
+    // Without host names, or with egress open, nothing of the proxy.
+    let plain = with_egress(&[("203.0.113.0/24", &[443])]);
+    let mut open = config.clone();
+    open.execution_egress = None;
+    for (snapshot, config) in [(&plain, &config), (&snapshot, &open)] {
+        let built = job(&identity(), snapshot, config);
+        let agent = container(&built, contract::AGENT_CONTAINER);
+        assert!(
+            !agent.env.iter().flatten().any(|v| v.name.contains("PROXY")),
+            "{:?}",
+            agent.env
+        );
+    }
+}
