@@ -373,7 +373,7 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(ports, ["webhook", "data-api", "gateway", "http"]);
+    assert_eq!(ports, ["webhook", "data-api", "gateway", "egress-proxy", "http"]);
 }
 
 #[test]
@@ -920,7 +920,29 @@ fn network_policies_admit_each_listeners_callers_only() {
     );
     let (_, gateway) = rules.iter().find(|(ports, _)| ports == &[11443]).unwrap();
     assert!(gateway.is_null(), "the gateway takes callers from anywhere");
+    let (_, proxy) = rules.iter().find(|(ports, _)| ports == &[3128]).unwrap();
+    let keys: Vec<&serde_json::Value> = proxy
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|peer| &peer["podSelector"]["matchExpressions"][0]["key"])
+        .collect();
+    assert_eq!(
+        keys,
+        ["errand.dev/execution", "errand.dev/deployment"],
+        "only agent pods reach the egress proxy"
+    );
     let args = controller_args(&objects);
+    assert!(args.contains(&"--egress-proxy-listen=0.0.0.0:3128"), "{args:?}");
+    assert!(
+        args.contains(&"--egress-proxy-url=http://errand.errand-system.svc:3128"),
+        "{args:?}"
+    );
+    let to_controller = args
+        .iter()
+        .find(|a| a.starts_with("--execution-egress-allow="))
+        .unwrap();
+    assert!(to_controller.contains(r#""port":3128"#), "{to_controller}");
     assert!(
         args.contains(&"--deployment-network-policies=true"),
         "{args:?}"
