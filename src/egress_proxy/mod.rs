@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -83,14 +84,40 @@ pub fn trim_pod(pod: &mut Pod) {
     });
 }
 
+/// Finds the addresses of a host name.
+pub trait Resolver: Send + Sync {
+    /// The addresses of `host`, each with `port`.
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>>;
+}
+
+/// The system's resolver (the cluster's DNS in a pod).
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
+        let host = host.to_owned();
+        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
+    }
+}
+
 /// The proxy: errand's running pods, the policy every address is held to, the metrics.
 pub struct EgressProxy {
     /// errand's pods (the managed ones), trimmed by [`trim_pod`].
-    pub pods: Store<Pod>,
+    pods: Store<Pod>,
     /// The outbound policy.
-    pub policy: Arc<OutboundPolicy>,
+    policy: Arc<OutboundPolicy>,
     /// Its metrics.
-    pub metrics: Arc<ProxyMetrics>,
+    metrics: Arc<ProxyMetrics>,
+    /// Where host names are resolved.
+    resolver: Arc<dyn Resolver>,
     /// Tunnels open at once, at most (an upgraded connection leaves the listener's count).
     tunnels: Arc<Semaphore>,
 }
@@ -108,8 +135,14 @@ impl EgressProxy {
             pods,
             policy,
             metrics,
+            resolver: Arc::new(SystemResolver),
             tunnels: Arc::new(Semaphore::new(limits.max_connections)),
         }
+    }
+
+    /// The same proxy resolving names with `resolver` (a benchmark's fixed names).
+    pub fn with_resolver(self, resolver: Arc<dyn Resolver>) -> Self {
+        Self { resolver, ..self }
     }
 }
 
@@ -164,14 +197,13 @@ impl EgressProxy {
 
     /// A connection to one of `target`'s addresses the policy allows.
     async fn connect(&self, target: &Target) -> Result<TcpStream, Refusal> {
-        let resolved: Vec<SocketAddr> =
-            match tokio::net::lookup_host((target.host.as_str(), target.port)).await {
-                Ok(addresses) => addresses.collect(),
-                Err(e) => {
-                    debug!(host = %target.host, "resolving: {e}");
-                    return Err(Refusal::Unreachable);
-                }
-            };
+        let resolved = match self.resolver.resolve(&target.host, target.port).await {
+            Ok(addresses) => addresses,
+            Err(e) => {
+                debug!(host = %target.host, "resolving: {e}");
+                return Err(Refusal::Unreachable);
+            }
+        };
         let (allowed, denied) = judge(&self.policy, &resolved);
         if allowed.is_empty() {
             debug!(host = %target.host, ?denied, "every address is denied");

@@ -373,7 +373,10 @@ fn the_controller_runs_restricted_with_probes_and_resources() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(ports, ["webhook", "data-api", "gateway", "egress-proxy", "http"]);
+    assert_eq!(
+        ports,
+        ["webhook", "data-api", "gateway", "egress-proxy", "http"]
+    );
 }
 
 #[test]
@@ -933,7 +936,10 @@ fn network_policies_admit_each_listeners_callers_only() {
         "only agent pods reach the egress proxy"
     );
     let args = controller_args(&objects);
-    assert!(args.contains(&"--egress-proxy-listen=0.0.0.0:3128"), "{args:?}");
+    assert!(
+        args.contains(&"--egress-proxy-listen=0.0.0.0:3128"),
+        "{args:?}"
+    );
     assert!(
         args.contains(&"--egress-proxy-url=http://errand.errand-system.svc:3128"),
         "{args:?}"
