@@ -150,11 +150,12 @@ pub const LABELS: [&str; 8] = [
     SCHEDULE_LABEL,
 ];
 /// Every annotation errand sets or reads, listed in the same reference as [`LABELS`].
-pub const ANNOTATIONS: [&str; 8] = [
+pub const ANNOTATIONS: [&str; 9] = [
     EXECUTION_NAME_ANNOTATION,
     CONTROL_ANNOTATION,
     REPLACED_AGENT_ANNOTATION,
     SNAPSHOT_DIGEST_ANNOTATION,
+    EGRESS_HOSTS_ANNOTATION,
     SHOWN_ENV_ANNOTATION,
     STDIN_BYTES_ANNOTATION,
     NAMESPACE_TTL_ANNOTATION,

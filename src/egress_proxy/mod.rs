@@ -313,6 +313,15 @@ fn answer(status: StatusCode, line: &str) -> Response<ProxyBody> {
     response
 }
 
+/// The answer to a refused request, closing the connection: after a refused CONNECT the
+/// client's next bytes were meant for the tunnel.
 fn refused(refusal: &Refusal, target: Option<&Target>) -> Response<ProxyBody> {
-    answer(refusal.status(), &refusal.message(target))
+    let mut response = answer(refusal.status(), &refusal.message(target));
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
+
+#[cfg(test)]
+mod tests;
