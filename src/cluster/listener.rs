@@ -228,7 +228,10 @@ fn builder(limits: ServerLimits) -> http1::Builder {
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        // A client that shuts its write side after its request (`nc`, some proxies) still
+        // gets its answer: without this, hyper drops the connection at the read's EOF.
+        .half_close(true);
     builder
 }
 

@@ -108,6 +108,37 @@ impl Resolver for SystemResolver {
     }
 }
 
+/// A nameserver's resolver (the cluster's DNS Service, for a controller that runs
+/// off-cluster, whose own resolver does not know the cluster's names).
+pub struct NameserverResolver(hickory_resolver::TokioResolver);
+
+impl NameserverResolver {
+    /// Resolves at `nameserver` (UDP, then TCP for a truncated answer), nothing else.
+    pub fn new(nameserver: SocketAddr) -> Self {
+        use hickory_resolver::config::{NameServerConfigGroup, ResolverConfig};
+        let servers =
+            NameServerConfigGroup::from_ips_clear(&[nameserver.ip()], nameserver.port(), true);
+        let config = ResolverConfig::from_parts(None, vec![], servers);
+        let provider = hickory_resolver::name_server::TokioConnectionProvider::default();
+        Self(hickory_resolver::TokioResolver::builder_with_config(config, provider).build())
+    }
+}
+
+impl Resolver for NameserverResolver {
+    fn resolve(&self, host: &str, port: u16) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
+        // Fully qualified: no search domain is tried.
+        let resolver = self.0.clone();
+        let name = format!("{}.", host.trim_end_matches('.'));
+        Box::pin(async move {
+            let found = resolver
+                .lookup_ip(name)
+                .await
+                .map_err(std::io::Error::other)?;
+            Ok(found.iter().map(|ip| SocketAddr::new(ip, port)).collect())
+        })
+    }
+}
+
 /// The proxy: errand's running pods, the policy every address is held to, the metrics.
 pub struct EgressProxy {
     /// errand's pods (the managed ones), trimmed by [`trim_pod`].

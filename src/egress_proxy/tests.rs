@@ -1,4 +1,4 @@
-//! The proxy's I/O shell on loopback: a listed name is reached by CONNECT and by forwarding (a streamed answer passes through chunk by chunk, without the proxy's own headers going upstream), and everything else is answered with a refusal.
+//! The proxy's I/O shell on loopback: a listed name is reached by CONNECT and by forwarding (a streamed answer passes through chunk by chunk, without the proxy's own headers going upstream, also to a client that shut its write side after its request), and everything else is answered with a refusal.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -100,10 +100,12 @@ async fn proxy(caller_ip: &str, upstream: SocketAddr) -> SocketAddr {
     address
 }
 
-/// Sends `request` to the proxy at `proxy` and reads until it closes (or 5 s pass).
+/// Sends `request` to the proxy at `proxy`, shuts the write side as `nc` does, and reads
+/// until the proxy closes (or 5 s pass).
 async fn exchange(proxy: SocketAddr, request: &str) -> String {
     let mut stream = TcpStream::connect(proxy).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
     String::from_utf8_lossy(&answer).into_owned()
@@ -130,14 +132,14 @@ async fn a_listed_name_is_reached_by_connect_and_by_forwarding_with_the_answer_s
     let forwarded = exchange(
         proxy,
         &format!(
-            "GET http://{LISTED}:{port}/v1/chat?stream=1 HTTP/1.1\r\nHost: {LISTED}:{port}\r\n\
+            "GET http://{LISTED}:{port}/v1/chat?stream=1 HTTP/1.0\r\nHost: {LISTED}:{port}\r\n\
              Proxy-Authorization: Basic c2VjcmV0\r\nConnection: close\r\n\r\n"
         ),
     )
     .await;
-    assert!(forwarded.starts_with("HTTP/1.1 200"), "{forwarded}");
+    assert!(forwarded.starts_with("HTTP/1.0 200"), "{forwarded}");
     assert!(
-        forwarded.contains("seen GET /v1/chat?stream=1 HTTP/1.1|"),
+        forwarded.contains("seen GET /v1/chat?stream=1 HTTP/1.0|"),
         "origin form upstream: {forwarded}"
     );
     assert!(

@@ -71,9 +71,9 @@ pub struct ServeOptions {
     /// Serve the gateway to AgentDeployments (every replica does, leader or not); over TLS
     /// with the serving certificate when `certificates` is given.
     pub gateway: Option<GatewayOptions>,
-    /// Serve errand's egress proxy here (every replica does, leader or not); agent pods reach
-    /// it at the configuration's `egress_proxy_url`.
-    pub egress_proxy: Option<SocketAddr>,
+    /// Serve errand's egress proxy (every replica does, leader or not); agent pods reach it
+    /// at the configuration's `egress_proxy_url`.
+    pub egress_proxy: Option<EgressProxyOptions>,
     /// The Lease to hold before reconciling, in its namespace (no election when `None`).
     pub leader_election: Option<(String, LeaseSettings)>,
     /// This replica's name in events.
@@ -83,6 +83,16 @@ pub struct ServeOptions {
     pub server_limits: crate::cluster::listener::ServerLimits,
     /// The largest result a pod may upload through the blob endpoint (`file://` stores).
     pub max_result_bytes: u64,
+}
+
+/// Where errand's egress proxy listens and resolves.
+#[derive(Clone, Copy, Debug)]
+pub struct EgressProxyOptions {
+    /// Its address.
+    pub listen: SocketAddr,
+    /// Resolve host names at this nameserver instead of the system's (a controller running
+    /// off-cluster).
+    pub nameserver: Option<SocketAddr>,
 }
 
 /// Why the process stopped.
@@ -319,25 +329,24 @@ pub async fn run(
             &mut tasks,
         );
     }
-    if let Some(listen) = options.egress_proxy {
+    if let Some(proxy_options) = options.egress_proxy {
         let managed = all.clone().labels(&watches::managed_selector());
         let (pods, pod_stream) = watches::cache(
             namespaces.watches::<Pod>(&client, &managed),
             egress_proxy::trim_pod,
         );
         tasks.spawn(watches::drive(pod_stream));
-        let proxy = EgressProxy::new(
+        let mut proxy = EgressProxy::new(
             pods,
             Arc::clone(&options.config.outbound),
             Arc::clone(&metrics.egress_proxy),
             options.server_limits,
         );
-        egress_proxy::start(
-            proxy,
-            bind(listen).await?,
-            options.server_limits,
-            &mut tasks,
-        );
+        if let Some(nameserver) = proxy_options.nameserver {
+            proxy = proxy.with_resolver(Arc::new(egress_proxy::NameserverResolver::new(nameserver)));
+        }
+        let listener = bind(proxy_options.listen).await?;
+        egress_proxy::start(proxy, listener, options.server_limits, &mut tasks);
     }
     if !catalog.wait_until_ready().await {
         return Err(RunError::CacheStopped);

@@ -338,6 +338,9 @@ async fn through_the_egress_proxy_a_run_reaches_only_the_host_names_its_environm
         &proxy.to_string(),
         "--egress-proxy-url",
         &proxy_url,
+        // This controller runs on the node, whose own resolver knows no cluster names.
+        "--egress-proxy-nameserver",
+        &format!("{}:53", cluster::dns_service_ip(&client).await),
     ];
     let Some(harness) = Harness::start_with_controller_args("egress-proxy", &args).await else {
         return;

@@ -127,6 +127,17 @@ pub async fn alone() {
     hold(true).await;
 }
 
+/// The cluster DNS Service's address (kube-system's `kube-dns`).
+pub async fn dns_service_ip(client: &Client) -> String {
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), "kube-system")
+        .get("kube-dns")
+        .await
+        .expect("the cluster DNS Service")
+        .spec
+        .and_then(|spec| spec.cluster_ip)
+        .expect("kube-dns has a cluster IP")
+}
+
 /// A client for the test cluster, holding a share of it for the rest of the test ([`alone`]
 /// tests wait for it), or `None` (after a loud message) unless `ERRAND_CLUSTER_TESTS=1`.
 ///

@@ -22,7 +22,7 @@ use crate::outbound::{Cidr, OutboundPolicy, OutboundSettings};
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
-use crate::serve::{ServeOptions, run};
+use crate::serve::{EgressProxyOptions, ServeOptions, run};
 use crate::store::Store;
 use crate::store::grants::{HmacSigner, UrlSigner};
 use crate::webhook::WebhookOptions;
@@ -236,6 +236,10 @@ pub struct ControllerArgs {
     /// which they get as `HTTPS_PROXY` and `HTTP_PROXY`. Without it, `egress.hosts` is refused.
     #[arg(long, env = "ERRAND_EGRESS_PROXY_URL", value_parser = proxy_url)]
     pub egress_proxy_url: Option<url::Url>,
+    /// The DNS server (`IP:port`) the egress proxy resolves host names at, instead of the
+    /// system's: for a controller running off-cluster, the cluster DNS Service's address.
+    #[arg(long, env = "ERRAND_EGRESS_PROXY_NAMESERVER", requires = "egress_proxy_listen")]
+    pub egress_proxy_nameserver: Option<SocketAddr>,
 }
 
 /// An egress proxy URL: `http://host:port`, nothing else.
@@ -533,7 +537,12 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
                     .then(|| std::time::Duration::from_secs(args.gateway_session_retention)),
             },
         }),
-        egress_proxy: args.egress_proxy_listen,
+        egress_proxy: args
+            .egress_proxy_listen
+            .map(|listen| EgressProxyOptions {
+                listen,
+                nameserver: args.egress_proxy_nameserver,
+            }),
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,
