@@ -125,7 +125,11 @@ impl NameserverResolver {
 }
 
 impl Resolver for NameserverResolver {
-    fn resolve(&self, host: &str, port: u16) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
+    fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
         // Fully qualified: no search domain is tried.
         let resolver = self.0.clone();
         let name = format!("{}.", host.trim_end_matches('.'));

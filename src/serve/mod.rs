@@ -343,7 +343,8 @@ pub async fn run(
             options.server_limits,
         );
         if let Some(nameserver) = proxy_options.nameserver {
-            proxy = proxy.with_resolver(Arc::new(egress_proxy::NameserverResolver::new(nameserver)));
+            proxy =
+                proxy.with_resolver(Arc::new(egress_proxy::NameserverResolver::new(nameserver)));
         }
         let listener = bind(proxy_options.listen).await?;
         egress_proxy::start(proxy, listener, options.server_limits, &mut tasks);

@@ -1,4 +1,4 @@
-//! Property tests of every server's request parsing with arbitrary methods, paths, headers and bodies: the gateway and the controller's HTTP endpoint (probes, grants, blobs) over real sockets, within their limits, and the pure parsers of the webhook, the data API and the gateway. No panic, an answer or a closed connection in bounded time, and the server still serves afterwards.
+//! Property tests of every server's request parsing with arbitrary methods, paths, headers and bodies: the gateway, the controller's HTTP endpoint (probes, grants, blobs) and the egress proxy over real sockets, within their limits, and the pure parsers of the webhook, the data API and the gateway. No panic, an answer or a closed connection in bounded time, and the server still serves afterwards.
 
 use crate::support::anyone::Anyone;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -64,9 +64,50 @@ const LIMITS: ServerLimits = ServerLimits {
     max_connections: 64,
 };
 
-/// The gateway and the controller's HTTP endpoint, on a runtime of their own; their
-/// addresses. The runtime lives as long as the test.
-fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 2]) {
+/// Resolves every name to a closed loopback port, at once.
+struct Closed;
+
+impl errand::egress_proxy::Resolver for Closed {
+    fn resolve(
+        &self,
+        _host: &str,
+        _port: u16,
+    ) -> futures::future::BoxFuture<'static, std::io::Result<Vec<std::net::SocketAddr>>> {
+        Box::pin(async { Ok(vec!["127.0.0.1:1".parse().unwrap()]) })
+    }
+}
+
+/// The egress proxy, its one caller a running pod at 127.0.0.1 listing `api.example.test`.
+fn egress_proxy(listener: TcpListener) {
+    use k8s_openapi::api::core::v1::{Pod, PodStatus};
+    let mut pod = Pod::default();
+    pod.metadata.name = Some("run".into());
+    pod.metadata.annotations = Some(
+        [(
+            errand::api::contract::EGRESS_HOSTS_ANNOTATION.to_owned(),
+            r#"[{"host":"api.example.test"}]"#.to_owned(),
+        )]
+        .into(),
+    );
+    pod.status = Some(PodStatus {
+        phase: Some("Running".into()),
+        pod_ip: Some("127.0.0.1".into()),
+        ..PodStatus::default()
+    });
+    let (pods, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
+    let policy = errand::outbound::OutboundPolicy::default().allow("127.0.0.0/8".parse().unwrap());
+    let proxy =
+        errand::egress_proxy::EgressProxy::new(pods, Arc::new(policy), Arc::default(), LIMITS)
+            .with_resolver(Arc::new(Closed));
+    let mut tasks = tokio::task::JoinSet::new();
+    errand::egress_proxy::start(proxy, listener, LIMITS, &mut tasks);
+    tasks.detach_all();
+}
+
+/// The gateway, the controller's HTTP endpoint and the egress proxy, on a runtime of their
+/// own; their addresses. The runtime lives as long as the test.
+fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 3]) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(SERVER_THREAD)
@@ -77,10 +118,13 @@ fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 2]) {
     let addresses = runtime.block_on(async {
         let gateway_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addresses = [
             gateway_listener.local_addr().unwrap().to_string(),
             http_listener.local_addr().unwrap().to_string(),
+            proxy_listener.local_addr().unwrap().to_string(),
         ];
+        egress_proxy(proxy_listener);
         let gateway = Arc::new(Gateway {
             authorizer: Box::new(Anyone),
             directory: Box::new(Nowhere),
@@ -118,6 +162,7 @@ fn method() -> impl Strategy<Value = String> {
         Just("POST".to_owned()),
         Just("PUT".to_owned()),
         Just("DELETE".to_owned()),
+        Just("CONNECT".to_owned()),
         "[A-Z]{1,8}",
         "[ -~]{0,12}",
     ]
@@ -133,6 +178,9 @@ fn path() -> impl Strategy<Value = String> {
         Just("/v1/namespaces/team/deployments/calc/chat".to_owned()),
         Just("/v1/namespaces/team/deployments/calc/sessions/s1".to_owned()),
         Just("/v1/namespaces/team/agents/calc/v1/chat/completions".to_owned()),
+        Just("api.example.test:443".to_owned()),
+        Just("http://api.example.test/v1/models".to_owned()),
+        Just("169.254.169.254:80".to_owned()),
     ];
     prop_oneof![
         known.clone(),
@@ -197,12 +245,12 @@ proptest! {
         path in path(),
         headers in proptest::collection::vec(header(), 0..8),
         body in body(),
-        to_gateway in any::<bool>(),
+        server in 0..3usize,
     ) {
         count_server_panics();
         let store = tempfile::tempdir().unwrap();
         let (runtime, addresses) = servers(store.path());
-        let address = &addresses[usize::from(!to_gateway)];
+        let address = &addresses[server];
         let mut request = format!("{method} {path} HTTP/1.1\r\nhost: x\r\n").into_bytes();
         for (name, value) in &headers {
             request.extend_from_slice(name.as_bytes());

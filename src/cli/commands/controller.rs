@@ -238,7 +238,11 @@ pub struct ControllerArgs {
     pub egress_proxy_url: Option<url::Url>,
     /// The DNS server (`IP:port`) the egress proxy resolves host names at, instead of the
     /// system's: for a controller running off-cluster, the cluster DNS Service's address.
-    #[arg(long, env = "ERRAND_EGRESS_PROXY_NAMESERVER", requires = "egress_proxy_listen")]
+    #[arg(
+        long,
+        env = "ERRAND_EGRESS_PROXY_NAMESERVER",
+        requires = "egress_proxy_listen"
+    )]
     pub egress_proxy_nameserver: Option<SocketAddr>,
 }
 
@@ -537,12 +541,10 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
                     .then(|| std::time::Duration::from_secs(args.gateway_session_retention)),
             },
         }),
-        egress_proxy: args
-            .egress_proxy_listen
-            .map(|listen| EgressProxyOptions {
-                listen,
-                nameserver: args.egress_proxy_nameserver,
-            }),
+        egress_proxy: args.egress_proxy_listen.map(|listen| EgressProxyOptions {
+            listen,
+            nameserver: args.egress_proxy_nameserver,
+        }),
         leader_election: args.leader_elect.then(|| {
             (
                 args.lease_namespace,
