@@ -243,3 +243,61 @@ async fn readiness_lost_after_ready_opens_a_fresh_window_and_recovering_ends_it(
     );
     harness.finish().await;
 }
+
+/// A status decided on a stale read is not written: the write carries the read's
+/// `resourceVersion`, and the API server refuses it once the object has moved on (what kept
+/// a lagging cache from moving a recorded `startingSince`). No controller serves this
+/// namespace, so only this test writes.
+#[tokio::test]
+async fn a_status_decided_on_a_stale_read_is_not_written() {
+    use errand::api::AgentDeploymentStatus;
+    use errand::controller::status_write::{Written, write_status};
+    use kube::api::PostParams;
+
+    let Some(client) = crate::support::cluster::client().await else {
+        return;
+    };
+    crate::support::errand::install_crds(&client).await;
+    let namespace = crate::support::cluster::TestNamespace::create(&client, "stale-write").await;
+    let api = namespace.api::<AgentDeployment>();
+    let deployment: AgentDeployment = serde_json::from_value(json!({
+        "apiVersion": "errand.dev/v1alpha1", "kind": "AgentDeployment",
+        "metadata": {"name": "stale"},
+        "spec": {"agentRef": {"name": "nobody"}},
+    }))
+    .unwrap();
+    let read = api
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let status = |message: &str| AgentDeploymentStatus {
+        message: Some(message.to_owned()),
+        ..AgentDeploymentStatus::default()
+    };
+    let first = status("first");
+    assert_eq!(
+        write_status(&api, &read, None, &first).await.unwrap(),
+        Written::Done
+    );
+    // The same read, now stale: the second decision is refused, the first stays.
+    assert_eq!(
+        write_status(&api, &read, None, &status("second"))
+            .await
+            .unwrap(),
+        Written::Stale
+    );
+    let current = api.get("stale").await.unwrap();
+    assert_eq!(
+        current.status.and_then(|s| s.message).as_deref(),
+        Some("first")
+    );
+    // A fresh read writes.
+    let fresh = api.get("stale").await.unwrap();
+    assert_eq!(
+        write_status(&api, &fresh, fresh.status.as_ref(), &status("third"))
+            .await
+            .unwrap(),
+        Written::Done
+    );
+    namespace.delete().await;
+}

@@ -1,4 +1,4 @@
-//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else, unless its execution narrows the list; a metadata address in an environment is refused naming the field; an AgentDeployment's pods are held to the same.
+//! Egress of execution pods when the controller denies it by default (`--execution-egress deny`, the chart's default), on the test cluster's enforced NetworkPolicies: an agent whose environment allows nothing reaches none of another namespace's pod, its Service, an address no environment lists and the address another execution's environment allows, and still saves its results; an agent whose environment allows that address reaches it and nothing else, unless its execution narrows the list; a metadata address in an environment is refused naming the field; an AgentDeployment's pods are held to the same. Through errand's egress proxy, a run (and a deployment's pod) reaches the host names its environment lists, by CONNECT and by forwarding, and is refused every other name, port, address and denied resolution; another run, and a caller that is no pod, are refused.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -440,6 +440,40 @@ async fn through_the_egress_proxy_a_run_reaches_only_the_host_names_its_environm
         .await;
     let message = message_of(&refused);
     assert!(message.contains("spec.egress.hosts[0]"), "{message}");
+
+    // An AgentDeployment's pods are held to the same: its server reaches the listed name
+    // through the proxy it finds in its environment, and nothing else.
+    create_server_agent(&harness, "server").await;
+    let hosts = json!([{"host": allowed, "ports": [8080]}]);
+    create_deployment(
+        &harness,
+        "proxied",
+        "server",
+        json!({"environment": {"egress": {"hosts": hosts}}}),
+    )
+    .await;
+    let deployment = wait_for_phase(&harness, "proxied", DeploymentPhase::Ready, RUN_WAIT).await;
+    let uid = deployment.metadata.uid.unwrap();
+    let pods = harness
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("{}={uid}", contract::DEPLOYMENT_UID_LABEL)))
+        .await
+        .unwrap();
+    let pod = pods.items[0].metadata.name.clone().unwrap();
+    let namespace = harness.namespace.name().to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        cluster::kubectl(&["-n", &namespace, "exec", &pod, "--", "sh", "-c", &script])
+    })
+    .await
+    .unwrap();
+    let served = answers(&output);
+    assert_eq!(get(&served, "tunnel"), "allowed", "{served:?}");
+    assert_eq!(get(&served, "forward"), "allowed", "{served:?}");
+    assert!(
+        get(&served, "unlisted").contains("not in this run's egress.hosts"),
+        "{served:?}"
+    );
+    assert_eq!(get(&served, "direct"), "unreachable", "{served:?}");
 
     // A caller that is no running errand pod (this test, on the node) is refused.
     let mut stream = tokio::net::TcpStream::connect(proxy).await.unwrap();
