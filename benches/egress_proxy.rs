@@ -154,6 +154,7 @@ async fn timed(sender: &mut SendRequest<Empty<Bytes>>, uri: &str, port: u16) -> 
         .header("host", format!("{HOST}:{port}"))
         .body(Empty::new())
         .unwrap();
+    sender.ready().await.expect("the connection stays open");
     let started = Instant::now();
     let response = sender.send_request(request).await.expect("an answer");
     assert_eq!(response.status(), 200, "{uri}");

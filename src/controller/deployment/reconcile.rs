@@ -70,10 +70,10 @@ async fn reconcile_once(deployment: &AgentDeployment, ctx: &DeploymentContext) -
     let generation = deployment.metadata.generation;
     if deployment.metadata.deletion_timestamp.is_some() {
         // Foreground deletion keeps the deployment until its children are gone: say so.
-        if previous.phase != Some(DeploymentPhase::Terminating) {
-            if let Some(stale) = writer.write(status::terminating(&previous, now)).await? {
-                return Ok(stale);
-            }
+        if previous.phase != Some(DeploymentPhase::Terminating)
+            && let Some(stale) = writer.write(status::terminating(&previous, now)).await?
+        {
+            return Ok(stale);
         }
         return Ok(Action::await_change());
     }
