@@ -246,9 +246,18 @@ pub struct ControllerArgs {
     pub egress_proxy_nameserver: Option<SocketAddr>,
 }
 
+/// A refused `--egress-proxy-url`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} is not an egress proxy URL: give http://host:port (the proxy's Service and port), \
+     without a path or credentials"
+)]
+pub struct NotAProxyUrl(String);
+
 /// An egress proxy URL: `http://host:port`, nothing else.
-fn proxy_url(value: &str) -> Result<url::Url, String> {
-    let url = url::Url::parse(value).map_err(|e| format!("{value:?} is not a URL: {e}"))?;
+fn proxy_url(value: &str) -> Result<url::Url, NotAProxyUrl> {
+    let refused = || NotAProxyUrl(value.to_owned());
+    let url = url::Url::parse(value).map_err(|_| refused())?;
     if url.scheme() != "http"
         || url.host().is_none()
         || url.port().is_none()
@@ -256,10 +265,7 @@ fn proxy_url(value: &str) -> Result<url::Url, String> {
         || url.query().is_some()
         || !url.username().is_empty()
     {
-        return Err(format!(
-            "{value:?} is not an egress proxy URL: give http://host:port (the proxy's Service \
-             and port), without a path or credentials"
-        ));
+        return Err(refused());
     }
     Ok(url)
 }
@@ -697,6 +703,16 @@ mod tests {
                 r#"--execution-egress-allow={"ports":"all"}"#,
                 "--execution-egress-allow",
                 "invalid type",
+            ),
+            (
+                "--egress-proxy-url=https://proxy:3128/x",
+                "--egress-proxy-url",
+                "give http://host:port",
+            ),
+            (
+                "--egress-proxy-url=proxy:3128",
+                "--egress-proxy-url",
+                "is not an egress proxy URL",
             ),
         ] {
             let error = parse(&[bad]).err().unwrap().to_string();
