@@ -175,7 +175,8 @@ impl EgressProxy {
         }
     }
 
-    /// The same proxy resolving names with `resolver` (a benchmark's fixed names).
+    /// The same proxy resolving names with `resolver` (a nameserver of its own, or a test's
+    /// fixed names).
     pub fn with_resolver(self, resolver: Arc<dyn Resolver>) -> Self {
         Self { resolver, ..self }
     }
