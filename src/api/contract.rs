@@ -114,6 +114,10 @@ pub const REPLACED_AGENT_ANNOTATION: &str = "errand.dev/replaced-agent";
 /// its `egress.hosts` (JSON), which the proxy reads from the pod it finds at the caller's
 /// address.
 pub const EGRESS_HOSTS_ANNOTATION: &str = "errand.dev/egress-hosts";
+/// Annotation on an agent pod whose models' credentials are proxied: the proxied models
+/// (alias, real `base_url`, Secret and key; JSON), which the egress proxy's model route reads
+/// from the pod it finds at the caller's address.
+pub const MODEL_ROUTES_ANNOTATION: &str = "errand.dev/model-routes";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Annotation on an execution: the variables `execute --env` set, as errand shows them (JSON;
@@ -150,12 +154,13 @@ pub const LABELS: [&str; 8] = [
     SCHEDULE_LABEL,
 ];
 /// Every annotation errand sets or reads, listed in the same reference as [`LABELS`].
-pub const ANNOTATIONS: [&str; 9] = [
+pub const ANNOTATIONS: [&str; 10] = [
     EXECUTION_NAME_ANNOTATION,
     CONTROL_ANNOTATION,
     REPLACED_AGENT_ANNOTATION,
     SNAPSHOT_DIGEST_ANNOTATION,
     EGRESS_HOSTS_ANNOTATION,
+    MODEL_ROUTES_ANNOTATION,
     SHOWN_ENV_ANNOTATION,
     STDIN_BYTES_ANNOTATION,
     NAMESPACE_TTL_ANNOTATION,

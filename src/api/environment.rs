@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -55,6 +56,23 @@ pub struct AgentEnvironmentSpec {
     /// (the chart's `executionEgress.policy: deny`), besides DNS and errand's own endpoints.
     #[serde(default, skip_serializing_if = "Egress::is_empty")]
     pub egress: Egress,
+    /// How the agent holds its models' API keys. `Proxied`: a model whose `api_key_env` is
+    /// bound to a Secret gets a `base_url` on errand's egress proxy and a placeholder token
+    /// that is worthless outside this run; the proxy adds the real key. `Direct` (the default):
+    /// the variable holds the Secret's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_credentials: Option<ModelCredentials>,
+}
+
+/// How the agent holds its models' API keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ModelCredentials {
+    /// The API key's variable holds the Secret's value.
+    #[default]
+    Direct,
+    /// The agent gets a placeholder token and a `base_url` on errand's egress proxy, which
+    /// forwards its OpenAI-compatible calls over TLS with the real key added.
+    Proxied,
 }
 
 /// The most egress rules an environment may list.

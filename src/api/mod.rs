@@ -28,7 +28,8 @@ pub use deployment::{
 pub use environment::{
     ALLOWED_COMPUTE_KEYS, AgentEnvironment, AgentEnvironmentSpec, AgentEnvironmentStatus, Compute,
     ComputeResources, DEFAULT_HOST_PORTS, Egress, EgressHost, EgressRule, EnvironmentOverlay, GPU,
-    MAX_TOLERATIONS, OVERCOMMITTABLE_COMPUTE_KEYS, TAINT_EFFECTS, TOLERATION_OPERATORS,
+    MAX_TOLERATIONS, ModelCredentials, OVERCOMMITTABLE_COMPUTE_KEYS, TAINT_EFFECTS,
+    TOLERATION_OPERATORS,
 };
 pub use execution::{
     AgentExecution, AgentExecutionSpec, AgentExecutionStatus, ArtifactMount,

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::archive::ExtractLimits;
 use crate::outbound::OutboundPolicy;
+use crate::resolve::model_credentials::ModelTokens;
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
 use crate::runner::DEFAULT_STAGING_BUDGET;
 use crate::store::grants::UrlSigner;
@@ -90,6 +91,9 @@ pub struct ControllerConfig {
     /// host names of their environment's `egress.hosts` when egress is denied by default
     /// (`None`: no proxy; host rules are refused).
     pub egress_proxy_url: Option<url::Url>,
+    /// The placeholder tokens of runs whose model credentials are proxied, made with the
+    /// signing key every replica shares (`None`: no signing key; `Proxied` is refused).
+    pub model_tokens: Option<ModelTokens>,
 }
 
 /// What every execution's pod may reach when egress is denied by default, besides DNS (the
@@ -205,6 +209,7 @@ impl ControllerConfig {
             agent_ingress: Some(AgentIngress::chart_default()),
             execution_egress: None,
             egress_proxy_url: None,
+            model_tokens: None,
         }
     }
 
@@ -233,7 +238,14 @@ impl ControllerConfig {
             telemetry_configured: self.otlp_endpoint.is_some(),
             outbound: Arc::clone(&self.outbound),
             egress_proxy: self.execution_egress.is_some() && self.egress_proxy_url.is_some(),
+            model_proxy: self.model_proxy().is_some(),
         }
+    }
+
+    /// The egress proxy that carries runs' model calls, and the tokens it checks: both are
+    /// needed.
+    pub fn model_proxy(&self) -> Option<(&url::Url, &ModelTokens)> {
+        Some((self.egress_proxy_url.as_ref()?, self.model_tokens.as_ref()?))
     }
 
     /// Puts an execution that names no queue into the default queue, in its snapshot, so the

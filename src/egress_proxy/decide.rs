@@ -1,4 +1,4 @@
-//! The egress proxy's decisions, pure: who is calling (the one running errand pod at the source address), where to (a CONNECT authority or an absolute `http` URL), and whether that run's host names allow it.
+//! The egress proxy's decisions, pure: who is calling (the one running errand pod at the source address), where to (a CONNECT authority or an absolute `http` URL), and whether that run's host names allow it; and on the model route, which of the run's models a call is for and whether it bears the run's placeholder token.
 
 use std::net::IpAddr;
 
@@ -7,8 +7,15 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use crate::api::EgressHost;
-use crate::api::contract::EGRESS_HOSTS_ANNOTATION;
+use crate::api::contract::{
+    DEPLOYMENT_UID_LABEL, EGRESS_HOSTS_ANNOTATION, EXECUTION_UID_LABEL, MODEL_ROUTES_ANNOTATION,
+};
 use crate::resolve::egress::host_allowed;
+use crate::resolve::model_credentials::{MODEL_ROUTE_PREFIX, ModelTokens, ProxiedModel, model_path};
+
+/// The largest request body the model route carries (it is read whole, so the upstream gets
+/// its length).
+pub const MAX_MODEL_REQUEST_BYTES: usize = 16 << 20;
 
 /// Where a request goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,13 +26,19 @@ pub struct Target {
     pub port: u16,
 }
 
-/// The calling run: its pod and the host names it may reach.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The calling run: its pod, the host names it may reach and the models it calls.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     /// `namespace/pod`, for the log.
     pub pod: String,
+    /// The pod's namespace: the run's, where its model keys' Secrets are.
+    pub namespace: String,
+    /// The uid of the run (execution or deployment) the pod belongs to, from its label.
+    pub run_uid: Option<String>,
     /// The run's host rules (none when its pod carries none).
     pub hosts: Vec<EgressHost>,
+    /// The run's proxied models (none when its pod carries none).
+    pub models: Vec<ProxiedModel>,
 }
 
 /// Why the proxy refuses a request. The caller sees [`Refusal::message`], which names nothing
@@ -36,8 +49,8 @@ pub enum Refusal {
     UnknownCaller,
     /// More than one pod has it, so the caller cannot be told.
     AmbiguousCaller,
-    /// The caller's pod carries a host list that does not parse.
-    UnreadableHosts,
+    /// The caller's pod carries a host list or model list that does not parse.
+    UnreadableRules,
     /// Neither a CONNECT to `host:port` nor an absolute `http://` URL.
     Malformed(&'static str),
     /// The target is an address: the proxy serves host names.
@@ -48,6 +61,14 @@ pub enum Refusal {
     DeniedAddress,
     /// No connection in time, or refused.
     Unreachable,
+    /// The model route names a model the run does not proxy.
+    UnknownModel,
+    /// The model route's bearer token is not the calling run's placeholder.
+    WrongToken,
+    /// The model's key cannot be read from its Secret.
+    KeyUnavailable,
+    /// The request to the model is larger than the route carries.
+    TooLarge,
 }
 
 impl Refusal {
@@ -55,7 +76,10 @@ impl Refusal {
     pub fn status(&self) -> StatusCode {
         match self {
             Refusal::Malformed(_) => StatusCode::BAD_REQUEST,
-            Refusal::Unreachable => StatusCode::BAD_GATEWAY,
+            Refusal::Unreachable | Refusal::KeyUnavailable => StatusCode::BAD_GATEWAY,
+            Refusal::UnknownModel => StatusCode::NOT_FOUND,
+            Refusal::WrongToken => StatusCode::UNAUTHORIZED,
+            Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::FORBIDDEN,
         }
     }
@@ -65,12 +89,16 @@ impl Refusal {
         match self {
             Refusal::UnknownCaller => "unknown_caller",
             Refusal::AmbiguousCaller => "ambiguous_caller",
-            Refusal::UnreadableHosts => "unreadable_hosts",
+            Refusal::UnreadableRules => "unreadable_rules",
             Refusal::Malformed(_) => "malformed",
             Refusal::AddressTarget => "address",
             Refusal::NotListed => "not_listed",
             Refusal::DeniedAddress => "denied_address",
             Refusal::Unreachable => "unreachable",
+            Refusal::UnknownModel => "unknown_model",
+            Refusal::WrongToken => "wrong_token",
+            Refusal::KeyUnavailable => "key_unavailable",
+            Refusal::TooLarge => "too_large",
         }
     }
 
@@ -79,12 +107,12 @@ impl Refusal {
         let to = target.map_or_else(String::new, |t| format!(" {}:{}", t.host, t.port));
         match self {
             Refusal::UnknownCaller | Refusal::AmbiguousCaller => {
-                "errand's egress proxy serves only the pods of runs whose environment lists \
-                 egress.hosts"
+                "errand's egress proxy serves only the running pods of runs whose environment \
+                 lists egress.hosts or proxies model credentials"
                     .to_owned()
             }
-            Refusal::UnreadableHosts => {
-                "this pod's host list cannot be read; recreate the run".to_owned()
+            Refusal::UnreadableRules => {
+                "this pod's host or model list cannot be read; recreate the run".to_owned()
             }
             Refusal::Malformed(what) => format!("not a proxy request: {what}"),
             Refusal::AddressTarget => format!(
@@ -99,6 +127,20 @@ impl Refusal {
                 format!("refused{to}: the name resolves only to addresses runs may not reach")
             }
             Refusal::Unreachable => format!("no connection{to}"),
+            Refusal::UnknownModel => {
+                "no model of this run with proxied credentials has that alias".to_owned()
+            }
+            Refusal::WrongToken => "refused: the bearer token is not this run's placeholder \
+                                    (it is good only from the run's own pod while it runs)"
+                .to_owned(),
+            Refusal::KeyUnavailable => {
+                "the model's key cannot be read from its Secret; ask the environment's owner"
+                    .to_owned()
+            }
+            Refusal::TooLarge => format!(
+                "the request is larger than the model route carries ({} MiB)",
+                MAX_MODEL_REQUEST_BYTES >> 20
+            ),
         }
     }
 }
@@ -121,13 +163,79 @@ pub fn caller<'a>(
     if found.next().is_some() {
         return Err(Refusal::AmbiguousCaller);
     }
-    let hosts = match pod.annotations().get(EGRESS_HOSTS_ANNOTATION) {
-        Some(hosts) => serde_json::from_str(hosts).map_err(|_| Refusal::UnreadableHosts)?,
-        None => Vec::new(),
-    };
+    let labels = pod.labels();
+    let namespace = pod.namespace().unwrap_or_default();
     Ok(Caller {
-        pod: format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
-        hosts,
+        pod: format!("{namespace}/{}", pod.name_any()),
+        run_uid: labels
+            .get(EXECUTION_UID_LABEL)
+            .or_else(|| labels.get(DEPLOYMENT_UID_LABEL))
+            .cloned(),
+        namespace,
+        hosts: annotated(pod, EGRESS_HOSTS_ANNOTATION)?,
+        models: annotated(pod, MODEL_ROUTES_ANNOTATION)?,
+    })
+}
+
+/// The list (JSON) `pod` carries in `annotation`; none when it carries none.
+fn annotated<T: serde::de::DeserializeOwned>(
+    pod: &Pod,
+    annotation: &str,
+) -> Result<Vec<T>, Refusal> {
+    match pod.annotations().get(annotation) {
+        Some(json) => serde_json::from_str(json).map_err(|_| Refusal::UnreadableRules),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Whether a request is for the model route: origin form (not a proxy request), on its path.
+pub fn is_model_request(method: &Method, uri: &Uri) -> bool {
+    method != Method::CONNECT
+        && uri.scheme().is_none()
+        && uri.path().starts_with(MODEL_ROUTE_PREFIX)
+}
+
+/// A call on the model route: the model and the URL it goes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelCall {
+    /// The proxied model.
+    pub model: ProxiedModel,
+    /// The model's `base_url` with the rest of the request's path and its query.
+    pub upstream: String,
+}
+
+/// The model call `caller` makes to `path_and_query` with `authorization`: its own model, and
+/// its own placeholder token as the bearer.
+pub fn model_call(
+    caller: &Caller,
+    path_and_query: &str,
+    authorization: Option<&str>,
+    tokens: &ModelTokens,
+) -> Result<ModelCall, Refusal> {
+    let (alias, rest) =
+        model_path(path_and_query).ok_or(Refusal::Malformed("not a path on the model route"))?;
+    let model = caller
+        .models
+        .iter()
+        .find(|model| model.alias == alias)
+        .ok_or(Refusal::UnknownModel)?;
+    let presented = authorization
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let run_uid = caller.run_uid.as_deref().ok_or(Refusal::WrongToken)?;
+    match presented {
+        Some(token) if tokens.verify(&caller.namespace, run_uid, token) => {}
+        _ => return Err(Refusal::WrongToken),
+    }
+    let upstream = if rest.is_empty() {
+        model.base_url.clone()
+    } else {
+        format!("{}/{rest}", model.base_url)
+    };
+    Ok(ModelCall {
+        model: model.clone(),
+        upstream,
     })
 }
 
@@ -213,7 +321,7 @@ mod tests {
         );
         assert_eq!(at("10.0.0.9"), Err(Refusal::UnknownCaller));
         assert_eq!(at("10.0.0.7"), Err(Refusal::AmbiguousCaller));
-        assert_eq!(at("10.0.0.8"), Err(Refusal::UnreadableHosts));
+        assert_eq!(at("10.0.0.8"), Err(Refusal::UnreadableRules));
     }
 
     #[test]
@@ -259,6 +367,7 @@ mod tests {
             hosts: crate::api::Egress::default()
                 .with_hosts(&[("api.example.com", &[443])])
                 .hosts,
+            ..Caller::default()
         };
         let to = |host: &str, port| Target {
             host: host.into(),

@@ -5,6 +5,12 @@
 //! here too, since no running errand pod has its address.
 
 pub mod decide;
+pub mod loopback;
+pub mod model_route;
+
+use model_route::ModelRoute;
+
+pub use crate::outbound::resolver::{NameserverResolver, Resolver, SystemResolver};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -38,7 +43,7 @@ use decide::{Caller, Refusal, Target};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The answer's body: a refusal's line or the target's answer.
-type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+pub(crate) type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Label of the decisions counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -84,65 +89,6 @@ pub fn trim_pod(pod: &mut Pod) {
     });
 }
 
-/// Finds the addresses of a host name.
-pub trait Resolver: Send + Sync {
-    /// The addresses of `host`, each with `port`.
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>>;
-}
-
-/// The system's resolver (the cluster's DNS in a pod).
-pub struct SystemResolver;
-
-impl Resolver for SystemResolver {
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
-        let host = host.to_owned();
-        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
-    }
-}
-
-/// A nameserver's resolver (the cluster's DNS Service, for a controller that runs
-/// off-cluster, whose own resolver does not know the cluster's names).
-pub struct NameserverResolver(hickory_resolver::TokioResolver);
-
-impl NameserverResolver {
-    /// Resolves at `nameserver` (UDP, then TCP for a truncated answer), nothing else.
-    pub fn new(nameserver: SocketAddr) -> Self {
-        use hickory_resolver::config::{NameServerConfigGroup, ResolverConfig};
-        let servers =
-            NameServerConfigGroup::from_ips_clear(&[nameserver.ip()], nameserver.port(), true);
-        let config = ResolverConfig::from_parts(None, vec![], servers);
-        let provider = hickory_resolver::name_server::TokioConnectionProvider::default();
-        Self(hickory_resolver::TokioResolver::builder_with_config(config, provider).build())
-    }
-}
-
-impl Resolver for NameserverResolver {
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
-        // Fully qualified: no search domain is tried.
-        let resolver = self.0.clone();
-        let name = format!("{}.", host.trim_end_matches('.'));
-        Box::pin(async move {
-            let found = resolver
-                .lookup_ip(name)
-                .await
-                .map_err(std::io::Error::other)?;
-            Ok(found.iter().map(|ip| SocketAddr::new(ip, port)).collect())
-        })
-    }
-}
-
 /// The proxy: errand's running pods, the policy every address is held to, the metrics.
 pub struct EgressProxy {
     /// errand's pods (the managed ones), trimmed by [`trim_pod`].
@@ -155,6 +101,8 @@ pub struct EgressProxy {
     resolver: Arc<dyn Resolver>,
     /// Tunnels open at once, at most (an upgraded connection leaves the listener's count).
     tunnels: Arc<Semaphore>,
+    /// The model route (`None`: no signing key, so no run has proxied models).
+    models: Option<ModelRoute>,
 }
 
 impl EgressProxy {
@@ -172,6 +120,15 @@ impl EgressProxy {
             metrics,
             resolver: Arc::new(SystemResolver),
             tunnels: Arc::new(Semaphore::new(limits.max_connections)),
+            models: None,
+        }
+    }
+
+    /// The same proxy carrying runs' model calls on `route`.
+    pub fn with_model_route(self, route: ModelRoute) -> Self {
+        Self {
+            models: Some(route),
+            ..self
         }
     }
 
@@ -209,6 +166,9 @@ impl EgressProxy {
     /// Decides `request` from `peer`, logs and counts the decision, and carries it out.
     async fn answer(&self, peer: SocketAddr, request: Request<RequestBody>) -> Response<ProxyBody> {
         let caller = decide::caller(self.pods.state().iter().map(|p| &**p), peer.ip());
+        if decide::is_model_request(request.method(), request.uri()) {
+            return self.answer_model(peer, caller, request).await;
+        }
         let target = decide::target(request.method(), request.uri());
         let outcome = match (&caller, &target) {
             (Err(refusal), _) | (_, Err(refusal)) => Err(refusal.clone()),
@@ -229,6 +189,44 @@ impl EgressProxy {
             Ok(stream) => self.carry(request, stream, caller).await,
             Err(refusal) => refused(&refusal, target.as_ref()),
         }
+    }
+
+    /// Decides a call on the model route, logs and counts the decision, and carries it out.
+    async fn answer_model(
+        &self,
+        peer: SocketAddr,
+        caller: Result<Caller, Refusal>,
+        request: Request<RequestBody>,
+    ) -> Response<ProxyBody> {
+        let path = request
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let call = match (&caller, &self.models) {
+            (Err(refusal), _) => Err(refusal.clone()),
+            (Ok(_), None) => Err(Refusal::UnknownModel),
+            (Ok(caller), Some(route)) => {
+                let authorization = request
+                    .headers()
+                    .get(header::AUTHORIZATION)
+                    .and_then(|value| value.to_str().ok());
+                decide::model_call(caller, &path, authorization, &route.tokens)
+            }
+        };
+        let outcome = match (&call, &caller, &self.models) {
+            (Ok(call), Ok(caller), Some(route)) => {
+                route.carry(&caller.namespace, call, request).await
+            }
+            (Err(refusal), _, _) => Err(refusal.clone()),
+            _ => Err(Refusal::UnknownModel),
+        };
+        let who = caller.as_ref().map_or("-", |c| c.pod.as_str());
+        let model = call.as_ref().map_or("-", |c| c.model.alias.as_str());
+        let decision = outcome.as_ref().err().map_or("model_allowed", Refusal::label);
+        info!(%peer, caller = who, model, decision, "egress proxy model route");
+        self.metrics.decided(decision);
+        outcome.unwrap_or_else(|refusal| refused(&refusal, None))
     }
 
     /// A connection to one of `target`'s addresses the policy allows.

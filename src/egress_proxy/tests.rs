@@ -1,35 +1,15 @@
 //! The proxy's I/O shell on loopback: a listed name is reached by CONNECT and by forwarding (a streamed answer passes through chunk by chunk, without the proxy's own headers going upstream, also to a client that shut its write side after its request), and everything else is answered with a refusal.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PodIP;
-use kube::runtime::{reflector, watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use futures::future::BoxFuture;
 
 use super::*;
 use crate::api::contract::EGRESS_HOSTS_ANNOTATION;
 
 const LISTED: &str = "api.example.test";
-
-/// Resolves every name to `0` (the upstream), except `metadata.example.test`, which
-/// resolves to the metadata address.
-struct Fixed(SocketAddr);
-
-impl Resolver for Fixed {
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
-        let ip = if host == "metadata.example.test" {
-            "169.254.169.254".parse().unwrap()
-        } else {
-            self.0.ip()
-        };
-        Box::pin(async move { Ok(vec![SocketAddr::new(ip, port)]) })
-    }
-}
 
 /// An upstream that answers each connection's one request with its head echoed back,
 /// streamed as two chunks a moment apart.
@@ -64,40 +44,25 @@ async fn upstream() -> SocketAddr {
 }
 
 /// A proxy whose one caller is a running pod at `caller_ip` listing [`LISTED`] and
-/// `metadata.example.test` on `port`.
+/// `metadata.example.test` on `port`; [`LISTED`] resolves to the upstream and the other to
+/// the metadata address.
 async fn proxy(caller_ip: &str, upstream: SocketAddr) -> SocketAddr {
-    let mut pod = Pod::default();
-    pod.metadata.name = Some("run".into());
-    pod.metadata.namespace = Some("team".into());
     let hosts = format!(
         r#"[{{"host":"{LISTED}","ports":[{0}]}},{{"host":"metadata.example.test","ports":[{0}]}}]"#,
         upstream.port()
     );
-    pod.metadata.annotations = Some(BTreeMap::from([(EGRESS_HOSTS_ANNOTATION.into(), hosts)]));
-    pod.status = Some(PodStatus {
-        phase: Some("Running".into()),
-        pod_ip: Some(caller_ip.into()),
-        pod_ips: Some(vec![PodIP {
-            ip: caller_ip.into(),
-        }]),
-        ..PodStatus::default()
-    });
-    let (pods, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Apply(pod));
-    let policy = OutboundPolicy::default().allow("127.0.0.0/8".parse().unwrap());
-    let proxy = EgressProxy::new(
-        pods,
-        Arc::new(policy),
-        Arc::new(ProxyMetrics::default()),
-        ServerLimits::DEFAULT,
-    )
-    .with_resolver(Arc::new(Fixed(upstream)));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut tasks = tokio::task::JoinSet::new();
-    start(proxy, listener, ServerLimits::DEFAULT, &mut tasks);
-    tasks.detach_all();
-    address
+    let pod = loopback::running_pod(
+        "team",
+        "run",
+        caller_ip,
+        &[],
+        &[(EGRESS_HOSTS_ANNOTATION, hosts)],
+    );
+    let names = loopback::FixedNames(vec![
+        (LISTED.into(), upstream.ip()),
+        ("metadata.example.test".into(), "169.254.169.254".parse().unwrap()),
+    ]);
+    loopback::serve(vec![pod], names, None).await
 }
 
 /// Sends `request` to the proxy at `proxy`, shuts the write side as `nc` does, and reads
@@ -164,7 +129,7 @@ async fn everything_else_is_answered_with_a_refusal_that_says_why() {
             proxy_for_another,
             connect(format!("{LISTED}:{port}")),
             "403",
-            "serves only the pods of runs",
+            "serves only the running pods of runs",
         ),
         (
             proxy_for_us,
@@ -203,4 +168,121 @@ async fn everything_else_is_answered_with_a_refusal_that_says_why() {
             "{request:?}: {answer}"
         );
     }
+}
+
+/// Keys of one Secret: `team/openai` holds `OPENAI_API_KEY`.
+struct OneSecret;
+
+impl model_route::KeySource for OneSecret {
+    fn key(&self, namespace: &str, secret: &str, key: &str) -> BoxFuture<'static, Option<String>> {
+        let found = (namespace == "team" && secret == "openai" && key == "OPENAI_API_KEY")
+            .then(|| "sk-real-key".to_owned());
+        Box::pin(async move { found })
+    }
+}
+
+#[tokio::test]
+async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_real_key() {
+    use crate::api::contract::{EXECUTION_UID_LABEL, MODEL_ROUTES_ANNOTATION};
+    use crate::resolve::model_credentials::ModelTokens;
+    use loopback::{FixedNames, running_pod, serve, stand_in_model};
+
+    let model = stand_in_model(
+        "127.0.0.1:0".parse().unwrap(),
+        &["model.example.test".to_owned()],
+    )
+    .await;
+    let port = model.address.port();
+    let names = || {
+        FixedNames(vec![
+            ("model.example.test".into(), "127.0.0.1".parse().unwrap()),
+            ("metadata.example.test".into(), "169.254.169.254".parse().unwrap()),
+        ])
+    };
+    let routes = serde_json::json!([
+        {"alias": "default", "baseUrl": format!("https://model.example.test:{port}/v1"),
+         "env": "OPENAI_API_KEY", "secret": "openai", "key": "OPENAI_API_KEY"},
+        {"alias": "meta", "baseUrl": format!("https://metadata.example.test:{port}/v1"),
+         "env": "OPENAI_API_KEY", "secret": "openai", "key": "OPENAI_API_KEY"},
+        {"alias": "gone", "baseUrl": format!("https://model.example.test:{port}/v1"),
+         "env": "OTHER_KEY", "secret": "deleted", "key": "OTHER_KEY"},
+    ])
+    .to_string();
+    let tokens = ModelTokens::new(b"0123456789abcdef0123456789abcdef");
+    let route = || {
+        model_route::ModelRoute::new(
+            tokens.clone(),
+            Arc::new(OneSecret),
+            loopback::loopback_policy(),
+            Arc::new(names()),
+            vec![reqwest::Certificate::from_pem(model.ca_pem.as_bytes()).unwrap()],
+        )
+    };
+    let pod = |ip: &str| {
+        running_pod(
+            "team",
+            "run",
+            ip,
+            &[(EXECUTION_UID_LABEL, "uid-1")],
+            &[(MODEL_ROUTES_ANNOTATION, routes.clone())],
+        )
+    };
+    let proxy = serve(vec![pod("127.0.0.1")], names(), Some(route())).await;
+    let elsewhere = serve(vec![pod("10.1.2.3")], names(), Some(route())).await;
+    let token = tokens.mint("team", "uid-1");
+    let agent = reqwest::Client::builder().no_proxy().build().unwrap();
+    let call = |proxy: SocketAddr, alias: &str, token: &str, stream: bool| {
+        agent
+            .post(format!("http://{proxy}/models/{alias}/chat/completions"))
+            .bearer_auth(token)
+            .header("x-api-key", "sent-by-the-agent")
+            .header("content-type", "application/json")
+            .body(
+                serde_json::json!({"model": "m", "stream": stream,
+                                   "messages": [{"role": "user", "content": "12 * 8?"}]})
+                .to_string(),
+            )
+            .send()
+    };
+
+    let answer = call(proxy, "default", &token, false).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: serde_json::Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "96");
+
+    let streamed = call(proxy, "default", &token, true).await.unwrap();
+    assert_eq!(streamed.status(), 200);
+    assert_eq!(streamed.headers()["content-type"], "text/event-stream");
+    let events = streamed.text().await.unwrap();
+    let data: Vec<&str> = events.lines().filter(|l| l.starts_with("data: ")).collect();
+    assert_eq!(data.len(), 3, "two chunks and [DONE]: {events}");
+    assert_eq!(data[2], "data: [DONE]");
+
+    let other_run = tokens.mint("team", "uid-2");
+    for (proxy, alias, token, status, says) in [
+        (proxy, "default", other_run.as_str(), 401, "not this run's placeholder"),
+        (proxy, "default", "sk-real-key", 401, "not this run's placeholder"),
+        (proxy, "missing", token.as_str(), 404, "no model of this run"),
+        (proxy, "meta", token.as_str(), 403, "addresses runs may not reach"),
+        (proxy, "gone", token.as_str(), 502, "cannot be read from its Secret"),
+        (elsewhere, "default", token.as_str(), 403, "serves only the running pods"),
+    ] {
+        let refused = call(proxy, alias, token, false).await.unwrap();
+        assert_eq!(refused.status(), status, "{alias} {token}");
+        let text = refused.text().await.unwrap();
+        assert!(text.contains(says), "{alias}: {text}");
+    }
+    // Sent as written (a URL library would resolve the dots before sending).
+    let escape = exchange(
+        proxy,
+        &format!(
+            "GET /models/default/%2e%2e/admin HTTP/1.1\r\nHost: x\r\n\
+             Authorization: Bearer {token}\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(escape.starts_with("HTTP/1.1 400"), "{escape}");
+
+    let seen = model.seen.lock().unwrap().clone();
+    assert_eq!(seen, ["Bearer sk-real-key", "Bearer sk-real-key"], "only the two allowed calls arrived, each with the real key");
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 use super::policy::{DeniedRange, OutboundPolicy, Verdict};
+use super::resolver::{Resolver, SystemResolver};
 
 /// A request refused by the outbound policy: every address of `host` is denied. For the
 /// controller's log only: it names addresses a tenant must not learn.
@@ -64,19 +65,20 @@ impl Failure {
     }
 }
 
-/// The resolver of tenant-directed clients: the system's, keeping only the addresses the
+/// The resolver of tenant-directed clients: `lookup`'s addresses, keeping only those the
 /// policy allows; none left is a [`Refused`].
 struct PolicyResolver {
     policy: Arc<OutboundPolicy>,
+    lookup: Arc<dyn Resolver>,
 }
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let policy = Arc::clone(&self.policy);
         let host = name.as_str().to_owned();
+        let lookup = self.lookup.resolve(&host, 0);
         Box::pin(async move {
-            let resolved: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let resolved = lookup.await?;
             let (allowed, denied) = judge(&policy, &resolved);
             if allowed.is_empty() {
                 return Err(Box::new(Refused { host, denied }) as _);
@@ -121,6 +123,17 @@ pub fn internal_client(connect_timeout: Duration) -> reqwest::Client {
         .expect("a plain HTTP client builds")
 }
 
+/// A client builder for URLs a tenant wrote: every address `lookup` finds checked against
+/// `policy`, no redirects, no proxy, connecting within `connect_timeout`. An address written in
+/// the URL is not resolved: check it with [`check_literal`].
+pub fn tenant_builder(
+    policy: Arc<OutboundPolicy>,
+    lookup: Arc<dyn Resolver>,
+    connect_timeout: Duration,
+) -> reqwest::ClientBuilder {
+    builder(connect_timeout).dns_resolver(Arc::new(PolicyResolver { policy, lookup }))
+}
+
 /// A client for URLs a tenant wrote: every address checked against the policy, no redirects,
 /// no proxy; each request bounded by `timeout`.
 #[derive(Clone)]
@@ -132,11 +145,8 @@ pub struct TenantClient {
 impl TenantClient {
     /// A client under `policy` whose requests give up after `timeout`.
     pub fn new(policy: Arc<OutboundPolicy>, timeout: Duration) -> Self {
-        let http = builder(timeout)
+        let http = tenant_builder(Arc::clone(&policy), Arc::new(SystemResolver), timeout)
             .timeout(timeout)
-            .dns_resolver(Arc::new(PolicyResolver {
-                policy: Arc::clone(&policy),
-            }))
             .build()
             .expect("a TLS client with the native roots builds");
         Self { http, policy }
@@ -145,23 +155,25 @@ impl TenantClient {
     /// A POST to `url`, refused at once when its host is an IP address the policy denies (an
     /// address in the URL is connected to without the resolver).
     pub fn post(&self, url: &url::Url) -> Result<reqwest::RequestBuilder, Refused> {
-        self.check_literal(url)?;
+        check_literal(&self.policy, url)?;
         Ok(self.http.post(url.clone()))
     }
+}
 
-    fn check_literal(&self, url: &url::Url) -> Result<(), Refused> {
-        let ip = match url.host() {
-            Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
-            Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
-            Some(url::Host::Domain(_)) | None => return Ok(()),
-        };
-        match self.policy.decide(ip) {
-            Verdict::Allowed => Ok(()),
-            Verdict::Denied(range) => Err(Refused {
-                host: ip.to_string(),
-                denied: vec![(ip, range)],
-            }),
-        }
+/// Refuses `url` when its host is an IP address `policy` denies (a client connects to an
+/// address in the URL without its resolver).
+pub fn check_literal(policy: &OutboundPolicy, url: &url::Url) -> Result<(), Refused> {
+    let ip = match url.host() {
+        Some(url::Host::Ipv4(v4)) => IpAddr::V4(v4),
+        Some(url::Host::Ipv6(v6)) => IpAddr::V6(v6),
+        Some(url::Host::Domain(_)) | None => return Ok(()),
+    };
+    match policy.decide(ip) {
+        Verdict::Allowed => Ok(()),
+        Verdict::Denied(range) => Err(Refused {
+            host: ip.to_string(),
+            denied: vec![(ip, range)],
+        }),
     }
 }
 

@@ -112,6 +112,10 @@ pub struct RunLimits {
     /// Whether errand's egress proxy serves runs' host names (egress denied by default and a
     /// proxy configured): without it, `egress.hosts` is refused rather than ignored.
     pub egress_proxy: bool,
+    /// Whether errand's egress proxy carries runs' model calls (a proxy and the signing key
+    /// its placeholder tokens are made with): without it, `modelCredentials: Proxied` is
+    /// refused rather than ignored.
+    pub model_proxy: bool,
 }
 
 impl RunLimits {
@@ -123,16 +127,27 @@ impl RunLimits {
     /// Checks that no egress range of `snapshot` lies inside a range the outbound policy
     /// denies and that its host names have a proxy (what a deployment is checked for).
     pub fn check_egress(&self, snapshot: &Snapshot) -> Result<(), InvalidSpec> {
-        let mut problems = super::egress::against_policy(snapshot, &self.outbound);
-        problems.extend(super::egress::hosts_without_proxy(
-            snapshot,
-            self.egress_proxy,
-        ));
+        let problems = self.egress_problems(snapshot);
         if problems.is_empty() {
             Ok(())
         } else {
             Err(InvalidSpec { problems })
         }
+    }
+
+    /// The egress ranges of `snapshot` inside denied ones, and its host names and proxied
+    /// models when this installation has no proxy for them.
+    fn egress_problems(&self, snapshot: &Snapshot) -> Vec<Problem> {
+        let mut problems = super::egress::against_policy(snapshot, &self.outbound);
+        problems.extend(super::egress::hosts_without_proxy(
+            snapshot,
+            self.egress_proxy,
+        ));
+        problems.extend(super::model_credentials::models_without_proxy(
+            snapshot,
+            self.model_proxy,
+        ));
+        problems
     }
 
     /// Checks that the run `snapshot` describes fits these limits.
@@ -150,11 +165,7 @@ impl RunLimits {
                  telemetry.otlpEndpoint; locally --otlp-endpoint or ERRAND_OTLP_ENDPOINT)",
             ));
         }
-        problems.extend(super::egress::against_policy(snapshot, &self.outbound));
-        problems.extend(super::egress::hosts_without_proxy(
-            snapshot,
-            self.egress_proxy,
-        ));
+        problems.extend(self.egress_problems(snapshot));
         if problems.is_empty() {
             Ok(())
         } else {

@@ -14,6 +14,7 @@ pub mod deployment;
 pub mod egress;
 mod extension;
 mod merge;
+pub mod model_credentials;
 mod nemo_spec;
 mod notify;
 pub mod outbound_policy;
@@ -35,6 +36,7 @@ use serde_json::{Map, Value};
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{
     AgentConfig, AgentEnvironmentSpec, AgentExecutionSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
+    ModelCredentials,
     Reference, RuntimeContainer, Workdir,
 };
 
@@ -127,6 +129,12 @@ pub fn resolve_execution(
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
     let secrets = secrets::with_mcp_secrets(namespace, secrets, &config, catalog, &mut problems);
+    let proxied_models = match environment.model_credentials {
+        Some(ModelCredentials::Proxied) => {
+            model_credentials::proxied_models(&config, &secrets, &mut problems)
+        }
+        Some(ModelCredentials::Direct) | None => Vec::new(),
+    };
     let runtime = agent.picked.as_ref().and_then(|picked| {
         let compute = picked.spec.compute.as_ref()?;
         Some((picked.name.as_str(), compute))
@@ -150,6 +158,7 @@ pub fn resolve_execution(
         environment: environment_name,
         config,
         secrets,
+        proxied_models,
         compute,
         egress,
         workdir,

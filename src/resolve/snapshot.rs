@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::extension::ResolvedExtension;
 use super::problems::Problem;
+use super::model_credentials::ProxiedModel;
 use crate::api::{Compute, Egress, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.
@@ -35,6 +36,10 @@ pub struct Snapshot {
     /// Environment variables filled from Secrets when the agent starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<SecretBinding>,
+    /// The models whose keys errand's egress proxy adds (the environment's `modelCredentials:
+    /// Proxied`): their variables hold a placeholder token, not the Secret's value.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxied_models: Vec<ProxiedModel>,
     /// Resources and placement.
     pub compute: Compute,
     /// Where the pod may connect when the controller denies egress by default.

@@ -38,6 +38,7 @@ use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, ControllerSettings};
 use crate::dataapi::{self, DataApiOptions};
+use crate::egress_proxy::model_route::{ModelRoute, SecretKeys};
 use crate::egress_proxy::{self, EgressProxy, ProxyMetrics};
 use crate::gateway::sessions::Sessions;
 use crate::gateway::{self, GatewayOptions};
@@ -86,13 +87,16 @@ pub struct ServeOptions {
 }
 
 /// Where errand's egress proxy listens and resolves.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct EgressProxyOptions {
     /// Its address.
     pub listen: SocketAddr,
     /// Resolve host names at this nameserver instead of the system's (a controller running
     /// off-cluster).
     pub nameserver: Option<SocketAddr>,
+    /// Roots the model route trusts beside the native ones (an operator's own CA for
+    /// in-house model endpoints).
+    pub model_roots: Vec<reqwest::Certificate>,
 }
 
 /// Why the process stopped.
@@ -336,15 +340,26 @@ pub async fn run(
             egress_proxy::trim_pod,
         );
         tasks.spawn(watches::drive(pod_stream));
+        let resolver: Arc<dyn egress_proxy::Resolver> = match proxy_options.nameserver {
+            Some(nameserver) => Arc::new(egress_proxy::NameserverResolver::new(nameserver)),
+            None => Arc::new(egress_proxy::SystemResolver),
+        };
+        let policy = Arc::clone(&options.config.outbound);
         let mut proxy = EgressProxy::new(
             pods,
-            Arc::clone(&options.config.outbound),
+            Arc::clone(&policy),
             Arc::clone(&metrics.egress_proxy),
             options.server_limits,
-        );
-        if let Some(nameserver) = proxy_options.nameserver {
-            proxy =
-                proxy.with_resolver(Arc::new(egress_proxy::NameserverResolver::new(nameserver)));
+        )
+        .with_resolver(Arc::clone(&resolver));
+        if let Some(tokens) = options.config.model_tokens.clone() {
+            proxy = proxy.with_model_route(ModelRoute::new(
+                tokens,
+                Arc::new(SecretKeys::new(client.clone())),
+                policy,
+                resolver,
+                proxy_options.model_roots,
+            ));
         }
         let listener = bind(proxy_options.listen).await?;
         egress_proxy::start(proxy, listener, options.server_limits, &mut tasks);

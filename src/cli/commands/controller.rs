@@ -19,6 +19,7 @@ use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
 use crate::gateway::sessions::{DEFAULT_MAX_TURNS, SessionLimits};
 use crate::outbound::{Cidr, OutboundPolicy, OutboundSettings};
+use crate::resolve::model_credentials::ModelTokens;
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -244,6 +245,15 @@ pub struct ControllerArgs {
         requires = "egress_proxy_listen"
     )]
     pub egress_proxy_nameserver: Option<SocketAddr>,
+    /// PEM certificates the egress proxy's model route trusts beside the system's roots, for
+    /// model endpoints under the operator's own CA (the route speaks only TLS).
+    #[arg(
+        long,
+        env = "ERRAND_EGRESS_PROXY_MODEL_CA",
+        value_name = "FILE",
+        requires = "egress_proxy_listen"
+    )]
+    pub egress_proxy_model_ca: Option<PathBuf>,
 }
 
 /// A refused `--egress-proxy-url`.
@@ -500,6 +510,15 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
             errand: args.execution_egress_allow,
         });
     config.egress_proxy_url = args.egress_proxy_url;
+    // Every replica shares the signing key, so each proxy takes the tokens any one minted.
+    config.model_tokens = signing_key
+        .as_deref()
+        .filter(|key| key.len() >= 32)
+        .map(|key| ModelTokens::new(key.as_bytes()));
+    let model_roots = match &args.egress_proxy_model_ca {
+        Some(path) => model_roots(path)?,
+        None => Vec::new(),
+    };
     config.agent_ingress = args.deployment_network_policies.then(|| AgentIngress {
         gateway_namespace: args.lease_namespace.clone(),
         gateway_pod_labels: args.gateway_pod_labels,
@@ -550,6 +569,7 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         egress_proxy: args.egress_proxy_listen.map(|listen| EgressProxyOptions {
             listen,
             nameserver: args.egress_proxy_nameserver,
+            model_roots,
         }),
         leader_election: args.leader_elect.then(|| {
             (
@@ -614,6 +634,25 @@ fn url_signing(
         signer: hmac.clone(),
         serve_blobs: Some(hmac),
     })
+}
+
+/// The certificates of the PEM bundle at `path`, for the model route to trust.
+fn model_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, Error> {
+    let invalid = |why: String| {
+        Error::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "--egress-proxy-model-ca {}: {why}; give a file of PEM certificates",
+                path.display()
+            ),
+        )
+    };
+    let pem = std::fs::read(path).map_err(|e| invalid(e.to_string()))?;
+    let roots = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| invalid(e.to_string()))?;
+    if roots.is_empty() {
+        return Err(invalid("it holds no certificate".to_owned()));
+    }
+    Ok(roots)
 }
 
 fn init_json_logs() {

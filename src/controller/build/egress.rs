@@ -1,4 +1,4 @@
-//! The egress of an agent pod when the controller denies egress by default: the NetworkPolicy rules (DNS, errand's own endpoints, the egress proxy, the operator's rules and the environment's ranges with what the controller denies cut out of them), and, for a run with host names, the proxy settings its agent gets. Executions and deployments share them.
+//! The egress of an agent pod when the controller denies egress by default: the NetworkPolicy rules (DNS, errand's own endpoints, the egress proxy (for host names or model calls), the operator's rules and the environment's ranges with what the controller denies cut out of them), and, for a run with host names, the proxy settings its agent gets. Executions and deployments share them.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::controller::config::{ControllerConfig, ExecutionEgress};
 use crate::outbound::{Cidr, OutboundPolicy};
+use super::model_credentials::model_proxy;
 use crate::resolve::Snapshot;
 
 /// Whether the pod talks to the controller (an execution's runner does: grants and blobs; a
@@ -35,7 +36,8 @@ pub fn egress_rules(
     if to_controller == ToController::Yes {
         rules.extend(address_rule(&config.controller_url));
     }
-    if let Some(proxy) = egress_proxy(snapshot, config) {
+    let proxy = egress_proxy(snapshot, config).or(model_proxy(snapshot, config));
+    if let Some(proxy) = proxy {
         rules.extend(address_rule(proxy.as_str()));
     }
     rules.extend(errand.iter().cloned());
@@ -132,12 +134,19 @@ pub fn egress_proxy<'a>(snapshot: &Snapshot, config: &'a ControllerConfig) -> Op
 
 /// The variables that send the agent's HTTP clients through `proxy`: `HTTPS_PROXY` and
 /// `HTTP_PROXY` (and their lowercase forms, which some clients read instead), and `NO_PROXY`
-/// with the loopback names and the environment's ranges, which the pod reaches directly.
-pub fn proxy_env(snapshot: &Snapshot, proxy: &url::Url) -> Vec<(String, String)> {
+/// with the loopback names and the environment's ranges, which the pod reaches directly, and
+/// the proxy itself when it carries the run's model calls (its model route is no target).
+pub fn proxy_env(
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+    proxy: &url::Url,
+) -> Vec<(String, String)> {
+    let model_route = model_proxy(snapshot, config).and_then(url::Url::host_str);
     let proxy = proxy.as_str().trim_end_matches('/').to_owned();
     let direct: Vec<&str> = ["localhost", "127.0.0.1", "::1"]
         .into_iter()
         .chain(snapshot.egress.allow.iter().map(|rule| rule.cidr.as_str()))
+        .chain(model_route)
         .collect();
     let direct = direct.join(",");
     [
@@ -154,15 +163,19 @@ pub fn proxy_env(snapshot: &Snapshot, proxy: &url::Url) -> Vec<(String, String)>
 }
 
 /// The annotations of a pod running `snapshot` that the egress proxy reads: its host names
-/// (none when it is not proxied).
-pub fn proxy_annotations(
-    snapshot: &Snapshot,
-    config: &ControllerConfig,
-) -> Option<(String, String)> {
-    egress_proxy(snapshot, config)?;
-    let hosts = serde_json::to_string(&snapshot.egress.hosts).expect("host rules serialize");
-    Some((
-        crate::api::contract::EGRESS_HOSTS_ANNOTATION.to_owned(),
-        hosts,
-    ))
+/// and its proxied models (each only when the proxy serves it).
+pub fn proxy_annotations(snapshot: &Snapshot, config: &ControllerConfig) -> Vec<(String, String)> {
+    let hosts = egress_proxy(snapshot, config).map(|_| {
+        let hosts = serde_json::to_string(&snapshot.egress.hosts).expect("host rules serialize");
+        (
+            crate::api::contract::EGRESS_HOSTS_ANNOTATION.to_owned(),
+            hosts,
+        )
+    });
+    hosts
+        .into_iter()
+        .chain(super::model_credentials::model_routes_annotation(
+            snapshot, config,
+        ))
+        .collect()
 }

@@ -5,6 +5,7 @@
 
 mod config_map;
 pub mod egress;
+pub mod model_credentials;
 pub mod pod;
 pub mod resources;
 pub mod security;

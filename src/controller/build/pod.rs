@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::security;
+use super::{model_credentials, security};
 use crate::api::Compute;
 use crate::api::contract::{ENV_AGENT_CONFIG_PATH, SNAPSHOT_VOLUME};
 use crate::controller::config::ControllerConfig;
@@ -60,16 +60,19 @@ pub fn snapshot_volume(config_map: String) -> Volume {
 }
 
 /// The agent's environment: its plain variables, the egress proxy's settings when it reaches
-/// host names through it, `AGENT_CONFIG_PATH`, and each secret binding as a `secretKeyRef` so
-/// the value is read by the kubelet and never written anywhere.
-pub fn agent_env(snapshot: &Snapshot, config: &ControllerConfig) -> Vec<EnvVar> {
+/// host names through it, `AGENT_CONFIG_PATH`, each proxied model's placeholder token (for the
+/// run with `run_uid`), and each other secret binding as a `secretKeyRef` so the value is read
+/// by the kubelet and never written anywhere.
+pub fn agent_env(snapshot: &Snapshot, config: &ControllerConfig, run_uid: &str) -> Vec<EnvVar> {
     let proxy = super::egress::egress_proxy(snapshot, config)
-        .map(|proxy| super::egress::proxy_env(snapshot, proxy))
+        .map(|proxy| super::egress::proxy_env(snapshot, config, proxy))
         .unwrap_or_default();
+    let placeholders = model_credentials::placeholder_env(snapshot, config, run_uid);
     let mut env: Vec<EnvVar> = snapshot
         .plain_env()
         .into_iter()
         .chain(proxy)
+        .chain(placeholders)
         .map(|(name, value)| EnvVar {
             name,
             value: Some(value),
@@ -81,7 +84,11 @@ pub fn agent_env(snapshot: &Snapshot, config: &ControllerConfig) -> Vec<EnvVar> 
         value: Some(AGENT_CONFIG_FILE.to_owned()),
         ..EnvVar::default()
     });
-    env.extend(snapshot.secrets.iter().map(|binding| EnvVar {
+    let secrets = snapshot
+        .secrets
+        .iter()
+        .filter(|binding| !model_credentials::is_proxied_key(snapshot, &binding.env));
+    env.extend(secrets.map(|binding| EnvVar {
         name: binding.env.clone(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {

@@ -77,7 +77,7 @@ pub fn children(
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            containers: vec![agent_server(spec, snapshot, config)],
+            containers: vec![agent_server(spec, snapshot, config, &owner.uid)],
             volumes: Some(vec![
                 snapshot_volume(snapshot_name.clone()),
                 empty_dir(WORKSPACE_VOLUME, config.workspace_size_limit.as_ref()),
@@ -132,7 +132,7 @@ pub fn children(
             },
         );
     Children {
-        snapshot: snapshot_holder(meta(snapshot_name), snapshot),
+        snapshot: snapshot_holder(meta(snapshot_name), snapshot, config),
         deployment,
         service,
         network_policy,
@@ -212,9 +212,10 @@ fn agent_server(
     spec: &AgentDeploymentSpec,
     snapshot: &Snapshot,
     config: &ControllerConfig,
+    run_uid: &str,
 ) -> Container {
     let runtime = &snapshot.agent.runtime;
-    let mut env = agent_env(snapshot, config);
+    let mut env = agent_env(snapshot, config, run_uid);
     env.push(EnvVar {
         name: ENV_PORT.to_owned(),
         value: Some(spec.port.to_string()),

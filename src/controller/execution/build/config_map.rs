@@ -7,13 +7,17 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use super::child_meta;
 use crate::api::contract;
 use crate::controller::build::{ExecutionOwner, snapshot_holder};
-use crate::controller::config::RESULTS_FINALIZER;
+use crate::controller::config::{ControllerConfig, RESULTS_FINALIZER};
 use crate::controller::names;
 use crate::resolve::Snapshot;
 
 /// The snapshot ConfigMap of an execution: immutable, owned by it, annotated with the digest,
 /// holding the results finalizer.
-pub fn snapshot_config_map(execution: &ExecutionOwner, snapshot: &Snapshot) -> ConfigMap {
+pub fn snapshot_config_map(
+    execution: &ExecutionOwner,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> ConfigMap {
     let mut meta = child_meta(
         execution,
         names::snapshot_config_map_name(&execution.name),
@@ -26,5 +30,5 @@ pub fn snapshot_config_map(execution: &ExecutionOwner, snapshot: &Snapshot) -> C
     // Created with the results finalizer, so the results are deleted with the execution
     // without a write of its own (see `controller::execution::results_cleanup`).
     meta.finalizers = Some(vec![RESULTS_FINALIZER.to_owned()]);
-    snapshot_holder(meta, snapshot)
+    snapshot_holder(meta, snapshot, config)
 }

@@ -243,7 +243,11 @@ fn errand_mounts(bin_read_only: bool) -> Vec<VolumeMount> {
 
 /// The agent's image with its command run by errand's runner, which enforces the deadline,
 /// saves the results and writes the summary to the termination message.
-fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container {
+fn agent_container(
+    execution: &ExecutionOwner,
+    snapshot: &Snapshot,
+    config: &ControllerConfig,
+) -> Container {
     let mut command = vec![
         format!("{ERRAND_BIN_DIR}/errand"),
         "run-agent".to_owned(),
@@ -268,7 +272,7 @@ fn agent_container(snapshot: &Snapshot, config: &ControllerConfig) -> Container 
         image_pull_policy: runtime.image_pull_policy.clone(),
         command: Some(command),
         working_dir: Some(WORKSPACE_DIR.to_owned()),
-        env: Some(agent_env(snapshot, config)),
+        env: Some(agent_env(snapshot, config, &execution.uid)),
         volume_mounts: Some(mounts),
         resources: resources::agent_resources(&snapshot.compute),
         security_context: Some(security::container_security(false)),
@@ -325,7 +329,7 @@ pub fn pod_spec(
 ) -> PodSpec {
     PodSpec {
         init_containers: Some(vec![stage_container(execution, snapshot, config)]),
-        containers: std::iter::once(agent_container(snapshot, config))
+        containers: std::iter::once(agent_container(execution, snapshot, config))
             .chain(
                 snapshot
                     .extension

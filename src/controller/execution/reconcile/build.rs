@@ -29,7 +29,7 @@ pub(super) fn children(
     config: &ControllerConfig,
 ) -> Children {
     Children {
-        config_map: build::snapshot_config_map(owner, snapshot),
+        config_map: build::snapshot_config_map(owner, snapshot, config),
         job: build::job(owner, snapshot, config),
         network_policy: build::network_policy(owner, snapshot, config),
     }

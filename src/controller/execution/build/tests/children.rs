@@ -7,7 +7,7 @@ fn children_are_owned_by_the_execution_as_controller() {
     let snapshot = snapshot();
     let metas = [
         built_job(&snapshot).metadata,
-        snapshot_config_map(&identity(), &snapshot).metadata,
+        snapshot_config_map(&identity(), &snapshot, &config()).metadata,
     ];
     for meta in metas {
         let owners = meta.owner_references.unwrap();
@@ -38,7 +38,7 @@ fn child_names_are_deterministic() {
         Some("errand-calc")
     );
     assert_eq!(
-        snapshot_config_map(&identity(), &snapshot)
+        snapshot_config_map(&identity(), &snapshot, &config())
             .metadata
             .name
             .as_deref(),
@@ -49,7 +49,7 @@ fn child_names_are_deterministic() {
 #[test]
 fn the_snapshot_config_map_is_immutable_holds_snapshot_and_agent_config_and_the_finalizer() {
     let snapshot = snapshot();
-    let cm = snapshot_config_map(&identity(), &snapshot);
+    let cm = snapshot_config_map(&identity(), &snapshot, &config());
     assert_eq!(cm.immutable, Some(true));
     let data = cm.data.unwrap();
     let parsed: Snapshot = serde_json::from_str(&data[SNAPSHOT_KEY]).unwrap();

@@ -85,12 +85,12 @@ fn identity() -> ExecutionOwner {
     ExecutionOwner::of(&AgentExecution::test().with_spec(spec(None))).unwrap()
 }
 
+fn config() -> ControllerConfig {
+    ControllerConfig::new("errand.local/errand:dev")
+}
+
 fn built_job(snapshot: &Snapshot) -> Job {
-    job(
-        &identity(),
-        snapshot,
-        &ControllerConfig::new("errand.local/errand:dev"),
-    )
+    job(&identity(), snapshot, &config())
 }
 
 fn pod_spec(job: &Job) -> &PodSpec {

@@ -364,7 +364,7 @@ fn secrets_are_references_and_their_values_appear_nowhere() {
 
     let everything = [
         serde_json::to_string(&job).unwrap(),
-        serde_json::to_string(&snapshot_config_map(&identity(), &snapshot)).unwrap(),
+        serde_json::to_string(&snapshot_config_map(&identity(), &snapshot, &config())).unwrap(),
     ];
     for text in everything {
         assert!(!text.contains(SECRET_VALUE));
