@@ -1,4 +1,4 @@
-//! errand's egress proxy's added latency: 1,000 small requests to a loopback HTTP server directly, through a CONNECT tunnel of the proxy and by the proxy's plain forwarding, interleaved one for one so all three see the same machine, with p50 and p99 of each and the proxy's against the target of 1.1 × direct + 1 ms.
+//! errand's egress proxy's added latency: 1,000 small requests to a loopback HTTP server directly, through a CONNECT tunnel of the proxy and by the proxy's plain forwarding, and 1,000 chat completions to a stand-in model over TLS directly and through the proxy's model route (placeholder token checked, real key added), interleaved one for one so all see the same machine, with p50 and p99 of each and the proxy's against the target of 1.1 × direct + 1 ms.
 //!
 //! Each path keeps one connection (as an SDK's pooled client does): direct to the server, a
 //! tunnel opened once with CONNECT, and a keep-alive connection to the proxy whose forwarded
@@ -8,7 +8,6 @@
 //!
 //! `cargo bench --bench egress_proxy` (`REQUESTS=N` for another count).
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,18 +19,20 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use k8s_openapi::api::core::v1::{Pod, PodIP, PodStatus};
-use kube::runtime::{reflector, watcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use errand::api::contract::EGRESS_HOSTS_ANNOTATION;
-use errand::cluster::listener::ServerLimits;
-use errand::egress_proxy::{self, EgressProxy, ProxyMetrics, Resolver};
-use errand::outbound::OutboundPolicy;
+use errand::api::contract::{
+    EGRESS_HOSTS_ANNOTATION, EXECUTION_UID_LABEL, MODEL_ROUTES_ANNOTATION,
+};
+use errand::egress_proxy::loopback::{self, StandInModel, stand_in_model};
+use errand::egress_proxy::model_route::{KeySource, ModelRoute};
+use errand::resolve::model_credentials::ModelTokens;
 
 /// The name the caller lists and asks for.
-const HOST: &str = "model.bench.errand.test";
+const HOST: &str = "server.bench.errand.test";
+/// The stand-in model's name (its certificate's).
+const MODEL_HOST: &str = "model.bench.errand.test";
 /// The target: the proxy's added time is at most this ratio of the direct time...
 const RATIO_LIMIT: f64 = 1.1;
 /// ...plus this.
@@ -44,20 +45,6 @@ fn main() {
     }
     let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
     runtime.block_on(bench());
-}
-
-/// Resolves [`HOST`] to the server.
-struct Fixed(SocketAddr);
-
-impl Resolver for Fixed {
-    fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-    ) -> BoxFuture<'static, std::io::Result<Vec<SocketAddr>>> {
-        let found = (host == HOST).then(|| SocketAddr::new(self.0.ip(), port));
-        Box::pin(async move { Ok(found.into_iter().collect()) })
-    }
 }
 
 /// A server answering every request with a small JSON body.
@@ -83,42 +70,46 @@ async fn serve_target() -> SocketAddr {
     address
 }
 
-/// The caller: a running errand pod at 127.0.0.1 whose run lists [`HOST`] on `port`.
-fn caller_pod(port: u16) -> Pod {
-    let mut pod = Pod::default();
-    pod.metadata.name = Some("bench".into());
-    pod.metadata.namespace = Some("bench".into());
-    let hosts = format!(r#"[{{"host":"{HOST}","ports":[{port}]}}]"#);
-    pod.metadata.annotations = Some(BTreeMap::from([(EGRESS_HOSTS_ANNOTATION.into(), hosts)]));
-    pod.status = Some(PodStatus {
-        phase: Some("Running".into()),
-        pod_ip: Some("127.0.0.1".into()),
-        pod_ips: Some(vec![PodIP {
-            ip: "127.0.0.1".into(),
-        }]),
-        ..PodStatus::default()
-    });
-    pod
+/// The model's key, as its Secret would hold it.
+struct BenchKey;
+
+impl KeySource for BenchKey {
+    fn key(&self, _: &str, _: &str, _: &str) -> BoxFuture<'static, Option<String>> {
+        Box::pin(async { Some("sk-bench".to_owned()) })
+    }
 }
 
-async fn serve_proxy(target: SocketAddr) -> SocketAddr {
-    let (pods, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Apply(caller_pod(target.port())));
-    let policy = OutboundPolicy::default().allow("127.0.0.0/8".parse().unwrap());
-    let proxy = EgressProxy::new(
-        pods,
-        Arc::new(policy),
-        Arc::new(ProxyMetrics::default()),
-        ServerLimits::DEFAULT,
-    )
-    .with_resolver(Arc::new(Fixed(target)));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let mut tasks = tokio::task::JoinSet::new();
-    egress_proxy::start(proxy, listener, ServerLimits::DEFAULT, &mut tasks);
-    // The tasks live as long as the process.
-    std::mem::forget(tasks);
-    address
+/// A proxy whose one caller, a running errand pod at 127.0.0.1, lists [`HOST`] on the
+/// target's port and has its model `default` proxied to `model` (trusting `model`'s CA).
+async fn serve_proxy(target: SocketAddr, model: &StandInModel, tokens: &ModelTokens) -> SocketAddr {
+    let hosts = format!(r#"[{{"host":"{HOST}","ports":[{}]}}]"#, target.port());
+    let routes = serde_json::json!([{"alias": "default",
+        "baseUrl": format!("https://{MODEL_HOST}:{}/v1", model.address.port()),
+        "env": "OPENAI_API_KEY", "secret": "openai", "key": "OPENAI_API_KEY"}]);
+    let pod = loopback::running_pod(
+        "bench",
+        "bench",
+        "127.0.0.1",
+        &[(EXECUTION_UID_LABEL, "bench-uid")],
+        &[
+            (EGRESS_HOSTS_ANNOTATION, hosts),
+            (MODEL_ROUTES_ANNOTATION, routes.to_string()),
+        ],
+    );
+    let names = || {
+        loopback::FixedNames(vec![
+            (HOST.into(), target.ip()),
+            (MODEL_HOST.into(), model.address.ip()),
+        ])
+    };
+    let route = ModelRoute::new(
+        tokens.clone(),
+        Arc::new(BenchKey),
+        loopback::loopback_policy(),
+        Arc::new(names()),
+        vec![reqwest::Certificate::from_pem(model.ca_pem.as_bytes()).unwrap()],
+    );
+    loopback::serve(vec![pod], names(), Some(route)).await
 }
 
 /// An HTTP/1 connection over `stream`.
@@ -172,35 +163,63 @@ async fn bench() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1000);
     let target = serve_target().await;
-    let proxy = serve_proxy(target).await;
+    let model = stand_in_model("127.0.0.1:0".parse().unwrap(), &[MODEL_HOST.to_owned()]).await;
+    let tokens = ModelTokens::new(b"a bench signing key of 32 bytes or more");
+    let proxy = serve_proxy(target, &model, &tokens).await;
     let port = target.port();
     let mut direct = connection(TcpStream::connect(target).await.unwrap()).await;
     let mut tunneled = connection(tunnel(proxy, port).await).await;
     let mut forwarded = connection(TcpStream::connect(proxy).await.unwrap()).await;
     let absolute = format!("http://{HOST}:{port}/v1/chat/completions");
+    // The model: an SDK's pooled HTTPS client straight to it, and a pooled HTTP client to the
+    // proxy's model route (which keeps its own pool of TLS connections to the model).
+    let model_direct = reqwest::Client::builder()
+        .no_proxy()
+        .resolve(MODEL_HOST, model.address)
+        .add_root_certificate(reqwest::Certificate::from_pem(model.ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let model_proxied = reqwest::Client::builder().no_proxy().build().unwrap();
+    let direct_url = format!(
+        "https://{MODEL_HOST}:{}/v1/chat/completions",
+        model.address.port()
+    );
+    let route_url = format!("http://{proxy}/models/default/chat/completions");
+    let token = tokens.mint("bench", "bench-uid");
     let (mut times_direct, mut times_tunnel, mut times_forward) = (vec![], vec![], vec![]);
+    let (mut times_model, mut times_route) = (vec![], vec![]);
     for _ in 0..requests {
         times_direct.push(timed(&mut direct, "/v1/chat/completions", port).await);
         times_tunnel.push(timed(&mut tunneled, "/v1/chat/completions", port).await);
         times_forward.push(timed(&mut forwarded, &absolute, port).await);
+        times_model.push(chat(model_direct.post(&direct_url).bearer_auth("sk-bench")).await);
+        times_route.push(chat(model_proxied.post(&route_url).bearer_auth(&token)).await);
     }
-    for times in [&mut times_direct, &mut times_tunnel, &mut times_forward] {
+    for times in [
+        &mut times_direct,
+        &mut times_tunnel,
+        &mut times_forward,
+        &mut times_model,
+        &mut times_route,
+    ] {
         times.sort();
     }
-    println!("egress proxy: {requests} requests each, interleaved, to a loopback server");
-    println!("path       p50        p99");
+    println!("egress proxy: {requests} requests each, interleaved, to loopback servers");
+    println!("path         p50        p99");
     let mut within = true;
-    for (name, times) in [
-        ("direct", &times_direct),
-        ("tunnel", &times_tunnel),
-        ("forward", &times_forward),
+    for (name, times, base) in [
+        ("direct", &times_direct, None),
+        ("tunnel", &times_tunnel, Some(&times_direct)),
+        ("forward", &times_forward, Some(&times_direct)),
+        ("model https", &times_model, None),
+        ("model route", &times_route, Some(&times_model)),
     ] {
         let (p50, p99) = (quantile(times, 0.5), quantile(times, 0.99));
-        print!("{name:<10} {p50:>9.1?} {p99:>9.1?}");
-        if name != "direct" {
+        print!("{name:<12} {p50:>9.1?} {p99:>9.1?}");
+        if let Some(base) = base {
             for (q, base, via) in [
-                ("p50", quantile(&times_direct, 0.5), p50),
-                ("p99", quantile(&times_direct, 0.99), p99),
+                ("p50", quantile(base, 0.5), p50),
+                ("p99", quantile(base, 0.99), p99),
             ] {
                 let ratio = via.as_secs_f64() / base.as_secs_f64();
                 let limit = base.mul_f64(RATIO_LIMIT) + ADDED_LIMIT;
@@ -214,7 +233,22 @@ async fn bench() {
         println!();
     }
     println!(
-        "target (1.1 x direct + 1 ms): {}",
+        "target (1.1 x the direct path + 1 ms): {}",
         if within { "met" } else { "MISSED" }
     );
+}
+
+/// One chat completion sent with `request`, timed to the body's end.
+async fn chat(request: reqwest::RequestBuilder) -> Duration {
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"12 * 8?"}]}"#;
+    let started = Instant::now();
+    let response = request
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    response.bytes().await.expect("the body");
+    started.elapsed()
 }

@@ -22,7 +22,7 @@ use crate::api::contract::SNAPSHOT_KEY;
 use crate::api::{
     Agent, AgentEnvironment, AgentEnvironmentSpec, AgentExecution, AgentExecutionSpec,
     AgentExtension, AgentExtensionSpec, AgentRuntime, AgentRuntimeSpec, AgentSpec, Fileset,
-    FilesetStatus,
+    FilesetStatus, ModelCredentials,
 };
 use crate::archive::PathIndex;
 use crate::resolve::{
@@ -53,6 +53,9 @@ pub struct ClusterCatalog {
     pub fileset_paths: FilesetPaths,
     /// The RuntimeClass every agent pod runs under (`--execution-runtime-class`), if required.
     pub required_runtime_class: Option<String>,
+    /// How runs hold their models' keys when their environment does not say
+    /// (`--model-credentials`).
+    pub default_model_credentials: ModelCredentials,
 }
 
 /// Path indexes by namespace and digest.
@@ -180,6 +183,10 @@ impl Catalog for WithSecrets<'_> {
     fn required_runtime_class(&self) -> Option<String> {
         self.caches.required_runtime_class.clone()
     }
+
+    fn default_model_credentials(&self) -> ModelCredentials {
+        self.caches.default_model_credentials
+    }
 }
 
 /// Resolves `spec` submitted in `namespace`: from the caches and live reads of the Secrets it
@@ -256,7 +263,8 @@ pub async fn resolve(
         spec,
         caches.required_runtime_class.as_deref(),
     )
-    .await?;
+    .await?
+    .with_default_model_credentials(caches.default_model_credentials);
     let paths = caches
         .fileset_paths
         .load(namespace, subpath_digests(namespace, spec, &live))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::api::ModelCredentials;
 use crate::archive::ExtractLimits;
 use crate::outbound::OutboundPolicy;
 use crate::resolve::model_credentials::ModelTokens;
@@ -94,6 +95,8 @@ pub struct ControllerConfig {
     /// The placeholder tokens of runs whose model credentials are proxied, made with the
     /// signing key every replica shares (`None`: no signing key; `Proxied` is refused).
     pub model_tokens: Option<ModelTokens>,
+    /// How runs hold their models' keys when their environment does not say.
+    pub default_model_credentials: ModelCredentials,
 }
 
 /// What every execution's pod may reach when egress is denied by default, besides DNS (the
@@ -210,6 +213,7 @@ impl ControllerConfig {
             execution_egress: None,
             egress_proxy_url: None,
             model_tokens: None,
+            default_model_credentials: ModelCredentials::Direct,
         }
     }
 

@@ -11,7 +11,9 @@ use crate::api::contract::{
     DEPLOYMENT_UID_LABEL, EGRESS_HOSTS_ANNOTATION, EXECUTION_UID_LABEL, MODEL_ROUTES_ANNOTATION,
 };
 use crate::resolve::egress::host_allowed;
-use crate::resolve::model_credentials::{MODEL_ROUTE_PREFIX, ModelTokens, ProxiedModel, model_path};
+use crate::resolve::model_credentials::{
+    MODEL_ROUTE_PREFIX, ModelTokens, ProxiedModel, model_path,
+};
 
 /// The largest request body the model route carries (it is read whole, so the upstream gets
 /// its length).

@@ -148,21 +148,23 @@ pub async fn stand_in_model(bind: SocketAddr, names: &[String]) -> StandInModel 
                 let Ok(stream) = acceptor.accept(stream).await else {
                     return;
                 };
-                let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
-                    let recorded = Arc::clone(&recorded);
-                    async move {
-                        let authorization = request
-                            .headers()
-                            .get(hyper::header::AUTHORIZATION)
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default()
-                            .to_owned();
-                        recorded.lock().expect("not poisoned").push(authorization);
-                        let body = request.into_body().collect().await?.to_bytes();
-                        let streamed = String::from_utf8_lossy(&body).contains("\"stream\":true")
-                            || String::from_utf8_lossy(&body).contains("\"stream\": true");
-                        let response = if streamed {
-                            let events: Vec<Result<Frame<Bytes>, std::io::Error>> =
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        let recorded = Arc::clone(&recorded);
+                        async move {
+                            let authorization = request
+                                .headers()
+                                .get(hyper::header::AUTHORIZATION)
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or_default()
+                                .to_owned();
+                            recorded.lock().expect("not poisoned").push(authorization);
+                            let body = request.into_body().collect().await?.to_bytes();
+                            let streamed = String::from_utf8_lossy(&body)
+                                .contains("\"stream\":true")
+                                || String::from_utf8_lossy(&body).contains("\"stream\": true");
+                            let response = if streamed {
+                                let events: Vec<Result<Frame<Bytes>, std::io::Error>> =
                                 STAND_IN_ANSWER
                                     .chars()
                                     .map(|c| {
@@ -177,28 +179,29 @@ pub async fn stand_in_model(bind: SocketAddr, names: &[String]) -> StandInModel 
                                     .chain(std::iter::once("data: [DONE]\n\n".to_owned()))
                                     .map(|event| Ok(Frame::data(Bytes::from(event))))
                                     .collect();
-                            hyper::Response::builder()
-                                .header("content-type", "text/event-stream")
-                                .body(StreamBody::new(futures::stream::iter(events)).boxed())
-                        } else {
-                            let answer = serde_json::json!({
-                                "id": "stand-in", "object": "chat.completion", "created": 0,
-                                "model": "stand-in",
-                                "choices": [{"index": 0, "finish_reason": "stop",
-                                             "message": {"role": "assistant", "content": STAND_IN_ANSWER}}],
-                                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                            });
-                            hyper::Response::builder()
-                                .header("content-type", "application/json")
-                                .body(
-                                    Full::new(Bytes::from(answer.to_string()))
-                                        .map_err(|never| match never {})
-                                        .boxed(),
-                                )
-                        };
-                        Ok::<_, hyper::Error>(response.expect("a response builds"))
-                    }
-                });
+                                hyper::Response::builder()
+                                    .header("content-type", "text/event-stream")
+                                    .body(StreamBody::new(futures::stream::iter(events)).boxed())
+                            } else {
+                                let answer = serde_json::json!({
+                                    "id": "stand-in", "object": "chat.completion", "created": 0,
+                                    "model": "stand-in",
+                                    "choices": [{"index": 0, "finish_reason": "stop",
+                                                 "message": {"role": "assistant", "content": STAND_IN_ANSWER}}],
+                                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                                });
+                                hyper::Response::builder()
+                                    .header("content-type", "application/json")
+                                    .body(
+                                        Full::new(Bytes::from(answer.to_string()))
+                                            .map_err(|never| match never {})
+                                            .boxed(),
+                                    )
+                            };
+                            Ok::<_, hyper::Error>(response.expect("a response builds"))
+                        }
+                    },
+                );
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;

@@ -223,7 +223,10 @@ impl EgressProxy {
         };
         let who = caller.as_ref().map_or("-", |c| c.pod.as_str());
         let model = call.as_ref().map_or("-", |c| c.model.alias.as_str());
-        let decision = outcome.as_ref().err().map_or("model_allowed", Refusal::label);
+        let decision = outcome
+            .as_ref()
+            .err()
+            .map_or("model_allowed", Refusal::label);
         info!(%peer, caller = who, model, decision, "egress proxy model route");
         self.metrics.decided(decision);
         outcome.unwrap_or_else(|refusal| refused(&refusal, None))

@@ -16,8 +16,8 @@ use tracing::debug;
 use super::ProxyBody;
 use super::decide::{MAX_MODEL_REQUEST_BYTES, ModelCall, Refusal};
 use crate::cluster::listener::RequestBody;
-use crate::outbound::client::{Failure, check_literal, tenant_builder};
 use crate::outbound::OutboundPolicy;
+use crate::outbound::client::{Failure, check_literal, tenant_builder};
 use crate::outbound::resolver::Resolver;
 use crate::resolve::model_credentials::ModelTokens;
 

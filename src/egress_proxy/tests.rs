@@ -60,7 +60,10 @@ async fn proxy(caller_ip: &str, upstream: SocketAddr) -> SocketAddr {
     );
     let names = loopback::FixedNames(vec![
         (LISTED.into(), upstream.ip()),
-        ("metadata.example.test".into(), "169.254.169.254".parse().unwrap()),
+        (
+            "metadata.example.test".into(),
+            "169.254.169.254".parse().unwrap(),
+        ),
     ]);
     loopback::serve(vec![pod], names, None).await
 }
@@ -196,7 +199,10 @@ async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_
     let names = || {
         FixedNames(vec![
             ("model.example.test".into(), "127.0.0.1".parse().unwrap()),
-            ("metadata.example.test".into(), "169.254.169.254".parse().unwrap()),
+            (
+                "metadata.example.test".into(),
+                "169.254.169.254".parse().unwrap(),
+            ),
         ])
     };
     let routes = serde_json::json!([
@@ -260,12 +266,48 @@ async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_
 
     let other_run = tokens.mint("team", "uid-2");
     for (proxy, alias, token, status, says) in [
-        (proxy, "default", other_run.as_str(), 401, "not this run's placeholder"),
-        (proxy, "default", "sk-real-key", 401, "not this run's placeholder"),
-        (proxy, "missing", token.as_str(), 404, "no model of this run"),
-        (proxy, "meta", token.as_str(), 403, "addresses runs may not reach"),
-        (proxy, "gone", token.as_str(), 502, "cannot be read from its Secret"),
-        (elsewhere, "default", token.as_str(), 403, "serves only the running pods"),
+        (
+            proxy,
+            "default",
+            other_run.as_str(),
+            401,
+            "not this run's placeholder",
+        ),
+        (
+            proxy,
+            "default",
+            "sk-real-key",
+            401,
+            "not this run's placeholder",
+        ),
+        (
+            proxy,
+            "missing",
+            token.as_str(),
+            404,
+            "no model of this run",
+        ),
+        (
+            proxy,
+            "meta",
+            token.as_str(),
+            403,
+            "addresses runs may not reach",
+        ),
+        (
+            proxy,
+            "gone",
+            token.as_str(),
+            502,
+            "cannot be read from its Secret",
+        ),
+        (
+            elsewhere,
+            "default",
+            token.as_str(),
+            403,
+            "serves only the running pods",
+        ),
     ] {
         let refused = call(proxy, alias, token, false).await.unwrap();
         assert_eq!(refused.status(), status, "{alias} {token}");
@@ -284,5 +326,9 @@ async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_
     assert!(escape.starts_with("HTTP/1.1 400"), "{escape}");
 
     let seen = model.seen.lock().unwrap().clone();
-    assert_eq!(seen, ["Bearer sk-real-key", "Bearer sk-real-key"], "only the two allowed calls arrived, each with the real key");
+    assert_eq!(
+        seen,
+        ["Bearer sk-real-key", "Bearer sk-real-key"],
+        "only the two allowed calls arrived, each with the real key"
+    );
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::rerun::RerunSource;
 use crate::api::{
     AgentEnvironmentSpec, AgentExtensionSpec, AgentRuntimeSpec, AgentSpec, FilesetStatus,
+    ModelCredentials,
 };
 use crate::archive::PathIndex;
 
@@ -38,6 +39,11 @@ pub trait Catalog {
     /// `agentPods.runtimeClassName`), if it requires one.
     fn required_runtime_class(&self) -> Option<String> {
         None
+    }
+    /// How runs hold their models' keys when their environment does not say (the chart's
+    /// `modelCredentials`).
+    fn default_model_credentials(&self) -> ModelCredentials {
+        ModelCredentials::Direct
     }
     /// What execution `name` in `namespace` left for a rerun (its snapshot, the digest it
     /// recorded, its image); `None` when there is no such execution. The cluster's caches do
@@ -147,6 +153,10 @@ impl Catalog for WithFilesetPaths<'_> {
         self.inner.required_runtime_class()
     }
 
+    fn default_model_credentials(&self) -> ModelCredentials {
+        self.inner.default_model_credentials()
+    }
+
     fn fileset_paths(&self, namespace: &str, digest: &str) -> Option<Arc<PathIndex>> {
         self.paths
             .get(&key(namespace, digest))
@@ -178,6 +188,7 @@ pub struct InMemoryCatalog {
     /// The cluster's classes of each kind, once one was added (until then, unknown).
     classes: BTreeMap<ClassKind, BTreeSet<String>>,
     required_runtime_class: Option<String>,
+    default_model_credentials: ModelCredentials,
     reruns: BTreeMap<Key, RerunSource>,
 }
 
@@ -250,6 +261,12 @@ impl InMemoryCatalog {
         self
     }
 
+    /// Gives runs whose environment does not say `mode` for their models' keys.
+    pub fn with_default_model_credentials(mut self, mode: ModelCredentials) -> Self {
+        self.default_model_credentials = mode;
+        self
+    }
+
     /// Requires every run to use RuntimeClass `name`.
     pub fn with_required_runtime_class(mut self, name: &str) -> Self {
         self.required_runtime_class = Some(name.to_owned());
@@ -308,6 +325,10 @@ impl Catalog for InMemoryCatalog {
 
     fn required_runtime_class(&self) -> Option<String> {
         self.required_runtime_class.clone()
+    }
+
+    fn default_model_credentials(&self) -> ModelCredentials {
+        self.default_model_credentials
     }
 
     fn rerun_source(&self, namespace: &str, name: &str) -> Option<RerunSource> {

@@ -36,8 +36,7 @@ use serde_json::{Map, Value};
 use crate::api::contract::ACCEPTED_CONFIG_FORMATS;
 use crate::api::{
     AgentConfig, AgentEnvironmentSpec, AgentExecutionSpec, MAX_INPUT_BYTES, MAX_TIMEOUT_SECONDS,
-    ModelCredentials,
-    Reference, RuntimeContainer, Workdir,
+    ModelCredentials, Reference, RuntimeContainer, Workdir,
 };
 
 pub use budget::{RunAllowance, RunBudget, RunLimits};
@@ -129,11 +128,14 @@ pub fn resolve_execution(
     let config = merge_environment(&agent.config.0, &environment.overlay);
     check_merged_config(&config, &mut problems);
     let secrets = secrets::with_mcp_secrets(namespace, secrets, &config, catalog, &mut problems);
-    let proxied_models = match environment.model_credentials {
-        Some(ModelCredentials::Proxied) => {
+    let credentials = environment
+        .model_credentials
+        .unwrap_or_else(|| catalog.default_model_credentials());
+    let proxied_models = match credentials {
+        ModelCredentials::Proxied => {
             model_credentials::proxied_models(&config, &secrets, &mut problems)
         }
-        Some(ModelCredentials::Direct) | None => Vec::new(),
+        ModelCredentials::Direct => Vec::new(),
     };
     let runtime = agent.picked.as_ref().and_then(|picked| {
         let compute = picked.spec.compute.as_ref()?;

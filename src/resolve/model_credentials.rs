@@ -49,13 +49,19 @@ pub(super) fn proxied_models(
         Some(Value::Object(models)) => models
             .iter()
             .filter_map(|(alias, m)| {
-                Some((alias.clone(), format!("config.models.{alias}"), m.as_object()?))
+                Some((
+                    alias.clone(),
+                    format!("config.models.{alias}"),
+                    m.as_object()?,
+                ))
             })
             .collect(),
         Some(Value::Array(models)) => models
             .iter()
             .enumerate()
-            .filter_map(|(i, m)| Some((i.to_string(), format!("config.models[{i}]"), m.as_object()?)))
+            .filter_map(|(i, m)| {
+                Some((i.to_string(), format!("config.models[{i}]"), m.as_object()?))
+            })
             .collect(),
         _ => Vec::new(),
     };
@@ -136,8 +142,7 @@ fn proxied_model(
 /// Why `base_url` cannot receive a proxied key, if it cannot: only `https`, without user
 /// information, query or fragment.
 fn check_base_url(base_url: &str) -> Result<(), String> {
-    let url =
-        url::Url::parse(base_url).map_err(|e| format!("{base_url:?} is not a URL: {e}"))?;
+    let url = url::Url::parse(base_url).map_err(|e| format!("{base_url:?} is not a URL: {e}"))?;
     if url.scheme() != "https" {
         return Err(format!(
             "{base_url:?}: the proxy adds the real key only over TLS; use an https URL"
@@ -307,7 +312,10 @@ mod tests {
         }});
         let (models, problems) = proxied(
             config,
-            &[binding("OPENAI_API_KEY", "openai"), binding("LLM_KEY", "llm")],
+            &[
+                binding("OPENAI_API_KEY", "openai"),
+                binding("LLM_KEY", "llm"),
+            ],
         );
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(
@@ -361,13 +369,15 @@ mod tests {
             let (models, problems) = proxied(json!({"models": {"m": model}}), &secrets);
             assert!(models.is_empty());
             assert!(problems[0].contains(says), "{problems:?}");
-            assert!(problems[0].contains("modelCredentials to Direct") || !says.contains("provider"));
+            assert!(
+                problems[0].contains("modelCredentials to Direct") || !says.contains("provider")
+            );
         }
-        let (_, problems) = proxied(
-            json!({"models": {"a/b": {"api_key_env": "K"}}}),
-            &secrets,
+        let (_, problems) = proxied(json!({"models": {"a/b": {"api_key_env": "K"}}}), &secrets);
+        assert!(
+            problems[0].starts_with("config.models.a/b: alias \"a/b\""),
+            "{problems:?}"
         );
-        assert!(problems[0].starts_with("config.models.a/b: alias \"a/b\""), "{problems:?}");
     }
 
     #[test]

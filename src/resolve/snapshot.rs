@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::extension::ResolvedExtension;
-use super::problems::Problem;
 use super::model_credentials::ProxiedModel;
+use super::problems::Problem;
 use crate::api::{Compute, Egress, RuntimeContainer};
 
 /// Version of the snapshot document, bumped on incompatible changes.

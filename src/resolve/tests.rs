@@ -694,3 +694,48 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn model_credentials_are_proxied_by_the_environment_or_the_installation_default() {
+    use crate::api::ModelCredentials;
+    let spec = AgentExecutionSpec::test();
+    let direct = resolve_execution(NS, &spec, &InMemoryCatalog::test()).unwrap();
+    assert!(direct.proxied_models.is_empty(), "Direct unless told");
+
+    let by_default =
+        InMemoryCatalog::test().with_default_model_credentials(ModelCredentials::Proxied);
+    let proxied = resolve_execution(NS, &spec, &by_default).unwrap();
+    assert_eq!(proxied.proxied_models.len(), 1);
+    let model = &proxied.proxied_models[0];
+    assert_eq!(
+        (
+            model.alias.as_str(),
+            model.env.as_str(),
+            model.secret.as_str(),
+            model.key.as_str()
+        ),
+        ("default", "OPENAI_API_KEY", "model-keys", "openai")
+    );
+    assert_eq!(model.base_url, "https://api.openai.com/v1");
+
+    let mut environment = AgentEnvironmentSpec::test();
+    environment.model_credentials = Some(ModelCredentials::Direct);
+    let opted_out = by_default.with_environment(NS, "prod", environment);
+    let direct = resolve_execution(NS, &spec, &opted_out).unwrap();
+    assert!(
+        direct.proxied_models.is_empty(),
+        "the environment's word wins"
+    );
+
+    let limits = RunLimits::default();
+    let refused = limits.check(&proxied).unwrap_err().to_string();
+    assert!(
+        refused.contains("AgentEnvironment \"prod\" spec.modelCredentials: Proxied credentials are added by errand's egress proxy"),
+        "{refused}"
+    );
+    let served = RunLimits {
+        model_proxy: true,
+        ..RunLimits::default()
+    };
+    assert!(served.check(&proxied).is_ok());
+}

@@ -237,6 +237,7 @@ pub async fn run(
         filesets,
         fileset_paths: FilesetPaths::from_store(options.results.clone()),
         required_runtime_class: options.config.required_runtime_class.clone(),
+        default_model_credentials: options.config.default_model_credentials,
     };
 
     if let Some(address) = options.listen {

@@ -17,6 +17,7 @@ mod inputs;
 mod kueue;
 mod local_parity;
 mod mcp_sdk;
+mod model_credentials;
 mod nemo;
 mod network_policy;
 mod node_loss;

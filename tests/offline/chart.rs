@@ -944,6 +944,10 @@ fn network_policies_admit_each_listeners_callers_only() {
         args.contains(&"--egress-proxy-url=http://errand.errand-system.svc:3128"),
         "{args:?}"
     );
+    assert!(
+        args.contains(&"--model-credentials=proxied"),
+        "model keys are proxied by default: {args:?}"
+    );
     let to_controller = args
         .iter()
         .find(|a| a.starts_with("--execution-egress-allow="))

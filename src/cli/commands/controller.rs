@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::networking::v1::NetworkPolicyEgressRule;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::api::ModelCredentials;
 use crate::api::data::DATA_API_SERVICE;
 use crate::cluster::listener::ServerLimits;
 use crate::cluster::scope::Namespaces;
@@ -254,6 +255,22 @@ pub struct ControllerArgs {
         requires = "egress_proxy_listen"
     )]
     pub egress_proxy_model_ca: Option<PathBuf>,
+    /// How runs whose environment sets no `modelCredentials` hold their models' keys:
+    /// `proxied` (recommended with the egress proxy and a signing key) gives OpenAI-compatible
+    /// models bound to a Secret a placeholder token and a `base_url` on the proxy, and refuses
+    /// other providers' until their environment says `Direct`; `direct` puts the Secret's
+    /// value in the variable.
+    #[arg(long, env = "ERRAND_MODEL_CREDENTIALS", value_enum, default_value_t = ModelCredentialsDefault::Direct)]
+    pub model_credentials: ModelCredentialsDefault,
+}
+
+/// How runs hold their models' keys when their environment does not say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelCredentialsDefault {
+    /// The variable holds the Secret's value.
+    Direct,
+    /// The egress proxy adds the key; the agent holds a placeholder.
+    Proxied,
 }
 
 /// A refused `--egress-proxy-url`.
@@ -515,6 +532,10 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         .as_deref()
         .filter(|key| key.len() >= 32)
         .map(|key| ModelTokens::new(key.as_bytes()));
+    config.default_model_credentials = match args.model_credentials {
+        ModelCredentialsDefault::Direct => ModelCredentials::Direct,
+        ModelCredentialsDefault::Proxied => ModelCredentials::Proxied,
+    };
     let model_roots = match &args.egress_proxy_model_ca {
         Some(path) => model_roots(path)?,
         None => Vec::new(),

@@ -9,9 +9,9 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::model_credentials::model_proxy;
 use crate::controller::config::{ControllerConfig, ExecutionEgress};
 use crate::outbound::{Cidr, OutboundPolicy};
-use super::model_credentials::model_proxy;
 use crate::resolve::Snapshot;
 
 /// Whether the pod talks to the controller (an execution's runner does: grants and blobs; a

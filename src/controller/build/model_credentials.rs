@@ -3,7 +3,7 @@
 use crate::api::contract::MODEL_ROUTES_ANNOTATION;
 use crate::controller::config::ControllerConfig;
 use crate::resolve::Snapshot;
-use crate::resolve::model_credentials::{agent_config, ProxiedModel};
+use crate::resolve::model_credentials::{ProxiedModel, agent_config};
 
 /// The proxy that carries the model calls of a pod running `snapshot`: only when it has
 /// proxied models (admission refused them without a proxy).
@@ -62,4 +62,83 @@ pub fn model_routes_annotation(
         MODEL_ROUTES_ANNOTATION.to_owned(),
         serde_json::to_string(routes).expect("proxied models serialize"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ModelCredentials;
+    use crate::api::{AgentExecutionSpec, contract};
+    use crate::controller::config::ExecutionEgress;
+    use crate::resolve::model_credentials::ModelTokens;
+    use crate::resolve::{InMemoryCatalog, resolve_execution};
+    use crate::testing::NS;
+
+    fn proxied() -> Snapshot {
+        let catalog =
+            InMemoryCatalog::test().with_default_model_credentials(ModelCredentials::Proxied);
+        resolve_execution(NS, &AgentExecutionSpec::test(), &catalog).unwrap()
+    }
+
+    fn config() -> ControllerConfig {
+        let mut config = ControllerConfig::new("errand.local/errand:dev");
+        config.execution_egress = Some(ExecutionEgress::default());
+        config.egress_proxy_url = Some(url::Url::parse("http://10.0.0.9:3128").unwrap());
+        config.model_tokens = Some(ModelTokens::new(b"0123456789abcdef0123456789abcdef"));
+        config
+    }
+
+    #[test]
+    fn a_proxied_model_s_pod_holds_a_placeholder_and_points_at_the_proxy() {
+        let snapshot = proxied();
+        let config = config();
+        let env = super::super::agent_env(&snapshot, &config, "uid-1");
+        let key = env.iter().find(|e| e.name == "OPENAI_API_KEY").unwrap();
+        assert!(key.value_from.is_none(), "no secretKeyRef: {key:?}");
+        let token = key.value.as_deref().unwrap();
+        assert!(
+            config
+                .model_tokens
+                .as_ref()
+                .unwrap()
+                .verify(NS, "uid-1", token),
+            "the run's own placeholder"
+        );
+        assert!(
+            env.iter().all(|e| e.value_from.is_none()),
+            "the fixture binds only the model's key"
+        );
+
+        let agent_config: serde_json::Value =
+            serde_json::from_str(&agent_config_json(&snapshot, &config)).unwrap();
+        assert_eq!(
+            agent_config["models"]["default"]["base_url"],
+            "http://10.0.0.9:3128/models/default"
+        );
+        let annotations = super::super::egress::proxy_annotations(&snapshot, &config);
+        assert_eq!(annotations.len(), 1);
+        assert_eq!(annotations[0].0, contract::MODEL_ROUTES_ANNOTATION);
+        let routes: Vec<ProxiedModel> = serde_json::from_str(&annotations[0].1).unwrap();
+        assert_eq!(routes, snapshot.proxied_models);
+        let rules = super::super::egress::egress_rules(
+            &snapshot,
+            &config,
+            super::super::egress::ToController::No,
+        )
+        .unwrap();
+        let to_proxy = serde_json::to_string(&rules).unwrap();
+        assert!(to_proxy.contains("10.0.0.9/32"), "{to_proxy}");
+
+        // Direct: the Secret's reference, the config as written, nothing for the proxy.
+        let direct =
+            resolve_execution(NS, &AgentExecutionSpec::test(), &InMemoryCatalog::test()).unwrap();
+        let env = super::super::agent_env(&direct, &config, "uid-1");
+        let key = env.iter().find(|e| e.name == "OPENAI_API_KEY").unwrap();
+        assert!(key.value_from.is_some() && key.value.is_none());
+        assert_eq!(
+            agent_config_json(&direct, &config),
+            direct.agent_config_json()
+        );
+        assert!(super::super::egress::proxy_annotations(&direct, &config).is_empty());
+    }
 }

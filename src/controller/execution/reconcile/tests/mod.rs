@@ -231,6 +231,7 @@ fn context_from(
         filesets: filled(Vec::<Fileset>::new()),
         fileset_paths: Default::default(),
         required_runtime_class: None,
+        default_model_credentials: Default::default(),
     };
     let recorder = Recorder::new(
         client.clone(),
