@@ -54,10 +54,13 @@ pub trait KeySource: Send + Sync {
     fn key(&self, namespace: &str, secret: &str, key: &str) -> BoxFuture<'static, Option<String>>;
 }
 
+/// A key's place: namespace, Secret, key.
+type KeyId = (String, String, String);
+
 /// The cluster's Secrets, each value kept for [`KEY_TTL`].
 pub struct SecretKeys {
     client: kube::Client,
-    cache: Arc<Mutex<HashMap<(String, String, String), (Instant, String)>>>,
+    cache: Arc<Mutex<HashMap<KeyId, (Instant, String)>>>,
 }
 
 impl SecretKeys {

@@ -2,10 +2,10 @@
 
 use base64::Engine;
 use ring::hmac;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::problems::{Problem, Problems};
+pub use super::snapshot::ProxiedModel;
 use super::snapshot::{SecretBinding, Snapshot};
 
 /// The path on errand's egress proxy under which a run's proxied models are served: a model
@@ -19,22 +19,6 @@ const PROXIED_PROVIDERS: [(&str, Option<&str>); 3] = [
     ("nvidia", Some("https://integrate.api.nvidia.com/v1")),
     ("openai_compatible", None),
 ];
-
-/// One model whose key the egress proxy adds. References only: no value.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxiedModel {
-    /// The model's alias in the config's `models` (its index when they are a list).
-    pub alias: String,
-    /// Where the proxy sends its calls: the model's own `base_url`, an `https` URL.
-    pub base_url: String,
-    /// The variable (`api_key_env`) that holds the placeholder token instead of the key.
-    pub env: String,
-    /// The Secret with the real key, in the run's namespace.
-    pub secret: String,
-    /// Its key in the Secret.
-    pub key: String,
-}
 
 /// The models of `config` whose keys are proxied: each whose `api_key_env` one of `secrets`
 /// binds. One the route cannot carry (another provider, no `https` base URL, an alias that is

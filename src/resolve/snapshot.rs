@@ -7,7 +7,6 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::extension::ResolvedExtension;
-use super::model_credentials::ProxiedModel;
 use super::problems::Problem;
 use crate::api::{Compute, Egress, RuntimeContainer};
 
@@ -85,6 +84,22 @@ pub struct SecretBinding {
     /// The Secret's name, in the execution's namespace.
     pub secret: String,
     /// The key in the Secret.
+    pub key: String,
+}
+
+/// One model whose key errand's egress proxy adds (see [`super::model_credentials`]). References only: no value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxiedModel {
+    /// The model's alias in the config's `models` (its index when they are a list).
+    pub alias: String,
+    /// Where the proxy sends its calls: the model's own `base_url`, an `https` URL.
+    pub base_url: String,
+    /// The variable (`api_key_env`) that holds the placeholder token instead of the key.
+    pub env: String,
+    /// The Secret with the real key, in the run's namespace.
+    pub secret: String,
+    /// Its key in the Secret.
     pub key: String,
 }
 
