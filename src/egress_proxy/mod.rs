@@ -137,32 +137,6 @@ impl EgressProxy {
     pub fn with_resolver(self, resolver: Arc<dyn Resolver>) -> Self {
         Self { resolver, ..self }
     }
-}
-
-/// Serves the proxy on `listener` until the task set is dropped.
-pub fn start(
-    proxy: EgressProxy,
-    listener: TcpListener,
-    limits: ServerLimits,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
-    let proxy = Arc::new(proxy);
-    tasks.spawn(listener::serve(
-        listener,
-        None,
-        limits,
-        "egress proxy",
-        move |peer: listener::Peer| {
-            let proxy = Arc::clone(&proxy);
-            hyper::service::service_fn(move |request| {
-                let proxy = Arc::clone(&proxy);
-                async move { Ok::<_, Infallible>(proxy.answer(peer.address, request).await) }
-            })
-        },
-    ));
-}
-
-impl EgressProxy {
     /// Decides `request` from `peer`, logs and counts the decision, and carries it out.
     async fn answer(&self, peer: SocketAddr, request: Request<RequestBody>) -> Response<ProxyBody> {
         let caller = decide::caller(self.pods.state().iter().map(|p| &**p), peer.ip());
@@ -186,7 +160,7 @@ impl EgressProxy {
         info!(%peer, caller = who, host, port, method = %request.method(), decision, "egress proxy");
         self.metrics.decided(decision);
         match outcome {
-            Ok(stream) => self.carry(request, stream, caller).await,
+            Ok(stream) => self.carry(request, stream).await,
             Err(refusal) => refused(&refusal, target.as_ref()),
         }
     }
@@ -203,26 +177,26 @@ impl EgressProxy {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_owned();
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok());
         let call = match (&caller, &self.models) {
             (Err(refusal), _) => Err(refusal.clone()),
             (Ok(_), None) => Err(Refusal::UnknownModel),
             (Ok(caller), Some(route)) => {
-                let authorization = request
-                    .headers()
-                    .get(header::AUTHORIZATION)
-                    .and_then(|value| value.to_str().ok());
                 decide::model_call(caller, &path, authorization, &route.tokens)
+                    .map(|call| (call, route, &caller.namespace))
             }
         };
-        let outcome = match (&call, &caller, &self.models) {
-            (Ok(call), Ok(caller), Some(route)) => {
-                route.carry(&caller.namespace, call, request).await
-            }
-            (Err(refusal), _, _) => Err(refusal.clone()),
-            _ => Err(Refusal::UnknownModel),
+        let outcome = match &call {
+            Ok((call, route, namespace)) => route.carry(namespace, call, request).await,
+            Err(refusal) => Err(refusal.clone()),
         };
         let who = caller.as_ref().map_or("-", |c| c.pod.as_str());
-        let model = call.as_ref().map_or("-", |c| c.model.alias.as_str());
+        let model = call
+            .as_ref()
+            .map_or("-", |(c, _, _)| c.model.alias.as_str());
         let decision = outcome
             .as_ref()
             .err()
@@ -261,12 +235,7 @@ impl EgressProxy {
 
     /// Carries an allowed request over `stream`: a CONNECT becomes a tunnel once the client
     /// has the 200; a plain request is forwarded in origin form and its answer returned.
-    async fn carry(
-        &self,
-        request: Request<RequestBody>,
-        stream: TcpStream,
-        caller: Result<Caller, Refusal>,
-    ) -> Response<ProxyBody> {
+    async fn carry(&self, request: Request<RequestBody>, stream: TcpStream) -> Response<ProxyBody> {
         if request.method() == Method::CONNECT {
             let Ok(permit) = Arc::clone(&self.tunnels).try_acquire_owned() else {
                 return answer(
@@ -289,15 +258,37 @@ impl EgressProxy {
             });
             return Response::new(empty());
         }
-        let who = caller.map_or_else(|_| "-".to_owned(), |c| c.pod);
         match forward(request, stream).await {
             Ok(response) => response.map(|body| body.map_err(Into::into).boxed()),
             Err(e) => {
-                debug!(caller = %who, "forwarding: {e}");
+                debug!("forwarding: {e}");
                 refused(&Refusal::Unreachable, None)
             }
         }
     }
+}
+
+/// Serves the proxy on `listener` until the task set is dropped.
+pub fn start(
+    proxy: EgressProxy,
+    listener: TcpListener,
+    limits: ServerLimits,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    let proxy = Arc::new(proxy);
+    tasks.spawn(listener::serve(
+        listener,
+        None,
+        limits,
+        "egress proxy",
+        move |peer: listener::Peer| {
+            let proxy = Arc::clone(&proxy);
+            hyper::service::service_fn(move |request| {
+                let proxy = Arc::clone(&proxy);
+                async move { Ok::<_, Infallible>(proxy.answer(peer.address, request).await) }
+            })
+        },
+    ));
 }
 
 /// Sends `request` over `stream` in origin form, without the proxy's own headers.
