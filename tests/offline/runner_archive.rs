@@ -478,8 +478,10 @@ fn an_adversarial_symlink_chain_stages_in_linear_time() {
     let started = Instant::now();
     unpack(archive, &sandbox.root, &Selection::default()).unwrap();
     let took = started.elapsed();
-    // 71 s with a walk per link; well under a second with the memoized check.
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // 71 s with a walk per link, well under a second with the memoized check. The bound
+    // catches the quadratic walk, not a slow machine: an unoptimized build beside the rest of
+    // the suite on 2 cores once took 5.8 s.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     assert_eq!(fs::read_dir(&sandbox.root).unwrap().count(), 1041);
     sandbox.assert_outside_untouched();
 }
