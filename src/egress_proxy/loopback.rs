@@ -160,9 +160,9 @@ pub async fn stand_in_model(bind: SocketAddr, names: &[String]) -> StandInModel 
                                 .to_owned();
                             recorded.lock().expect("not poisoned").push(authorization);
                             let body = request.into_body().collect().await?.to_bytes();
-                            let streamed = String::from_utf8_lossy(&body)
-                                .contains("\"stream\":true")
-                                || String::from_utf8_lossy(&body).contains("\"stream\": true");
+                            let body = String::from_utf8_lossy(&body);
+                            let streamed = body.contains("\"stream\":true")
+                                || body.contains("\"stream\": true");
                             let response = if streamed {
                                 let events: Vec<Result<Frame<Bytes>, std::io::Error>> =
                                 STAND_IN_ANSWER

@@ -314,6 +314,22 @@ async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_
         let text = refused.text().await.unwrap();
         assert!(text.contains(says), "{alias}: {text}");
     }
+    let oversized = agent
+        .post(format!("http://{proxy}/models/default/chat/completions"))
+        .bearer_auth(&token)
+        .body(vec![b'x'; decide::MAX_MODEL_REQUEST_BYTES + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(oversized.status(), 413);
+    assert!(
+        oversized
+            .text()
+            .await
+            .unwrap()
+            .contains("larger than the model route carries")
+    );
+
     // Sent as written (a URL library would resolve the dots before sending).
     let escape = exchange(
         proxy,

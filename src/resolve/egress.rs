@@ -167,10 +167,7 @@ pub fn hosts_without_proxy(snapshot: &Snapshot, proxy_serves: bool) -> Option<Pr
     if snapshot.egress.hosts.is_empty() || proxy_serves {
         return None;
     }
-    let field = match &snapshot.environment {
-        Some(name) => format!("AgentEnvironment {name:?} spec.egress.hosts"),
-        None => "spec.environment.egress.hosts".to_owned(),
-    };
+    let field = snapshot.environment_field("egress.hosts");
     Some(Problem::new(
         field,
         "host names are reached through errand's egress proxy, which this installation does \
@@ -182,10 +179,7 @@ pub fn hosts_without_proxy(snapshot: &Snapshot, proxy_serves: bool) -> Option<Pr
 /// The egress ranges of `snapshot` that lie wholly inside a range `policy` denies; each
 /// problem names what the range is, not its addresses.
 pub fn against_policy(snapshot: &Snapshot, policy: &OutboundPolicy) -> Vec<Problem> {
-    let field = match &snapshot.environment {
-        Some(name) => format!("AgentEnvironment {name:?} spec.egress"),
-        None => "spec.environment.egress".to_owned(),
-    };
+    let field = snapshot.environment_field("egress");
     snapshot
         .egress
         .allow

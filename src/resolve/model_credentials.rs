@@ -149,12 +149,8 @@ pub fn models_without_proxy(snapshot: &Snapshot, proxy_serves: bool) -> Option<P
     if snapshot.proxied_models.is_empty() || proxy_serves {
         return None;
     }
-    let field = match &snapshot.environment {
-        Some(name) => format!("AgentEnvironment {name:?} spec.modelCredentials"),
-        None => "spec.environment.modelCredentials".to_owned(),
-    };
     Some(Problem::new(
-        field,
+        snapshot.environment_field("modelCredentials"),
         "Proxied credentials are added by errand's egress proxy, which this installation does          not run with a signing key (the chart's egressProxy.enabled; the local backend has          none); set Direct",
     ))
 }

@@ -139,6 +139,15 @@ pub struct MountedContent {
 }
 
 impl Snapshot {
+    /// Where the environment's field `path` is, for a problem about it: in the named
+    /// AgentEnvironment, or in the execution's inline environment.
+    pub fn environment_field(&self, path: &str) -> String {
+        match &self.environment {
+            Some(name) => format!("AgentEnvironment {name:?} spec.{path}"),
+            None => format!("spec.environment.{path}"),
+        }
+    }
+
     /// The agent's full command line: `command` then `args`.
     pub fn command(&self) -> Vec<String> {
         let runtime = &self.agent.runtime;
