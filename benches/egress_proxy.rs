@@ -27,7 +27,7 @@ use errand::api::contract::{
 };
 use errand::egress_proxy::loopback::{self, StandInModel, stand_in_model};
 use errand::egress_proxy::model_route::{KeySource, ModelRoute};
-use errand::resolve::model_credentials::ModelTokens;
+use errand::resolve::run_tokens::RunTokens;
 
 /// The name the caller lists and asks for.
 const HOST: &str = "server.bench.errand.test";
@@ -81,7 +81,7 @@ impl KeySource for BenchKey {
 
 /// A proxy whose one caller, a running errand pod at 127.0.0.1, lists [`HOST`] on the
 /// target's port and has its model `default` proxied to `model` (trusting `model`'s CA).
-async fn serve_proxy(target: SocketAddr, model: &StandInModel, tokens: &ModelTokens) -> SocketAddr {
+async fn serve_proxy(target: SocketAddr, model: &StandInModel, tokens: &RunTokens) -> SocketAddr {
     let hosts = format!(r#"[{{"host":"{HOST}","ports":[{}]}}]"#, target.port());
     let routes = serde_json::json!([{"alias": "default",
         "baseUrl": format!("https://{MODEL_HOST}:{}/v1", model.address.port()),
@@ -164,7 +164,7 @@ async fn bench() {
         .unwrap_or(1000);
     let target = serve_target().await;
     let model = stand_in_model("127.0.0.1:0".parse().unwrap(), &[MODEL_HOST.to_owned()]).await;
-    let tokens = ModelTokens::new(b"a bench signing key of 32 bytes or more");
+    let tokens = RunTokens::models(b"a bench signing key of 32 bytes or more");
     let proxy = serve_proxy(target, &model, &tokens).await;
     let port = target.port();
     let mut direct = connection(TcpStream::connect(target).await.unwrap()).await;

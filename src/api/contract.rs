@@ -118,6 +118,10 @@ pub const EGRESS_HOSTS_ANNOTATION: &str = "errand.dev/egress-hosts";
 /// (alias, real `base_url`, Secret and key; JSON), which the egress proxy's model route reads
 /// from the pod it finds at the caller's address.
 pub const MODEL_ROUTES_ANNOTATION: &str = "errand.dev/model-routes";
+/// Annotation on an execution whose runner reported the run's end before its pod was seen
+/// finished: the report, checked against the saved manifest and sealed under the signing key
+/// (JSON). The reconciling replica believes only a seal it can verify for that execution.
+pub const RUN_ENDED_ANNOTATION: &str = "errand.dev/run-ended";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
 pub const SNAPSHOT_DIGEST_ANNOTATION: &str = "errand.dev/snapshot-digest";
 /// Annotation on an execution: the variables `execute --env` set, as errand shows them (JSON;
@@ -154,13 +158,14 @@ pub const LABELS: [&str; 8] = [
     SCHEDULE_LABEL,
 ];
 /// Every annotation errand sets or reads, listed in the same reference as [`LABELS`].
-pub const ANNOTATIONS: [&str; 10] = [
+pub const ANNOTATIONS: [&str; 11] = [
     EXECUTION_NAME_ANNOTATION,
     CONTROL_ANNOTATION,
     REPLACED_AGENT_ANNOTATION,
     SNAPSHOT_DIGEST_ANNOTATION,
     EGRESS_HOSTS_ANNOTATION,
     MODEL_ROUTES_ANNOTATION,
+    RUN_ENDED_ANNOTATION,
     SHOWN_ENV_ANNOTATION,
     STDIN_BYTES_ANNOTATION,
     NAMESPACE_TTL_ANNOTATION,

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use crate::api::ModelCredentials;
 use crate::archive::ExtractLimits;
 use crate::outbound::OutboundPolicy;
-use crate::resolve::model_credentials::ModelTokens;
+use crate::resolve::run_tokens::RunTokens;
 use crate::resolve::{RunAllowance, RunLimits, Snapshot};
 use crate::runner::DEFAULT_STAGING_BUDGET;
 use crate::store::grants::UrlSigner;
@@ -94,7 +94,10 @@ pub struct ControllerConfig {
     pub egress_proxy_url: Option<url::Url>,
     /// The placeholder tokens of runs whose model credentials are proxied, made with the
     /// signing key every replica shares (`None`: no signing key; `Proxied` is refused).
-    pub model_tokens: Option<ModelTokens>,
+    pub model_tokens: Option<RunTokens>,
+    /// The run-ended reports' tokens and seals, made with the same key (`None`: no signing
+    /// key; runs end when their pods are seen finished).
+    pub run_end_tokens: Option<RunTokens>,
     /// How runs hold their models' keys when their environment does not say.
     pub default_model_credentials: ModelCredentials,
 }
@@ -213,6 +216,7 @@ impl ControllerConfig {
             execution_egress: None,
             egress_proxy_url: None,
             model_tokens: None,
+            run_end_tokens: None,
             default_model_credentials: ModelCredentials::Direct,
         }
     }
@@ -248,7 +252,7 @@ impl ControllerConfig {
 
     /// The egress proxy that carries runs' model calls, and the tokens it checks: both are
     /// needed.
-    pub fn model_proxy(&self) -> Option<(&url::Url, &ModelTokens)> {
+    pub fn model_proxy(&self) -> Option<(&url::Url, &RunTokens)> {
         Some((self.egress_proxy_url.as_ref()?, self.model_tokens.as_ref()?))
     }
 

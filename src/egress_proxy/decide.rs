@@ -11,9 +11,8 @@ use crate::api::contract::{
     DEPLOYMENT_UID_LABEL, EGRESS_HOSTS_ANNOTATION, EXECUTION_UID_LABEL, MODEL_ROUTES_ANNOTATION,
 };
 use crate::resolve::egress::host_allowed;
-use crate::resolve::model_credentials::{
-    MODEL_ROUTE_PREFIX, ModelTokens, ProxiedModel, model_path,
-};
+use crate::resolve::model_credentials::{MODEL_ROUTE_PREFIX, ProxiedModel, model_path};
+use crate::resolve::run_tokens::RunTokens;
 
 /// The largest request body the model route carries (it is read whole, so the upstream gets
 /// its length).
@@ -212,7 +211,7 @@ pub fn model_call(
     caller: &Caller,
     path_and_query: &str,
     authorization: Option<&str>,
-    tokens: &ModelTokens,
+    tokens: &RunTokens,
 ) -> Result<ModelCall, Refusal> {
     let (alias, rest) =
         model_path(path_and_query).ok_or(Refusal::Malformed("not a path on the model route"))?;

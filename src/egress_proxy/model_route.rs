@@ -19,7 +19,7 @@ use crate::cluster::listener::RequestBody;
 use crate::outbound::OutboundPolicy;
 use crate::outbound::client::{Failure, check_literal, tenant_builder};
 use crate::outbound::resolver::Resolver;
-use crate::resolve::model_credentials::ModelTokens;
+use crate::resolve::run_tokens::RunTokens;
 
 /// How long connecting to a model's endpoint may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -105,7 +105,7 @@ impl KeySource for SecretKeys {
 /// What the model route needs: the tokens it checks, where keys are read, and the client
 /// that carries calls (the outbound policy's, over TLS).
 pub struct ModelRoute {
-    pub(super) tokens: ModelTokens,
+    pub(super) tokens: RunTokens,
     keys: Arc<dyn KeySource>,
     http: reqwest::Client,
     policy: Arc<OutboundPolicy>,
@@ -115,7 +115,7 @@ impl ModelRoute {
     /// A route checking `tokens`, reading keys from `keys`, connecting only where `policy`
     /// allows (names found by `resolver`) and trusting the native roots and `roots`.
     pub fn new(
-        tokens: ModelTokens,
+        tokens: RunTokens,
         keys: Arc<dyn KeySource>,
         policy: Arc<OutboundPolicy>,
         resolver: Arc<dyn Resolver>,

@@ -187,7 +187,7 @@ impl model_route::KeySource for OneSecret {
 #[tokio::test]
 async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_real_key() {
     use crate::api::contract::{EXECUTION_UID_LABEL, MODEL_ROUTES_ANNOTATION};
-    use crate::resolve::model_credentials::ModelTokens;
+    use crate::resolve::run_tokens::RunTokens;
     use loopback::{FixedNames, running_pod, serve, stand_in_model};
 
     let model = stand_in_model(
@@ -214,7 +214,7 @@ async fn a_run_calls_its_model_with_its_placeholder_and_only_the_model_sees_the_
          "env": "OTHER_KEY", "secret": "deleted", "key": "OTHER_KEY"},
     ])
     .to_string();
-    let tokens = ModelTokens::new(b"0123456789abcdef0123456789abcdef");
+    let tokens = RunTokens::models(b"0123456789abcdef0123456789abcdef");
     let route = || {
         model_route::ModelRoute::new(
             tokens.clone(),

@@ -23,6 +23,7 @@ mod quantity;
 mod refs;
 mod rerun;
 mod rules;
+pub mod run_tokens;
 mod runtime;
 pub mod schedule;
 mod schema;

@@ -1,7 +1,5 @@
 //! Model credentials the agent never holds, pure: which models of a run are proxied (an OpenAI-compatible model whose `api_key_env` is bound to a Secret), the agent config that points them at errand's egress proxy, and the per-run placeholder token that stands in for their keys.
 
-use base64::Engine;
-use ring::hmac;
 use serde_json::{Map, Value};
 
 use super::problems::{Problem, Problems};
@@ -198,63 +196,6 @@ pub fn model_path(path_and_query: &str) -> Option<(&str, &str)> {
     (!alias.is_empty() && !escapes).then_some((alias, rest))
 }
 
-/// Mints and checks the placeholder tokens of runs: an HMAC of the run's namespace and uid
-/// under the controller's signing key, so every replica agrees and no one without the key can
-/// make one.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ModelTokens {
-    signing_key: std::sync::Arc<[u8]>,
-}
-
-impl std::fmt::Debug for ModelTokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ModelTokens(..)")
-    }
-}
-
-/// What every placeholder token starts with, so a leaked one is recognized as errand's.
-const TOKEN_PREFIX: &str = "errand-run-";
-
-impl ModelTokens {
-    /// Tokens under `signing_key`.
-    pub fn new(signing_key: &[u8]) -> Self {
-        Self {
-            signing_key: signing_key.into(),
-        }
-    }
-
-    fn key(&self) -> hmac::Key {
-        hmac::Key::new(hmac::HMAC_SHA256, &self.signing_key)
-    }
-
-    fn message(namespace: &str, run_uid: &str) -> String {
-        format!("errand model credentials\n{namespace}\n{run_uid}")
-    }
-
-    /// The placeholder token of the run with `run_uid` in `namespace`.
-    pub fn mint(&self, namespace: &str, run_uid: &str) -> String {
-        let tag = hmac::sign(&self.key(), Self::message(namespace, run_uid).as_bytes());
-        let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref());
-        format!("{TOKEN_PREFIX}{encoded}")
-    }
-
-    /// Whether `presented` is that run's token (compared in constant time).
-    pub fn verify(&self, namespace: &str, run_uid: &str, presented: &str) -> bool {
-        let Some(encoded) = presented.strip_prefix(TOKEN_PREFIX) else {
-            return false;
-        };
-        let Ok(tag) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded) else {
-            return false;
-        };
-        hmac::verify(
-            &self.key(),
-            Self::message(namespace, run_uid).as_bytes(),
-            &tag,
-        )
-        .is_ok()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -399,19 +340,5 @@ mod tests {
         ] {
             assert_eq!(model_path(path), None, "{path}");
         }
-    }
-
-    #[test]
-    fn a_token_is_good_only_for_its_own_run_under_the_same_key() {
-        let tokens = ModelTokens::new(b"0123456789abcdef0123456789abcdef");
-        let token = tokens.mint("team", "uid-1");
-        assert!(token.starts_with("errand-run-"));
-        assert!(tokens.verify("team", "uid-1", &token));
-        assert!(!tokens.verify("team", "uid-2", &token));
-        assert!(!tokens.verify("other", "uid-1", &token));
-        assert!(!tokens.verify("team", "uid-1", "errand-run-AAAA"));
-        assert!(!tokens.verify("team", "uid-1", "sk-anything"));
-        let other = ModelTokens::new(b"another key, as long as the first one");
-        assert!(!other.verify("team", "uid-1", &token));
     }
 }

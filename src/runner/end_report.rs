@@ -8,6 +8,11 @@
 //! believed only when the manifest saved in the store exists and says the same
 //! ([`RunEndReport::check_manifest`]). The pod's own end is still observed afterwards and wins
 //! where it disagrees (see `controller::execution::status`).
+//!
+//! The runner sends it to [`RUN_ENDED_ENDPOINT`] with the run's own bearer token from its
+//! grants; the replica that checks it records it on the execution, sealed under the signing
+//! key ([`RunEndReport::seal`]), and the reconciling replica believes only a seal it can verify
+//! for that execution ([`RunEndReport::unseal`]): an annotation is something a tenant may edit.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -15,10 +20,18 @@ use sha2::{Digest, Sha256};
 
 use super::termination::{TERMINATION_MESSAGE_LIMIT, TerminationSummary};
 use crate::api::ResultEntry;
+use crate::resolve::run_tokens::RunTokens;
 use crate::store::keys::{ExecutionId, ResultName};
 
 /// The largest report body: a termination message plus the envelope.
 pub const REPORT_BODY_LIMIT: usize = TERMINATION_MESSAGE_LIMIT + 1024;
+
+/// Path of the controller's run-ended endpoint (the server side is `crate::serve::run_ended`).
+pub const RUN_ENDED_ENDPOINT: &str = "/run-ended";
+
+/// The largest manifest the check reads: a manifest lists a few results and the entries the
+/// archives left out, well under this.
+pub const MANIFEST_READ_LIMIT: usize = 1 << 20;
 
 /// The run's end as the runner reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +61,14 @@ pub enum ReportRefusal {
     /// The manifest in the store does not say what the report says.
     #[error("the saved manifest does not match the report: {0}")]
     Mismatch(String),
+}
+
+/// A report as recorded on its execution, with its seal.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SealedReport {
+    report: RunEndReport,
+    seal: String,
 }
 
 /// The part of `manifest.json` the check reads.
@@ -84,6 +105,27 @@ impl RunEndReport {
             )));
         }
         Ok(report)
+    }
+
+    /// The report as recorded on its execution: the report and its seal under `tokens`.
+    pub fn seal(&self, tokens: &RunTokens) -> String {
+        let report = serde_json::to_vec(self).expect("a report always serializes");
+        let seal = tokens.seal(&report);
+        let sealed = SealedReport {
+            report: self.clone(),
+            seal,
+        };
+        serde_json::to_string(&sealed).expect("a sealed report always serializes")
+    }
+
+    /// The report recorded as `recorded` on the execution with `execution_uid`, if its seal
+    /// under `tokens` holds and it is that execution's; `None` for anything else (a tenant's
+    /// edit, another execution's report copied over).
+    pub fn unseal(recorded: &str, tokens: &RunTokens, execution_uid: &str) -> Option<Self> {
+        let sealed: SealedReport = serde_json::from_str(recorded).ok()?;
+        let report = serde_json::to_vec(&sealed.report).ok()?;
+        (tokens.verify_seal(&report, &sealed.seal) && sealed.report.execution.uid == execution_uid)
+            .then_some(sealed.report)
     }
 
     /// The report's entry of the manifest, if it lists one.
@@ -212,6 +254,36 @@ mod tests {
             RunEndReport::parse(&serde_json::to_vec(&many).unwrap()),
             Err(ReportRefusal::Malformed(why)) if why.contains("more than a run saves")
         ));
+    }
+
+    #[test]
+    fn only_a_sealed_report_of_the_same_execution_is_believed() {
+        let (_, report) = saved();
+        let tokens = RunTokens::run_ended(b"0123456789abcdef0123456789abcdef");
+        let uid = report.execution.uid.clone();
+        let recorded = report.seal(&tokens);
+        assert_eq!(
+            RunEndReport::unseal(&recorded, &tokens, &uid),
+            Some(report.clone())
+        );
+        assert_eq!(
+            RunEndReport::unseal(&recorded, &tokens, "another-uid"),
+            None
+        );
+        let other_key = RunTokens::run_ended(b"another key, as long as the first one");
+        assert_eq!(RunEndReport::unseal(&recorded, &other_key, &uid), None);
+        let mut edited: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+        edited["report"]["runnerExitCode"] = 1.into();
+        assert_eq!(
+            RunEndReport::unseal(&edited.to_string(), &tokens, &uid),
+            None
+        );
+        let unsealed = serde_json::json!({"report": report, "seal": ""});
+        assert_eq!(
+            RunEndReport::unseal(&unsealed.to_string(), &tokens, &uid),
+            None
+        );
+        assert_eq!(RunEndReport::unseal("not json", &tokens, &uid), None);
     }
 
     #[test]

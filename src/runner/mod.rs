@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod plan;
 pub mod pod;
 mod run;
+mod send_end_report;
 pub mod signals;
 mod stage;
 pub mod termination;

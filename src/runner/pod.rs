@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::send_end_report;
 use super::signals::cancel_on_stop_signal;
 use super::termination::{StagedSummary, TerminationSummary};
 use super::{
@@ -299,7 +300,26 @@ async fn run_agent(
     invocation.extension_follows = snapshot.extension.is_some();
     let summary = run_and_collect(&invocation, staged, &urls, stop).await;
     invocation.telemetry.shutdown().await;
-    (report(paths, &summary), Handoff::of(&summary))
+    let code = report(paths, &summary);
+    // An extension's step saves the manifest after this: only its container's end says more.
+    if !invocation.extension_follows {
+        report_end(&grants, &summary).await;
+    }
+    (code, Handoff::of(&summary))
+}
+
+/// Tells the controller that the run ended, when its grants say where and its manifest is
+/// saved; the pod's end says the same a little later if this does not get through.
+async fn report_end(grants: &Grants, summary: &RunSummary) {
+    let Some((grant, report)) = send_end_report::report_of(grants, summary) else {
+        return;
+    };
+    match send_end_report::send(&grant, &report).await {
+        Ok(()) => tracing::info!("reported the run's end"),
+        Err(e) => {
+            tracing::warn!(error = %e, "the run's end was not reported; the pod's end will tell")
+        }
+    }
 }
 
 /// Tells the extension's container that the run ended: `handoff`, written whole under a

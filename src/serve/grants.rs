@@ -24,10 +24,13 @@ use kube::{Api, Client};
 use super::blobs::{ResponseBody, text};
 use crate::api::contract::GRANT_TOKEN_AUDIENCE;
 use crate::controller::build::SNAPSHOT_KEY;
+use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
 use crate::controller::names::{job_name, snapshot_config_map_name};
+use crate::resolve::run_tokens::RunTokens;
 use crate::resolve::{RunAllowance, RunBudget, Snapshot};
-use crate::store::grants::{UrlSigner, issue_grants};
+use crate::runner::end_report::RUN_ENDED_ENDPOINT;
+use crate::store::grants::{ReportGrant, UrlSigner, issue_grants};
 use crate::store::keys::ExecutionId;
 
 /// The extra field of a pod-bound ServiceAccount token's user naming its pod.
@@ -223,25 +226,47 @@ pub struct GrantEndpoint {
     client: Client,
     signer: Arc<dyn UrlSigner>,
     allowance: RunAllowance,
+    /// Where runners report their runs' ends and the tokens they report with, when the
+    /// replicas share a signing key.
+    report: Option<(String, RunTokens)>,
     metrics: Arc<Metrics>,
 }
 
 impl GrantEndpoint {
     /// The endpoint: it reviews tokens and reads pods, Jobs and snapshots with `client`, signs
-    /// with `signer` for a run's budget with `allowance`, and counts what it signed in
-    /// `metrics`.
+    /// with `signer` for a run's budget under `config`'s allowance, tells runners where to
+    /// report their end (`config`'s controller URL and run-ended tokens), and counts what it
+    /// signed in `metrics`.
     pub fn new(
         client: Client,
         signer: Arc<dyn UrlSigner>,
-        allowance: RunAllowance,
+        config: &ControllerConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let report = config.run_end_tokens.clone().map(|tokens| {
+            let base = config.controller_url.trim_end_matches('/');
+            (format!("{base}{RUN_ENDED_ENDPOINT}"), tokens)
+        });
         Self {
             client,
             signer,
-            allowance,
+            allowance: config.allowance(),
+            report,
             metrics,
         }
+    }
+
+    /// Where the run of `execution` reports its end, unless an extension's step saves its
+    /// manifest (then only the pod's end tells).
+    fn report_grant(&self, execution: &ExecutionId, snapshot: &Snapshot) -> Option<ReportGrant> {
+        let (url, tokens) = self
+            .report
+            .as_ref()
+            .filter(|_| snapshot.extension.is_none())?;
+        Some(ReportGrant {
+            url: url.clone(),
+            token: tokens.mint(&execution.namespace, &execution.uid),
+        })
     }
 
     /// Answers one request: 200 with the grants, 401/400/403 for a refusal (the pod gives up),
@@ -347,7 +372,8 @@ impl GrantEndpoint {
         let grants = issue_grants(self.signer.as_ref(), execution, &snapshot, expires).await;
         self.metrics
             .grants_issued(signing.elapsed().as_secs_f64(), grants.is_ok());
-        let grants = grants.map_err(Unavailable::from)?;
+        let mut grants = grants.map_err(Unavailable::from)?;
+        grants.report = self.report_grant(execution, &snapshot);
         Ok(serde_json::to_vec(&grants).expect("grants always serialize"))
     }
 

@@ -11,6 +11,8 @@ use tokio::net::TcpListener;
 
 use super::blobs::{BLOBS_PATH, BlobEndpoint, ResponseBody, text};
 use super::grants::GrantEndpoint;
+use super::run_ended::RunEndedEndpoint;
+use crate::runner::end_report::RUN_ENDED_ENDPOINT;
 use crate::store::grant_request::GRANTS_ENDPOINT;
 
 /// What the endpoints report.
@@ -26,6 +28,8 @@ pub struct Probes {
     pub blobs: Option<Arc<BlobEndpoint>>,
     /// The grant endpoint.
     pub grants: Option<Arc<GrantEndpoint>>,
+    /// The run-ended endpoint, when the replicas share a signing key.
+    pub run_ended: Option<Arc<RunEndedEndpoint>>,
 }
 
 /// Answers one request.
@@ -35,6 +39,11 @@ pub async fn route(probes: &Probes, request: Request<RequestBody>) -> Response<R
         && let Some(grants) = &probes.grants
     {
         return grants.handle(request).await;
+    }
+    if path == RUN_ENDED_ENDPOINT
+        && let Some(run_ended) = &probes.run_ended
+    {
+        return run_ended.handle(request).await;
     }
     if path.starts_with(BLOBS_PATH)
         && let Some(blobs) = &probes.blobs
@@ -92,6 +101,7 @@ mod tests {
             metrics: Arc::new(|| "errand_controller_reconciles_total 3\n".to_owned()),
             blobs: None,
             grants: None,
+            run_ended: None,
         };
         assert_eq!(probe(&probes, "/healthz").status(), StatusCode::OK);
         assert_eq!(

@@ -12,6 +12,7 @@ pub mod blobs;
 pub mod grants;
 pub mod http;
 pub mod leader;
+pub mod run_ended;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -256,9 +257,16 @@ pub async fn run(
             grants: Some(Arc::new(grants::GrantEndpoint::new(
                 client.clone(),
                 Arc::clone(&options.signer),
-                options.config.allowance(),
+                &options.config,
                 grant_metrics,
             ))),
+            run_ended: options.config.run_end_tokens.clone().map(|tokens| {
+                Arc::new(run_ended::RunEndedEndpoint::new(
+                    options.results.clone(),
+                    tokens,
+                    Arc::new(run_ended::ExecutionAnnotation(client.clone())),
+                ))
+            }),
         };
         tasks.spawn(http::serve(listener, options.server_limits, probes));
     }

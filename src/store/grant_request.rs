@@ -179,6 +179,7 @@ mod tests {
             put_headers: Default::default(),
             expires_at: Timestamp::from_second(1_800_000_000).unwrap(),
             extension: None,
+            report: None,
         }
     }
 

@@ -143,6 +143,20 @@ pub struct Grants {
     /// volume only the extension's container mounts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extension: Option<Box<Grants>>,
+    /// Where `run-agent` reports the run's end once its results are saved, so the execution
+    /// ends without waiting for the kubelet (`crate::runner::end_report`); `None` when the
+    /// controller has no signing key or an extension's step saves the manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportGrant>,
+}
+
+/// The controller's run-ended endpoint and the run's bearer token for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportGrant {
+    /// The endpoint's URL, as pods reach the controller.
+    pub url: String,
+    /// The run's token (`crate::resolve::run_tokens::Purpose::RunEnded`).
+    pub token: String,
 }
 
 /// The run's results an extension's step reads: everything the agent's run saves on success
@@ -209,6 +223,7 @@ fn signed_grants(
         put_headers: signer.put_headers(),
         expires_at: expires,
         extension: None,
+        report: None,
     }
 }
 

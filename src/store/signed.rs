@@ -551,7 +551,7 @@ async fn refused(operation: &'static str, name: &str, response: reqwest::Respons
 }
 
 /// The status of a failed response and the start of its body, for a message.
-pub(super) async fn failure_text(response: reqwest::Response) -> (StatusCode, String) {
+pub(crate) async fn failure_text(response: reqwest::Response) -> (StatusCode, String) {
     let status = response.status();
     let body = response.bytes().await.unwrap_or_default();
     let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_LIMIT)]);

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use errand::api::Phase;
 use errand::api::contract::{self, Reason};
 use errand::egress_proxy::loopback::stand_in_model;
-use errand::resolve::model_credentials::ModelTokens;
+use errand::resolve::run_tokens::RunTokens;
 use errand::store::keys::ResultName;
 
 use crate::support::cluster;
@@ -122,7 +122,7 @@ async fn a_proxied_model_key_never_reaches_the_agent_and_its_calls_carry_the_rea
         .metadata
         .uid
         .unwrap();
-    let tokens = ModelTokens::new(SIGNING_KEY.as_bytes());
+    let tokens = RunTokens::models(SIGNING_KEY.as_bytes());
     let holder_token = tokens.mint(harness.namespace.name(), &holder_uid);
     harness
         .create_execution(

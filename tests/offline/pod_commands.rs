@@ -20,12 +20,15 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use errand::resolve::Snapshot;
+use errand::resolve::run_tokens::RunTokens;
 use errand::runner::RunState;
+use errand::runner::end_report::{RUN_ENDED_ENDPOINT, RunEndReport};
 use errand::runner::termination::TerminationSummary;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::{Probes, serve};
-use errand::store::grants::{Grants, HmacSigner, UploadMode, issue_grants};
-use errand::store::keys::ResultName;
+use errand::serve::run_ended::{Recorder, RunEndedEndpoint};
+use errand::store::grants::{Grants, HmacSigner, ReportGrant, UploadMode, issue_grants};
+use errand::store::keys::{ExecutionId, ResultName};
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
 
@@ -81,6 +84,7 @@ impl Pod {
             ready: Arc::new(AtomicBool::new(true)),
             metrics: Arc::new(String::new),
             grants: None,
+            run_ended: None,
             blobs: Some(Arc::new(BlobEndpoint::new(
                 store.clone(),
                 Arc::clone(&signer),
@@ -692,6 +696,7 @@ async fn sized_uploads_are_spooled_and_sent_with_a_content_length_after_a_retry(
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
         extension: None,
+        report: None,
     };
     let urls = SignedUrls::new(grants, spool.path(), None).unwrap();
 
@@ -755,6 +760,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
         extension: None,
+        report: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let upload = tokio::spawn(async move {
@@ -767,6 +773,7 @@ async fn a_chunked_upload_waits_for_an_endpoint_that_is_not_up_yet() {
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
         grants: None,
+        run_ended: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer))),
     };
     tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
@@ -800,6 +807,7 @@ async fn https_urls_are_trusted_through_the_given_ca_bundle_only() {
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
         extension: None,
+        report: None,
     };
 
     let untrusting = SignedUrls::new(grants.clone(), dir.path(), None).unwrap();
@@ -844,6 +852,7 @@ fn grants_without_urls() -> Grants {
         put_headers: BTreeMap::new(),
         expires_at: Timestamp::now() + SignedDuration::from_mins(5),
         extension: None,
+        report: None,
     }
 }
 
@@ -972,6 +981,7 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
         grants: None,
+        run_ended: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
     };
     tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
@@ -993,6 +1003,7 @@ async fn a_chunked_upload_cut_off_at_any_byte_is_sent_again_until_it_is_saved() 
         put_headers: BTreeMap::new(),
         expires_at: expires,
         extension: None,
+        report: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
     let items = errand::archive::list_dir(&workdir).unwrap();
@@ -1057,6 +1068,7 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
         grants: None,
+        run_ended: None,
         blobs: Some(Arc::new(BlobEndpoint::new(store.clone(), signer.clone()))),
     };
     tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
@@ -1077,6 +1089,7 @@ async fn a_download_cut_off_mid_way_goes_on_from_where_it_stopped() {
         put_headers: BTreeMap::new(),
         expires_at: expires,
         extension: None,
+        report: None,
     };
     let urls = SignedUrls::new(grants, dir.path(), None).unwrap();
 
@@ -1180,4 +1193,142 @@ async fn the_extension_runs_after_the_agent_with_grants_of_its_own_and_saves_its
             "analysis-report"
         ]
     );
+}
+
+/// A run-ended endpoint's record that keeps what it is given.
+#[derive(Default)]
+struct Kept(Mutex<Vec<(ExecutionId, String)>>);
+
+#[async_trait::async_trait]
+impl Recorder for Kept {
+    async fn record(&self, execution: &ExecutionId, sealed: String) -> Result<bool, String> {
+        self.0.lock().unwrap().push((execution.clone(), sealed));
+        Ok(true)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_agent_reports_the_end_and_only_a_report_the_saved_manifest_backs_is_recorded() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    let tokens = RunTokens::run_ended(b"run-ended-test-key-0123456789abc");
+    let kept = Arc::new(Kept::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}{RUN_ENDED_ENDPOINT}",
+        listener.local_addr().unwrap()
+    );
+    let probes = Probes {
+        ready: Arc::new(AtomicBool::new(true)),
+        metrics: Arc::new(String::new),
+        grants: None,
+        run_ended: Some(Arc::new(RunEndedEndpoint::new(
+            pod.store.clone(),
+            tokens.clone(),
+            kept.clone(),
+        ))),
+        blobs: None,
+    };
+    tokio::spawn(serve(listener, ServerLimits::DEFAULT, probes));
+    let grants_path = pod.root.join("mounted/grants.json");
+    let mut grants: Grants = serde_json::from_slice(&std::fs::read(&grants_path).unwrap()).unwrap();
+    let token = tokens.mint(&execution().namespace, &execution().uid);
+    grants.report = Some(ReportGrant {
+        url: url.clone(),
+        token: token.clone(),
+    });
+    std::fs::write(&grants_path, serde_json::to_vec(&grants).unwrap()).unwrap();
+    assert!(run(pod.stage_command()).await.status.success());
+
+    let ran = run(pod.run_agent_command("echo 96 > \"$ERRAND_RESPONSE_FILE\"")).await;
+    assert!(ran.status.success(), "{ran:?}");
+    let summary = pod.summary("termination-log");
+    let recorded = kept.0.lock().unwrap().clone();
+    assert_eq!(recorded.len(), 1, "one report: {recorded:?}");
+    assert_eq!(recorded[0].0, execution());
+    let report = RunEndReport::unseal(&recorded[0].1, &tokens, &execution().uid)
+        .expect("recorded sealed for the execution");
+    assert_eq!(
+        report.summary, summary,
+        "the report says what the termination message says"
+    );
+    assert_eq!(report.runner_exit_code, 0);
+    assert!(report.finished_at <= Timestamp::now());
+
+    // Whoever else sends it is refused, and nothing more is recorded.
+    let client = reqwest::Client::new();
+    let body = serde_json::to_vec(&report).unwrap();
+    let post = |token: Option<String>, body: Vec<u8>| {
+        let mut request = client.post(&url).body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status(), response.text().await.unwrap())
+        }
+    };
+    let (status, why) = post(None, body.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}");
+    let another_run = tokens.mint(&execution().namespace, "another-uid");
+    let (status, why) = post(Some(another_run), body.clone()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}");
+    assert!(why.contains("not the one of execution"), "{why}");
+    let model_token = RunTokens::models(b"run-ended-test-key-0123456789abc")
+        .mint(&execution().namespace, &execution().uid);
+    let (status, _) = post(Some(model_token), body.clone()).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a token of another purpose"
+    );
+    let mut failed = report.clone();
+    failed.summary.state = RunState::Failed;
+    failed.summary.exit_code = Some(0);
+    failed.summary.results.retain(|r| r.name != "run_result");
+    let (status, why) = post(Some(token.clone()), serde_json::to_vec(&failed).unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{why}");
+    assert!(why.contains("other results"), "{why}");
+    let mut elsewhere = report.clone();
+    elsewhere
+        .summary
+        .results
+        .iter_mut()
+        .for_each(|r| r.sha256 = "0".repeat(64));
+    let (status, why) = post(Some(token.clone()), serde_json::to_vec(&elsewhere).unwrap()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{why}");
+    let (status, why) = post(Some(token.clone()), vec![b' '; 64 * 1024]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{why}");
+    let (status, why) = post(Some(token.clone()), b"{\"execution\":".to_vec()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{why}");
+    assert_eq!(
+        kept.0.lock().unwrap().len(),
+        1,
+        "nothing refused was recorded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_that_cannot_be_reached_does_not_hold_a_failed_run() {
+    let pod = Pod::new(&[("a.txt", "a")], 60).await;
+    let grants_path = pod.root.join("mounted/grants.json");
+    let mut grants: Grants = serde_json::from_slice(&std::fs::read(&grants_path).unwrap()).unwrap();
+    // Nothing listens there: the runner gives up within its budget and exits as the run did.
+    let closed = crate::support::ports::free_local_address();
+    grants.report = Some(ReportGrant {
+        url: format!("http://{closed}{RUN_ENDED_ENDPOINT}"),
+        token: "errand-end-x".into(),
+    });
+    std::fs::write(&grants_path, serde_json::to_vec(&grants).unwrap()).unwrap();
+    assert!(run(pod.stage_command()).await.status.success());
+    let started = Instant::now();
+    let ran = run(pod.run_agent_command("echo boom >&2; exit 3")).await;
+    assert_eq!(ran.status.code(), Some(3), "{ran:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the report's budget bounds the wait: {:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(stderr.contains("was not reported"), "{stderr}");
+    assert_eq!(pod.summary("termination-log").state, RunState::Failed);
 }

@@ -13,9 +13,12 @@ use errand::api::{AgentDeployment, AgentDeploymentSpec, AgentDeploymentStatus, D
 use errand::cluster::listener::ServerLimits;
 use errand::gateway::server::{Directory, Gateway};
 use errand::gateway::sessions::{SessionLimits, Sessions};
+use errand::resolve::run_tokens::RunTokens;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::Probes;
+use errand::serve::run_ended::{Recorder, RunEndedEndpoint};
 use errand::store::grants::HmacSigner;
+use errand::store::keys::ExecutionId;
 
 const SOCKET_CASES: u32 = 200;
 const PARSER_CASES: u32 = 2000;
@@ -105,6 +108,16 @@ fn egress_proxy(listener: TcpListener) {
     tasks.detach_all();
 }
 
+/// A run-ended endpoint's record that keeps nothing: a fuzzed report never gets this far.
+struct Unrecorded;
+
+#[async_trait::async_trait]
+impl Recorder for Unrecorded {
+    async fn record(&self, _: &ExecutionId, _: String) -> Result<bool, String> {
+        Err("a fuzzed report was believed".into())
+    }
+}
+
 /// The gateway, the controller's HTTP endpoint and the egress proxy, on a runtime of their
 /// own; their addresses. The runtime lives as long as the test.
 fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 3]) {
@@ -146,6 +159,11 @@ fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 3]) {
             ready: Arc::new(AtomicBool::new(true)),
             metrics: Arc::new(String::new),
             grants: None,
+            run_ended: Some(Arc::new(RunEndedEndpoint::new(
+                store.clone(),
+                RunTokens::run_ended(b"fuzz-key-0123456789abcdef0123456"),
+                Arc::new(Unrecorded),
+            ))),
             blobs: Some(Arc::new(
                 BlobEndpoint::new(store, signer).with_max_put_bytes(1024),
             )),
@@ -173,6 +191,7 @@ fn path() -> impl Strategy<Value = String> {
         Just("/healthz".to_owned()),
         Just("/metrics".to_owned()),
         Just("/grants".to_owned()),
+        Just("/run-ended".to_owned()),
         Just("/blobs/results/a/b/c/run_result?expires=1&signature=00".to_owned()),
         Just("/v1/namespaces/team/deployments/calc/invoke".to_owned()),
         Just("/v1/namespaces/team/deployments/calc/chat".to_owned()),

@@ -35,6 +35,7 @@ async fn serving(blobs: Option<BlobEndpoint>) -> std::net::SocketAddr {
         ready: Arc::new(AtomicBool::new(true)),
         metrics: Arc::new(String::new),
         grants: None,
+        run_ended: None,
         blobs: blobs.map(Arc::new),
     };
     tokio::spawn(serve(listener, LIMITS, probes));

@@ -20,7 +20,7 @@ use crate::dataapi::{DEFAULT_MAX_UPLOAD_BYTES, DataApiOptions, UploadLimits};
 use crate::gateway::GatewayOptions;
 use crate::gateway::sessions::{DEFAULT_MAX_TURNS, SessionLimits};
 use crate::outbound::{Cidr, OutboundPolicy, OutboundSettings};
-use crate::resolve::model_credentials::ModelTokens;
+use crate::resolve::run_tokens::RunTokens;
 use crate::retention::gc::parse_age;
 use crate::runner::signals::stop_signal;
 use crate::serve::leader::LeaseSettings;
@@ -528,10 +528,9 @@ pub async fn controller(args: ControllerArgs) -> Result<(), Error> {
         });
     config.egress_proxy_url = args.egress_proxy_url;
     // Every replica shares the signing key, so each proxy takes the tokens any one minted.
-    config.model_tokens = signing_key
-        .as_deref()
-        .filter(|key| key.len() >= 32)
-        .map(|key| ModelTokens::new(key.as_bytes()));
+    let shared_key = signing_key.as_deref().filter(|key| key.len() >= 32);
+    config.model_tokens = shared_key.map(|key| RunTokens::models(key.as_bytes()));
+    config.run_end_tokens = shared_key.map(|key| RunTokens::run_ended(key.as_bytes()));
     config.default_model_credentials = match args.model_credentials {
         ModelCredentialsDefault::Direct => ModelCredentials::Direct,
         ModelCredentialsDefault::Proxied => ModelCredentials::Proxied,

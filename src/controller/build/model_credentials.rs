@@ -70,7 +70,7 @@ mod tests {
     use crate::api::ModelCredentials;
     use crate::api::{AgentExecutionSpec, contract};
     use crate::controller::config::ExecutionEgress;
-    use crate::resolve::model_credentials::ModelTokens;
+    use crate::resolve::run_tokens::RunTokens;
     use crate::resolve::{InMemoryCatalog, resolve_execution};
     use crate::testing::NS;
 
@@ -84,7 +84,7 @@ mod tests {
         let mut config = ControllerConfig::new("errand.local/errand:dev");
         config.execution_egress = Some(ExecutionEgress::default());
         config.egress_proxy_url = Some(url::Url::parse("http://10.0.0.9:3128").unwrap());
-        config.model_tokens = Some(ModelTokens::new(b"0123456789abcdef0123456789abcdef"));
+        config.model_tokens = Some(RunTokens::models(b"0123456789abcdef0123456789abcdef"));
         config
     }
 

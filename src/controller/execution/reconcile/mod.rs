@@ -34,10 +34,11 @@ use tracing::debug;
 use apply::Creation;
 
 use super::context::Context;
-use super::status;
+use super::status::{self, Facts, Standing};
 use crate::api::{AgentExecution, Phase, SnapshotRef, contract};
 use crate::controller::build::ExecutionOwner;
 use crate::controller::error::{Error, Result};
+use crate::runner::end_report::RunEndReport;
 use crate::store::keys::ExecutionId;
 
 /// How long one reconcile may take. Every step is a few API calls; one that hangs (a lost
@@ -143,6 +144,9 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
         ctx: &ctx,
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
+        if let Some(report) = reconciler.reported() {
+            reconciler.correct(report).await?;
+        }
         let notify = notify::deliver_webhook(&execution, &ctx);
         match [notify, reconciler.retain().await?]
             .into_iter()
@@ -240,6 +244,7 @@ impl Reconciler<'_> {
             observed.workload.as_deref(),
             Timestamp::now(),
         );
+        facts.report = self.reported();
         let mut decision = status::decide(self.execution, &facts);
         if decision.needs_warnings(&facts) {
             let job_uid = facts.job.as_ref().and_then(|j| j.uid.as_deref());
@@ -275,6 +280,40 @@ impl Reconciler<'_> {
             Some(after) if !terminal => Action::requeue(recheck_delay(after)),
             _ => Action::await_change(),
         })
+    }
+}
+
+impl Reconciler<'_> {
+    /// The run's end as its runner reported it, if the execution carries a report sealed for
+    /// it ([`contract::RUN_ENDED_ANNOTATION`]).
+    fn reported(&self) -> Option<RunEndReport> {
+        let tokens = self.ctx.config.run_end_tokens.as_ref()?;
+        let recorded = self
+            .execution
+            .annotations()
+            .get(contract::RUN_ENDED_ANNOTATION)?;
+        RunEndReport::unseal(recorded, tokens, &self.owner.uid)
+    }
+
+    /// A run that ended on its runner's `report`: once its pod is seen, the pod's end wins
+    /// where it disagrees (killed after the report, its node lost).
+    async fn correct(&self, report: RunEndReport) -> Result<()> {
+        let observed = self.observe().await?;
+        let facts = Facts {
+            report: Some(report),
+            ..status::facts(
+                observed.job.as_deref(),
+                &observed.pods(),
+                observed.workload.as_deref(),
+                Timestamp::now(),
+            )
+        };
+        let decision = status::decide(self.execution, &facts);
+        if let Standing::Ended(_) = &decision.standing {
+            let status = status::render(self.execution, &decision.standing, facts.now);
+            self.write_status(status).await?;
+        }
+        Ok(())
     }
 }
 
