@@ -44,6 +44,8 @@ pub struct ControllerSettings {
     pub signer: Arc<dyn UrlSigner>,
     /// This replica's name in events.
     pub instance: String,
+    /// Run-ended reports the HTTP endpoint hands to the reconciler while this replica leads.
+    pub handed_reports: Arc<execution::handed_reports::HandedReports>,
 }
 
 /// Reconciles AgentExecutions ([`execution::run`]) and AgentDeployments

@@ -36,6 +36,7 @@ use crate::cluster::serving::tls::ServingCertificate;
 use crate::cluster::serving::{Certificates, provision};
 use crate::cluster::watches;
 use crate::controller::config::ControllerConfig;
+use crate::controller::execution::handed_reports::HandedReports;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, ControllerSettings};
 use crate::dataapi::{self, DataApiOptions};
@@ -241,6 +242,7 @@ pub async fn run(
         default_model_credentials: options.config.default_model_credentials,
     };
 
+    let handed_reports = Arc::new(HandedReports::default());
     if let Some(address) = options.listen {
         let listener = bind(address).await?;
         let grant_metrics = Arc::clone(&metrics.controller);
@@ -261,10 +263,17 @@ pub async fn run(
                 grant_metrics,
             ))),
             run_ended: options.config.run_end_tokens.clone().map(|tokens| {
+                let recorder = run_ended::HandOver {
+                    handed: Arc::clone(&handed_reports),
+                    otherwise: run_ended::ExecutionAnnotation {
+                        client: client.clone(),
+                        tokens: tokens.clone(),
+                    },
+                };
                 Arc::new(run_ended::RunEndedEndpoint::new(
                     options.results.clone(),
                     tokens,
-                    Arc::new(run_ended::ExecutionAnnotation(client.clone())),
+                    Arc::new(recorder),
                 ))
             }),
         };
@@ -397,6 +406,7 @@ pub async fn run(
         results: options.results,
         signer: options.signer,
         instance: options.instance,
+        handed_reports,
     };
     let reconcilers = controller::run(
         client,

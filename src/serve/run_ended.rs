@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use super::blobs::{ResponseBody, text};
 use crate::api::AgentExecution;
 use crate::api::contract::RUN_ENDED_ANNOTATION;
+use crate::controller::execution::handed_reports::HandedReports;
 use crate::resolve::run_tokens::RunTokens;
 use crate::runner::end_report::{
     MANIFEST_READ_LIMIT, REPORT_BODY_LIMIT, ReportRefusal, RunEndReport,
@@ -36,19 +37,45 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records a checked report where the reconciling replica finds it.
 #[async_trait::async_trait]
 pub trait Recorder: Send + Sync {
-    /// Records `sealed`, the sealed report, on `execution`; `Ok(false)` when the execution is
-    /// gone (or is another of the same name).
-    async fn record(&self, execution: &ExecutionId, sealed: String) -> Result<bool, String>;
+    /// Records `report`; `Ok(false)` when its execution is gone (or is another of the same
+    /// name).
+    async fn record(&self, report: &RunEndReport) -> Result<bool, String>;
 }
 
-/// Records the report as the execution's [`RUN_ENDED_ANNOTATION`], with its uid as a
-/// precondition.
-pub struct ExecutionAnnotation(pub Client);
+/// Hands the report to this replica's reconciler while it leads (no API write), else records
+/// it on the execution.
+pub struct HandOver {
+    /// This replica's reconciler's reports.
+    pub handed: Arc<HandedReports>,
+    /// Where the report goes when this replica does not reconcile.
+    pub otherwise: ExecutionAnnotation,
+}
+
+#[async_trait::async_trait]
+impl Recorder for HandOver {
+    async fn record(&self, report: &RunEndReport) -> Result<bool, String> {
+        if self.handed.hand_over(report.clone()) {
+            return Ok(true);
+        }
+        self.otherwise.record(report).await
+    }
+}
+
+/// Records the report, sealed with the tokens, as the execution's [`RUN_ENDED_ANNOTATION`],
+/// with its uid as a precondition.
+pub struct ExecutionAnnotation {
+    /// The API client.
+    pub client: Client,
+    /// Seals the report.
+    pub tokens: RunTokens,
+}
 
 #[async_trait::async_trait]
 impl Recorder for ExecutionAnnotation {
-    async fn record(&self, execution: &ExecutionId, sealed: String) -> Result<bool, String> {
-        let api = Api::<AgentExecution>::namespaced(self.0.clone(), &execution.namespace);
+    async fn record(&self, report: &RunEndReport) -> Result<bool, String> {
+        let execution = &report.execution;
+        let sealed = report.seal(&self.tokens);
+        let api = Api::<AgentExecution>::namespaced(self.client.clone(), &execution.namespace);
         let patch = serde_json::json!({
             "metadata": {
                 "uid": execution.uid,
@@ -189,11 +216,7 @@ impl RunEndedEndpoint {
         if let Err(e) = report.check_manifest(&manifest) {
             return refused(StatusCode::CONFLICT, e);
         }
-        match self
-            .recorder
-            .record(execution, report.seal(&self.tokens))
-            .await
-        {
+        match self.recorder.record(&report).await {
             Ok(true) => {
                 tracing::info!(
                     namespace = %execution.namespace,

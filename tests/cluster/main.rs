@@ -9,6 +9,7 @@ mod control;
 mod controller;
 mod deployment;
 mod e2e;
+mod early_finish;
 mod egress;
 mod extension;
 mod gateway;

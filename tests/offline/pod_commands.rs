@@ -28,7 +28,7 @@ use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::{Probes, serve};
 use errand::serve::run_ended::{Recorder, RunEndedEndpoint};
 use errand::store::grants::{Grants, HmacSigner, ReportGrant, UploadMode, issue_grants};
-use errand::store::keys::{ExecutionId, ResultName};
+use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
 use errand::store::{BlobSource, ResultBody, ResultSink, Store, StoreError};
 
@@ -1197,12 +1197,12 @@ async fn the_extension_runs_after_the_agent_with_grants_of_its_own_and_saves_its
 
 /// A run-ended endpoint's record that keeps what it is given.
 #[derive(Default)]
-struct Kept(Mutex<Vec<(ExecutionId, String)>>);
+struct Kept(Mutex<Vec<RunEndReport>>);
 
 #[async_trait::async_trait]
 impl Recorder for Kept {
-    async fn record(&self, execution: &ExecutionId, sealed: String) -> Result<bool, String> {
-        self.0.lock().unwrap().push((execution.clone(), sealed));
+    async fn record(&self, report: &RunEndReport) -> Result<bool, String> {
+        self.0.lock().unwrap().push(report.clone());
         Ok(true)
     }
 }
@@ -1244,9 +1244,8 @@ async fn run_agent_reports_the_end_and_only_a_report_the_saved_manifest_backs_is
     let summary = pod.summary("termination-log");
     let recorded = kept.0.lock().unwrap().clone();
     assert_eq!(recorded.len(), 1, "one report: {recorded:?}");
-    assert_eq!(recorded[0].0, execution());
-    let report = RunEndReport::unseal(&recorded[0].1, &tokens, &execution().uid)
-        .expect("recorded sealed for the execution");
+    let report = recorded[0].clone();
+    assert_eq!(report.execution, execution());
     assert_eq!(
         report.summary, summary,
         "the report says what the termination message says"

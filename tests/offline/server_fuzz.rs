@@ -14,11 +14,11 @@ use errand::cluster::listener::ServerLimits;
 use errand::gateway::server::{Directory, Gateway};
 use errand::gateway::sessions::{SessionLimits, Sessions};
 use errand::resolve::run_tokens::RunTokens;
+use errand::runner::end_report::RunEndReport;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::Probes;
 use errand::serve::run_ended::{Recorder, RunEndedEndpoint};
 use errand::store::grants::HmacSigner;
-use errand::store::keys::ExecutionId;
 
 const SOCKET_CASES: u32 = 200;
 const PARSER_CASES: u32 = 2000;
@@ -113,7 +113,7 @@ struct Unrecorded;
 
 #[async_trait::async_trait]
 impl Recorder for Unrecorded {
-    async fn record(&self, _: &ExecutionId, _: String) -> Result<bool, String> {
+    async fn record(&self, _: &RunEndReport) -> Result<bool, String> {
         Err("a fuzzed report was believed".into())
     }
 }

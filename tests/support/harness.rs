@@ -724,6 +724,10 @@ pub fn spawn_controller_with(
     };
     let mut config = ControllerConfig::new(image);
     config.controller_url = base_url;
+    // As `errand controller` with a signing key: runners report their runs' ends.
+    config.run_end_tokens = Some(errand::resolve::run_tokens::RunTokens::run_ended(
+        SIGNING_KEY.as_bytes(),
+    ));
     // Never pulled: an image the node lacks fails at once with `ErrImageNeverPull`.
     config.errand_image_pull_policy = Some("Never".into());
     let options = ServeOptions {

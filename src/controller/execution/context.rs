@@ -14,6 +14,7 @@ use kube::{Client, ResourceExt};
 use tracing::warn;
 
 use super::created_jobs::CreatedJobs;
+use super::handed_reports::HandedReports;
 use super::notify::WebhookSender;
 use crate::api::AgentExecution;
 use crate::api::contract::NAMESPACE_TTL_ANNOTATION;
@@ -34,6 +35,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub struct Context {
     /// The API client.
     pub client: Client,
+    /// Run-ended reports handed over by this replica's HTTP endpoint.
+    pub handed_reports: Arc<HandedReports>,
     /// Settings of the Jobs.
     pub config: ControllerConfig,
     /// What executions can refer to.
@@ -110,6 +113,7 @@ impl Context {
             reconcile_spans: ReconcileSpans::off(),
             webhooks,
             deliveries: Mutex::default(),
+            handed_reports: Arc::default(),
         }
     }
 
@@ -119,6 +123,12 @@ impl Context {
             .wait()
             .await
             .map_err(|CacheStopped(cache)| Error::CacheStopped(cache))
+    }
+
+    /// The same context taking run-ended reports from `handed`.
+    pub fn with_handed_reports(mut self, handed: Arc<HandedReports>) -> Self {
+        self.handed_reports = handed;
+        self
     }
 
     /// The same context reading namespaces from `namespaces` (without it, no namespace sets a
@@ -215,6 +225,7 @@ impl Context {
             .expect("no panics while holding the lock")
             .remove(uid);
         self.created_jobs.forget(uid);
+        self.handed_reports.forget(uid);
         self.reset_backoff(uid);
     }
 

@@ -10,6 +10,7 @@ pub mod build;
 pub mod context;
 pub mod created_jobs;
 pub mod events;
+pub mod handed_reports;
 pub mod notify;
 pub mod reconcile;
 pub mod results_cleanup;
@@ -134,7 +135,8 @@ pub async fn run(
             metrics,
         )
         .with_namespaces(namespaces)
-        .with_reconcile_spans(reconcile_spans),
+        .with_reconcile_spans(reconcile_spans)
+        .with_handed_reports(Arc::clone(&settings.handed_reports)),
     );
     let cleanup = Controller::for_stream(config_map_stream, config_maps)
         .with_config(controller::Config::default().concurrency(8))
@@ -184,8 +186,13 @@ pub async fn run(
             watches::job_execution(&job).map(&wants)
         }
     };
+    let reported = {
+        let wants = queue();
+        settings.handed_reports.open().map(wants)
+    };
     let dropped = Arc::clone(&ctx.metrics);
     let reconciler = Controller::for_stream(execution_stream, executions)
+        .reconcile_on(reported)
         .watches_stream(job_stream, job_execution)
         .watches_stream(pod_stream, pod_execution)
         .watches_stream(workload_stream, workload_execution)

@@ -284,9 +284,12 @@ impl Reconciler<'_> {
 }
 
 impl Reconciler<'_> {
-    /// The run's end as its runner reported it, if the execution carries a report sealed for
-    /// it ([`contract::RUN_ENDED_ANNOTATION`]).
+    /// The run's end as its runner reported it: handed to this replica, or recorded on the
+    /// execution sealed for it ([`contract::RUN_ENDED_ANNOTATION`]).
     fn reported(&self) -> Option<RunEndReport> {
+        if let Some(report) = self.ctx.handed_reports.get(&self.owner.uid) {
+            return Some(report);
+        }
         let tokens = self.ctx.config.run_end_tokens.as_ref()?;
         let recorded = self
             .execution
@@ -296,7 +299,8 @@ impl Reconciler<'_> {
     }
 
     /// A run that ended on its runner's `report`: once its pod is seen, the pod's end wins
-    /// where it disagrees (killed after the report, its node lost).
+    /// where it disagrees (killed after the report, its node lost). A report handed over is
+    /// dropped once the pod's end is seen or the pod is gone.
     async fn correct(&self, report: RunEndReport) -> Result<()> {
         let observed = self.observe().await?;
         let facts = Facts {
@@ -312,6 +316,9 @@ impl Reconciler<'_> {
         if let Standing::Ended(_) = &decision.standing {
             let status = status::render(self.execution, &decision.standing, facts.now);
             self.write_status(status).await?;
+        }
+        if facts.pod.as_ref().is_none_or(|pod| pod.finished) {
+            self.ctx.handed_reports.forget(&self.owner.uid);
         }
         Ok(())
     }
