@@ -13,6 +13,7 @@ use errand::resolve::run_tokens::RunTokens;
 use errand::runner::RunState;
 use errand::runner::end_report::RunEndReport;
 use errand::runner::termination::TerminationSummary;
+use errand::store::keys::ResultName;
 
 use crate::support::cluster::BUSYBOX_IMAGE;
 use crate::support::harness::{Harness, Mode, SIGNING_KEY, execution_id, phase_of, reason_of};
@@ -94,13 +95,14 @@ async fn a_run_ends_on_its_runners_report_before_the_kubelet_reports_its_pod_and
     let status = done.status.as_ref().unwrap();
     assert_eq!(status.exit_code, Some(0));
     assert!(
-        status.results.iter().any(|r| r.name == "manifest"),
+        status
+            .results
+            .iter()
+            .any(|r| r.name == ResultName::Manifest.as_str()),
         "{:?}",
         status.results
     );
-    let record = harness
-        .result_json(&done, errand::store::keys::ResultName::RunResult)
-        .await;
+    let record = harness.result_json(&done, ResultName::RunResult).await;
     assert_eq!(record["response"], "96", "{record}");
     // The pod's end, seen since, agrees: nothing changes.
     let pod = harness.pod_of("quick").await;
@@ -185,7 +187,11 @@ async fn a_report_the_pods_end_contradicts_is_corrected_and_a_forged_one_is_igno
     assert_eq!(ended.status.as_ref().unwrap().exit_code, Some(0));
 
     // The container's end says otherwise, and wins.
-    let corrected = harness.wait_for_phase("contradicted", Phase::Failed).await;
+    let corrected = harness
+        .wait_for_execution("contradicted", "to be Failed", |e| {
+            phase_of(e) == Some(Phase::Failed)
+        })
+        .await;
     let status = corrected.status.as_ref().unwrap();
     assert_eq!(status.exit_code, Some(3), "{status:?}");
     assert_eq!(
