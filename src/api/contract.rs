@@ -118,8 +118,8 @@ pub const EGRESS_HOSTS_ANNOTATION: &str = "errand.dev/egress-hosts";
 /// (alias, real `base_url`, Secret and key; JSON), which the egress proxy's model route reads
 /// from the pod it finds at the caller's address.
 pub const MODEL_ROUTES_ANNOTATION: &str = "errand.dev/model-routes";
-/// Annotation on an execution whose runner reported the run's end before its pod was seen
-/// finished: the report, checked against the saved manifest and sealed under the signing key
+/// Annotation on an execution whose runner reported the run's end to a replica that does not
+/// reconcile: the report, checked against the saved manifest and sealed under the signing key
 /// (JSON). The reconciling replica believes only a seal it can verify for that execution.
 pub const RUN_ENDED_ANNOTATION: &str = "errand.dev/run-ended";
 /// Annotation with the snapshot's digest, on the snapshot ConfigMap and the Job.
