@@ -279,3 +279,33 @@ fn busy_response() -> Response<Full<Bytes>> {
         )))
         .expect("a static response is valid")
 }
+
+/// The bearer token of a request's `Authorization` header (`Bearer` or `bearer`, trimmed), if
+/// it has a non-empty one: what every server that takes a token reads.
+pub fn bearer_token(headers: &hyper::HeaderMap) -> Option<String> {
+    let value = headers.get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))?
+        .trim();
+    (!token.is_empty()).then(|| token.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_token_is_read_from_either_spelling_and_never_empty() {
+        let headers = |value: &str| {
+            let mut headers = hyper::HeaderMap::new();
+            headers.insert(hyper::header::AUTHORIZATION, value.parse().unwrap());
+            headers
+        };
+        assert_eq!(bearer_token(&headers("Bearer abc ")), Some("abc".into()));
+        assert_eq!(bearer_token(&headers("bearer abc")), Some("abc".into()));
+        assert_eq!(bearer_token(&headers("Bearer   ")), None);
+        assert_eq!(bearer_token(&headers("Basic abc")), None);
+        assert_eq!(bearer_token(&hyper::HeaderMap::new()), None);
+    }
+}

@@ -33,10 +33,10 @@ pub struct LifetimeLabels {
     pub source: String,
 }
 
-/// Label of the store sweep's and the grants' counters.
+/// Label of the store sweep's, the grants' and the run-ended reports' counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `ok` or `failed`.
+    /// `ok` or `failed` (the run-ended reports: see `run_ended_reports`).
     pub outcome: String,
 }
 
@@ -70,6 +70,7 @@ pub struct Metrics {
     results_bytes: Histogram,
     grants: Family<OutcomeLabels, Counter>,
     grant_duration: Histogram,
+    run_ended_reports: Family<OutcomeLabels, Counter>,
     expired: Family<LifetimeLabels, Counter>,
     sweeps: Family<OutcomeLabels, Counter>,
     swept_objects: Family<KindLabels, Counter>,
@@ -101,6 +102,7 @@ impl Default for Metrics {
             results_bytes: Histogram::new(exponential_buckets(1024.0, 4.0, 15)),
             grants: Family::default(),
             grant_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            run_ended_reports: Family::default(),
             expired: Family::default(),
             sweeps: Family::default(),
             swept_objects: Family::default(),
@@ -172,6 +174,12 @@ impl Metrics {
             "grants_issued",
             "Sets of signed store URLs issued to executions, by outcome",
             self.grants.clone(),
+        );
+        registry.register(
+            "run_ended_reports",
+            "Runners' run-ended reports, by outcome: handed_over (to this replica's reconciler), \
+             recorded (on the execution), gone, refused, unavailable",
+            self.run_ended_reports.clone(),
         );
         registry.register(
             "grant_issue_duration_seconds",
@@ -293,6 +301,15 @@ impl Metrics {
             })
             .inc();
         self.grant_duration.observe(seconds);
+    }
+
+    /// Counts one run-ended report answered with `outcome`.
+    pub fn run_ended_report(&self, outcome: &str) {
+        self.run_ended_reports
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts an execution deleted because its lifetime, set by `source`, ran out.

@@ -1,6 +1,6 @@
 //! The gateway's HTTP(S) endpoint: authorizes each request, picks a ready pod of the deployment it names and passes the request on, streaming the answer back; chat turns go through the session store.
 
-use crate::cluster::listener::{self, RequestBody, ServerLimits};
+use crate::cluster::listener::{self, RequestBody, ServerLimits, bearer_token};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -109,14 +109,6 @@ fn refused(refusal: &Refusal) -> Response<Body> {
         .expect("a refusal is a valid response")
 }
 
-fn bearer(request: &Request<RequestBody>) -> Option<String> {
-    let value = request.headers().get("authorization")?.to_str().ok()?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))?;
-    (!token.trim().is_empty()).then(|| token.trim().to_owned())
-}
-
 impl Gateway {
     /// Answers one request.
     pub async fn answer(&self, request: Request<RequestBody>) -> Response<Body> {
@@ -137,7 +129,7 @@ impl Gateway {
                 Refusal::new(405, "MethodNotAllowed", format!("use {allowed}"))
             }
         })?;
-        let token = bearer(&request);
+        let token = bearer_token(request.headers());
         let name = match &route.target {
             Target::Deployment(name) => Some(name.as_str()),
             Target::Agent(_) => None,

@@ -23,6 +23,7 @@ use kube::{Api, Client};
 
 use super::blobs::{ResponseBody, text};
 use crate::api::contract::GRANT_TOKEN_AUDIENCE;
+use crate::cluster::listener::bearer_token;
 use crate::controller::build::SNAPSHOT_KEY;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
@@ -310,14 +311,7 @@ impl GrantEndpoint {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let token = request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| t.trim().to_owned())
-            .filter(|t| !t.is_empty());
-        let Some(token) = token else {
+        let Some(token) = bearer_token(request.headers()) else {
             return Refusal::NoToken.into();
         };
         let body = match Limited::new(request.into_body(), BODY_LIMIT)

@@ -245,7 +245,7 @@ pub async fn run(
     let handed_reports = Arc::new(HandedReports::default());
     if let Some(address) = options.listen {
         let listener = bind(address).await?;
-        let grant_metrics = Arc::clone(&metrics.controller);
+        let controller_metrics = Arc::clone(&metrics.controller);
         let (store, metrics) = (executions.clone(), Arc::clone(&metrics));
         let probes = http::Probes {
             ready: Arc::clone(&ready),
@@ -260,7 +260,7 @@ pub async fn run(
                 client.clone(),
                 Arc::clone(&options.signer),
                 &options.config,
-                grant_metrics,
+                Arc::clone(&controller_metrics),
             ))),
             run_ended: options.config.run_end_tokens.clone().map(|tokens| {
                 let recorder = run_ended::HandOver {
@@ -274,6 +274,7 @@ pub async fn run(
                     options.results.clone(),
                     tokens,
                     Arc::new(recorder),
+                    Arc::clone(&controller_metrics),
                 ))
             }),
         };

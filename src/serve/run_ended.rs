@@ -22,7 +22,9 @@ use kube::{Api, Client};
 use super::blobs::{ResponseBody, text};
 use crate::api::AgentExecution;
 use crate::api::contract::RUN_ENDED_ANNOTATION;
+use crate::cluster::listener::bearer_token;
 use crate::controller::execution::handed_reports::HandedReports;
+use crate::controller::metrics::Metrics;
 use crate::resolve::run_tokens::RunTokens;
 use crate::runner::end_report::{
     MANIFEST_READ_LIMIT, REPORT_BODY_LIMIT, ReportRefusal, RunEndReport,
@@ -34,12 +36,33 @@ use crate::store::{Store, StoreError};
 /// before, and the pod's end tells.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where a checked report went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// To this replica's reconciler, in memory.
+    HandedOver,
+    /// Onto the execution, sealed.
+    OnExecution,
+    /// Nowhere: the execution is gone (or another of the same name took its place).
+    Gone,
+}
+
+impl Recorded {
+    /// The outcome's label in the `run_ended_reports` metric.
+    fn label(self) -> &'static str {
+        match self {
+            Recorded::HandedOver => "handed_over",
+            Recorded::OnExecution => "recorded",
+            Recorded::Gone => "gone",
+        }
+    }
+}
+
 /// Records a checked report where the reconciling replica finds it.
 #[async_trait::async_trait]
 pub trait Recorder: Send + Sync {
-    /// Records `report`; `Ok(false)` when its execution is gone (or is another of the same
-    /// name).
-    async fn record(&self, report: &RunEndReport) -> Result<bool, String>;
+    /// Records `report`; says where it went.
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String>;
 }
 
 /// Hands the report to this replica's reconciler while it leads (no API write), else records
@@ -53,9 +76,9 @@ pub struct HandOver {
 
 #[async_trait::async_trait]
 impl Recorder for HandOver {
-    async fn record(&self, report: &RunEndReport) -> Result<bool, String> {
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String> {
         if self.handed.hand_over(report.clone()) {
-            return Ok(true);
+            return Ok(Recorded::HandedOver);
         }
         self.otherwise.record(report).await
     }
@@ -72,7 +95,7 @@ pub struct ExecutionAnnotation {
 
 #[async_trait::async_trait]
 impl Recorder for ExecutionAnnotation {
-    async fn record(&self, report: &RunEndReport) -> Result<bool, String> {
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String> {
         let execution = &report.execution;
         let sealed = report.seal(&self.tokens);
         let api = Api::<AgentExecution>::namespaced(self.client.clone(), &execution.namespace);
@@ -90,9 +113,9 @@ impl Recorder for ExecutionAnnotation {
             )
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Recorded::OnExecution),
             // Gone, or another execution of that name now (the uid precondition).
-            Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409 | 422) => Ok(false),
+            Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409 | 422) => Ok(Recorded::Gone),
             Err(e) => Err(format!("recording the report on the execution: {e}")),
         }
     }
@@ -101,8 +124,8 @@ impl Recorder for ExecutionAnnotation {
 /// How a report was answered.
 #[derive(Debug, PartialEq, Eq)]
 enum Answer {
-    /// Checked and recorded.
-    Recorded,
+    /// Checked and handed over or recorded.
+    Recorded(Recorded),
     /// Not believed, for good.
     Refused(StatusCode, String),
     /// Could not be checked or recorded now; the runner may send it again.
@@ -115,16 +138,23 @@ pub struct RunEndedEndpoint {
     store: Store,
     tokens: RunTokens,
     recorder: Arc<dyn Recorder>,
+    metrics: Arc<Metrics>,
 }
 
 impl RunEndedEndpoint {
-    /// The endpoint: it checks tokens and seals with `tokens`, reads manifests from `store`
-    /// and records with `recorder`.
-    pub fn new(store: Store, tokens: RunTokens, recorder: Arc<dyn Recorder>) -> Self {
+    /// The endpoint: it checks tokens with `tokens`, reads manifests from `store`, records
+    /// with `recorder` and counts the outcomes in `metrics`.
+    pub fn new(
+        store: Store,
+        tokens: RunTokens,
+        recorder: Arc<dyn Recorder>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             store,
             tokens,
             recorder,
+            metrics,
         }
     }
 
@@ -145,12 +175,17 @@ impl RunEndedEndpoint {
                 Answer::Unavailable(format!("no answer within {REQUEST_TIMEOUT:?}"))
             });
         match answer {
-            Answer::Recorded => text(StatusCode::NO_CONTENT, ""),
+            Answer::Recorded(recorded) => {
+                self.metrics.run_ended_report(recorded.label());
+                text(StatusCode::NO_CONTENT, "")
+            }
             Answer::Refused(status, why) => {
+                self.metrics.run_ended_report("refused");
                 tracing::warn!(%status, %why, "refused a run-ended report");
                 text(status, format!("{why}\n"))
             }
             Answer::Unavailable(why) => {
+                self.metrics.run_ended_report("unavailable");
                 tracing::warn!(%why, "could not take a run-ended report");
                 text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"))
             }
@@ -162,13 +197,7 @@ impl RunEndedEndpoint {
         B: Body<Data = Bytes> + Send + 'static,
         B::Error: std::error::Error + Send + Sync + 'static,
     {
-        let token = request
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(|t| t.trim().to_owned());
-        let Some(token) = token else {
+        let Some(token) = bearer_token(request.headers()) else {
             return refused(
                 StatusCode::UNAUTHORIZED,
                 "no bearer token: send the run's token from its grants",
@@ -217,21 +246,22 @@ impl RunEndedEndpoint {
             return refused(StatusCode::CONFLICT, e);
         }
         match self.recorder.record(&report).await {
-            Ok(true) => {
-                tracing::info!(
-                    namespace = %execution.namespace,
-                    execution = %execution.name,
-                    "recorded a run-ended report"
-                );
-                Answer::Recorded
-            }
-            Ok(false) => refused(
+            Ok(Recorded::Gone) => refused(
                 StatusCode::NOT_FOUND,
                 format!(
                     "execution {}/{} is gone",
                     execution.namespace, execution.name
                 ),
             ),
+            Ok(recorded) => {
+                tracing::info!(
+                    namespace = %execution.namespace,
+                    execution = %execution.name,
+                    how = recorded.label(),
+                    "recorded a run-ended report"
+                );
+                Answer::Recorded(recorded)
+            }
             Err(e) => Answer::Unavailable(e),
         }
     }

@@ -19,6 +19,8 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use errand::cluster::metrics::MetricsRegistry;
+use errand::controller::metrics::Metrics;
 use errand::resolve::Snapshot;
 use errand::resolve::run_tokens::RunTokens;
 use errand::runner::RunState;
@@ -26,7 +28,7 @@ use errand::runner::end_report::{RUN_ENDED_ENDPOINT, RunEndReport};
 use errand::runner::termination::TerminationSummary;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::{Probes, serve};
-use errand::serve::run_ended::{Recorder, RunEndedEndpoint};
+use errand::serve::run_ended::{Recorded, Recorder, RunEndedEndpoint};
 use errand::store::grants::{Grants, HmacSigner, ReportGrant, UploadMode, issue_grants};
 use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
@@ -1201,9 +1203,9 @@ struct Kept(Mutex<Vec<RunEndReport>>);
 
 #[async_trait::async_trait]
 impl Recorder for Kept {
-    async fn record(&self, report: &RunEndReport) -> Result<bool, String> {
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String> {
         self.0.lock().unwrap().push(report.clone());
-        Ok(true)
+        Ok(Recorded::HandedOver)
     }
 }
 
@@ -1212,6 +1214,9 @@ async fn run_agent_reports_the_end_and_only_a_report_the_saved_manifest_backs_is
     let pod = Pod::new(&[("a.txt", "a")], 60).await;
     let tokens = RunTokens::run_ended(b"run-ended-test-key-0123456789abc");
     let kept = Arc::new(Kept::default());
+    let metrics = Arc::new(Metrics::default());
+    let mut registry = MetricsRegistry::default();
+    metrics.register(&mut registry);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!(
         "http://{}{RUN_ENDED_ENDPOINT}",
@@ -1225,6 +1230,7 @@ async fn run_agent_reports_the_end_and_only_a_report_the_saved_manifest_backs_is
             pod.store.clone(),
             tokens.clone(),
             kept.clone(),
+            metrics.clone(),
         ))),
         blobs: None,
     };
@@ -1304,6 +1310,13 @@ async fn run_agent_reports_the_end_and_only_a_report_the_saved_manifest_backs_is
         1,
         "nothing refused was recorded"
     );
+    let counted = registry.render();
+    for line in [
+        "errand_controller_run_ended_reports_total{outcome=\"handed_over\"} 1",
+        "errand_controller_run_ended_reports_total{outcome=\"refused\"} 7",
+    ] {
+        assert!(counted.contains(line), "{line} in {counted}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use errand::resolve::run_tokens::RunTokens;
 use errand::runner::end_report::RunEndReport;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::Probes;
-use errand::serve::run_ended::{Recorder, RunEndedEndpoint};
+use errand::serve::run_ended::{Recorded, Recorder, RunEndedEndpoint};
 use errand::store::grants::HmacSigner;
 
 const SOCKET_CASES: u32 = 200;
@@ -113,7 +113,7 @@ struct Unrecorded;
 
 #[async_trait::async_trait]
 impl Recorder for Unrecorded {
-    async fn record(&self, _: &RunEndReport) -> Result<bool, String> {
+    async fn record(&self, _: &RunEndReport) -> Result<Recorded, String> {
         Err("a fuzzed report was believed".into())
     }
 }
@@ -163,6 +163,7 @@ fn servers(store: &std::path::Path) -> (tokio::runtime::Runtime, [String; 3]) {
                 store.clone(),
                 RunTokens::run_ended(b"fuzz-key-0123456789abcdef0123456"),
                 Arc::new(Unrecorded),
+                Arc::default(),
             ))),
             blobs: Some(Arc::new(
                 BlobEndpoint::new(store, signer).with_max_put_bytes(1024),
