@@ -193,10 +193,13 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
     };
     let pod = facts.pod.as_ref();
     // The runner reported the end and the saved manifest backs it: no need to wait for the
-    // kubelet to publish the pod's end.
+    // kubelet to publish the pod's end. Only once the pod's status has shown the agent's start,
+    // which the status takes its start time and image from (the kubelet shows a start at once,
+    // an end only after its next look at the containers).
     if let (Some(pod), Some(report)) = (pod, &facts.report)
         && !pod.finished
         && !pod.node_lost()
+        && pod.agent_started_at.is_some()
     {
         return Decision::settled(Standing::Ended(reported(execution, job, pod, report)));
     }

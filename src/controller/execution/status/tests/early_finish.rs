@@ -152,6 +152,32 @@ fn a_reported_end_stays_while_the_pod_runs_on_or_is_gone() {
 }
 
 #[test]
+fn a_report_waits_until_the_pod_has_shown_the_agents_start() {
+    let e = execution();
+    let not_started = PodFacts {
+        agent_started_at: None,
+        agent_image_id: None,
+        ..running(10)
+    };
+    let success = report(summary(RunState::Succeeded, 0, ""), 0);
+    let (status, decision) = assess(&e, &reported(not_started, success.clone(), 91));
+    assert!(
+        !matches!(decision.standing, Standing::Ended(_)),
+        "{:?}",
+        decision.standing
+    );
+    assert_eq!(status.phase, Some(Phase::Starting));
+    let started = PodFacts {
+        agent_image_id: Some("sha256:0123".into()),
+        ..running(10)
+    };
+    let (status, _) = assess(&e, &reported(started, success, 91));
+    assert_eq!(status.phase, Some(Phase::Succeeded));
+    assert_eq!(status.start_time, Some(at(10)), "from the pod's status");
+    assert_eq!(status.image_id.as_deref(), Some("sha256:0123"));
+}
+
+#[test]
 fn a_run_that_ended_on_its_pod_is_not_reopened() {
     let mut e = execution();
     let pod = finished(0, Some(summary(RunState::Succeeded, 0, "")));
