@@ -194,8 +194,8 @@ pub fn decide(execution: &AgentExecution, facts: &Facts) -> Decision {
     let pod = facts.pod.as_ref();
     // The runner reported the end and the saved manifest backs it: no need to wait for the
     // kubelet to publish the pod's end. Only once the pod's status has shown the agent's start,
-    // which the status takes its start time and image from (the kubelet shows a start at once,
-    // an end only after its next look at the containers).
+    // which the status takes its start time and image from (the kubelet shows a start sooner
+    // than an end).
     if let (Some(pod), Some(report)) = (pod, &facts.report)
         && !pod.finished
         && !pod.node_lost()
