@@ -1,5 +1,7 @@
 //! The early finish (issue 36, part 1) on the test cluster: a run ends on its runner's report, checked against the saved manifest, before the kubelet reports its pod's end; a report the pod's end contradicts is corrected, and a report a tenant forges is ignored.
 
+use std::time::Duration;
+
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
@@ -15,8 +17,9 @@ use errand::runner::end_report::RunEndReport;
 use errand::runner::termination::TerminationSummary;
 use errand::store::keys::ResultName;
 
-use crate::support::cluster::BUSYBOX_IMAGE;
+use crate::support::cluster::{self, BUSYBOX_IMAGE};
 use crate::support::harness::{Harness, Mode, SIGNING_KEY, execution_id, phase_of, reason_of};
+use crate::support::webhook_receiver::Receiver;
 
 /// The etcd revision at which the first object `api` watches with `config` satisfied
 /// `finished`: revisions are one sequence across kinds, so they order the writes.
@@ -107,7 +110,7 @@ async fn a_run_ends_on_its_runners_report_before_the_kubelet_reports_its_pod_and
     // The pod's end, seen since, agrees: nothing changes.
     let pod = harness.pod_of("quick").await;
     assert!(pod_succeeded(&pod));
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let after = harness.api::<AgentExecution>().get("quick").await.unwrap();
     assert_eq!(after.status, done.status);
     harness.finish().await;
@@ -134,9 +137,19 @@ fn sealed_success(harness: &Harness, execution: &AgentExecution, key: &str) -> S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_the_pods_end_contradicts_is_corrected_and_a_forged_one_is_ignored() {
-    let Some(harness) = Harness::start("early-correct", Mode::WithPods).await else {
+    // Its webhook receiver is on the pod bridge, which the operator allows.
+    let allow = format!("--outbound-allow={}/32", cluster::POD_GATEWAY);
+    let Some(harness) = Harness::start_with_controller_args("early-correct", &[&allow]).await
+    else {
         return;
     };
+    let receiver = Receiver::start(cluster::POD_GATEWAY, &[204]).await;
+    harness
+        .create(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hook"},
+            "stringData": {"signing": "early-finish-webhook-key"},
+        }))
+        .await;
     // Runs long enough to be reported on while it runs, then fails.
     harness
         .create_agent(
@@ -146,7 +159,12 @@ async fn a_report_the_pods_end_contradicts_is_corrected_and_a_forged_one_is_igno
         )
         .await;
     harness
-        .create_execution("contradicted", "late-failure", json!({}))
+        .create_execution(
+            "contradicted",
+            "late-failure",
+            json!({"notify": {"webhook": {"url": receiver.url("/hooks/errand"),
+                "signingSecretRef": {"name": "hook", "key": "signing"}}}}),
+        )
         .await;
     let running = harness.wait_for_phase("contradicted", Phase::Running).await;
 
@@ -158,7 +176,7 @@ async fn a_report_the_pods_end_contradicts_is_corrected_and_a_forged_one_is_igno
             json!({"metadata": {"annotations": {contract::RUN_ENDED_ANNOTATION: forged}}}),
         )
         .await;
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let still = harness
         .api::<AgentExecution>()
         .get("contradicted")
@@ -204,5 +222,12 @@ async fn a_report_the_pods_end_contradicts_is_corrected_and_a_forged_one_is_igno
         .find(|c| c.type_ == ConditionType::Complete.as_str())
         .expect("a Complete condition");
     assert_eq!(complete.status, "False", "no longer Complete");
+    // The webhook told the end the pod confirmed, once: never the report's success.
+    receiver.wait_for(1, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let received = receiver.received();
+    assert_eq!(received.len(), 1, "{received:?}");
+    let event: serde_json::Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(event["data"]["phase"], "Failed", "{event}");
     harness.finish().await;
 }

@@ -144,10 +144,14 @@ async fn reconcile_once(execution: Arc<AgentExecution>, ctx: Arc<Context>) -> Re
         ctx: &ctx,
     };
     let action = if status.phase.is_some_and(Phase::is_terminal) {
-        if let Some(report) = reconciler.reported() {
-            reconciler.correct(report).await?;
-        }
-        let notify = notify::deliver_webhook(&execution, &ctx);
+        let settled = match reconciler.reported() {
+            Some(report) => reconciler.correct(report).await?,
+            None => PodEnd::Agrees,
+        };
+        // A webhook says how the run ended for good: not before the pod's end had its say.
+        let notify = (settled == PodEnd::Agrees)
+            .then(|| notify::deliver_webhook(&execution, &ctx))
+            .flatten();
         match [notify, reconciler.retain().await?]
             .into_iter()
             .flatten()
@@ -301,7 +305,7 @@ impl Reconciler<'_> {
     /// A run that ended on its runner's `report`: once its pod is seen, the pod's end wins
     /// where it disagrees (killed after the report, its node lost). A report handed over is
     /// dropped once the pod's end is seen or the pod is gone.
-    async fn correct(&self, report: RunEndReport) -> Result<()> {
+    async fn correct(&self, report: RunEndReport) -> Result<PodEnd> {
         let observed = self.observe().await?;
         let facts = Facts {
             report: Some(report),
@@ -316,12 +320,26 @@ impl Reconciler<'_> {
         if let Standing::Ended(_) = &decision.standing {
             let status = status::render(self.execution, &decision.standing, facts.now);
             self.write_status(status).await?;
+            return Ok(PodEnd::Corrected);
         }
-        if facts.pod.as_ref().is_none_or(|pod| pod.finished) {
-            self.ctx.handed_reports.forget(&self.owner.uid);
+        let pod = facts.pod.as_ref();
+        if !pod.is_none_or(|pod| pod.finished || pod.node_lost()) {
+            return Ok(PodEnd::NotSeen);
         }
-        Ok(())
+        self.ctx.handed_reports.forget(&self.owner.uid);
+        Ok(PodEnd::Agrees)
     }
+}
+
+/// What the pod's end says of a run that ended on its runner's report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PodEnd {
+    /// Not seen yet: the pod runs on (its agent's container exiting).
+    NotSeen,
+    /// It disagreed, and the status was corrected (the next reconcile sees it so).
+    Corrected,
+    /// It agrees with the status, or there is no pod left to say otherwise.
+    Agrees,
 }
 
 /// The longest the controller waits before looking at an execution again on its own: a longer
