@@ -305,13 +305,23 @@ impl Harness {
         wait_until_ready(address, "the controller", RUN_WAIT).await;
     }
 
-    /// Kills the controller as a crash would: no graceful shutdown.
+    /// Kills the controller as a crash would: no graceful shutdown. Returns once its gateway's
+    /// port is free again: the tasks that serve it are aborted after the controller's own, so
+    /// a restart right away could find the port still bound.
     pub async fn kill_controller(&mut self) {
         if let Some(Controller::Task(task)) = &mut self.controller {
             task.abort();
             let _ = task.await;
         }
         self.controller = None;
+        if let Some(gateway) = self.gateway {
+            wait_for(
+                "the killed controller's gateway port to be free",
+                RUN_WAIT,
+                || async move { std::net::TcpListener::bind(gateway).ok().map(drop) },
+            )
+            .await;
+        }
     }
 
     /// The log of the [`Mode::WithPods`] controller, across its restarts.
