@@ -303,15 +303,15 @@ async fn run_agent(
     let code = report(paths, &summary);
     // An extension's step saves the manifest after this: only its container's end says more.
     if !invocation.extension_follows {
-        report_end(&grants, &summary).await;
+        report_end(&grants, &summary, code).await;
     }
     (code, Handoff::of(&summary))
 }
 
 /// Tells the controller that the run ended, when its grants say where and its manifest is
 /// saved; the pod's end says the same a little later if this does not get through.
-async fn report_end(grants: &Grants, summary: &RunSummary) {
-    let Some((grant, report)) = send_end_report::report_of(grants, summary) else {
+async fn report_end(grants: &Grants, summary: &RunSummary, exit_code: i32) {
+    let Some((grant, report)) = send_end_report::report_of(grants, summary, exit_code) else {
         return;
     };
     match send_end_report::send(&grant, &report).await {

@@ -58,11 +58,22 @@ impl Recorded {
     }
 }
 
+/// Why a checked report could not be recorded now (the runner may send it again).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The API server did not take the record.
+    #[error("recording the report on the execution: {0}")]
+    Api(#[from] kube::Error),
+    /// Another recorder could not take it.
+    #[error("recording the report: {0}")]
+    Unavailable(String),
+}
+
 /// Records a checked report where the reconciling replica finds it.
 #[async_trait::async_trait]
 pub trait Recorder: Send + Sync {
     /// Records `report`; says where it went.
-    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String>;
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, RecordError>;
 }
 
 /// Hands the report to this replica's reconciler while it leads (no API write), else records
@@ -76,7 +87,7 @@ pub struct HandOver {
 
 #[async_trait::async_trait]
 impl Recorder for HandOver {
-    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String> {
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, RecordError> {
         if self.handed.hand_over(report.clone()) {
             return Ok(Recorded::HandedOver);
         }
@@ -95,7 +106,7 @@ pub struct ExecutionAnnotation {
 
 #[async_trait::async_trait]
 impl Recorder for ExecutionAnnotation {
-    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String> {
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, RecordError> {
         let execution = &report.execution;
         let sealed = report.seal(&self.tokens);
         let api = Api::<AgentExecution>::namespaced(self.client.clone(), &execution.namespace);
@@ -116,7 +127,7 @@ impl Recorder for ExecutionAnnotation {
             Ok(_) => Ok(Recorded::OnExecution),
             // Gone, or another execution of that name now (the uid precondition).
             Err(kube::Error::Api(e)) if matches!(e.code, 404 | 409 | 422) => Ok(Recorded::Gone),
-            Err(e) => Err(format!("recording the report on the execution: {e}")),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -262,7 +273,7 @@ impl RunEndedEndpoint {
                 );
                 Answer::Recorded(recorded)
             }
-            Err(e) => Answer::Unavailable(e),
+            Err(e) => Answer::Unavailable(e.to_string()),
         }
     }
 

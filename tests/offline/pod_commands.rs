@@ -28,7 +28,7 @@ use errand::runner::end_report::{RUN_ENDED_ENDPOINT, RunEndReport};
 use errand::runner::termination::TerminationSummary;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::{Probes, serve};
-use errand::serve::run_ended::{Recorded, Recorder, RunEndedEndpoint};
+use errand::serve::run_ended::{RecordError, Recorded, Recorder, RunEndedEndpoint};
 use errand::store::grants::{Grants, HmacSigner, ReportGrant, UploadMode, issue_grants};
 use errand::store::keys::ResultName;
 use errand::store::signed::SignedUrls;
@@ -1203,7 +1203,7 @@ struct Kept(Mutex<Vec<RunEndReport>>);
 
 #[async_trait::async_trait]
 impl Recorder for Kept {
-    async fn record(&self, report: &RunEndReport) -> Result<Recorded, String> {
+    async fn record(&self, report: &RunEndReport) -> Result<Recorded, RecordError> {
         self.0.lock().unwrap().push(report.clone());
         Ok(Recorded::HandedOver)
     }

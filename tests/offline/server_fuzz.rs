@@ -17,7 +17,7 @@ use errand::resolve::run_tokens::RunTokens;
 use errand::runner::end_report::RunEndReport;
 use errand::serve::blobs::BlobEndpoint;
 use errand::serve::http::Probes;
-use errand::serve::run_ended::{Recorded, Recorder, RunEndedEndpoint};
+use errand::serve::run_ended::{RecordError, Recorded, Recorder, RunEndedEndpoint};
 use errand::store::grants::HmacSigner;
 
 const SOCKET_CASES: u32 = 200;
@@ -113,8 +113,10 @@ struct Unrecorded;
 
 #[async_trait::async_trait]
 impl Recorder for Unrecorded {
-    async fn record(&self, _: &RunEndReport) -> Result<Recorded, String> {
-        Err("a fuzzed report was believed".into())
+    async fn record(&self, _: &RunEndReport) -> Result<Recorded, RecordError> {
+        Err(RecordError::Unavailable(
+            "a fuzzed report was believed".into(),
+        ))
     }
 }
 
