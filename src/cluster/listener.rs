@@ -280,6 +280,23 @@ fn busy_response() -> Response<Full<Bytes>> {
         .expect("a static response is valid")
 }
 
+/// A request body read whole, refused past `limit` bytes: what every server that reads a body
+/// does, each answering the error (too large, or cut off) in its own terms.
+pub async fn read_body<B>(
+    body: B,
+    limit: usize,
+) -> Result<hyper::body::Bytes, Box<dyn std::error::Error + Send + Sync>>
+where
+    B: Body<Data = hyper::body::Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    use http_body_util::BodyExt;
+    Ok(http_body_util::Limited::new(body, limit)
+        .collect()
+        .await?
+        .to_bytes())
+}
+
 /// The bearer token of a request's `Authorization` header (`Bearer` or `bearer`, trimmed), if
 /// it has a non-empty one: what every server that takes a token reads.
 pub fn bearer_token(headers: &hyper::HeaderMap) -> Option<String> {

@@ -4,9 +4,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::cluster::listener::read_body;
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Limited, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::header::{self, HeaderMap, HeaderName};
 use hyper::{Request, Response};
@@ -157,11 +158,9 @@ impl ModelRoute {
             .await
             .ok_or(Refusal::KeyUnavailable)?;
         let (parts, body) = request.into_parts();
-        let body = Limited::new(body, MAX_MODEL_REQUEST_BYTES)
-            .collect()
+        let body = read_body(body, MAX_MODEL_REQUEST_BYTES)
             .await
-            .map_err(|_| Refusal::TooLarge)?
-            .to_bytes();
+            .map_err(|_| Refusal::TooLarge)?;
         let answer = self
             .http
             .request(parts.method, url)

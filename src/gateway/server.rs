@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
@@ -199,8 +199,7 @@ impl Gateway {
             }
             _ => {}
         }
-        let body = Limited::new(request.into_body(), MAX_BODY_BYTES)
-            .collect()
+        let body = listener::read_body(request.into_body(), MAX_BODY_BYTES)
             .await
             .map_err(|e| {
                 Refusal::new(
@@ -208,8 +207,7 @@ impl Gateway {
                     "TooLarge",
                     format!("the body is over {MAX_BODY_BYTES} bytes or was cut off: {e}"),
                 )
-            })?
-            .to_bytes();
+            })?;
         let pod = self.pod(&route.namespace, &deployment)?;
         match route.action {
             Action::Invoke => {

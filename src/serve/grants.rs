@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::{Body, Bytes};
 use hyper::{Method, Request, Response, StatusCode};
 use jiff::Timestamp;
@@ -23,7 +23,7 @@ use kube::{Api, Client};
 
 use super::blobs::{ResponseBody, text};
 use crate::api::contract::GRANT_TOKEN_AUDIENCE;
-use crate::cluster::listener::bearer_token;
+use crate::cluster::listener::{bearer_token, read_body};
 use crate::controller::build::SNAPSHOT_KEY;
 use crate::controller::config::ControllerConfig;
 use crate::controller::metrics::Metrics;
@@ -314,11 +314,8 @@ impl GrantEndpoint {
         let Some(token) = bearer_token(request.headers()) else {
             return Refusal::NoToken.into();
         };
-        let body = match Limited::new(request.into_body(), BODY_LIMIT)
-            .collect()
-            .await
-        {
-            Ok(body) => body.to_bytes(),
+        let body = match read_body(request.into_body(), BODY_LIMIT).await {
+            Ok(body) => body,
             Err(e) => return Refusal::BadRequest(e.to_string()).into(),
         };
         let execution: ExecutionId = match serde_json::from_slice(&body) {

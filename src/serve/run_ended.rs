@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use http_body_util::{BodyExt, Limited};
 use hyper::body::{Body, Bytes};
 use hyper::{Method, Request, Response, StatusCode};
 use kube::api::{Patch, PatchParams};
@@ -22,7 +21,7 @@ use kube::{Api, Client};
 use super::blobs::{ResponseBody, text};
 use crate::api::AgentExecution;
 use crate::api::contract::RUN_ENDED_ANNOTATION;
-use crate::cluster::listener::bearer_token;
+use crate::cluster::listener::{bearer_token, read_body};
 use crate::controller::execution::handed_reports::HandedReports;
 use crate::controller::metrics::Metrics;
 use crate::resolve::run_tokens::RunTokens;
@@ -214,11 +213,8 @@ impl RunEndedEndpoint {
                 "no bearer token: send the run's token from its grants",
             );
         };
-        let body = match Limited::new(request.into_body(), REPORT_BODY_LIMIT)
-            .collect()
-            .await
-        {
-            Ok(body) => body.to_bytes(),
+        let body = match read_body(request.into_body(), REPORT_BODY_LIMIT).await {
+            Ok(body) => body,
             Err(e) => {
                 return refused(
                     StatusCode::BAD_REQUEST,

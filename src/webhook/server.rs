@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -206,11 +206,8 @@ async fn route(admission: &Admission, request: Request<RequestBody>) -> Response
     if request.method() != Method::POST {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview\n");
     }
-    let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(collected) => collected.to_bytes(),
+    let body = match listener::read_body(request.into_body(), MAX_BODY_BYTES).await {
+        Ok(body) => body,
         Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "body too large or cut off\n"),
     };
     Response::builder()
